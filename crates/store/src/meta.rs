@@ -1,0 +1,207 @@
+//! The store's metadata state: partitions and onodes, changed only by
+//! applying journal [`Record`]s, and serialised whole into checkpoints.
+//!
+//! Invariant: the state after a checkpoint plus the records after it equals
+//! the state the running store had when the last of those records committed.
+
+use std::collections::BTreeMap;
+
+use crate::alloc::Extent;
+use crate::device::BLOCK;
+use crate::format::codec::{DecodeError, Reader, Writer};
+use crate::journal::record::Record;
+use crate::onode::Onode;
+
+/// First object id users may use; ids below are reserved (T10 OSD).
+pub const FIRST_USER_ID: u64 = 0x10000;
+
+/// One partition.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Partition {
+    /// Creation time.
+    pub created: u64,
+    /// Next id the store hands out when asked to pick one.
+    pub next_oid: u64,
+    /// Number of objects.
+    pub objects: u64,
+}
+
+/// All metadata: partitions and their objects.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Meta {
+    /// Partitions by id.
+    pub partitions: BTreeMap<u64, Partition>,
+    /// Objects by (partition, object id), in id order.
+    pub objects: BTreeMap<(u64, u64), Onode>,
+}
+
+/// A record that does not fit the current state (a bug or corruption).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("journal record does not apply: {0}")]
+pub struct ApplyError(pub String);
+
+impl Meta {
+    /// Applies one record; returns the physical extents it released.
+    pub fn apply(&mut self, rec: &Record, unit_of_large: u64) -> Result<Vec<Extent>, ApplyError> {
+        let missing = |pid: u64, oid: u64| ApplyError(format!("object {pid:#x}/{oid:#x} does not exist"));
+        Ok(match rec {
+            Record::CreatePartition { pid, time } => {
+                self.partitions.entry(*pid).or_insert(Partition {
+                    created: *time,
+                    next_oid: FIRST_USER_ID,
+                    objects: 0,
+                });
+                Vec::new()
+            }
+            Record::RemovePartition { pid } => {
+                let freed = self.remove_range(*pid);
+                self.partitions.remove(pid);
+                freed
+            }
+            Record::CreateObject { pid, oid, time } => {
+                let freed = self.remove_object(*pid, *oid);
+                let part = self
+                    .partitions
+                    .get_mut(pid)
+                    .ok_or_else(|| ApplyError(format!("partition {pid:#x} does not exist")))?;
+                part.objects += 1;
+                part.next_oid = part.next_oid.max(oid.saturating_add(1));
+                self.objects.insert(
+                    (*pid, *oid),
+                    Onode {
+                        created: *time,
+                        data_mtime: *time,
+                        attr_mtime: *time,
+                        atime: *time,
+                        ..Onode::default()
+                    },
+                );
+                freed
+            }
+            Record::RemoveObject { pid, oid } => self.remove_object(*pid, *oid),
+            Record::SetData { pid, oid, first, end, extents, size, mtime, large } => {
+                let o = self.objects.get_mut(&(*pid, *oid)).ok_or_else(|| missing(*pid, *oid))?;
+                let freed = o.unmap(*first, *end);
+                o.inline = None;
+                o.map(extents.clone());
+                o.size = *size;
+                o.data_mtime = *mtime;
+                o.large = *large;
+                o.generation += 1;
+                freed
+            }
+            Record::SetInline { pid, oid, data, mtime } => {
+                let o = self.objects.get_mut(&(*pid, *oid)).ok_or_else(|| missing(*pid, *oid))?;
+                let freed = o.unmap(0, u64::MAX);
+                o.inline = Some(data.clone().into());
+                o.size = data.len() as u64;
+                o.data_mtime = *mtime;
+                o.large = false;
+                o.generation += 1;
+                freed
+            }
+            Record::Truncate { pid, oid, size, mtime } => {
+                let o = self.objects.get_mut(&(*pid, *oid)).ok_or_else(|| missing(*pid, *oid))?;
+                let unit = if o.large { unit_of_large } else { 1 };
+                let keep = size.div_ceil(BLOCK).next_multiple_of(unit);
+                let freed = o.unmap(keep, u64::MAX);
+                if let Some(d) = &mut o.inline {
+                    let mut v = d.to_vec();
+                    v.resize(*size as usize, 0);
+                    *d = v.into();
+                }
+                o.size = *size;
+                o.data_mtime = *mtime;
+                o.generation += 1;
+                freed
+            }
+            Record::SetAttr { pid, oid, page, number, value, time } => {
+                let o = self.objects.get_mut(&(*pid, *oid)).ok_or_else(|| missing(*pid, *oid))?;
+                if value.is_empty() {
+                    o.attrs.remove(&(*page, *number));
+                } else {
+                    o.attrs.insert((*page, *number), value.clone().into());
+                }
+                o.attr_mtime = *time;
+                Vec::new()
+            }
+            Record::SetVersion { pid, oid, version } => {
+                let o = self.objects.get_mut(&(*pid, *oid)).ok_or_else(|| missing(*pid, *oid))?;
+                o.version = *version;
+                Vec::new()
+            }
+        })
+    }
+
+    fn remove_object(&mut self, pid: u64, oid: u64) -> Vec<Extent> {
+        match self.objects.remove(&(pid, oid)) {
+            Some(o) => {
+                if let Some(p) = self.partitions.get_mut(&pid) {
+                    p.objects -= 1;
+                }
+                o.physical().collect()
+            }
+            None => Vec::new(),
+        }
+    }
+
+    fn remove_range(&mut self, pid: u64) -> Vec<Extent> {
+        let keys: Vec<_> = self.objects.range((pid, 0)..=(pid, u64::MAX)).map(|(k, _)| *k).collect();
+        keys.into_iter().flat_map(|(p, o)| self.remove_object(p, o)).collect()
+    }
+
+    /// Serialises the whole state (the checkpoint payload).
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::new();
+        w.bytes(b"TSRMETA1");
+        w.u32(self.partitions.len() as u32);
+        for (pid, p) in &self.partitions {
+            w.u64(*pid);
+            w.u64(p.created);
+            w.u64(p.next_oid);
+        }
+        w.u64(self.objects.len() as u64);
+        for ((pid, oid), o) in &self.objects {
+            w.u64(*pid);
+            w.u64(*oid);
+            o.encode(&mut w);
+        }
+        w.buf
+    }
+
+    /// Parses a checkpoint payload, checking that objects belong to
+    /// partitions and ids are ordered.
+    pub fn decode(buf: &[u8]) -> Result<Meta, DecodeError> {
+        let mut r = Reader::new(buf);
+        if r.take(8, "meta.magic")? != b"TSRMETA1" {
+            return Err(DecodeError::new("meta.magic", "not a metadata checkpoint"));
+        }
+        let mut m = Meta::default();
+        let n = r.count(24, "meta.partitions")?;
+        for _ in 0..n {
+            let pid = r.u64("partition.id")?;
+            let created = r.u64("partition.created")?;
+            let next_oid = r.u64("partition.next_oid")?;
+            m.partitions.insert(pid, Partition { created, next_oid, objects: 0 });
+        }
+        let n = r.u64("meta.objects")?;
+        let mut prev: Option<(u64, u64)> = None;
+        for _ in 0..n {
+            let key = (r.u64("object.partition")?, r.u64("object.id")?);
+            if prev.is_some_and(|p| p >= key) {
+                return Err(DecodeError::new("meta.objects", format!("object {key:x?} out of order")));
+            }
+            prev = Some(key);
+            let o = Onode::decode(&mut r)?;
+            let part = m.partitions.get_mut(&key.0).ok_or_else(|| {
+                DecodeError::new("meta.objects", format!("object {:#x} in missing partition {:#x}", key.1, key.0))
+            })?;
+            part.objects += 1;
+            m.objects.insert(key, o);
+        }
+        if r.remaining() != 0 {
+            return Err(DecodeError::new("meta", format!("{} trailing bytes", r.remaining())));
+        }
+        Ok(m)
+    }
+}

@@ -1,0 +1,196 @@
+//! The object store: T10-style partitions and objects on one [`Device`].
+//!
+//! How a change becomes durable: data goes to freshly allocated blocks
+//! (copy-on-write, so a crash never mixes old and new bytes of one write);
+//! then the metadata change is applied in memory and appended as a journal
+//! record; the caller returns once the committer thread has written the batch
+//! holding that record and flushed the device. Concurrent callers share one
+//! batch and one flush (group commit). Blocks a change releases become
+//! allocatable only after its batch is durable.
+
+mod commit;
+mod data;
+mod objects;
+pub(crate) mod open;
+
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+
+use crate::alloc::{Allocator, Extent};
+use crate::device::{BLOCK, Device};
+use crate::error::{Result, StoreError};
+use crate::format::codec::Writer;
+use crate::format::label::Label;
+use crate::meta::Meta;
+
+pub use objects::{ListPage, ObjectInfo, SpaceInfo};
+pub use open::{FormatOptions, OpenOptions, format};
+
+/// Partition created by mkfs and used when none is named.
+pub const DEFAULT_PARTITION: u64 = 0x10000;
+/// Largest logical object size (2^48 bytes).
+pub const MAX_OBJECT_SIZE: u64 = 1 << 48;
+const STRIPES: usize = 64;
+
+/// Counters of the commit machinery, for benchmarks and metrics.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CommitStats {
+    /// Journal batches written.
+    pub batches: u64,
+    /// Records committed.
+    pub records: u64,
+    /// Checkpoints written.
+    pub checkpoints: u64,
+    /// Device flushes issued by the committer.
+    pub flushes: u64,
+}
+
+pub(crate) struct Ring {
+    /// Next write position, relative to the journal region.
+    pub head: u64,
+    /// Bytes written (or skipped at wrap) since the last checkpoint.
+    pub live: u64,
+}
+
+pub(crate) struct State {
+    pub meta: Meta,
+    pub alloc: Box<dyn Allocator>,
+    pub pending: Writer,
+    pub pending_records: u32,
+    pub pending_frees: Vec<Extent>,
+    pub pending_seq: u64,
+    pub durable_seq: u64,
+    pub ring: Ring,
+    pub slot_gen: u64,
+    pub ckpt_extents: Vec<Extent>,
+    pub failed: Option<String>,
+    pub stop: bool,
+    pub ckpt_wanted: bool,
+    pub stats: CommitStats,
+}
+
+pub(crate) struct Inner {
+    pub dev: Arc<dyn Device>,
+    pub label: Label,
+    pub state: Mutex<State>,
+    pub durable_cv: Condvar,
+    pub work_cv: Condvar,
+    pub stripes: Vec<Mutex<()>>,
+    pub read_only: bool,
+    pub checkpoint_fraction: f64,
+}
+
+/// An open store. Thread-safe: share it with `Arc` and call from many threads.
+pub struct Store {
+    inner: Arc<Inner>,
+    committer: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Inner {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Locks the state, refusing if an earlier device failure poisoned it.
+    pub(crate) fn lock_ok(&self) -> Result<MutexGuard<'_, State>> {
+        let st = self.lock();
+        if let Some(f) = &st.failed {
+            return Err(StoreError::Failed(f.clone()));
+        }
+        if self.read_only {
+            return Err(StoreError::invalid("store", "opened read-only"));
+        }
+        Ok(st)
+    }
+
+    pub(crate) fn stripe(&self, pid: u64, oid: u64) -> MutexGuard<'_, ()> {
+        let h = (pid.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ oid).wrapping_mul(0xff51_afd7_ed55_8ccd);
+        let i = (h >> 58) as usize % STRIPES;
+        self.stripes[i].lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn data_offset(&self, block: u64) -> u64 {
+        self.label.data_off + block * BLOCK
+    }
+}
+
+impl Store {
+    /// The label (identity and geometry) of the store.
+    pub fn label(&self) -> &Label {
+        &self.inner.label
+    }
+
+    /// The device the store runs on.
+    pub fn device(&self) -> &Arc<dyn Device> {
+        &self.inner.dev
+    }
+
+    /// Commit counters so far.
+    pub fn commit_stats(&self) -> CommitStats {
+        self.inner.lock().stats.clone()
+    }
+
+    /// Writes a checkpoint now and waits for it (normally automatic).
+    pub fn checkpoint(&self) -> Result<()> {
+        let mut st = self.inner.lock_ok()?;
+        st.ckpt_wanted = true;
+        let seq = st.pending_seq;
+        self.inner.work_cv.notify_all();
+        commit::wait(&self.inner, st, seq)
+    }
+
+    /// Waits until every change made so far is durable, then flushes the device.
+    pub fn flush(&self) -> Result<()> {
+        let st = self.inner.lock_ok()?;
+        if st.pending_records > 0 {
+            let seq = st.pending_seq;
+            return commit::wait(&self.inner, st, seq);
+        }
+        drop(st);
+        self.inner
+            .dev
+            .flush()
+            .map_err(|e| StoreError::io("device flush", e))
+    }
+
+    /// Stops the committer after a final checkpoint (marked clean).
+    pub fn close(self) -> Result<()> {
+        self.shutdown()
+    }
+
+    fn shutdown(&self) -> Result<()> {
+        let handle = self
+            .committer
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        let Some(handle) = handle else {
+            return Ok(());
+        };
+        {
+            let mut st = self.inner.lock();
+            st.stop = true;
+            self.inner.work_cv.notify_all();
+        }
+        let _ = handle.join();
+        match &self.inner.lock().failed {
+            Some(f) => Err(StoreError::Failed(f.clone())),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        if let Err(e) = self.shutdown() {
+            tracing::warn!(error = %e, "store closed after a failure");
+        }
+    }
+}
+
+/// Nanoseconds since the Unix epoch.
+pub(crate) fn now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}

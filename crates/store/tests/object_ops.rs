@@ -1,0 +1,243 @@
+//! The object model end to end on an in-memory device, under both
+//! allocation policies: data paths, attributes, atomics, listing, reopen.
+
+use std::sync::Arc;
+
+use store::device::{Device, MemDevice};
+use store::{DEFAULT_PARTITION as P, FormatOptions, OpenOptions, Policy, Store, StoreError, format};
+
+fn fresh(policy: Policy) -> (Arc<MemDevice>, Store) {
+    let dev = Arc::new(MemDevice::new(64 << 20));
+    let opts = FormatOptions {
+        policy,
+        large_block: 64 * 1024,
+        ..FormatOptions::default()
+    };
+    format(dev.clone(), &opts).unwrap();
+    let s = Store::open(dev.clone(), &OpenOptions::default()).unwrap();
+    (dev, s)
+}
+
+fn pattern(n: usize, seed: u8) -> Vec<u8> {
+    (0..n).map(|i| (i as u8).wrapping_mul(7).wrapping_add(seed) ^ (i >> 9) as u8).collect()
+}
+
+const POLICIES: [Policy; 2] = [Policy::Extent, Policy::Region];
+
+#[test]
+fn write_read_sparse_append_truncate() {
+    for policy in POLICIES {
+        let (_d, s) = fresh(policy);
+        let id = s.create(P, None).unwrap();
+        assert_eq!(id, 0x10000);
+        // Tiny: inline.
+        s.write(P, id, 0, b"hello").unwrap();
+        assert!(s.stat(P, id).unwrap().inline);
+        assert_eq!(s.read(P, id, 0, 100).unwrap(), b"hello");
+        // Sparse growth out of inline: gap reads as zeros.
+        s.write(P, id, 10_000, b"tail").unwrap();
+        let all = s.read(P, id, 0, 20_000).unwrap();
+        assert_eq!(all.len(), 10_004);
+        assert_eq!(&all[..5], b"hello");
+        assert!(all[5..10_000].iter().all(|&b| b == 0));
+        assert_eq!(&all[10_000..], b"tail");
+        // Past-end reads are short, never garbage.
+        assert_eq!(s.read(P, id, 10_002, 100).unwrap(), b"il");
+        assert!(s.read(P, id, 50_000, 10).unwrap().is_empty());
+        // Append returns the offset used.
+        assert_eq!(s.append(P, id, b"more").unwrap(), 10_004);
+        // Large object crossing unit boundaries, then a partial overwrite.
+        let big = pattern(300_000, 1);
+        let id2 = s.create(P, Some(0x20000)).unwrap();
+        s.write(P, id2, 0, &big).unwrap();
+        let patch = pattern(5000, 9);
+        s.write(P, id2, 65_000, &patch).unwrap();
+        let mut want = big.clone();
+        want[65_000..70_000].copy_from_slice(&patch);
+        assert_eq!(s.read(P, id2, 0, 400_000).unwrap(), want);
+        if policy == Policy::Region {
+            assert!(s.stat(P, id2).unwrap().large, "300 KB object should use large blocks");
+        }
+        // Truncate down mid-block, then grow: the cut-off bytes read as zeros.
+        s.truncate(P, id2, 100_001).unwrap();
+        s.truncate(P, id2, 200_000).unwrap();
+        let r = s.read(P, id2, 0, 200_000).unwrap();
+        assert_eq!(&r[..100_001], &want[..100_001]);
+        assert!(r[100_001..].iter().all(|&b| b == 0), "{policy:?}: old bytes resurfaced");
+        s.truncate(P, id2, 0).unwrap();
+        assert_eq!(s.stat(P, id2).unwrap().used_bytes, 0);
+    }
+}
+
+#[test]
+fn small_object_grows_into_a_large_block() {
+    let (_d, s) = fresh(Policy::Region);
+    let id = s.create(P, None).unwrap();
+    let a = pattern(20_000, 3);
+    s.write(P, id, 0, &a).unwrap();
+    assert!(!s.stat(P, id).unwrap().large);
+    let b = pattern(40_000, 4);
+    s.append(P, id, &b).unwrap();
+    let st = s.stat(P, id).unwrap();
+    assert!(st.large, "60 KB of a 64 KB large block should move to a large block");
+    assert_eq!(st.extents, 1);
+    let mut want = a;
+    want.extend_from_slice(&b);
+    assert_eq!(s.read(P, id, 0, 1 << 20).unwrap(), want);
+}
+
+#[test]
+fn attributes_cas_and_fetch_add() {
+    let (_d, s) = fresh(Policy::Extent);
+    let id = s.create(P, None).unwrap();
+    s.set_attr(P, id, 0x10, 1, b"v1").unwrap();
+    assert_eq!(s.get_attr(P, id, 0x10, 1).unwrap().unwrap(), b"v1");
+    assert!(matches!(s.set_attr(P, id, 0x1, 0x82, b"x"), Err(StoreError::ReadOnlyAttribute { .. })));
+    assert!(matches!(s.set_attr(P, id, 0x10, 2, &vec![0; 65_537]), Err(StoreError::Invalid { .. })));
+    s.set_attr(P, id, 0x10, 2, &vec![1; 65_536]).unwrap();
+    // Standard attributes.
+    s.write(P, id, 0, &[1; 8192]).unwrap();
+    let len = s.get_attr(P, id, 0x1, 0x82).unwrap().unwrap();
+    assert_eq!(u64::from_le_bytes(len.try_into().unwrap()), 8192);
+    // CAS: empty compare inserts only if absent.
+    let o = s.cas_attr(P, id, 0x20, 1, b"", b"a").unwrap();
+    assert!(o.swapped && o.old.is_empty());
+    let o = s.cas_attr(P, id, 0x20, 1, b"", b"b").unwrap();
+    assert!(!o.swapped && o.old == b"a");
+    // Empty swap removes only if the value still holds.
+    let o = s.cas_attr(P, id, 0x20, 1, b"zzz", b"").unwrap();
+    assert!(!o.swapped);
+    let o = s.cas_attr(P, id, 0x20, 1, b"a", b"").unwrap();
+    assert!(o.swapped && o.old == b"a");
+    assert_eq!(s.get_attr(P, id, 0x20, 1).unwrap(), None);
+    // Fetch-and-add.
+    assert_eq!(s.fetch_add(P, id, 0x30, 1, 5).unwrap(), 0);
+    assert_eq!(s.fetch_add(P, id, 0x30, 1, 2).unwrap(), 5);
+    assert!(s.fetch_add(P, id, 0x10, 1, 1).is_err(), "not an 8-byte counter");
+    let names: Vec<_> = s.list_attrs(P, id).unwrap().into_iter().map(|(k, _)| k).collect();
+    assert!(names.contains(&(0x3, 0x1)) && names.contains(&(0x30, 1)));
+}
+
+#[test]
+fn concurrent_fetch_add_and_cas_are_atomic() {
+    let (_d, s) = fresh(Policy::Extent);
+    let s = Arc::new(s);
+    let id = s.create(P, None).unwrap();
+    let threads: Vec<_> = (0..8)
+        .map(|t| {
+            let s = s.clone();
+            std::thread::spawn(move || {
+                let mut wins = 0;
+                for i in 0..50 {
+                    s.fetch_add(P, id, 0x10, 1, 1).unwrap();
+                    let name = format!("n{i}");
+                    let o = s.cas_attr(P, id, 0x11, i, b"", name.as_bytes()).unwrap();
+                    if o.swapped {
+                        wins += 1;
+                    }
+                    let _ = t;
+                }
+                wins
+            })
+        })
+        .collect();
+    let wins: u32 = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    assert_eq!(wins, 50, "exactly one insert wins per name");
+    let v = s.get_attr(P, id, 0x10, 1).unwrap().unwrap();
+    assert_eq!(u64::from_le_bytes(v.try_into().unwrap()), 400);
+    // Group commit: far fewer batches than commits.
+    let st = s.commit_stats();
+    assert!(st.records >= 451, "{st:?}");
+}
+
+#[test]
+fn listing_partitions_and_errors() {
+    let (_d, s) = fresh(Policy::Extent);
+    for i in 0..25u64 {
+        s.create(P, Some(0x10000 + i * 3)).unwrap();
+    }
+    let mut all = Vec::new();
+    let mut after = None;
+    loop {
+        let page = s.list(P, 0x10000, u64::MAX, after, 10).unwrap();
+        all.extend(page.ids);
+        match page.next {
+            Some(n) => after = Some(n),
+            None => break,
+        }
+    }
+    assert_eq!(all, (0..25u64).map(|i| 0x10000 + i * 3).collect::<Vec<_>>());
+    let range = s.list(P, 0x10003, 0x10009, None, 100).unwrap();
+    assert_eq!(range.ids, vec![0x10003, 0x10006, 0x10009]);
+    assert!(matches!(s.create(P, Some(0x10000)), Err(StoreError::ObjectExists { .. })));
+    assert!(matches!(s.create(P, Some(5)), Err(StoreError::Invalid { field: "object id", .. })));
+    assert!(matches!(s.create(0x99999, None), Err(StoreError::NoPartition(_))));
+    assert!(matches!(s.read(P, 0x77777, 0, 1), Err(StoreError::NoObject { .. })));
+    assert!(matches!(s.write(P, 0x10000, u64::MAX - 2, b"abc"), Err(StoreError::Invalid { field: "offset", .. })));
+    s.create_partition(0x20000).unwrap();
+    assert!(matches!(s.create_partition(0x20000), Err(StoreError::PartitionExists(_))));
+    s.create(0x20000, Some(0x10000)).unwrap();
+    assert!(matches!(s.remove_partition(0x20000), Err(StoreError::PartitionNotEmpty(..))));
+    s.remove(0x20000, 0x10000).unwrap();
+    s.remove_partition(0x20000).unwrap();
+    assert_eq!(s.partitions(), vec![P]);
+}
+
+#[test]
+fn everything_survives_reopen_and_checkpoints() {
+    for policy in POLICIES {
+        let (dev, s) = fresh(policy);
+        let mut want = Vec::new();
+        for i in 0..40u64 {
+            let id = s.create(P, None).unwrap();
+            let data = pattern((i as usize * 7919) % 200_000, i as u8);
+            s.write(P, id, 0, &data).unwrap();
+            s.set_attr(P, id, 0x10, 1, &i.to_le_bytes()).unwrap();
+            s.set_version(P, id, i * 10).unwrap();
+            want.push((id, data));
+            if i == 20 {
+                s.checkpoint().unwrap();
+            }
+        }
+        // Crash-like: drop without close is still a clean close, so also
+        // test a reopen of the current image without the final checkpoint.
+        let image = dev.image();
+        drop(s);
+        for d in [dev.clone() as Arc<dyn Device>, Arc::new(MemDevice::from_image(image))] {
+            let s = Store::open(d, &OpenOptions::default()).unwrap();
+            for (i, (id, data)) in want.iter().enumerate() {
+                assert_eq!(&s.read(P, *id, 0, 1 << 20).unwrap(), data);
+                assert_eq!(s.stat(P, *id).unwrap().version, i as u64 * 10);
+            }
+            let r = store::fsck::fsck(s.device().clone(), |_, _| {}).unwrap();
+            assert!(r.is_clean(), "{:?}", r.problems);
+        }
+    }
+}
+
+#[test]
+fn no_space_is_clean_and_space_comes_back() {
+    let (_d, s) = fresh(Policy::Extent);
+    let chunk = vec![0xAB; 1 << 20];
+    let mut ids = Vec::new();
+    let err = loop {
+        let id = s.create(P, None).unwrap();
+        match s.write(P, id, 0, &chunk) {
+            Ok(()) => ids.push(id),
+            Err(e) => break e,
+        }
+    };
+    assert!(matches!(err, StoreError::NoSpace { .. }), "{err}");
+    assert!(ids.len() > 40);
+    let free_full = s.statfs().free_bytes;
+    for id in &ids[..10] {
+        s.remove(P, *id).unwrap();
+    }
+    s.flush().unwrap();
+    assert!(s.statfs().free_bytes >= free_full + 10 * (1 << 20));
+    let id = s.create(P, None).unwrap();
+    s.write(P, id, 0, &chunk).unwrap();
+    assert_eq!(s.read(P, ids[11], 0, 1 << 20).unwrap(), chunk);
+    let r = store::fsck::fsck(s.device().clone(), |_, _| {}).unwrap();
+    assert!(r.is_clean(), "{:?}", r.problems);
+}
