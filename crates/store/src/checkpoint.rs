@@ -27,7 +27,11 @@ pub fn plan(payload_len: u64, alloc: &mut dyn Allocator) -> Result<Vec<Extent>> 
         let missing = payload_len.max(1) - capacity(&extents);
         let blocks = (missing + CHUNK_HEADER).div_ceil(BLOCK);
         let goal = extents.last().map(|e| e.end());
-        match alloc.allocate(&Request { blocks, goal, class: Class::Meta }) {
+        match alloc.allocate(&Request {
+            blocks,
+            goal,
+            class: Class::Meta,
+        }) {
             Ok(mut got) => extents.append(&mut got),
             Err(e) => {
                 for x in extents {
@@ -73,14 +77,21 @@ pub fn write(
         let c = chunk_crc(&buf[..64 + n]);
         buf[60..64].copy_from_slice(&c.to_le_bytes());
         dev.write_at(&buf, label.data_off + e.start * BLOCK)
-            .map_err(|err| StoreError::io(format!("checkpoint chunk {i} at block {}", e.start), err))?;
+            .map_err(|err| {
+                StoreError::io(format!("checkpoint chunk {i} at block {}", e.start), err)
+            })?;
         off += n;
         if next.is_none() {
             break;
         }
     }
     let first = extents.first().copied().unwrap_or(Extent::new(0, 0));
-    Ok((first.start, first.len as u32, crc32c::crc32c(payload), payload.len() as u64))
+    Ok((
+        first.start,
+        first.len as u32,
+        crc32c::crc32c(payload),
+        payload.len() as u64,
+    ))
 }
 
 fn chunk_crc(bytes: &[u8]) -> u32 {
@@ -100,7 +111,10 @@ pub fn read(dev: &dyn Device, label: &Label, slot: &Slot) -> Result<(Vec<u8>, Ve
     for i in 0u32.. {
         let what = || format!("checkpoint chunk {i} at data block {}", cur.start);
         if cur.end() > data_blocks || cur.len == 0 {
-            return Err(StoreError::corrupt(format!("{} lies outside the data area", what())));
+            return Err(StoreError::corrupt(format!(
+                "{} lies outside the data area",
+                what()
+            )));
         }
         let mut buf = AlignedBuf::zeroed((cur.len * BLOCK) as usize);
         dev.read_at(&mut buf, label.data_off + cur.start * BLOCK)
@@ -147,7 +161,9 @@ pub fn read(dev: &dyn Device, label: &Label, slot: &Slot) -> Result<(Vec<u8>, Ve
         }
         cur = Extent::new(next_start, u64::from(next_len));
     }
-    if payload.len() as u64 != slot.checkpoint_bytes || crc32c::crc32c(&payload) != slot.checkpoint_crc {
+    if payload.len() as u64 != slot.checkpoint_bytes
+        || crc32c::crc32c(&payload) != slot.checkpoint_crc
+    {
         return Err(StoreError::corrupt(format!(
             "checkpoint of generation {} has {} bytes with crc {:#010x}; the commit slot expects {} bytes with crc {:#010x}",
             slot.generation,

@@ -81,7 +81,9 @@ fn oid(i: u64) -> u64 {
 
 fn fill(rng: &mut SmallRng, n: usize) -> Vec<u8> {
     let tag: u8 = rng.random();
-    (0..n).map(|i| tag.wrapping_add((i / 512) as u8).wrapping_mul(31) ^ (i as u8)).collect()
+    (0..n)
+        .map(|i| tag.wrapping_add((i / 512) as u8).wrapping_mul(31) ^ (i as u8))
+        .collect()
 }
 
 fn size(rng: &mut SmallRng) -> usize {
@@ -94,20 +96,35 @@ fn size(rng: &mut SmallRng) -> usize {
 
 /// One random operation; returns the id it touches and the state it would
 /// produce if it takes effect (`None` when it is a no-op on the model).
-fn step(store: &Store, rng: &mut SmallRng, model: &BTreeMap<u64, State>) -> (u64, Option<State>, Result<(), StoreError>) {
+fn step(
+    store: &Store,
+    rng: &mut SmallRng,
+    model: &BTreeMap<u64, State>,
+) -> (u64, Option<State>, Result<(), StoreError>) {
     let i = rng.random_range(0..OBJECTS);
     let id = oid(i);
     let p = DEFAULT_PARTITION;
     let cur = model.get(&i).cloned().flatten();
     let Some(obj) = cur else {
         let r = store.create(p, Some(id)).map(|_| ());
-        return (i, Some(Some(Obj { data: Vec::new(), attr: Vec::new() })), r);
+        return (
+            i,
+            Some(Some(Obj {
+                data: Vec::new(),
+                attr: Vec::new(),
+            })),
+            r,
+        );
     };
     match rng.random_range(0..100) {
         0..=34 => {
             // Whole-object overwrite at 0 (or a partial write).
             let n = size(rng);
-            let off = if rng.random_bool(0.7) { 0 } else { rng.random_range(0..obj.data.len() as u64 + 70_000) };
+            let off = if rng.random_bool(0.7) {
+                0
+            } else {
+                rng.random_range(0..obj.data.len() as u64 + 70_000)
+            };
             let data = fill(rng, n);
             let mut new = obj.clone();
             let end = off as usize + n;
@@ -123,7 +140,9 @@ fn step(store: &Store, rng: &mut SmallRng, model: &BTreeMap<u64, State>) -> (u64
             let data = fill(rng, n);
             let mut new = obj.clone();
             new.data.extend_from_slice(&data);
-            let r = store.append(p, id, &data).map(|off| assert_eq!(off as usize, obj.data.len()));
+            let r = store
+                .append(p, id, &data)
+                .map(|off| assert_eq!(off as usize, obj.data.len()));
             (i, Some(Some(new)), r)
         }
         50..=62 => {
@@ -147,9 +166,14 @@ fn step(store: &Store, rng: &mut SmallRng, model: &BTreeMap<u64, State>) -> (u64
             let v = 7u64.to_le_bytes().to_vec();
             let mut new = obj.clone();
             new.attr = v.clone();
-            let r = store.cas_attr(p, id, ATTR.0, ATTR.1, &obj.attr, &v).map(|o| {
-                assert!(o.swapped && o.old == obj.attr, "CAS with the current value did not swap");
-            });
+            let r = store
+                .cas_attr(p, id, ATTR.0, ATTR.1, &obj.attr, &v)
+                .map(|o| {
+                    assert!(
+                        o.swapped && o.old == obj.attr,
+                        "CAS with the current value did not swap"
+                    );
+                });
             (i, Some(Some(new)), r)
         }
         93..=96 => (i, None, store.checkpoint()),
@@ -164,7 +188,9 @@ fn observe(store: &Store, i: u64) -> Result<State, StoreError> {
         Err(e) => Err(e),
         Ok(info) => {
             let data = store.read(p, oid(i), 0, info.size + 10)?;
-            let attr = store.get_attr(p, oid(i), ATTR.0, ATTR.1)?.unwrap_or_default();
+            let attr = store
+                .get_attr(p, oid(i), ATTR.0, ATTR.1)?
+                .unwrap_or_default();
             Ok(Some(Obj { data, attr }))
         }
     }
@@ -173,13 +199,22 @@ fn observe(store: &Store, i: u64) -> Result<State, StoreError> {
 fn describe(s: &State) -> String {
     match s {
         None => "absent".into(),
-        Some(o) => format!("{} bytes (crc {:#010x}), attr {} bytes", o.data.len(), crc32c::crc32c(&o.data), o.attr.len()),
+        Some(o) => format!(
+            "{} bytes (crc {:#010x}), attr {} bytes",
+            o.data.len(),
+            crc32c::crc32c(&o.data),
+            o.attr.len()
+        ),
     }
 }
 
 fn fresh_image(cfg: &CrashConfig, round: u64) -> Result<Vec<u8>, StoreError> {
     let dev = Arc::new(FaultDevice::new(cfg.device_len));
-    let policy = if round.is_multiple_of(2) { Policy::Extent } else { Policy::Region };
+    let policy = if round.is_multiple_of(2) {
+        Policy::Extent
+    } else {
+        Policy::Region
+    };
     let opts = FormatOptions {
         policy,
         large_block: 64 * 1024,
@@ -192,7 +227,10 @@ fn fresh_image(cfg: &CrashConfig, round: u64) -> Result<Vec<u8>, StoreError> {
 }
 
 /// Runs the crash test; `progress` is called after every cut.
-pub fn run(cfg: &CrashConfig, mut progress: impl FnMut(&CrashReport)) -> Result<CrashReport, StoreError> {
+pub fn run(
+    cfg: &CrashConfig,
+    mut progress: impl FnMut(&CrashReport),
+) -> Result<CrashReport, StoreError> {
     let mut report = CrashReport::default();
     let mut rng = SmallRng::seed_from_u64(cfg.seed);
     let mut image = Vec::new();
@@ -218,13 +256,17 @@ pub fn run(cfg: &CrashConfig, mut progress: impl FnMut(&CrashReport)) -> Result<
                     report.violations.push(format!("{ctx}: fsck: {p}"));
                 }
             }
-            Err(e) => report.violations.push(format!("{ctx}: fsck cannot rebuild the store: {e}")),
+            Err(e) => report
+                .violations
+                .push(format!("{ctx}: fsck cannot rebuild the store: {e}")),
         }
         // 2. Recover and compare with the model.
         let store = match Store::open(dev.clone(), &OpenOptions::default()) {
             Ok(s) => s,
             Err(e) => {
-                report.violations.push(format!("{ctx}: open after the cut failed: {e}"));
+                report
+                    .violations
+                    .push(format!("{ctx}: open after the cut failed: {e}"));
                 image = fresh_image(cfg, cut)?;
                 model.clear();
                 uncertain = None;
@@ -236,7 +278,9 @@ pub fn run(cfg: &CrashConfig, mut progress: impl FnMut(&CrashReport)) -> Result<
             let seen = match observe(&store, i) {
                 Ok(s) => s,
                 Err(e) => {
-                    report.violations.push(format!("{ctx}: object {i}: read failed: {e}"));
+                    report
+                        .violations
+                        .push(format!("{ctx}: object {i}: read failed: {e}"));
                     continue;
                 }
             };
@@ -251,7 +295,11 @@ pub fn run(cfg: &CrashConfig, mut progress: impl FnMut(&CrashReport)) -> Result<
                 report.violations.push(format!(
                     "{ctx}: object {i}: found {}, expected {}",
                     describe(&seen),
-                    allowed.iter().map(describe).collect::<Vec<_>>().join(" or ")
+                    allowed
+                        .iter()
+                        .map(describe)
+                        .collect::<Vec<_>>()
+                        .join(" or ")
                 ));
                 model.insert(i, seen);
             }
@@ -279,7 +327,9 @@ pub fn run(cfg: &CrashConfig, mut progress: impl FnMut(&CrashReport)) -> Result<
                     break;
                 }
                 Err(e) => {
-                    report.violations.push(format!("{ctx}: unexpected error with power on: {e}"));
+                    report
+                        .violations
+                        .push(format!("{ctx}: unexpected error with power on: {e}"));
                     break;
                 }
             }

@@ -17,7 +17,9 @@ pub enum StoreError {
         source: io::Error,
     },
     /// Stored bytes do not match their checksum; nothing is returned.
-    #[error("checksum mismatch in {what} at byte {offset}: stored crc32c {expected:#010x}, computed {actual:#010x}")]
+    #[error(
+        "checksum mismatch in {what} at byte {offset}: stored crc32c {expected:#010x}, computed {actual:#010x}"
+    )]
     Checksum {
         /// The object or on-disk structure that failed verification.
         what: String,
@@ -35,7 +37,9 @@ pub enum StoreError {
     #[error("{0}")]
     Signature(String),
     /// The store was written by a newer format version than this build understands.
-    #[error("store format version {found} is newer than this build supports ({supported}); upgrade tessera")]
+    #[error(
+        "store format version {found} is newer than this build supports ({supported}); upgrade tessera"
+    )]
     NewerFormat {
         /// Version found on disk.
         found: u32,

@@ -90,11 +90,19 @@ pub fn fsck(dev: Arc<dyn Device>, mut progress: impl FnMut(u64, u64)) -> Result<
     for (pid, p) in &rec.meta.partitions {
         let n = rec.meta.objects.range((*pid, 0)..=(*pid, u64::MAX)).count() as u64;
         if n != p.objects {
-            problems.push(format!("partition {pid:#x}: index holds {n} objects, count says {}", p.objects));
+            problems.push(format!(
+                "partition {pid:#x}: index holds {n} objects, count says {}",
+                p.objects
+            ));
         }
     }
     // Every data block against its checksum.
-    let total: u64 = rec.meta.objects.values().map(|o| o.extents.iter().map(|e| e.len()).sum::<u64>()).sum();
+    let total: u64 = rec
+        .meta
+        .objects
+        .values()
+        .map(|o| o.extents.iter().map(|e| e.len()).sum::<u64>())
+        .sum();
     let mut done = 0;
     for ((pid, oid), o) in &rec.meta.objects {
         for e in &o.extents {
@@ -103,7 +111,10 @@ pub fn fsck(dev: Arc<dyn Device>, mut progress: impl FnMut(u64, u64)) -> Result<
             }
             let mut buf = AlignedBuf::zeroed((e.len() * BLOCK) as usize);
             if let Err(err) = dev.read_at(&mut buf, label.data_off + e.pblock * BLOCK) {
-                problems.push(format!("object {pid:#x}/{oid:#x} bytes {}..: read error {err}", e.lblock * BLOCK));
+                problems.push(format!(
+                    "object {pid:#x}/{oid:#x} bytes {}..: read error {err}",
+                    e.lblock * BLOCK
+                ));
                 continue;
             }
             for (i, (blk, want)) in buf.chunks(BLOCK as usize).zip(e.crcs.iter()).enumerate() {

@@ -43,7 +43,8 @@ pub struct ApplyError(pub String);
 impl Meta {
     /// Applies one record; returns the physical extents it released.
     pub fn apply(&mut self, rec: &Record, unit_of_large: u64) -> Result<Vec<Extent>, ApplyError> {
-        let missing = |pid: u64, oid: u64| ApplyError(format!("object {pid:#x}/{oid:#x} does not exist"));
+        let missing =
+            |pid: u64, oid: u64| ApplyError(format!("object {pid:#x}/{oid:#x} does not exist"));
         Ok(match rec {
             Record::CreatePartition { pid, time } => {
                 self.partitions.entry(*pid).or_insert(Partition {
@@ -79,8 +80,20 @@ impl Meta {
                 freed
             }
             Record::RemoveObject { pid, oid } => self.remove_object(*pid, *oid),
-            Record::SetData { pid, oid, first, end, extents, size, mtime, large } => {
-                let o = self.objects.get_mut(&(*pid, *oid)).ok_or_else(|| missing(*pid, *oid))?;
+            Record::SetData {
+                pid,
+                oid,
+                first,
+                end,
+                extents,
+                size,
+                mtime,
+                large,
+            } => {
+                let o = self
+                    .objects
+                    .get_mut(&(*pid, *oid))
+                    .ok_or_else(|| missing(*pid, *oid))?;
                 let freed = o.unmap(*first, *end);
                 o.inline = None;
                 o.map(extents.clone());
@@ -90,8 +103,16 @@ impl Meta {
                 o.generation += 1;
                 freed
             }
-            Record::SetInline { pid, oid, data, mtime } => {
-                let o = self.objects.get_mut(&(*pid, *oid)).ok_or_else(|| missing(*pid, *oid))?;
+            Record::SetInline {
+                pid,
+                oid,
+                data,
+                mtime,
+            } => {
+                let o = self
+                    .objects
+                    .get_mut(&(*pid, *oid))
+                    .ok_or_else(|| missing(*pid, *oid))?;
                 let freed = o.unmap(0, u64::MAX);
                 o.inline = Some(data.clone().into());
                 o.size = data.len() as u64;
@@ -100,8 +121,16 @@ impl Meta {
                 o.generation += 1;
                 freed
             }
-            Record::Truncate { pid, oid, size, mtime } => {
-                let o = self.objects.get_mut(&(*pid, *oid)).ok_or_else(|| missing(*pid, *oid))?;
+            Record::Truncate {
+                pid,
+                oid,
+                size,
+                mtime,
+            } => {
+                let o = self
+                    .objects
+                    .get_mut(&(*pid, *oid))
+                    .ok_or_else(|| missing(*pid, *oid))?;
                 let unit = if o.large { unit_of_large } else { 1 };
                 let keep = size.div_ceil(BLOCK).next_multiple_of(unit);
                 let freed = o.unmap(keep, u64::MAX);
@@ -115,8 +144,18 @@ impl Meta {
                 o.generation += 1;
                 freed
             }
-            Record::SetAttr { pid, oid, page, number, value, time } => {
-                let o = self.objects.get_mut(&(*pid, *oid)).ok_or_else(|| missing(*pid, *oid))?;
+            Record::SetAttr {
+                pid,
+                oid,
+                page,
+                number,
+                value,
+                time,
+            } => {
+                let o = self
+                    .objects
+                    .get_mut(&(*pid, *oid))
+                    .ok_or_else(|| missing(*pid, *oid))?;
                 if value.is_empty() {
                     o.attrs.remove(&(*page, *number));
                 } else {
@@ -126,7 +165,10 @@ impl Meta {
                 Vec::new()
             }
             Record::SetVersion { pid, oid, version } => {
-                let o = self.objects.get_mut(&(*pid, *oid)).ok_or_else(|| missing(*pid, *oid))?;
+                let o = self
+                    .objects
+                    .get_mut(&(*pid, *oid))
+                    .ok_or_else(|| missing(*pid, *oid))?;
                 o.version = *version;
                 Vec::new()
             }
@@ -146,8 +188,14 @@ impl Meta {
     }
 
     fn remove_range(&mut self, pid: u64) -> Vec<Extent> {
-        let keys: Vec<_> = self.objects.range((pid, 0)..=(pid, u64::MAX)).map(|(k, _)| *k).collect();
-        keys.into_iter().flat_map(|(p, o)| self.remove_object(p, o)).collect()
+        let keys: Vec<_> = self
+            .objects
+            .range((pid, 0)..=(pid, u64::MAX))
+            .map(|(k, _)| *k)
+            .collect();
+        keys.into_iter()
+            .flat_map(|(p, o)| self.remove_object(p, o))
+            .collect()
     }
 
     /// Serialises the whole state (the checkpoint payload).
@@ -182,25 +230,41 @@ impl Meta {
             let pid = r.u64("partition.id")?;
             let created = r.u64("partition.created")?;
             let next_oid = r.u64("partition.next_oid")?;
-            m.partitions.insert(pid, Partition { created, next_oid, objects: 0 });
+            m.partitions.insert(
+                pid,
+                Partition {
+                    created,
+                    next_oid,
+                    objects: 0,
+                },
+            );
         }
         let n = r.u64("meta.objects")?;
         let mut prev: Option<(u64, u64)> = None;
         for _ in 0..n {
             let key = (r.u64("object.partition")?, r.u64("object.id")?);
             if prev.is_some_and(|p| p >= key) {
-                return Err(DecodeError::new("meta.objects", format!("object {key:x?} out of order")));
+                return Err(DecodeError::new(
+                    "meta.objects",
+                    format!("object {key:x?} out of order"),
+                ));
             }
             prev = Some(key);
             let o = Onode::decode(&mut r)?;
             let part = m.partitions.get_mut(&key.0).ok_or_else(|| {
-                DecodeError::new("meta.objects", format!("object {:#x} in missing partition {:#x}", key.1, key.0))
+                DecodeError::new(
+                    "meta.objects",
+                    format!("object {:#x} in missing partition {:#x}", key.1, key.0),
+                )
             })?;
             part.objects += 1;
             m.objects.insert(key, o);
         }
         if r.remaining() != 0 {
-            return Err(DecodeError::new("meta", format!("{} trailing bytes", r.remaining())));
+            return Err(DecodeError::new(
+                "meta",
+                format!("{} trailing bytes", r.remaining()),
+            ));
         }
         Ok(m)
     }

@@ -196,7 +196,10 @@ impl Onode {
         };
         let flags = r.u8("onode.flags")?;
         if flags & !3 != 0 {
-            return Err(DecodeError::new("onode.flags", format!("unknown flags {flags:#x}")));
+            return Err(DecodeError::new(
+                "onode.flags",
+                format!("unknown flags {flags:#x}"),
+            ));
         }
         o.large = flags & 1 != 0;
         if flags & 2 != 0 {
@@ -217,13 +220,22 @@ impl Onode {
     }
 
     /// Checks the structural invariants; describes the first violation.
-    pub fn check(&self, large_blocks: u64, data_blocks: u64, inline_max: u32) -> Result<(), String> {
+    pub fn check(
+        &self,
+        large_blocks: u64,
+        data_blocks: u64,
+        inline_max: u32,
+    ) -> Result<(), String> {
         if let Some(d) = &self.inline {
             if !self.extents.is_empty() {
                 return Err("has both inline data and extents".into());
             }
             if d.len() as u64 != self.size || d.len() > inline_max as usize {
-                return Err(format!("inline data of {} bytes, size {}", d.len(), self.size));
+                return Err(format!(
+                    "inline data of {} bytes, size {}",
+                    d.len(),
+                    self.size
+                ));
             }
         }
         let end_block = self.size.div_ceil(BLOCK);
@@ -231,16 +243,31 @@ impl Onode {
         let mut prev = 0;
         for e in &self.extents {
             if e.is_empty() || e.lblock < prev {
-                return Err(format!("extent at logical block {} overlaps or is out of order", e.lblock));
+                return Err(format!(
+                    "extent at logical block {} overlaps or is out of order",
+                    e.lblock
+                ));
             }
-            if e.pblock.checked_add(e.len()).is_none_or(|x| x > data_blocks) {
-                return Err(format!("extent at logical block {} lies past the data area", e.lblock));
+            if e.pblock
+                .checked_add(e.len())
+                .is_none_or(|x| x > data_blocks)
+            {
+                return Err(format!(
+                    "extent at logical block {} lies past the data area",
+                    e.lblock
+                ));
             }
             if e.lblock >= end_block.next_multiple_of(unit) {
-                return Err(format!("block {} mapped past the object size {}", e.lblock, self.size));
+                return Err(format!(
+                    "block {} mapped past the object size {}",
+                    e.lblock, self.size
+                ));
             }
             if self.large && (e.lblock % unit != 0 || e.pblock % unit != 0 || e.len() % unit != 0) {
-                return Err(format!("large extent at logical block {} is not large-block aligned", e.lblock));
+                return Err(format!(
+                    "large extent at logical block {} is not large-block aligned",
+                    e.lblock
+                ));
             }
             prev = e.lend();
         }

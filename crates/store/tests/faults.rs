@@ -1,6 +1,8 @@
 //! Bad media and bad input: flipped bits, device errors, damaged metadata,
 //! foreign signatures, newer formats.
 
+#![allow(clippy::unwrap_used, clippy::single_range_in_vec_init)] // tests: a panic is the failure report
+
 use std::sync::Arc;
 
 use store::device::{BLOCK, Device, FaultConfig, FaultDevice, MemDevice};
@@ -19,7 +21,10 @@ fn data_offset_of(s: &Store, dev: &dyn Device, id: u64, want: &[u8]) -> u64 {
     let label = s.label().clone();
     let mut buf = store::device::AlignedBuf::zeroed(label.data_len as usize);
     dev.read_at(&mut buf, label.data_off).unwrap();
-    let pos = buf.windows(want.len()).position(|w| w == want).expect("data on device");
+    let pos = buf
+        .windows(want.len())
+        .position(|w| w == want)
+        .expect("data on device");
     let _ = id;
     label.data_off + pos as u64
 }
@@ -28,7 +33,9 @@ fn data_offset_of(s: &Store, dev: &dyn Device, id: u64, want: &[u8]) -> u64 {
 fn flipped_bit_is_a_checksum_error_naming_object_and_offset() {
     let (dev, s) = fresh_fault();
     let id = s.create(P, None).unwrap();
-    let data: Vec<u8> = (0..20_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    let data: Vec<u8> = (0..20_000u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
     s.write(P, id, 0, &data).unwrap();
     // Checkpoint so fsck reads the object from the checkpoint: rot under the
     // very last journal batch is indistinguishable from a torn commit, and
@@ -48,7 +55,11 @@ fn flipped_bit_is_a_checksum_error_naming_object_and_offset() {
     assert_eq!(s.read(P, id, 0, 8192).unwrap(), &data[..8192]);
     let r = store::fsck::fsck(dev.clone(), |_, _| {}).unwrap();
     assert_eq!(r.problems.len(), 1);
-    assert!(r.problems[0].contains("byte offset 8192"), "{}", r.problems[0]);
+    assert!(
+        r.problems[0].contains("byte offset 8192"),
+        "{}",
+        r.problems[0]
+    );
 }
 
 #[test]
@@ -64,7 +75,10 @@ fn device_errors_name_the_object_and_keep_the_store_consistent() {
         ..Default::default()
     });
     let err = s.write(P, id, 0, &[1; 50_000]).unwrap_err();
-    assert!(matches!(err, StoreError::Io { .. }) && err.to_string().contains("0x10000"), "{err}");
+    assert!(
+        matches!(err, StoreError::Io { .. }) && err.to_string().contains("0x10000"),
+        "{err}"
+    );
     // Reads fail with EIO naming the object.
     dev.set_faults(FaultConfig {
         read_errors: vec![label.data_off..label.device_len],
@@ -75,14 +89,21 @@ fn device_errors_name_the_object_and_keep_the_store_consistent() {
     dev.set_faults(FaultConfig::default());
     assert_eq!(s.read(P, id, 0, 200_000).unwrap(), data);
     // A failing journal flush fails the store; a reopen recovers.
-    dev.set_faults(FaultConfig { fail_flush: true, ..Default::default() });
+    dev.set_faults(FaultConfig {
+        fail_flush: true,
+        ..Default::default()
+    });
     assert!(s.set_attr(P, id, 0x10, 1, b"x").is_err());
     assert!(matches!(s.create(P, None), Err(StoreError::Failed(_))));
     drop(s);
     dev.set_faults(FaultConfig::default());
     let s = Store::open(dev.clone(), &OpenOptions::default()).unwrap();
     assert_eq!(s.read(P, id, 0, 200_000).unwrap(), data);
-    assert!(store::fsck::fsck(dev.clone(), |_, _| {}).unwrap().is_clean());
+    assert!(
+        store::fsck::fsck(dev.clone(), |_, _| {})
+            .unwrap()
+            .is_clean()
+    );
 }
 
 #[test]
@@ -98,13 +119,20 @@ fn damaged_metadata_is_refused_with_a_clear_message() {
     img[BLOCK as usize + 40] ^= 1;
     img[2 * BLOCK as usize + 40] ^= 1;
     let d = Arc::new(MemDevice::from_image(img));
-    let err = Store::open(d.clone(), &OpenOptions::default()).err().unwrap();
+    let err = Store::open(d.clone(), &OpenOptions::default())
+        .err()
+        .unwrap();
     assert!(err.to_string().contains("no valid commit slot"), "{err}");
     assert!(store::fsck::fsck(d, |_, _| {}).is_err());
     // Label damaged.
     let mut img = dev.image();
     img[30] ^= 1;
-    let err = Store::open(Arc::new(MemDevice::from_image(img)), &OpenOptions::default()).err().unwrap();
+    let err = Store::open(
+        Arc::new(MemDevice::from_image(img)),
+        &OpenOptions::default(),
+    )
+    .err()
+    .unwrap();
     assert!(err.to_string().contains("label"), "{err}");
     // One slot damaged: the other one carries on.
     let s = Store::open(dev.clone(), &OpenOptions::default()).unwrap();
@@ -112,7 +140,10 @@ fn damaged_metadata_is_refused_with_a_clear_message() {
     drop(s);
     let mut img = dev.image();
     img[BLOCK as usize + 40] ^= 1;
-    let s = Store::open(Arc::new(MemDevice::from_image(img)), &OpenOptions::default());
+    let s = Store::open(
+        Arc::new(MemDevice::from_image(img)),
+        &OpenOptions::default(),
+    );
     let _ = label;
     assert!(s.is_ok() || s.err().unwrap().to_string().contains("checkpoint"));
 }
@@ -120,25 +151,41 @@ fn damaged_metadata_is_refused_with_a_clear_message() {
 #[test]
 fn foreign_signatures_and_newer_versions_are_refused() {
     let dev = Arc::new(MemDevice::new(32 << 20));
-    let mut sb = vec![0u8; 4096];
+    let mut sb = store::device::AlignedBuf::zeroed(4096);
     sb[1080] = 0x53;
     sb[1081] = 0xEF;
     dev.write_at(&sb, 0).unwrap();
     let err = format(dev.clone(), &FormatOptions::default()).unwrap_err();
-    assert!(err.to_string().contains("ext2/3/4") && err.to_string().contains("--force"), "{err}");
-    let err = Store::open(dev.clone(), &OpenOptions::default()).err().unwrap();
+    assert!(
+        err.to_string().contains("ext2/3/4") && err.to_string().contains("--force"),
+        "{err}"
+    );
+    let err = Store::open(dev.clone(), &OpenOptions::default())
+        .err()
+        .unwrap();
     assert!(err.to_string().contains("not a Tessera store"), "{err}");
-    format(dev.clone(), &FormatOptions { force: true, ..Default::default() }).unwrap();
+    format(
+        dev.clone(),
+        &FormatOptions {
+            force: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     let err = format(dev.clone(), &FormatOptions::default()).unwrap_err();
     assert!(err.to_string().contains("a Tessera store"), "{err}");
     // A label from the future.
-    let mut block = vec![0u8; 4096];
+    let mut block = store::device::AlignedBuf::zeroed(4096);
     dev.read_at(&mut block, 0).unwrap();
     let mut l = Label::decode(&block).unwrap().unwrap();
     l.version = 99;
-    dev.write_at(&l.encode(), 0).unwrap();
+    dev.write_at(&store::device::AlignedBuf::from_slice(&l.encode()), 0)
+        .unwrap();
     let err = Store::open(dev, &OpenOptions::default()).err().unwrap();
-    assert!(matches!(err, StoreError::NewerFormat { found: 99, .. }), "{err}");
+    assert!(
+        matches!(err, StoreError::NewerFormat { found: 99, .. }),
+        "{err}"
+    );
 }
 
 #[test]

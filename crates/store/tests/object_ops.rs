@@ -1,10 +1,14 @@
 //! The object model end to end on an in-memory device, under both
 //! allocation policies: data paths, attributes, atomics, listing, reopen.
 
+#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
+
 use std::sync::Arc;
 
 use store::device::{Device, MemDevice};
-use store::{DEFAULT_PARTITION as P, FormatOptions, OpenOptions, Policy, Store, StoreError, format};
+use store::{
+    DEFAULT_PARTITION as P, FormatOptions, OpenOptions, Policy, Store, StoreError, format,
+};
 
 fn fresh(policy: Policy) -> (Arc<MemDevice>, Store) {
     let dev = Arc::new(MemDevice::new(64 << 20));
@@ -19,7 +23,9 @@ fn fresh(policy: Policy) -> (Arc<MemDevice>, Store) {
 }
 
 fn pattern(n: usize, seed: u8) -> Vec<u8> {
-    (0..n).map(|i| (i as u8).wrapping_mul(7).wrapping_add(seed) ^ (i >> 9) as u8).collect()
+    (0..n)
+        .map(|i| (i as u8).wrapping_mul(7).wrapping_add(seed) ^ (i >> 9) as u8)
+        .collect()
 }
 
 const POLICIES: [Policy; 2] = [Policy::Extent, Policy::Region];
@@ -56,14 +62,20 @@ fn write_read_sparse_append_truncate() {
         want[65_000..70_000].copy_from_slice(&patch);
         assert_eq!(s.read(P, id2, 0, 400_000).unwrap(), want);
         if policy == Policy::Region {
-            assert!(s.stat(P, id2).unwrap().large, "300 KB object should use large blocks");
+            assert!(
+                s.stat(P, id2).unwrap().large,
+                "300 KB object should use large blocks"
+            );
         }
         // Truncate down mid-block, then grow: the cut-off bytes read as zeros.
         s.truncate(P, id2, 100_001).unwrap();
         s.truncate(P, id2, 200_000).unwrap();
         let r = s.read(P, id2, 0, 200_000).unwrap();
         assert_eq!(&r[..100_001], &want[..100_001]);
-        assert!(r[100_001..].iter().all(|&b| b == 0), "{policy:?}: old bytes resurfaced");
+        assert!(
+            r[100_001..].iter().all(|&b| b == 0),
+            "{policy:?}: old bytes resurfaced"
+        );
         s.truncate(P, id2, 0).unwrap();
         assert_eq!(s.stat(P, id2).unwrap().used_bytes, 0);
     }
@@ -79,7 +91,10 @@ fn small_object_grows_into_a_large_block() {
     let b = pattern(40_000, 4);
     s.append(P, id, &b).unwrap();
     let st = s.stat(P, id).unwrap();
-    assert!(st.large, "60 KB of a 64 KB large block should move to a large block");
+    assert!(
+        st.large,
+        "60 KB of a 64 KB large block should move to a large block"
+    );
     assert_eq!(st.extents, 1);
     let mut want = a;
     want.extend_from_slice(&b);
@@ -92,8 +107,14 @@ fn attributes_cas_and_fetch_add() {
     let id = s.create(P, None).unwrap();
     s.set_attr(P, id, 0x10, 1, b"v1").unwrap();
     assert_eq!(s.get_attr(P, id, 0x10, 1).unwrap().unwrap(), b"v1");
-    assert!(matches!(s.set_attr(P, id, 0x1, 0x82, b"x"), Err(StoreError::ReadOnlyAttribute { .. })));
-    assert!(matches!(s.set_attr(P, id, 0x10, 2, &vec![0; 65_537]), Err(StoreError::Invalid { .. })));
+    assert!(matches!(
+        s.set_attr(P, id, 0x1, 0x82, b"x"),
+        Err(StoreError::ReadOnlyAttribute { .. })
+    ));
+    assert!(matches!(
+        s.set_attr(P, id, 0x10, 2, &vec![0; 65_537]),
+        Err(StoreError::Invalid { .. })
+    ));
     s.set_attr(P, id, 0x10, 2, &vec![1; 65_536]).unwrap();
     // Standard attributes.
     s.write(P, id, 0, &[1; 8192]).unwrap();
@@ -113,8 +134,16 @@ fn attributes_cas_and_fetch_add() {
     // Fetch-and-add.
     assert_eq!(s.fetch_add(P, id, 0x30, 1, 5).unwrap(), 0);
     assert_eq!(s.fetch_add(P, id, 0x30, 1, 2).unwrap(), 5);
-    assert!(s.fetch_add(P, id, 0x10, 1, 1).is_err(), "not an 8-byte counter");
-    let names: Vec<_> = s.list_attrs(P, id).unwrap().into_iter().map(|(k, _)| k).collect();
+    assert!(
+        s.fetch_add(P, id, 0x10, 1, 1).is_err(),
+        "not an 8-byte counter"
+    );
+    let names: Vec<_> = s
+        .list_attrs(P, id)
+        .unwrap()
+        .into_iter()
+        .map(|(k, _)| k)
+        .collect();
     assert!(names.contains(&(0x3, 0x1)) && names.contains(&(0x30, 1)));
 }
 
@@ -169,15 +198,42 @@ fn listing_partitions_and_errors() {
     assert_eq!(all, (0..25u64).map(|i| 0x10000 + i * 3).collect::<Vec<_>>());
     let range = s.list(P, 0x10003, 0x10009, None, 100).unwrap();
     assert_eq!(range.ids, vec![0x10003, 0x10006, 0x10009]);
-    assert!(matches!(s.create(P, Some(0x10000)), Err(StoreError::ObjectExists { .. })));
-    assert!(matches!(s.create(P, Some(5)), Err(StoreError::Invalid { field: "object id", .. })));
-    assert!(matches!(s.create(0x99999, None), Err(StoreError::NoPartition(_))));
-    assert!(matches!(s.read(P, 0x77777, 0, 1), Err(StoreError::NoObject { .. })));
-    assert!(matches!(s.write(P, 0x10000, u64::MAX - 2, b"abc"), Err(StoreError::Invalid { field: "offset", .. })));
+    assert!(matches!(
+        s.create(P, Some(0x10000)),
+        Err(StoreError::ObjectExists { .. })
+    ));
+    assert!(matches!(
+        s.create(P, Some(5)),
+        Err(StoreError::Invalid {
+            field: "object id",
+            ..
+        })
+    ));
+    assert!(matches!(
+        s.create(0x99999, None),
+        Err(StoreError::NoPartition(_))
+    ));
+    assert!(matches!(
+        s.read(P, 0x77777, 0, 1),
+        Err(StoreError::NoObject { .. })
+    ));
+    assert!(matches!(
+        s.write(P, 0x10000, u64::MAX - 2, b"abc"),
+        Err(StoreError::Invalid {
+            field: "offset",
+            ..
+        })
+    ));
     s.create_partition(0x20000).unwrap();
-    assert!(matches!(s.create_partition(0x20000), Err(StoreError::PartitionExists(_))));
+    assert!(matches!(
+        s.create_partition(0x20000),
+        Err(StoreError::PartitionExists(_))
+    ));
     s.create(0x20000, Some(0x10000)).unwrap();
-    assert!(matches!(s.remove_partition(0x20000), Err(StoreError::PartitionNotEmpty(..))));
+    assert!(matches!(
+        s.remove_partition(0x20000),
+        Err(StoreError::PartitionNotEmpty(..))
+    ));
     s.remove(0x20000, 0x10000).unwrap();
     s.remove_partition(0x20000).unwrap();
     assert_eq!(s.partitions(), vec![P]);
@@ -203,7 +259,10 @@ fn everything_survives_reopen_and_checkpoints() {
         // test a reopen of the current image without the final checkpoint.
         let image = dev.image();
         drop(s);
-        for d in [dev.clone() as Arc<dyn Device>, Arc::new(MemDevice::from_image(image))] {
+        for d in [
+            dev.clone() as Arc<dyn Device>,
+            Arc::new(MemDevice::from_image(image)),
+        ] {
             let s = Store::open(d, &OpenOptions::default()).unwrap();
             for (i, (id, data)) in want.iter().enumerate() {
                 assert_eq!(&s.read(P, *id, 0, 1 << 20).unwrap(), data);

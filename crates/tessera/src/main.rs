@@ -1,1 +1,63 @@
-fn main() {}
+//! `tessera`: one binary for every part of Tessera. Each subcommand lives in
+//! its own module under `cmd/`; this file only parses the command line and
+//! sets up logging.
+
+mod args;
+mod cmd;
+
+use clap::{Parser, Subcommand};
+
+/// Tessera: an object-based distributed storage system.
+///
+/// Files are striped into objects on object storage devices (OSDs); each OSD
+/// runs Tessera's own object store straight on a raw device or a file. Start
+/// with `tessera demo`, then see `tessera <command> --help`.
+#[derive(Parser)]
+#[command(name = "tessera", version, about, long_about, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Format a device or file as an object store.
+    Mkfs(cmd::mkfs::Args),
+    /// Check a store's every invariant; exit 0 only when clean.
+    Fsck(cmd::fsck::Args),
+    /// Operate on objects straight on a store (no daemon needed).
+    #[command(subcommand)]
+    Store(cmd::store_ops::StoreCmd),
+    /// Make a store in a file, write, read back, verify and print figures.
+    Demo(cmd::demo::Args),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    // The crash test provokes device errors on purpose: keep them quiet
+    // unless TESSERA_LOG asks for them.
+    let default = match &cli.command {
+        Command::Store(cmd::store_ops::StoreCmd::Crashtest { .. }) => "off",
+        _ => "warn",
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("TESSERA_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default)),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let result = match cli.command {
+        Command::Mkfs(a) => cmd::mkfs::run(a),
+        Command::Fsck(a) => cmd::fsck::run(a),
+        Command::Store(c) => cmd::store_ops::run(c),
+        Command::Demo(a) => cmd::demo::run(a),
+    };
+    match result {
+        Ok(code) => std::process::exit(code),
+        Err(e) => {
+            eprintln!("tessera: error: {e:#}");
+            std::process::exit(1);
+        }
+    }
+}

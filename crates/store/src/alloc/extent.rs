@@ -138,7 +138,9 @@ impl Allocator for ExtentAllocator {
         let mut left = n;
         let mut g = goal;
         while left > 0 {
-            let b = (0..self.buckets.len()).rev().find(|&b| !self.buckets[b].is_empty());
+            let b = (0..self.buckets.len())
+                .rev()
+                .find(|&b| !self.buckets[b].is_empty());
             let Some(b) = b else { break };
             let Some(e) = self.nearest_in_bucket(b, 1, g, usize::MAX) else {
                 break;
@@ -207,7 +209,10 @@ impl Allocator for ExtentAllocator {
         self.total
     }
     fn free_extents(&self) -> Vec<Extent> {
-        self.by_start.iter().map(|(&s, &l)| Extent::new(s, l)).collect()
+        self.by_start
+            .iter()
+            .map(|(&s, &l)| Extent::new(s, l))
+            .collect()
     }
     fn check(&self) -> Result<(), String> {
         let mut sum = 0;
@@ -219,7 +224,9 @@ impl Allocator for ExtentAllocator {
             if let Some(p) = prev_end
                 && p >= s
             {
-                return Err(format!("free extent {s}+{l} overlaps or touches the previous one"));
+                return Err(format!(
+                    "free extent {s}+{l} overlaps or touches the previous one"
+                ));
             }
             if !self.buckets[self.bucket(l)].contains(&s) {
                 return Err(format!("free extent {s}+{l} missing from its size bucket"));

@@ -8,8 +8,14 @@ use super::*;
 
 #[derive(Debug, Clone)]
 enum Op {
-    Alloc { blocks: u64, goal: Option<u64>, large: bool },
-    Free { pick: usize },
+    Alloc {
+        blocks: u64,
+        goal: Option<u64>,
+        large: bool,
+    },
+    Free {
+        pick: usize,
+    },
 }
 
 fn ops() -> impl Strategy<Value = Vec<Op>> {
@@ -30,12 +36,24 @@ fn run(alloc: &mut dyn Allocator, ops: &[Op], region: bool) -> Result<(), TestCa
     let mut owned: Vec<Vec<Extent>> = Vec::new();
     for op in ops {
         match *op {
-            Op::Alloc { blocks, goal, large } => {
+            Op::Alloc {
+                blocks,
+                goal,
+                large,
+            } => {
                 let large = large && region;
-                let blocks = if large { blocks.div_ceil(LARGE) * LARGE } else { blocks };
+                let blocks = if large {
+                    blocks.div_ceil(LARGE) * LARGE
+                } else {
+                    blocks
+                };
                 let class = if large { Class::Large } else { Class::Small };
                 let free_before = alloc.free_blocks();
-                match alloc.allocate(&Request { blocks, goal, class }) {
+                match alloc.allocate(&Request {
+                    blocks,
+                    goal,
+                    class,
+                }) {
                     Ok(exts) => {
                         prop_assert_eq!(exts.iter().map(|e| e.len).sum::<u64>(), blocks);
                         for e in &exts {
@@ -45,7 +63,11 @@ fn run(alloc: &mut dyn Allocator, ops: &[Op], region: bool) -> Result<(), TestCa
                                 prop_assert_eq!(e.start % LARGE, 0);
                             }
                             for b in e.start..e.end() {
-                                prop_assert!(!owned_model[b as usize], "block {} handed out twice", b);
+                                prop_assert!(
+                                    !owned_model[b as usize],
+                                    "block {} handed out twice",
+                                    b
+                                );
                                 owned_model[b as usize] = true;
                             }
                         }
@@ -67,7 +89,9 @@ fn run(alloc: &mut dyn Allocator, ops: &[Op], region: bool) -> Result<(), TestCa
                 }
                 let exts = owned.swap_remove(pick % owned.len());
                 for e in exts {
-                    alloc.free(e).map_err(|e| TestCaseError::fail(e.to_string()))?;
+                    alloc
+                        .free(e)
+                        .map_err(|e| TestCaseError::fail(e.to_string()))?;
                     for b in e.start..e.end() {
                         owned_model[b as usize] = false;
                     }
@@ -86,13 +110,20 @@ fn run(alloc: &mut dyn Allocator, ops: &[Op], region: bool) -> Result<(), TestCa
             }
         }
         for b in 0..TOTAL as usize {
-            prop_assert_eq!(model_free[b], !owned_model[b], "block {} free/used mismatch", b);
+            prop_assert_eq!(
+                model_free[b],
+                !owned_model[b],
+                "block {} free/used mismatch",
+                b
+            );
         }
     }
     // Everything freed: back to one whole free run.
     for exts in owned {
         for e in exts {
-            alloc.free(e).map_err(|e| TestCaseError::fail(e.to_string()))?;
+            alloc
+                .free(e)
+                .map_err(|e| TestCaseError::fail(e.to_string()))?;
         }
     }
     prop_assert_eq!(alloc.free_extents(), vec![Extent::new(0, TOTAL)]);
@@ -121,7 +152,13 @@ proptest! {
 #[test]
 fn double_free_and_double_reserve_are_refused() {
     let mut a = ExtentAllocator::new(100);
-    let e = a.allocate(&Request { blocks: 10, goal: None, class: Class::Small }).unwrap();
+    let e = a
+        .allocate(&Request {
+            blocks: 10,
+            goal: None,
+            class: Class::Small,
+        })
+        .unwrap();
     a.free(e[0]).unwrap();
     assert!(matches!(a.free(e[0]), Err(AllocError::Conflict { .. })));
     a.reserve(Extent::new(5, 5), Class::Small).unwrap();
@@ -129,7 +166,10 @@ fn double_free_and_double_reserve_are_refused() {
 
     let mut r = RegionAllocator::new(128, 64, 8);
     r.reserve(Extent::new(0, 8), Class::Large).unwrap();
-    assert!(r.reserve(Extent::new(8, 1), Class::Small).is_err(), "small block in a large region");
+    assert!(
+        r.reserve(Extent::new(8, 1), Class::Small).is_err(),
+        "small block in a large region"
+    );
     assert!(r.reserve(Extent::new(0, 8), Class::Large).is_err());
 }
 
@@ -138,14 +178,27 @@ fn closest_good_fit_prefers_the_goal() {
     let mut a = ExtentAllocator::new(1000);
     // Make holes of 10 blocks at 100, 500 and 900.
     for s in [0u64, 110, 510, 910] {
-        let end = [100u64, 500, 900, 1000][[0u64, 110, 510, 910].iter().position(|&x| x == s).unwrap()];
+        let end =
+            [100u64, 500, 900, 1000][[0u64, 110, 510, 910].iter().position(|&x| x == s).unwrap()];
         a.reserve(Extent::new(s, end - s), Class::Small).unwrap();
     }
-    let got = a.allocate(&Request { blocks: 5, goal: Some(880), class: Class::Small }).unwrap();
+    let got = a
+        .allocate(&Request {
+            blocks: 5,
+            goal: Some(880),
+            class: Class::Small,
+        })
+        .unwrap();
     assert_eq!(got, vec![Extent::new(900, 5)]);
     // The 5 blocks left at 905 sit in a smaller bucket than 8 needs; of the
     // 10-block holes, the one near the goal wins, carved at its goal end.
-    let got = a.allocate(&Request { blocks: 8, goal: Some(120), class: Class::Small }).unwrap();
+    let got = a
+        .allocate(&Request {
+            blocks: 8,
+            goal: Some(120),
+            class: Class::Small,
+        })
+        .unwrap();
     assert_eq!(got, vec![Extent::new(102, 8)]);
 }
 
@@ -153,8 +206,17 @@ fn closest_good_fit_prefers_the_goal() {
 fn small_objects_stay_in_one_region() {
     let mut r = RegionAllocator::new(1024, 128, 16);
     for _ in 0..20 {
-        let got = r.allocate(&Request { blocks: 7, goal: None, class: Class::Small }).unwrap();
+        let got = r
+            .allocate(&Request {
+                blocks: 7,
+                goal: None,
+                class: Class::Small,
+            })
+            .unwrap();
         let first = got[0].start / 128;
-        assert!(got.iter().all(|e| e.start / 128 == first && (e.end() - 1) / 128 == first));
+        assert!(
+            got.iter()
+                .all(|e| e.start / 128 == first && (e.end() - 1) / 128 == first)
+        );
     }
 }

@@ -153,7 +153,9 @@ impl RegionAllocator {
     fn small_in_region(&mut self, r: usize, n: u64, goal: Option<u64>) -> Vec<Extent> {
         let runs = self.regions[r].free_runs(self.large);
         let start = self.regions[r].start;
-        let from = goal.filter(|g| self.region_of(*g) == r).map_or(0, |g| g - start);
+        let from = goal
+            .filter(|g| self.region_of(*g) == r)
+            .map_or(0, |g| g - start);
         let fit = runs
             .iter()
             .filter(|(s, l)| *l >= n && s + l > from)
@@ -367,7 +369,11 @@ impl Allocator for RegionAllocator {
 
     fn reserve(&mut self, ext: Extent, class: Class) -> Result<(), AllocError> {
         let large = self.large;
-        let want = if class == Class::Large { Kind::Large } else { Kind::Small };
+        let want = if class == Class::Large {
+            Kind::Large
+        } else {
+            Kind::Small
+        };
         for (r, off, len) in self.pieces(ext)? {
             if self.regions[r].kind == Kind::Free {
                 if want == Kind::Large && self.regions[r].blocks != self.region_blocks {
@@ -433,7 +439,11 @@ impl Allocator for RegionAllocator {
         let large = self.large;
         let mut free = 0;
         for (i, reg) in self.regions.iter().enumerate() {
-            let counted = reg.bits.iter().map(|w| u64::from(w.count_ones())).sum::<u64>();
+            let counted = reg
+                .bits
+                .iter()
+                .map(|w| u64::from(w.count_ones()))
+                .sum::<u64>();
             match reg.kind {
                 Kind::Free if reg.used != 0 || counted != 0 => {
                     return Err(format!("region {i} is free but has used units"));
@@ -442,7 +452,10 @@ impl Allocator for RegionAllocator {
                     return Err(format!("partial region {i} holds large blocks"));
                 }
                 Kind::Small | Kind::Large if counted != reg.used => {
-                    return Err(format!("region {i}: {counted} bits set, used count {}", reg.used));
+                    return Err(format!(
+                        "region {i}: {counted} bits set, used count {}",
+                        reg.used
+                    ));
                 }
                 Kind::Small | Kind::Large if reg.used == 0 => {
                     return Err(format!("region {i} is empty but not returned to free"));
@@ -452,7 +465,10 @@ impl Allocator for RegionAllocator {
             free += reg.free_blocks(large);
         }
         if free != self.free {
-            return Err(format!("free count {} but regions sum to {free}", self.free));
+            return Err(format!(
+                "free count {} but regions sum to {free}",
+                self.free
+            ));
         }
         Ok(())
     }

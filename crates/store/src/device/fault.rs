@@ -181,7 +181,11 @@ impl State {
                 *n -= 1;
             }
         }
-        if self.powered { Ok(()) } else { Err(eio("power-off")) }
+        if self.powered {
+            Ok(())
+        } else {
+            Err(eio("power-off"))
+        }
     }
 }
 
@@ -190,7 +194,7 @@ impl Device for FaultDevice {
         self.len
     }
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        check_io(buf.len(), offset, self.len)?;
+        check_io(buf, offset, self.len)?;
         let s = self.lock();
         if !s.powered {
             return Err(eio("power-off read"));
@@ -203,7 +207,7 @@ impl Device for FaultDevice {
         Ok(())
     }
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        check_io(buf.len(), offset, self.len)?;
+        check_io(buf, offset, self.len)?;
         let mut s = self.lock();
         s.tick()?;
         if overlaps(&s.faults.write_errors, offset, buf.len() as u64) {
@@ -237,25 +241,32 @@ impl Device for FaultDevice {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::device::AlignedBuf;
+
+    fn buf(v: u8, n: usize) -> AlignedBuf {
+        let mut b = AlignedBuf::zeroed(n);
+        b.fill(v);
+        b
+    }
 
     #[test]
     fn unflushed_writes_are_lost_on_drop_all() {
         let d = FaultDevice::new(8192);
-        d.write_at(&[1u8; 512], 0).unwrap();
+        d.write_at(&buf(1, 4096)[..512], 0).unwrap();
         d.flush().unwrap();
-        d.write_at(&[2u8; 512], 512).unwrap();
+        d.write_at(&buf(2, 4096)[..512], 512).unwrap();
         let img = d.crash_image(CrashMode::DropAll, 1);
         assert_eq!(img[0], 1);
         assert_eq!(img[512], 0);
-        let mut b = [0u8; 512];
-        d.read_at(&mut b, 512).unwrap();
+        let mut b = buf(0, 512);
+        d.read_at(&mut b[..512], 512).unwrap();
         assert_eq!(b[0], 2, "reads see unflushed writes");
     }
 
     #[test]
     fn torn_write_keeps_a_sector_prefix() {
         let d = FaultDevice::new(8192);
-        d.write_at(&[7u8; 4096], 0).unwrap();
+        d.write_at(&buf(7, 4096), 0).unwrap();
         for seed in 0..20 {
             let img = d.crash_image(CrashMode::TearLast, seed);
             let kept = img[..4096].iter().take_while(|&&b| b == 7).count();
@@ -268,14 +279,14 @@ mod tests {
     fn injected_errors_and_power_cut() {
         let d = FaultDevice::new(8192);
         d.set_faults(FaultConfig {
-            read_errors: vec![4096..4097],
+            read_errors: std::iter::once(4096..4097).collect(),
             ..Default::default()
         });
-        let mut b = [0u8; 512];
-        assert!(d.read_at(&mut b, 4096).is_err());
-        assert!(d.read_at(&mut b, 0).is_ok());
+        let mut b = buf(0, 512);
+        assert!(d.read_at(&mut b[..512], 4096).is_err());
+        assert!(d.read_at(&mut b[..512], 0).is_ok());
         d.cut_power();
-        assert!(d.write_at(&b, 0).is_err());
+        assert!(d.write_at(&b[..512], 0).is_err());
         assert!(d.flush().is_err());
     }
 }

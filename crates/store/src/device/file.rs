@@ -30,7 +30,10 @@ impl FileDevice {
         if !block_device && !meta.is_file() {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                format!("{} is neither a block device nor a regular file", path.display()),
+                format!(
+                    "{} is neither a block device nor a regular file",
+                    path.display()
+                ),
             ));
         }
         let (file, direct) = match Self::open_flags(path, libc::O_DIRECT) {
@@ -70,7 +73,10 @@ impl FileDevice {
         if cur > len {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                format!("{} is already {cur} bytes, larger than the requested {len}", path.display()),
+                format!(
+                    "{} is already {cur} bytes, larger than the requested {len}",
+                    path.display()
+                ),
             ));
         }
         // SAFETY: fd is valid; fallocate has no memory-safety preconditions.
@@ -123,11 +129,11 @@ impl Device for FileDevice {
         self.len
     }
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        check_io(buf.len(), offset, self.len)?;
+        check_io(buf, offset, self.len)?;
         self.file.read_exact_at(buf, offset)
     }
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        check_io(buf.len(), offset, self.len)?;
+        check_io(buf, offset, self.len)?;
         self.file.write_all_at(buf, offset)
     }
     fn flush(&self) -> io::Result<()> {

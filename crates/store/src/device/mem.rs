@@ -48,14 +48,14 @@ impl Device for MemDevice {
     }
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         let b = self.bytes.read().unwrap_or_else(|e| e.into_inner());
-        check_io(buf.len(), offset, b.len() as u64)?;
+        check_io(buf, offset, b.len() as u64)?;
         let o = offset as usize;
         buf.copy_from_slice(&b[o..o + buf.len()]);
         Ok(())
     }
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         let mut b = self.bytes.write().unwrap_or_else(|e| e.into_inner());
-        check_io(buf.len(), offset, b.len() as u64)?;
+        check_io(buf, offset, b.len() as u64)?;
         let o = offset as usize;
         b[o..o + buf.len()].copy_from_slice(buf);
         Ok(())

@@ -41,15 +41,27 @@ pub trait Device: Send + Sync {
     fn describe(&self) -> String;
 }
 
-/// Checks the alignment contract of [`Device`] for one request.
-pub(crate) fn check_io(len: usize, offset: u64, dev_len: u64) -> io::Result<()> {
-    if !offset.is_multiple_of(SECTOR) || !(len as u64).is_multiple_of(SECTOR) {
+/// Checks the alignment contract of [`Device`] for one request: offset,
+/// length and buffer address all sector-aligned (what O_DIRECT demands, so
+/// the in-memory devices catch a misaligned buffer in tests too).
+pub(crate) fn check_io(buf: &[u8], offset: u64, dev_len: u64) -> io::Result<()> {
+    let len = buf.len();
+    if !offset.is_multiple_of(SECTOR)
+        || !(len as u64).is_multiple_of(SECTOR)
+        || !(buf.as_ptr() as u64).is_multiple_of(SECTOR)
+    {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
-            format!("unaligned I/O: offset {offset}, length {len}"),
+            format!(
+                "unaligned I/O: offset {offset}, length {len}, buffer address {:p}",
+                buf.as_ptr()
+            ),
         ));
     }
-    if offset.checked_add(len as u64).is_none_or(|end| end > dev_len) {
+    if offset
+        .checked_add(len as u64)
+        .is_none_or(|end| end > dev_len)
+    {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             format!("I/O past end of device: offset {offset}, length {len}, device {dev_len}"),

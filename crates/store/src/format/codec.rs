@@ -127,7 +127,10 @@ impl<'a> Reader<'a> {
     pub fn blob(&mut self, max: usize, what: &'static str) -> Result<&'a [u8], DecodeError> {
         let n = self.u32(what)? as usize;
         if n > max {
-            return Err(DecodeError::new(what, format!("length {n} exceeds limit {max}")));
+            return Err(DecodeError::new(
+                what,
+                format!("length {n} exceeds limit {max}"),
+            ));
         }
         self.take(n, what)
     }
@@ -138,7 +141,10 @@ impl<'a> Reader<'a> {
         if n.saturating_mul(min_item.max(1)) > self.remaining() {
             return Err(DecodeError::new(
                 what,
-                format!("count {n} cannot fit in the {} bytes left", self.remaining()),
+                format!(
+                    "count {n} cannot fit in the {} bytes left",
+                    self.remaining()
+                ),
             ));
         }
         Ok(n)

@@ -27,7 +27,10 @@ impl Policy {
         match v {
             1 => Ok(Policy::Extent),
             2 => Ok(Policy::Region),
-            _ => Err(DecodeError::new("label.policy", format!("unknown policy {v}"))),
+            _ => Err(DecodeError::new(
+                "label.policy",
+                format!("unknown policy {v}"),
+            )),
         }
     }
     /// Lower-case name used on the command line.
@@ -158,7 +161,10 @@ impl Label {
             created_ns: r.u64("label.created_ns")?,
         };
         if label.version == 0 {
-            return Err(DecodeError::new("label.version", "0 is not a valid version"));
+            return Err(DecodeError::new(
+                "label.version",
+                "0 is not a valid version",
+            ));
         }
         if label.version <= FORMAT_VERSION {
             label.validate()?;
@@ -179,14 +185,20 @@ impl Label {
             && self.data_off.is_multiple_of(lb.max(b))
             && self.data_off >= self.journal_off + self.journal_len
             && self.data_len.is_multiple_of(b)
-            && self.data_off.checked_add(self.data_len).is_some_and(|e| e <= self.device_len)
+            && self
+                .data_off
+                .checked_add(self.data_len)
+                .is_some_and(|e| e <= self.device_len)
             && (self.policy == Policy::Extent
                 || (self.region_size.is_multiple_of(lb) && self.region_size >= lb))
             && u64::from(self.inline_max) < b;
         if ok {
             Ok(())
         } else {
-            Err(DecodeError::new("label", format!("inconsistent geometry {self:?}")))
+            Err(DecodeError::new(
+                "label",
+                format!("inconsistent geometry {self:?}"),
+            ))
         }
     }
 

@@ -138,7 +138,16 @@ impl Record {
                 w.u64(*pid);
                 w.u64(*oid);
             }
-            Record::SetData { pid, oid, first, end, extents, size, mtime, large } => {
+            Record::SetData {
+                pid,
+                oid,
+                first,
+                end,
+                extents,
+                size,
+                mtime,
+                large,
+            } => {
                 w.u8(T_SET_DATA);
                 w.u64(*pid);
                 w.u64(*oid);
@@ -152,21 +161,38 @@ impl Record {
                     e.encode(w);
                 }
             }
-            Record::SetInline { pid, oid, data, mtime } => {
+            Record::SetInline {
+                pid,
+                oid,
+                data,
+                mtime,
+            } => {
                 w.u8(T_SET_INLINE);
                 w.u64(*pid);
                 w.u64(*oid);
                 w.u64(*mtime);
                 w.blob(data);
             }
-            Record::Truncate { pid, oid, size, mtime } => {
+            Record::Truncate {
+                pid,
+                oid,
+                size,
+                mtime,
+            } => {
                 w.u8(T_TRUNCATE);
                 w.u64(*pid);
                 w.u64(*oid);
                 w.u64(*size);
                 w.u64(*mtime);
             }
-            Record::SetAttr { pid, oid, page, number, value, time } => {
+            Record::SetAttr {
+                pid,
+                oid,
+                page,
+                number,
+                value,
+                time,
+            } => {
                 w.u8(T_SET_ATTR);
                 w.u64(*pid);
                 w.u64(*oid);
@@ -215,7 +241,16 @@ impl Record {
                 for _ in 0..n {
                     extents.push(MapExtent::decode(r)?);
                 }
-                Record::SetData { pid, oid, first, end, extents, size, mtime, large }
+                Record::SetData {
+                    pid,
+                    oid,
+                    first,
+                    end,
+                    extents,
+                    size,
+                    mtime,
+                    large,
+                }
             }
             T_SET_INLINE => Record::SetInline {
                 pid: r.u64("pid")?,
@@ -242,7 +277,12 @@ impl Record {
                 oid: r.u64("oid")?,
                 version: r.u64("version")?,
             },
-            t => return Err(DecodeError::new("record.type", format!("unknown record type {t}"))),
+            t => {
+                return Err(DecodeError::new(
+                    "record.type",
+                    format!("unknown record type {t}"),
+                ));
+            }
         })
     }
 }

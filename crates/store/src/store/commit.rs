@@ -74,7 +74,8 @@ fn commit_one(inner: &Inner, mut st: MutexGuard<'_, State>) -> Result<()> {
     let payload = std::mem::take(&mut st.pending.buf);
     let records = std::mem::take(&mut st.pending_records);
     let frees = std::mem::take(&mut st.pending_frees);
-    let batch_len = (super::super::journal::BATCH_HEADER + payload.len()).next_multiple_of(BLOCK as usize) as u64;
+    let batch_len = (super::super::journal::BATCH_HEADER + payload.len())
+        .next_multiple_of(BLOCK as usize) as u64;
     let ring_len = inner.label.journal_len;
     let limit = (ring_len as f64 * inner.checkpoint_fraction) as u64;
     let want_ckpt = st.stop || st.ckpt_wanted || st.ring.live + batch_len > limit;
@@ -88,8 +89,13 @@ fn commit_one(inner: &Inner, mut st: MutexGuard<'_, State>) -> Result<()> {
         let clean = st.stop;
         drop(st);
         let written = (|| {
-            let (block, blocks, crc, bytes) =
-                checkpoint::write(inner.dev.as_ref(), &inner.label, generation, &extents, &snapshot)?;
+            let (block, blocks, crc, bytes) = checkpoint::write(
+                inner.dev.as_ref(),
+                &inner.label,
+                generation,
+                &extents,
+                &snapshot,
+            )?;
             flush(inner)?;
             let slot = Slot {
                 uuid: inner.label.uuid,
@@ -105,7 +111,7 @@ fn commit_one(inner: &Inner, mut st: MutexGuard<'_, State>) -> Result<()> {
             let at = SLOT_BLOCKS[(generation % 2) as usize] * BLOCK;
             inner
                 .dev
-                .write_at(&slot.encode(), at)
+                .write_at(&crate::device::AlignedBuf::from_slice(&slot.encode()), at)
                 .map_err(|e| StoreError::io("commit slot", e))?;
             flush(inner)
         })();
@@ -153,7 +159,10 @@ fn commit_one(inner: &Inner, mut st: MutexGuard<'_, State>) -> Result<()> {
 }
 
 fn flush(inner: &Inner) -> Result<()> {
-    inner.dev.flush().map_err(|e| StoreError::io("device flush", e))
+    inner
+        .dev
+        .flush()
+        .map_err(|e| StoreError::io("device flush", e))
 }
 
 fn release(st: &mut State, frees: impl Iterator<Item = crate::alloc::Extent>) {

@@ -44,14 +44,26 @@ impl Inner {
 
     /// Reads the mapped pieces into `buf`, which holds logical blocks from
     /// `base`; verifies every block's crc.
-    fn read_mapped(&self, pid: u64, oid: u64, pieces: &[MapExtent], base: u64, buf: &mut [u8]) -> Result<()> {
+    fn read_mapped(
+        &self,
+        pid: u64,
+        oid: u64,
+        pieces: &[MapExtent],
+        base: u64,
+        buf: &mut [u8],
+    ) -> Result<()> {
         for p in pieces {
             let a = ((p.lblock - base) * BLOCK) as usize;
             let b = a + (p.len() * BLOCK) as usize;
             let dst = &mut buf[a..b];
             self.dev
                 .read_at(dst, self.data_offset(p.pblock))
-                .map_err(|e| StoreError::io(format!("{} at byte {}", name(pid, oid), p.lblock * BLOCK), e))?;
+                .map_err(|e| {
+                    StoreError::io(
+                        format!("{} at byte {}", name(pid, oid), p.lblock * BLOCK),
+                        e,
+                    )
+                })?;
             for (i, want) in p.crcs.iter().enumerate() {
                 let blk = &dst[i * BLOCK as usize..(i + 1) * BLOCK as usize];
                 let got = block_crc(blk);
@@ -81,7 +93,11 @@ impl Inner {
             });
         }
         st.alloc
-            .allocate(&Request { blocks, goal, class })
+            .allocate(&Request {
+                blocks,
+                goal,
+                class,
+            })
             .map_err(|e| match e {
                 AllocError::NoSpace { free, .. } => StoreError::NoSpace {
                     needed: blocks * BLOCK,
@@ -100,7 +116,15 @@ impl Inner {
 
     /// Writes `buf` (logical blocks from `first`) to new blocks and returns
     /// the mapping. Frees everything on failure.
-    fn write_new(&self, pid: u64, oid: u64, class: Class, first: u64, buf: &AlignedBuf, goal: Option<u64>) -> Result<Vec<MapExtent>> {
+    fn write_new(
+        &self,
+        pid: u64,
+        oid: u64,
+        class: Class,
+        first: u64,
+        buf: &AlignedBuf,
+        goal: Option<u64>,
+    ) -> Result<Vec<MapExtent>> {
         let blocks = buf.len() as u64 / BLOCK;
         let extents = self.allocate(class, blocks, goal)?;
         let mut out = Vec::with_capacity(extents.len());
@@ -110,10 +134,17 @@ impl Inner {
             let b = a + (e.len * BLOCK) as usize;
             if let Err(err) = self.dev.write_at(&buf[a..b], self.data_offset(e.start)) {
                 self.unallocate(extents);
-                return Err(StoreError::io(format!("{} at byte {}", name(pid, oid), l * BLOCK), err));
+                return Err(StoreError::io(
+                    format!("{} at byte {}", name(pid, oid), l * BLOCK),
+                    err,
+                ));
             }
             let crcs: Box<[u32]> = buf[a..b].chunks(BLOCK as usize).map(block_crc).collect();
-            out.push(MapExtent { lblock: l, pblock: e.start, crcs });
+            out.push(MapExtent {
+                lblock: l,
+                pblock: e.start,
+                crcs,
+            });
             l += e.len;
         }
         Ok(out)
@@ -135,7 +166,16 @@ impl Inner {
             v.resize(new_size as usize, 0);
             v[off as usize..end as usize].copy_from_slice(data);
             let mut st = self.lock_ok()?;
-            return commit::log(self, &mut st, &[Record::SetInline { pid, oid, data: v, mtime }]);
+            return commit::log(
+                self,
+                &mut st,
+                &[Record::SetInline {
+                    pid,
+                    oid,
+                    data: v,
+                    mtime,
+                }],
+            );
         }
         let region = self.label.policy == Policy::Region;
         let convert = region && !snap.large && new_size >= self.large_threshold();
@@ -212,7 +252,12 @@ impl Inner {
 fn check_range(off: u64, len: u64) -> Result<u64> {
     off.checked_add(len)
         .filter(|&e| e <= MAX_OBJECT_SIZE)
-        .ok_or_else(|| StoreError::invalid("offset", format!("{off} + {len} exceeds the largest object size {MAX_OBJECT_SIZE}")))
+        .ok_or_else(|| {
+            StoreError::invalid(
+                "offset",
+                format!("{off} + {len} exceeds the largest object size {MAX_OBJECT_SIZE}"),
+            )
+        })
 }
 
 impl Store {
@@ -266,7 +311,11 @@ impl Store {
                 o.atime = now_ns();
                 let end = o.size.min(offset + len);
                 let b0 = offset / BLOCK;
-                let pieces = if end > offset { o.mapped(b0, end.div_ceil(BLOCK)) } else { Vec::new() };
+                let pieces = if end > offset {
+                    o.mapped(b0, end.div_ceil(BLOCK))
+                } else {
+                    Vec::new()
+                };
                 (o.size, o.inline.clone(), pieces, o.generation, b0)
             };
             if offset >= size {
@@ -283,7 +332,9 @@ impl Store {
                     let at = (offset - b0 * BLOCK) as usize;
                     return Ok(buf[at..at + n].to_vec());
                 }
-                Err(StoreError::Checksum { .. }) if attempts < 3 && self.generation(pid, oid) != Some(generation) => {
+                Err(StoreError::Checksum { .. })
+                    if attempts < 3 && self.generation(pid, oid) != Some(generation) =>
+                {
                     // The object was rewritten while we read it; its old
                     // blocks may already hold new data. Read again.
                     attempts += 1;
@@ -294,7 +345,12 @@ impl Store {
     }
 
     fn generation(&self, pid: u64, oid: u64) -> Option<u64> {
-        self.inner.lock().meta.objects.get(&(pid, oid)).map(|o| o.generation)
+        self.inner
+            .lock()
+            .meta
+            .objects
+            .get(&(pid, oid))
+            .map(|o| o.generation)
     }
 
     /// Sets the logical length; shrinking releases whole allocation units past
@@ -312,13 +368,26 @@ impl Store {
                     let mut v = d.to_vec();
                     v.resize(size as usize, 0);
                     let mut st = inner.lock_ok()?;
-                    commit::log(inner, &mut st, &[Record::SetInline { pid, oid, data: v, mtime }])?
+                    commit::log(
+                        inner,
+                        &mut st,
+                        &[Record::SetInline {
+                            pid,
+                            oid,
+                            data: v,
+                            mtime,
+                        }],
+                    )?
                 } else {
                     // Moves the inline bytes to blocks, then sets the size.
                     inner.write_locked(pid, oid, size - 1, &[0])?
                 }
             } else {
-                let unit = if snap.large { inner.label.large_blocks() } else { 1 };
+                let unit = if snap.large {
+                    inner.label.large_blocks()
+                } else {
+                    1
+                };
                 let unit_bytes = unit * BLOCK;
                 let mut recs = Vec::new();
                 let boundary = size / unit_bytes * unit;
@@ -333,7 +402,11 @@ impl Store {
                     let mut buf = AlignedBuf::zeroed(unit_bytes as usize);
                     inner.read_mapped(pid, oid, &pieces, boundary, &mut buf)?;
                     buf[(size - boundary * BLOCK) as usize..].fill(0);
-                    let class = if snap.large { Class::Large } else { Class::Small };
+                    let class = if snap.large {
+                        Class::Large
+                    } else {
+                        Class::Small
+                    };
                     let goal = pieces.first().map(|p| p.pblock);
                     let mapped = inner.write_new(pid, oid, class, boundary, &buf, goal)?;
                     recs.push(Record::SetData {
@@ -347,7 +420,12 @@ impl Store {
                         large: snap.large,
                     });
                 }
-                recs.push(Record::Truncate { pid, oid, size, mtime });
+                recs.push(Record::Truncate {
+                    pid,
+                    oid,
+                    size,
+                    mtime,
+                });
                 let mut st = match inner.lock_ok() {
                     Ok(st) => st,
                     Err(e) => {

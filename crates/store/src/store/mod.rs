@@ -23,7 +23,7 @@ use crate::format::codec::Writer;
 use crate::format::label::Label;
 use crate::meta::Meta;
 
-pub use objects::{ListPage, ObjectInfo, SpaceInfo};
+pub use objects::{Attribute, CasOutcome, ListPage, ObjectInfo, SpaceInfo};
 pub use open::{FormatOptions, OpenOptions, format};
 
 /// Partition created by mkfs and used when none is named.

@@ -12,10 +12,16 @@ use crate::onode::{MAX_ATTR_LEN, Onode};
 /// Rejects reserved partition and object ids.
 pub(crate) fn check_ids(pid: u64, oid: u64) -> Result<()> {
     if pid < FIRST_USER_ID {
-        return Err(StoreError::invalid("partition id", format!("{pid:#x} is reserved (ids start at {FIRST_USER_ID:#x})")));
+        return Err(StoreError::invalid(
+            "partition id",
+            format!("{pid:#x} is reserved (ids start at {FIRST_USER_ID:#x})"),
+        ));
     }
     if oid < FIRST_USER_ID {
-        return Err(StoreError::invalid("object id", format!("{oid:#x} is reserved (ids start at {FIRST_USER_ID:#x})")));
+        return Err(StoreError::invalid(
+            "object id",
+            format!("{oid:#x} is reserved (ids start at {FIRST_USER_ID:#x})"),
+        ));
     }
     Ok(())
 }
@@ -101,10 +107,19 @@ fn check_attr(page: u32, number: u32, value: &[u8]) -> Result<()> {
         return Err(StoreError::ReadOnlyAttribute { page, number });
     }
     if value.len() > MAX_ATTR_LEN {
-        return Err(StoreError::invalid("attribute value", format!("{} bytes exceeds the {MAX_ATTR_LEN}-byte limit", value.len())));
+        return Err(StoreError::invalid(
+            "attribute value",
+            format!(
+                "{} bytes exceeds the {MAX_ATTR_LEN}-byte limit",
+                value.len()
+            ),
+        ));
     }
     Ok(())
 }
+
+/// One attribute: its (page, number) and value.
+pub type Attribute = ((u32, u32), Vec<u8>);
 
 /// Outcome of a compare-and-swap.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -123,14 +138,25 @@ impl Store {
         if st.meta.partitions.contains_key(&pid) {
             return Err(StoreError::PartitionExists(pid));
         }
-        let seq = commit::log(&self.inner, &mut st, &[Record::CreatePartition { pid, time: now_ns() }])?;
+        let seq = commit::log(
+            &self.inner,
+            &mut st,
+            &[Record::CreatePartition {
+                pid,
+                time: now_ns(),
+            }],
+        )?;
         commit::wait(&self.inner, st, seq)
     }
 
     /// Removes an empty partition.
     pub fn remove_partition(&self, pid: u64) -> Result<()> {
         let mut st = self.inner.lock_ok()?;
-        let p = st.meta.partitions.get(&pid).ok_or(StoreError::NoPartition(pid))?;
+        let p = st
+            .meta
+            .partitions
+            .get(&pid)
+            .ok_or(StoreError::NoPartition(pid))?;
         if p.objects > 0 {
             return Err(StoreError::PartitionNotEmpty(pid, p.objects));
         }
@@ -152,7 +178,11 @@ impl Store {
             check_ids(pid, FIRST_USER_ID)?;
         }
         let mut st = self.inner.lock_ok()?;
-        let part = st.meta.partitions.get(&pid).ok_or(StoreError::NoPartition(pid))?;
+        let part = st
+            .meta
+            .partitions
+            .get(&pid)
+            .ok_or(StoreError::NoPartition(pid))?;
         let oid = match oid {
             Some(oid) => {
                 if st.meta.objects.contains_key(&(pid, oid)) {
@@ -163,12 +193,22 @@ impl Store {
             None => {
                 let mut id = part.next_oid.max(FIRST_USER_ID);
                 while st.meta.objects.contains_key(&(pid, id)) {
-                    id = id.checked_add(1).ok_or_else(|| StoreError::invalid("object id", "id space exhausted"))?;
+                    id = id
+                        .checked_add(1)
+                        .ok_or_else(|| StoreError::invalid("object id", "id space exhausted"))?;
                 }
                 id
             }
         };
-        let seq = commit::log(&self.inner, &mut st, &[Record::CreateObject { pid, oid, time: now_ns() }])?;
+        let seq = commit::log(
+            &self.inner,
+            &mut st,
+            &[Record::CreateObject {
+                pid,
+                oid,
+                time: now_ns(),
+            }],
+        )?;
         commit::wait(&self.inner, st, seq)?;
         Ok(oid)
     }
@@ -196,18 +236,33 @@ impl Store {
     }
 
     /// Lists object ids in `[lo, hi]` after `after` (exclusive), at most `max`.
-    pub fn list(&self, pid: u64, lo: u64, hi: u64, after: Option<u64>, max: usize) -> Result<ListPage> {
+    pub fn list(
+        &self,
+        pid: u64,
+        lo: u64,
+        hi: u64,
+        after: Option<u64>,
+        max: usize,
+    ) -> Result<ListPage> {
         let st = self.inner.lock();
         if !st.meta.partitions.contains_key(&pid) {
             return Err(StoreError::NoPartition(pid));
         }
         let start = match after {
-            Some(a) if a >= hi => return Ok(ListPage { ids: Vec::new(), next: None }),
+            Some(a) if a >= hi => {
+                return Ok(ListPage {
+                    ids: Vec::new(),
+                    next: None,
+                });
+            }
             Some(a) => lo.max(a + 1),
             None => lo,
         };
         if start > hi || max == 0 {
-            return Ok(ListPage { ids: Vec::new(), next: None });
+            return Ok(ListPage {
+                ids: Vec::new(),
+                next: None,
+            });
         }
         let mut ids: Vec<u64> = st
             .meta
@@ -229,7 +284,11 @@ impl Store {
     pub fn stat(&self, pid: u64, oid: u64) -> Result<ObjectInfo> {
         check_ids(pid, oid)?;
         let st = self.inner.lock();
-        let o = st.meta.objects.get(&(pid, oid)).ok_or_else(|| self.missing(&st.meta, pid, oid))?;
+        let o = st
+            .meta
+            .objects
+            .get(&(pid, oid))
+            .ok_or_else(|| self.missing(&st.meta, pid, oid))?;
         Ok(ObjectInfo {
             size: o.size,
             used_bytes: o.used_bytes(),
@@ -266,7 +325,11 @@ impl Store {
     pub fn get_attr(&self, pid: u64, oid: u64, page: u32, number: u32) -> Result<Option<Vec<u8>>> {
         check_ids(pid, oid)?;
         let st = self.inner.lock();
-        let o = st.meta.objects.get(&(pid, oid)).ok_or_else(|| self.missing(&st.meta, pid, oid))?;
+        let o = st
+            .meta
+            .objects
+            .get(&(pid, oid))
+            .ok_or_else(|| self.missing(&st.meta, pid, oid))?;
         if page < FIRST_USER_PAGE {
             return Ok(standard(pid, oid, o, page, number));
         }
@@ -274,10 +337,14 @@ impl Store {
     }
 
     /// Every attribute of an object, the store's own first, in (page, number) order.
-    pub fn list_attrs(&self, pid: u64, oid: u64) -> Result<Vec<((u32, u32), Vec<u8>)>> {
+    pub fn list_attrs(&self, pid: u64, oid: u64) -> Result<Vec<Attribute>> {
         check_ids(pid, oid)?;
         let st = self.inner.lock();
-        let o = st.meta.objects.get(&(pid, oid)).ok_or_else(|| self.missing(&st.meta, pid, oid))?;
+        let o = st
+            .meta
+            .objects
+            .get(&(pid, oid))
+            .ok_or_else(|| self.missing(&st.meta, pid, oid))?;
         let mut v: Vec<_> = STANDARD
             .iter()
             .filter_map(|&(p, n)| standard(pid, oid, o, p, n).map(|x| ((p, n), x)))
@@ -294,7 +361,14 @@ impl Store {
         if !st.meta.objects.contains_key(&(pid, oid)) {
             return Err(self.missing(&st.meta, pid, oid));
         }
-        let rec = Record::SetAttr { pid, oid, page, number, value: value.to_vec(), time: now_ns() };
+        let rec = Record::SetAttr {
+            pid,
+            oid,
+            page,
+            number,
+            value: value.to_vec(),
+            time: now_ns(),
+        };
         let seq = commit::log(&self.inner, &mut st, &[rec])?;
         commit::wait(&self.inner, st, seq)
     }
@@ -302,16 +376,42 @@ impl Store {
     /// Atomic compare-and-swap on one attribute (seed 002): if the current
     /// value equals `expected` (empty = absent), it becomes `new` (empty =
     /// removed). The old value is always returned.
-    pub fn cas_attr(&self, pid: u64, oid: u64, page: u32, number: u32, expected: &[u8], new: &[u8]) -> Result<CasOutcome> {
+    pub fn cas_attr(
+        &self,
+        pid: u64,
+        oid: u64,
+        page: u32,
+        number: u32,
+        expected: &[u8],
+        new: &[u8],
+    ) -> Result<CasOutcome> {
         check_ids(pid, oid)?;
         check_attr(page, number, new)?;
         let mut st = self.inner.lock_ok()?;
-        let o = st.meta.objects.get(&(pid, oid)).ok_or_else(|| self.missing(&st.meta, pid, oid))?;
-        let old = o.attrs.get(&(page, number)).map(|v| v.to_vec()).unwrap_or_default();
+        let o = st
+            .meta
+            .objects
+            .get(&(pid, oid))
+            .ok_or_else(|| self.missing(&st.meta, pid, oid))?;
+        let old = o
+            .attrs
+            .get(&(page, number))
+            .map(|v| v.to_vec())
+            .unwrap_or_default();
         if old != expected {
-            return Ok(CasOutcome { swapped: false, old });
+            return Ok(CasOutcome {
+                swapped: false,
+                old,
+            });
         }
-        let rec = Record::SetAttr { pid, oid, page, number, value: new.to_vec(), time: now_ns() };
+        let rec = Record::SetAttr {
+            pid,
+            oid,
+            page,
+            number,
+            value: new.to_vec(),
+            time: now_ns(),
+        };
         let seq = commit::log(&self.inner, &mut st, &[rec])?;
         commit::wait(&self.inner, st, seq)?;
         Ok(CasOutcome { swapped: true, old })
@@ -323,15 +423,32 @@ impl Store {
         check_ids(pid, oid)?;
         check_attr(page, number, &[])?;
         let mut st = self.inner.lock_ok()?;
-        let o = st.meta.objects.get(&(pid, oid)).ok_or_else(|| self.missing(&st.meta, pid, oid))?;
+        let o = st
+            .meta
+            .objects
+            .get(&(pid, oid))
+            .ok_or_else(|| self.missing(&st.meta, pid, oid))?;
         let old = match o.attrs.get(&(page, number)) {
             None => 0,
             Some(v) => u64::from_le_bytes(v.as_ref().try_into().map_err(|_| {
-                StoreError::invalid("attribute value", format!("fetch-and-add needs an 8-byte counter, found {} bytes", v.len()))
+                StoreError::invalid(
+                    "attribute value",
+                    format!(
+                        "fetch-and-add needs an 8-byte counter, found {} bytes",
+                        v.len()
+                    ),
+                )
             })?),
         };
         let value = old.wrapping_add(delta).to_le_bytes().to_vec();
-        let rec = Record::SetAttr { pid, oid, page, number, value, time: now_ns() };
+        let rec = Record::SetAttr {
+            pid,
+            oid,
+            page,
+            number,
+            value,
+            time: now_ns(),
+        };
         let seq = commit::log(&self.inner, &mut st, &[rec])?;
         commit::wait(&self.inner, st, seq)?;
         Ok(old)
@@ -344,7 +461,11 @@ impl Store {
         if !st.meta.objects.contains_key(&(pid, oid)) {
             return Err(self.missing(&st.meta, pid, oid));
         }
-        let seq = commit::log(&self.inner, &mut st, &[Record::SetVersion { pid, oid, version }])?;
+        let seq = commit::log(
+            &self.inner,
+            &mut st,
+            &[Record::SetVersion { pid, oid, version }],
+        )?;
         commit::wait(&self.inner, st, seq)
     }
 }

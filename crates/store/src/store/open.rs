@@ -86,10 +86,12 @@ fn random_uuid() -> [u8; 16] {
 /// `opts.force`.
 pub fn format(dev: Arc<dyn Device>, opts: &FormatOptions) -> Result<Label> {
     let len = dev.len();
-    let probe_len = (signature::PROBE_LEN as u64).min(len) as usize / BLOCK as usize * BLOCK as usize;
+    let probe_len =
+        (signature::PROBE_LEN as u64).min(len) as usize / BLOCK as usize * BLOCK as usize;
     if probe_len > 0 && !opts.force {
         let mut head = AlignedBuf::zeroed(probe_len);
-        dev.read_at(&mut head, 0).map_err(|e| StoreError::io("device head", e))?;
+        dev.read_at(&mut head, 0)
+            .map_err(|e| StoreError::io("device head", e))?;
         if let Some(what) = signature::detect(&head) {
             return Err(StoreError::Signature(format!(
                 "{} holds {what}; refusing to format it (pass --force to overwrite)",
@@ -99,10 +101,16 @@ pub fn format(dev: Arc<dyn Device>, opts: &FormatOptions) -> Result<Label> {
     }
     let lb = u64::from(opts.large_block);
     if lb < BLOCK || !lb.is_power_of_two() {
-        return Err(StoreError::invalid("large block", format!("{lb} bytes; must be a power of two of at least 4 KiB")));
+        return Err(StoreError::invalid(
+            "large block",
+            format!("{lb} bytes; must be a power of two of at least 4 KiB"),
+        ));
     }
     if u64::from(opts.inline_max) >= BLOCK {
-        return Err(StoreError::invalid("inline max", "must be below 4096 bytes"));
+        return Err(StoreError::invalid(
+            "inline max",
+            "must be below 4096 bytes",
+        ));
     }
     let journal_off = JOURNAL_FIRST_BLOCK * BLOCK;
     let journal_len = opts
@@ -114,7 +122,9 @@ pub fn format(dev: Arc<dyn Device>, opts: &FormatOptions) -> Result<Label> {
     if data_len < 16 * lb || journal_len < 16 * BLOCK {
         return Err(StoreError::invalid(
             "device size",
-            format!("{len} bytes is too small for a {journal_len}-byte journal and 16 large blocks of data"),
+            format!(
+                "{len} bytes is too small for a {journal_len}-byte journal and 16 large blocks of data"
+            ),
         ));
     }
     let region_size = match opts.region_size {
@@ -144,7 +154,10 @@ pub fn format(dev: Arc<dyn Device>, opts: &FormatOptions) -> Result<Label> {
     label
         .validate()
         .map_err(|e| StoreError::invalid("geometry", e.to_string()))?;
-    let w = |buf: &[u8], at: u64, what: &str| dev.write_at(buf, at).map_err(|e| StoreError::io(what.to_string(), e));
+    let w = |buf: &[u8], at: u64, what: &str| {
+        dev.write_at(&AlignedBuf::from_slice(buf), at)
+            .map_err(|e| StoreError::io(what.to_string(), e))
+    };
     // Invalidate the label first so a crash mid-mkfs leaves no half store.
     w(&[0u8; BLOCK as usize], LABEL_BLOCK * BLOCK, "label")?;
     let slot = Slot {
@@ -155,7 +168,11 @@ pub fn format(dev: Arc<dyn Device>, opts: &FormatOptions) -> Result<Label> {
         ..Slot::default()
     };
     w(&slot.encode(), SLOT_BLOCKS[1] * BLOCK, "commit slot")?;
-    w(&[0u8; BLOCK as usize], SLOT_BLOCKS[0] * BLOCK, "commit slot")?;
+    w(
+        &[0u8; BLOCK as usize],
+        SLOT_BLOCKS[0] * BLOCK,
+        "commit slot",
+    )?;
     dev.flush().map_err(|e| StoreError::io("device flush", e))?;
     w(&label.encode(), LABEL_BLOCK * BLOCK, "label")?;
     dev.flush().map_err(|e| StoreError::io("device flush", e))?;
@@ -180,7 +197,8 @@ pub(crate) struct Recovered {
 
 fn read_block(dev: &dyn Device, block: u64, what: &str) -> Result<AlignedBuf> {
     let mut b = AlignedBuf::zeroed(BLOCK as usize);
-    dev.read_at(&mut b, block * BLOCK).map_err(|e| StoreError::io(what.to_string(), e))?;
+    dev.read_at(&mut b, block * BLOCK)
+        .map_err(|e| StoreError::io(what.to_string(), e))?;
     Ok(b)
 }
 
@@ -191,16 +209,29 @@ pub(crate) fn read_label(dev: &dyn Device) -> Result<Label> {
         Ok(Some(l)) => l,
         Ok(None) => {
             let mut probe = AlignedBuf::zeroed(signature::PROBE_LEN.min(dev.len() as usize));
-            let what = dev.read_at(&mut probe, 0).ok().and_then(|()| signature::detect(&probe));
+            let what = dev
+                .read_at(&mut probe, 0)
+                .ok()
+                .and_then(|()| signature::detect(&probe));
             return Err(StoreError::Signature(match what {
                 Some(w) => format!("{} is not a Tessera store: it holds {w}", dev.describe()),
-                None => format!("{} is not a Tessera store (no label; run `tessera mkfs`)", dev.describe()),
+                None => format!(
+                    "{} is not a Tessera store (no label; run `tessera mkfs`)",
+                    dev.describe()
+                ),
             }));
         }
-        Err(e) => return Err(StoreError::corrupt(format!("label (block 0) is damaged: {e}"))),
+        Err(e) => {
+            return Err(StoreError::corrupt(format!(
+                "label (block 0) is damaged: {e}"
+            )));
+        }
     };
     if label.version > FORMAT_VERSION {
-        return Err(StoreError::NewerFormat { found: label.version, supported: FORMAT_VERSION });
+        return Err(StoreError::NewerFormat {
+            found: label.version,
+            supported: FORMAT_VERSION,
+        });
     }
     if label.device_len > dev.len() {
         return Err(StoreError::corrupt(format!(
@@ -259,7 +290,9 @@ fn read_journal(dev: &dyn Device, label: &Label, slot: &Slot) -> Result<(Vec<Bat
             if let Some(s) = raw_seq(&head, &label.uuid) {
                 max_seen = max_seen.max(s);
             }
-            let Some(h) = parse_header(&head, &label.uuid, seq, ring) else { continue };
+            let Some(h) = parse_header(&head, &label.uuid, seq, ring) else {
+                continue;
+            };
             let total = u64::from(h.total_len);
             if at + total > ring {
                 continue;
@@ -274,7 +307,9 @@ fn read_journal(dev: &dyn Device, label: &Label, slot: &Slot) -> Result<(Vec<Bat
             let mut records = Vec::with_capacity(h.records as usize);
             for i in 0..h.records {
                 records.push(Record::decode(&mut r).map_err(|e| {
-                    StoreError::corrupt(format!("journal batch {seq} record {i} (checksum valid) does not decode: {e}"))
+                    StoreError::corrupt(format!(
+                        "journal batch {seq} record {i} (checksum valid) does not decode: {e}"
+                    ))
                 })?);
             }
             if at != pos {
@@ -285,7 +320,12 @@ fn read_journal(dev: &dyn Device, label: &Label, slot: &Slot) -> Result<(Vec<Bat
             if read_total > ring {
                 break 'outer;
             }
-            out.push(Batch { seq, pos: at, len: total, records });
+            out.push(Batch {
+                seq,
+                pos: at,
+                len: total,
+                records,
+            });
             pos = at + total;
             seq += 1;
             continue 'outer;
@@ -304,7 +344,10 @@ fn batch_data_intact(dev: &dyn Device, label: &Label, b: &Batch) -> bool {
                     return false;
                 }
                 let mut buf = AlignedBuf::zeroed((e.len() * BLOCK) as usize);
-                if dev.read_at(&mut buf, label.data_off + e.pblock * BLOCK).is_err() {
+                if dev
+                    .read_at(&mut buf, label.data_off + e.pblock * BLOCK)
+                    .is_err()
+                {
                     return false;
                 }
                 let ok = buf
@@ -352,7 +395,10 @@ pub(crate) fn rebuild_alloc(
     };
     for e in ckpt {
         if let Err(err) = alloc.reserve(*e, Class::Meta) {
-            fail(format!("checkpoint chunk at block {}: {err}", e.start), problems)?;
+            fail(
+                format!("checkpoint chunk at block {}: {err}", e.start),
+                problems,
+            )?;
         }
         if !strict {
             owners.insert(e.start, "the checkpoint".into());
@@ -371,7 +417,14 @@ pub(crate) fn rebuild_alloc(
                     .next_back()
                     .map(|(_, w)| format!(" (also claimed by {w})"))
                     .unwrap_or_default();
-                fail(format!("object {pid:#x}/{oid:#x} blocks {}..{}: {err}{other}", e.start, e.end()), problems)?;
+                fail(
+                    format!(
+                        "object {pid:#x}/{oid:#x} blocks {}..{}: {err}{other}",
+                        e.start,
+                        e.end()
+                    ),
+                    problems,
+                )?;
             }
             if !strict {
                 owners.insert(e.start, format!("object {pid:#x}/{oid:#x}"));
@@ -382,14 +435,20 @@ pub(crate) fn rebuild_alloc(
 }
 
 /// Rebuilds the store's state from the device without writing anything.
-pub(crate) fn recover(dev: &dyn Device, strict: bool, problems: &mut Vec<String>) -> Result<Recovered> {
+pub(crate) fn recover(
+    dev: &dyn Device,
+    strict: bool,
+    problems: &mut Vec<String>,
+) -> Result<Recovered> {
     let label = read_label(dev)?;
     let slot = read_slot(dev, &label)?;
     let (payload, ckpt_extents) = checkpoint::read(dev, &label, &slot)?;
     let mut meta = if payload.is_empty() {
         Meta::default()
     } else {
-        Meta::decode(&payload).map_err(|e| StoreError::corrupt(format!("checkpoint of generation {}: {e}", slot.generation)))?
+        Meta::decode(&payload).map_err(|e| {
+            StoreError::corrupt(format!("checkpoint of generation {}: {e}", slot.generation))
+        })?
     };
     let (mut batches, mut end, max_seen) = read_journal(dev, &label, &slot)?;
     let mut discarded = false;
@@ -398,7 +457,10 @@ pub(crate) fn recover(dev: &dyn Device, strict: bool, problems: &mut Vec<String>
     {
         // Its flush never completed (or it would verify): it was never
         // acknowledged, so it is dropped whole.
-        tracing::info!(seq = last.seq, "dropping the last journal batch: its data never reached the device");
+        tracing::info!(
+            seq = last.seq,
+            "dropping the last journal batch: its data never reached the device"
+        );
         end = last.pos;
         batches.pop();
         discarded = true;
@@ -406,8 +468,9 @@ pub(crate) fn recover(dev: &dyn Device, strict: bool, problems: &mut Vec<String>
     let large = label.large_blocks();
     for b in &batches {
         for (i, r) in b.records.iter().enumerate() {
-            meta.apply(r, large)
-                .map_err(|e| StoreError::corrupt(format!("journal batch {} record {i}: {e}", b.seq)))?;
+            meta.apply(r, large).map_err(|e| {
+                StoreError::corrupt(format!("journal batch {} record {i}: {e}", b.seq))
+            })?;
         }
     }
     let alloc = rebuild_alloc(&label, &meta, &ckpt_extents, problems, strict)?;
@@ -420,7 +483,9 @@ pub(crate) fn recover(dev: &dyn Device, strict: bool, problems: &mut Vec<String>
         live += b.len;
         p = b.pos + b.len;
     }
-    let last_seq = batches.last().map_or(slot.journal_seq.saturating_sub(1), |b| b.seq);
+    let last_seq = batches
+        .last()
+        .map_or(slot.journal_seq.saturating_sub(1), |b| b.seq);
     Ok(Recovered {
         next_seq: last_seq.max(max_seen) + 1,
         replayed: batches.len(),

@@ -1,0 +1,34 @@
+//! One module per subcommand.
+
+pub mod demo;
+pub mod fsck;
+pub mod mkfs;
+pub mod store_ops;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::Context;
+use store::device::{Device, FileDevice};
+
+/// Opens a store's device (block device or file) for direct I/O.
+pub fn open_device(path: &Path) -> anyhow::Result<Arc<dyn Device>> {
+    let dev = FileDevice::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    Ok(Arc::new(dev))
+}
+
+/// Human-readable byte count.
+pub fn human(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = bytes as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
