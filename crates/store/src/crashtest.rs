@@ -106,11 +106,21 @@ fn step(
     let p = DEFAULT_PARTITION;
     let cur = model.get(&i).cloned().flatten();
     let Some(obj) = cur else {
-        let r = store.create(p, Some(id)).map(|_| ());
+        if rng.random_bool(0.5) {
+            let r = store.create(p, Some(id)).map(|_| ());
+            let empty = Obj {
+                data: Vec::new(),
+                attr: Vec::new(),
+            };
+            return (i, Some(Some(empty)), r);
+        }
+        let n = size(rng);
+        let data = fill(rng, n);
+        let r = store.create_and_write(p, id, &data);
         return (
             i,
             Some(Some(Obj {
-                data: Vec::new(),
+                data,
                 attr: Vec::new(),
             })),
             r,
@@ -128,10 +138,13 @@ fn step(
             let data = fill(rng, n);
             let mut new = obj.clone();
             let end = off as usize + n;
-            if new.data.len() < end {
-                new.data.resize(end, 0);
+            // A zero-length write changes nothing, even past the end (POSIX).
+            if n > 0 {
+                if new.data.len() < end {
+                    new.data.resize(end, 0);
+                }
+                new.data[off as usize..end].copy_from_slice(&data);
             }
-            new.data[off as usize..end].copy_from_slice(&data);
             let r = store.write(p, id, off, &data);
             (i, Some(Some(new)), r)
         }
@@ -310,6 +323,7 @@ pub fn run(
         for _ in 0..crng.random_range(1..=cfg.max_ops) {
             let before = model.clone();
             let (i, next, result) = step(&store, &mut crng, &model);
+            tracing::debug!(cut, object = i, size_before = model.get(&i).and_then(|m| m.as_ref().map(|o| o.data.len())), ok = result.is_ok(), err = ?result.as_ref().err(), next = ?next.as_ref().map(|n| n.as_ref().map(|o| o.data.len())), "crashtest op");
             match result {
                 Ok(()) => {
                     report.acknowledged += 1;

@@ -50,6 +50,9 @@ fn write_read_sparse_append_truncate() {
         // Past-end reads are short, never garbage.
         assert_eq!(s.read(P, id, 10_002, 100).unwrap(), b"il");
         assert!(s.read(P, id, 50_000, 10).unwrap().is_empty());
+        // A zero-length write changes nothing, even past the end (POSIX).
+        s.write(P, id, 1 << 20, b"").unwrap();
+        assert_eq!(s.stat(P, id).unwrap().size, 10_004);
         // Append returns the offset used.
         assert_eq!(s.append(P, id, b"more").unwrap(), 10_004);
         // Large object crossing unit boundaries, then a partial overwrite.
@@ -78,6 +81,30 @@ fn write_read_sparse_append_truncate() {
         );
         s.truncate(P, id2, 0).unwrap();
         assert_eq!(s.stat(P, id2).unwrap().used_bytes, 0);
+    }
+}
+
+#[test]
+fn create_and_write_is_one_commit() {
+    for policy in POLICIES {
+        let (_d, s) = fresh(policy);
+        let before = s.commit_stats();
+        let data = pattern(100_000, 5);
+        s.create_and_write(P, 0x30000, &data).unwrap();
+        let after = s.commit_stats();
+        assert_eq!(after.records - before.records, 2, "create + data records");
+        assert_eq!(after.batches - before.batches, 1, "one batch, one flush");
+        assert_eq!(s.read(P, 0x30000, 0, 1 << 20).unwrap(), data);
+        assert!(matches!(
+            s.create_and_write(P, 0x30000, b"x"),
+            Err(StoreError::ObjectExists { .. })
+        ));
+        s.create_and_write(P, 0x30001, b"tiny").unwrap();
+        assert!(s.stat(P, 0x30001).unwrap().inline);
+        assert!(matches!(
+            s.create_and_write(0x55555, 0x30002, b"x"),
+            Err(StoreError::NoPartition(_))
+        ));
     }
 }
 

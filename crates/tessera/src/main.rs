@@ -30,6 +30,9 @@ enum Command {
     Store(cmd::store_ops::StoreCmd),
     /// Make a store in a file, write, read back, verify and print figures.
     Demo(cmd::demo::Args),
+    /// Benchmarks, each against its baselines in the same run.
+    #[command(subcommand)]
+    Bench(cmd::bench::BenchCmd),
 }
 
 fn main() {
@@ -52,6 +55,7 @@ fn main() {
         Command::Fsck(a) => cmd::fsck::run(a),
         Command::Store(c) => cmd::store_ops::run(c),
         Command::Demo(a) => cmd::demo::run(a),
+        Command::Bench(c) => cmd::bench::run(c),
     };
     match result {
         Ok(code) => std::process::exit(code),

@@ -85,6 +85,7 @@ fn commit_one(inner: &Inner, mut st: MutexGuard<'_, State>) -> Result<()> {
         let snapshot = st.meta.encode();
         let extents = checkpoint::plan(snapshot.len() as u64, st.alloc.as_mut())?;
         let generation = st.slot_gen + 1;
+        tracing::debug!(seq, generation, head = st.ring.head, records, "checkpoint");
         let head = st.ring.head;
         let clean = st.stop;
         drop(st);
@@ -140,6 +141,14 @@ fn commit_one(inner: &Inner, mut st: MutexGuard<'_, State>) -> Result<()> {
         pos = 0;
     }
     let buf = encode_batch(&inner.label.uuid, seq, &payload, records);
+    tracing::debug!(
+        seq,
+        pos,
+        len = batch_len,
+        records,
+        live = st.ring.live,
+        "journal batch"
+    );
     drop(st);
     let written = inner
         .dev

@@ -156,26 +156,61 @@ impl Inner {
 
     /// The write itself, with the object's stripe lock held; returns the
     /// batch to wait for.
-    pub(crate) fn write_locked(&self, pid: u64, oid: u64, off: u64, data: &[u8]) -> Result<u64> {
-        let snap = self.snapshot(pid, oid)?;
+    ///
+    /// With `create`, the object must not exist yet and is created by the
+    /// same commit (T10 CREATE AND WRITE): one flush instead of two.
+    pub(crate) fn write_locked(
+        &self,
+        pid: u64,
+        oid: u64,
+        off: u64,
+        data: &[u8],
+        create: bool,
+    ) -> Result<u64> {
+        let mtime = now_ns();
+        let snap = if create {
+            let st = self.lock_ok()?;
+            if !st.meta.partitions.contains_key(&pid) {
+                return Err(StoreError::NoPartition(pid));
+            }
+            if st.meta.objects.contains_key(&(pid, oid)) {
+                return Err(StoreError::ObjectExists { pid, oid });
+            }
+            Snapshot {
+                size: 0,
+                large: false,
+                inline: None,
+                extents: Vec::new(),
+                generation: 0,
+            }
+        } else {
+            self.snapshot(pid, oid)?
+        };
+        let mut recs = Vec::with_capacity(2);
+        if create {
+            recs.push(Record::CreateObject {
+                pid,
+                oid,
+                time: mtime,
+            });
+        }
         let end = off + data.len() as u64;
         let new_size = snap.size.max(end);
-        let mtime = now_ns();
         if snap.extents.is_empty() && new_size <= u64::from(self.label.inline_max) {
             let mut v = snap.inline.map(|d| d.to_vec()).unwrap_or_default();
             v.resize(new_size as usize, 0);
             v[off as usize..end as usize].copy_from_slice(data);
             let mut st = self.lock_ok()?;
-            return commit::log(
-                self,
-                &mut st,
-                &[Record::SetInline {
-                    pid,
-                    oid,
-                    data: v,
-                    mtime,
-                }],
-            );
+            if create && st.meta.objects.contains_key(&(pid, oid)) {
+                return Err(StoreError::ObjectExists { pid, oid });
+            }
+            recs.push(Record::SetInline {
+                pid,
+                oid,
+                data: v,
+                mtime,
+            });
+            return commit::log(self, &mut st, &recs);
         }
         let region = self.label.policy == Policy::Region;
         let convert = region && !snap.large && new_size >= self.large_threshold();
@@ -230,12 +265,17 @@ impl Inner {
             }
         };
         let still = st.meta.objects.get(&(pid, oid)).map(|o| o.generation);
-        if still != Some(snap.generation) {
+        let expected = if create { None } else { Some(snap.generation) };
+        if still != expected {
             drop(st);
             self.unallocate(mapped.iter().map(|m| m.physical()).collect());
-            return Err(StoreError::NoObject { pid, oid });
+            return Err(if create {
+                StoreError::ObjectExists { pid, oid }
+            } else {
+                StoreError::NoObject { pid, oid }
+            });
         }
-        let rec = Record::SetData {
+        recs.push(Record::SetData {
             pid,
             oid,
             first: b0,
@@ -244,8 +284,8 @@ impl Inner {
             size: new_size,
             mtime,
             large,
-        };
-        commit::log(self, &mut st, &[rec])
+        });
+        commit::log(self, &mut st, &recs)
     }
 }
 
@@ -272,7 +312,19 @@ impl Store {
                 self.inner.snapshot(pid, oid)?;
                 return Ok(());
             }
-            self.inner.write_locked(pid, oid, offset, data)?
+            self.inner.write_locked(pid, oid, offset, data, false)?
+        };
+        commit::wait(&self.inner, self.inner.lock(), seq)
+    }
+
+    /// Creates object `oid` holding `data`, in one durable commit (T10
+    /// CREATE AND WRITE). Fails with `ObjectExists` if the id is taken.
+    pub fn create_and_write(&self, pid: u64, oid: u64, data: &[u8]) -> Result<()> {
+        super::objects::check_ids(pid, oid)?;
+        check_range(0, data.len() as u64)?;
+        let seq = {
+            let _g = self.inner.stripe(pid, oid);
+            self.inner.write_locked(pid, oid, 0, data, true)?
         };
         commit::wait(&self.inner, self.inner.lock(), seq)
     }
@@ -287,7 +339,7 @@ impl Store {
             if data.is_empty() {
                 return Ok(off);
             }
-            (self.inner.write_locked(pid, oid, off, data)?, off)
+            (self.inner.write_locked(pid, oid, off, data, false)?, off)
         };
         commit::wait(&self.inner, self.inner.lock(), seq)?;
         Ok(off)
@@ -380,7 +432,7 @@ impl Store {
                     )?
                 } else {
                     // Moves the inline bytes to blocks, then sets the size.
-                    inner.write_locked(pid, oid, size - 1, &[0])?
+                    inner.write_locked(pid, oid, size - 1, &[0], false)?
                 }
             } else {
                 let unit = if snap.large {

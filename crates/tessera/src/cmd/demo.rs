@@ -88,8 +88,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
                     let mut total = 0;
                     for id in ids.iter().skip(w as usize).step_by(a.writers as usize) {
                         let data = object(*id);
-                        s.create(P, Some(*id))?;
-                        s.write(P, *id, 0, &data)?;
+                        s.create_and_write(P, *id, &data)?;
                         total += data.len() as u64;
                         pb.inc(1);
                     }

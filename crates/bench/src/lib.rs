@@ -1,0 +1,14 @@
+//! Benchmark suites. Each runs Tessera and its baselines side by side in one
+//! run on the same device and reports ratios, because this machine's disk
+//! speed drifts between runs while ratios in one run hold.
+//!
+//! - [`store_bench`]: the OBFS object mix on the store vs ext4/XFS flat
+//!   directories vs fio's ceilings on the raw device.
+
+pub mod fio;
+pub mod loopdev;
+pub mod mix;
+pub mod plot;
+pub mod stats;
+pub mod store_bench;
+pub mod target;
