@@ -270,8 +270,48 @@ struct Batch {
 }
 
 /// Reads the batches after the checkpoint, in order, while they are valid.
+/// Reads the journal ring through a window of a few MiB, so replaying
+/// thousands of small batches costs a few large reads, not two per batch.
+struct RingReader<'a> {
+    dev: &'a dyn Device,
+    off: u64,
+    ring: u64,
+    win_start: u64,
+    win: AlignedBuf,
+    win_len: u64,
+}
+
+impl RingReader<'_> {
+    const WINDOW: u64 = 4 << 20;
+
+    /// Bytes `[at, at + len)` of the ring (`at + len <= ring`).
+    fn get(&mut self, at: u64, len: u64) -> Result<&[u8]> {
+        if at < self.win_start || at + len > self.win_start + self.win_len {
+            let n = Self::WINDOW.max(len).min(self.ring - at);
+            if self.win.len() < n as usize {
+                self.win = AlignedBuf::zeroed(n as usize);
+            }
+            self.dev
+                .read_at(&mut self.win[..n as usize], self.off + at)
+                .map_err(|e| StoreError::io(format!("journal at byte {at}"), e))?;
+            self.win_start = at;
+            self.win_len = n;
+        }
+        let a = (at - self.win_start) as usize;
+        Ok(&self.win[a..a + len as usize])
+    }
+}
+
 fn read_journal(dev: &dyn Device, label: &Label, slot: &Slot) -> Result<(Vec<Batch>, u64, u64)> {
     let ring = label.journal_len;
+    let mut rr = RingReader {
+        dev,
+        off: label.journal_off,
+        ring,
+        win_start: 0,
+        win: AlignedBuf::zeroed(BLOCK as usize),
+        win_len: 0,
+    };
     let mut pos = slot.journal_head;
     let mut seq = slot.journal_seq;
     let mut max_seen = seq.saturating_sub(1);
@@ -286,21 +326,19 @@ fn read_journal(dev: &dyn Device, label: &Label, slot: &Slot) -> Result<(Vec<Bat
             if at + BLOCK > ring {
                 continue;
             }
-            let head = read_block(dev, (label.journal_off + at) / BLOCK, "journal")?;
-            if let Some(s) = raw_seq(&head, &label.uuid) {
+            let head = rr.get(at, BLOCK)?;
+            if let Some(s) = raw_seq(head, &label.uuid) {
                 max_seen = max_seen.max(s);
             }
-            let Some(h) = parse_header(&head, &label.uuid, seq, ring) else {
+            let Some(h) = parse_header(head, &label.uuid, seq, ring) else {
                 continue;
             };
             let total = u64::from(h.total_len);
             if at + total > ring {
                 continue;
             }
-            let mut buf = AlignedBuf::zeroed(total as usize);
-            dev.read_at(&mut buf, label.journal_off + at)
-                .map_err(|e| StoreError::io(format!("journal batch {seq}"), e))?;
-            if !verify_batch(&buf, &h) {
+            let buf = rr.get(at, total)?;
+            if !verify_batch(buf, &h) {
                 continue;
             }
             let mut r = Reader::new(&buf[BATCH_HEADER..BATCH_HEADER + h.payload_len as usize]);
