@@ -30,6 +30,10 @@ enum Command {
     Store(cmd::store_ops::StoreCmd),
     /// Make a store in a file, write, read back, verify and print figures.
     Demo(cmd::demo::Args),
+    /// Run an object storage device daemon on a store.
+    Osd(cmd::osd::Args),
+    /// Make an OSD key file.
+    Keygen(cmd::osd::KeygenArgs),
     /// Benchmarks, each against its baselines in the same run.
     #[command(subcommand)]
     Bench(cmd::bench::BenchCmd),
@@ -41,6 +45,7 @@ fn main() {
     // unless TESSERA_LOG asks for them.
     let default = match &cli.command {
         Command::Store(cmd::store_ops::StoreCmd::Crashtest { .. }) => "off",
+        Command::Osd(_) => "info",
         _ => "warn",
     };
     tracing_subscriber::fmt()
@@ -56,6 +61,8 @@ fn main() {
         Command::Store(c) => cmd::store_ops::run(c),
         Command::Demo(a) => cmd::demo::run(a),
         Command::Bench(c) => cmd::bench::run(c),
+        Command::Osd(a) => cmd::osd::run(a),
+        Command::Keygen(a) => cmd::osd::keygen(a),
     };
     match result {
         Ok(code) => std::process::exit(code),

@@ -4,6 +4,7 @@ pub mod bench;
 pub mod demo;
 pub mod fsck;
 pub mod mkfs;
+pub mod osd;
 pub mod store_ops;
 
 use std::path::Path;

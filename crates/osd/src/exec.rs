@@ -1,0 +1,373 @@
+//! Executes one request against the store: capability checks first (every
+//! bad case its own error), then the command, then the request's set and get
+//! attribute lists. Synchronous; the server runs it on the blocking pool.
+
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use bytes::Bytes;
+use proto::cap::{Need, rights};
+use proto::msg::{AttrKey, Command, Reply, Request, Response};
+use proto::{ErrorCode, KeyRing, WireError};
+use store::{FormatOptions, OpenOptions, Store, StoreError};
+
+/// The store an OSD serves, replaceable by FORMAT.
+pub struct StoreHandle {
+    path: PathBuf,
+    store: RwLock<Option<Arc<Store>>>,
+}
+
+impl StoreHandle {
+    /// Wraps an open store that lives at `path`.
+    pub fn new(path: PathBuf, store: Store) -> Self {
+        StoreHandle {
+            path,
+            store: RwLock::new(Some(Arc::new(store))),
+        }
+    }
+
+    /// The current store.
+    pub fn get(&self) -> Result<Arc<Store>, WireError> {
+        self.store
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .ok_or_else(|| {
+                WireError::new(ErrorCode::Busy, "the OSD is being formatted or shut down")
+            })
+    }
+
+    /// Closes the store (flushing it) once no request holds it.
+    pub fn close(&self) -> Result<(), StoreError> {
+        let taken = self.store.write().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(s) = taken {
+            wait_unique(s)?.close()?;
+        }
+        Ok(())
+    }
+
+    fn format(&self, policy: store::Policy) -> Result<(), WireError> {
+        let mut slot = self.store.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(s) = slot.take() {
+            wait_unique(s).and_then(|s| s.close()).map_err(map_err)?;
+        }
+        let dev: Arc<dyn store::device::Device> = Arc::new(
+            store::device::FileDevice::open(&self.path)
+                .map_err(|e| WireError::new(ErrorCode::Io, e.to_string()))?,
+        );
+        store::format(
+            dev.clone(),
+            &FormatOptions {
+                policy,
+                force: true,
+                ..FormatOptions::default()
+            },
+        )
+        .map_err(map_err)?;
+        *slot = Some(Arc::new(
+            Store::open(dev, &OpenOptions::default()).map_err(map_err)?,
+        ));
+        Ok(())
+    }
+}
+
+fn wait_unique(mut s: Arc<Store>) -> Result<Store, StoreError> {
+    for _ in 0..3000 {
+        match Arc::try_unwrap(s) {
+            Ok(st) => return Ok(st),
+            Err(back) => s = back,
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Err(StoreError::invalid("store", "still in use after 30 s"))
+}
+
+/// What a request runs with.
+pub struct Ctx {
+    /// The store.
+    pub store: Arc<StoreHandle>,
+    /// Accepted keys; `None` on an insecure OSD (no checks at all).
+    pub keys: Option<KeyRing>,
+    /// This OSD's id (part of every MAC).
+    pub osd_id: u32,
+}
+
+/// Maps store errors to wire errors, keeping each kind distinct.
+pub fn map_err(e: StoreError) -> WireError {
+    let code = match &e {
+        StoreError::NoObject { .. } => ErrorCode::NoObject,
+        StoreError::NoPartition(_) => ErrorCode::NoPartition,
+        StoreError::ObjectExists { .. } | StoreError::PartitionExists(_) => ErrorCode::Exists,
+        StoreError::NoSpace { .. } => ErrorCode::NoSpace,
+        StoreError::Checksum { .. } => ErrorCode::Checksum,
+        StoreError::Invalid { .. } => ErrorCode::BadRequest,
+        StoreError::PartitionNotEmpty(..) => ErrorCode::NotEmpty,
+        StoreError::ReadOnlyAttribute { .. } => ErrorCode::ReadOnly,
+        StoreError::Io { .. } => ErrorCode::Io,
+        StoreError::Corrupt(_)
+        | StoreError::Signature(_)
+        | StoreError::NewerFormat { .. }
+        | StoreError::Failed(_) => ErrorCode::Failed,
+    };
+    WireError::new(code, e.to_string())
+}
+
+/// Root partition: capabilities for FORMAT, STATFS and partition commands name it.
+pub const ROOT: u64 = 0;
+
+fn need(cmd: &Command, req: &Request) -> Need {
+    let one = |pid: u64, oid: u64, r: u32| Need {
+        partition: pid,
+        oid_lo: oid,
+        oid_hi: oid,
+        rights: r,
+    };
+    let extra = if req.set.is_empty() {
+        0
+    } else {
+        rights::SET_ATTR
+    } | if req.get.is_empty() {
+        0
+    } else {
+        rights::GET_ATTR
+    };
+    let mut n = match *cmd {
+        Command::Format { .. } => one(ROOT, 0, rights::FORMAT),
+        Command::Statfs => one(ROOT, 0, rights::LIST),
+        Command::CreatePartition { pid } => one(ROOT, pid, rights::CREATE | rights::PARTITION),
+        Command::RemovePartition { pid } => one(ROOT, pid, rights::REMOVE | rights::PARTITION),
+        Command::Create {
+            pid,
+            oid: Some(o),
+            count,
+        } => Need {
+            partition: pid,
+            oid_lo: o,
+            oid_hi: o.saturating_add(u64::from(count) - 1),
+            rights: rights::CREATE,
+        },
+        Command::Create { pid, oid: None, .. } => Need {
+            partition: pid,
+            oid_lo: 0,
+            oid_hi: u64::MAX,
+            rights: rights::CREATE,
+        },
+        Command::Remove { pid, oid } => one(pid, oid, rights::REMOVE),
+        Command::Read { pid, oid, .. } => one(pid, oid, rights::READ),
+        Command::Write { pid, oid, .. } => one(pid, oid, rights::WRITE),
+        Command::Append { pid, oid } => one(pid, oid, rights::APPEND),
+        Command::CreateAndWrite { pid, oid } => one(pid, oid, rights::CREATE | rights::WRITE),
+        Command::Flush { pid } => Need {
+            partition: pid,
+            oid_lo: req.cap.as_ref().map_or(0, |c| c.oid_lo),
+            oid_hi: req.cap.as_ref().map_or(0, |c| c.oid_lo),
+            rights: rights::WRITE,
+        },
+        Command::List { pid, lo, hi, .. } => Need {
+            partition: pid,
+            oid_lo: lo,
+            oid_hi: hi,
+            rights: rights::LIST,
+        },
+        Command::GetAttributes { pid, oid } => one(pid, oid, rights::GET_ATTR),
+        Command::SetAttributes { pid, oid } => one(pid, oid, rights::SET_ATTR),
+        Command::Cas { pid, oid, .. } | Command::FetchAdd { pid, oid, .. } => {
+            one(pid, oid, rights::SET_ATTR | rights::GET_ATTR)
+        }
+        Command::SetVersion { pid, oid, .. } => one(pid, oid, rights::REVOKE),
+    };
+    n.rights |= extra;
+    n
+}
+
+/// The single existing object a command acts on (for the revocation check
+/// and the attribute lists).
+fn target(cmd: &Command) -> Option<(u64, u64)> {
+    match *cmd {
+        Command::Remove { pid, oid }
+        | Command::Read { pid, oid, .. }
+        | Command::Write { pid, oid, .. }
+        | Command::Append { pid, oid }
+        | Command::GetAttributes { pid, oid }
+        | Command::SetAttributes { pid, oid }
+        | Command::Cas { pid, oid, .. }
+        | Command::FetchAdd { pid, oid, .. } => Some((pid, oid)),
+        _ => None,
+    }
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Runs one request. Returns the response header and the response payload.
+pub fn execute(ctx: &Ctx, req: &Request, payload: Bytes) -> (Response, Bytes) {
+    let mut attrs = Vec::new();
+    let mut out = Bytes::new();
+    let result = run(ctx, req, payload, &mut attrs, &mut out);
+    (Response { result, attrs }, out)
+}
+
+fn run(
+    ctx: &Ctx,
+    req: &Request,
+    payload: Bytes,
+    attrs: &mut Vec<(AttrKey, Vec<u8>)>,
+    out: &mut Bytes,
+) -> Result<Reply, WireError> {
+    req.validate(payload.len())?;
+    let s = ctx.store.get()?;
+    if let Some(keys) = &ctx.keys {
+        keys.check(req.cap.as_ref(), ctx.osd_id, now_ms(), &need(&req.cmd, req))?;
+        if let (Some((pid, oid)), Some(cap)) = (target(&req.cmd), req.cap.as_ref()) {
+            let version = s.stat(pid, oid).map_err(map_err)?.version;
+            KeyRing::check_version(cap, version)?;
+        }
+    }
+    let reply = match &req.cmd {
+        Command::Format { policy } => {
+            let p: store::Policy = policy
+                .parse()
+                .map_err(|e: String| WireError::bad("policy", e))?;
+            drop(s);
+            ctx.store.format(p)?;
+            return Ok(Reply::Done);
+        }
+        Command::CreatePartition { pid } => s.create_partition(*pid).map(|()| Reply::Done),
+        Command::RemovePartition { pid } => s.remove_partition(*pid).map(|()| Reply::Done),
+        Command::Create { pid, oid, count } => {
+            let mut ids = Vec::with_capacity(*count as usize);
+            for i in 0..u64::from(*count) {
+                let want = oid.map(|o| o + i);
+                match s.create(*pid, want) {
+                    Ok(id) => ids.push(id),
+                    Err(e) if ids.is_empty() => return Err(map_err(e)),
+                    Err(_) => break,
+                }
+            }
+            Ok(Reply::Created(ids))
+        }
+        Command::Remove { pid, oid } => s.remove(*pid, *oid).map(|()| Reply::Done),
+        Command::Read {
+            pid,
+            oid,
+            offset,
+            len,
+        } => s
+            .read(*pid, *oid, *offset, u64::from(*len))
+            .and_then(|data| {
+                let size = s.stat(*pid, *oid)?.size;
+                *out = Bytes::from(data);
+                Ok(Reply::Read { size })
+            }),
+        Command::Write { pid, oid, offset } => {
+            s.write(*pid, *oid, *offset, &payload).map(|()| Reply::Done)
+        }
+        Command::Append { pid, oid } => s
+            .append(*pid, *oid, &payload)
+            .map(|offset| Reply::Appended { offset }),
+        Command::CreateAndWrite { pid, oid } => s
+            .create_and_write(*pid, *oid, &payload)
+            .map(|()| Reply::Done),
+        Command::Flush { .. } => s.flush().map(|()| Reply::Done),
+        Command::List {
+            pid,
+            lo,
+            hi,
+            after,
+            max,
+            attrs: want,
+        } => s
+            .list(*pid, *lo, *hi, *after, *max as usize)
+            .and_then(|page| {
+                let mut entries = Vec::with_capacity(page.ids.len());
+                for id in page.ids {
+                    let mut a = Vec::new();
+                    for k in want {
+                        if let Some(v) = s.get_attr(*pid, id, k.page, k.number)? {
+                            a.push((*k, v));
+                        }
+                    }
+                    entries.push((id, a));
+                }
+                Ok(Reply::Listed {
+                    entries,
+                    next: page.next,
+                })
+            }),
+        Command::GetAttributes { .. } | Command::SetAttributes { .. } => Ok(Reply::Done),
+        Command::Cas {
+            pid,
+            oid,
+            key,
+            expected,
+            new,
+        } => s
+            .cas_attr(*pid, *oid, key.page, key.number, expected, new)
+            .map(|o| Reply::Cas {
+                swapped: o.swapped,
+                old: o.old,
+            }),
+        Command::FetchAdd {
+            pid,
+            oid,
+            key,
+            delta,
+        } => s
+            .fetch_add(*pid, *oid, key.page, key.number, *delta)
+            .map(|old| Reply::FetchAdd { old }),
+        Command::SetVersion { pid, oid, version } => {
+            s.set_version(*pid, *oid, *version).map(|()| Reply::Done)
+        }
+        Command::Statfs => {
+            let f = s.statfs();
+            Ok(Reply::Statfs {
+                total_bytes: f.total_bytes,
+                free_bytes: f.free_bytes,
+                objects: f.objects,
+            })
+        }
+    }
+    .map_err(map_err)?;
+    // Piggybacked attribute lists act on the command's object.
+    let obj = target(&req.cmd).or(match req.cmd {
+        Command::CreateAndWrite { pid, oid } => Some((pid, oid)),
+        Command::Create {
+            pid,
+            oid: Some(o),
+            count: 1,
+        } => Some((pid, o)),
+        _ => None,
+    });
+    if (!req.set.is_empty()
+        || !req.get.is_empty()
+        || matches!(req.cmd, Command::GetAttributes { .. }))
+        && obj.is_none()
+    {
+        return Err(WireError::bad(
+            "attribute list",
+            format!("{} acts on no single object", req.cmd.name()),
+        ));
+    }
+    if let Some((pid, oid)) = obj {
+        for (k, v) in &req.set {
+            s.set_attr(pid, oid, k.page, k.number, v).map_err(map_err)?;
+        }
+        if matches!(req.cmd, Command::GetAttributes { .. }) && req.get.is_empty() {
+            for ((page, number), v) in s.list_attrs(pid, oid).map_err(map_err)? {
+                attrs.push((AttrKey { page, number }, v));
+            }
+        } else {
+            for k in &req.get {
+                if let Some(v) = s.get_attr(pid, oid, k.page, k.number).map_err(map_err)? {
+                    attrs.push((*k, v));
+                }
+            }
+        }
+    }
+    Ok(reply)
+}

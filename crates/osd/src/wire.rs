@@ -1,0 +1,117 @@
+//! Reading and writing frames on async streams. The prefix is read first
+//! and its lengths checked against the limits before the header and payload
+//! buffers are allocated; the payload becomes `Bytes` without a copy.
+
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use proto::frame::{PREFIX_LEN, Prefix};
+use proto::{Frame, FrameError, Limits};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+/// Why reading a frame stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    /// The peer closed cleanly between frames.
+    #[error("connection closed")]
+    Closed,
+    /// No frame started within the idle timeout.
+    #[error("idle for {0:?}")]
+    Idle(Duration),
+    /// A frame started but did not finish within the I/O timeout.
+    #[error("slow peer: frame not complete within {0:?}")]
+    Slow(Duration),
+    /// The bytes are not a valid frame; `tag` is known when the prefix parsed.
+    #[error("bad frame: {err}")]
+    Bad {
+        /// What was wrong.
+        err: FrameError,
+        /// The request's tag, when the prefix was readable.
+        tag: Option<u64>,
+        /// Whether the stream is still in sync (lengths were sane).
+        in_sync: bool,
+    },
+    /// Socket error.
+    #[error("I/O: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Reads one frame: waits up to `idle` for it to start, then `io` for the rest.
+pub async fn read_frame<R: AsyncRead + Unpin>(
+    r: &mut R,
+    limits: &Limits,
+    idle: Duration,
+    io: Duration,
+) -> Result<Frame, ReadError> {
+    let mut pre = [0u8; PREFIX_LEN];
+    let first = match tokio::time::timeout(idle, r.read(&mut pre)).await {
+        Err(_) => return Err(ReadError::Idle(idle)),
+        Ok(Ok(0)) => return Err(ReadError::Closed),
+        Ok(Ok(n)) => n,
+        Ok(Err(e)) => return Err(e.into()),
+    };
+    let rest = async {
+        r.read_exact(&mut pre[first..]).await?;
+        let p = match Prefix::decode(&pre, limits) {
+            Ok(p) => p,
+            Err(err) => {
+                let tag = (pre[..4] == proto::frame::MAGIC)
+                    .then(|| u64::from_le_bytes(pre[8..16].try_into().unwrap_or([0; 8])));
+                return Err(ReadError::Bad {
+                    err,
+                    tag,
+                    in_sync: false,
+                });
+            }
+        };
+        let mut header = BytesMut::zeroed(p.header_len as usize);
+        r.read_exact(&mut header).await?;
+        let mut payload = BytesMut::zeroed(p.payload_len as usize);
+        r.read_exact(&mut payload).await?;
+        if let Err(err) = p.verify(&header, &payload) {
+            return Err(ReadError::Bad {
+                err,
+                tag: Some(p.tag),
+                in_sync: true,
+            });
+        }
+        Ok(Frame {
+            kind: p.kind,
+            opcode: p.opcode,
+            tag: p.tag,
+            header: header.freeze(),
+            payload: payload.freeze(),
+        })
+    };
+    match tokio::time::timeout(io, rest).await {
+        Err(_) => Err(ReadError::Slow(io)),
+        Ok(r) => r,
+    }
+}
+
+/// Writes one frame (prefix, header, payload; the payload is not copied).
+pub async fn write_frame<W: AsyncWrite + Unpin>(w: &mut W, f: &Frame) -> std::io::Result<()> {
+    w.write_all(&f.prefix()).await?;
+    w.write_all(&f.header).await?;
+    if !f.payload.is_empty() {
+        w.write_all(&f.payload).await?;
+    }
+    Ok(())
+}
+
+/// A frame with an encoded header.
+pub fn frame<T: serde::Serialize>(
+    kind: proto::Kind,
+    opcode: u16,
+    tag: u64,
+    header: &T,
+    payload: Bytes,
+) -> Frame {
+    Frame {
+        kind,
+        opcode,
+        tag,
+        header: Bytes::from(proto::msg::encode(header)),
+        payload,
+    }
+}

@@ -1,0 +1,753 @@
+//! The OSD over real sockets on 127.0.0.1 with a file-backed store: every
+//! command, the capability rejection matrix, concurrent atomics, bad frames,
+//! handshakes.
+
+#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use osd::client::{ClientConfig, ClientError, OsdClient};
+use osd::exec::{Ctx, ROOT, StoreHandle, now_ms};
+use osd::server::{Osd, ServerConfig};
+use proto::msg::{AttrKey, Command, Reply, Request};
+use proto::{Capability, ErrorCode, KeyRing, rights};
+use store::device::{Device, FileDevice};
+use store::{FormatOptions, OpenOptions, Store};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const K1: [u8; 32] = [0x11; 32];
+const K2: [u8; 32] = [0x22; 32];
+const OSD: u32 = 7;
+const P: u64 = store::DEFAULT_PARTITION;
+
+struct TestOsd {
+    addr: String,
+    stop: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<Result<(), store::StoreError>>,
+    _dir: tempfile::TempDir,
+}
+
+async fn start(insecure: bool) -> TestOsd {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("osd.img");
+    let dev: Arc<dyn Device> = Arc::new(FileDevice::create(&path, 128 << 20).unwrap());
+    store::format(dev.clone(), &FormatOptions::default()).unwrap();
+    let s = Store::open(dev, &OpenOptions::default()).unwrap();
+    let keys = (!insecure).then(|| KeyRing::new(vec![(1, K1), (2, K2)]).unwrap());
+    let ctx = Ctx {
+        store: Arc::new(StoreHandle::new(path, s)),
+        keys,
+        osd_id: OSD,
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let osd = Osd::new(ctx, ServerConfig::new("test", OSD));
+    let (stop, rx) = tokio::sync::watch::channel(false);
+    let task = tokio::spawn(osd.serve(listener, rx));
+    TestOsd {
+        addr,
+        stop,
+        task,
+        _dir: dir,
+    }
+}
+
+fn cap(pid: u64, lo: u64, hi: u64, r: u32) -> Capability {
+    Capability::sign(&K2, 2, OSD, pid, lo, hi, r, now_ms() + 60_000, 1000)
+}
+
+fn all(pid: u64) -> Capability {
+    cap(pid, 0, u64::MAX, rights::ALL)
+}
+
+async fn client(addr: &str, conns: usize) -> OsdClient {
+    let mut cfg = ClientConfig::new("test", OSD);
+    cfg.connections = conns;
+    OsdClient::connect(addr, cfg).await.unwrap()
+}
+
+fn code(e: ClientError) -> ErrorCode {
+    match e {
+        ClientError::Remote(w) => w.code,
+        other => panic!("expected an error reply, got {other}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_command_end_to_end() {
+    let t = start(false).await;
+    let c = client(&t.addr, 2).await;
+    let a = all(P);
+    let root = cap(ROOT, 0, u64::MAX, rights::ALL);
+    // Partitions.
+    c.run(
+        Some(&root),
+        Command::CreatePartition { pid: 0x20000 },
+        Bytes::new(),
+    )
+    .await
+    .unwrap();
+    let e = c
+        .run(
+            Some(&root),
+            Command::CreatePartition { pid: 0x20000 },
+            Bytes::new(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(code(e), ErrorCode::Exists);
+    // Create one, many, and store-picked.
+    let r = c
+        .run(
+            Some(&a),
+            Command::Create {
+                pid: P,
+                oid: Some(0x10010),
+                count: 3,
+            },
+            Bytes::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.reply, Reply::Created(vec![0x10010, 0x10011, 0x10012]));
+    let r = c
+        .run(
+            Some(&a),
+            Command::Create {
+                pid: P,
+                oid: None,
+                count: 1,
+            },
+            Bytes::new(),
+        )
+        .await
+        .unwrap();
+    assert!(matches!(r.reply, Reply::Created(ref v) if v.len() == 1));
+    // Write / read / append / create-and-write.
+    let data: Vec<u8> = (0..700_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    c.write(Some(&a), P, 0x10010, 0, Bytes::from(data.clone()))
+        .await
+        .unwrap();
+    let got = c.read(Some(&a), P, 0x10010, 0, 1 << 20).await.unwrap();
+    assert_eq!(&got[..], &data[..]);
+    let r = c
+        .run(
+            Some(&a),
+            Command::Read {
+                pid: P,
+                oid: 0x10010,
+                offset: 699_990,
+                len: 100,
+            },
+            Bytes::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.data.len(), 10);
+    assert_eq!(r.reply, Reply::Read { size: 700_000 });
+    let r = c
+        .run(
+            Some(&a),
+            Command::Append {
+                pid: P,
+                oid: 0x10010,
+            },
+            Bytes::from_static(b"tail"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.reply, Reply::Appended { offset: 700_000 });
+    c.create_and_write(Some(&a), P, 0x10100, Bytes::from_static(b"small object"))
+        .await
+        .unwrap();
+    assert_eq!(
+        &c.read(Some(&a), P, 0x10100, 0, 100).await.unwrap()[..],
+        b"small object"
+    );
+    // Attributes: set and get lists piggybacked on a write.
+    let k = AttrKey {
+        page: 0x10,
+        number: 1,
+    };
+    let len_key = AttrKey {
+        page: 1,
+        number: 0x82,
+    };
+    let r = c
+        .call(
+            Request {
+                cap: Some(a.clone()),
+                cmd: Command::Write {
+                    pid: P,
+                    oid: 0x10100,
+                    offset: 0,
+                },
+                get: vec![k, len_key],
+                set: vec![(k, b"v1".to_vec())],
+            },
+            Bytes::from_static(b"SMALL"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        r.attrs,
+        vec![(k, b"v1".to_vec()), (len_key, 12u64.to_le_bytes().to_vec())]
+    );
+    let r = c
+        .run(
+            Some(&a),
+            Command::GetAttributes {
+                pid: P,
+                oid: 0x10100,
+            },
+            Bytes::new(),
+        )
+        .await
+        .unwrap();
+    assert!(r.attrs.iter().any(|(kk, v)| *kk == k && v == b"v1"));
+    c.call(
+        Request {
+            cap: Some(a.clone()),
+            cmd: Command::SetAttributes {
+                pid: P,
+                oid: 0x10100,
+            },
+            get: vec![],
+            set: vec![(k, b"v2".to_vec())],
+        },
+        Bytes::new(),
+    )
+    .await
+    .unwrap();
+    // CAS and fetch-and-add.
+    let r = c
+        .run(
+            Some(&a),
+            Command::Cas {
+                pid: P,
+                oid: 0x10100,
+                key: k,
+                expected: b"v2".to_vec(),
+                new: b"v3".to_vec(),
+            },
+            Bytes::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        r.reply,
+        Reply::Cas {
+            swapped: true,
+            old: b"v2".to_vec()
+        }
+    );
+    let r = c
+        .run(
+            Some(&a),
+            Command::Cas {
+                pid: P,
+                oid: 0x10100,
+                key: k,
+                expected: Vec::new(),
+                new: b"x".to_vec(),
+            },
+            Bytes::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        r.reply,
+        Reply::Cas {
+            swapped: false,
+            old: b"v3".to_vec()
+        }
+    );
+    let ctr = AttrKey {
+        page: 0x11,
+        number: 0,
+    };
+    c.run(
+        Some(&a),
+        Command::FetchAdd {
+            pid: P,
+            oid: 0x10100,
+            key: ctr,
+            delta: 5,
+        },
+        Bytes::new(),
+    )
+    .await
+    .unwrap();
+    let r = c
+        .run(
+            Some(&a),
+            Command::FetchAdd {
+                pid: P,
+                oid: 0x10100,
+                key: ctr,
+                delta: 1,
+            },
+            Bytes::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.reply, Reply::FetchAdd { old: 5 });
+    // List with attributes per entry, paginated.
+    let r = c
+        .run(
+            Some(&a),
+            Command::List {
+                pid: P,
+                lo: 0x10000,
+                hi: 0x10fff,
+                after: None,
+                max: 2,
+                attrs: vec![len_key],
+            },
+            Bytes::new(),
+        )
+        .await
+        .unwrap();
+    let Reply::Listed { entries, next } = r.reply else {
+        panic!()
+    };
+    assert_eq!(entries.len(), 2);
+    assert!(next.is_some());
+    // Flush, statfs, version, remove.
+    c.run(Some(&a), Command::Flush { pid: P }, Bytes::new())
+        .await
+        .unwrap();
+    let r = c
+        .run(Some(&root), Command::Statfs, Bytes::new())
+        .await
+        .unwrap();
+    assert!(matches!(r.reply, Reply::Statfs { objects, .. } if objects >= 5));
+    c.run(
+        Some(&a),
+        Command::SetVersion {
+            pid: P,
+            oid: 0x10011,
+            version: 5,
+        },
+        Bytes::new(),
+    )
+    .await
+    .unwrap();
+    c.run(
+        Some(&a),
+        Command::Remove {
+            pid: P,
+            oid: 0x10011,
+        },
+        Bytes::new(),
+    )
+    .await
+    .unwrap();
+    let e = c.read(Some(&a), P, 0x10011, 0, 1).await.unwrap_err();
+    assert_eq!(code(e), ErrorCode::NoObject);
+    c.run(
+        Some(&root),
+        Command::RemovePartition { pid: 0x20000 },
+        Bytes::new(),
+    )
+    .await
+    .unwrap();
+    // A payload on a command that takes none is a bad request naming the field.
+    let e = c
+        .run(
+            Some(&a),
+            Command::Remove {
+                pid: P,
+                oid: 0x10012,
+            },
+            Bytes::from_static(b"x"),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(code(e), ErrorCode::BadRequest);
+    // Format wipes everything.
+    c.run(
+        Some(&root),
+        Command::Format {
+            policy: "region".into(),
+        },
+        Bytes::new(),
+    )
+    .await
+    .unwrap();
+    let e = c.read(Some(&a), P, 0x10010, 0, 1).await.unwrap_err();
+    assert_eq!(code(e), ErrorCode::NoObject);
+    t.stop.send(true).unwrap();
+    t.task.await.unwrap().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn capability_rejection_matrix() {
+    let t = start(false).await;
+    let c = client(&t.addr, 1).await;
+    c.create_and_write(Some(&all(P)), P, 0x10000, Bytes::from_static(b"x"))
+        .await
+        .unwrap();
+    let read = |cap: Option<Capability>| {
+        let c = &c;
+        async move { c.read(cap.as_ref(), P, 0x10000, 0, 1).await }
+    };
+    assert!(
+        read(Some(cap(P, 0x10000, 0x10000, rights::READ)))
+            .await
+            .is_ok(),
+        "a good capability works"
+    );
+    let old_key = Capability::sign(
+        &K1,
+        1,
+        OSD,
+        P,
+        0,
+        u64::MAX,
+        rights::READ,
+        now_ms() + 60_000,
+        1000,
+    );
+    assert!(
+        read(Some(old_key)).await.is_ok(),
+        "the previous key version still verifies"
+    );
+    assert_eq!(code(read(None).await.unwrap_err()), ErrorCode::CapMissing);
+    let mut forged = cap(P, 0x10000, 0x10000, rights::READ);
+    forged.oid_hi = u64::MAX;
+    assert_eq!(
+        code(read(Some(forged)).await.unwrap_err()),
+        ErrorCode::CapForged
+    );
+    let expired = Capability::sign(
+        &K2,
+        2,
+        OSD,
+        P,
+        0,
+        u64::MAX,
+        rights::READ,
+        now_ms() - 1,
+        1000,
+    );
+    assert_eq!(
+        code(read(Some(expired)).await.unwrap_err()),
+        ErrorCode::CapExpired
+    );
+    assert_eq!(
+        code(
+            read(Some(cap(P, 0x20000, 0x30000, rights::READ)))
+                .await
+                .unwrap_err()
+        ),
+        ErrorCode::CapOutOfRange
+    );
+    assert_eq!(
+        code(
+            read(Some(cap(0x30000, 0, u64::MAX, rights::READ)))
+                .await
+                .unwrap_err()
+        ),
+        ErrorCode::CapOutOfRange
+    );
+    assert_eq!(
+        code(
+            read(Some(cap(P, 0, u64::MAX, rights::WRITE)))
+                .await
+                .unwrap_err()
+        ),
+        ErrorCode::CapRights
+    );
+    let unknown = Capability::sign(
+        &K2,
+        9,
+        OSD,
+        P,
+        0,
+        u64::MAX,
+        rights::READ,
+        now_ms() + 60_000,
+        1000,
+    );
+    assert_eq!(
+        code(read(Some(unknown)).await.unwrap_err()),
+        ErrorCode::CapKeyVersion
+    );
+    let other_osd = Capability::sign(
+        &K2,
+        2,
+        OSD + 1,
+        P,
+        0,
+        u64::MAX,
+        rights::READ,
+        now_ms() + 60_000,
+        1000,
+    );
+    assert_eq!(
+        code(read(Some(other_osd)).await.unwrap_err()),
+        ErrorCode::CapForged
+    );
+    // Revocation (seed 004): bump the object's version to the capability's.
+    let older = Capability::sign(
+        &K2,
+        2,
+        OSD,
+        P,
+        0,
+        u64::MAX,
+        rights::READ,
+        now_ms() + 60_000,
+        500,
+    );
+    assert!(read(Some(older.clone())).await.is_ok());
+    c.run(
+        Some(&all(P)),
+        Command::SetVersion {
+            pid: P,
+            oid: 0x10000,
+            version: 500,
+        },
+        Bytes::new(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        code(read(Some(older)).await.unwrap_err()),
+        ErrorCode::CapRevoked
+    );
+    assert!(
+        read(Some(cap(P, 0, u64::MAX, rights::READ))).await.is_ok(),
+        "a newer capability still works"
+    );
+    t.stop.send(true).unwrap();
+    t.task.await.unwrap().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sixty_four_clients_race_atomics() {
+    let t = start(false).await;
+    let c = client(&t.addr, 1).await;
+    c.create_and_write(Some(&all(P)), P, 0x10000, Bytes::new())
+        .await
+        .unwrap();
+    let ctr = AttrKey {
+        page: 0x10,
+        number: 1,
+    };
+    let name = AttrKey {
+        page: 0x20,
+        number: 42,
+    };
+    let mut tasks = Vec::new();
+    for i in 0..64u32 {
+        let addr = t.addr.clone();
+        tasks.push(tokio::spawn(async move {
+            let c = client(&addr, 1).await;
+            let a = all(P);
+            for _ in 0..10 {
+                c.run(
+                    Some(&a),
+                    Command::FetchAdd {
+                        pid: P,
+                        oid: 0x10000,
+                        key: ctr,
+                        delta: 1,
+                    },
+                    Bytes::new(),
+                )
+                .await
+                .unwrap();
+            }
+            let r = c
+                .run(
+                    Some(&a),
+                    Command::Cas {
+                        pid: P,
+                        oid: 0x10000,
+                        key: name,
+                        expected: Vec::new(),
+                        new: format!("client {i}").into_bytes(),
+                    },
+                    Bytes::new(),
+                )
+                .await
+                .unwrap();
+            matches!(r.reply, Reply::Cas { swapped: true, .. })
+        }));
+    }
+    let mut winners = 0;
+    for t in tasks {
+        if t.await.unwrap() {
+            winners += 1;
+        }
+    }
+    assert_eq!(winners, 1, "exactly one insert wins");
+    let r = c
+        .run(
+            Some(&all(P)),
+            Command::FetchAdd {
+                pid: P,
+                oid: 0x10000,
+                key: ctr,
+                delta: 0,
+            },
+            Bytes::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.reply, Reply::FetchAdd { old: 640 });
+    t.stop.send(true).unwrap();
+    t.task.await.unwrap().unwrap();
+}
+
+async fn raw_handshake(addr: &str) -> tokio::net::TcpStream {
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let hello = proto::msg::Hello {
+        version: proto::PROTOCOL_VERSION,
+        cluster_id: "test".into(),
+        osd_id: OSD,
+        client: "raw".into(),
+    };
+    s.write_all(&osd::wire::frame(proto::Kind::Hello, 0, 0, &hello, Bytes::new()).to_vec())
+        .await
+        .unwrap();
+    let mut pre = [0u8; 32];
+    s.read_exact(&mut pre).await.unwrap();
+    let p = proto::Prefix::decode(&pre, &proto::Limits::default()).unwrap();
+    let mut rest = vec![0u8; (p.header_len + p.payload_len) as usize];
+    s.read_exact(&mut rest).await.unwrap();
+    s
+}
+
+async fn read_response(s: &mut tokio::net::TcpStream) -> Option<proto::Response> {
+    let mut pre = [0u8; 32];
+    tokio::time::timeout(std::time::Duration::from_secs(5), s.read_exact(&mut pre))
+        .await
+        .ok()?
+        .ok()?;
+    let p = proto::Prefix::decode(&pre, &proto::Limits::default()).unwrap();
+    let mut rest = vec![0u8; (p.header_len + p.payload_len) as usize];
+    s.read_exact(&mut rest).await.unwrap();
+    Some(proto::msg::decode(&rest[..p.header_len as usize]).unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_frames_get_an_error_or_a_close_and_nothing_else_suffers() {
+    let t = start(false).await;
+    let good = client(&t.addr, 1).await;
+    good.create_and_write(Some(&all(P)), P, 0x10000, Bytes::from_static(b"keep"))
+        .await
+        .unwrap();
+    // Garbage instead of a handshake: closed.
+    let mut s = tokio::net::TcpStream::connect(&t.addr).await.unwrap();
+    s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n.............")
+        .await
+        .unwrap();
+    let mut b = [0u8; 64];
+    let n = tokio::time::timeout(std::time::Duration::from_secs(5), s.read(&mut b))
+        .await
+        .unwrap()
+        .unwrap_or(0);
+    assert!(
+        n == 0 || b[..4] == proto::frame::MAGIC,
+        "closed, or a refusal"
+    );
+    // A frame whose header crc is wrong: an error reply, the connection goes on.
+    let mut s = raw_handshake(&t.addr).await;
+    let req = Request {
+        cap: Some(all(P)),
+        cmd: Command::Read {
+            pid: P,
+            oid: 0x10000,
+            offset: 0,
+            len: 4,
+        },
+        get: vec![],
+        set: vec![],
+    };
+    let mut bytes = osd::wire::frame(proto::Kind::Request, 6, 77, &req, Bytes::new()).to_vec();
+    bytes[33] ^= 0xff;
+    s.write_all(&bytes).await.unwrap();
+    let r = read_response(&mut s).await.expect("an error reply");
+    assert_eq!(r.result.unwrap_err().code, ErrorCode::BadRequest);
+    let ok = osd::wire::frame(proto::Kind::Request, 6, 78, &req, Bytes::new()).to_vec();
+    s.write_all(&ok).await.unwrap();
+    assert!(
+        read_response(&mut s).await.unwrap().result.is_ok(),
+        "same connection still serves"
+    );
+    // A header that is valid framing but not a request: an error reply.
+    let junk = proto::Frame {
+        kind: proto::Kind::Request,
+        opcode: 1,
+        tag: 5,
+        header: Bytes::from_static(&[0xff; 40]),
+        payload: Bytes::new(),
+    };
+    s.write_all(&junk.to_vec()).await.unwrap();
+    assert_eq!(
+        read_response(&mut s)
+            .await
+            .unwrap()
+            .result
+            .unwrap_err()
+            .code,
+        ErrorCode::BadRequest
+    );
+    // An oversized frame announced: an error, then a close.
+    let mut huge = osd::wire::frame(proto::Kind::Request, 6, 79, &req, Bytes::new()).prefix();
+    huge[20..24].copy_from_slice(&u32::MAX.to_le_bytes());
+    s.write_all(&huge).await.unwrap();
+    let r = read_response(&mut s).await;
+    assert!(r.is_none() || r.unwrap().result.is_err());
+    // Truncated frame then close: the server just drops the connection.
+    let mut s2 = raw_handshake(&t.addr).await;
+    s2.write_all(&ok[..40]).await.unwrap();
+    drop(s2);
+    // Random bytes after a handshake.
+    let mut s3 = raw_handshake(&t.addr).await;
+    s3.write_all(&[0x5a; 300]).await.unwrap();
+    drop(s3);
+    // Everyone else carries on.
+    assert_eq!(
+        &good.read(Some(&all(P)), P, 0x10000, 0, 10).await.unwrap()[..],
+        b"keep"
+    );
+    t.stop.send(true).unwrap();
+    t.task.await.unwrap().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handshake_refuses_wrong_cluster_or_osd_and_insecure_mode_needs_no_caps() {
+    let t = start(true).await;
+    let e = OsdClient::connect(&t.addr, ClientConfig::new("other", OSD))
+        .await
+        .err()
+        .unwrap();
+    assert!(
+        matches!(e, ClientError::Refused(ref w) if w.message.contains("cluster")),
+        "{e}"
+    );
+    let e = OsdClient::connect(&t.addr, ClientConfig::new("test", OSD + 1))
+        .await
+        .err()
+        .unwrap();
+    assert!(matches!(e, ClientError::Refused(_)), "{e}");
+    let c = client(&t.addr, 4).await;
+    c.create_and_write(None, P, 0x10000, Bytes::from_static(b"no caps here"))
+        .await
+        .unwrap();
+    // Pipelining: many requests in flight on few connections, replies matched by tag.
+    let mut futs = Vec::new();
+    for i in 0..200u64 {
+        futs.push(c.read(None, P, 0x10000, i % 12, 1));
+    }
+    for (i, f) in futs.into_iter().enumerate() {
+        assert_eq!(f.await.unwrap()[0], b"no caps here"[i % 12]);
+    }
+    t.stop.send(true).unwrap();
+    t.task.await.unwrap().unwrap();
+}

@@ -1,0 +1,91 @@
+//! Error codes on the wire: one per distinct failure, stable numbers
+//! (documented in `docs/PROTOCOL.md`), plus a human message.
+
+use serde::{Deserialize, Serialize};
+
+use crate::cap::CapError;
+
+/// A failure a request can end with. Numbers are part of the protocol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ErrorCode {
+    /// The object does not exist.
+    NoObject = 1,
+    /// The partition does not exist.
+    NoPartition = 2,
+    /// The object or partition already exists.
+    Exists = 3,
+    /// Not enough space on the OSD.
+    NoSpace = 4,
+    /// Stored data failed its checksum.
+    Checksum = 5,
+    /// No capability where one is required.
+    CapMissing = 10,
+    /// The capability's MAC does not verify.
+    CapForged = 11,
+    /// The capability has expired.
+    CapExpired = 12,
+    /// The object is outside the capability's id range (or partition).
+    CapOutOfRange = 13,
+    /// The capability lacks a right the command needs.
+    CapRights = 14,
+    /// The object's version is at or above the capability's: revoked.
+    CapRevoked = 15,
+    /// The capability names a key version the OSD does not hold.
+    CapKeyVersion = 16,
+    /// A field of the request is invalid; the message names it.
+    BadRequest = 20,
+    /// The partition still holds objects.
+    NotEmpty = 21,
+    /// The attribute is maintained by the OSD and read-only.
+    ReadOnly = 22,
+    /// The OSD is overloaded or shutting down; retry later.
+    Busy = 30,
+    /// A device I/O error.
+    Io = 31,
+    /// The OSD's store is damaged or failed; an operator must look.
+    Failed = 32,
+    /// The peer speaks another protocol version or cluster.
+    Handshake = 40,
+}
+
+/// An error reply.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[error("{code:?}: {message}")]
+pub struct WireError {
+    /// What kind of failure.
+    pub code: ErrorCode,
+    /// Details for people (object, field, reason).
+    pub message: String,
+}
+
+impl WireError {
+    /// A new error.
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        WireError {
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// A bad-request error naming the field.
+    pub fn bad(field: &str, why: impl std::fmt::Display) -> Self {
+        Self::new(ErrorCode::BadRequest, format!("{field}: {why}"))
+    }
+}
+
+impl From<CapError> for WireError {
+    fn from(e: CapError) -> Self {
+        let code = match e {
+            CapError::Missing => ErrorCode::CapMissing,
+            CapError::UnknownKeyVersion(_) => ErrorCode::CapKeyVersion,
+            CapError::Forged => ErrorCode::CapForged,
+            CapError::Expired { .. } => ErrorCode::CapExpired,
+            CapError::WrongPartition { .. } | CapError::OutOfRange { .. } => {
+                ErrorCode::CapOutOfRange
+            }
+            CapError::Rights { .. } => ErrorCode::CapRights,
+            CapError::Revoked { .. } => ErrorCode::CapRevoked,
+        };
+        WireError::new(code, e.to_string())
+    }
+}

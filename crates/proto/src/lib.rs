@@ -1,0 +1,22 @@
+//! Tessera's OSD wire protocol. Knows nothing of sockets or disks: it defines
+//! frames (a fixed 32-byte prefix, a postcard-encoded header, raw bulk
+//! payload), the request and response messages with T10 OSD-2 semantics plus
+//! compare-and-swap and fetch-and-add, typed error codes, and capabilities
+//! with their MAC. `docs/PROTOCOL.md` describes the same bytes for people.
+
+pub mod cap;
+pub mod error;
+pub mod frame;
+pub mod msg;
+
+pub use cap::{CapError, Capability, KeyRing, rights};
+pub use error::{ErrorCode, WireError};
+pub use frame::{Frame, FrameError, Kind, Limits, Prefix};
+pub use msg::{AttrKey, Command, Hello, Reply, Request, Response, Welcome};
+
+/// Protocol version spoken by this build. A peer with another major version
+/// is refused at the handshake.
+pub const PROTOCOL_VERSION: u16 = 1;
+
+#[cfg(test)]
+mod proptests;

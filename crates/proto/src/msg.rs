@@ -1,0 +1,413 @@
+//! Messages: the headers of Hello/Welcome/Request/Response frames, encoded
+//! with postcard (a documented, stable, compact serde format). Bulk data is
+//! never in a header: WRITE, APPEND and CREATE-AND-WRITE carry it as the
+//! frame payload, READ returns it as the response payload.
+
+use serde::{Deserialize, Serialize};
+
+use crate::cap::Capability;
+use crate::error::{ErrorCode, WireError};
+
+/// Most attributes one get or set list may name.
+pub const MAX_ATTR_LIST: usize = 1024;
+/// Largest attribute value.
+pub const MAX_ATTR_VALUE: usize = 64 * 1024;
+/// Most entries one LIST may return.
+pub const MAX_LIST: u32 = 10_000;
+/// Most objects one CREATE may make.
+pub const MAX_CREATE: u32 = 10_000;
+
+/// Client's opening message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hello {
+    /// Protocol version the client speaks.
+    pub version: u16,
+    /// Cluster it expects.
+    pub cluster_id: String,
+    /// OSD it expects.
+    pub osd_id: u32,
+    /// Free-form client name for logs.
+    pub client: String,
+}
+
+/// Server's answer to [`Hello`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Welcome {
+    /// Accepted: the limits the client must respect.
+    Ok {
+        /// Protocol version the server speaks.
+        version: u16,
+        /// Its cluster.
+        cluster_id: String,
+        /// Its id.
+        osd_id: u32,
+        /// Largest payload it accepts.
+        max_payload: u32,
+        /// Requests it processes at once per connection.
+        max_in_flight: u32,
+    },
+    /// Refused (version, cluster or OSD mismatch); the server closes.
+    Refused(WireError),
+}
+
+/// Attributes with their values, as carried in replies and set lists.
+pub type AttrList = Vec<(AttrKey, Vec<u8>)>;
+
+/// An attribute address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct AttrKey {
+    /// Page.
+    pub page: u32,
+    /// Number within the page.
+    pub number: u32,
+}
+
+/// The commands (T10 OSD-2 plus the seed-002 atomics).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Command {
+    /// Erase the OSD and make an empty store (right FORMAT).
+    Format {
+        /// Allocation policy: "extent" or "region".
+        policy: String,
+    },
+    /// Create a partition (rights CREATE|PARTITION).
+    CreatePartition {
+        /// Partition id.
+        pid: u64,
+    },
+    /// Remove an empty partition (rights REMOVE|PARTITION).
+    RemovePartition {
+        /// Partition id.
+        pid: u64,
+    },
+    /// Create `count` objects: from `oid` upward, or ids the OSD picks.
+    Create {
+        /// Partition.
+        pid: u64,
+        /// First id, or `None` to let the OSD pick.
+        oid: Option<u64>,
+        /// How many (1 ..= MAX_CREATE).
+        count: u32,
+    },
+    /// Remove an object.
+    Remove {
+        /// Partition.
+        pid: u64,
+        /// Object.
+        oid: u64,
+    },
+    /// Read `len` bytes at `offset` (short at the end).
+    Read {
+        /// Partition.
+        pid: u64,
+        /// Object.
+        oid: u64,
+        /// Byte offset.
+        offset: u64,
+        /// Bytes wanted.
+        len: u32,
+    },
+    /// Write the payload at `offset`.
+    Write {
+        /// Partition.
+        pid: u64,
+        /// Object.
+        oid: u64,
+        /// Byte offset.
+        offset: u64,
+    },
+    /// Append the payload; the reply says where.
+    Append {
+        /// Partition.
+        pid: u64,
+        /// Object.
+        oid: u64,
+    },
+    /// Create an object holding the payload, in one commit.
+    CreateAndWrite {
+        /// Partition.
+        pid: u64,
+        /// Object.
+        oid: u64,
+    },
+    /// Make everything acknowledged so far durable (it already is; this also
+    /// flushes the device).
+    Flush {
+        /// Partition.
+        pid: u64,
+    },
+    /// List object ids in `[lo, hi]` after `after`, with attributes per entry.
+    List {
+        /// Partition.
+        pid: u64,
+        /// Lowest id.
+        lo: u64,
+        /// Highest id.
+        hi: u64,
+        /// Continuation from the previous page.
+        after: Option<u64>,
+        /// Most entries.
+        max: u32,
+        /// Attributes to return for each entry.
+        attrs: Vec<AttrKey>,
+    },
+    /// Get attributes (the request's get list; empty = all).
+    GetAttributes {
+        /// Partition.
+        pid: u64,
+        /// Object.
+        oid: u64,
+    },
+    /// Set attributes (the request's set list).
+    SetAttributes {
+        /// Partition.
+        pid: u64,
+        /// Object.
+        oid: u64,
+    },
+    /// Compare-and-swap one attribute (empty expected = insert if absent;
+    /// empty new = remove if still equal). The old value is returned.
+    Cas {
+        /// Partition.
+        pid: u64,
+        /// Object.
+        oid: u64,
+        /// Attribute.
+        key: AttrKey,
+        /// Value expected.
+        expected: Vec<u8>,
+        /// Value to store.
+        new: Vec<u8>,
+    },
+    /// Fetch-and-add on an 8-byte little-endian counter attribute.
+    FetchAdd {
+        /// Partition.
+        pid: u64,
+        /// Object.
+        oid: u64,
+        /// Attribute.
+        key: AttrKey,
+        /// Amount added (wrapping).
+        delta: u64,
+    },
+    /// Set an object's version (revocation; right REVOKE).
+    SetVersion {
+        /// Partition.
+        pid: u64,
+        /// Object.
+        oid: u64,
+        /// New version.
+        version: u64,
+    },
+    /// Space and population of the OSD (no capability object range; right LIST).
+    Statfs,
+}
+
+impl Command {
+    /// The opcode carried in the frame prefix.
+    pub fn opcode(&self) -> u16 {
+        match self {
+            Command::Format { .. } => 1,
+            Command::CreatePartition { .. } => 2,
+            Command::RemovePartition { .. } => 3,
+            Command::Create { .. } => 4,
+            Command::Remove { .. } => 5,
+            Command::Read { .. } => 6,
+            Command::Write { .. } => 7,
+            Command::Append { .. } => 8,
+            Command::CreateAndWrite { .. } => 9,
+            Command::Flush { .. } => 10,
+            Command::List { .. } => 11,
+            Command::GetAttributes { .. } => 12,
+            Command::SetAttributes { .. } => 13,
+            Command::Cas { .. } => 14,
+            Command::FetchAdd { .. } => 15,
+            Command::SetVersion { .. } => 16,
+            Command::Statfs => 17,
+        }
+    }
+
+    /// A short name for metrics and logs.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Command::Format { .. } => "format",
+            Command::CreatePartition { .. } => "create_partition",
+            Command::RemovePartition { .. } => "remove_partition",
+            Command::Create { .. } => "create",
+            Command::Remove { .. } => "remove",
+            Command::Read { .. } => "read",
+            Command::Write { .. } => "write",
+            Command::Append { .. } => "append",
+            Command::CreateAndWrite { .. } => "create_and_write",
+            Command::Flush { .. } => "flush",
+            Command::List { .. } => "list",
+            Command::GetAttributes { .. } => "get_attributes",
+            Command::SetAttributes { .. } => "set_attributes",
+            Command::Cas { .. } => "cas",
+            Command::FetchAdd { .. } => "fetch_add",
+            Command::SetVersion { .. } => "set_version",
+            Command::Statfs => "statfs",
+        }
+    }
+
+    /// Whether repeating the command after a lost reply is harmless.
+    pub fn idempotent(&self) -> bool {
+        matches!(
+            self,
+            Command::Read { .. }
+                | Command::Flush { .. }
+                | Command::List { .. }
+                | Command::GetAttributes { .. }
+                | Command::Statfs
+        )
+    }
+
+    /// Whether the command carries a payload.
+    pub fn takes_payload(&self) -> bool {
+        matches!(
+            self,
+            Command::Write { .. } | Command::Append { .. } | Command::CreateAndWrite { .. }
+        )
+    }
+}
+
+/// A request header.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Request {
+    /// The capability authorising it (absent only on an insecure OSD).
+    pub cap: Option<Capability>,
+    /// What to do.
+    pub cmd: Command,
+    /// Attributes to return with the reply (any command on one object).
+    pub get: Vec<AttrKey>,
+    /// Attributes to set after the command succeeds (any command on one object).
+    pub set: Vec<(AttrKey, Vec<u8>)>,
+}
+
+/// What a successful command returns.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Reply {
+    /// Done.
+    Done,
+    /// Objects created.
+    Created(Vec<u64>),
+    /// Data read (in the payload); the object's size at the time.
+    Read {
+        /// Logical size of the object.
+        size: u64,
+    },
+    /// Where an append landed.
+    Appended {
+        /// Offset.
+        offset: u64,
+    },
+    /// A page of ids with their requested attributes.
+    Listed {
+        /// Entries: id and attributes (absent ones omitted).
+        entries: Vec<(u64, AttrList)>,
+        /// Continuation, if more.
+        next: Option<u64>,
+    },
+    /// Outcome of a compare-and-swap.
+    Cas {
+        /// Whether it swapped.
+        swapped: bool,
+        /// Value before.
+        old: Vec<u8>,
+    },
+    /// Counter value before a fetch-and-add.
+    FetchAdd {
+        /// Old value.
+        old: u64,
+    },
+    /// Space of the OSD.
+    Statfs {
+        /// Data bytes.
+        total_bytes: u64,
+        /// Free bytes.
+        free_bytes: u64,
+        /// Objects.
+        objects: u64,
+    },
+}
+
+/// A response header.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Response {
+    /// Outcome.
+    pub result: Result<Reply, WireError>,
+    /// Attributes asked for in the request's get list (or all, for GET ATTRIBUTES).
+    pub attrs: Vec<(AttrKey, Vec<u8>)>,
+}
+
+/// Encodes a header.
+pub fn encode<T: Serialize>(v: &T) -> Vec<u8> {
+    postcard::to_allocvec(v)
+        .unwrap_or_else(|e| unreachable!("postcard cannot fail on owned data: {e}"))
+}
+
+/// Decodes a header; trailing bytes are an error.
+pub fn decode<'a, T: Deserialize<'a>>(b: &'a [u8]) -> Result<T, WireError> {
+    let (v, rest) = postcard::take_from_bytes(b).map_err(|e| WireError::bad("header", e))?;
+    if !rest.is_empty() {
+        return Err(WireError::bad(
+            "header",
+            format!("{} trailing bytes", rest.len()),
+        ));
+    }
+    Ok(v)
+}
+
+impl Request {
+    /// Checks the bounds the protocol sets on a request.
+    pub fn validate(&self, payload_len: usize) -> Result<(), WireError> {
+        if self.get.len() > MAX_ATTR_LIST || self.set.len() > MAX_ATTR_LIST {
+            return Err(WireError::bad(
+                "attribute list",
+                format!("more than {MAX_ATTR_LIST} entries"),
+            ));
+        }
+        if let Some((k, v)) = self.set.iter().find(|(_, v)| v.len() > MAX_ATTR_VALUE) {
+            return Err(WireError::bad(
+                "attribute value",
+                format!(
+                    "{}:{} is {} bytes, limit {MAX_ATTR_VALUE}",
+                    k.page,
+                    k.number,
+                    v.len()
+                ),
+            ));
+        }
+        if payload_len > 0 && !self.cmd.takes_payload() {
+            return Err(WireError::bad(
+                "payload",
+                format!("{} takes no payload", self.cmd.name()),
+            ));
+        }
+        match &self.cmd {
+            Command::Create { count, .. } if *count == 0 || *count > MAX_CREATE => Err(
+                WireError::bad("count", format!("{count} not in 1..={MAX_CREATE}")),
+            ),
+            Command::List { max, attrs, .. } if *max > MAX_LIST || attrs.len() > MAX_ATTR_LIST => {
+                Err(WireError::bad(
+                    "max",
+                    format!("lists return at most {MAX_LIST} entries"),
+                ))
+            }
+            Command::Cas { expected, new, .. }
+                if expected.len() > MAX_ATTR_VALUE || new.len() > MAX_ATTR_VALUE =>
+            {
+                Err(WireError::bad(
+                    "cas value",
+                    format!("limit {MAX_ATTR_VALUE} bytes"),
+                ))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// The error code's stable number (for metrics and docs).
+pub fn code_number(c: ErrorCode) -> u16 {
+    c as u16
+}

@@ -1,0 +1,134 @@
+//! `tessera osd`: run an object storage device daemon on a store, and
+//! `tessera keygen`: make its key file.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context, bail};
+use osd::exec::{Ctx, StoreHandle};
+use osd::keys::KeyFile;
+use osd::server::{Osd, ServerConfig};
+use store::{OpenOptions, Store};
+
+/// Serve a store over the network as an OSD.
+///
+/// Every request must carry a capability signed with one of the key file's
+/// secrets (shared only with the MDS). The daemon stops cleanly on SIGTERM
+/// or Ctrl-C: it stops accepting, finishes requests in flight, flushes the
+/// store and exits 0.
+///
+/// Example: tessera keygen --out osd0.key --cluster demo --osd-id 0
+///          tessera osd --store osd0.img --listen 0.0.0.0:7000 --key-file osd0.key --metrics 127.0.0.1:9100
+#[derive(clap::Args)]
+pub struct Args {
+    /// The store (block device or file made by `tessera mkfs`).
+    #[arg(long)]
+    store: PathBuf,
+    /// Address to serve the protocol on.
+    #[arg(long, default_value = "127.0.0.1:7000")]
+    listen: SocketAddr,
+    /// Key file (TOML: cluster_id, osd_id, one or two keys); see `tessera keygen`.
+    #[arg(long)]
+    key_file: PathBuf,
+    /// Address for the Prometheus `/metrics` endpoint.
+    #[arg(long)]
+    metrics: Option<SocketAddr>,
+    /// Accept requests without capabilities. Only for experiments on a
+    /// trusted network: anyone who can connect can read and destroy data.
+    #[arg(long)]
+    insecure: bool,
+    /// Requests processed at once per connection.
+    #[arg(long, default_value_t = 64)]
+    max_in_flight: u32,
+    /// Seconds a connection may sit idle before it is closed.
+    #[arg(long, default_value_t = 300)]
+    idle_timeout: u64,
+}
+
+/// Make an OSD key file with a fresh random secret (key version 1).
+#[derive(clap::Args)]
+pub struct KeygenArgs {
+    /// Where to write it (created with mode 0600).
+    #[arg(long)]
+    out: PathBuf,
+    /// Cluster id the OSD belongs to.
+    #[arg(long)]
+    cluster: String,
+    /// The OSD's id.
+    #[arg(long)]
+    osd_id: u32,
+    /// Overwrite an existing file.
+    #[arg(long)]
+    force: bool,
+}
+
+pub fn keygen(a: KeygenArgs) -> anyhow::Result<i32> {
+    if a.out.exists() && !a.force {
+        bail!(
+            "{} exists; pass --force to replace it (clients holding capabilities signed with the old key will be refused)",
+            a.out.display()
+        );
+    }
+    KeyFile::generate(&a.cluster, a.osd_id)
+        .save(&a.out)
+        .with_context(|| format!("cannot write {}", a.out.display()))?;
+    println!(
+        "wrote {} (cluster {}, OSD {}, key version 1)",
+        a.out.display(),
+        a.cluster,
+        a.osd_id
+    );
+    Ok(0)
+}
+
+pub fn run(a: Args) -> anyhow::Result<i32> {
+    let kf = KeyFile::load(&a.key_file).map_err(anyhow::Error::msg)?;
+    let dev = super::open_device(&a.store)?;
+    let store = Store::open(dev, &OpenOptions::default())
+        .with_context(|| format!("cannot open the store on {}", a.store.display()))?;
+    let keys = if a.insecure {
+        tracing::warn!(
+            "INSECURE MODE: capabilities are not checked; anyone who can connect can read, change and format this OSD"
+        );
+        eprintln!("warning: --insecure: capabilities are not checked");
+        None
+    } else {
+        Some(kf.ring().map_err(anyhow::Error::msg)?)
+    };
+    let handle = Arc::new(StoreHandle::new(a.store.clone(), store));
+    let ctx = Ctx {
+        store: handle.clone(),
+        keys,
+        osd_id: kf.osd_id,
+    };
+    let mut cfg = ServerConfig::new(&kf.cluster_id, kf.osd_id);
+    cfg.max_in_flight = a.max_in_flight.max(1);
+    cfg.idle_timeout = std::time::Duration::from_secs(a.idle_timeout.max(1));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(a.listen).await.with_context(|| format!("cannot listen on {}", a.listen))?;
+        let osd = Osd::new(ctx, cfg);
+        if let Some(m) = a.metrics {
+            let ml = tokio::net::TcpListener::bind(m).await.with_context(|| format!("cannot listen on {m} for metrics"))?;
+            tokio::spawn(osd::metrics::serve(ml, osd.metrics.clone(), handle.clone()));
+        }
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending::<()>().await } } => {}
+            }
+            let _ = tx.send(true);
+        });
+        tracing::info!(listen = %a.listen, osd = kf.osd_id, cluster = %kf.cluster_id, "OSD serving");
+        println!("OSD {} of cluster {} serving {} on {}", kf.osd_id, kf.cluster_id, a.store.display(), listener.local_addr()?);
+        osd.serve(listener, rx).await?;
+        println!("OSD stopped cleanly");
+        Ok::<_, anyhow::Error>(())
+    })?;
+    Ok(0)
+}
