@@ -27,18 +27,54 @@ pub struct Partition {
 }
 
 /// All metadata: partitions and their objects.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Meta {
     /// Partitions by id.
     pub partitions: BTreeMap<u64, Partition>,
     /// Objects by (partition, object id), in id order.
     pub objects: BTreeMap<(u64, u64), Onode>,
+    /// Upper bound of [`Meta::encode`]'s length, kept up to date by
+    /// [`Meta::apply`] in O(1) per attribute change and O(extents) per data
+    /// change, so the store can always keep room for its next checkpoint.
+    pub approx_bytes: u64,
+}
+
+const HEADER_BYTES: u64 = 24;
+const PARTITION_BYTES: u64 = 24;
+/// Key plus the fixed onode fields and counts.
+const ONODE_BYTES: u64 = 16 + 49 + 8;
+const ATTR_OVERHEAD: u64 = 12;
+
+/// Bytes an onode's data description takes in a checkpoint.
+fn data_bytes(o: &Onode) -> u64 {
+    let blocks: u64 = o.extents.iter().map(|e| e.len()).sum();
+    o.extents.len() as u64 * 20 + blocks * 4 + o.inline.as_ref().map_or(0, |d| 4 + d.len() as u64)
+}
+
+/// Bytes a whole onode takes in a checkpoint.
+fn onode_bytes(o: &Onode) -> u64 {
+    ONODE_BYTES
+        + data_bytes(o)
+        + o.attrs
+            .values()
+            .map(|v| ATTR_OVERHEAD + v.len() as u64)
+            .sum::<u64>()
 }
 
 /// A record that does not fit the current state (a bug or corruption).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("journal record does not apply: {0}")]
 pub struct ApplyError(pub String);
+
+impl Default for Meta {
+    fn default() -> Self {
+        Meta {
+            partitions: BTreeMap::new(),
+            objects: BTreeMap::new(),
+            approx_bytes: HEADER_BYTES,
+        }
+    }
+}
 
 impl Meta {
     /// Applies one record; returns the physical extents it released.
@@ -47,6 +83,9 @@ impl Meta {
             |pid: u64, oid: u64| ApplyError(format!("object {pid:#x}/{oid:#x} does not exist"));
         Ok(match rec {
             Record::CreatePartition { pid, time } => {
+                if !self.partitions.contains_key(pid) {
+                    self.approx_bytes += PARTITION_BYTES;
+                }
                 self.partitions.entry(*pid).or_insert(Partition {
                     created: *time,
                     next_oid: FIRST_USER_ID,
@@ -56,7 +95,9 @@ impl Meta {
             }
             Record::RemovePartition { pid } => {
                 let freed = self.remove_range(*pid);
-                self.partitions.remove(pid);
+                if self.partitions.remove(pid).is_some() {
+                    self.approx_bytes -= PARTITION_BYTES;
+                }
                 freed
             }
             Record::CreateObject { pid, oid, time } => {
@@ -67,6 +108,7 @@ impl Meta {
                     .ok_or_else(|| ApplyError(format!("partition {pid:#x} does not exist")))?;
                 part.objects += 1;
                 part.next_oid = part.next_oid.max(oid.saturating_add(1));
+                self.approx_bytes += ONODE_BYTES;
                 self.objects.insert(
                     (*pid, *oid),
                     Onode {
@@ -94,6 +136,7 @@ impl Meta {
                     .objects
                     .get_mut(&(*pid, *oid))
                     .ok_or_else(|| missing(*pid, *oid))?;
+                let before = data_bytes(o);
                 let freed = o.unmap(*first, *end);
                 o.inline = None;
                 o.map(extents.clone());
@@ -101,6 +144,7 @@ impl Meta {
                 o.data_mtime = *mtime;
                 o.large = *large;
                 o.generation += 1;
+                self.approx_bytes = self.approx_bytes + data_bytes(o) - before;
                 freed
             }
             Record::SetInline {
@@ -113,12 +157,14 @@ impl Meta {
                     .objects
                     .get_mut(&(*pid, *oid))
                     .ok_or_else(|| missing(*pid, *oid))?;
+                let before = data_bytes(o);
                 let freed = o.unmap(0, u64::MAX);
                 o.inline = Some(data.clone().into());
                 o.size = data.len() as u64;
                 o.data_mtime = *mtime;
                 o.large = false;
                 o.generation += 1;
+                self.approx_bytes = self.approx_bytes + data_bytes(o) - before;
                 freed
             }
             Record::Truncate {
@@ -133,6 +179,7 @@ impl Meta {
                     .ok_or_else(|| missing(*pid, *oid))?;
                 let unit = if o.large { unit_of_large } else { 1 };
                 let keep = size.div_ceil(BLOCK).next_multiple_of(unit);
+                let before = data_bytes(o);
                 let freed = o.unmap(keep, u64::MAX);
                 if let Some(d) = &mut o.inline {
                     let mut v = d.to_vec();
@@ -142,6 +189,7 @@ impl Meta {
                 o.size = *size;
                 o.data_mtime = *mtime;
                 o.generation += 1;
+                self.approx_bytes = self.approx_bytes + data_bytes(o) - before;
                 freed
             }
             Record::SetAttr {
@@ -156,11 +204,18 @@ impl Meta {
                     .objects
                     .get_mut(&(*pid, *oid))
                     .ok_or_else(|| missing(*pid, *oid))?;
-                if value.is_empty() {
-                    o.attrs.remove(&(*page, *number));
+                let old = if value.is_empty() {
+                    o.attrs.remove(&(*page, *number))
                 } else {
-                    o.attrs.insert((*page, *number), value.clone().into());
-                }
+                    o.attrs.insert((*page, *number), value.clone().into())
+                };
+                let cost = |n: usize| ATTR_OVERHEAD + n as u64;
+                self.approx_bytes += if value.is_empty() {
+                    0
+                } else {
+                    cost(value.len())
+                };
+                self.approx_bytes -= old.map_or(0, |v| cost(v.len()));
                 o.attr_mtime = *time;
                 Vec::new()
             }
@@ -181,6 +236,7 @@ impl Meta {
                 if let Some(p) = self.partitions.get_mut(&pid) {
                     p.objects -= 1;
                 }
+                self.approx_bytes -= onode_bytes(&o);
                 o.physical().collect()
             }
             None => Vec::new(),
@@ -224,7 +280,10 @@ impl Meta {
         if r.take(8, "meta.magic")? != b"TSRMETA1" {
             return Err(DecodeError::new("meta.magic", "not a metadata checkpoint"));
         }
-        let mut m = Meta::default();
+        let mut m = Meta {
+            approx_bytes: HEADER_BYTES,
+            ..Meta::default()
+        };
         let n = r.count(24, "meta.partitions")?;
         for _ in 0..n {
             let pid = r.u64("partition.id")?;
@@ -238,6 +297,7 @@ impl Meta {
                     objects: 0,
                 },
             );
+            m.approx_bytes += PARTITION_BYTES;
         }
         let n = r.u64("meta.objects")?;
         let mut prev: Option<(u64, u64)> = None;
@@ -258,6 +318,7 @@ impl Meta {
                 )
             })?;
             part.objects += 1;
+            m.approx_bytes += onode_bytes(&o);
             m.objects.insert(key, o);
         }
         if r.remaining() != 0 {

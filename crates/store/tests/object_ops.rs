@@ -303,7 +303,7 @@ fn everything_survives_reopen_and_checkpoints() {
 
 #[test]
 fn no_space_is_clean_and_space_comes_back() {
-    let (_d, s) = fresh(Policy::Extent);
+    let (d, s) = fresh(Policy::Extent);
     let chunk = vec![0xAB; 1 << 20];
     let mut ids = Vec::new();
     let err = loop {
@@ -315,6 +315,17 @@ fn no_space_is_clean_and_space_comes_back() {
     };
     assert!(matches!(err, StoreError::NoSpace { .. }), "{err}");
     assert!(ids.len() > 40);
+    // A full store still has room for its checkpoint: it reopens after a
+    // crash (replay + sealing checkpoint) and after a clean close.
+    let crash_dev = Arc::new(MemDevice::from_image(d.image()));
+    let crashed = Store::open(crash_dev.clone(), &OpenOptions::default()).unwrap();
+    crashed.close().unwrap();
+    Store::open(crash_dev, &OpenOptions::default())
+        .unwrap()
+        .close()
+        .unwrap();
+    drop(s);
+    let s = Store::open(d.clone(), &OpenOptions::default()).unwrap();
     let free_full = s.statfs().free_bytes;
     for id in &ids[..10] {
         s.remove(P, *id).unwrap();
@@ -326,4 +337,31 @@ fn no_space_is_clean_and_space_comes_back() {
     assert_eq!(s.read(P, ids[11], 0, 1 << 20).unwrap(), chunk);
     let r = store::fsck::fsck(s.device().clone(), |_, _| {}).unwrap();
     assert!(r.is_clean(), "{:?}", r.problems);
+}
+
+#[test]
+fn full_store_of_small_objects_reopens_after_crash_and_close() {
+    // Many small objects make the metadata large next to the data: the
+    // space kept for checkpoints must cover two of them (the old one stays
+    // allocated while a new one is written, at open after a crash and again
+    // at the next close).
+    let dev = Arc::new(MemDevice::new(32 << 20));
+    format(dev.clone(), &FormatOptions::default()).unwrap();
+    let s = Store::open(dev.clone(), &OpenOptions::default()).unwrap();
+    let data = vec![7u8; 8192];
+    let mut n = 0u64;
+    while s.create_and_write(P, 0x10000 + n, &data).is_ok() {
+        n += 1;
+    }
+    assert!(n > 1000, "{n}");
+    let crash_dev = Arc::new(MemDevice::from_image(dev.image()));
+    let reopened = Store::open(crash_dev.clone(), &OpenOptions::default()).unwrap();
+    assert_eq!(reopened.statfs().objects, n);
+    reopened.close().unwrap();
+    let again = Store::open(crash_dev, &OpenOptions::default()).unwrap();
+    assert_eq!(
+        again.read(P, 0x10000 + n - 1, 0, 10).unwrap(),
+        vec![7u8; 10]
+    );
+    again.close().unwrap();
 }

@@ -53,7 +53,14 @@ pub(crate) fn run(inner: Arc<Inner>) {
             st = inner.work_cv.wait(st).unwrap_or_else(|e| e.into_inner());
         }
         let stopping = st.stop;
-        let result = commit_one(&inner, st);
+        // A panic here must not leave callers waiting forever: it fails the store.
+        let result =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| commit_one(&inner, st)))
+                .unwrap_or_else(|_| {
+                    Err(StoreError::Failed(
+                        "the committer panicked (a bug); see the log".into(),
+                    ))
+                });
         let mut st = inner.lock();
         if let Err(e) = result {
             tracing::error!(error = %e, "commit failed; the store stops accepting changes");
@@ -83,6 +90,12 @@ fn commit_one(inner: &Inner, mut st: MutexGuard<'_, State>) -> Result<()> {
     if want_ckpt {
         st.ckpt_wanted = false;
         let snapshot = st.meta.encode();
+        debug_assert!(
+            snapshot.len() as u64 <= st.meta.approx_bytes,
+            "metadata bound {} below its encoding {}",
+            st.meta.approx_bytes,
+            snapshot.len()
+        );
         let extents = checkpoint::plan(snapshot.len() as u64, st.alloc.as_mut())?;
         let generation = st.slot_gen + 1;
         tracing::debug!(seq, generation, head = st.ring.head, records, "checkpoint");

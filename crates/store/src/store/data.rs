@@ -82,9 +82,14 @@ impl Inner {
 
     fn allocate(&self, class: Class, blocks: u64, goal: Option<u64>) -> Result<Vec<Extent>> {
         let mut st = self.lock_ok()?;
-        // Keep room for the next checkpoint so metadata can always commit.
-        let ckpt: u64 = st.ckpt_extents.iter().map(|e| e.len).sum();
-        let reserve = 2 * ckpt + 64;
+        // Keep room for two checkpoints: while a new one is written the old
+        // one still holds its blocks, and a checkpoint written at open (after
+        // a crash) must leave room for the next. `approx_bytes` bounds the
+        // metadata's encoded size; the rest is slack for chunk headers. With
+        // this reserve, metadata can always commit and the store can always
+        // be reopened, however full it is.
+        let est = st.meta.approx_bytes;
+        let reserve = (2 * est + est / 4).div_ceil(BLOCK) + 64;
         let free = st.alloc.free_blocks();
         if free < blocks + reserve {
             return Err(StoreError::NoSpace {
