@@ -8,6 +8,7 @@
 pub mod fio;
 pub mod loopdev;
 pub mod mix;
+pub mod osd_bench;
 pub mod plot;
 pub mod stats;
 pub mod store_bench;

@@ -64,10 +64,8 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
                 });
             }
         };
-        let mut header = BytesMut::zeroed(p.header_len as usize);
-        r.read_exact(&mut header).await?;
-        let mut payload = BytesMut::zeroed(p.payload_len as usize);
-        r.read_exact(&mut payload).await?;
+        let header = read_n(r, p.header_len as usize).await?;
+        let payload = read_n(r, p.payload_len as usize).await?;
         if let Err(err) = p.verify(&header, &payload) {
             return Err(ReadError::Bad {
                 err,
@@ -87,6 +85,18 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
         Err(_) => Err(ReadError::Slow(io)),
         Ok(r) => r,
     }
+}
+
+/// Reads exactly `n` bytes into a fresh buffer without zero-filling it first.
+async fn read_n<R: AsyncRead + Unpin>(r: &mut R, n: usize) -> std::io::Result<BytesMut> {
+    let mut b = BytesMut::with_capacity(n);
+    while b.len() < n {
+        let mut limited = (&mut *r).take((n - b.len()) as u64);
+        if limited.read_buf(&mut b).await? == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+    }
+    Ok(b)
 }
 
 /// Writes one frame (prefix, header, payload; the payload is not copied).

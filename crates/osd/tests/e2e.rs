@@ -29,6 +29,10 @@ struct TestOsd {
 }
 
 async fn start(insecure: bool) -> TestOsd {
+    start_with(insecure, |_| {}).await
+}
+
+async fn start_with(insecure: bool, tweak: impl FnOnce(&mut ServerConfig)) -> TestOsd {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("osd.img");
     let dev: Arc<dyn Device> = Arc::new(FileDevice::create(&path, 128 << 20).unwrap());
@@ -42,7 +46,9 @@ async fn start(insecure: bool) -> TestOsd {
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap().to_string();
-    let osd = Osd::new(ctx, ServerConfig::new("test", OSD));
+    let mut cfg = ServerConfig::new("test", OSD);
+    tweak(&mut cfg);
+    let osd = Osd::new(ctx, cfg);
     let (stop, rx) = tokio::sync::watch::channel(false);
     let task = tokio::spawn(osd.serve(listener, rx));
     TestOsd {
@@ -747,6 +753,52 @@ async fn handshake_refuses_wrong_cluster_or_osd_and_insecure_mode_needs_no_caps(
     }
     for (i, f) in futs.into_iter().enumerate() {
         assert_eq!(f.await.unwrap()[0], b"no caps here"[i % 12]);
+    }
+    t.stop.send(true).unwrap();
+    t.task.await.unwrap().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_and_slow_connections_are_closed_others_are_not() {
+    let t = start_with(false, |c| {
+        c.idle_timeout = std::time::Duration::from_millis(300);
+        c.io_timeout = std::time::Duration::from_millis(300);
+    })
+    .await;
+    // Idle after the handshake: closed.
+    let mut idle = raw_handshake(&t.addr).await;
+    let mut b = [0u8; 8];
+    let n = tokio::time::timeout(std::time::Duration::from_secs(5), idle.read(&mut b))
+        .await
+        .unwrap()
+        .unwrap_or(0);
+    assert_eq!(n, 0, "an idle connection is closed");
+    // A frame that starts but never finishes: closed.
+    let mut slow = raw_handshake(&t.addr).await;
+    let req = Request {
+        cap: Some(all(P)),
+        cmd: Command::Statfs,
+        get: vec![],
+        set: vec![],
+    };
+    let bytes = osd::wire::frame(proto::Kind::Request, 17, 1, &req, Bytes::new()).to_vec();
+    slow.write_all(&bytes[..10]).await.unwrap();
+    let n = tokio::time::timeout(std::time::Duration::from_secs(5), slow.read(&mut b))
+        .await
+        .unwrap()
+        .unwrap_or(0);
+    assert_eq!(n, 0, "a slow frame closes its connection");
+    // A busy client is unaffected.
+    let c = client(&t.addr, 1).await;
+    for _ in 0..5 {
+        c.run(
+            Some(&cap(ROOT, 0, 0, rights::LIST)),
+            Command::Statfs,
+            Bytes::new(),
+        )
+        .await
+        .unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
     t.stop.send(true).unwrap();
     t.task.await.unwrap().unwrap();

@@ -27,10 +27,33 @@ pub enum BenchCmd {
         #[arg(long, default_value = "./tessera-data/bench")]
         dir: PathBuf,
     },
+    /// The OSD over loopback TCP against the same store in-process: 512 KiB
+    /// writes and reads and 4 KiB create-and-writes at queue depth 1 and 16,
+    /// in one run. Prints both and the ratio.
+    Osd {
+        /// Fewer operations (about half a minute).
+        #[arg(long)]
+        quick: bool,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// Where the store file goes (written in full first).
+        #[arg(long, default_value = "./tessera-data/bench")]
+        dir: PathBuf,
+    },
 }
 
 pub fn run(c: BenchCmd) -> anyhow::Result<i32> {
     match c {
+        BenchCmd::Osd { quick, json, dir } => {
+            let pairs = bench::osd_bench::run(&dir, if quick { 400 } else { 2000 })?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&pairs)?);
+            } else {
+                bench::osd_bench::print(&pairs);
+            }
+            Ok(0)
+        }
         BenchCmd::Store { quick, json, dir } => {
             let cfg = if quick {
                 bench::store_bench::Config::quick(dir.clone())

@@ -1,0 +1,308 @@
+//! `tessera bench osd`: what the network costs. The same operations (512 KiB
+//! writes and reads, 4 KiB create-and-writes) at queue depth 1 and 16, first
+//! on the store in-process, then through an OSD over loopback TCP (real
+//! sockets, capabilities checked), in one run on one store; reports both and
+//! the ratio.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use anyhow::Context;
+use bytes::Bytes;
+use osd::client::{ClientConfig, OsdClient};
+use osd::exec::{Ctx, StoreHandle, now_ms};
+use osd::server::{Osd, ServerConfig};
+use proto::{Capability, KeyRing, rights};
+use serde::Serialize;
+use store::device::{Device, FileDevice};
+use store::{DEFAULT_PARTITION as P, FormatOptions, OpenOptions, Store};
+
+use crate::stats::PhaseResult;
+
+/// One comparison.
+#[derive(Debug, Clone, Serialize)]
+pub struct Pair {
+    /// Operation.
+    pub op: String,
+    /// Queue depth.
+    pub depth: usize,
+    /// In-process figures.
+    pub local: PhaseResult,
+    /// Over-the-network figures.
+    pub remote: PhaseResult,
+    /// remote MB/s (or ops/s for small ops) ÷ local.
+    pub ratio: f64,
+}
+
+/// Fills a file with zeros so O_DIRECT writes never hit unwritten extents.
+fn prefill(path: &Path, len: u64) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut f =
+        std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
+    let chunk = vec![0u8; 8 << 20];
+    let mut left = len;
+    while left > 0 {
+        let n = left.min(chunk.len() as u64) as usize;
+        f.write_all(&chunk[..n])?;
+        left -= n as u64;
+    }
+    f.sync_all()?;
+    Ok(())
+}
+
+const KEY: [u8; 32] = [0x42; 32];
+
+/// Runs the benchmark with `ops` operations per phase.
+pub fn run(dir: &Path, ops: u64) -> anyhow::Result<Vec<Pair>> {
+    std::fs::create_dir_all(dir)?;
+    let path: PathBuf = dir.join("osd-bench.img");
+    let per_run = ops * (512 << 10) * 2 + ops * 8192;
+    prefill(&path, (per_run * 3).max(1 << 30))?;
+    let dev: Arc<dyn Device> = Arc::new(FileDevice::open(&path)?);
+    store::format(
+        dev.clone(),
+        &FormatOptions {
+            force: true,
+            ..FormatOptions::default()
+        },
+    )?;
+    let s = Arc::new(Store::open(dev, &OpenOptions::default())?);
+    let big = Bytes::from(vec![0xA5u8; 512 << 10]);
+    let small = Bytes::from(vec![0x5Au8; 4096]);
+    let next = Arc::new(AtomicU64::new(0x10000));
+    let mut local = Vec::new();
+    for depth in [1usize, 16] {
+        let ids: Vec<u64> = (0..ops)
+            .map(|_| next.fetch_add(1, Ordering::Relaxed))
+            .collect();
+        local.push(threads("write-512k", depth, &ids, |id| {
+            s.create_and_write(P, id, &big).map(|()| big.len() as u64)
+        })?);
+        local.push(threads("read-512k", depth, &ids, |id| {
+            s.read(P, id, 0, big.len() as u64).map(|d| d.len() as u64)
+        })?);
+        let small_ids: Vec<u64> = (0..ops)
+            .map(|_| next.fetch_add(1, Ordering::Relaxed))
+            .collect();
+        local.push(threads("create-write-4k", depth, &small_ids, |id| {
+            s.create_and_write(P, id, &small).map(|()| 4096)
+        })?);
+    }
+    let store = Arc::try_unwrap(s).map_err(|_| anyhow::anyhow!("store still shared"))?;
+    let handle = Arc::new(StoreHandle::new(path.clone(), store));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let remote = rt.block_on(async {
+        let ctx = Ctx {
+            store: handle.clone(),
+            keys: Some(KeyRing::new(vec![(1, KEY)]).map_err(anyhow::Error::msg)?),
+            osd_id: 1,
+        };
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?.to_string();
+        let server = Osd::new(ctx, ServerConfig::new("bench", 1));
+        let (stop, rx) = tokio::sync::watch::channel(false);
+        let task = tokio::spawn(server.serve(listener, rx));
+        let mut cfg = ClientConfig::new("bench", 1);
+        cfg.connections = 4;
+        let c = Arc::new(OsdClient::connect(&addr, cfg).await?);
+        let cap = Capability::sign(
+            &KEY,
+            1,
+            1,
+            P,
+            0,
+            u64::MAX,
+            rights::ALL,
+            now_ms() + 3_600_000,
+            u64::MAX,
+        );
+        let mut out = Vec::new();
+        for depth in [1usize, 16] {
+            let ids: Vec<u64> = (0..ops)
+                .map(|_| next.fetch_add(1, Ordering::Relaxed))
+                .collect();
+            let (c1, cap1, b1) = (c.clone(), cap.clone(), big.clone());
+            out.push(
+                tasks("write-512k", depth, ids.clone(), move |id| {
+                    let (c, cap, b) = (c1.clone(), cap1.clone(), b1.clone());
+                    async move {
+                        c.create_and_write(Some(&cap), P, id, b)
+                            .await
+                            .map(|()| 512 << 10)
+                    }
+                })
+                .await?,
+            );
+            let (c2, cap2) = (c.clone(), cap.clone());
+            out.push(
+                tasks("read-512k", depth, ids, move |id| {
+                    let (c, cap) = (c2.clone(), cap2.clone());
+                    async move {
+                        c.read(Some(&cap), P, id, 0, 512 << 10)
+                            .await
+                            .map(|d| d.len() as u64)
+                    }
+                })
+                .await?,
+            );
+            let small_ids: Vec<u64> = (0..ops)
+                .map(|_| next.fetch_add(1, Ordering::Relaxed))
+                .collect();
+            let (c3, cap3, s3) = (c.clone(), cap.clone(), small.clone());
+            out.push(
+                tasks("create-write-4k", depth, small_ids, move |id| {
+                    let (c, cap, b) = (c3.clone(), cap3.clone(), s3.clone());
+                    async move {
+                        c.create_and_write(Some(&cap), P, id, b)
+                            .await
+                            .map(|()| 4096)
+                    }
+                })
+                .await?,
+            );
+        }
+        drop(c);
+        let _ = stop.send(true);
+        task.await??;
+        Ok::<_, anyhow::Error>(out)
+    })?;
+    let _ = std::fs::remove_file(&path);
+    Ok(local
+        .into_iter()
+        .zip(remote)
+        .map(|(l, r)| {
+            let ratio = if l.phase.contains("4k") {
+                r.ops_per_s / l.ops_per_s.max(1e-9)
+            } else {
+                r.mb_per_s / l.mb_per_s.max(1e-9)
+            };
+            Pair {
+                op: l.phase.clone(),
+                depth: l.workers,
+                local: l,
+                remote: r,
+                ratio,
+            }
+        })
+        .collect())
+}
+
+fn threads<E: std::fmt::Display>(
+    name: &str,
+    depth: usize,
+    ids: &[u64],
+    op: impl Fn(u64) -> Result<u64, E> + Sync,
+) -> anyhow::Result<PhaseResult> {
+    let next = AtomicU64::new(0);
+    let started = Instant::now();
+    let parts: Vec<anyhow::Result<(Vec<f64>, u64)>> = std::thread::scope(|sc| {
+        let hs: Vec<_> = (0..depth)
+            .map(|_| {
+                sc.spawn(|| {
+                    let (mut lat, mut bytes) = (Vec::new(), 0);
+                    while let Some(&id) = ids.get(next.fetch_add(1, Ordering::Relaxed) as usize) {
+                        let t = Instant::now();
+                        bytes += op(id).map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
+                        lat.push(t.elapsed().as_secs_f64());
+                    }
+                    Ok((lat, bytes))
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("worker panicked")))
+            })
+            .collect()
+    });
+    collect("in-process", name, depth, parts, started)
+}
+
+async fn tasks<F, Fut, E>(
+    name: &str,
+    depth: usize,
+    ids: Vec<u64>,
+    op: F,
+) -> anyhow::Result<PhaseResult>
+where
+    F: Fn(u64) -> Fut + Send + Sync + Clone + 'static,
+    Fut: std::future::Future<Output = Result<u64, E>> + Send,
+    E: std::fmt::Display,
+{
+    let ids = Arc::new(ids);
+    let next = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let mut hs = Vec::new();
+    for _ in 0..depth {
+        let (ids, next, op) = (ids.clone(), next.clone(), op.clone());
+        let name = name.to_string();
+        hs.push(tokio::spawn(async move {
+            let (mut lat, mut bytes) = (Vec::new(), 0);
+            while let Some(&id) = ids.get(next.fetch_add(1, Ordering::Relaxed) as usize) {
+                let t = Instant::now();
+                bytes += op(id).await.map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
+                lat.push(t.elapsed().as_secs_f64());
+            }
+            Ok::<_, anyhow::Error>((lat, bytes))
+        }));
+    }
+    let mut parts = Vec::new();
+    for h in hs {
+        parts.push(
+            h.await
+                .unwrap_or_else(|_| Err(anyhow::anyhow!("task panicked"))),
+        );
+    }
+    collect("osd-loopback", name, depth, parts, started)
+}
+
+fn collect(
+    target: &str,
+    name: &str,
+    depth: usize,
+    parts: Vec<anyhow::Result<(Vec<f64>, u64)>>,
+    started: Instant,
+) -> anyhow::Result<PhaseResult> {
+    let secs = started.elapsed().as_secs_f64();
+    let (mut lat, mut bytes) = (Vec::new(), 0);
+    for p in parts {
+        let (l, b) = p?;
+        lat.extend(l);
+        bytes += b;
+    }
+    Ok(PhaseResult::from_latencies(
+        target, name, depth, lat, bytes, secs,
+    ))
+}
+
+/// Prints the comparison.
+pub fn print(pairs: &[Pair]) {
+    println!(
+        "{:<16} {:>3} {:>12} {:>12} {:>10} {:>10} {:>8}",
+        "op", "qd", "local MB/s", "OSD MB/s", "local op/s", "OSD op/s", "ratio"
+    );
+    for p in pairs {
+        println!(
+            "{:<16} {:>3} {:>12.1} {:>12.1} {:>10.0} {:>10.0} {:>7.2}x",
+            p.op,
+            p.depth,
+            p.local.mb_per_s,
+            p.remote.mb_per_s,
+            p.local.ops_per_s,
+            p.remote.ops_per_s,
+            p.ratio
+        );
+    }
+    if let Some(p) = pairs.iter().find(|p| p.op == "write-512k" && p.depth == 16) {
+        println!(
+            "512 KiB writes at depth 16 over loopback: {:.2} of in-process (target ≥ 0.85: {})",
+            p.ratio,
+            if p.ratio >= 0.85 { "met" } else { "NOT met" }
+        );
+    }
+}
