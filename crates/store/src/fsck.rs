@@ -104,7 +104,7 @@ pub fn fsck(dev: Arc<dyn Device>, mut progress: impl FnMut(u64, u64)) -> Result<
         .map(|o| o.extents.iter().map(|e| e.len()).sum::<u64>())
         .sum();
     let mut done = 0;
-    for ((pid, oid), o) in &rec.meta.objects {
+    for ((pid, oid), o) in rec.meta.objects.iter() {
         for e in &o.extents {
             if e.pblock + e.len() > label.data_blocks() {
                 continue;

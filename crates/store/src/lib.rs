@@ -22,6 +22,7 @@ pub mod journal;
 pub mod meta;
 pub mod onode;
 pub mod store;
+pub mod table;
 
 pub use error::{Result, StoreError};
 pub use format::label::Policy;

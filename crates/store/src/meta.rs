@@ -11,6 +11,7 @@ use crate::device::BLOCK;
 use crate::format::codec::{DecodeError, Reader, Writer};
 use crate::journal::record::Record;
 use crate::onode::Onode;
+use crate::table::ObjectTable;
 
 /// First object id users may use; ids below are reserved (T10 OSD).
 pub const FIRST_USER_ID: u64 = 0x10000;
@@ -32,7 +33,7 @@ pub struct Meta {
     /// Partitions by id.
     pub partitions: BTreeMap<u64, Partition>,
     /// Objects by (partition, object id), in id order.
-    pub objects: BTreeMap<(u64, u64), Onode>,
+    pub objects: ObjectTable,
     /// Upper bound of [`Meta::encode`]'s length, kept up to date by
     /// [`Meta::apply`] in O(1) per attribute change and O(extents) per data
     /// change, so the store can always keep room for its next checkpoint.
@@ -70,7 +71,7 @@ impl Default for Meta {
     fn default() -> Self {
         Meta {
             partitions: BTreeMap::new(),
-            objects: BTreeMap::new(),
+            objects: ObjectTable::default(),
             approx_bytes: HEADER_BYTES,
         }
     }
@@ -132,11 +133,11 @@ impl Meta {
                 mtime,
                 large,
             } => {
-                let o = self
+                let mut o = self
                     .objects
                     .get_mut(&(*pid, *oid))
                     .ok_or_else(|| missing(*pid, *oid))?;
-                let before = data_bytes(o);
+                let before = data_bytes(&o);
                 let freed = o.unmap(*first, *end);
                 o.inline = None;
                 o.map(extents.clone());
@@ -144,7 +145,7 @@ impl Meta {
                 o.data_mtime = *mtime;
                 o.large = *large;
                 o.generation += 1;
-                self.approx_bytes = self.approx_bytes + data_bytes(o) - before;
+                self.approx_bytes = self.approx_bytes + data_bytes(&o) - before;
                 freed
             }
             Record::SetInline {
@@ -153,18 +154,18 @@ impl Meta {
                 data,
                 mtime,
             } => {
-                let o = self
+                let mut o = self
                     .objects
                     .get_mut(&(*pid, *oid))
                     .ok_or_else(|| missing(*pid, *oid))?;
-                let before = data_bytes(o);
+                let before = data_bytes(&o);
                 let freed = o.unmap(0, u64::MAX);
                 o.inline = Some(data.clone().into());
                 o.size = data.len() as u64;
                 o.data_mtime = *mtime;
                 o.large = false;
                 o.generation += 1;
-                self.approx_bytes = self.approx_bytes + data_bytes(o) - before;
+                self.approx_bytes = self.approx_bytes + data_bytes(&o) - before;
                 freed
             }
             Record::Truncate {
@@ -173,13 +174,13 @@ impl Meta {
                 size,
                 mtime,
             } => {
-                let o = self
+                let mut o = self
                     .objects
                     .get_mut(&(*pid, *oid))
                     .ok_or_else(|| missing(*pid, *oid))?;
                 let unit = if o.large { unit_of_large } else { 1 };
                 let keep = size.div_ceil(BLOCK).next_multiple_of(unit);
-                let before = data_bytes(o);
+                let before = data_bytes(&o);
                 let freed = o.unmap(keep, u64::MAX);
                 if let Some(d) = &mut o.inline {
                     let mut v = d.to_vec();
@@ -189,7 +190,7 @@ impl Meta {
                 o.size = *size;
                 o.data_mtime = *mtime;
                 o.generation += 1;
-                self.approx_bytes = self.approx_bytes + data_bytes(o) - before;
+                self.approx_bytes = self.approx_bytes + data_bytes(&o) - before;
                 freed
             }
             Record::SetAttr {
@@ -200,7 +201,7 @@ impl Meta {
                 value,
                 time,
             } => {
-                let o = self
+                let mut o = self
                     .objects
                     .get_mut(&(*pid, *oid))
                     .ok_or_else(|| missing(*pid, *oid))?;
@@ -220,7 +221,7 @@ impl Meta {
                 Vec::new()
             }
             Record::SetVersion { pid, oid, version } => {
-                let o = self
+                let mut o = self
                     .objects
                     .get_mut(&(*pid, *oid))
                     .ok_or_else(|| missing(*pid, *oid))?;
@@ -265,7 +266,7 @@ impl Meta {
             w.u64(p.next_oid);
         }
         w.u64(self.objects.len() as u64);
-        for ((pid, oid), o) in &self.objects {
+        for ((pid, oid), o) in self.objects.iter() {
             w.u64(*pid);
             w.u64(*oid);
             o.encode(&mut w);

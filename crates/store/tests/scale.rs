@@ -77,6 +77,10 @@ fn one_million_small_objects() {
     println!(
         "crash recovery (50,000 journaled changes after the last checkpoint): {recovery:.2} s"
     );
+    assert!(
+        per_object <= 128.0,
+        "{per_object:.0} bytes of memory per object"
+    );
     assert!(clean_open < 3.0, "clean open took {clean_open:.2} s");
     assert!(recovery < 5.0, "recovery took {recovery:.2} s");
 }

@@ -360,7 +360,7 @@ impl Store {
         loop {
             let (size, inline, pieces, generation, b0) = {
                 let mut st = self.inner.lock();
-                let o = st
+                let mut o = st
                     .meta
                     .objects
                     .get_mut(&(pid, oid))

@@ -331,7 +331,7 @@ impl Store {
             .get(&(pid, oid))
             .ok_or_else(|| self.missing(&st.meta, pid, oid))?;
         if page < FIRST_USER_PAGE {
-            return Ok(standard(pid, oid, o, page, number));
+            return Ok(standard(pid, oid, &o, page, number));
         }
         Ok(o.attrs.get(&(page, number)).map(|v| v.to_vec()))
     }
@@ -347,7 +347,7 @@ impl Store {
             .ok_or_else(|| self.missing(&st.meta, pid, oid))?;
         let mut v: Vec<_> = STANDARD
             .iter()
-            .filter_map(|&(p, n)| standard(pid, oid, o, p, n).map(|x| ((p, n), x)))
+            .filter_map(|&(p, n)| standard(pid, oid, &o, p, n).map(|x| ((p, n), x)))
             .collect();
         v.extend(o.attrs.iter().map(|(k, x)| (*k, x.to_vec())));
         Ok(v)

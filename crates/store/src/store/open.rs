@@ -442,7 +442,7 @@ pub(crate) fn rebuild_alloc(
             owners.insert(e.start, "the checkpoint".into());
         }
     }
-    for ((pid, oid), o) in &meta.objects {
+    for ((pid, oid), o) in meta.objects.iter() {
         if let Err(why) = o.check(label.large_blocks(), label.data_blocks(), label.inline_max) {
             fail(format!("object {pid:#x}/{oid:#x}: {why}"), problems)?;
             continue;
