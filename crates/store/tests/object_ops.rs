@@ -129,6 +129,50 @@ fn small_object_grows_into_a_large_block() {
 }
 
 #[test]
+fn a_small_object_stays_in_one_region_as_it_grows() {
+    let dev = Arc::new(MemDevice::new(16 << 20));
+    let opts = FormatOptions {
+        policy: Policy::Region,
+        large_block: 64 * 1024,
+        region_size: Some(1 << 20),
+        ..FormatOptions::default()
+    };
+    format(dev.clone(), &opts).unwrap();
+    let s = Store::open(dev, &OpenOptions::default()).unwrap();
+    let region_of = |b: u64| b / 256;
+    // One small object, then neighbours that fill its region.
+    s.create_and_write(P, 0x10000, &pattern(8192, 1)).unwrap();
+    for i in 1..40u64 {
+        s.create_and_write(P, 0x10000 + i, &pattern(40_000, i as u8))
+            .unwrap();
+    }
+    let first = s.layout(P, 0x10000).unwrap()[0].1;
+    // Grow it (still small: below 3/4 of a large block) past what its region has left.
+    let mut want = pattern(8192, 1);
+    for k in 0..4u8 {
+        let more = pattern(9000, 50 + k);
+        s.append(P, 0x10000, &more).unwrap();
+        want.extend_from_slice(&more);
+        let layout = s.layout(P, 0x10000).unwrap();
+        let r = region_of(layout[0].1);
+        assert!(
+            layout
+                .iter()
+                .all(|&(_, p, n)| region_of(p) == r && region_of(p + n - 1) == r),
+            "{layout:?}"
+        );
+    }
+    assert_ne!(
+        region_of(s.layout(P, 0x10000).unwrap()[0].1),
+        region_of(first),
+        "it had to move"
+    );
+    assert_eq!(s.read(P, 0x10000, 0, 1 << 20).unwrap(), want);
+    let r = store::fsck::fsck(s.device().clone(), |_, _| {}).unwrap();
+    assert!(r.is_clean(), "{:?}", r.problems);
+}
+
+#[test]
 fn attributes_cas_and_fetch_add() {
     let (_d, s) = fresh(Policy::Extent);
     let id = s.create(P, None).unwrap();

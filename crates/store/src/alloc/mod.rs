@@ -111,6 +111,12 @@ pub trait Allocator: Send {
     /// Policy name.
     fn name(&self) -> &'static str;
 
+    /// Whether `blocks` small blocks can be placed in the same placement
+    /// group (region) as `goal`. Policies without groups always say yes.
+    fn fits_with(&self, _blocks: u64, _goal: u64) -> bool {
+        true
+    }
+
     /// Free-space shape summary.
     fn free_stats(&self) -> FreeStats {
         let f = self.free_extents();

@@ -475,4 +475,8 @@ impl Allocator for RegionAllocator {
     fn name(&self) -> &'static str {
         "region"
     }
+    fn fits_with(&self, blocks: u64, goal: u64) -> bool {
+        let r = &self.regions[self.region_of(goal.min(self.total.saturating_sub(1)))];
+        r.kind == Kind::Small && r.free_blocks(self.large) >= blocks
+    }
 }

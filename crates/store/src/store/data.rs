@@ -219,9 +219,20 @@ impl Inner {
         }
         let region = self.label.policy == Policy::Region;
         let convert = region && !snap.large && new_size >= self.large_threshold();
+        // OBFS keeps a small object inside one region: if the new blocks no
+        // longer fit in the region the object lives in, the whole object
+        // moves to a region with room for all of it.
+        let relocate = region
+            && !snap.large
+            && !convert
+            && snap.extents.first().is_some_and(|e| {
+                let need = end.div_ceil(BLOCK) - off / BLOCK;
+                !self.lock().alloc.fits_with(need, e.pblock)
+            });
         let large = snap.large || convert;
+        let whole = convert || relocate;
         let unit = if large { self.label.large_blocks() } else { 1 };
-        let (b0, b1) = if convert || snap.inline.is_some() {
+        let (b0, b1) = if whole || snap.inline.is_some() {
             (0, new_size.div_ceil(BLOCK).next_multiple_of(unit))
         } else {
             (
@@ -237,7 +248,7 @@ impl Inner {
             extents: snap.extents.clone(),
             ..Onode::default()
         };
-        if convert {
+        if whole {
             self.read_mapped(pid, oid, &probe.mapped(b0, b1), b0, &mut buf)?;
         } else {
             if off > b0 * BLOCK {

@@ -304,6 +304,22 @@ impl Store {
         })
     }
 
+    /// The block map: (first logical block, first data block, blocks) per
+    /// extent, for inspection (`tessera store stat`) and layout tests.
+    pub fn layout(&self, pid: u64, oid: u64) -> Result<Vec<(u64, u64, u64)>> {
+        check_ids(pid, oid)?;
+        let st = self.inner.lock();
+        let o = st
+            .meta
+            .objects
+            .get(&(pid, oid))
+            .ok_or_else(|| self.missing(&st.meta, pid, oid))?;
+        Ok(o.extents
+            .iter()
+            .map(|e| (e.lblock, e.pblock, e.len()))
+            .collect())
+    }
+
     /// Space and population.
     pub fn statfs(&self) -> SpaceInfo {
         let st = self.inner.lock();

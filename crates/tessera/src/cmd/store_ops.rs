@@ -259,6 +259,13 @@ pub fn run(c: StoreCmd) -> anyhow::Result<i32> {
                         st.extents
                     );
                     println!("attributes  {}", st.attributes);
+                    let layout = s.layout(partition, id)?;
+                    for (l, p, n) in layout.iter().take(8) {
+                        println!("extent      logical block {l} -> data block {p}, {n} blocks");
+                    }
+                    if layout.len() > 8 {
+                        println!("extent      … {} more", layout.len() - 8);
+                    }
                     println!("created     {}", st.created);
                     println!("modified    {}", st.data_modified);
                 }
