@@ -48,7 +48,7 @@ impl Config {
     pub fn quick(dir: PathBuf) -> Self {
         Config {
             device_len: 2 << 30,
-            objects: 160,
+            objects: 320,
             workers: vec![1, 16],
             age_to: 0.6,
             fio_seconds: 3,
