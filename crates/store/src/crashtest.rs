@@ -34,6 +34,10 @@ pub struct CrashConfig {
     pub max_ops: u32,
     /// Start over from a fresh mkfs every this many cuts (alternating policy).
     pub reformat_every: u64,
+    /// Concurrent writers (each owns a disjoint set of objects, so each has
+    /// at most one operation in flight at the cut). With more than one, the
+    /// operations are seeded but their interleaving is the scheduler's.
+    pub threads: usize,
 }
 
 impl Default for CrashConfig {
@@ -44,6 +48,7 @@ impl Default for CrashConfig {
             device_len: 12 << 20,
             max_ops: 40,
             reformat_every: 50,
+            threads: 1,
         }
     }
 }
@@ -100,8 +105,9 @@ fn step(
     store: &Store,
     rng: &mut SmallRng,
     model: &BTreeMap<u64, State>,
+    objects: &[u64],
 ) -> (u64, Option<State>, Result<(), StoreError>) {
-    let i = rng.random_range(0..OBJECTS);
+    let i = objects[rng.random_range(0..objects.len())];
     let id = oid(i);
     let p = DEFAULT_PARTITION;
     let cur = model.get(&i).cloned().flatten();
@@ -194,6 +200,57 @@ fn step(
     }
 }
 
+/// What one writer did between two cuts.
+#[derive(Default)]
+struct Work {
+    /// Acknowledged states of its objects.
+    model: BTreeMap<u64, State>,
+    /// The operation in flight at the cut: its object and allowed states.
+    uncertain: Option<(u64, Vec<State>)>,
+    acknowledged: u64,
+    violations: Vec<String>,
+}
+
+/// Runs random operations on `objects` until `ops` are done or power fails.
+fn workload(
+    store: &Store,
+    dev: &FaultDevice,
+    rng: &mut SmallRng,
+    mut model: BTreeMap<u64, State>,
+    objects: &[u64],
+    ops: u32,
+    ctx: &str,
+) -> Work {
+    let mut w = Work::default();
+    for _ in 0..ops {
+        let (i, next, result) = step(store, rng, &model, objects);
+        tracing::debug!(object = i, ok = result.is_ok(), err = ?result.as_ref().err(), "crashtest op");
+        match result {
+            Ok(()) => {
+                w.acknowledged += 1;
+                if let Some(n) = next {
+                    model.insert(i, n);
+                }
+            }
+            Err(StoreError::NoSpace { .. }) => {}
+            Err(_) if !dev.powered() => {
+                if let Some(n) = next {
+                    let old = model.get(&i).cloned().flatten();
+                    w.uncertain = Some((i, vec![old, n]));
+                }
+                break;
+            }
+            Err(e) => {
+                w.violations
+                    .push(format!("{ctx}: unexpected error with power on: {e}"));
+                break;
+            }
+        }
+    }
+    w.model = model;
+    w
+}
+
 fn observe(store: &Store, i: u64) -> Result<State, StoreError> {
     let p = DEFAULT_PARTITION;
     match store.stat(p, oid(i)) {
@@ -248,14 +305,14 @@ pub fn run(
     let mut rng = SmallRng::seed_from_u64(cfg.seed);
     let mut image = Vec::new();
     let mut model: BTreeMap<u64, State> = BTreeMap::new();
-    let mut uncertain: Option<(u64, Vec<State>)> = None;
+    let mut uncertain: BTreeMap<u64, Vec<State>> = BTreeMap::new();
     for cut in 0..cfg.cuts {
         let cut_seed: u64 = rng.random();
         let ctx = format!("cut {cut} (run seed {}, cut seed {cut_seed:#x})", cfg.seed);
         if cut % cfg.reformat_every.max(1) == 0 {
             image = fresh_image(cfg, cut / cfg.reformat_every.max(1))?;
             model.clear();
-            uncertain = None;
+            uncertain.clear();
         }
         let mut crng = SmallRng::seed_from_u64(cut_seed);
         let dev = Arc::new(FaultDevice::from_image(std::mem::take(&mut image)));
@@ -282,7 +339,7 @@ pub fn run(
                     .push(format!("{ctx}: open after the cut failed: {e}"));
                 image = fresh_image(cfg, cut)?;
                 model.clear();
-                uncertain = None;
+                uncertain.clear();
                 report.cuts += 1;
                 continue;
             }
@@ -298,9 +355,9 @@ pub fn run(
                 }
             };
             let want = model.get(&i).cloned().flatten();
-            let allowed: Vec<State> = match &uncertain {
-                Some((u, states)) if *u == i => states.clone(),
-                _ => vec![want.clone()],
+            let allowed: Vec<State> = match uncertain.get(&i) {
+                Some(states) => states.clone(),
+                None => vec![want.clone()],
             };
             if allowed.contains(&seen) {
                 model.insert(i, seen);
@@ -318,34 +375,67 @@ pub fn run(
             }
         }
         // 3. Workload, then a power cut at a random device operation.
-        uncertain = None;
+        uncertain.clear();
         dev.cut_after(crng.random_range(0..120));
-        for _ in 0..crng.random_range(1..=cfg.max_ops) {
-            let before = model.clone();
-            let (i, next, result) = step(&store, &mut crng, &model);
-            tracing::debug!(cut, object = i, size_before = model.get(&i).and_then(|m| m.as_ref().map(|o| o.data.len())), ok = result.is_ok(), err = ?result.as_ref().err(), next = ?next.as_ref().map(|n| n.as_ref().map(|o| o.data.len())), "crashtest op");
-            match result {
-                Ok(()) => {
-                    report.acknowledged += 1;
-                    if let Some(n) = next {
-                        model.insert(i, n);
-                    }
-                }
-                Err(StoreError::NoSpace { .. }) => {}
-                Err(_) if !dev.powered() => {
-                    if let Some(n) = next {
-                        let old = before.get(&i).cloned().flatten();
-                        uncertain = Some((i, vec![old, n]));
-                        report.in_flight += 1;
-                    }
-                    break;
-                }
-                Err(e) => {
-                    report
-                        .violations
-                        .push(format!("{ctx}: unexpected error with power on: {e}"));
-                    break;
-                }
+        let threads = cfg.threads.max(1) as u64;
+        let parts: Vec<Vec<u64>> = (0..threads)
+            .map(|t| (0..OBJECTS).filter(|i| i % threads == t).collect())
+            .collect();
+        let works: Vec<Work> = if threads == 1 {
+            let ops = crng.random_range(1..=cfg.max_ops);
+            vec![workload(
+                &store,
+                &dev,
+                &mut crng,
+                model.clone(),
+                &parts[0],
+                ops,
+                &ctx,
+            )]
+        } else {
+            let seeds: Vec<(u64, u32)> = (0..threads)
+                .map(|_| (crng.random(), crng.random_range(1..=cfg.max_ops)))
+                .collect();
+            std::thread::scope(|sc| {
+                let hs: Vec<_> = parts
+                    .iter()
+                    .zip(&seeds)
+                    .map(|(objs, &(seed, ops))| {
+                        let mine: BTreeMap<u64, State> = objs
+                            .iter()
+                            .map(|i| (*i, model.get(i).cloned().flatten()))
+                            .collect();
+                        let (store, dev, ctx) = (&store, &dev, &ctx);
+                        sc.spawn(move || {
+                            workload(
+                                store,
+                                dev,
+                                &mut SmallRng::seed_from_u64(seed),
+                                mine,
+                                objs,
+                                ops,
+                                ctx,
+                            )
+                        })
+                    })
+                    .collect();
+                hs.into_iter()
+                    .map(|h| {
+                        h.join().unwrap_or_else(|_| Work {
+                            violations: vec![format!("{ctx}: a writer panicked")],
+                            ..Work::default()
+                        })
+                    })
+                    .collect()
+            })
+        };
+        for w in works {
+            report.acknowledged += w.acknowledged;
+            report.violations.extend(w.violations);
+            model.extend(w.model);
+            if let Some((i, states)) = w.uncertain {
+                uncertain.insert(i, states);
+                report.in_flight += 1;
             }
         }
         dev.cut_power();

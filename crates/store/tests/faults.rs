@@ -200,4 +200,11 @@ fn crash_test_short_run_has_no_violations() {
     assert_eq!(r.cuts, 60);
     assert!(r.violations.is_empty(), "{:#?}", r.violations);
     assert!(r.acknowledged > 100);
+    let concurrent = store::crashtest::CrashConfig { threads: 4, ..cfg };
+    let r = store::crashtest::run(&concurrent, |_| {}).unwrap();
+    assert!(r.violations.is_empty(), "{:#?}", r.violations);
+    assert!(
+        r.in_flight > r.cuts / 2,
+        "cuts should catch operations in flight"
+    );
 }

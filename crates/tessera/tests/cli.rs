@@ -143,3 +143,20 @@ fn crashtest_2000_cuts_without_violations() {
     let out = ok(&["store", "crashtest", "--cuts", "2000", "--seed", "20261122"]);
     assert!(out.contains("cuts=2000 violations=0"), "{out}");
 }
+
+#[test]
+fn crashtest_with_concurrent_writers_without_violations() {
+    // Four writers share journal batches, so one cut catches several
+    // operations in flight.
+    let out = ok(&[
+        "store",
+        "crashtest",
+        "--cuts",
+        "1000",
+        "--seed",
+        "11",
+        "--threads",
+        "4",
+    ]);
+    assert!(out.contains("cuts=1000 violations=0"), "{out}");
+}

@@ -110,6 +110,10 @@ pub enum StoreCmd {
         /// Seed.
         #[arg(long, default_value_t = 1)]
         seed: u64,
+        /// Concurrent writers (their operations share journal batches, so a
+        /// cut can catch several in flight; interleaving is the scheduler's).
+        #[arg(long, default_value_t = 1)]
+        threads: usize,
     },
 }
 
@@ -320,10 +324,15 @@ pub fn run(c: StoreCmd) -> anyhow::Result<i32> {
                 }
             }
         }
-        StoreCmd::Crashtest { cuts, seed } => {
+        StoreCmd::Crashtest {
+            cuts,
+            seed,
+            threads,
+        } => {
             let cfg = store::crashtest::CrashConfig {
                 cuts,
                 seed,
+                threads,
                 ..Default::default()
             };
             let pb = ProgressBar::new(cuts);
