@@ -66,7 +66,7 @@ fn one_million_small_objects() {
             .unwrap();
     }
     std::mem::forget(s);
-    let dev2: Arc<dyn Device> = Arc::new(FileDevice::open(&path).unwrap());
+    let dev2: Arc<dyn Device> = Arc::new(FileDevice::open_with(&path, false).unwrap());
     let t0 = Instant::now();
     let s = Store::open(dev2, &OpenOptions::default()).unwrap();
     let recovery = t0.elapsed().as_secs_f64();

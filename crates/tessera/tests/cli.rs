@@ -86,6 +86,16 @@ fn mkfs_put_get_ls_stat_attr_rm_fsck() {
 
     let fsck = ok(&["fsck", s(&img)]);
     assert!(fsck.contains("clean"), "{fsck}");
+    // A store in use by another process is refused, not opened twice.
+    {
+        let _held = store::device::FileDevice::open(&img).unwrap();
+        let o = tessera(&["store", "ls", s(&img)]);
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains("in use by another process"),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
     ok(&["store", "rm", s(&img), "0x10001"]);
     let o = tessera(&["store", "get", s(&img), "0x10001", s(&dst)]);
     assert!(String::from_utf8_lossy(&o.stderr).contains("not found"));

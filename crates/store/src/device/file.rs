@@ -20,11 +20,19 @@ pub struct FileDevice {
 }
 
 impl FileDevice {
-    /// Opens an existing block device or file for direct I/O.
+    /// Opens an existing block device or file for direct I/O, taking an
+    /// exclusive advisory lock so two processes (say a running OSD and an
+    /// operator's `tessera store` command) never open one store at once.
     ///
     /// Falls back to buffered I/O (with a warning) only where the host file
     /// system rejects O_DIRECT (tmpfs); `flush` is still fdatasync there.
     pub fn open(path: &Path) -> io::Result<Self> {
+        Self::open_with(path, true)
+    }
+
+    /// As [`FileDevice::open`]; `lock: false` skips the lock (only for tests
+    /// that simulate a crashed process still holding it).
+    pub fn open_with(path: &Path, lock: bool) -> io::Result<Self> {
         let meta = std::fs::metadata(path)?;
         let block_device = meta.file_type().is_block_device();
         if !block_device && !meta.is_file() {
@@ -44,6 +52,23 @@ impl FileDevice {
             }
             Err(e) => return Err(e),
         };
+        if lock {
+            // SAFETY: flock on a valid fd; no memory is passed.
+            if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+                let e = io::Error::last_os_error();
+                return Err(if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+                    io::Error::new(
+                        io::ErrorKind::WouldBlock,
+                        format!(
+                            "{} is in use by another process (a running `tessera osd`?)",
+                            path.display()
+                        ),
+                    )
+                } else {
+                    e
+                });
+            }
+        }
         let len = if block_device {
             block_device_size(&file)?
         } else {
