@@ -178,6 +178,11 @@ impl Meta {
                     .objects
                     .get_mut(&(*pid, *oid))
                     .ok_or_else(|| missing(*pid, *oid))?;
+                if o.inline.is_some() && *size > BLOCK {
+                    return Err(ApplyError(format!(
+                        "truncate of inline object {pid:#x}/{oid:#x} to {size} bytes"
+                    )));
+                }
                 let unit = if o.large { unit_of_large } else { 1 };
                 let keep = size.div_ceil(BLOCK).next_multiple_of(unit);
                 let before = data_bytes(&o);

@@ -85,7 +85,12 @@ fn commit_one(inner: &Inner, mut st: MutexGuard<'_, State>) -> Result<()> {
         .next_multiple_of(BLOCK as usize) as u64;
     let ring_len = inner.label.journal_len;
     let limit = (ring_len as f64 * inner.checkpoint_fraction) as u64;
-    let want_ckpt = st.stop || st.ckpt_wanted || st.ring.live + batch_len > limit;
+    let wrap_skip = if st.ring.head + batch_len > ring_len {
+        ring_len - st.ring.head
+    } else {
+        0
+    };
+    let want_ckpt = st.stop || st.ckpt_wanted || st.ring.live + wrap_skip + batch_len > limit;
 
     if want_ckpt {
         st.ckpt_wanted = false;
@@ -137,7 +142,8 @@ fn commit_one(inner: &Inner, mut st: MutexGuard<'_, State>) -> Result<()> {
             return Err(e);
         }
         let old = std::mem::replace(&mut st.ckpt_extents, extents);
-        release(&mut st, old.into_iter().chain(frees));
+        let deferred = std::mem::take(&mut st.deferred_frees);
+        release(&mut st, old.into_iter().chain(deferred).chain(frees));
         st.slot_gen = generation;
         st.ring.live = 0;
         st.durable_seq = seq;
@@ -172,7 +178,8 @@ fn commit_one(inner: &Inner, mut st: MutexGuard<'_, State>) -> Result<()> {
     written?;
     st.ring.head = pos + batch_len;
     st.ring.live += skipped + batch_len;
-    release(&mut st, frees.into_iter());
+    let deferred = std::mem::replace(&mut st.deferred_frees, frees);
+    release(&mut st, deferred.into_iter());
     st.durable_seq = seq;
     st.stats.batches += 1;
     st.stats.flushes += 1;

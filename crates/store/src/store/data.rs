@@ -21,6 +21,9 @@ struct Snapshot {
     generation: u64,
 }
 
+/// Largest object rewritten whole when it changes block size or region.
+const WHOLE_REWRITE_LIMIT: u64 = 64 << 20;
+
 fn name(pid: u64, oid: u64) -> String {
     format!("object {pid:#x}/{oid:#x}")
 }
@@ -217,14 +220,63 @@ impl Inner {
             });
             return commit::log(self, &mut st, &recs);
         }
+        let mut snap = snap;
+        // A write that does not touch block 0 of an inline object first moves
+        // the inline bytes into block 0 (same commit), so the buffer below
+        // covers only the blocks written, however far away they are.
+        let mut moved: Vec<Extent> = Vec::new();
+        if off >= BLOCK
+            && let Some(d) = snap.inline.take()
+        {
+            let block0 = AlignedBuf::from_slice(&d);
+            let m = self.write_new(pid, oid, Class::Small, 0, &block0, None)?;
+            moved = m.iter().map(|e| e.physical()).collect();
+            recs.push(Record::SetData {
+                pid,
+                oid,
+                first: 0,
+                end: 1,
+                extents: m.clone(),
+                size: snap.size,
+                mtime,
+                large: false,
+            });
+            snap.extents = m;
+        }
+        let result = self.write_blocks(pid, oid, off, data, &snap, recs, create, mtime);
+        if result.is_err() && !moved.is_empty() {
+            self.unallocate(moved);
+        }
+        result
+    }
+
+    /// The block part of a write (see [`Inner::write_locked`]).
+    #[allow(clippy::too_many_arguments)]
+    fn write_blocks(
+        &self,
+        pid: u64,
+        oid: u64,
+        off: u64,
+        data: &[u8],
+        snap: &Snapshot,
+        mut recs: Vec<Record>,
+        create: bool,
+        mtime: u64,
+    ) -> Result<u64> {
+        let end = off + data.len() as u64;
+        let new_size = snap.size.max(end);
         let region = self.label.policy == Policy::Region;
-        let convert = region && !snap.large && new_size >= self.large_threshold();
+        // Whole-object rewrites (small -> large, or a move to another region)
+        // are bounded, so a far sparse write never builds a huge buffer.
+        let span_ok = new_size <= WHOLE_REWRITE_LIMIT;
+        let convert = region && !snap.large && span_ok && new_size >= self.large_threshold();
         // OBFS keeps a small object inside one region: if the new blocks no
         // longer fit in the region the object lives in, the whole object
         // moves to a region with room for all of it.
         let relocate = region
             && !snap.large
             && !convert
+            && span_ok
             && snap.extents.first().is_some_and(|e| {
                 let need = end.div_ceil(BLOCK) - off / BLOCK;
                 !self.lock().alloc.fits_with(need, e.pblock)

@@ -63,6 +63,11 @@ pub(crate) struct State {
     pub ring: Ring,
     pub slot_gen: u64,
     pub ckpt_extents: Vec<Extent>,
+    /// Blocks freed by the last durable batch: they stay unallocated until
+    /// the next batch (or a checkpoint) is durable too, because replay checks
+    /// the data of the last batch's records, including records a later record
+    /// of the same batch replaced.
+    pub deferred_frees: Vec<Extent>,
     pub failed: Option<String>,
     pub stop: bool,
     pub ckpt_wanted: bool,
@@ -142,11 +147,13 @@ impl Store {
     /// Waits until every change made so far is durable, then flushes the device.
     pub fn flush(&self) -> Result<()> {
         let st = self.inner.lock_ok()?;
-        if st.pending_records > 0 {
-            let seq = st.pending_seq;
-            return commit::wait(&self.inner, st, seq);
-        }
-        drop(st);
+        // Also covers a batch the committer has taken but not yet written.
+        let seq = if st.pending_records > 0 {
+            st.pending_seq
+        } else {
+            st.pending_seq - 1
+        };
+        commit::wait(&self.inner, st, seq)?;
         self.inner
             .dev
             .flush()

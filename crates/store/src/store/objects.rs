@@ -320,7 +320,8 @@ impl Store {
             .collect())
     }
 
-    /// Space and population.
+    /// Space and population. Blocks released by the most recent commit count
+    /// as used until the next commit is durable (see `deferred_frees`).
     pub fn statfs(&self) -> SpaceInfo {
         let st = self.inner.lock();
         let f = st.alloc.free_stats();

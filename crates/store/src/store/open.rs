@@ -54,7 +54,8 @@ impl Default for FormatOptions {
 pub struct OpenOptions {
     /// Inspect only: replay in memory, write nothing, start no committer.
     pub read_only: bool,
-    /// Checkpoint when the journal ring is this full (0.05–0.9).
+    /// Checkpoint when the journal ring is this full (0.05–0.5; more would let
+    /// a wrapping batch reach the oldest live one).
     pub checkpoint_fraction: f64,
 }
 
@@ -342,7 +343,7 @@ fn read_journal(dev: &dyn Device, label: &Label, slot: &Slot) -> Result<(Vec<Bat
                 continue;
             }
             let mut r = Reader::new(&buf[BATCH_HEADER..BATCH_HEADER + h.payload_len as usize]);
-            let mut records = Vec::with_capacity(h.records as usize);
+            let mut records = Vec::with_capacity((h.records as usize).min(h.payload_len as usize));
             for i in 0..h.records {
                 records.push(Record::decode(&mut r).map_err(|e| {
                     StoreError::corrupt(format!(
@@ -378,7 +379,10 @@ fn batch_data_intact(dev: &dyn Device, label: &Label, b: &Batch) -> bool {
     for r in &b.records {
         if let Record::SetData { extents, .. } = r {
             for e in extents {
-                if e.pblock + e.len() > label.data_blocks() {
+                if e.pblock
+                    .checked_add(e.len())
+                    .is_none_or(|x| x > label.data_blocks())
+                {
                     return false;
                 }
                 let mut buf = AlignedBuf::zeroed((e.len() * BLOCK) as usize);
@@ -565,6 +569,7 @@ impl Store {
                 ring: rec.ring,
                 slot_gen: rec.slot.generation,
                 ckpt_extents: rec.ckpt_extents,
+                deferred_frees: Vec::new(),
                 failed: None,
                 stop: false,
                 ckpt_wanted: false,
@@ -574,7 +579,7 @@ impl Store {
             work_cv: Condvar::new(),
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
             read_only: opts.read_only,
-            checkpoint_fraction: opts.checkpoint_fraction.clamp(0.05, 0.9),
+            checkpoint_fraction: opts.checkpoint_fraction.clamp(0.05, 0.5),
         });
         let committer = if opts.read_only {
             None
