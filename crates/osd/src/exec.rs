@@ -164,11 +164,23 @@ fn need(cmd: &Command, req: &Request) -> Need {
             oid_hi: req.cap.as_ref().map_or(0, |c| c.oid_lo),
             rights: rights::WRITE,
         },
-        Command::List { pid, lo, hi, .. } => Need {
+        Command::List {
+            pid,
+            lo,
+            hi,
+            ref attrs,
+            ..
+        } => Need {
             partition: pid,
             oid_lo: lo,
             oid_hi: hi,
-            rights: rights::LIST,
+            // Attributes per entry are reads of those objects' attributes.
+            rights: rights::LIST
+                | if attrs.is_empty() {
+                    0
+                } else {
+                    rights::GET_ATTR
+                },
         },
         Command::GetAttributes { pid, oid } => one(pid, oid, rights::GET_ATTR),
         Command::SetAttributes { pid, oid } => one(pid, oid, rights::SET_ATTR),
@@ -285,9 +297,20 @@ fn run(
             .list(*pid, *lo, *hi, *after, *max as usize)
             .and_then(|page| {
                 let mut entries = Vec::with_capacity(page.ids.len());
+                // Attributes of objects revoked after the capability was issued
+                // are withheld (the id itself is covered by LIST).
+                let cap_version = if ctx.keys.is_some() {
+                    req.cap.as_ref().map(|c| c.version)
+                } else {
+                    None
+                };
                 for id in page.ids {
                     let mut a = Vec::new();
-                    for k in want {
+                    let revoked = match cap_version {
+                        Some(v) if !want.is_empty() => s.stat(*pid, id)?.version >= v,
+                        _ => false,
+                    };
+                    for k in want.iter().filter(|_| !revoked) {
                         if let Some(v) = s.get_attr(*pid, id, k.page, k.number)? {
                             a.push((*k, v));
                         }

@@ -43,6 +43,8 @@ pub struct ServerConfig {
     pub io_timeout: Duration,
     /// Longest wait for in-flight requests at shutdown.
     pub drain_timeout: Duration,
+    /// Connections served at once; more are closed at accept.
+    pub max_connections: usize,
 }
 
 impl ServerConfig {
@@ -57,6 +59,7 @@ impl ServerConfig {
             idle_timeout: Duration::from_secs(300),
             io_timeout: Duration::from_secs(30),
             drain_timeout: Duration::from_secs(30),
+            max_connections: 1024,
         }
     }
 }
@@ -71,6 +74,12 @@ pub struct Osd {
 }
 
 const BYTE_UNIT: u64 = 4096;
+
+/// A request's slot on its connection and its share of the byte budget.
+type Permits = Option<(
+    tokio::sync::OwnedSemaphorePermit,
+    tokio::sync::OwnedSemaphorePermit,
+)>;
 
 impl Osd {
     /// An OSD serving `ctx` with `cfg`.
@@ -100,6 +109,10 @@ impl Osd {
         loop {
             tokio::select! {
                 acc = listener.accept() => match acc {
+                    Ok((sock, peer)) if conns.len() >= self.cfg.max_connections => {
+                        tracing::warn!(%peer, limit = self.cfg.max_connections, "too many connections; refusing one");
+                        drop(sock);
+                    }
                     Ok((sock, peer)) => {
                         tracing::debug!(%peer, "connection");
                         conns.spawn(self.clone().connection(sock, shutdown.clone()));
@@ -143,10 +156,15 @@ impl Osd {
             self.metrics.connections.dec();
             return;
         }
-        let (tx, mut rx) = mpsc::channel::<Frame>(self.cfg.max_in_flight as usize + 4);
+        // Each reply travels with the permits of its request, released only
+        // once it is written: a client that does not read cannot make the OSD
+        // hold more than its budget.
+        let (tx, mut rx) = mpsc::channel::<(Frame, Permits)>(self.cfg.max_in_flight as usize + 4);
         let writer = tokio::spawn(async move {
-            while let Some(f) = rx.recv().await {
-                if write_frame(&mut wr, &f).await.is_err() {
+            while let Some((f, permits)) = rx.recv().await {
+                let written = write_frame(&mut wr, &f).await;
+                drop(permits);
+                if written.is_err() {
                     break;
                 }
                 if rx.is_empty() && wr.flush().await.is_err() {
@@ -180,15 +198,8 @@ impl Osd {
                         result: Err(WireError::bad("frame", err)),
                         attrs: Vec::new(),
                     };
-                    let _ = tx
-                        .send(frame(
-                            Kind::Response,
-                            0,
-                            tag.unwrap_or(0),
-                            &resp,
-                            Bytes::new(),
-                        ))
-                        .await;
+                    let reply = frame(Kind::Response, 0, tag.unwrap_or(0), &resp, Bytes::new());
+                    let _ = tx.send((reply, None)).await;
                     if in_sync {
                         continue;
                     }
@@ -207,9 +218,8 @@ impl Osd {
                     )),
                     attrs: Vec::new(),
                 };
-                let _ = tx
-                    .send(frame(Kind::Response, f.opcode, f.tag, &resp, Bytes::new()))
-                    .await;
+                let reply = frame(Kind::Response, f.opcode, f.tag, &resp, Bytes::new());
+                let _ = tx.send((reply, None)).await;
                 break;
             }
             let req: Request = match decode(&f.header) {
@@ -219,18 +229,30 @@ impl Osd {
                         result: Err(e),
                         attrs: Vec::new(),
                     };
-                    let _ = tx
-                        .send(frame(Kind::Response, f.opcode, f.tag, &resp, Bytes::new()))
-                        .await;
+                    let reply = frame(Kind::Response, f.opcode, f.tag, &resp, Bytes::new());
+                    let _ = tx.send((reply, None)).await;
                     continue;
                 }
             };
             let read_len = match req.cmd {
-                proto::Command::Read { len, .. } => {
-                    u64::from(len).min(u64::from(self.cfg.limits.max_payload))
-                }
+                proto::Command::Read { len, .. } => u64::from(len),
                 _ => 0,
             };
+            if read_len > u64::from(self.cfg.limits.max_payload) {
+                let resp = Response {
+                    result: Err(WireError::bad(
+                        "len",
+                        format!(
+                            "{read_len} exceeds the {}-byte payload limit; read in pieces",
+                            self.cfg.limits.max_payload
+                        ),
+                    )),
+                    attrs: Vec::new(),
+                };
+                let reply = frame(Kind::Response, f.opcode, f.tag, &resp, Bytes::new());
+                let _ = tx.send((reply, None)).await;
+                continue;
+            }
             let total_units = self.cfg.max_inflight_bytes / BYTE_UNIT;
             let units = ((f.payload.len() as u64 + read_len).div_ceil(BYTE_UNIT))
                 .clamp(1, total_units.max(1)) as u32;
@@ -284,11 +306,22 @@ impl Osd {
                         })
                         .inc();
                 }
-                let _ = tx
-                    .send(frame(Kind::Response, opcode, tag, &resp, out))
-                    .await;
-                drop(bytes_permit);
-                drop(permit);
+                let mut reply = frame(Kind::Response, opcode, tag, &resp, out);
+                if reply.header.len() > me.cfg.limits.max_header as usize {
+                    let too_big = Response {
+                        result: Err(WireError::bad(
+                            "reply",
+                            format!(
+                                "attributes make a {}-byte reply header, limit {}; ask for fewer",
+                                reply.header.len(),
+                                me.cfg.limits.max_header
+                            ),
+                        )),
+                        attrs: Vec::new(),
+                    };
+                    reply = frame(Kind::Response, opcode, tag, &too_big, Bytes::new());
+                }
+                let _ = tx.send((reply, Some((bytes_permit, permit)))).await;
             });
         }
         // Finish what is in flight on this connection before closing it.
@@ -303,14 +336,14 @@ impl Osd {
         R: tokio::io::AsyncRead + Unpin,
         W: tokio::io::AsyncWrite + Unpin,
     {
-        let f = read_frame(
-            rd,
-            &self.cfg.limits,
-            self.cfg.io_timeout,
-            self.cfg.io_timeout,
-        )
-        .await
-        .map_err(|e| e.to_string())?;
+        // Before a peer has said who it is, it gets no room for big frames.
+        let hello_limits = Limits {
+            max_header: 4096,
+            max_payload: 0,
+        };
+        let f = read_frame(rd, &hello_limits, self.cfg.io_timeout, self.cfg.io_timeout)
+            .await
+            .map_err(|e| e.to_string())?;
         let refuse = |why: String| Welcome::Refused(WireError::new(ErrorCode::Handshake, why));
         let answer = if f.kind != Kind::Hello {
             refuse(format!("expected Hello, got {:?}", f.kind))

@@ -528,6 +528,64 @@ async fn capability_rejection_matrix() {
         read(Some(cap(P, 0, u64::MAX, rights::READ))).await.is_ok(),
         "a newer capability still works"
     );
+    // LIST with attributes per entry needs GET_ATTR, and withholds the
+    // attributes of objects revoked after the capability was issued.
+    let len_key = AttrKey {
+        page: 1,
+        number: 0x82,
+    };
+    let list = Command::List {
+        pid: P,
+        lo: 0,
+        hi: u64::MAX,
+        after: None,
+        max: 10,
+        attrs: vec![len_key],
+    };
+    let e = c
+        .run(
+            Some(&cap(P, 0, u64::MAX, rights::LIST)),
+            list.clone(),
+            Bytes::new(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(code(e), ErrorCode::CapRights);
+    let old_list = Capability::sign(
+        &K2,
+        2,
+        OSD,
+        P,
+        0,
+        u64::MAX,
+        rights::LIST | rights::GET_ATTR,
+        now_ms() + 60_000,
+        500,
+    );
+    let r = c.run(Some(&old_list), list, Bytes::new()).await.unwrap();
+    let Reply::Listed { entries, .. } = r.reply else {
+        panic!()
+    };
+    assert_eq!(
+        entries,
+        vec![(0x10000, vec![])],
+        "ids listed, revoked attributes withheld"
+    );
+    // A read longer than the payload limit is refused, not attempted.
+    let e = c
+        .run(
+            Some(&all(P)),
+            Command::Read {
+                pid: P,
+                oid: 0x10000,
+                offset: 0,
+                len: u32::MAX,
+            },
+            Bytes::new(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(code(e), ErrorCode::BadRequest);
     t.stop.send(true).unwrap();
     t.task.await.unwrap().unwrap();
 }

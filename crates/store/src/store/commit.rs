@@ -20,6 +20,29 @@ use crate::journal::record::Record;
 /// number to wait for. Nothing is applied if the first record fails.
 pub(crate) fn log(inner: &Inner, st: &mut State, recs: &[Record]) -> Result<u64> {
     let large = inner.label.large_blocks();
+    // Records that add metadata must leave room for two checkpoints of the
+    // grown metadata (the data path checks the same when it allocates), so
+    // a full store still commits removals and still reopens.
+    let growth: u64 = recs
+        .iter()
+        .filter(|r| grows(r))
+        .map(|r| {
+            let mut w = crate::format::codec::Writer::new();
+            r.encode(&mut w);
+            w.len() as u64
+        })
+        .sum();
+    if growth > 0 {
+        let est = st.meta.approx_bytes + growth;
+        let need = (2 * est + est / 4).div_ceil(BLOCK) + 64;
+        let free = st.alloc.free_blocks();
+        if free < need {
+            return Err(StoreError::NoSpace {
+                needed: growth,
+                free: free.saturating_sub(need - growth.div_ceil(BLOCK).min(need)) * BLOCK,
+            });
+        }
+    }
     for r in recs {
         let freed = st
             .meta
@@ -31,6 +54,18 @@ pub(crate) fn log(inner: &Inner, st: &mut State, recs: &[Record]) -> Result<u64>
     }
     inner.work_cv.notify_one();
     Ok(st.pending_seq)
+}
+
+/// Whether a record can make the metadata bigger (data records are checked
+/// when their blocks are allocated).
+fn grows(r: &Record) -> bool {
+    match r {
+        Record::CreatePartition { .. } | Record::CreateObject { .. } | Record::SetInline { .. } => {
+            true
+        }
+        Record::SetAttr { value, .. } => !value.is_empty(),
+        _ => false,
+    }
 }
 
 /// Waits until batch `seq` is durable.

@@ -343,6 +343,7 @@ impl Inner {
                 StoreError::NoObject { pid, oid }
             });
         }
+        let physical: Vec<Extent> = mapped.iter().map(|m| m.physical()).collect();
         recs.push(Record::SetData {
             pid,
             oid,
@@ -353,7 +354,12 @@ impl Inner {
             mtime,
             large,
         });
-        commit::log(self, &mut st, &recs)
+        commit::log(self, &mut st, &recs).inspect_err(|_| {
+            // Nothing was applied: the new blocks were never referenced.
+            for x in physical {
+                let _ = st.alloc.free(x);
+            }
+        })
     }
 }
 
