@@ -22,7 +22,7 @@ use tokio::task::JoinSet;
 
 use crate::exec::{Ctx, execute};
 use crate::metrics::{CodeLabel, DirLabel, Metrics, OpLabel};
-use crate::wire::{ReadError, frame, read_frame, write_frame};
+use crate::wire::{ReadError, frame, read_body, read_frame, read_prefix, write_frame};
 
 /// Server settings.
 #[derive(Debug, Clone)]
@@ -181,10 +181,26 @@ impl Osd {
                 Err(_) => break,
             };
             let got = tokio::select! {
-                r = read_frame(&mut rd, &self.cfg.limits, self.cfg.idle_timeout, self.cfg.io_timeout) => r,
+                r = read_prefix(&mut rd, &self.cfg.limits, self.cfg.idle_timeout, self.cfg.io_timeout) => r,
                 _ = shutdown.changed() => break,
             };
-            let f = match got {
+            // Reserve the body's bytes in the global budget before reading
+            // (and allocating) it.
+            let total_units = (self.cfg.max_inflight_bytes / BYTE_UNIT).max(1);
+            let got = match got {
+                Ok(p) => {
+                    let body = u64::from(p.header_len) + u64::from(p.payload_len);
+                    let units = body.div_ceil(BYTE_UNIT).clamp(1, total_units) as u32;
+                    match self.bytes.clone().acquire_many_owned(units).await {
+                        Ok(permit) => read_body(&mut rd, &p, self.cfg.io_timeout)
+                            .await
+                            .map(|f| (f, permit)),
+                        Err(_) => break,
+                    }
+                }
+                Err(e) => Err(e),
+            };
+            let (f, mut bytes_permit) = match got {
                 Ok(f) => f,
                 Err(ReadError::Bad { err, tag, in_sync }) => {
                     tracing::debug!(error = %err, "bad frame");
@@ -253,13 +269,14 @@ impl Osd {
                 let _ = tx.send((reply, None)).await;
                 continue;
             }
-            let total_units = self.cfg.max_inflight_bytes / BYTE_UNIT;
-            let units = ((f.payload.len() as u64 + read_len).div_ceil(BYTE_UNIT))
-                .clamp(1, total_units.max(1)) as u32;
-            let bytes_permit = match self.bytes.clone().acquire_many_owned(units).await {
-                Ok(p) => p,
-                Err(_) => break,
-            };
+            if read_len > 0 {
+                // The reply's data, too, before the read allocates it.
+                let units = read_len.div_ceil(BYTE_UNIT).clamp(1, total_units) as u32;
+                match self.bytes.clone().acquire_many_owned(units).await {
+                    Ok(p) => bytes_permit.merge(p),
+                    Err(_) => break,
+                }
+            }
             let me = self.clone();
             let tx = tx.clone();
             tokio::spawn(async move {

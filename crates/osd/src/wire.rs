@@ -43,6 +43,18 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
     idle: Duration,
     io: Duration,
 ) -> Result<Frame, ReadError> {
+    let p = read_prefix(r, limits, idle, io).await?;
+    read_body(r, &p, io).await
+}
+
+/// Reads and checks a frame's prefix only, so a server can reserve memory
+/// for the announced lengths before it reads (and allocates) the body.
+pub async fn read_prefix<R: AsyncRead + Unpin>(
+    r: &mut R,
+    limits: &Limits,
+    idle: Duration,
+    io: Duration,
+) -> Result<Prefix, ReadError> {
     let mut pre = [0u8; PREFIX_LEN];
     let first = match tokio::time::timeout(idle, r.read(&mut pre)).await {
         Err(_) => return Err(ReadError::Idle(idle)),
@@ -50,41 +62,51 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
         Ok(Ok(n)) => n,
         Ok(Err(e)) => return Err(e.into()),
     };
-    let rest = async {
-        r.read_exact(&mut pre[first..]).await?;
-        let p = match Prefix::decode(&pre, limits) {
-            Ok(p) => p,
-            Err(err) => {
-                let tag = (pre[..4] == proto::frame::MAGIC)
-                    .then(|| u64::from_le_bytes(pre[8..16].try_into().unwrap_or([0; 8])));
-                return Err(ReadError::Bad {
-                    err,
-                    tag,
-                    in_sync: false,
-                });
-            }
-        };
+    match tokio::time::timeout(io, r.read_exact(&mut pre[first..])).await {
+        Err(_) => return Err(ReadError::Slow(io)),
+        Ok(Err(e)) => return Err(e.into()),
+        Ok(Ok(_)) => {}
+    }
+    Prefix::decode(&pre, limits).map_err(|err| {
+        let tag = (pre[..4] == proto::frame::MAGIC)
+            .then(|| u64::from_le_bytes(pre[8..16].try_into().unwrap_or([0; 8])));
+        ReadError::Bad {
+            err,
+            tag,
+            in_sync: false,
+        }
+    })
+}
+
+/// Reads the header and payload a prefix announced and checks their crcs.
+pub async fn read_body<R: AsyncRead + Unpin>(
+    r: &mut R,
+    p: &Prefix,
+    io: Duration,
+) -> Result<Frame, ReadError> {
+    let body = async {
         let header = read_n(r, p.header_len as usize).await?;
         let payload = read_n(r, p.payload_len as usize).await?;
-        if let Err(err) = p.verify(&header, &payload) {
-            return Err(ReadError::Bad {
-                err,
-                tag: Some(p.tag),
-                in_sync: true,
-            });
-        }
-        Ok(Frame {
-            kind: p.kind,
-            opcode: p.opcode,
-            tag: p.tag,
-            header: header.freeze(),
-            payload: payload.freeze(),
-        })
+        Ok::<_, std::io::Error>((header, payload))
     };
-    match tokio::time::timeout(io, rest).await {
-        Err(_) => Err(ReadError::Slow(io)),
-        Ok(r) => r,
+    let (header, payload) = match tokio::time::timeout(io, body).await {
+        Err(_) => return Err(ReadError::Slow(io)),
+        Ok(r) => r?,
+    };
+    if let Err(err) = p.verify(&header, &payload) {
+        return Err(ReadError::Bad {
+            err,
+            tag: Some(p.tag),
+            in_sync: true,
+        });
     }
+    Ok(Frame {
+        kind: p.kind,
+        opcode: p.opcode,
+        tag: p.tag,
+        header: header.freeze(),
+        payload: payload.freeze(),
+    })
 }
 
 /// Reads exactly `n` bytes into a fresh buffer without zero-filling it first.
