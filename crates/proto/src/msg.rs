@@ -406,8 +406,3 @@ impl Request {
         }
     }
 }
-
-/// The error code's stable number (for metrics and docs).
-pub fn code_number(c: ErrorCode) -> u16 {
-    c as u16
-}
