@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::cap::Capability;
-use crate::error::{ErrorCode, WireError};
+use crate::error::WireError;
 
 /// Most attributes one get or set list may name.
 pub const MAX_ATTR_LIST: usize = 1024;
