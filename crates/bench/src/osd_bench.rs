@@ -96,11 +96,11 @@ pub fn run(dir: &Path, ops: u64) -> anyhow::Result<Vec<Pair>> {
         .enable_all()
         .build()?;
     let remote = rt.block_on(async {
-        let ctx = Ctx {
-            store: handle.clone(),
-            keys: Some(KeyRing::new(vec![(1, KEY)]).map_err(anyhow::Error::msg)?),
-            osd_id: 1,
-        };
+        let ctx = Ctx::new(
+            handle.clone(),
+            Some(KeyRing::new(vec![(1, KEY)]).map_err(anyhow::Error::msg)?),
+            1,
+        );
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?.to_string();
         let server = Osd::new(ctx, ServerConfig::new("bench", 1));

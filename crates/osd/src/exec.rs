@@ -83,6 +83,29 @@ fn wait_unique(mut s: Arc<Store>) -> Result<Store, StoreError> {
     Err(StoreError::invalid("store", "still in use after 30 s"))
 }
 
+/// Striped reader-writer locks by object: every command on an object holds
+/// its stripe shared from the capability check to the end of the operation;
+/// SET VERSION holds it exclusively. So once a revocation is acknowledged, no
+/// operation authorised by a revoked capability is still running or can start.
+pub struct ObjectLocks {
+    stripes: Vec<RwLock<()>>,
+}
+
+impl Default for ObjectLocks {
+    fn default() -> Self {
+        ObjectLocks {
+            stripes: (0..64).map(|_| RwLock::new(())).collect(),
+        }
+    }
+}
+
+impl ObjectLocks {
+    fn stripe(&self, pid: u64, oid: u64) -> &RwLock<()> {
+        let h = (pid.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ oid).wrapping_mul(0xff51_afd7_ed55_8ccd);
+        &self.stripes[(h >> 58) as usize % self.stripes.len()]
+    }
+}
+
 /// What a request runs with.
 pub struct Ctx {
     /// The store.
@@ -91,6 +114,20 @@ pub struct Ctx {
     pub keys: Option<KeyRing>,
     /// This OSD's id (part of every MAC).
     pub osd_id: u32,
+    /// Per-object locks that make revocation atomic with operations.
+    pub locks: ObjectLocks,
+}
+
+impl Ctx {
+    /// A context for `store` with `keys` (`None` = insecure) as OSD `osd_id`.
+    pub fn new(store: Arc<StoreHandle>, keys: Option<KeyRing>, osd_id: u32) -> Ctx {
+        Ctx {
+            store,
+            keys,
+            osd_id,
+            locks: ObjectLocks::default(),
+        }
+    }
 }
 
 /// Maps store errors to wire errors, keeping each kind distinct.
@@ -233,6 +270,20 @@ fn run(
 ) -> Result<Reply, WireError> {
     req.validate(payload.len())?;
     let s = ctx.store.get()?;
+    let stripe = target(&req.cmd).or(match req.cmd {
+        Command::SetVersion { pid, oid, .. } => Some((pid, oid)),
+        _ => None,
+    });
+    let stripe = stripe.map(|(pid, oid)| ctx.locks.stripe(pid, oid));
+    let _shared;
+    let _exclusive;
+    match (&req.cmd, stripe) {
+        (Command::SetVersion { .. }, Some(l)) => {
+            _exclusive = Some(l.write().unwrap_or_else(|e| e.into_inner()))
+        }
+        (_, Some(l)) => _shared = Some(l.read().unwrap_or_else(|e| e.into_inner())),
+        _ => {}
+    }
     if let Some(keys) = &ctx.keys {
         keys.check(req.cap.as_ref(), ctx.osd_id, now_ms(), &need(&req.cmd, req))?;
         if let (Some((pid, oid)), Some(cap)) = (target(&req.cmd), req.cap.as_ref()) {

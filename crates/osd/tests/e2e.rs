@@ -39,11 +39,7 @@ async fn start_with(insecure: bool, tweak: impl FnOnce(&mut ServerConfig)) -> Te
     store::format(dev.clone(), &FormatOptions::default()).unwrap();
     let s = Store::open(dev, &OpenOptions::default()).unwrap();
     let keys = (!insecure).then(|| KeyRing::new(vec![(1, K1), (2, K2)]).unwrap());
-    let ctx = Ctx {
-        store: Arc::new(StoreHandle::new(path, s)),
-        keys,
-        osd_id: OSD,
-    };
+    let ctx = Ctx::new(Arc::new(StoreHandle::new(path, s)), keys, OSD);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap().to_string();
     let mut cfg = ServerConfig::new("test", OSD);

@@ -97,11 +97,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         Some(kf.ring().map_err(anyhow::Error::msg)?)
     };
     let handle = Arc::new(StoreHandle::new(a.store.clone(), store));
-    let ctx = Ctx {
-        store: handle.clone(),
-        keys,
-        osd_id: kf.osd_id,
-    };
+    let ctx = Ctx::new(handle.clone(), keys, kf.osd_id);
     let mut cfg = ServerConfig::new(&kf.cluster_id, kf.osd_id);
     cfg.max_in_flight = a.max_in_flight.max(1);
     cfg.idle_timeout = std::time::Duration::from_secs(a.idle_timeout.max(1));
