@@ -132,72 +132,44 @@ impl Meta {
                 size,
                 mtime,
                 large,
-            } => {
-                let mut o = self
-                    .objects
-                    .get_mut(&(*pid, *oid))
-                    .ok_or_else(|| missing(*pid, *oid))?;
-                let before = data_bytes(&o);
+            } => self.change_data(*pid, *oid, *size, *mtime, |o| {
                 let freed = o.unmap(*first, *end);
                 o.inline = None;
                 o.map(extents.clone());
-                o.size = *size;
-                o.data_mtime = *mtime;
                 o.large = *large;
-                o.generation += 1;
-                self.approx_bytes = self.approx_bytes + data_bytes(&o) - before;
-                freed
-            }
+                Ok(freed)
+            })?,
             Record::SetInline {
                 pid,
                 oid,
                 data,
                 mtime,
-            } => {
-                let mut o = self
-                    .objects
-                    .get_mut(&(*pid, *oid))
-                    .ok_or_else(|| missing(*pid, *oid))?;
-                let before = data_bytes(&o);
+            } => self.change_data(*pid, *oid, data.len() as u64, *mtime, |o| {
                 let freed = o.unmap(0, u64::MAX);
                 o.inline = Some(data.clone().into());
-                o.size = data.len() as u64;
-                o.data_mtime = *mtime;
                 o.large = false;
-                o.generation += 1;
-                self.approx_bytes = self.approx_bytes + data_bytes(&o) - before;
-                freed
-            }
+                Ok(freed)
+            })?,
             Record::Truncate {
                 pid,
                 oid,
                 size,
                 mtime,
-            } => {
-                let mut o = self
-                    .objects
-                    .get_mut(&(*pid, *oid))
-                    .ok_or_else(|| missing(*pid, *oid))?;
+            } => self.change_data(*pid, *oid, *size, *mtime, |o| {
                 if o.inline.is_some() && *size > BLOCK {
                     return Err(ApplyError(format!(
                         "truncate of inline object {pid:#x}/{oid:#x} to {size} bytes"
                     )));
                 }
                 let unit = if o.large { unit_of_large } else { 1 };
-                let keep = size.div_ceil(BLOCK).next_multiple_of(unit);
-                let before = data_bytes(&o);
-                let freed = o.unmap(keep, u64::MAX);
+                let freed = o.unmap(size.div_ceil(BLOCK).next_multiple_of(unit), u64::MAX);
                 if let Some(d) = &mut o.inline {
                     let mut v = d.to_vec();
                     v.resize(*size as usize, 0);
                     *d = v.into();
                 }
-                o.size = *size;
-                o.data_mtime = *mtime;
-                o.generation += 1;
-                self.approx_bytes = self.approx_bytes + data_bytes(&o) - before;
-                freed
-            }
+                Ok(freed)
+            })?,
             Record::SetAttr {
                 pid,
                 oid,
@@ -234,6 +206,30 @@ impl Meta {
                 Vec::new()
             }
         })
+    }
+
+    /// Changes an object's data with `change` (which returns the blocks it
+    /// released), then sets its size and data time, bumps its generation and
+    /// keeps [`Meta::approx_bytes`] up to date.
+    fn change_data(
+        &mut self,
+        pid: u64,
+        oid: u64,
+        size: u64,
+        mtime: u64,
+        change: impl FnOnce(&mut Onode) -> Result<Vec<Extent>, ApplyError>,
+    ) -> Result<Vec<Extent>, ApplyError> {
+        let mut o = self
+            .objects
+            .get_mut(&(pid, oid))
+            .ok_or_else(|| ApplyError(format!("object {pid:#x}/{oid:#x} does not exist")))?;
+        let before = data_bytes(&o);
+        let freed = change(&mut o)?;
+        o.size = size;
+        o.data_mtime = mtime;
+        o.generation += 1;
+        self.approx_bytes = self.approx_bytes + data_bytes(&o) - before;
+        Ok(freed)
     }
 
     fn remove_object(&mut self, pid: u64, oid: u64) -> Vec<Extent> {

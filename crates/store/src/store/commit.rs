@@ -12,6 +12,7 @@ use crate::checkpoint;
 use crate::device::BLOCK;
 use crate::error::{Result, StoreError};
 use crate::format::SLOT_BLOCKS;
+use crate::format::codec::Writer;
 use crate::format::slot::Slot;
 use crate::journal::encode_batch;
 use crate::journal::record::Record;
@@ -20,38 +21,45 @@ use crate::journal::record::Record;
 /// number to wait for. Nothing is applied if the first record fails.
 pub(crate) fn log(inner: &Inner, st: &mut State, recs: &[Record]) -> Result<u64> {
     let large = inner.label.large_blocks();
+    // Encode once: the bytes both measure how much the metadata may grow and
+    // are what the journal gets.
+    let mut w = Writer::new();
+    let mut ends = Vec::with_capacity(recs.len());
+    let mut growth = 0u64;
+    for r in recs {
+        let start = w.len();
+        r.encode(&mut w);
+        ends.push(w.len());
+        if grows(r) {
+            growth += (w.len() - start) as u64;
+        }
+    }
     // Records that add metadata must leave room for two checkpoints of the
     // grown metadata (the data path checks the same when it allocates), so
     // a full store still commits removals and still reopens.
-    let growth: u64 = recs
-        .iter()
-        .filter(|r| grows(r))
-        .map(|r| {
-            let mut w = crate::format::codec::Writer::new();
-            r.encode(&mut w);
-            w.len() as u64
-        })
-        .sum();
     if growth > 0 {
-        let est = st.meta.approx_bytes + growth;
-        let need = (2 * est + est / 4).div_ceil(BLOCK) + 64;
         let free = st.alloc.free_blocks();
-        if free < need {
+        if free < super::reserve_blocks(st.meta.approx_bytes + growth) {
             return Err(StoreError::NoSpace {
                 needed: growth,
-                free: free.saturating_sub(need - growth.div_ceil(BLOCK).min(need)) * BLOCK,
+                free: free.saturating_sub(super::reserve_blocks(st.meta.approx_bytes)) * BLOCK,
             });
         }
     }
-    for r in recs {
-        let freed = st
-            .meta
-            .apply(r, large)
-            .map_err(|e| StoreError::corrupt(e.to_string()))?;
-        st.pending_frees.extend(freed);
-        r.encode(&mut st.pending);
-        st.pending_records += 1;
+    for (i, r) in recs.iter().enumerate() {
+        match st.meta.apply(r, large) {
+            Ok(freed) => st.pending_frees.extend(freed),
+            Err(e) => {
+                // Journal exactly what was applied.
+                let done = if i == 0 { 0 } else { ends[i - 1] };
+                st.pending.bytes(&w.buf[..done]);
+                st.pending_records += i as u32;
+                return Err(StoreError::corrupt(e.to_string()));
+            }
+        }
     }
+    st.pending.bytes(&w.buf);
+    st.pending_records += recs.len() as u32;
     inner.work_cv.notify_one();
     Ok(st.pending_seq)
 }

@@ -85,14 +85,10 @@ impl Inner {
 
     fn allocate(&self, class: Class, blocks: u64, goal: Option<u64>) -> Result<Vec<Extent>> {
         let mut st = self.lock_ok()?;
-        // Keep room for two checkpoints: while a new one is written the old
-        // one still holds its blocks, and a checkpoint written at open (after
-        // a crash) must leave room for the next. `approx_bytes` bounds the
-        // metadata's encoded size; the rest is slack for chunk headers. With
-        // this reserve, metadata can always commit and the store can always
-        // be reopened, however full it is.
-        let est = st.meta.approx_bytes;
-        let reserve = (2 * est + est / 4).div_ceil(BLOCK) + 64;
+        // Keep room for two checkpoints, however full the store (see
+        // `reserve_blocks`): metadata can always commit, the store can always
+        // be reopened.
+        let reserve = super::reserve_blocks(st.meta.approx_bytes);
         let free = st.alloc.free_blocks();
         if free < blocks + reserve {
             return Err(StoreError::NoSpace {

@@ -195,6 +195,14 @@ impl Drop for Store {
     }
 }
 
+/// Blocks data and metadata allocations must leave free when the metadata
+/// encodes to at most `meta_bytes`: room for two checkpoints (the old one keeps
+/// its blocks while a new one is written, and a checkpoint written at open
+/// after a crash must leave room for the next), plus slack for chunk headers.
+pub(crate) fn reserve_blocks(meta_bytes: u64) -> u64 {
+    (2 * meta_bytes + meta_bytes / 4).div_ceil(BLOCK) + 64
+}
+
 /// Nanoseconds since the Unix epoch.
 pub(crate) fn now_ns() -> u64 {
     std::time::SystemTime::now()
