@@ -31,22 +31,27 @@ pub fn run(cmd: &str, args: &[&str]) -> anyhow::Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
+/// Writes a file of `len` zero bytes and syncs it, so later O_DIRECT writes
+/// never land on unwritten (fallocated or sparse) extents.
+pub fn write_zeros(path: &Path, len: u64) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut f =
+        std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
+    let chunk = vec![0u8; 8 << 20];
+    let mut left = len;
+    while left > 0 {
+        let n = left.min(chunk.len() as u64) as usize;
+        f.write_all(&chunk[..n])?;
+        left -= n as u64;
+    }
+    f.sync_all()?;
+    Ok(())
+}
+
 impl LoopDev {
     /// Writes a `len`-byte backing file of zeros at `backing` and attaches it.
     pub fn create(backing: &Path, len: u64) -> anyhow::Result<LoopDev> {
-        {
-            use std::io::Write;
-            let mut f = std::fs::File::create(backing)
-                .with_context(|| format!("cannot create {}", backing.display()))?;
-            let chunk = vec![0u8; 8 << 20];
-            let mut left = len;
-            while left > 0 {
-                let n = left.min(chunk.len() as u64) as usize;
-                f.write_all(&chunk[..n])?;
-                left -= n as u64;
-            }
-            f.sync_all()?;
-        }
+        write_zeros(backing, len)?;
         let dev = run(
             "losetup",
             &[

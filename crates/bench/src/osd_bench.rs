@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use anyhow::Context;
 use bytes::Bytes;
 use osd::client::{ClientConfig, OsdClient};
 use osd::exec::{Ctx, StoreHandle, now_ms};
@@ -36,22 +35,6 @@ pub struct Pair {
     pub ratio: f64,
 }
 
-/// Fills a file with zeros so O_DIRECT writes never hit unwritten extents.
-fn prefill(path: &Path, len: u64) -> anyhow::Result<()> {
-    use std::io::Write;
-    let mut f =
-        std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
-    let chunk = vec![0u8; 8 << 20];
-    let mut left = len;
-    while left > 0 {
-        let n = left.min(chunk.len() as u64) as usize;
-        f.write_all(&chunk[..n])?;
-        left -= n as u64;
-    }
-    f.sync_all()?;
-    Ok(())
-}
-
 const KEY: [u8; 32] = [0x42; 32];
 
 /// Runs the benchmark with `ops` operations per phase.
@@ -59,7 +42,7 @@ pub fn run(dir: &Path, ops: u64) -> anyhow::Result<Vec<Pair>> {
     std::fs::create_dir_all(dir)?;
     let path: PathBuf = dir.join("osd-bench.img");
     let per_run = ops * (512 << 10) * 2 + ops * 8192;
-    prefill(&path, (per_run * 3).max(1 << 30))?;
+    crate::loopdev::write_zeros(&path, (per_run * 3).max(1 << 30))?;
     let dev: Arc<dyn Device> = Arc::new(FileDevice::open(&path)?);
     store::format(
         dev.clone(),
@@ -197,30 +180,17 @@ fn threads<E: std::fmt::Display>(
     ids: &[u64],
     op: impl Fn(u64) -> Result<u64, E> + Sync,
 ) -> anyhow::Result<PhaseResult> {
-    let next = AtomicU64::new(0);
-    let started = Instant::now();
-    let parts: Vec<anyhow::Result<(Vec<f64>, u64)>> = std::thread::scope(|sc| {
-        let hs: Vec<_> = (0..depth)
-            .map(|_| {
-                sc.spawn(|| {
-                    let (mut lat, mut bytes) = (Vec::new(), 0);
-                    while let Some(&id) = ids.get(next.fetch_add(1, Ordering::Relaxed) as usize) {
-                        let t = Instant::now();
-                        bytes += op(id).map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
-                        lat.push(t.elapsed().as_secs_f64());
-                    }
-                    Ok((lat, bytes))
-                })
-            })
-            .collect();
-        hs.into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err(anyhow::anyhow!("worker panicked")))
-            })
-            .collect()
-    });
-    collect("in-process", name, depth, parts, started)
+    let (lat, bytes, secs) = crate::stats::run_workers(depth, ids, |id| {
+        op(id).map_err(|e| anyhow::anyhow!("{name}: {e}"))
+    })?;
+    Ok(PhaseResult::from_latencies(
+        "in-process",
+        name,
+        depth,
+        lat,
+        bytes,
+        secs,
+    ))
 }
 
 async fn tasks<F, Fut, E>(

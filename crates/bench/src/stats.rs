@@ -63,6 +63,48 @@ impl PhaseResult {
     }
 }
 
+/// Runs `op` on every id with `workers` threads pulling from one queue;
+/// returns every operation's latency (seconds), the bytes `op` reported and
+/// the wall time. The first error stops that worker and is returned.
+pub fn run_workers(
+    workers: usize,
+    ids: &[u64],
+    op: impl Fn(u64) -> anyhow::Result<u64> + Sync,
+) -> anyhow::Result<(Vec<f64>, u64, f64)> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let next = AtomicUsize::new(0);
+    let started = std::time::Instant::now();
+    let parts: Vec<anyhow::Result<(Vec<f64>, u64)>> = std::thread::scope(|sc| {
+        let hs: Vec<_> = (0..workers.max(1))
+            .map(|_| {
+                sc.spawn(|| {
+                    let (mut lat, mut bytes) = (Vec::new(), 0);
+                    while let Some(&id) = ids.get(next.fetch_add(1, Ordering::Relaxed)) {
+                        let t = std::time::Instant::now();
+                        bytes += op(id)?;
+                        lat.push(t.elapsed().as_secs_f64());
+                    }
+                    Ok((lat, bytes))
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("worker panicked")))
+            })
+            .collect()
+    });
+    let secs = started.elapsed().as_secs_f64();
+    let (mut lat, mut bytes) = (Vec::new(), 0);
+    for p in parts {
+        let (l, b) = p?;
+        lat.extend(l);
+        bytes += b;
+    }
+    Ok((lat, bytes, secs))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

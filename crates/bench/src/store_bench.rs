@@ -7,8 +7,6 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
 
 use anyhow::{Context, bail};
 use rand::rngs::SmallRng;
@@ -117,41 +115,7 @@ fn timed<T: ObjectTarget + ?Sized>(
     workers: usize,
     op: &(dyn Fn(&T, u64) -> anyhow::Result<u64> + Sync),
 ) -> anyhow::Result<(Vec<f64>, u64, f64)> {
-    let next = AtomicU64::new(0);
-    let started = Instant::now();
-    let results: Vec<anyhow::Result<(Vec<f64>, u64)>> = std::thread::scope(|s| {
-        let hs: Vec<_> = (0..workers)
-            .map(|_| {
-                s.spawn(|| -> anyhow::Result<(Vec<f64>, u64)> {
-                    let mut lat = Vec::new();
-                    let mut bytes = 0;
-                    loop {
-                        let i = next.fetch_add(1, Ordering::Relaxed) as usize;
-                        let Some(&id) = ids.get(i) else { break };
-                        let t0 = Instant::now();
-                        bytes += op(t, id)?;
-                        lat.push(t0.elapsed().as_secs_f64());
-                    }
-                    Ok((lat, bytes))
-                })
-            })
-            .collect();
-        hs.into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err(anyhow::anyhow!("worker panicked")))
-            })
-            .collect()
-    });
-    let secs = started.elapsed().as_secs_f64();
-    let mut lat = Vec::new();
-    let mut bytes = 0;
-    for r in results {
-        let (l, b) = r?;
-        lat.extend(l);
-        bytes += b;
-    }
-    Ok((lat, bytes, secs))
+    crate::stats::run_workers(workers, ids, |id| op(t, id))
 }
 
 /// Fills the target to `age_to` of `capacity` with random creates and deletes.
