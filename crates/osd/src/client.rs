@@ -190,10 +190,23 @@ impl Connection {
         req: &Request,
         payload: Bytes,
     ) -> Result<(Response, Bytes), ClientError> {
+        let f = self.call_raw(req.cmd.opcode(), req, payload).await?;
+        let resp: Response = decode(&f.header).map_err(|e| ClientError::Protocol(e.to_string()))?;
+        Ok((resp, f.payload))
+    }
+
+    /// Sends any request header (the same framing serves the MDS protocol)
+    /// and returns the reply frame undecoded.
+    pub async fn call_raw<T: serde::Serialize>(
+        &self,
+        opcode: u16,
+        header: &T,
+        payload: Bytes,
+    ) -> Result<Frame, ClientError> {
         let tag = self.next_tag.fetch_add(1, Ordering::Relaxed);
         let (wtx, wrx) = oneshot::channel();
         lock(&self.waiters).insert(tag, wtx);
-        let f = frame(Kind::Request, req.cmd.opcode(), tag, req, payload);
+        let f = frame(Kind::Request, opcode, tag, header, payload);
         if self.tx.send(f).await.is_err() {
             lock(&self.waiters).remove(&tag);
             return Err(ClientError::Lost("connection closed".into()));
@@ -206,8 +219,7 @@ impl Connection {
             Ok(Err(_)) => return Err(ClientError::Lost("connection closed".into())),
             Ok(Ok(r)) => r?,
         };
-        let resp: Response = decode(&f.header).map_err(|e| ClientError::Protocol(e.to_string()))?;
-        Ok((resp, f.payload))
+        Ok(f)
     }
 }
 

@@ -225,6 +225,7 @@ fn need(cmd: &Command, req: &Request) -> Need {
             one(pid, oid, rights::SET_ATTR | rights::GET_ATTR)
         }
         Command::SetVersion { pid, oid, .. } => one(pid, oid, rights::REVOKE),
+        Command::Truncate { pid, oid, .. } => one(pid, oid, rights::WRITE),
     };
     n.rights |= extra;
     n
@@ -241,7 +242,8 @@ fn target(cmd: &Command) -> Option<(u64, u64)> {
         | Command::GetAttributes { pid, oid }
         | Command::SetAttributes { pid, oid }
         | Command::Cas { pid, oid, .. }
-        | Command::FetchAdd { pid, oid, .. } => Some((pid, oid)),
+        | Command::FetchAdd { pid, oid, .. }
+        | Command::Truncate { pid, oid, .. } => Some((pid, oid)),
         _ => None,
     }
 }
@@ -337,6 +339,7 @@ fn run(
             .create_and_write(*pid, *oid, &payload)
             .map(|()| Reply::Done),
         Command::Flush { .. } => s.flush().map(|()| Reply::Done),
+        Command::Truncate { pid, oid, len } => s.truncate(*pid, *oid, *len).map(|()| Reply::Done),
         Command::List {
             pid,
             lo,

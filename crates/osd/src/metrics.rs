@@ -138,12 +138,21 @@ impl Metrics {
 
 /// Serves `GET /metrics` on `listener` until the task is dropped.
 pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, store: Arc<StoreHandle>) {
+    serve_text(listener, Arc::new(move || metrics.render(&store))).await
+}
+
+/// What a `/metrics` endpoint answers with: the text exposition, rendered
+/// fresh for each scrape.
+pub type Render = Arc<dyn Fn() -> String + Send + Sync>;
+
+/// Serves `GET /metrics` with whatever `render` produces (any daemon's
+/// metrics) until the task is dropped.
+pub async fn serve_text(listener: TcpListener, render: Render) {
     loop {
         let Ok((mut sock, _)) = listener.accept().await else {
             continue;
         };
-        let metrics = metrics.clone();
-        let store = store.clone();
+        let render = render.clone();
         tokio::spawn(async move {
             let mut buf = vec![0u8; 8192];
             let mut n = 0;
@@ -170,7 +179,7 @@ pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, store: Arc<Stor
                     (
                         "200 OK",
                         "text/plain; version=0.0.4; charset=utf-8",
-                        metrics.render(&store),
+                        render(),
                     )
                 } else {
                     (

@@ -215,6 +215,11 @@ impl KeyRing {
         Ok(KeyRing { keys })
     }
 
+    /// Every (version, key) held.
+    pub fn versions(&self) -> Vec<(u32, [u8; KEY_LEN])> {
+        self.keys.clone()
+    }
+
     /// The newest key (highest version): what a signer uses.
     pub fn newest(&self) -> Option<(u32, &[u8; KEY_LEN])> {
         self.keys.iter().max_by_key(|k| k.0).map(|(v, k)| (*v, k))

@@ -2,12 +2,16 @@
 //! frames (a fixed 32-byte prefix, a postcard-encoded header, raw bulk
 //! payload), the request and response messages with T10 OSD-2 semantics plus
 //! compare-and-swap and fetch-and-add, typed error codes, and capabilities
-//! with their MAC. `docs/PROTOCOL.md` describes the same bytes for people.
+//! with their MAC; the metadata-server messages, file layouts and the
+//! placement function clients share with the MDS. `docs/PROTOCOL.md` describes the same bytes for people.
 
 pub mod cap;
 pub mod error;
 pub mod frame;
+pub mod layout;
+pub mod mds;
 pub mod msg;
+pub mod placement;
 
 pub use cap::{CapError, Capability, KeyRing, rights};
 pub use error::{ErrorCode, WireError};

@@ -201,6 +201,15 @@ pub enum Command {
     },
     /// Space and population of the OSD (no capability object range; right LIST).
     Statfs,
+    /// Set an object's length: cut it, or extend it with a hole (right WRITE).
+    Truncate {
+        /// Partition.
+        pid: u64,
+        /// Object.
+        oid: u64,
+        /// New length in bytes.
+        len: u64,
+    },
 }
 
 impl Command {
@@ -224,6 +233,7 @@ impl Command {
             Command::FetchAdd { .. } => 15,
             Command::SetVersion { .. } => 16,
             Command::Statfs => 17,
+            Command::Truncate { .. } => 18,
         }
     }
 
@@ -247,6 +257,7 @@ impl Command {
             Command::FetchAdd { .. } => "fetch_add",
             Command::SetVersion { .. } => "set_version",
             Command::Statfs => "statfs",
+            Command::Truncate { .. } => "truncate",
         }
     }
 
@@ -259,6 +270,7 @@ impl Command {
                 | Command::List { .. }
                 | Command::GetAttributes { .. }
                 | Command::Statfs
+                | Command::Truncate { .. }
         )
     }
 

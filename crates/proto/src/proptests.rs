@@ -96,6 +96,7 @@ fn command() -> impl Strategy<Value = Command> {
         }),
         (u(), u(), u()).prop_map(|(pid, oid, version)| Command::SetVersion { pid, oid, version }),
         Just(Command::Statfs),
+        (u(), u(), u()).prop_map(|(pid, oid, len)| Command::Truncate { pid, oid, len }),
     ]
 }
 

@@ -69,3 +69,22 @@ pub(crate) fn check_io(buf: &[u8], offset: u64, dev_len: u64) -> io::Result<()> 
     }
     Ok(())
 }
+
+/// A shared device is a device (tests keep a handle to inspect or crash it).
+impl<D: Device + ?Sized> Device for std::sync::Arc<D> {
+    fn len(&self) -> u64 {
+        (**self).len()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        (**self).read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        (**self).write_at(buf, offset)
+    }
+    fn flush(&self) -> io::Result<()> {
+        (**self).flush()
+    }
+    fn describe(&self) -> String {
+        (**self).describe()
+    }
+}

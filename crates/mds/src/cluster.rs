@@ -1,0 +1,104 @@
+//! The cluster map as the MDS keeps it: the persistent OSD map (epochs in
+//! the KV, so files placed with an old epoch still find their objects) and
+//! the live view from heartbeats (up/down, space), kept in memory only.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use hmac::{Hmac, KeyInit, Mac};
+use proto::KeyRing;
+use proto::mds::{Errno, MdsError, OsdReport, OsdStatus};
+use proto::placement::{OsdEntry, OsdMap, PLACEMENT_VERSION, WEIGHT_ONE};
+use sha2::Sha256;
+
+/// What the last heartbeat of an OSD said.
+#[derive(Debug, Clone)]
+pub struct Live {
+    /// When it arrived.
+    pub seen: Instant,
+    /// The OSD's clock then (replays must be newer).
+    pub at_ms: u64,
+    /// Capacity.
+    pub capacity: u64,
+    /// Used.
+    pub used: u64,
+    /// Objects.
+    pub objects: u64,
+}
+
+/// Live state of every OSD that reported since this MDS started.
+#[derive(Debug, Default)]
+pub struct LiveMap {
+    /// By OSD id.
+    pub osds: HashMap<u32, Live>,
+}
+
+/// Signs a report with an OSD key (what the OSD does).
+pub fn sign_report(r: &mut OsdReport, cluster_id: &str, key: &[u8; 32]) {
+    let mut m = <Hmac<Sha256> as KeyInit>::new_from_slice(key)
+        .unwrap_or_else(|_| unreachable!("HMAC takes any key length"));
+    m.update(&r.signed_bytes(cluster_id));
+    r.mac.copy_from_slice(&m.finalize().into_bytes());
+}
+
+/// Verifies a report's MAC against the OSD's key ring.
+pub fn verify_report(r: &OsdReport, cluster_id: &str, ring: &KeyRing) -> Result<(), MdsError> {
+    let bad = || {
+        MdsError::new(
+            Errno::Access,
+            format!("OSD {} report: MAC does not verify with its key", r.osd_id),
+        )
+    };
+    let (_, key) = ring
+        .versions()
+        .into_iter()
+        .find(|(v, _)| *v == r.key_version)
+        .ok_or_else(bad)?;
+    let mut m = <Hmac<Sha256> as KeyInit>::new_from_slice(&key).map_err(|_| bad())?;
+    m.update(&r.signed_bytes(cluster_id));
+    m.verify_slice(&r.mac).map_err(|_| bad())
+}
+
+/// The map after `r` registers: `None` when nothing placement-relevant changed.
+pub fn map_after(current: &OsdMap, r: &OsdReport) -> Option<OsdMap> {
+    match current.osds.iter().find(|o| o.id == r.osd_id) {
+        Some(o) if o.addr == r.addr => None,
+        _ => {
+            let mut m = current.clone();
+            m.epoch += 1;
+            m.version = PLACEMENT_VERSION;
+            match m.osds.iter_mut().find(|o| o.id == r.osd_id) {
+                Some(o) => o.addr = r.addr.clone(),
+                None => m.osds.push(OsdEntry {
+                    id: r.osd_id,
+                    addr: r.addr.clone(),
+                    weight: WEIGHT_ONE,
+                }),
+            }
+            m.osds.sort_by_key(|o| o.id);
+            Some(m)
+        }
+    }
+}
+
+impl LiveMap {
+    /// Status rows for every OSD in `map`.
+    pub fn status(&self, map: &OsdMap, down_after: Duration) -> Vec<OsdStatus> {
+        map.osds
+            .iter()
+            .map(|o| {
+                let l = self.osds.get(&o.id);
+                OsdStatus {
+                    id: o.id,
+                    addr: o.addr.clone(),
+                    weight: o.weight,
+                    up: l.is_some_and(|l| l.seen.elapsed() < down_after),
+                    last_seen_ms: l.map(|l| l.seen.elapsed().as_millis() as u64),
+                    capacity: l.map_or(0, |l| l.capacity),
+                    used: l.map_or(0, |l| l.used),
+                    objects: l.map_or(0, |l| l.objects),
+                }
+            })
+            .collect()
+    }
+}

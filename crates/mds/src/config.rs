@@ -1,0 +1,62 @@
+//! MDS settings: a TOML file (`<data>/mds.toml`, written at format time and
+//! editable) with defaults for everything but the cluster id.
+
+use std::path::Path;
+
+use proto::layout::LayoutSpec;
+use serde::{Deserialize, Serialize};
+
+/// Run-time settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MdsConfig {
+    /// Most related entries sent with a lookup (seed 004 used 32; 0 disables).
+    pub prefetch_max: u32,
+    /// Capability lifetime in seconds (clients renew before expiry).
+    pub cap_ttl_secs: u64,
+    /// How often OSDs report, in milliseconds.
+    pub heartbeat_ms: u64,
+    /// An OSD silent this long is marked down.
+    pub down_after_ms: u64,
+    /// KV page cache in MiB.
+    pub cache_mib: usize,
+    /// Delete-queue retry interval while an OSD is unreachable, in ms.
+    pub delete_retry_ms: u64,
+}
+
+impl Default for MdsConfig {
+    fn default() -> Self {
+        MdsConfig {
+            prefetch_max: 32,
+            cap_ttl_secs: 300,
+            heartbeat_ms: 2000,
+            down_after_ms: 6000,
+            cache_mib: 256,
+            delete_retry_ms: 2000,
+        }
+    }
+}
+
+impl MdsConfig {
+    /// Reads `path`; a missing file means defaults.
+    pub fn load(path: &Path) -> Result<MdsConfig, String> {
+        match std::fs::read_to_string(path) {
+            Ok(s) => toml::from_str(&s).map_err(|e| format!("{}: {e}", path.display())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(MdsConfig::default()),
+            Err(e) => Err(format!("{}: {e}", path.display())),
+        }
+    }
+}
+
+/// Choices fixed when a file system is formatted.
+#[derive(Debug, Clone)]
+pub struct FormatOptions {
+    /// Cluster id (OSD key files must name the same).
+    pub cluster_id: String,
+    /// Object-id policy.
+    pub policy: crate::ids::IdPolicy,
+    /// The root directory's default layout.
+    pub layout: LayoutSpec,
+    /// Bytes of write-ahead log.
+    pub wal_bytes: u64,
+}

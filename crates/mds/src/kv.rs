@@ -1,0 +1,670 @@
+//! The MDS's persistent state: a redb database (copy-on-write B-trees,
+//! checksummed commits) fronted by the write-ahead log in [`crate::wal`].
+//!
+//! Every mutation runs as a job on one committer thread. The committer
+//! takes all jobs waiting, runs them in order inside one redb write
+//! transaction (each sees the ones before it; a failed job's writes are
+//! undone), appends the batch's write set to the log and flushes it, then
+//! commits the transaction without a sync (making it visible to readers)
+//! and answers the jobs. So nothing is visible or acknowledged before it
+//! is durable, and one device flush serves a whole batch (group commit).
+//! When the log is half full the batch is instead committed to redb with a
+//! sync and the log is emptied (a checkpoint). Recovery replays the log's
+//! batches after the last checkpoint. All tables map bytes to bytes; keys
+//! holding numbers are big-endian so their order is numeric.
+
+use std::cell::OnceCell;
+use std::ops::Bound;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc;
+
+use proto::mds::{Errno, MdsError};
+use redb::{
+    Database, Durability, ReadTransaction, ReadableDatabase, ReadableTable, ReadOnlyTable, Table,
+    TableDefinition,
+};
+use serde::{Deserialize, Serialize};
+use store::device::{AlignedBuf, Device, FileDevice};
+
+use crate::wal::Wal;
+
+/// The tables.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[repr(u8)]
+pub enum T {
+    /// ino (BE) → inode record.
+    Inodes = 0,
+    /// parent ino (BE) ++ name → child ino (LE) ++ kind byte.
+    Dentries = 1,
+    /// ino (BE) ++ name → value.
+    Xattrs = 2,
+    /// name → record (superblock, counters, checkpoint position).
+    Meta = 3,
+    /// epoch (BE) → OSD map.
+    Maps = 4,
+    /// sequence (BE) → objects to remove from OSDs.
+    DeleteQueue = 5,
+    /// extra object-set id (BE) → owning ino (LE).
+    Objsets = 6,
+}
+
+const NAMES: [&str; 7] = [
+    "inodes", "dentries", "xattrs", "meta", "maps", "delq", "objsets",
+];
+const N: usize = NAMES.len();
+
+fn def(t: usize) -> TableDefinition<'static, &'static [u8], &'static [u8]> {
+    TableDefinition::new(NAMES[t])
+}
+
+/// One change in a write set (what the log records).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum Write {
+    /// Insert or replace.
+    Put(u8, Vec<u8>, Vec<u8>),
+    /// Remove.
+    Del(u8, Vec<u8>),
+}
+
+/// An I/O-class error from the KV.
+pub fn io_err(what: &str, e: impl std::fmt::Display) -> MdsError {
+    MdsError::new(Errno::Io, format!("metadata store: {what}: {e}"))
+}
+
+/// Read access, shared by transactions and snapshots.
+pub trait View {
+    /// The value under `key`.
+    fn get(&self, t: T, key: &[u8]) -> Result<Option<Vec<u8>>, MdsError>;
+    /// Visits entries between the bounds in key order (or reverse) until `f` says stop.
+    fn scan(
+        &self,
+        t: T,
+        lo: Bound<&[u8]>,
+        hi: Bound<&[u8]>,
+        rev: bool,
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<(), MdsError>;
+}
+
+fn scan_table<R: ReadableTable<&'static [u8], &'static [u8]>>(
+    table: &R,
+    lo: Bound<&[u8]>,
+    hi: Bound<&[u8]>,
+    rev: bool,
+    f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+) -> Result<(), MdsError> {
+    let range = table.range::<&[u8]>((lo, hi)).map_err(|e| io_err("range", e))?;
+    let mut visit = |item: Result<(redb::AccessGuard<'_, &'static [u8]>, redb::AccessGuard<'_, &'static [u8]>), redb::StorageError>| {
+        match item {
+            Ok((k, v)) => Ok(f(k.value(), v.value())),
+            Err(e) => Err(io_err("range", e)),
+        }
+    };
+    if rev {
+        for item in range.rev() {
+            if !visit(item)? {
+                break;
+            }
+        }
+    } else {
+        for item in range {
+            if !visit(item)? {
+                break;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A write transaction as jobs see it: reads see earlier writes of the
+/// batch; every write is recorded for the log and can be undone.
+pub struct Tx<'t> {
+    tables: Vec<Table<'t, &'static [u8], &'static [u8]>>,
+    redo: Vec<Write>,
+    undo: Vec<(u8, Vec<u8>, Option<Vec<u8>>)>,
+}
+
+impl<'t> Tx<'t> {
+    /// Stores `value` under `key`.
+    pub fn put(&mut self, t: T, key: &[u8], value: &[u8]) -> Result<(), MdsError> {
+        let old = self.tables[t as usize]
+            .insert(key, value)
+            .map_err(|e| io_err("insert", e))?
+            .map(|g| g.value().to_vec());
+        self.undo.push((t as u8, key.to_vec(), old));
+        self.redo.push(Write::Put(t as u8, key.to_vec(), value.to_vec()));
+        Ok(())
+    }
+
+    /// Removes `key` (absent is fine).
+    pub fn del(&mut self, t: T, key: &[u8]) -> Result<(), MdsError> {
+        let old = self.tables[t as usize]
+            .remove(key)
+            .map_err(|e| io_err("remove", e))?
+            .map(|g| g.value().to_vec());
+        if old.is_some() {
+            self.undo.push((t as u8, key.to_vec(), old));
+            self.redo.push(Write::Del(t as u8, key.to_vec()));
+        }
+        Ok(())
+    }
+
+    fn mark(&self) -> (usize, usize) {
+        (self.redo.len(), self.undo.len())
+    }
+
+    fn rollback(&mut self, mark: (usize, usize)) -> Result<(), MdsError> {
+        while self.undo.len() > mark.1 {
+            let Some((t, k, old)) = self.undo.pop() else {
+                break;
+            };
+            let table = &mut self.tables[t as usize];
+            match old {
+                Some(v) => {
+                    table.insert(&k[..], &v[..]).map_err(|e| io_err("undo", e))?;
+                }
+                None => {
+                    table.remove(&k[..]).map_err(|e| io_err("undo", e))?;
+                }
+            }
+        }
+        self.redo.truncate(mark.0);
+        Ok(())
+    }
+
+    fn apply(&mut self, w: &Write) -> Result<(), MdsError> {
+        match w {
+            Write::Put(t, k, v) => self.table(*t)?.insert(&k[..], &v[..]).map(|_| ()),
+            Write::Del(t, k) => self.table(*t)?.remove(&k[..]).map(|_| ()),
+        }
+        .map_err(|e| io_err("replay", e))
+    }
+
+    fn table<'s>(
+        &'s mut self,
+        t: u8,
+    ) -> Result<&'s mut Table<'t, &'static [u8], &'static [u8]>, MdsError> {
+        let n = self.tables.len();
+        self.tables
+            .get_mut(t as usize)
+            .ok_or_else(|| io_err("replay", format!("table {t} of {n}")))
+    }
+}
+
+impl View for Tx<'_> {
+    fn get(&self, t: T, key: &[u8]) -> Result<Option<Vec<u8>>, MdsError> {
+        Ok(self.tables[t as usize]
+            .get(key)
+            .map_err(|e| io_err("get", e))?
+            .map(|g| g.value().to_vec()))
+    }
+    fn scan(
+        &self,
+        t: T,
+        lo: Bound<&[u8]>,
+        hi: Bound<&[u8]>,
+        rev: bool,
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<(), MdsError> {
+        scan_table(&self.tables[t as usize], lo, hi, rev, f)
+    }
+}
+
+/// A consistent read-only view (a redb read transaction), tables opened on use.
+pub struct Snapshot {
+    txn: ReadTransaction,
+    tables: [OnceCell<ReadOnlyTable<&'static [u8], &'static [u8]>>; N],
+}
+
+impl Snapshot {
+    fn table(&self, t: T) -> Result<&ReadOnlyTable<&'static [u8], &'static [u8]>, MdsError> {
+        let cell = &self.tables[t as usize];
+        if let Some(t) = cell.get() {
+            return Ok(t);
+        }
+        let opened = self
+            .txn
+            .open_table(def(t as usize))
+            .map_err(|e| io_err("open table", e))?;
+        Ok(cell.get_or_init(|| opened))
+    }
+}
+
+impl View for Snapshot {
+    fn get(&self, t: T, key: &[u8]) -> Result<Option<Vec<u8>>, MdsError> {
+        Ok(self
+            .table(t)?
+            .get(key)
+            .map_err(|e| io_err("get", e))?
+            .map(|g| g.value().to_vec()))
+    }
+    fn scan(
+        &self,
+        t: T,
+        lo: Bound<&[u8]>,
+        hi: Bound<&[u8]>,
+        rev: bool,
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<(), MdsError> {
+        scan_table(self.table(t)?, lo, hi, rev, f)
+    }
+}
+
+type Completion = Box<dyn FnOnce(Result<(), MdsError>) + Send>;
+type Job = Box<dyn FnOnce(&mut Tx) -> Completion + Send>;
+
+/// Where the log's live part starts, kept in the KV at each checkpoint.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
+struct Checkpoint {
+    lsn: u64,
+    wal_pos: u64,
+}
+
+const CHECKPOINT_KEY: &[u8] = b"checkpoint";
+
+/// Counters for `/metrics`.
+#[derive(Debug, Default)]
+pub struct KvStats {
+    /// Write batches committed.
+    pub batches: AtomicU64,
+    /// Jobs run.
+    pub jobs: AtomicU64,
+    /// Checkpoints (durable KV commits).
+    pub checkpoints: AtomicU64,
+    /// Log bytes written.
+    pub wal_bytes: AtomicU64,
+}
+
+/// Files of an MDS data directory.
+pub struct KvPaths {
+    /// The redb database.
+    pub db: PathBuf,
+    /// The log.
+    pub wal: PathBuf,
+}
+
+impl KvPaths {
+    /// The files under `dir`.
+    pub fn new(dir: &Path) -> KvPaths {
+        KvPaths {
+            db: dir.join("mds.redb"),
+            wal: dir.join("mds.wal"),
+        }
+    }
+}
+
+/// The open KV: snapshots for readers, a committer for writers.
+pub struct Kv {
+    db: Arc<Database>,
+    jobs: std::sync::Mutex<Option<mpsc::Sender<Job>>>,
+    committer: std::sync::Mutex<Option<std::thread::JoinHandle<()>>>,
+    failed: Arc<AtomicBool>,
+    /// Counters.
+    pub stats: Arc<KvStats>,
+}
+
+/// Creates the files of an empty KV (`wal_bytes` of log, zero-filled so
+/// later overwrites need no allocation by the host file system).
+pub fn create(paths: &KvPaths, wal_bytes: u64) -> Result<(), MdsError> {
+    if paths.db.exists() {
+        return Err(MdsError::new(
+            Errno::Exist,
+            format!("{} exists: refusing to format over it", paths.db.display()),
+        ));
+    }
+    let wal_bytes = wal_bytes.max(1 << 20) & !4095;
+    {
+        let dev = FileDevice::create(&paths.wal, wal_bytes).map_err(|e| io_err("create log", e))?;
+        let zero = AlignedBuf::zeroed(1 << 20);
+        let mut at = 0;
+        while at < wal_bytes {
+            let n = (wal_bytes - at).min(1 << 20) as usize;
+            dev.write_at(&zero[..n], at)
+                .map_err(|e| io_err("zero log", e))?;
+            at += n as u64;
+        }
+        dev.flush().map_err(|e| io_err("flush log", e))?;
+    }
+    let db = Database::create(&paths.db).map_err(|e| io_err("create database", e))?;
+    let txn = db.begin_write().map_err(|e| io_err("begin", e))?;
+    {
+        for t in 0..N {
+            txn.open_table(def(t)).map_err(|e| io_err("create table", e))?;
+        }
+        let mut meta = txn
+            .open_table(def(T::Meta as usize))
+            .map_err(|e| io_err("meta", e))?;
+        let cp = postcard::to_allocvec(&Checkpoint::default()).map_err(|e| io_err("encode", e))?;
+        meta.insert(CHECKPOINT_KEY, &cp[..])
+            .map_err(|e| io_err("meta", e))?;
+    }
+    txn.commit().map_err(|e| io_err("commit", e))?;
+    Ok(())
+}
+
+impl Kv {
+    /// Opens the KV, replays the log, and starts the committer.
+    pub fn open(paths: &KvPaths, cache_bytes: usize) -> Result<Kv, MdsError> {
+        let db = redb::Builder::new()
+            .set_cache_size(cache_bytes)
+            .open(&paths.db)
+            .map_err(|e| io_err(&format!("open {}", paths.db.display()), e))?;
+        let dev = FileDevice::open_with(&paths.wal, true)
+            .map_err(|e| io_err(&format!("open {}", paths.wal.display()), e))?;
+        let cp: Checkpoint = {
+            let r = db.begin_read().map_err(|e| io_err("begin read", e))?;
+            let meta = r
+                .open_table(def(T::Meta as usize))
+                .map_err(|e| io_err("meta", e))?;
+            let raw = meta
+                .get(CHECKPOINT_KEY)
+                .map_err(|e| io_err("meta", e))?
+                .ok_or_else(|| io_err("meta", "no checkpoint record: not an MDS database"))?;
+            postcard::from_bytes(raw.value()).map_err(|e| io_err("checkpoint record", e))?
+        };
+        let mut wal = Wal::new(Box::new(dev), cp.wal_pos);
+        // Replay the batches logged after the checkpoint, then checkpoint them.
+        let mut last = cp.lsn;
+        {
+            let txn = db.begin_write().map_err(|e| io_err("begin", e))?;
+            {
+                let mut tx = open_tx(&txn)?;
+                let mut failure = None;
+                let n = wal
+                    .replay(cp.lsn + 1, &mut |lsn, payload| {
+                        let writes: Vec<Write> = postcard::from_bytes(payload)
+                            .map_err(|e| std::io::Error::other(format!("log record {lsn}: {e}")))?;
+                        for w in &writes {
+                            if let Err(e) = tx.apply(w) {
+                                failure = Some(e);
+                            }
+                        }
+                        last = lsn;
+                        Ok(())
+                    })
+                    .map_err(|e| io_err("replay log", e))?;
+                if let Some(e) = failure {
+                    return Err(e);
+                }
+                if n > 0 {
+                    tracing::info!(batches = n, "replayed the metadata log");
+                }
+                let cp = postcard::to_allocvec(&Checkpoint {
+                    lsn: last,
+                    wal_pos: wal.head,
+                })
+                .map_err(|e| io_err("encode", e))?;
+                tx.tables[T::Meta as usize]
+                    .insert(CHECKPOINT_KEY, &cp[..])
+                    .map_err(|e| io_err("meta", e))?;
+            }
+            txn.commit().map_err(|e| io_err("commit", e))?;
+            wal.checkpointed();
+        }
+        let db = Arc::new(db);
+        let (tx, rx) = mpsc::channel::<Job>();
+        let failed = Arc::new(AtomicBool::new(false));
+        let stats = Arc::new(KvStats::default());
+        let committer = {
+            let (db, failed, stats) = (db.clone(), failed.clone(), stats.clone());
+            std::thread::Builder::new()
+                .name("mds-commit".into())
+                .spawn(move || commit_loop(&db, wal, last, &rx, &failed, &stats))
+                .map_err(|e| io_err("spawn committer", e))?
+        };
+        Ok(Kv {
+            db,
+            jobs: std::sync::Mutex::new(Some(tx)),
+            committer: std::sync::Mutex::new(Some(committer)),
+            failed,
+            stats,
+        })
+    }
+
+    /// A consistent snapshot for reading.
+    pub fn read(&self) -> Result<Snapshot, MdsError> {
+        Ok(Snapshot {
+            txn: self.db.begin_read().map_err(|e| io_err("begin read", e))?,
+            tables: Default::default(),
+        })
+    }
+
+    /// Runs `f` in the next batch; returns its result once the batch is
+    /// durable. If `f` fails, its writes are undone and the error returned.
+    pub async fn write<R: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Tx) -> Result<R, MdsError> + Send + 'static,
+    ) -> Result<R, MdsError> {
+        let rx = self.submit(f)?;
+        rx.await
+            .unwrap_or_else(|_| Err(io_err("committer", "stopped")))
+    }
+
+    /// The blocking form of [`Kv::write`] (tools, tests, recovery).
+    pub fn write_blocking<R: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Tx) -> Result<R, MdsError> + Send + 'static,
+    ) -> Result<R, MdsError> {
+        let rx = self.submit(f)?;
+        rx.blocking_recv()
+            .unwrap_or_else(|_| Err(io_err("committer", "stopped")))
+    }
+
+    fn submit<R: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Tx) -> Result<R, MdsError> + Send + 'static,
+    ) -> Result<tokio::sync::oneshot::Receiver<Result<R, MdsError>>, MdsError> {
+        if self.failed.load(Ordering::SeqCst) {
+            return Err(io_err(
+                "failed",
+                "an earlier log write failed; restart the MDS to recover",
+            ));
+        }
+        let (done, rx) = tokio::sync::oneshot::channel();
+        let job: Job = Box::new(move |tx: &mut Tx| {
+            let mark = tx.mark();
+            let r = f(tx);
+            let r = match r {
+                Err(e) => tx.rollback(mark).and(Err(e)),
+                ok => ok,
+            };
+            Box::new(move |durable: Result<(), MdsError>| {
+                let _ = done.send(durable.and(r));
+            })
+        });
+        let guard = self.jobs.lock().unwrap_or_else(|e| e.into_inner());
+        guard
+            .as_ref()
+            .ok_or_else(|| io_err("committer", "closed"))?
+            .send(job)
+            .map_err(|_| io_err("committer", "stopped"))?;
+        Ok(rx)
+    }
+
+    /// Stops the committer after the jobs already queued and checkpoints,
+    /// so the next open replays nothing.
+    pub fn close(&self) {
+        self.jobs.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(h) = self
+            .committer
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
+            let _ = h.join();
+        }
+    }
+}
+
+impl Drop for Kv {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+fn open_tx(txn: &redb::WriteTransaction) -> Result<Tx<'_>, MdsError> {
+    let mut tables = Vec::with_capacity(N);
+    for t in 0..N {
+        tables.push(txn.open_table(def(t)).map_err(|e| io_err("open table", e))?);
+    }
+    Ok(Tx {
+        tables,
+        redo: Vec::new(),
+        undo: Vec::new(),
+    })
+}
+
+/// Most jobs in one batch.
+const MAX_BATCH: usize = 512;
+
+fn commit_loop(
+    db: &Database,
+    mut wal: Wal,
+    mut lsn: u64,
+    rx: &mpsc::Receiver<Job>,
+    failed: &AtomicBool,
+    stats: &KvStats,
+) {
+    let mut closing = false;
+    while !closing {
+        let mut batch = match rx.recv() {
+            Ok(j) => vec![j],
+            Err(_) => break,
+        };
+        loop {
+            match rx.try_recv() {
+                Ok(j) if batch.len() < MAX_BATCH => batch.push(j),
+                Ok(j) => {
+                    batch.push(j);
+                    break;
+                }
+                Err(mpsc::TryRecvError::Empty) => break,
+                Err(mpsc::TryRecvError::Disconnected) => {
+                    closing = true;
+                    break;
+                }
+            }
+        }
+        let result = run_batch(db, &mut wal, &mut lsn, batch, stats);
+        if let Err(e) = result {
+            tracing::error!(error = %e, "metadata commit failed; refusing further changes");
+            failed.store(true, Ordering::SeqCst);
+        }
+    }
+    // Final checkpoint: an empty durable commit recording the log position.
+    let _ = checkpoint_now(db, &mut wal, lsn);
+}
+
+fn checkpoint_now(db: &Database, wal: &mut Wal, lsn: u64) -> Result<(), MdsError> {
+    let txn = db.begin_write().map_err(|e| io_err("begin", e))?;
+    {
+        let mut meta = txn
+            .open_table(def(T::Meta as usize))
+            .map_err(|e| io_err("meta", e))?;
+        let cp = postcard::to_allocvec(&Checkpoint {
+            lsn,
+            wal_pos: wal.head,
+        })
+        .map_err(|e| io_err("encode", e))?;
+        meta.insert(CHECKPOINT_KEY, &cp[..])
+            .map_err(|e| io_err("meta", e))?;
+    }
+    txn.commit().map_err(|e| io_err("commit", e))?;
+    wal.checkpointed();
+    Ok(())
+}
+
+fn run_batch(
+    db: &Database,
+    wal: &mut Wal,
+    lsn: &mut u64,
+    batch: Vec<Job>,
+    stats: &KvStats,
+) -> Result<(), MdsError> {
+    let fail_all = |done: Vec<Completion>, e: &MdsError| {
+        for d in done {
+            d(Err(e.clone()));
+        }
+    };
+    // On these early failures the jobs are dropped unrun: their callers
+    // see "committer stopped" and the KV is marked failed.
+    let mut txn = db.begin_write().map_err(|e| io_err("begin", e))?;
+    let mut done = Vec::with_capacity(batch.len());
+    let redo = {
+        let mut tx = open_tx(&txn)?;
+        stats.jobs.fetch_add(batch.len() as u64, Ordering::Relaxed);
+        for job in batch {
+            done.push(job(&mut tx));
+        }
+        std::mem::take(&mut tx.redo)
+    };
+    if redo.is_empty() {
+        // Nothing changed (all jobs failed or were reads): no log record.
+        drop(txn);
+        for d in done {
+            d(Ok(()));
+        }
+        return Ok(());
+    }
+    let payload = match postcard::to_allocvec(&redo) {
+        Ok(p) => p,
+        Err(e) => {
+            let e = io_err("encode batch", e);
+            fail_all(done, &e);
+            return Err(e);
+        }
+    };
+    let next = *lsn + 1;
+    let checkpoint = wal.live() + Wal::footprint(payload.len()) > wal.capacity() / 2;
+    let outcome = if checkpoint {
+        // Make this batch and everything before it durable in the KV itself.
+        let cp = Checkpoint {
+            lsn: next,
+            wal_pos: wal.head,
+        };
+        let written = (|| {
+            let mut meta = txn
+                .open_table(def(T::Meta as usize))
+                .map_err(|e| io_err("meta", e))?;
+            let b = postcard::to_allocvec(&cp).map_err(|e| io_err("encode", e))?;
+            meta.insert(CHECKPOINT_KEY, &b[..])
+                .map_err(|e| io_err("meta", e))?;
+            Ok::<_, MdsError>(())
+        })();
+        written.and_then(|_| txn.commit().map_err(|e| io_err("checkpoint commit", e)))
+            .map(|_| {
+                wal.checkpointed();
+                stats.checkpoints.fetch_add(1, Ordering::Relaxed);
+            })
+    } else {
+        match wal.append(next, &payload) {
+            Ok(()) => {
+                stats
+                    .wal_bytes
+                    .fetch_add(Wal::footprint(payload.len()), Ordering::Relaxed);
+                if let Err(e) = txn.set_durability(Durability::None) {
+                    Err(io_err("durability", e))
+                } else {
+                    txn.commit().map_err(|e| io_err("commit", e))
+                }
+            }
+            Err(e) => Err(io_err("log write", e)),
+        }
+    };
+    match outcome {
+        Ok(()) => {
+            *lsn = next;
+            stats.batches.fetch_add(1, Ordering::Relaxed);
+            for d in done {
+                d(Ok(()));
+            }
+            Ok(())
+        }
+        Err(e) => {
+            fail_all(done, &e);
+            Err(e)
+        }
+    }
+}

@@ -1,0 +1,28 @@
+//! The Tessera metadata server: the namespace with POSIX semantics, file
+//! layouts, placement maps, object-id policies (seed 004's namespace
+//! flattening), capability issuing with seed 004's monotonic versions,
+//! server-driven prefetch, and a durable delete queue — all persistent in
+//! an embedded KV (redb behind a group-committed write-ahead log).
+//!
+//! Map: [`ids`] (object-id policies, pure), [`wal`] + [`kv`] (persistence),
+//! [`records`] (what is stored), [`perm`] + [`ns`] (namespace operations),
+//! [`cluster`] (OSD map and heartbeats), [`service`] (requests, capabilities,
+//! prefetch, OSD actions), [`server`] (network), [`client`] (Rust client),
+//! [`metrics`], [`config`].
+
+pub mod client;
+pub mod cluster;
+pub mod config;
+pub mod ids;
+pub mod kv;
+pub mod metrics;
+pub mod ns;
+pub mod perm;
+pub mod records;
+pub mod server;
+pub mod service;
+pub mod wal;
+
+pub use client::{CallError, MdsClient};
+pub use config::{FormatOptions, MdsConfig};
+pub use service::Mds;

@@ -1,0 +1,150 @@
+//! Prometheus metrics of the MDS: requests by operation and by seed-004
+//! class (mandatory / non-mandatory), errors by errno, latency, the KV's
+//! group commit, revocations and deletions.
+
+use std::sync::atomic::Ordering;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use crate::kv::KvStats;
+
+/// Label: operation and class.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReqLabel {
+    /// Operation name.
+    pub op: String,
+    /// "mandatory" or "non_mandatory".
+    pub class: String,
+}
+
+/// Label: operation.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OpLabel {
+    /// Operation name.
+    pub op: String,
+}
+
+/// Label: errno name.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ErrLabel {
+    /// Errno.
+    pub errno: String,
+}
+
+/// All MDS metrics.
+pub struct MdsMetrics {
+    registry: Registry,
+    /// Requests served.
+    pub requests: Family<ReqLabel, Counter>,
+    /// Errors returned.
+    pub errors: Family<ErrLabel, Counter>,
+    /// Latency by operation (seconds).
+    pub latency: Family<OpLabel, Histogram>,
+    /// Objects whose version was bumped.
+    pub revocations: Counter,
+    /// Files whose objects the delete queue removed.
+    pub objects_deleted: Counter,
+    mandatory: Counter,
+    non_mandatory: Counter,
+    kv_batches: Gauge,
+    kv_jobs: Gauge,
+    kv_checkpoints: Gauge,
+    kv_wal_bytes: Gauge,
+}
+
+impl Default for MdsMetrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl MdsMetrics {
+    /// A fresh registry.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("tessera_mds");
+        let requests = Family::<ReqLabel, Counter>::default();
+        let errors = Family::<ErrLabel, Counter>::default();
+        let latency = Family::<OpLabel, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(20e-6, 2.0, 16))
+        });
+        let revocations = Counter::default();
+        let objects_deleted = Counter::default();
+        let mandatory = Counter::default();
+        let non_mandatory = Counter::default();
+        let (kv_batches, kv_jobs, kv_checkpoints, kv_wal_bytes) =
+            (Gauge::default(), Gauge::default(), Gauge::default(), Gauge::default());
+        registry.register("requests", "Requests by operation and seed-004 class", requests.clone());
+        registry.register("mandatory_requests", "Requests that change the namespace or a length", mandatory.clone());
+        registry.register("non_mandatory_requests", "Requests prefetching could avoid", non_mandatory.clone());
+        registry.register("errors", "Errors by errno", errors.clone());
+        registry.register("latency_seconds", "Request latency", latency.clone());
+        registry.register("revocations", "Object versions bumped to revoke capabilities", revocations.clone());
+        registry.register("files_deleted", "Files whose objects were removed from the OSDs", objects_deleted.clone());
+        registry.register("kv_batches", "Group-commit batches", kv_batches.clone());
+        registry.register("kv_jobs", "Operations committed", kv_jobs.clone());
+        registry.register("kv_checkpoints", "Durable KV checkpoints", kv_checkpoints.clone());
+        registry.register("kv_log_bytes", "Bytes written to the metadata log", kv_wal_bytes.clone());
+        MdsMetrics {
+            registry,
+            requests,
+            errors,
+            latency,
+            revocations,
+            objects_deleted,
+            mandatory,
+            non_mandatory,
+            kv_batches,
+            kv_jobs,
+            kv_checkpoints,
+            kv_wal_bytes,
+        }
+    }
+
+    /// Counts one request.
+    pub fn count(&self, op: &str, mandatory: bool, secs: f64, errno: Option<&str>) {
+        let class = if mandatory { "mandatory" } else { "non_mandatory" };
+        self.requests
+            .get_or_create(&ReqLabel {
+                op: op.into(),
+                class: class.into(),
+            })
+            .inc();
+        if mandatory {
+            self.mandatory.inc();
+        } else {
+            self.non_mandatory.inc();
+        }
+        self.latency
+            .get_or_create(&OpLabel { op: op.into() })
+            .observe(secs);
+        if let Some(e) = errno {
+            self.errors.get_or_create(&ErrLabel { errno: e.into() }).inc();
+        }
+    }
+
+    /// Mandatory requests so far.
+    pub fn mandatory(&self) -> u64 {
+        self.mandatory.get()
+    }
+
+    /// Non-mandatory requests so far.
+    pub fn non_mandatory(&self) -> u64 {
+        self.non_mandatory.get()
+    }
+
+    /// The text exposition.
+    pub fn render(&self, kv: &KvStats) -> String {
+        self.kv_batches.set(kv.batches.load(Ordering::Relaxed) as i64);
+        self.kv_jobs.set(kv.jobs.load(Ordering::Relaxed) as i64);
+        self.kv_checkpoints.set(kv.checkpoints.load(Ordering::Relaxed) as i64);
+        self.kv_wal_bytes.set(kv.wal_bytes.load(Ordering::Relaxed) as i64);
+        let mut out = String::new();
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}

@@ -1,0 +1,711 @@
+//! Namespace operations with POSIX semantics, each run inside one KV
+//! transaction (so each is atomic: a crash leaves all of it or none).
+//! Every operation checks everything before its first write; the KV also
+//! undoes a failed operation's writes, as a second line of defence.
+
+use proto::layout::{Layout, LayoutSpec, data_oid};
+use proto::mds::{
+    Attr, Creds, Errno, FileKind, MdsError, PATH_MAX, ROOT_INO, SetAttr, SetTime, XATTR_NAME_MAX,
+    XATTR_VALUE_MAX, XattrMode, check_name,
+};
+
+use crate::ids::IdPolicy;
+use crate::kv::{T, Tx};
+use crate::perm::{self, R, W, X};
+use crate::records::{DeleteJob, DirMeta, FsState, Inode, Records, dentry_key, num_key, xattr_key};
+
+/// Most hard links to one file.
+pub const LINK_MAX: u32 = 65_000;
+
+/// Nanoseconds since the epoch.
+pub fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
+}
+
+fn err(e: Errno, m: impl Into<String>) -> MdsError {
+    MdsError::new(e, m)
+}
+
+/// A fresh attribute block.
+fn new_attr(ino: u64, kind: FileKind, mode: u32, c: &Creds, parent: &Attr, now: i64) -> Attr {
+    // setgid directories hand their group down (and setgid to subdirectories).
+    let (gid, mode) = if parent.mode & 0o2000 != 0 {
+        let m = if kind == FileKind::Dir { mode | 0o2000 } else { mode };
+        (parent.gid, m)
+    } else {
+        (c.gid, mode)
+    };
+    Attr {
+        ino,
+        kind,
+        mode: mode & 0o7777,
+        nlink: if kind == FileKind::Dir { 2 } else { 1 },
+        uid: c.uid,
+        gid,
+        size: 0,
+        atime: now,
+        mtime: now,
+        ctime: now,
+    }
+}
+
+/// Formats an empty namespace: the root directory, owned by root, mode 0755.
+pub fn format_root(tx: &mut Tx, policy: &IdPolicy, layout: LayoutSpec, now: i64) -> Result<(), MdsError> {
+    let attr = Attr {
+        ino: ROOT_INO,
+        kind: FileKind::Dir,
+        mode: 0o755,
+        nlink: 2,
+        uid: 0,
+        gid: 0,
+        size: 0,
+        atime: now,
+        mtime: now,
+        ctime: now,
+    };
+    tx.put_inode(&Inode {
+        attr,
+        parent: ROOT_INO,
+        name: String::new(),
+        layout: None,
+        target: None,
+        dir: Some(DirMeta {
+            entries: 0,
+            ids: policy.root(),
+            default_layout: layout,
+        }),
+    })?;
+    let st = FsState {
+        cap_version: 1,
+        inodes: 1,
+        ..FsState::default()
+    };
+    tx.put_state(&st)
+}
+
+/// Looks `name` up in `parent` (needs search permission on `parent`).
+pub fn lookup(v: &impl Records, c: &Creds, parent: u64, name: &str) -> Result<Inode, MdsError> {
+    check_name(name)?;
+    let dir = v.dir_inode(parent)?;
+    perm::check(&dir.attr, c, X, "lookup")?;
+    let (ino, _) = v
+        .dentry(parent, name)?
+        .ok_or_else(|| err(Errno::NoEnt, format!("{name:?} not found in directory {parent:#x}")))?;
+    v.live_inode(ino)
+}
+
+/// A directory the caller may add or remove names in.
+fn writable_dir(tx: &Tx, c: &Creds, parent: u64, what: &str) -> Result<Inode, MdsError> {
+    let dir = tx.dir_inode(parent)?;
+    perm::check(&dir.attr, c, W | X, what)?;
+    Ok(dir)
+}
+
+fn taken<'a>(tx: &'a Tx<'_>) -> impl FnMut(u64) -> bool + 'a {
+    |id| {
+        tx.get(T::Inodes, &num_key(id)).ok().flatten().is_some()
+            || tx.get(T::Objsets, &num_key(id)).ok().flatten().is_some()
+    }
+}
+
+use crate::kv::View;
+
+/// Inserts a new inode named `name` in `dir` (all checks done by the caller).
+fn link_new(
+    tx: &mut Tx,
+    st: &mut FsState,
+    dir: &mut Inode,
+    name: &str,
+    mut inode: Inode,
+    now: i64,
+) -> Result<Inode, MdsError> {
+    inode.parent = dir.attr.ino;
+    inode.name = name.to_string();
+    tx.put_dentry(dir.attr.ino, name, inode.attr.ino, inode.attr.kind)?;
+    tx.put_inode(&inode)?;
+    let meta = dir.dir.as_mut().ok_or_else(|| err(Errno::NotDir, "not a directory"))?;
+    meta.entries += 1;
+    dir.attr.size = meta.entries;
+    if inode.attr.kind == FileKind::Dir {
+        dir.attr.nlink += 1;
+    }
+    dir.attr.mtime = now;
+    dir.attr.ctime = now;
+    tx.put_inode(dir)?;
+    st.inodes += 1;
+    tx.put_state(st)?;
+    Ok(inode)
+}
+
+/// Creates a regular file; if it exists and `exclusive` is false, returns
+/// the existing file (after checking it may be opened for writing).
+/// Returns the inode and whether it was created.
+pub fn create(
+    tx: &mut Tx,
+    policy: &IdPolicy,
+    c: &Creds,
+    parent: u64,
+    name: &str,
+    mode: u32,
+    exclusive: bool,
+) -> Result<(Inode, bool), MdsError> {
+    check_name(name)?;
+    let mut dir = tx.dir_inode(parent)?;
+    perm::check(&dir.attr, c, X, "create")?;
+    if let Some((ino, kind)) = tx.dentry(parent, name)? {
+        if exclusive {
+            return Err(err(Errno::Exist, format!("{name:?} exists in {parent:#x}")));
+        }
+        if kind == FileKind::Dir {
+            return Err(err(Errno::IsDir, format!("{name:?} is a directory")));
+        }
+        let i = tx.live_inode(ino)?;
+        perm::check(&i.attr, c, W, "open for writing")?;
+        return Ok((i, false));
+    }
+    perm::check(&dir.attr, c, W | X, "create")?;
+    let mut st = tx.state()?;
+    let map = tx
+        .map(st.map_epoch)?
+        .filter(|m| m.placeable() > 0)
+        .ok_or_else(|| err(Errno::NoSpc, "no OSD has registered with the MDS yet: nowhere to put data"))?;
+    let meta = dir.dir.as_mut().ok_or_else(|| err(Errno::NotDir, "not a directory"))?;
+    let mut spec = meta.default_layout;
+    let ino = {
+        let mut ids = meta.ids.clone();
+        let id = policy.file_id(&mut ids, &mut st.ids, &mut taken(tx));
+        if let Some(m) = dir.dir.as_mut() {
+            m.ids = ids;
+        }
+        id
+    };
+    spec.stripe_count = spec.stripe_count.min(map.placeable() as u32).max(1);
+    let now = now_ns();
+    let inode = Inode {
+        attr: new_attr(ino, FileKind::File, mode, c, &dir.attr, now),
+        parent,
+        name: name.into(),
+        layout: Some(Layout {
+            spec,
+            map_epoch: map.epoch,
+            objsets: vec![data_oid(ino)],
+        }),
+        target: None,
+        dir: None,
+    };
+    Ok((link_new(tx, &mut st, &mut dir, name, inode, now)?, true))
+}
+
+/// Makes a directory.
+pub fn mkdir(
+    tx: &mut Tx,
+    policy: &IdPolicy,
+    c: &Creds,
+    parent: u64,
+    name: &str,
+    mode: u32,
+) -> Result<Inode, MdsError> {
+    check_name(name)?;
+    let mut dir = writable_dir(tx, c, parent, "mkdir")?;
+    if tx.dentry(parent, name)?.is_some() {
+        return Err(err(Errno::Exist, format!("{name:?} exists in {parent:#x}")));
+    }
+    if dir.attr.nlink >= LINK_MAX {
+        return Err(err(Errno::MLink, format!("directory {parent:#x} has too many subdirectories")));
+    }
+    let mut st = tx.state()?;
+    let meta = dir.dir.as_ref().ok_or_else(|| err(Errno::NotDir, "not a directory"))?;
+    let default_layout = meta.default_layout;
+    let mut ids = meta.ids.clone();
+    let (ino, child_ids) = policy.dir_id(&mut ids, &mut st.ids, &mut taken(tx));
+    if let Some(m) = dir.dir.as_mut() {
+        m.ids = ids;
+    }
+    let now = now_ns();
+    let inode = Inode {
+        attr: new_attr(ino, FileKind::Dir, mode, c, &dir.attr, now),
+        parent,
+        name: name.into(),
+        layout: None,
+        target: None,
+        dir: Some(DirMeta {
+            entries: 0,
+            ids: child_ids,
+            default_layout,
+        }),
+    };
+    link_new(tx, &mut st, &mut dir, name, inode, now)
+}
+
+/// Makes a symbolic link.
+pub fn symlink(
+    tx: &mut Tx,
+    policy: &IdPolicy,
+    c: &Creds,
+    parent: u64,
+    name: &str,
+    target: &str,
+) -> Result<Inode, MdsError> {
+    check_name(name)?;
+    if target.is_empty() || target.len() > PATH_MAX || target.contains('\0') {
+        return Err(err(
+            Errno::Inval,
+            format!("symlink target of {} bytes: must be 1..={PATH_MAX} bytes without NUL", target.len()),
+        ));
+    }
+    let mut dir = writable_dir(tx, c, parent, "symlink")?;
+    if tx.dentry(parent, name)?.is_some() {
+        return Err(err(Errno::Exist, format!("{name:?} exists in {parent:#x}")));
+    }
+    let mut st = tx.state()?;
+    let meta = dir.dir.as_mut().ok_or_else(|| err(Errno::NotDir, "not a directory"))?;
+    let mut ids = meta.ids.clone();
+    let ino = policy.file_id(&mut ids, &mut st.ids, &mut taken(tx));
+    if let Some(m) = dir.dir.as_mut() {
+        m.ids = ids;
+    }
+    let now = now_ns();
+    let mut attr = new_attr(ino, FileKind::Symlink, 0o777, c, &dir.attr, now);
+    attr.size = target.len() as u64;
+    let inode = Inode {
+        attr,
+        parent,
+        name: name.into(),
+        layout: None,
+        target: Some(target.into()),
+        dir: None,
+    };
+    link_new(tx, &mut st, &mut dir, name, inode, now)
+}
+
+/// Adds a hard link `parent/name` to file `ino`.
+pub fn link(tx: &mut Tx, c: &Creds, ino: u64, parent: u64, name: &str) -> Result<Inode, MdsError> {
+    check_name(name)?;
+    let mut dir = writable_dir(tx, c, parent, "link")?;
+    let mut i = tx.live_inode(ino)?;
+    if i.attr.kind == FileKind::Dir {
+        return Err(err(Errno::Perm, "hard links to directories are not allowed"));
+    }
+    if tx.dentry(parent, name)?.is_some() {
+        return Err(err(Errno::Exist, format!("{name:?} exists in {parent:#x}")));
+    }
+    if i.attr.nlink >= LINK_MAX {
+        return Err(err(Errno::MLink, format!("inode {ino:#x} has {LINK_MAX} links")));
+    }
+    let now = now_ns();
+    i.attr.nlink += 1;
+    i.attr.ctime = now;
+    i.parent = parent;
+    i.name = name.into();
+    tx.put_dentry(parent, name, ino, i.attr.kind)?;
+    tx.put_inode(&i)?;
+    let meta = dir.dir.as_mut().ok_or_else(|| err(Errno::NotDir, "not a directory"))?;
+    meta.entries += 1;
+    dir.attr.size = meta.entries;
+    dir.attr.mtime = now;
+    dir.attr.ctime = now;
+    tx.put_inode(&dir)?;
+    Ok(i)
+}
+
+/// Drops one link of non-directory `i`; when none remain, removes the inode
+/// and queues its objects for deletion (returned).
+fn drop_link(tx: &mut Tx, st: &mut FsState, mut i: Inode, now: i64) -> Result<Option<DeleteJob>, MdsError> {
+    if i.attr.nlink > 1 {
+        i.attr.nlink -= 1;
+        i.attr.ctime = now;
+        // Keep the back-pointer on some remaining name (for prefetch entries).
+        tx.put_inode(&i)?;
+        return Ok(None);
+    }
+    tx.drop_inode(&i)?;
+    st.inodes = st.inodes.saturating_sub(1);
+    let job = i.layout.clone().map(|layout| DeleteJob {
+        ino: i.attr.ino,
+        layout,
+    });
+    if let Some(j) = &job {
+        tx.queue_delete(st, j)?;
+    }
+    Ok(job)
+}
+
+fn remove_entry(tx: &mut Tx, dir: &mut Inode, name: &str, was_dir: bool, now: i64) -> Result<(), MdsError> {
+    tx.del(T::Dentries, &dentry_key(dir.attr.ino, name))?;
+    let meta = dir.dir.as_mut().ok_or_else(|| err(Errno::NotDir, "not a directory"))?;
+    meta.entries = meta.entries.saturating_sub(1);
+    dir.attr.size = meta.entries;
+    if was_dir {
+        dir.attr.nlink = dir.attr.nlink.saturating_sub(1);
+    }
+    dir.attr.mtime = now;
+    dir.attr.ctime = now;
+    tx.put_inode(dir)
+}
+
+/// Removes a non-directory name. Returns the delete job if it was the last link.
+pub fn unlink(tx: &mut Tx, c: &Creds, parent: u64, name: &str) -> Result<Option<DeleteJob>, MdsError> {
+    check_name(name)?;
+    let mut dir = writable_dir(tx, c, parent, "unlink")?;
+    let (ino, kind) = tx
+        .dentry(parent, name)?
+        .ok_or_else(|| err(Errno::NoEnt, format!("{name:?} not found in {parent:#x}")))?;
+    if kind == FileKind::Dir {
+        return Err(err(Errno::IsDir, format!("{name:?} is a directory: use rmdir")));
+    }
+    let i = tx.live_inode(ino)?;
+    perm::sticky(&dir.attr, &i.attr, c)?;
+    let now = now_ns();
+    let mut st = tx.state()?;
+    remove_entry(tx, &mut dir, name, false, now)?;
+    let job = drop_link(tx, &mut st, i, now)?;
+    tx.put_state(&st)?;
+    Ok(job)
+}
+
+/// Removes an empty directory.
+pub fn rmdir(tx: &mut Tx, c: &Creds, parent: u64, name: &str) -> Result<(), MdsError> {
+    check_name(name)?;
+    let mut dir = writable_dir(tx, c, parent, "rmdir")?;
+    let (ino, kind) = tx
+        .dentry(parent, name)?
+        .ok_or_else(|| err(Errno::NoEnt, format!("{name:?} not found in {parent:#x}")))?;
+    if kind != FileKind::Dir {
+        return Err(err(Errno::NotDir, format!("{name:?} is not a directory")));
+    }
+    let victim = tx.live_inode(ino)?;
+    if victim.dir.as_ref().map(|d| d.entries).unwrap_or(0) > 0 {
+        return Err(err(Errno::NotEmpty, format!("directory {name:?} is not empty")));
+    }
+    perm::sticky(&dir.attr, &victim.attr, c)?;
+    let now = now_ns();
+    let mut st = tx.state()?;
+    remove_entry(tx, &mut dir, name, true, now)?;
+    tx.drop_inode(&victim)?;
+    st.inodes = st.inodes.saturating_sub(1);
+    tx.put_state(&st)
+}
+
+/// Whether directory `anc` is `ino` or one of its ancestors.
+fn is_ancestor(tx: &Tx, anc: u64, mut ino: u64) -> Result<bool, MdsError> {
+    for _ in 0..100_000 {
+        if ino == anc {
+            return Ok(true);
+        }
+        if ino == ROOT_INO {
+            return Ok(false);
+        }
+        ino = tx.live_inode(ino)?.parent;
+    }
+    Err(err(Errno::Loop, "directory parent chain does not reach the root"))
+}
+
+/// Renames atomically. Returns the delete job of a replaced file's last link.
+#[allow(clippy::too_many_arguments)]
+pub fn rename(
+    tx: &mut Tx,
+    c: &Creds,
+    parent: u64,
+    name: &str,
+    new_parent: u64,
+    new_name: &str,
+    noreplace: bool,
+) -> Result<Option<DeleteJob>, MdsError> {
+    check_name(name)?;
+    check_name(new_name)?;
+    let src_dir = writable_dir(tx, c, parent, "rename (source)")?;
+    let dst_dir = writable_dir(tx, c, new_parent, "rename (target)")?;
+    let (ino, kind) = tx
+        .dentry(parent, name)?
+        .ok_or_else(|| err(Errno::NoEnt, format!("{name:?} not found in {parent:#x}")))?;
+    let mut moving = tx.live_inode(ino)?;
+    perm::sticky(&src_dir.attr, &moving.attr, c)?;
+    let is_dir = kind == FileKind::Dir;
+    if is_dir && is_ancestor(tx, ino, new_parent)? {
+        return Err(err(Errno::Inval, "cannot move a directory into itself or below it"));
+    }
+    let target = tx.dentry(new_parent, new_name)?;
+    if let Some((tino, tkind)) = target {
+        if tino == ino {
+            return Ok(None); // same file: POSIX says do nothing
+        }
+        if noreplace {
+            return Err(err(Errno::Exist, format!("{new_name:?} exists in {new_parent:#x}")));
+        }
+        let t = tx.live_inode(tino)?;
+        perm::sticky(&dst_dir.attr, &t.attr, c)?;
+        if is_dir && tkind != FileKind::Dir {
+            return Err(err(Errno::NotDir, format!("{new_name:?} is not a directory")));
+        }
+        if !is_dir && tkind == FileKind::Dir {
+            return Err(err(Errno::IsDir, format!("{new_name:?} is a directory")));
+        }
+        if tkind == FileKind::Dir && t.dir.as_ref().map(|d| d.entries).unwrap_or(0) > 0 {
+            return Err(err(Errno::NotEmpty, format!("directory {new_name:?} is not empty")));
+        }
+    }
+    // All checks passed: write.
+    let now = now_ns();
+    let mut st = tx.state()?;
+    let mut job = None;
+    if let Some((tino, tkind)) = target {
+        let t = tx.live_inode(tino)?;
+        let mut d = tx.dir_inode(new_parent)?;
+        remove_entry(tx, &mut d, new_name, tkind == FileKind::Dir, now)?;
+        if tkind == FileKind::Dir {
+            tx.drop_inode(&t)?;
+            st.inodes = st.inodes.saturating_sub(1);
+        } else {
+            job = drop_link(tx, &mut st, t, now)?;
+        }
+    }
+    let mut s = tx.dir_inode(parent)?;
+    remove_entry(tx, &mut s, name, is_dir, now)?;
+    let mut d = tx.dir_inode(new_parent)?;
+    tx.put_dentry(new_parent, new_name, ino, kind)?;
+    let meta = d.dir.as_mut().ok_or_else(|| err(Errno::NotDir, "not a directory"))?;
+    meta.entries += 1;
+    d.attr.size = meta.entries;
+    if is_dir {
+        d.attr.nlink += 1;
+    }
+    d.attr.mtime = now;
+    d.attr.ctime = now;
+    tx.put_inode(&d)?;
+    // Re-read: the inode may have changed above if it was also the target's dir.
+    moving = tx.live_inode(moving.attr.ino)?;
+    moving.parent = new_parent;
+    moving.name = new_name.into();
+    moving.attr.ctime = now;
+    tx.put_inode(&moving)?;
+    tx.put_state(&st)?;
+    Ok(job)
+}
+
+/// What a setattr changed that the caller must act on at the OSDs.
+#[derive(Debug, Clone)]
+pub struct SetAttrDone {
+    /// The inode after.
+    pub inode: Inode,
+    /// Permissions narrowed: capabilities issued before must be revoked.
+    pub revoke: bool,
+}
+
+/// Applies attribute changes with POSIX permission rules. A size change on
+/// a file only records the length; shrinking objects is the caller's job
+/// (done before this, see the server).
+pub fn setattr(tx: &mut Tx, c: &Creds, ino: u64, set: &SetAttr) -> Result<SetAttrDone, MdsError> {
+    let mut i = tx.live_inode(ino)?;
+    let now = now_ns();
+    let mut revoke = false;
+    if let Some(mode) = set.mode {
+        perm::owner(&i.attr, c, "chmod")?;
+        let mut m = mode & 0o7777;
+        if c.uid != 0 && i.attr.kind != FileKind::Dir && !perm::in_group(c, i.attr.gid) {
+            m &= !0o2000; // non-members cannot set setgid
+        }
+        if (i.attr.mode & !m) & 0o777 != 0 {
+            revoke = true; // some permission was taken away
+        }
+        i.attr.mode = m;
+    }
+    if set.uid.is_some() || set.gid.is_some() {
+        let new_uid = set.uid.unwrap_or(i.attr.uid);
+        let new_gid = set.gid.unwrap_or(i.attr.gid);
+        if c.uid != 0 {
+            if new_uid != i.attr.uid {
+                return Err(err(Errno::Perm, "only root may change a file's owner"));
+            }
+            perm::owner(&i.attr, c, "chgrp")?;
+            if new_gid != i.attr.gid && !perm::in_group(c, new_gid) {
+                return Err(err(Errno::Perm, format!("uid {} is not in group {new_gid}", c.uid)));
+            }
+        }
+        if new_uid != i.attr.uid || new_gid != i.attr.gid {
+            revoke = true;
+            if i.attr.kind != FileKind::Dir {
+                i.attr.mode &= !0o6000; // chown clears setuid/setgid
+            }
+        }
+        i.attr.uid = new_uid;
+        i.attr.gid = new_gid;
+    }
+    if let Some(size) = set.size {
+        match i.attr.kind {
+            FileKind::Dir => return Err(err(Errno::IsDir, "cannot truncate a directory")),
+            FileKind::Symlink => return Err(err(Errno::Inval, "cannot truncate a symlink")),
+            FileKind::File => {}
+        }
+        perm::check(&i.attr, c, W, "truncate")?;
+        if size < i.attr.size {
+            revoke = true;
+        }
+        if size != i.attr.size {
+            i.attr.size = size;
+            i.attr.mtime = now;
+        }
+    }
+    for (t, field) in [(set.atime, 0), (set.mtime, 1)] {
+        let Some(t) = t else { continue };
+        match t {
+            SetTime::Now => {
+                if c.uid != 0 && c.uid != i.attr.uid && !perm::allowed(&i.attr, c, W) {
+                    return Err(err(Errno::Access, "setting times to now needs ownership or write permission"));
+                }
+            }
+            SetTime::At(_) => perm::owner(&i.attr, c, "utimens")?,
+        }
+        let v = match t {
+            SetTime::Now => now,
+            SetTime::At(v) => v,
+        };
+        if field == 0 {
+            i.attr.atime = v;
+        } else {
+            i.attr.mtime = v;
+        }
+    }
+    i.attr.ctime = now;
+    tx.put_inode(&i)?;
+    Ok(SetAttrDone { inode: i, revoke })
+}
+
+/// Grows a file's recorded length (never shrinks it) after client writes.
+pub fn commit_size(tx: &mut Tx, c: &Creds, ino: u64, size: u64, mtime: i64) -> Result<Inode, MdsError> {
+    let mut i = tx.live_inode(ino)?;
+    if i.attr.kind != FileKind::File {
+        return Err(err(Errno::Inval, "only files have data"));
+    }
+    perm::check(&i.attr, c, W, "write")?;
+    if size > i.attr.size || mtime > i.attr.mtime {
+        i.attr.size = i.attr.size.max(size);
+        i.attr.mtime = i.attr.mtime.max(mtime);
+        i.attr.ctime = i.attr.ctime.max(mtime);
+        tx.put_inode(&i)?;
+    }
+    Ok(i)
+}
+
+/// Sets an extended attribute.
+pub fn setxattr(
+    tx: &mut Tx,
+    c: &Creds,
+    ino: u64,
+    name: &str,
+    value: &[u8],
+    mode: XattrMode,
+) -> Result<(), MdsError> {
+    check_xattr_name(name)?;
+    if value.len() > XATTR_VALUE_MAX {
+        return Err(err(Errno::Range, format!("value of {} bytes; limit {XATTR_VALUE_MAX}", value.len())));
+    }
+    let mut i = tx.live_inode(ino)?;
+    if c.uid != 0 && c.uid != i.attr.uid {
+        perm::check(&i.attr, c, W, "setxattr")?;
+    }
+    let key = xattr_key(ino, name);
+    let exists = tx.get(T::Xattrs, &key)?.is_some();
+    match (mode, exists) {
+        (XattrMode::Create, true) => return Err(err(Errno::Exist, format!("xattr {name:?} exists"))),
+        (XattrMode::Replace, false) => return Err(err(Errno::NoData, format!("no xattr {name:?}"))),
+        _ => {}
+    }
+    tx.put(T::Xattrs, &key, value)?;
+    i.attr.ctime = now_ns();
+    tx.put_inode(&i)
+}
+
+/// Removes an extended attribute.
+pub fn removexattr(tx: &mut Tx, c: &Creds, ino: u64, name: &str) -> Result<(), MdsError> {
+    check_xattr_name(name)?;
+    let mut i = tx.live_inode(ino)?;
+    if c.uid != 0 && c.uid != i.attr.uid {
+        perm::check(&i.attr, c, W, "removexattr")?;
+    }
+    let key = xattr_key(ino, name);
+    if tx.get(T::Xattrs, &key)?.is_none() {
+        return Err(err(Errno::NoData, format!("no xattr {name:?}")));
+    }
+    tx.del(T::Xattrs, &key)?;
+    i.attr.ctime = now_ns();
+    tx.put_inode(&i)
+}
+
+/// Checks an extended attribute name.
+pub fn check_xattr_name(name: &str) -> Result<(), MdsError> {
+    if name.is_empty() || name.len() > XATTR_NAME_MAX || name.contains('\0') {
+        return Err(err(
+            if name.len() > XATTR_NAME_MAX { Errno::Range } else { Errno::Inval },
+            format!("xattr name of {} bytes: must be 1..={XATTR_NAME_MAX} without NUL", name.len()),
+        ));
+    }
+    Ok(())
+}
+
+/// Reads an extended attribute (needs read permission).
+pub fn getxattr(v: &impl Records, c: &Creds, ino: u64, name: &str) -> Result<Vec<u8>, MdsError> {
+    check_xattr_name(name)?;
+    let i = v.live_inode(ino)?;
+    perm::check(&i.attr, c, R, "getxattr")?;
+    v.get(T::Xattrs, &xattr_key(ino, name))?
+        .ok_or_else(|| err(Errno::NoData, format!("no xattr {name:?}")))
+}
+
+/// Sets a directory's default layout (new files in it and new
+/// subdirectories inherit it) or an empty file's layout.
+pub fn set_layout(tx: &mut Tx, c: &Creds, ino: u64, spec: LayoutSpec) -> Result<Inode, MdsError> {
+    spec.validate().map_err(|m| err(Errno::Inval, m))?;
+    let mut i = tx.live_inode(ino)?;
+    perm::owner(&i.attr, c, "set layout")?;
+    match (i.attr.kind, i.dir.as_mut(), i.layout.as_mut()) {
+        (FileKind::Dir, Some(d), _) => d.default_layout = spec,
+        (FileKind::File, _, Some(l)) => {
+            if i.attr.size != 0 {
+                return Err(err(Errno::Busy, "a file's layout can only change while it is empty"));
+            }
+            let st = tx.state()?;
+            let n = tx.map(l.map_epoch)?.map(|m| m.placeable()).unwrap_or(1).max(1);
+            l.spec = LayoutSpec {
+                stripe_count: spec.stripe_count.min(n as u32),
+                ..spec
+            };
+            let _ = st;
+        }
+        _ => return Err(err(Errno::Inval, "only directories and files have layouts")),
+    }
+    i.attr.ctime = now_ns();
+    tx.put_inode(&i)?;
+    Ok(i)
+}
+
+/// Allocates object sets of a file up to `objset` (bounded object size).
+pub fn extend_layout(tx: &mut Tx, policy: &IdPolicy, c: &Creds, ino: u64, objset: u64) -> Result<Inode, MdsError> {
+    let mut i = tx.live_inode(ino)?;
+    perm::check(&i.attr, c, W, "extend layout")?;
+    let Some(l) = i.layout.as_ref() else {
+        return Err(err(Errno::Inval, "only files have layouts"));
+    };
+    if l.spec.object_size == 0 {
+        return Err(err(Errno::Inval, "this file's objects are unbounded: it has one object set"));
+    }
+    if objset > 1 << 20 {
+        return Err(err(Errno::FBig, format!("object set {objset} is beyond the limit of 2^20")));
+    }
+    let mut st = tx.state()?;
+    let mut added = Vec::new();
+    let have = l.objsets.len() as u64;
+    for _ in have..=objset {
+        let id = policy.loose_id(&mut st.ids, &mut taken(tx));
+        tx.put(T::Objsets, &num_key(id), &ino.to_le_bytes())?;
+        added.push(data_oid(id));
+    }
+    if let Some(l) = i.layout.as_mut() {
+        l.objsets.extend(added);
+    }
+    tx.put_state(&st)?;
+    tx.put_inode(&i)?;
+    Ok(i)
+}

@@ -1,0 +1,369 @@
+//! The records the MDS keeps in its KV, their keys, and typed access over
+//! any [`View`]. Values are postcard; keys holding numbers are big-endian.
+
+use std::ops::Bound;
+
+use proto::layout::{Layout, LayoutSpec};
+use proto::mds::{Attr, Errno, FileKind, MdsError};
+use proto::placement::OsdMap;
+use serde::{Deserialize, Serialize};
+
+use crate::ids::{Counters, DirIds, IdPolicy};
+use crate::kv::{T, Tx, View, io_err};
+
+/// An inode: POSIX attributes plus what the kind needs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Inode {
+    /// Attributes (ino = namespace id).
+    pub attr: Attr,
+    /// Directory of the most recent name (directories: their only one).
+    pub parent: u64,
+    /// That name.
+    pub name: String,
+    /// Files: the layout.
+    pub layout: Option<Layout>,
+    /// Symlinks: the target.
+    pub target: Option<String>,
+    /// Directories: entries and id state.
+    pub dir: Option<DirMeta>,
+}
+
+/// What a directory keeps besides attributes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DirMeta {
+    /// Entries in it.
+    pub entries: u64,
+    /// Its id-allocation state.
+    pub ids: DirIds,
+    /// Layout for new files (inherited by new subdirectories).
+    pub default_layout: LayoutSpec,
+}
+
+/// Fixed at format time.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Superblock {
+    /// Format version of these records.
+    pub version: u32,
+    /// Cluster id.
+    pub cluster_id: String,
+    /// Object-id policy.
+    pub policy: IdPolicy,
+    /// When the file system was made (ms since the epoch).
+    pub created_ms: u64,
+}
+
+/// Current format version of the records.
+pub const RECORDS_VERSION: u32 = 1;
+
+/// Counters that change with operations.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FsState {
+    /// Id-policy counters.
+    pub ids: Counters,
+    /// The monotonic capability version (seed 004): caps are issued with it;
+    /// revocation sets an object's version to it and then increments it.
+    pub cap_version: u64,
+    /// Next delete-queue sequence number.
+    pub delq_seq: u64,
+    /// Inodes in the namespace.
+    pub inodes: u64,
+    /// Current OSD map epoch.
+    pub map_epoch: u64,
+}
+
+/// Objects to remove from the OSDs once a file is gone.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeleteJob {
+    /// The file it was (for logs).
+    pub ino: u64,
+    /// Its layout (spec, map epoch, object sets).
+    pub layout: Layout,
+}
+
+const SUPER_KEY: &[u8] = b"superblock";
+const STATE_KEY: &[u8] = b"state";
+
+/// Big-endian key of a number.
+pub fn num_key(n: u64) -> [u8; 8] {
+    n.to_be_bytes()
+}
+
+/// Key of a directory entry.
+pub fn dentry_key(parent: u64, name: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(8 + name.len());
+    k.extend_from_slice(&parent.to_be_bytes());
+    k.extend_from_slice(name.as_bytes());
+    k
+}
+
+/// Key of an extended attribute.
+pub fn xattr_key(ino: u64, name: &str) -> Vec<u8> {
+    dentry_key(ino, name)
+}
+
+fn decode<T: for<'a> Deserialize<'a>>(what: &str, b: &[u8]) -> Result<T, MdsError> {
+    postcard::from_bytes(b).map_err(|e| io_err(&format!("decode {what}"), e))
+}
+
+fn encode<T: Serialize>(v: &T) -> Result<Vec<u8>, MdsError> {
+    postcard::to_allocvec(v).map_err(|e| io_err("encode", e))
+}
+
+fn kind_byte(k: FileKind) -> u8 {
+    match k {
+        FileKind::File => 1,
+        FileKind::Dir => 2,
+        FileKind::Symlink => 3,
+    }
+}
+
+fn byte_kind(b: u8) -> Result<FileKind, MdsError> {
+    Ok(match b {
+        1 => FileKind::File,
+        2 => FileKind::Dir,
+        3 => FileKind::Symlink,
+        _ => return Err(io_err("dentry", format!("kind byte {b}"))),
+    })
+}
+
+/// Decodes a dentry value.
+pub fn decode_dentry(v: &[u8]) -> Result<(u64, FileKind), MdsError> {
+    if v.len() != 9 {
+        return Err(io_err("dentry", format!("{} bytes", v.len())));
+    }
+    let ino = u64::from_le_bytes(v[..8].try_into().map_err(|e| io_err("dentry", e))?);
+    Ok((ino, byte_kind(v[8])?))
+}
+
+/// Typed reads over any view.
+pub trait Records: View {
+    /// The superblock.
+    fn superblock(&self) -> Result<Superblock, MdsError> {
+        let b = self
+            .get(T::Meta, SUPER_KEY)?
+            .ok_or_else(|| io_err("superblock", "missing: not a formatted MDS"))?;
+        decode("superblock", &b)
+    }
+
+    /// The counters.
+    fn state(&self) -> Result<FsState, MdsError> {
+        match self.get(T::Meta, STATE_KEY)? {
+            Some(b) => decode("state", &b),
+            None => Ok(FsState::default()),
+        }
+    }
+
+    /// An inode, if it exists.
+    fn inode(&self, ino: u64) -> Result<Option<Inode>, MdsError> {
+        match self.get(T::Inodes, &num_key(ino))? {
+            Some(b) => Ok(Some(decode("inode", &b)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// An inode that must exist (ESTALE otherwise: the client's handle is old).
+    fn live_inode(&self, ino: u64) -> Result<Inode, MdsError> {
+        self.inode(ino)?
+            .ok_or_else(|| MdsError::new(Errno::Stale, format!("inode {ino:#x} does not exist")))
+    }
+
+    /// A directory inode (ENOTDIR if it is something else).
+    fn dir_inode(&self, ino: u64) -> Result<Inode, MdsError> {
+        let i = self.live_inode(ino)?;
+        if i.attr.kind != FileKind::Dir {
+            return Err(MdsError::new(
+                Errno::NotDir,
+                format!("inode {ino:#x} is not a directory"),
+            ));
+        }
+        Ok(i)
+    }
+
+    /// The entry `name` in `parent`.
+    fn dentry(&self, parent: u64, name: &str) -> Result<Option<(u64, FileKind)>, MdsError> {
+        match self.get(T::Dentries, &dentry_key(parent, name))? {
+            Some(v) => Ok(Some(decode_dentry(&v)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Entries of `dir` after `after`, at most `max`, in name order.
+    fn list_dir(
+        &self,
+        dir: u64,
+        after: Option<&str>,
+        max: usize,
+    ) -> Result<(Vec<(String, u64, FileKind)>, bool), MdsError> {
+        let lo = match after {
+            Some(a) => dentry_key(dir, a),
+            None => dir.to_be_bytes().to_vec(),
+        };
+        let hi = (dir + 1).to_be_bytes();
+        let lo_bound = if after.is_some() {
+            Bound::Excluded(&lo[..])
+        } else {
+            Bound::Included(&lo[..])
+        };
+        let hi_bound = if dir == u64::MAX {
+            Bound::Unbounded
+        } else {
+            Bound::Excluded(&hi[..])
+        };
+        let mut out = Vec::new();
+        let mut more = false;
+        let mut bad = None;
+        self.scan(T::Dentries, lo_bound, hi_bound, false, &mut |k, v| {
+            if out.len() == max {
+                more = true;
+                return false;
+            }
+            let name = String::from_utf8_lossy(&k[8..]).into_owned();
+            match decode_dentry(v) {
+                Ok((ino, kind)) => out.push((name, ino, kind)),
+                Err(e) => bad = Some(e),
+            }
+            true
+        })?;
+        if let Some(e) = bad {
+            return Err(e);
+        }
+        Ok((out, more))
+    }
+
+    /// An OSD map by epoch.
+    fn map(&self, epoch: u64) -> Result<Option<OsdMap>, MdsError> {
+        match self.get(T::Maps, &num_key(epoch))? {
+            Some(b) => Ok(Some(decode("map", &b)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Up to `n` inodes with ids nearest `ino` (not `ino` itself), nearest first.
+    fn neighbours(&self, ino: u64, n: usize) -> Result<Vec<Inode>, MdsError> {
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        let key = num_key(ino);
+        let mut above = Vec::new();
+        let mut below = Vec::new();
+        let mut bad = None;
+        let mut collect = |out: &mut Vec<Inode>, v: &[u8]| {
+            match decode::<Inode>("inode", v) {
+                Ok(i) => out.push(i),
+                Err(e) => bad = Some(e),
+            }
+            out.len() < n
+        };
+        self.scan(
+            T::Inodes,
+            Bound::Excluded(&key[..]),
+            Bound::Unbounded,
+            false,
+            &mut |_, v| collect(&mut above, v),
+        )?;
+        self.scan(
+            T::Inodes,
+            Bound::Unbounded,
+            Bound::Excluded(&key[..]),
+            true,
+            &mut |_, v| collect(&mut below, v),
+        )?;
+        if let Some(e) = bad {
+            return Err(e);
+        }
+        // Merge by distance.
+        let (mut a, mut b) = (above.into_iter().peekable(), below.into_iter().peekable());
+        let mut out = Vec::with_capacity(n);
+        while out.len() < n {
+            let take_a = match (a.peek(), b.peek()) {
+                (Some(x), Some(y)) => x.attr.ino - ino <= ino - y.attr.ino,
+                (Some(_), None) => true,
+                (None, Some(_)) => false,
+                (None, None) => break,
+            };
+            let next = if take_a { a.next() } else { b.next() };
+            out.extend(next);
+        }
+        Ok(out)
+    }
+
+    /// Extended attribute names of `ino`.
+    fn xattr_names(&self, ino: u64) -> Result<Vec<String>, MdsError> {
+        let lo = ino.to_be_bytes();
+        let hi = ino.wrapping_add(1).to_be_bytes();
+        let mut out = Vec::new();
+        self.scan(
+            T::Xattrs,
+            Bound::Included(&lo[..]),
+            if ino == u64::MAX {
+                Bound::Unbounded
+            } else {
+                Bound::Excluded(&hi[..])
+            },
+            false,
+            &mut |k, _| {
+                out.push(String::from_utf8_lossy(&k[8..]).into_owned());
+                true
+            },
+        )?;
+        Ok(out)
+    }
+}
+
+impl<V: View + ?Sized> Records for V {}
+
+/// Typed writes.
+impl Tx<'_> {
+    /// Stores an inode.
+    pub fn put_inode(&mut self, i: &Inode) -> Result<(), MdsError> {
+        self.put(T::Inodes, &num_key(i.attr.ino), &encode(i)?)
+    }
+
+    /// Stores a directory entry.
+    pub fn put_dentry(
+        &mut self,
+        parent: u64,
+        name: &str,
+        ino: u64,
+        kind: FileKind,
+    ) -> Result<(), MdsError> {
+        let mut v = [0u8; 9];
+        v[..8].copy_from_slice(&ino.to_le_bytes());
+        v[8] = kind_byte(kind);
+        self.put(T::Dentries, &dentry_key(parent, name), &v)
+    }
+
+    /// Stores the counters.
+    pub fn put_state(&mut self, s: &FsState) -> Result<(), MdsError> {
+        self.put(T::Meta, STATE_KEY, &encode(s)?)
+    }
+
+    /// Stores the superblock.
+    pub fn put_superblock(&mut self, s: &Superblock) -> Result<(), MdsError> {
+        self.put(T::Meta, SUPER_KEY, &encode(s)?)
+    }
+
+    /// Stores an OSD map.
+    pub fn put_map(&mut self, m: &OsdMap) -> Result<(), MdsError> {
+        self.put(T::Maps, &num_key(m.epoch), &encode(m)?)
+    }
+
+    /// Queues a file's objects for removal.
+    pub fn queue_delete(&mut self, st: &mut FsState, job: &DeleteJob) -> Result<(), MdsError> {
+        st.delq_seq += 1;
+        self.put(T::DeleteQueue, &num_key(st.delq_seq), &encode(job)?)
+    }
+
+    /// Removes an inode with its extended attributes and extra object ids.
+    pub fn drop_inode(&mut self, i: &Inode) -> Result<(), MdsError> {
+        for name in self.xattr_names(i.attr.ino)? {
+            self.del(T::Xattrs, &xattr_key(i.attr.ino, &name))?;
+        }
+        if let Some(l) = &i.layout {
+            for &oid in l.objsets.iter().skip(1) {
+                self.del(T::Objsets, &num_key(oid & !proto::layout::DATA_OID_TAG))?;
+            }
+        }
+        self.del(T::Inodes, &num_key(i.attr.ino))
+    }
+}

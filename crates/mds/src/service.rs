@@ -1,0 +1,889 @@
+//! The metadata service: answers [`MdsRequest`]s from the namespace (read
+//! from snapshots, written through the KV's group commit), issues
+//! capabilities, prefetches neighbours, keeps the OSD map, and acts on the
+//! OSDs itself for revocation, truncation and deletion.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use osd::client::{ClientConfig, ClientError, OsdClient};
+use osd::keys::KeyFile;
+use proto::layout::{DATA_PARTITION, Layout, data_oid};
+use proto::mds::{
+    ClusterStatus, Creds, DirEntry, Entry, Errno, FileKind, Found, FsStat, Grant, MdsError,
+    MdsReply, MdsRequest, NAME_MAX, Op, OsdReport, READDIR_MAX, ROOT_INO,
+};
+use proto::placement::OsdMap;
+use proto::{Capability, Command, ErrorCode, KeyRing, rights};
+
+use crate::cluster::{Live, LiveMap, map_after, verify_report};
+use crate::config::{FormatOptions, MdsConfig};
+use crate::kv::{Kv, KvPaths, T, View};
+use crate::metrics::MdsMetrics;
+use crate::ns;
+use crate::perm::{self, R, W};
+use crate::records::{DeleteJob, Inode, Records, Superblock, RECORDS_VERSION, num_key};
+
+/// Rights a reader gets on a file's objects.
+pub const READ_RIGHTS: u32 = rights::READ | rights::GET_ATTR;
+/// Rights a writer gets on a file's objects.
+pub const WRITE_RIGHTS: u32 =
+    rights::WRITE | rights::APPEND | rights::CREATE | rights::SET_ATTR;
+
+/// Files in an MDS data directory.
+pub struct MdsPaths {
+    /// The directory.
+    pub dir: PathBuf,
+}
+
+impl MdsPaths {
+    /// Settings file.
+    pub fn config(&self) -> PathBuf {
+        self.dir.join("mds.toml")
+    }
+    /// OSD key files (`osd-<id>.toml`).
+    pub fn keys(&self) -> PathBuf {
+        self.dir.join("keys")
+    }
+    /// KV files.
+    pub fn kv(&self) -> KvPaths {
+        KvPaths::new(&self.dir)
+    }
+}
+
+/// Formats an empty file system in `dir`.
+pub fn format(dir: &Path, opts: &FormatOptions) -> Result<(), MdsError> {
+    opts.layout
+        .validate()
+        .map_err(|m| MdsError::new(Errno::Inval, m))?;
+    opts.policy
+        .geo
+        .validate()
+        .map_err(|m| MdsError::new(Errno::Inval, m))?;
+    std::fs::create_dir_all(dir.join("keys"))
+        .map_err(|e| MdsError::new(Errno::Io, format!("{}: {e}", dir.display())))?;
+    let paths = MdsPaths { dir: dir.into() };
+    crate::kv::create(&paths.kv(), opts.wal_bytes)?;
+    let kv = Kv::open(&paths.kv(), 16 << 20)?;
+    let sb = Superblock {
+        version: RECORDS_VERSION,
+        cluster_id: opts.cluster_id.clone(),
+        policy: opts.policy,
+        created_ms: osd::exec::now_ms(),
+    };
+    let layout = opts.layout;
+    kv.write_blocking(move |tx| {
+        tx.put_superblock(&sb)?;
+        ns::format_root(tx, &sb.policy, layout, ns::now_ns())?;
+        tx.put_map(&OsdMap::default())
+    })?;
+    kv.close();
+    if !paths.config().exists() {
+        let text = toml::to_string_pretty(&MdsConfig::default())
+            .map_err(|e| MdsError::new(Errno::Io, e.to_string()))?;
+        std::fs::write(paths.config(), text)
+            .map_err(|e| MdsError::new(Errno::Io, format!("{}: {e}", paths.config().display())))?;
+    }
+    Ok(())
+}
+
+/// Loads every `osd-<id>.toml` key file in `dir`.
+pub fn load_keys(dir: &Path, cluster_id: &str) -> Result<HashMap<u32, KeyRing>, String> {
+    let mut out = HashMap::new();
+    let rd = match std::fs::read_dir(dir) {
+        Ok(r) => r,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+        Err(e) => return Err(format!("{}: {e}", dir.display())),
+    };
+    for ent in rd.flatten() {
+        let p = ent.path();
+        if p.extension().is_none_or(|x| x != "toml") {
+            continue;
+        }
+        let kf = KeyFile::load(&p)?;
+        if kf.cluster_id != cluster_id {
+            return Err(format!(
+                "{}: key file is for cluster {:?}, this MDS serves {cluster_id:?}",
+                p.display(),
+                kf.cluster_id
+            ));
+        }
+        out.insert(kf.osd_id, kf.ring()?);
+    }
+    Ok(out)
+}
+
+/// The running metadata service.
+pub struct Mds {
+    /// The KV.
+    pub kv: Arc<Kv>,
+    /// Fixed facts.
+    pub sb: Superblock,
+    /// Settings.
+    pub cfg: MdsConfig,
+    keys: Mutex<HashMap<u32, KeyRing>>,
+    keys_dir: PathBuf,
+    live: Mutex<LiveMap>,
+    osds: Mutex<HashMap<u32, (String, Arc<OsdClient>)>>,
+    /// Counters for `/metrics`.
+    pub metrics: Arc<MdsMetrics>,
+    /// Wakes the delete-queue worker.
+    pub delete_wake: tokio::sync::Notify,
+}
+
+fn err(e: Errno, m: impl Into<String>) -> MdsError {
+    MdsError::new(e, m)
+}
+
+fn osd_err(osd: u32, e: ClientError) -> MdsError {
+    err(Errno::Io, format!("OSD {osd}: {e}"))
+}
+
+impl Mds {
+    /// Opens the service on a formatted data directory.
+    pub fn open(dir: &Path) -> Result<Arc<Mds>, MdsError> {
+        let paths = MdsPaths { dir: dir.into() };
+        let cfg = MdsConfig::load(&paths.config()).map_err(|m| err(Errno::Inval, m))?;
+        let kv = Arc::new(Kv::open(&paths.kv(), cfg.cache_mib << 20)?);
+        let sb = kv.read()?.superblock()?;
+        if sb.version != RECORDS_VERSION {
+            return Err(err(
+                Errno::Inval,
+                format!("metadata format version {} (this build reads {RECORDS_VERSION})", sb.version),
+            ));
+        }
+        let keys = load_keys(&paths.keys(), &sb.cluster_id).map_err(|m| err(Errno::Inval, m))?;
+        Ok(Arc::new(Mds {
+            kv,
+            sb,
+            cfg,
+            keys: Mutex::new(keys),
+            keys_dir: paths.keys(),
+            live: Mutex::new(LiveMap::default()),
+            osds: Mutex::new(HashMap::new()),
+            metrics: Arc::new(MdsMetrics::new()),
+            delete_wake: tokio::sync::Notify::new(),
+        }))
+    }
+
+    fn now_ms() -> u64 {
+        osd::exec::now_ms()
+    }
+
+    /// The current OSD map.
+    pub fn current_map(&self) -> Result<OsdMap, MdsError> {
+        let snap = self.kv.read()?;
+        let st = snap.state()?;
+        Ok(snap.map(st.map_epoch)?.unwrap_or_default())
+    }
+
+    /// Capabilities for object ids `[lo, hi]` on every OSD of `map` we hold a key for.
+    pub fn grant(&self, map: &OsdMap, lo: u64, hi: u64, rights: u32, version: u64) -> Grant {
+        let expiry_ms = Self::now_ms() + self.cfg.cap_ttl_secs * 1000;
+        let keys = self.keys.lock().unwrap_or_else(|e| e.into_inner());
+        let caps = map
+            .osds
+            .iter()
+            .filter_map(|o| {
+                let ring = keys.get(&o.id)?;
+                let (kv, key) = ring.newest()?;
+                Some((
+                    o.id,
+                    Capability::sign(key, kv, o.id, DATA_PARTITION, lo, hi, rights, expiry_ms, version),
+                ))
+            })
+            .collect();
+        Grant {
+            lo,
+            hi,
+            rights,
+            expiry_ms,
+            caps,
+        }
+    }
+
+    fn rights_for(i: &Inode, c: &Creds, write: bool) -> u32 {
+        let mut r = 0;
+        if perm::allowed(&i.attr, c, R) {
+            r |= READ_RIGHTS;
+        }
+        if write && perm::allowed(&i.attr, c, W) {
+            r |= WRITE_RIGHTS;
+        }
+        r
+    }
+
+    fn entry(i: &Inode) -> Entry {
+        Entry {
+            parent: i.parent,
+            name: i.name.clone(),
+            attr: i.attr.clone(),
+            layout: i.layout.clone(),
+        }
+    }
+
+    /// Grants for one file's objects.
+    fn file_grants(&self, map: &OsdMap, i: &Inode, rights: u32, version: u64) -> Vec<Grant> {
+        match (&i.layout, rights) {
+            (Some(l), r) if r != 0 => l
+                .objsets
+                .iter()
+                .map(|&oid| self.grant(map, oid, oid, r, version))
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// A lookup-style answer with prefetched neighbours.
+    fn found(
+        &self,
+        v: &impl Records,
+        c: &Creds,
+        i: Inode,
+        write: bool,
+        prefetch: u32,
+    ) -> Result<Found, MdsError> {
+        let st = v.state()?;
+        let map = v.map(st.map_epoch)?.unwrap_or_default();
+        let rights = Self::rights_for(&i, c, write);
+        let grants = self.file_grants(&map, &i, rights, st.cap_version);
+        let n = prefetch.min(self.cfg.prefetch_max) as usize;
+        let mut near = v.neighbours(i.attr.ino, n)?;
+        near.sort_by_key(|x| x.attr.ino);
+        // One range capability per run of files whose read rights agree
+        // (directories and symlinks have no objects and join any run).
+        let mut prefetch_grants = Vec::new();
+        let mut run: Option<(u64, u64, u32)> = None;
+        for x in &near {
+            if x.layout.is_none() {
+                continue;
+            }
+            let r = Self::rights_for(x, c, false);
+            let oid = data_oid(x.attr.ino);
+            run = match run {
+                Some((lo, _, rr)) if rr == r => Some((lo, oid, r)),
+                Some((lo, hi, rr)) => {
+                    if rr != 0 {
+                        prefetch_grants.push(self.grant(&map, lo, hi, rr, st.cap_version));
+                    }
+                    Some((oid, oid, r))
+                }
+                None => Some((oid, oid, r)),
+            };
+        }
+        if let Some((lo, hi, r)) = run
+            && r != 0
+        {
+            prefetch_grants.push(self.grant(&map, lo, hi, r, st.cap_version));
+        }
+        Ok(Found {
+            entry: Self::entry(&i),
+            grants,
+            prefetch: near.iter().map(Self::entry).collect(),
+            prefetch_grants,
+        })
+    }
+
+    /// Answers one request.
+    pub async fn handle(self: &Arc<Self>, req: MdsRequest) -> Result<MdsReply, MdsError> {
+        let c = req.creds;
+        let pf = req.prefetch;
+        let policy = self.sb.policy;
+        match req.op {
+            Op::Lookup { parent, name } => {
+                let snap = self.kv.read()?;
+                let i = ns::lookup(&snap, &c, parent, &name)?;
+                Ok(MdsReply::Found(Box::new(self.found(&snap, &c, i, false, pf)?)))
+            }
+            Op::GetAttr { ino } => Ok(MdsReply::Attr(self.kv.read()?.live_inode(ino)?.attr)),
+            Op::Open { ino, write } => {
+                let snap = self.kv.read()?;
+                let i = snap.live_inode(ino)?;
+                if i.attr.kind == FileKind::Dir && write {
+                    return Err(err(Errno::IsDir, "cannot open a directory for writing"));
+                }
+                perm::check(&i.attr, &c, if write { W } else { R }, "open")?;
+                Ok(MdsReply::Found(Box::new(self.found(&snap, &c, i, write, pf)?)))
+            }
+            Op::Create {
+                parent,
+                name,
+                mode,
+                exclusive,
+            } => {
+                let c2 = c.clone();
+                let (i, _) = self
+                    .kv
+                    .write(move |tx| ns::create(tx, &policy, &c2, parent, &name, mode, exclusive))
+                    .await?;
+                let snap = self.kv.read()?;
+                Ok(MdsReply::Found(Box::new(self.found(&snap, &c, i, true, 0)?)))
+            }
+            Op::Mkdir { parent, name, mode } => {
+                let c2 = c.clone();
+                let i = self
+                    .kv
+                    .write(move |tx| ns::mkdir(tx, &policy, &c2, parent, &name, mode))
+                    .await?;
+                Ok(MdsReply::Found(Box::new(Found {
+                    entry: Self::entry(&i),
+                    grants: Vec::new(),
+                    prefetch: Vec::new(),
+                    prefetch_grants: Vec::new(),
+                })))
+            }
+            Op::Symlink {
+                parent,
+                name,
+                target,
+            } => {
+                let i = self
+                    .kv
+                    .write(move |tx| ns::symlink(tx, &policy, &c, parent, &name, &target))
+                    .await?;
+                Ok(MdsReply::Found(Box::new(Found {
+                    entry: Self::entry(&i),
+                    grants: Vec::new(),
+                    prefetch: Vec::new(),
+                    prefetch_grants: Vec::new(),
+                })))
+            }
+            Op::Link { ino, parent, name } => {
+                let i = self
+                    .kv
+                    .write(move |tx| ns::link(tx, &c, ino, parent, &name))
+                    .await?;
+                Ok(MdsReply::Found(Box::new(Found {
+                    entry: Self::entry(&i),
+                    grants: Vec::new(),
+                    prefetch: Vec::new(),
+                    prefetch_grants: Vec::new(),
+                })))
+            }
+            Op::Unlink { parent, name } => {
+                let job = self
+                    .kv
+                    .write(move |tx| ns::unlink(tx, &c, parent, &name))
+                    .await?;
+                if job.is_some() {
+                    self.delete_wake.notify_one();
+                }
+                Ok(MdsReply::Done)
+            }
+            Op::Rmdir { parent, name } => {
+                self.kv
+                    .write(move |tx| ns::rmdir(tx, &c, parent, &name))
+                    .await?;
+                Ok(MdsReply::Done)
+            }
+            Op::Rename {
+                parent,
+                name,
+                new_parent,
+                new_name,
+                noreplace,
+            } => {
+                let job = self
+                    .kv
+                    .write(move |tx| {
+                        ns::rename(tx, &c, parent, &name, new_parent, &new_name, noreplace)
+                    })
+                    .await?;
+                if job.is_some() {
+                    self.delete_wake.notify_one();
+                }
+                Ok(MdsReply::Done)
+            }
+            Op::Readlink { ino } => {
+                let i = self.kv.read()?.live_inode(ino)?;
+                i.target
+                    .map(MdsReply::Target)
+                    .ok_or_else(|| err(Errno::Inval, format!("inode {ino:#x} is not a symlink")))
+            }
+            Op::Readdir {
+                ino,
+                after,
+                max,
+                plus,
+            } => {
+                let snap = self.kv.read()?;
+                let dir = snap.dir_inode(ino)?;
+                perm::check(&dir.attr, &c, R, "readdir")?;
+                let max = max.clamp(1, READDIR_MAX) as usize;
+                let (list, more) = snap.list_dir(ino, after.as_deref(), max)?;
+                let mut entries = Vec::with_capacity(list.len());
+                for (name, child, kind) in list {
+                    let attr = if plus {
+                        snap.inode(child)?.map(|i| i.attr)
+                    } else {
+                        None
+                    };
+                    entries.push(DirEntry {
+                        name,
+                        ino: child,
+                        kind,
+                        attr,
+                    });
+                }
+                Ok(MdsReply::Dir { entries, more })
+            }
+            Op::Statfs => {
+                let st = self.kv.read()?.state()?;
+                let live = self.live.lock().unwrap_or_else(|e| e.into_inner());
+                let map = self.current_map()?;
+                let rows = live.status(&map, Duration::from_millis(self.cfg.down_after_ms));
+                Ok(MdsReply::Statfs(FsStat {
+                    capacity: rows.iter().filter(|r| r.up).map(|r| r.capacity).sum(),
+                    used: rows.iter().filter(|r| r.up).map(|r| r.used).sum(),
+                    inodes: st.inodes,
+                    name_max: NAME_MAX as u32,
+                }))
+            }
+            Op::SetAttr { ino, set } => self.setattr(c, ino, set).await,
+            Op::GetXattr { ino, name } => Ok(MdsReply::Xattr(ns::getxattr(
+                &self.kv.read()?,
+                &c,
+                ino,
+                &name,
+            )?)),
+            Op::ListXattr { ino } => {
+                let snap = self.kv.read()?;
+                snap.live_inode(ino)?;
+                Ok(MdsReply::XattrNames(snap.xattr_names(ino)?))
+            }
+            Op::SetXattr {
+                ino,
+                name,
+                value,
+                mode,
+            } => {
+                self.kv
+                    .write(move |tx| ns::setxattr(tx, &c, ino, &name, &value, mode))
+                    .await?;
+                Ok(MdsReply::Done)
+            }
+            Op::RemoveXattr { ino, name } => {
+                self.kv
+                    .write(move |tx| ns::removexattr(tx, &c, ino, &name))
+                    .await?;
+                Ok(MdsReply::Done)
+            }
+            Op::CommitSize { ino, size, mtime } => {
+                let i = self
+                    .kv
+                    .write(move |tx| ns::commit_size(tx, &c, ino, size, mtime))
+                    .await?;
+                Ok(MdsReply::Attr(i.attr))
+            }
+            Op::ExtendLayout { ino, objset } => {
+                let c2 = c.clone();
+                let i = self
+                    .kv
+                    .write(move |tx| ns::extend_layout(tx, &policy, &c2, ino, objset))
+                    .await?;
+                let snap = self.kv.read()?;
+                Ok(MdsReply::Found(Box::new(self.found(&snap, &c, i, true, 0)?)))
+            }
+            Op::GetLayout { ino } => {
+                let i = self.kv.read()?.live_inode(ino)?;
+                match (i.layout, i.dir) {
+                    (Some(l), _) => Ok(MdsReply::Layout {
+                        spec: l.spec,
+                        layout: Some(l),
+                    }),
+                    (None, Some(d)) => Ok(MdsReply::Layout {
+                        spec: d.default_layout,
+                        layout: None,
+                    }),
+                    _ => Err(err(Errno::Inval, "symlinks have no layout")),
+                }
+            }
+            Op::SetLayout { ino, spec } => {
+                let i = self
+                    .kv
+                    .write(move |tx| ns::set_layout(tx, &c, ino, spec))
+                    .await?;
+                let spec = i
+                    .layout
+                    .as_ref()
+                    .map(|l| l.spec)
+                    .or(i.dir.as_ref().map(|d| d.default_layout))
+                    .unwrap_or_default();
+                Ok(MdsReply::Layout {
+                    spec,
+                    layout: i.layout,
+                })
+            }
+            Op::GetMap { epoch } => {
+                let snap = self.kv.read()?;
+                let e = match epoch {
+                    Some(e) => e,
+                    None => snap.state()?.map_epoch,
+                };
+                snap.map(e)?
+                    .map(MdsReply::Map)
+                    .ok_or_else(|| err(Errno::NoEnt, format!("no OSD map epoch {e}")))
+            }
+            Op::Report(r) => self.report(r).await,
+            Op::Status => Ok(MdsReply::Status(Box::new(self.status()?))),
+            Op::Resolve { path } => {
+                let snap = self.kv.read()?;
+                let root = snap.live_inode(ROOT_INO)?;
+                let mut out = vec![Self::entry(&root)];
+                let mut at = ROOT_INO;
+                for comp in path.split('/').filter(|s| !s.is_empty() && *s != ".") {
+                    if comp == ".." {
+                        return Err(err(Errno::Inval, "'..' is not resolved by the MDS; pass a normalised path"));
+                    }
+                    let i = ns::lookup(&snap, &c, at, comp)?;
+                    at = i.attr.ino;
+                    out.push(Self::entry(&i));
+                }
+                Ok(MdsReply::Path(out))
+            }
+        }
+    }
+
+    async fn setattr(
+        self: &Arc<Self>,
+        c: Creds,
+        ino: u64,
+        set: proto::mds::SetAttr,
+    ) -> Result<MdsReply, MdsError> {
+        // Shrinking a file: revoke old capabilities, then cut the objects,
+        // then record the length (so stale bytes can never reappear).
+        if let Some(size) = set.size {
+            let i = self.kv.read()?.live_inode(ino)?;
+            if i.attr.kind == FileKind::File && size < i.attr.size {
+                perm::check(&i.attr, &c, W, "truncate")?;
+                if let Some(l) = &i.layout {
+                    let v = self.bump_version().await?;
+                    self.revoke(l, v).await?;
+                    self.truncate_objects(l, size).await?;
+                }
+            }
+        }
+        let done = self
+            .kv
+            .write(move |tx| ns::setattr(tx, &c, ino, &set))
+            .await?;
+        if done.revoke
+            && let Some(l) = &done.inode.layout
+        {
+            let v = self.bump_version().await?;
+            self.revoke(l, v).await?;
+        }
+        Ok(MdsReply::Attr(done.inode.attr))
+    }
+
+    /// Takes the next capability version (durably); objects revoked at the
+    /// returned value refuse every capability issued before.
+    async fn bump_version(&self) -> Result<u64, MdsError> {
+        self.kv
+            .write(|tx| {
+                let mut st = tx.state()?;
+                let v = st.cap_version;
+                st.cap_version += 1;
+                tx.put_state(&st)?;
+                Ok(v)
+            })
+            .await
+    }
+
+    fn osd_client(&self, map: &OsdMap, id: u32) -> Result<Arc<OsdClient>, MdsError> {
+        let addr = map
+            .addr(id)
+            .ok_or_else(|| err(Errno::Io, format!("OSD {id} is not in map epoch {}", map.epoch)))?;
+        let mut pool = self.osds.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((a, c)) = pool.get(&id)
+            && a == addr
+        {
+            return Ok(c.clone());
+        }
+        let mut cfg = ClientConfig::new(&self.sb.cluster_id, id);
+        cfg.name = "tessera-mds".into();
+        cfg.timeout = Duration::from_secs(10);
+        cfg.connections = 1;
+        let c = Arc::new(OsdClient::new(addr, cfg));
+        pool.insert(id, (addr.to_string(), c.clone()));
+        Ok(c)
+    }
+
+    /// The MDS's own capability for OSD `id` (all rights on file data).
+    fn admin_cap(&self, id: u32) -> Result<Capability, MdsError> {
+        let keys = self.keys.lock().unwrap_or_else(|e| e.into_inner());
+        let ring = keys
+            .get(&id)
+            .ok_or_else(|| err(Errno::Io, format!("no key for OSD {id} in {}", self.keys_dir.display())))?;
+        let (kv, key) = ring
+            .newest()
+            .ok_or_else(|| err(Errno::Io, format!("empty key ring for OSD {id}")))?;
+        Ok(Capability::sign(
+            key,
+            kv,
+            id,
+            DATA_PARTITION,
+            0,
+            u64::MAX,
+            rights::ALL,
+            Self::now_ms() + 60_000,
+            u64::MAX,
+        ))
+    }
+
+    /// Every (OSD, object id, object set, stripe) of a layout.
+    fn objects(&self, l: &Layout) -> Result<(OsdMap, Vec<(u32, u64, u64, u32)>), MdsError> {
+        let map = self
+            .kv
+            .read()?
+            .map(l.map_epoch)?
+            .ok_or_else(|| err(Errno::Io, format!("OSD map epoch {} is missing", l.map_epoch)))?;
+        let mut out = Vec::new();
+        for (set, &oid) in l.objsets.iter().enumerate() {
+            for (j, osd) in map.place(oid, l.spec.stripe_count).into_iter().enumerate() {
+                out.push((osd, oid, set as u64, j as u32));
+            }
+        }
+        Ok((map, out))
+    }
+
+    async fn osd_run(&self, map: &OsdMap, osd: u32, cmd: Command) -> Result<(), MdsError> {
+        let client = self.osd_client(map, osd)?;
+        let cap = self.admin_cap(osd)?;
+        match client.run(Some(&cap), cmd, Bytes::new()).await {
+            Ok(_) => Ok(()),
+            Err(ClientError::Remote(e)) if e.code == ErrorCode::NoObject => Ok(()),
+            Err(e) => Err(osd_err(osd, e)),
+        }
+    }
+
+    /// Revokes every capability for a file's objects issued before version
+    /// `v` (sets each object's version to `v`; creates missing objects so a
+    /// stale capability cannot create them either).
+    pub async fn revoke(&self, l: &Layout, v: u64) -> Result<(), MdsError> {
+        let (map, objs) = self.objects(l)?;
+        for (osd, oid, _, _) in objs {
+            let client = self.osd_client(&map, osd)?;
+            let cap = self.admin_cap(osd)?;
+            let set = Command::SetVersion {
+                pid: DATA_PARTITION,
+                oid,
+                version: v,
+            };
+            match client.run(Some(&cap), set.clone(), Bytes::new()).await {
+                Ok(_) => {}
+                Err(ClientError::Remote(e)) if e.code == ErrorCode::NoObject => {
+                    let create = Command::Create {
+                        pid: DATA_PARTITION,
+                        oid: Some(oid),
+                        count: 1,
+                    };
+                    match client.run(Some(&cap), create, Bytes::new()).await {
+                        Ok(_) => {}
+                        Err(ClientError::Remote(e)) if e.code == ErrorCode::Exists => {}
+                        Err(e) => return Err(osd_err(osd, e)),
+                    }
+                    client
+                        .run(Some(&cap), set, Bytes::new())
+                        .await
+                        .map_err(|e| osd_err(osd, e))?;
+                }
+                Err(e) => return Err(osd_err(osd, e)),
+            }
+            self.metrics.revocations.inc();
+        }
+        Ok(())
+    }
+
+    async fn truncate_objects(&self, l: &Layout, size: u64) -> Result<(), MdsError> {
+        let (map, objs) = self.objects(l)?;
+        for (osd, oid, set, j) in objs {
+            let len = l.spec.object_len(size, set, j);
+            self.osd_run(
+                &map,
+                osd,
+                Command::Truncate {
+                    pid: DATA_PARTITION,
+                    oid,
+                    len,
+                },
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// Removes one queued file's objects; true when all are gone.
+    async fn delete_objects(&self, job: &DeleteJob) -> Result<(), MdsError> {
+        let (map, objs) = self.objects(&job.layout)?;
+        for (osd, oid, _, _) in objs {
+            self.osd_run(
+                &map,
+                osd,
+                Command::Remove {
+                    pid: DATA_PARTITION,
+                    oid,
+                },
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// Entries waiting in the delete queue.
+    pub fn delete_queue(&self) -> Result<Vec<(u64, DeleteJob)>, MdsError> {
+        let snap = self.kv.read()?;
+        let mut out = Vec::new();
+        let mut bad = None;
+        snap.scan(
+            T::DeleteQueue,
+            std::ops::Bound::Unbounded,
+            std::ops::Bound::Unbounded,
+            false,
+            &mut |k, v| {
+                let seq = u64::from_be_bytes(k.try_into().unwrap_or([0; 8]));
+                match postcard::from_bytes::<DeleteJob>(v) {
+                    Ok(j) => out.push((seq, j)),
+                    Err(e) => bad = Some(crate::kv::io_err("delete job", e)),
+                }
+                out.len() < 10_000
+            },
+        )?;
+        match bad {
+            Some(e) => Err(e),
+            None => Ok(out),
+        }
+    }
+
+    /// The delete-queue worker: removes queued objects from the OSDs,
+    /// retrying while an OSD is unreachable; the queue is in the KV, so it
+    /// survives restarts.
+    pub async fn delete_worker(self: Arc<Self>) {
+        loop {
+            let mut pending = false;
+            match self.delete_queue() {
+                Ok(jobs) => {
+                    for (seq, job) in jobs {
+                        match self.delete_objects(&job).await {
+                            Ok(()) => {
+                                let r = self
+                                    .kv
+                                    .write(move |tx| tx.del(T::DeleteQueue, &num_key(seq)))
+                                    .await;
+                                if r.is_ok() {
+                                    self.metrics.objects_deleted.inc();
+                                }
+                            }
+                            Err(e) => {
+                                pending = true;
+                                tracing::debug!(ino = job.ino, error = %e, "delete deferred");
+                            }
+                        }
+                    }
+                }
+                Err(e) => {
+                    pending = true;
+                    tracing::warn!(error = %e, "cannot read the delete queue");
+                }
+            }
+            let wait = if pending {
+                Duration::from_millis(self.cfg.delete_retry_ms)
+            } else {
+                Duration::from_secs(3600)
+            };
+            let _ = tokio::time::timeout(wait, self.delete_wake.notified()).await;
+        }
+    }
+
+    async fn report(self: &Arc<Self>, r: OsdReport) -> Result<MdsReply, MdsError> {
+        let ring = {
+            let mut keys = self.keys.lock().unwrap_or_else(|e| e.into_inner());
+            if !keys.contains_key(&r.osd_id) {
+                // A key file may have been added since start.
+                if let Ok(k) = load_keys(&self.keys_dir, &self.sb.cluster_id) {
+                    *keys = k;
+                }
+            }
+            keys.get(&r.osd_id).cloned().ok_or_else(|| {
+                err(
+                    Errno::Access,
+                    format!(
+                        "OSD {} is unknown: put its key file in {}",
+                        r.osd_id,
+                        self.keys_dir.display()
+                    ),
+                )
+            })?
+        };
+        verify_report(&r, &self.sb.cluster_id, &ring)?;
+        let now = Self::now_ms();
+        if r.at_ms + 300_000 < now || r.at_ms > now + 300_000 {
+            return Err(err(Errno::Access, format!("OSD {} clock is more than 5 minutes off", r.osd_id)));
+        }
+        {
+            let live = self.live.lock().unwrap_or_else(|e| e.into_inner());
+            if live.osds.get(&r.osd_id).is_some_and(|l| l.at_ms >= r.at_ms) {
+                return Err(err(Errno::Access, "stale or replayed report"));
+            }
+        }
+        let r2 = r.clone();
+        let epoch = self
+            .kv
+            .write(move |tx| {
+                let mut st = tx.state()?;
+                let cur = tx.map(st.map_epoch)?.unwrap_or_default();
+                if let Some(m) = map_after(&cur, &r2) {
+                    st.map_epoch = m.epoch;
+                    tx.put_map(&m)?;
+                    tx.put_state(&st)?;
+                }
+                Ok(st.map_epoch)
+            })
+            .await?;
+        self.live
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .osds
+            .insert(
+                r.osd_id,
+                Live {
+                    seen: std::time::Instant::now(),
+                    at_ms: r.at_ms,
+                    capacity: r.capacity,
+                    used: r.used,
+                    objects: r.objects,
+                },
+            );
+        // An OSD coming back may unblock deletions.
+        self.delete_wake.notify_one();
+        Ok(MdsReply::Reported {
+            epoch,
+            interval_ms: self.cfg.heartbeat_ms,
+        })
+    }
+
+    /// Cluster status.
+    pub fn status(&self) -> Result<ClusterStatus, MdsError> {
+        let snap = self.kv.read()?;
+        let st = snap.state()?;
+        let map = snap.map(st.map_epoch)?.unwrap_or_default();
+        let osds = self
+            .live
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .status(&map, Duration::from_millis(self.cfg.down_after_ms));
+        Ok(ClusterStatus {
+            cluster_id: self.sb.cluster_id.clone(),
+            epoch: map.epoch,
+            osds,
+            inodes: st.inodes,
+            id_policy: self.sb.policy.kind.name().into(),
+            mandatory: self.metrics.mandatory(),
+            non_mandatory: self.metrics.non_mandatory(),
+            delete_queue: self.delete_queue().map(|q| q.len() as u64).unwrap_or(0),
+        })
+    }
+}

@@ -1,0 +1,705 @@
+//! Messages between clients (and OSDs) and the metadata server. They travel
+//! in the same frames as OSD messages ([`crate::frame`]): a Hello naming
+//! [`MDS_ID`], then `Request` frames carrying an [`MdsRequest`] and
+//! `Response` frames carrying an [`MdsResponse`]. No bulk payloads.
+
+use serde::{Deserialize, Serialize};
+
+use crate::cap::Capability;
+use crate::layout::{Layout, LayoutSpec};
+use crate::placement::OsdMap;
+
+/// The id a Hello names to reach the metadata server.
+pub const MDS_ID: u32 = u32::MAX;
+/// Longest name of one directory entry, in bytes.
+pub const NAME_MAX: usize = 255;
+/// Longest symlink target, in bytes.
+pub const PATH_MAX: usize = 4096;
+/// Longest extended-attribute name.
+pub const XATTR_NAME_MAX: usize = 255;
+/// Largest extended-attribute value.
+pub const XATTR_VALUE_MAX: usize = 64 * 1024;
+/// Most entries one readdir page returns.
+pub const READDIR_MAX: u32 = 4096;
+/// The inode number (namespace id) of the root directory.
+pub const ROOT_INO: u64 = 0;
+
+/// Who is asking: the client machine is trusted to say (seed 004's model).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Creds {
+    /// User id.
+    pub uid: u32,
+    /// Primary group id.
+    pub gid: u32,
+    /// Supplementary groups.
+    pub groups: Vec<u32>,
+}
+
+impl Creds {
+    /// The superuser.
+    pub fn root() -> Creds {
+        Creds::default()
+    }
+}
+
+/// What an inode is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FileKind {
+    /// Regular file.
+    File,
+    /// Directory.
+    Dir,
+    /// Symbolic link.
+    Symlink,
+}
+
+/// POSIX attributes of an inode. Times are nanoseconds since the Unix epoch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Attr {
+    /// Inode number (also the object id of the file's first object set).
+    pub ino: u64,
+    /// Kind.
+    pub kind: FileKind,
+    /// Permission bits incl. setuid/setgid/sticky (0o7777).
+    pub mode: u32,
+    /// Hard links (directories: 2 + subdirectories).
+    pub nlink: u32,
+    /// Owner.
+    pub uid: u32,
+    /// Group.
+    pub gid: u32,
+    /// Length in bytes (symlinks: target length; directories: entries).
+    pub size: u64,
+    /// Last access.
+    pub atime: i64,
+    /// Last data change.
+    pub mtime: i64,
+    /// Last status change.
+    pub ctime: i64,
+}
+
+/// One named inode as a lookup returns it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Entry {
+    /// Directory holding the name.
+    pub parent: u64,
+    /// The name.
+    pub name: String,
+    /// Attributes.
+    pub attr: Attr,
+    /// Files: where the data is.
+    pub layout: Option<Layout>,
+}
+
+/// Capabilities for an object-id range, one per OSD (each OSD has its own
+/// key), all with the same rights and expiry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Grant {
+    /// Lowest object id covered.
+    pub lo: u64,
+    /// Highest object id covered.
+    pub hi: u64,
+    /// Rights (see [`crate::rights`]).
+    pub rights: u32,
+    /// Expiry, ms since the epoch (renew before).
+    pub expiry_ms: u64,
+    /// (OSD id, capability for it).
+    pub caps: Vec<(u32, Capability)>,
+}
+
+impl Grant {
+    /// The capability for OSD `osd`.
+    pub fn cap_for(&self, osd: u32) -> Option<&Capability> {
+        self.caps.iter().find(|c| c.0 == osd).map(|c| &c.1)
+    }
+
+    /// Whether it covers `oid` with at least `rights`.
+    pub fn covers(&self, oid: u64, rights: u32) -> bool {
+        (self.lo..=self.hi).contains(&oid) && self.rights & rights == rights
+    }
+}
+
+/// A time to set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SetTime {
+    /// The server's clock.
+    Now,
+    /// This instant (ns since the epoch).
+    At(i64),
+}
+
+/// Attribute changes; `None` leaves a field alone.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct SetAttr {
+    /// New permission bits.
+    pub mode: Option<u32>,
+    /// New owner.
+    pub uid: Option<u32>,
+    /// New group.
+    pub gid: Option<u32>,
+    /// New length (truncate down or extend with a hole).
+    pub size: Option<u64>,
+    /// New access time.
+    pub atime: Option<SetTime>,
+    /// New modification time.
+    pub mtime: Option<SetTime>,
+}
+
+/// How SETXATTR treats an existing name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum XattrMode {
+    /// Create or replace.
+    Either,
+    /// Fail with EEXIST if present.
+    Create,
+    /// Fail with ENODATA if absent.
+    Replace,
+}
+
+/// An OSD's registration and heartbeat, authenticated with its key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OsdReport {
+    /// OSD id.
+    pub osd_id: u32,
+    /// Address clients reach it at.
+    pub addr: String,
+    /// Bytes of capacity.
+    pub capacity: u64,
+    /// Bytes in use.
+    pub used: u64,
+    /// Objects stored.
+    pub objects: u64,
+    /// Key version the MAC is made with.
+    pub key_version: u32,
+    /// The OSD's clock (ms since the epoch): replays are refused.
+    pub at_ms: u64,
+    /// HMAC-SHA256 over [`OsdReport::signed_bytes`] with the OSD's key.
+    pub mac: [u8; 32],
+}
+
+impl OsdReport {
+    /// The bytes the MAC covers.
+    pub fn signed_bytes(&self, cluster_id: &str) -> Vec<u8> {
+        let mut b = b"TSREPORT1".to_vec();
+        for part in [cluster_id.as_bytes(), self.addr.as_bytes()] {
+            b.extend_from_slice(&(part.len() as u32).to_le_bytes());
+            b.extend_from_slice(part);
+        }
+        b.extend_from_slice(&self.osd_id.to_le_bytes());
+        b.extend_from_slice(&self.capacity.to_le_bytes());
+        b.extend_from_slice(&self.used.to_le_bytes());
+        b.extend_from_slice(&self.objects.to_le_bytes());
+        b.extend_from_slice(&self.key_version.to_le_bytes());
+        b.extend_from_slice(&self.at_ms.to_le_bytes());
+        b
+    }
+}
+
+/// Metadata operations.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Op {
+    /// Find `name` in `parent` (with prefetch).
+    Lookup {
+        /// Directory.
+        parent: u64,
+        /// Name.
+        name: String,
+    },
+    /// Attributes of an inode.
+    GetAttr {
+        /// Inode.
+        ino: u64,
+    },
+    /// Change attributes (chmod, chown, utimens, truncate).
+    SetAttr {
+        /// Inode.
+        ino: u64,
+        /// Changes.
+        set: SetAttr,
+    },
+    /// Create a regular file (returns it opened for writing).
+    Create {
+        /// Directory.
+        parent: u64,
+        /// Name.
+        name: String,
+        /// Permission bits (umask already applied).
+        mode: u32,
+        /// Fail with EEXIST if the name exists (O_EXCL); else open it.
+        exclusive: bool,
+    },
+    /// Make a directory.
+    Mkdir {
+        /// Directory.
+        parent: u64,
+        /// Name.
+        name: String,
+        /// Permission bits.
+        mode: u32,
+    },
+    /// Make a symbolic link.
+    Symlink {
+        /// Directory.
+        parent: u64,
+        /// Name.
+        name: String,
+        /// Target path.
+        target: String,
+    },
+    /// Add a hard link to a file.
+    Link {
+        /// The file.
+        ino: u64,
+        /// Directory of the new name.
+        parent: u64,
+        /// New name.
+        name: String,
+    },
+    /// Remove a non-directory name.
+    Unlink {
+        /// Directory.
+        parent: u64,
+        /// Name.
+        name: String,
+    },
+    /// Remove an empty directory.
+    Rmdir {
+        /// Directory.
+        parent: u64,
+        /// Name.
+        name: String,
+    },
+    /// Move a name, atomically replacing the target by POSIX rules.
+    Rename {
+        /// Source directory.
+        parent: u64,
+        /// Source name.
+        name: String,
+        /// Target directory.
+        new_parent: u64,
+        /// Target name.
+        new_name: String,
+        /// Fail with EEXIST instead of replacing (RENAME_NOREPLACE).
+        noreplace: bool,
+    },
+    /// A symlink's target.
+    Readlink {
+        /// Inode.
+        ino: u64,
+    },
+    /// One page of a directory, in name order after `after`.
+    Readdir {
+        /// Directory.
+        ino: u64,
+        /// Continue after this name.
+        after: Option<String>,
+        /// Most entries (≤ READDIR_MAX).
+        max: u32,
+        /// Return attributes too (readdirplus).
+        plus: bool,
+    },
+    /// File-system totals.
+    Statfs,
+    /// Read an extended attribute.
+    GetXattr {
+        /// Inode.
+        ino: u64,
+        /// Name.
+        name: String,
+    },
+    /// Set an extended attribute.
+    SetXattr {
+        /// Inode.
+        ino: u64,
+        /// Name.
+        name: String,
+        /// Value.
+        value: Vec<u8>,
+        /// Create/replace rule.
+        mode: XattrMode,
+    },
+    /// Names of an inode's extended attributes.
+    ListXattr {
+        /// Inode.
+        ino: u64,
+    },
+    /// Remove an extended attribute.
+    RemoveXattr {
+        /// Inode.
+        ino: u64,
+        /// Name.
+        name: String,
+    },
+    /// Capabilities for a file's objects (open, or renewal before expiry).
+    Open {
+        /// Inode.
+        ino: u64,
+        /// Whether writing is wanted.
+        write: bool,
+    },
+    /// The client wrote up to `size` bytes (only ever grows the length).
+    CommitSize {
+        /// Inode.
+        ino: u64,
+        /// New length if larger.
+        size: u64,
+        /// Modification time.
+        mtime: i64,
+    },
+    /// Allocate object sets up to `objset` (files with a bounded object size).
+    ExtendLayout {
+        /// Inode.
+        ino: u64,
+        /// Highest object set needed.
+        objset: u64,
+    },
+    /// The layout of a file, or a directory's default for new files.
+    GetLayout {
+        /// Inode.
+        ino: u64,
+    },
+    /// Set a directory's default layout, or an empty file's layout.
+    SetLayout {
+        /// Inode.
+        ino: u64,
+        /// Parameters.
+        spec: LayoutSpec,
+    },
+    /// The OSD map (current, or a past epoch a file was placed with).
+    GetMap {
+        /// Epoch, or the current one.
+        epoch: Option<u64>,
+    },
+    /// An OSD registers or heartbeats.
+    Report(OsdReport),
+    /// Cluster status: OSDs up/down with space, request counts.
+    Status,
+    /// Resolve a path from the root, one entry per component.
+    Resolve {
+        /// Absolute path.
+        path: String,
+    },
+}
+
+impl Op {
+    /// Whether seed 004 counts it as mandatory (it changes the namespace or
+    /// the length, so it must reach the MDS at once; no prefetch avoids it).
+    pub fn mandatory(&self) -> bool {
+        matches!(
+            self,
+            Op::SetAttr { .. }
+                | Op::Create { .. }
+                | Op::Mkdir { .. }
+                | Op::Symlink { .. }
+                | Op::Link { .. }
+                | Op::Unlink { .. }
+                | Op::Rmdir { .. }
+                | Op::Rename { .. }
+                | Op::SetXattr { .. }
+                | Op::RemoveXattr { .. }
+                | Op::CommitSize { .. }
+                | Op::ExtendLayout { .. }
+                | Op::SetLayout { .. }
+        )
+    }
+
+    /// A short name for logs and metrics.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Op::Lookup { .. } => "lookup",
+            Op::GetAttr { .. } => "getattr",
+            Op::SetAttr { .. } => "setattr",
+            Op::Create { .. } => "create",
+            Op::Mkdir { .. } => "mkdir",
+            Op::Symlink { .. } => "symlink",
+            Op::Link { .. } => "link",
+            Op::Unlink { .. } => "unlink",
+            Op::Rmdir { .. } => "rmdir",
+            Op::Rename { .. } => "rename",
+            Op::Readlink { .. } => "readlink",
+            Op::Readdir { .. } => "readdir",
+            Op::Statfs => "statfs",
+            Op::GetXattr { .. } => "getxattr",
+            Op::SetXattr { .. } => "setxattr",
+            Op::ListXattr { .. } => "listxattr",
+            Op::RemoveXattr { .. } => "removexattr",
+            Op::Open { .. } => "open",
+            Op::CommitSize { .. } => "commitsize",
+            Op::ExtendLayout { .. } => "extendlayout",
+            Op::GetLayout { .. } => "getlayout",
+            Op::SetLayout { .. } => "setlayout",
+            Op::GetMap { .. } => "getmap",
+            Op::Report(_) => "report",
+            Op::Status => "status",
+            Op::Resolve { .. } => "resolve",
+        }
+    }
+
+    /// Opcode in the frame prefix (for traces; the header says the rest).
+    pub fn opcode(&self) -> u16 {
+        0x100
+    }
+}
+
+/// A request to the MDS.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MdsRequest {
+    /// Caller identity.
+    pub creds: Creds,
+    /// Most related entries to prefetch with a lookup/open (server caps it).
+    pub prefetch: u32,
+    /// The operation.
+    pub op: Op,
+}
+
+/// A lookup-style answer: the entry, capabilities for its objects, and
+/// prefetched neighbours (numerically closest ids) with their grants.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Found {
+    /// The entry asked for.
+    pub entry: Entry,
+    /// Capabilities for its objects (files only).
+    pub grants: Vec<Grant>,
+    /// Prefetched entries.
+    pub prefetch: Vec<Entry>,
+    /// Range capabilities for the prefetched files.
+    pub prefetch_grants: Vec<Grant>,
+}
+
+/// One readdir entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DirEntry {
+    /// Name.
+    pub name: String,
+    /// Inode.
+    pub ino: u64,
+    /// Kind.
+    pub kind: FileKind,
+    /// Attributes (readdirplus only).
+    pub attr: Option<Attr>,
+}
+
+/// File-system totals.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FsStat {
+    /// Bytes of OSD capacity (OSDs up).
+    pub capacity: u64,
+    /// Bytes used.
+    pub used: u64,
+    /// Inodes in the namespace.
+    pub inodes: u64,
+    /// Longest name.
+    pub name_max: u32,
+}
+
+/// One OSD in a status report.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OsdStatus {
+    /// Id.
+    pub id: u32,
+    /// Address.
+    pub addr: String,
+    /// Weight (16.16).
+    pub weight: u32,
+    /// Heartbeating.
+    pub up: bool,
+    /// Ms since the last report (None: never, since this MDS started).
+    pub last_seen_ms: Option<u64>,
+    /// Capacity in bytes.
+    pub capacity: u64,
+    /// Used bytes.
+    pub used: u64,
+    /// Objects.
+    pub objects: u64,
+}
+
+/// Cluster status.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterStatus {
+    /// Cluster id.
+    pub cluster_id: String,
+    /// Map epoch.
+    pub epoch: u64,
+    /// OSDs.
+    pub osds: Vec<OsdStatus>,
+    /// Inodes.
+    pub inodes: u64,
+    /// Object-id policy.
+    pub id_policy: String,
+    /// Requests served, mandatory.
+    pub mandatory: u64,
+    /// Requests served, non-mandatory.
+    pub non_mandatory: u64,
+    /// Objects waiting in the delete queue.
+    pub delete_queue: u64,
+}
+
+/// Successful answers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MdsReply {
+    /// Lookup, create, mkdir, symlink, link, open.
+    Found(Box<Found>),
+    /// Attributes.
+    Attr(Attr),
+    /// A readdir page; `more` when entries follow the last one.
+    Dir {
+        /// Entries.
+        entries: Vec<DirEntry>,
+        /// Whether the directory has more.
+        more: bool,
+    },
+    /// A symlink target.
+    Target(String),
+    /// Statfs.
+    Statfs(FsStat),
+    /// An extended attribute value.
+    Xattr(Vec<u8>),
+    /// Extended attribute names.
+    XattrNames(Vec<String>),
+    /// A layout (files) or a directory's default.
+    Layout {
+        /// The parameters.
+        spec: LayoutSpec,
+        /// The placed layout (files).
+        layout: Option<Layout>,
+    },
+    /// An OSD map.
+    Map(OsdMap),
+    /// A report was accepted: the current epoch and when to report next.
+    Reported {
+        /// Map epoch.
+        epoch: u64,
+        /// Heartbeat interval.
+        interval_ms: u64,
+    },
+    /// Status.
+    Status(Box<ClusterStatus>),
+    /// Resolved path: one entry per component (root first).
+    Path(Vec<Entry>),
+    /// Done, nothing to return.
+    Done,
+}
+
+/// POSIX error numbers (Linux values), so clients and FUSE map them 1:1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Errno {
+    /// EPERM.
+    Perm,
+    /// ENOENT.
+    NoEnt,
+    /// EIO.
+    Io,
+    /// EACCES.
+    Access,
+    /// EBUSY.
+    Busy,
+    /// EEXIST.
+    Exist,
+    /// EXDEV.
+    XDev,
+    /// ENOTDIR.
+    NotDir,
+    /// EISDIR.
+    IsDir,
+    /// EINVAL.
+    Inval,
+    /// EFBIG.
+    FBig,
+    /// ENOSPC.
+    NoSpc,
+    /// EMLINK.
+    MLink,
+    /// ERANGE.
+    Range,
+    /// ENAMETOOLONG.
+    NameTooLong,
+    /// ENOTEMPTY.
+    NotEmpty,
+    /// ELOOP.
+    Loop,
+    /// ENODATA (no such extended attribute).
+    NoData,
+    /// ESTALE (the inode is gone).
+    Stale,
+    /// EPROTO (undecodable request).
+    Proto,
+}
+
+impl Errno {
+    /// The Linux errno value.
+    pub fn raw(self) -> i32 {
+        match self {
+            Errno::Perm => 1,
+            Errno::NoEnt => 2,
+            Errno::Io => 5,
+            Errno::Access => 13,
+            Errno::Busy => 16,
+            Errno::Exist => 17,
+            Errno::XDev => 18,
+            Errno::NotDir => 20,
+            Errno::IsDir => 21,
+            Errno::Inval => 22,
+            Errno::FBig => 27,
+            Errno::NoSpc => 28,
+            Errno::MLink => 31,
+            Errno::Range => 34,
+            Errno::NameTooLong => 36,
+            Errno::NotEmpty => 39,
+            Errno::Loop => 40,
+            Errno::NoData => 61,
+            Errno::Proto => 71,
+            Errno::Stale => 116,
+        }
+    }
+}
+
+/// An MDS error: the errno and what exactly was wrong.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[error("{errno:?} (errno {}): {message}", errno.raw())]
+pub struct MdsError {
+    /// POSIX error.
+    pub errno: Errno,
+    /// Details for people.
+    pub message: String,
+}
+
+impl MdsError {
+    /// A new error.
+    pub fn new(errno: Errno, message: impl Into<String>) -> Self {
+        MdsError {
+            errno,
+            message: message.into(),
+        }
+    }
+}
+
+/// A response from the MDS.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MdsResponse {
+    /// Answer or error.
+    pub result: Result<MdsReply, MdsError>,
+}
+
+/// Checks one path component: not empty, not `.`/`..`, no `/` or NUL, at
+/// most [`NAME_MAX`] bytes.
+pub fn check_name(name: &str) -> Result<(), MdsError> {
+    if name.is_empty() || name == "." || name == ".." {
+        return Err(MdsError::new(
+            Errno::Inval,
+            format!("invalid name {name:?}: empty, '.' and '..' cannot be entries"),
+        ));
+    }
+    if name.len() > NAME_MAX {
+        return Err(MdsError::new(
+            Errno::NameTooLong,
+            format!("name of {} bytes; the limit is {NAME_MAX}", name.len()),
+        ));
+    }
+    if let Some(c) = name.chars().find(|&c| c == '/' || c == '\0') {
+        return Err(MdsError::new(
+            Errno::Inval,
+            format!("invalid name {name:?}: contains {c:?}"),
+        ));
+    }
+    Ok(())
+}
