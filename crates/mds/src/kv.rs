@@ -437,32 +437,39 @@ impl Kv {
         &self,
         f: impl FnOnce(&mut Tx) -> Result<R, MdsError> + Send + 'static,
     ) -> Result<R, MdsError> {
-        let rx = self.submit(f)?;
+        let (done, rx) = tokio::sync::oneshot::channel();
+        self.submit(f, move |r| {
+            let _ = done.send(r);
+        })?;
         rx.await
             .unwrap_or_else(|_| Err(io_err("committer", "stopped")))
     }
 
-    /// The blocking form of [`Kv::write`] (tools, tests, recovery).
+    /// The blocking form of [`Kv::write`] (tools, formatting, recovery);
+    /// usable from inside an async runtime too.
     pub fn write_blocking<R: Send + 'static>(
         &self,
         f: impl FnOnce(&mut Tx) -> Result<R, MdsError> + Send + 'static,
     ) -> Result<R, MdsError> {
-        let rx = self.submit(f)?;
-        rx.blocking_recv()
+        let (done, rx) = mpsc::channel();
+        self.submit(f, move |r| {
+            let _ = done.send(r);
+        })?;
+        rx.recv()
             .unwrap_or_else(|_| Err(io_err("committer", "stopped")))
     }
 
     fn submit<R: Send + 'static>(
         &self,
         f: impl FnOnce(&mut Tx) -> Result<R, MdsError> + Send + 'static,
-    ) -> Result<tokio::sync::oneshot::Receiver<Result<R, MdsError>>, MdsError> {
+        done: impl FnOnce(Result<R, MdsError>) + Send + 'static,
+    ) -> Result<(), MdsError> {
         if self.failed.load(Ordering::SeqCst) {
             return Err(io_err(
                 "failed",
                 "an earlier log write failed; restart the MDS to recover",
             ));
         }
-        let (done, rx) = tokio::sync::oneshot::channel();
         let job: Job = Box::new(move |tx: &mut Tx| {
             let mark = tx.mark();
             let r = f(tx);
@@ -470,9 +477,7 @@ impl Kv {
                 Err(e) => tx.rollback(mark).and(Err(e)),
                 ok => ok,
             };
-            Box::new(move |durable: Result<(), MdsError>| {
-                let _ = done.send(durable.and(r));
-            })
+            Box::new(move |durable: Result<(), MdsError>| done(durable.and(r)))
         });
         let guard = self.jobs.lock().unwrap_or_else(|e| e.into_inner());
         guard
@@ -480,7 +485,7 @@ impl Kv {
             .ok_or_else(|| io_err("committer", "closed"))?
             .send(job)
             .map_err(|_| io_err("committer", "stopped"))?;
-        Ok(rx)
+        Ok(())
     }
 
     /// Stops the committer after the jobs already queued and checkpoints,

@@ -13,8 +13,10 @@
 pub mod client;
 pub mod cluster;
 pub mod config;
+pub mod fsck;
 pub mod ids;
 pub mod kv;
+pub mod local;
 pub mod metrics;
 pub mod ns;
 pub mod perm;

@@ -593,10 +593,16 @@ impl Mds {
             .await
     }
 
-    fn osd_client(&self, map: &OsdMap, id: u32) -> Result<Arc<OsdClient>, MdsError> {
-        let addr = map
+    /// A client for OSD `id` at its current address (placement uses the
+    /// file's map epoch; addresses always come from the newest map).
+    fn osd_client(&self, placed: &OsdMap, id: u32) -> Result<Arc<OsdClient>, MdsError> {
+        let current = self.current_map()?;
+        let addr = current
             .addr(id)
-            .ok_or_else(|| err(Errno::Io, format!("OSD {id} is not in map epoch {}", map.epoch)))?;
+            .or_else(|| placed.addr(id))
+            .ok_or_else(|| err(Errno::Io, format!("OSD {id} is not in map epoch {}", current.epoch)))?
+            .to_string();
+        let addr = addr.as_str();
         let mut pool = self.osds.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((a, c)) = pool.get(&id)
             && a == addr

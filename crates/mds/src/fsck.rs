@@ -1,0 +1,134 @@
+//! Namespace consistency check over a snapshot: every entry names a live
+//! inode of the right kind, link counts and entry counts match the
+//! entries, every inode is reachable from the root, the inode counter is
+//! right. Used by `tessera fsck --mds` and by the crash tests.
+
+use std::collections::{HashMap, HashSet};
+use std::ops::Bound;
+
+use proto::mds::{FileKind, MdsError, ROOT_INO};
+
+use crate::kv::T;
+use crate::records::{Inode, Records, decode_dentry};
+
+/// What a check found.
+#[derive(Debug, Default, Clone)]
+pub struct Report {
+    /// Inodes seen.
+    pub inodes: u64,
+    /// Directory entries seen.
+    pub entries: u64,
+    /// Files queued for object deletion.
+    pub delete_queue: u64,
+    /// Problems, each naming what and where.
+    pub problems: Vec<String>,
+}
+
+/// Checks the namespace in `v`.
+pub fn check(v: &impl Records) -> Result<Report, MdsError> {
+    let mut r = Report::default();
+    let mut inodes: HashMap<u64, Inode> = HashMap::new();
+    let mut bad = Vec::new();
+    v.scan(T::Inodes, Bound::Unbounded, Bound::Unbounded, false, &mut |k, val| {
+        match postcard::from_bytes::<Inode>(val) {
+            Ok(i) => {
+                if k != i.attr.ino.to_be_bytes() {
+                    bad.push(format!("inode record under key {k:02x?} says ino {:#x}", i.attr.ino));
+                }
+                inodes.insert(i.attr.ino, i);
+            }
+            Err(e) => bad.push(format!("inode {k:02x?}: undecodable: {e}")),
+        }
+        true
+    })?;
+    r.problems.extend(bad);
+    r.inodes = inodes.len() as u64;
+    let mut links: HashMap<u64, u32> = HashMap::new();
+    let mut entries: HashMap<u64, u64> = HashMap::new();
+    let mut subdirs: HashMap<u64, u32> = HashMap::new();
+    let mut children: HashMap<u64, Vec<u64>> = HashMap::new();
+    let mut problems = Vec::new();
+    v.scan(T::Dentries, Bound::Unbounded, Bound::Unbounded, false, &mut |k, val| {
+        let parent = u64::from_be_bytes(k[..8].try_into().unwrap_or([0; 8]));
+        let name = String::from_utf8_lossy(&k[8..]).into_owned();
+        match decode_dentry(val) {
+            Ok((ino, kind)) => {
+                match inodes.get(&ino) {
+                    None => problems.push(format!("entry {name:?} in {parent:#x} names missing inode {ino:#x}")),
+                    Some(i) if i.attr.kind != kind => problems.push(format!(
+                        "entry {name:?} in {parent:#x} says {kind:?}, inode {ino:#x} is {:?}",
+                        i.attr.kind
+                    )),
+                    Some(_) => {}
+                }
+                match inodes.get(&parent) {
+                    Some(p) if p.attr.kind == FileKind::Dir => {}
+                    _ => problems.push(format!("entry {name:?} lives in {parent:#x}, which is not a directory")),
+                }
+                *links.entry(ino).or_default() += 1;
+                *entries.entry(parent).or_default() += 1;
+                if kind == FileKind::Dir {
+                    *subdirs.entry(parent).or_default() += 1;
+                }
+                children.entry(parent).or_default().push(ino);
+            }
+            Err(e) => problems.push(format!("entry {name:?} in {parent:#x}: {e}")),
+        }
+        true
+    })?;
+    r.problems.extend(problems);
+    r.entries = entries.values().sum();
+    for (ino, i) in &inodes {
+        let n = links.get(ino).copied().unwrap_or(0);
+        match i.attr.kind {
+            FileKind::Dir => {
+                if *ino != ROOT_INO && n != 1 {
+                    r.problems.push(format!("directory {ino:#x} has {n} entries naming it"));
+                }
+                let want = 2 + subdirs.get(ino).copied().unwrap_or(0);
+                if i.attr.nlink != want {
+                    r.problems.push(format!("directory {ino:#x}: nlink {} but {want} expected", i.attr.nlink));
+                }
+                let e = entries.get(ino).copied().unwrap_or(0);
+                if i.dir.as_ref().map(|d| d.entries) != Some(e) {
+                    r.problems.push(format!(
+                        "directory {ino:#x}: entry count {:?} but {e} entries",
+                        i.dir.as_ref().map(|d| d.entries)
+                    ));
+                }
+            }
+            _ => {
+                if i.attr.nlink != n {
+                    r.problems.push(format!("inode {ino:#x}: nlink {} but {n} entries", i.attr.nlink));
+                }
+            }
+        }
+    }
+    // Reachability from the root.
+    let mut seen = HashSet::from([ROOT_INO]);
+    let mut stack = vec![ROOT_INO];
+    while let Some(d) = stack.pop() {
+        for &c in children.get(&d).map(|v| v.as_slice()).unwrap_or(&[]) {
+            if seen.insert(c) && inodes.get(&c).is_some_and(|i| i.attr.kind == FileKind::Dir) {
+                stack.push(c);
+            }
+        }
+    }
+    if !inodes.contains_key(&ROOT_INO) {
+        r.problems.push("the root directory is missing".into());
+    }
+    for ino in inodes.keys() {
+        if !seen.contains(ino) {
+            r.problems.push(format!("inode {ino:#x} is not reachable from the root"));
+        }
+    }
+    let st = v.state()?;
+    if st.inodes != r.inodes {
+        r.problems.push(format!("inode counter {} but {} inodes", st.inodes, r.inodes));
+    }
+    v.scan(T::DeleteQueue, Bound::Unbounded, Bound::Unbounded, false, &mut |_, _| {
+        r.delete_queue += 1;
+        true
+    })?;
+    Ok(r)
+}

@@ -1,0 +1,170 @@
+//! Running Tessera daemons inside one process on local files: an OSD on a
+//! file-backed store that registers with an MDS, and an MDS on a data
+//! directory. `tessera up` and the end-to-end tests are built from these.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use osd::exec::{Ctx, StoreHandle};
+use osd::keys::KeyFile;
+use osd::server::{Osd, ServerConfig};
+use store::device::{Device, FileDevice};
+use store::{FormatOptions as StoreFormat, OpenOptions, Store};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::client::{ReportSource, report_loop};
+use crate::service::Mds;
+
+/// An OSD running in this process.
+pub struct LocalOsd {
+    /// Its id.
+    pub id: u32,
+    /// Where it listens.
+    pub addr: SocketAddr,
+    /// Its store.
+    pub store: Arc<StoreHandle>,
+    stop: watch::Sender<bool>,
+    task: JoinHandle<Result<(), store::StoreError>>,
+    reporter: Option<JoinHandle<()>>,
+}
+
+/// Where an OSD's files live under a cluster directory.
+pub fn osd_dir(root: &Path, id: u32) -> PathBuf {
+    root.join(format!("osd-{id}"))
+}
+
+/// Makes (if needed) the store image and key of OSD `id` under `dir`, and
+/// copies the key into the MDS's key directory `mds_keys`.
+pub fn provision_osd(
+    dir: &Path,
+    id: u32,
+    cluster_id: &str,
+    size: u64,
+    mds_keys: &Path,
+) -> Result<(), String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let img = dir.join("store.img");
+    if !img.exists() {
+        let dev: Arc<dyn Device> = Arc::new(
+            FileDevice::create(&img, size).map_err(|e| format!("{}: {e}", img.display()))?,
+        );
+        store::format(dev, &StoreFormat::default()).map_err(|e| format!("{}: {e}", img.display()))?;
+    }
+    let key = dir.join("key.toml");
+    if !key.exists() {
+        KeyFile::generate(cluster_id, id)
+            .save(&key)
+            .map_err(|e| format!("{}: {e}", key.display()))?;
+    }
+    std::fs::create_dir_all(mds_keys).map_err(|e| format!("{}: {e}", mds_keys.display()))?;
+    std::fs::copy(&key, mds_keys.join(format!("osd-{id}.toml")))
+        .map_err(|e| format!("{}: {e}", key.display()))?;
+    Ok(())
+}
+
+impl LocalOsd {
+    /// Opens the OSD in `dir` (see [`provision_osd`]), serves on `listen`
+    /// and, given an MDS address, registers and heartbeats.
+    pub async fn start(dir: &Path, listen: &str, mds: Option<String>) -> Result<LocalOsd, String> {
+        let kf = KeyFile::load(&dir.join("key.toml"))?;
+        let img = dir.join("store.img");
+        let dev: Arc<dyn Device> =
+            Arc::new(FileDevice::open(&img).map_err(|e| format!("{}: {e}", img.display()))?);
+        let s = Store::open(dev, &OpenOptions::default()).map_err(|e| format!("{}: {e}", img.display()))?;
+        let handle = Arc::new(StoreHandle::new(img, s));
+        let ctx = Ctx::new(handle.clone(), Some(kf.ring()?), kf.osd_id);
+        let listener = tokio::net::TcpListener::bind(listen)
+            .await
+            .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+        let addr = listener.local_addr().map_err(|e| e.to_string())?;
+        let osd = Osd::new(ctx, ServerConfig::new(&kf.cluster_id, kf.osd_id));
+        let (stop, rx) = watch::channel(false);
+        let task = tokio::spawn(osd.serve(listener, rx));
+        let reporter = mds.map(|m| {
+            let ring = kf.ring().unwrap_or_default();
+            let key = ring.newest().map(|(v, k)| (v, *k)).unwrap_or((0, [0; 32]));
+            let h = handle.clone();
+            tokio::spawn(report_loop(
+                m,
+                ReportSource {
+                    cluster_id: kf.cluster_id.clone(),
+                    osd_id: kf.osd_id,
+                    addr: addr.to_string(),
+                    key,
+                    space: Box::new(move || match h.get() {
+                        Ok(s) => {
+                            let f = s.statfs();
+                            (f.total_bytes, f.total_bytes - f.free_bytes, f.objects)
+                        }
+                        Err(_) => (0, 0, 0),
+                    }),
+                },
+            ))
+        });
+        Ok(LocalOsd {
+            id: kf.osd_id,
+            addr,
+            store: handle,
+            stop,
+            task,
+            reporter,
+        })
+    }
+
+    /// Stops cleanly: drains requests and closes the store.
+    pub async fn stop(self) -> Result<(), String> {
+        if let Some(r) = &self.reporter {
+            r.abort();
+        }
+        let _ = self.stop.send(true);
+        match self.task.await {
+            Ok(r) => r.map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+}
+
+/// An MDS running in this process.
+pub struct LocalMds {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    /// The service.
+    pub mds: Arc<Mds>,
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+    worker: JoinHandle<()>,
+}
+
+impl LocalMds {
+    /// Opens the MDS on a formatted `dir` and serves on `listen`.
+    pub async fn start(dir: &Path, listen: &str) -> Result<LocalMds, String> {
+        let d = dir.to_path_buf();
+        let mds = tokio::task::spawn_blocking(move || Mds::open(&d))
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| format!("{}: {e}", dir.display()))?;
+        let listener = tokio::net::TcpListener::bind(listen)
+            .await
+            .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+        let addr = listener.local_addr().map_err(|e| e.to_string())?;
+        let (stop, rx) = watch::channel(false);
+        let task = tokio::spawn(crate::server::serve(mds.clone(), listener, rx));
+        let worker = tokio::spawn(mds.clone().delete_worker());
+        Ok(LocalMds {
+            addr,
+            mds,
+            stop,
+            task,
+            worker,
+        })
+    }
+
+    /// Stops cleanly: drains requests and checkpoints the KV.
+    pub async fn stop(self) {
+        self.worker.abort();
+        let _ = self.stop.send(true);
+        let _ = self.task.await;
+    }
+}

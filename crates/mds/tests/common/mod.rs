@@ -1,0 +1,166 @@
+//! A small cluster on 127.0.0.1 for the MDS tests: one MDS, N OSDs on
+//! file-backed stores, all in this process, over real sockets.
+#![allow(dead_code, clippy::unwrap_used)]
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use mds::ids::{Geometry, IdPolicy, PolicyKind};
+use mds::local::{LocalMds, LocalOsd, osd_dir, provision_osd};
+use mds::{FormatOptions, MdsClient};
+use osd::client::{ClientConfig, OsdClient};
+use osd::keys::KeyFile;
+use proto::layout::{DATA_PARTITION, LayoutSpec};
+use proto::mds::{MdsReply, Op};
+use proto::{Capability, Command, rights};
+
+pub const CLUSTER: &str = "test";
+
+pub struct Cluster {
+    pub dir: tempfile::TempDir,
+    pub mds: Option<LocalMds>,
+    pub osds: Vec<Option<LocalOsd>>,
+    pub mds_addr: String,
+}
+
+impl Cluster {
+    pub fn mds_dir(&self) -> PathBuf {
+        self.dir.path().join("mds")
+    }
+
+    pub async fn start(n: u32, layout: LayoutSpec, policy: PolicyKind) -> Cluster {
+        let dir = tempfile::tempdir().unwrap();
+        let mds_dir = dir.path().join("mds");
+        let opts = FormatOptions {
+            cluster_id: CLUSTER.into(),
+            policy: IdPolicy::new(policy, Geometry::default()).unwrap(),
+            layout,
+            wal_bytes: 8 << 20,
+        };
+        mds::service::format(&mds_dir, &opts).unwrap();
+        for i in 0..n {
+            provision_osd(&osd_dir(dir.path(), i), i, CLUSTER, 256 << 20, &mds_dir.join("keys")).unwrap();
+        }
+        let m = LocalMds::start(&mds_dir, "127.0.0.1:0").await.unwrap();
+        let mds_addr = m.addr.to_string();
+        let mut c = Cluster {
+            dir,
+            mds: Some(m),
+            osds: Vec::new(),
+            mds_addr,
+        };
+        for i in 0..n {
+            let o = LocalOsd::start(&osd_dir(c.dir.path(), i), "127.0.0.1:0", Some(c.mds_addr.clone()))
+                .await
+                .unwrap();
+            c.osds.push(Some(o));
+        }
+        c.wait_up(n as usize).await;
+        c
+    }
+
+    pub async fn wait_up(&self, n: usize) {
+        let cl = self.client();
+        for _ in 0..200 {
+            if let Ok(MdsReply::Status(s)) = cl.call(Op::Status).await
+                && s.osds.iter().filter(|o| o.up).count() >= n
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        panic!("OSDs did not come up");
+    }
+
+    pub fn client(&self) -> MdsClient {
+        MdsClient::new(&self.mds_addr, CLUSTER, 2)
+    }
+
+    pub fn key(&self, osd: u32) -> [u8; 32] {
+        let kf = KeyFile::load(&osd_dir(self.dir.path(), osd).join("key.toml")).unwrap();
+        *kf.ring().unwrap().newest().unwrap().1
+    }
+
+    /// An OSD client and an all-powerful capability for it (as an operator would have).
+    pub fn osd_client(&self, osd: u32) -> (OsdClient, Capability) {
+        let o = self.osds[osd as usize].as_ref().unwrap();
+        let c = OsdClient::new(&o.addr.to_string(), ClientConfig::new(CLUSTER, osd));
+        let cap = Capability::sign(
+            &self.key(osd),
+            1,
+            osd,
+            DATA_PARTITION,
+            0,
+            u64::MAX,
+            rights::ALL,
+            osd::exec::now_ms() + 600_000,
+            u64::MAX,
+        );
+        (c, cap)
+    }
+
+    /// Every object id stored on every OSD.
+    pub async fn all_objects(&self) -> Vec<(u32, u64)> {
+        let mut out = Vec::new();
+        for i in 0..self.osds.len() as u32 {
+            let (c, cap) = self.osd_client(i);
+            let mut after = None;
+            loop {
+                let a = c
+                    .run(
+                        Some(&cap),
+                        Command::List {
+                            pid: DATA_PARTITION,
+                            lo: 0,
+                            hi: u64::MAX,
+                            after,
+                            max: 1000,
+                            attrs: vec![],
+                        },
+                        Bytes::new(),
+                    )
+                    .await
+                    .unwrap();
+                match a.reply {
+                    proto::Reply::Listed { entries, next } => {
+                        out.extend(entries.into_iter().map(|x| (i, x.0)));
+                        match next {
+                            Some(n) => after = Some(n),
+                            None => break,
+                        }
+                    }
+                    r => panic!("{r:?}"),
+                }
+            }
+        }
+        out
+    }
+
+    pub async fn stop(mut self) {
+        for o in self.osds.iter_mut() {
+            if let Some(o) = o.take() {
+                o.stop().await.unwrap();
+            }
+        }
+        if let Some(m) = self.mds.take() {
+            m.stop().await;
+        }
+    }
+}
+
+pub fn spec(su: u32, sc: u32) -> LayoutSpec {
+    LayoutSpec {
+        stripe_unit: su,
+        stripe_count: sc,
+        object_size: 0,
+    }
+}
+
+pub fn check_clean(dir: &std::path::Path, mds: &Arc<mds::Mds>) -> mds::fsck::Report {
+    let _ = dir;
+    let r = mds::fsck::check(&mds.kv.read().unwrap()).unwrap();
+    assert!(r.problems.is_empty(), "fsck: {:#?}", r.problems);
+    r
+}
