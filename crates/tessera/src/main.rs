@@ -34,6 +34,14 @@ enum Command {
     Osd(cmd::osd::Args),
     /// Make an OSD key file.
     Keygen(cmd::osd::KeygenArgs),
+    /// The metadata server: format a file system, serve it, check it.
+    #[command(subcommand)]
+    Mds(cmd::mds::MdsCmd),
+    /// Show the cluster: OSDs up/down, space, MDS request counts.
+    Status(cmd::mds::StatusArgs),
+    /// Show or set file and directory layouts (stripe unit, count, object size).
+    #[command(subcommand)]
+    Layout(cmd::mds::LayoutCmd),
     /// Benchmarks, each against its baselines in the same run.
     #[command(subcommand)]
     Bench(cmd::bench::BenchCmd),
@@ -45,7 +53,7 @@ fn main() {
     // unless TESSERA_LOG asks for them.
     let default = match &cli.command {
         Command::Store(cmd::store_ops::StoreCmd::Crashtest { .. }) => "off",
-        Command::Osd(_) => "info",
+        Command::Osd(_) | Command::Mds(cmd::mds::MdsCmd::Serve { .. }) => "info",
         _ => "warn",
     };
     tracing_subscriber::fmt()
@@ -64,6 +72,9 @@ fn main() {
         Command::Bench(c) => cmd::bench::run(c),
         Command::Osd(a) => cmd::osd::run(a),
         Command::Keygen(a) => cmd::osd::keygen(a),
+        Command::Mds(c) => cmd::mds::run(c),
+        Command::Status(a) => cmd::mds::status(a),
+        Command::Layout(c) => cmd::mds::layout(c),
     };
     match result {
         Ok(code) => std::process::exit(code),

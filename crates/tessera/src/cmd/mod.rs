@@ -3,6 +3,7 @@
 pub mod bench;
 pub mod demo;
 pub mod fsck;
+pub mod mds;
 pub mod mkfs;
 pub mod osd;
 pub mod store_ops;
@@ -32,5 +33,20 @@ pub fn human(bytes: u64) -> String {
         format!("{bytes} B")
     } else {
         format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+/// Waits for SIGTERM or Ctrl-C.
+pub async fn wait_for_signal() {
+    let mut term =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = async {
+            match term.as_mut() {
+                Some(t) => { t.recv().await; }
+                None => std::future::pending::<()>().await,
+            }
+        } => {}
     }
 }

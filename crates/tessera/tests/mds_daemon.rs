@@ -1,0 +1,283 @@
+//! The MDS as a real process: 16 clients storm it with creates, renames,
+//! links, unlinks, mkdirs and rmdirs; the namespace is checked; the storm
+//! resumes and the MDS is killed with SIGKILL mid-storm and restarted;
+//! every acknowledged change must be there, nothing half-done, and once the
+//! delete queue drains no OSD holds an object of a file that is gone.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use mds::MdsClient;
+use mds::local::{LocalOsd, osd_dir, provision_osd};
+use osd::client::{ClientConfig, OsdClient};
+use proto::layout::DATA_PARTITION;
+use proto::mds::{MdsReply, Op, ROOT_INO};
+use rand::{Rng, SeedableRng};
+
+const BIN: &str = env!("CARGO_BIN_EXE_tessera");
+const CLUSTER: &str = "storm";
+
+fn free_port() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().to_string()
+}
+
+fn start_mds(data: &Path, addr: &str) -> Child {
+    Command::new(BIN)
+        .args(["mds", "serve", "--data", data.to_str().unwrap(), "--listen", addr])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+async fn wait_ready(c: &MdsClient, osds: usize) {
+    for _ in 0..400 {
+        if let Ok(MdsReply::Status(s)) = c.call(Op::Status).await
+            && s.osds.iter().filter(|o| o.up).count() >= osds
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("MDS not ready");
+}
+
+/// What one client believes exists (only acknowledged changes), by path.
+#[derive(Default)]
+struct Model {
+    files: HashSet<(u64, String)>,
+    dirs: HashSet<(u64, String)>,
+    /// Names whose last operation's outcome is unknown (the MDS died).
+    uncertain: HashSet<String>,
+}
+
+async fn storm_client(k: usize, addr: String, dirs: Arc<Vec<u64>>, model: Arc<Mutex<Model>>, osds: Arc<HashMap<u32, String>>, stop: Arc<std::sync::atomic::AtomicBool>) {
+    let c = MdsClient::new(&addr, CLUSTER, 1);
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(k as u64);
+    let mut n = 0u32;
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        n += 1;
+        let d = dirs[rng.random_range(0..dirs.len())];
+        let pick = |m: &Model, rng: &mut rand::rngs::SmallRng| -> Option<(u64, String)> {
+            let v: Vec<_> = m.files.iter().cloned().collect();
+            (!v.is_empty()).then(|| v[rng.random_range(0..v.len())].clone())
+        };
+        let choice = rng.random_range(0..100);
+        let (op, name_touched, on_ok): (Op, Vec<String>, Box<dyn FnOnce(&mut Model, &MdsReply) + Send>) = if choice < 40 {
+            let name = format!("c{k}-f{n}");
+            let nm = name.clone();
+            (Op::Create { parent: d, name: name.clone(), mode: 0o644, exclusive: true }, vec![name], Box::new(move |m: &mut Model, _| { m.files.insert((d, nm)); }))
+        } else if choice < 60 {
+            let Some((p, name)) = pick(&model.lock().unwrap(), &mut rng) else { continue };
+            let new = format!("c{k}-r{n}");
+            let nn = new.clone();
+            let old = name.clone();
+            (Op::Rename { parent: p, name, new_parent: d, new_name: new.clone(), noreplace: false }, vec![old.clone(), new], Box::new(move |m: &mut Model, _| { m.files.remove(&(p, old)); m.files.insert((d, nn)); }))
+        } else if choice < 80 {
+            let Some((p, name)) = pick(&model.lock().unwrap(), &mut rng) else { continue };
+            let nm = name.clone();
+            (Op::Unlink { parent: p, name: name.clone() }, vec![name], Box::new(move |m: &mut Model, _| { m.files.remove(&(p, nm)); }))
+        } else if choice < 88 {
+            let Some((p, name)) = pick(&model.lock().unwrap(), &mut rng) else { continue };
+            let ln = format!("c{k}-l{n}");
+            let ino = {
+                match c.call(Op::Lookup { parent: p, name: name.clone() }).await {
+                    Ok(MdsReply::Found(f)) => f.entry.attr.ino,
+                    _ => continue,
+                }
+            };
+            let l2 = ln.clone();
+            (Op::Link { ino, parent: d, name: ln.clone() }, vec![ln], Box::new(move |m: &mut Model, _| { m.files.insert((d, l2)); }))
+        } else if choice < 94 {
+            let name = format!("c{k}-d{n}");
+            let nm = name.clone();
+            (Op::Mkdir { parent: d, name: name.clone(), mode: 0o755 }, vec![name], Box::new(move |m: &mut Model, _| { m.dirs.insert((d, nm)); }))
+        } else {
+            let v: Vec<_> = model.lock().unwrap().dirs.iter().cloned().collect();
+            if v.is_empty() { continue; }
+            let (p, name) = v[rng.random_range(0..v.len())].clone();
+            let nm = name.clone();
+            (Op::Rmdir { parent: p, name: name.clone() }, vec![name], Box::new(move |m: &mut Model, _| { m.dirs.remove(&(p, nm)); }))
+        };
+        let is_create = matches!(op, Op::Create { .. });
+        match c.call(op).await {
+            Ok(r) => {
+                on_ok(&mut model.lock().unwrap(), &r);
+                // Give every created file one data object, written with its capability.
+                if is_create && let MdsReply::Found(f) = &r {
+                    let l = f.entry.layout.as_ref().unwrap();
+                    let map = match c.call(Op::GetMap { epoch: Some(l.map_epoch) }).await { Ok(MdsReply::Map(m)) => m, _ => continue };
+                    let o = map.place(l.objsets[0], 1)[0];
+                    let oc = OsdClient::new(&osds[&o], ClientConfig::new(CLUSTER, o));
+                    oc.run(f.grants[0].cap_for(o), proto::Command::CreateAndWrite { pid: DATA_PARTITION, oid: l.objsets[0] }, Bytes::from_static(b"data")).await.unwrap();
+                }
+            }
+            Err(mds::CallError::Mds(_)) => {}
+            Err(mds::CallError::Transport(_)) => {
+                // Outcome unknown: forget the name, wait for the MDS to return.
+                {
+                    let mut m = model.lock().unwrap();
+                    for t in &name_touched {
+                        m.uncertain.insert(t.clone());
+                        m.files.retain(|(_, x)| x != t);
+                        m.dirs.retain(|(_, x)| x != t);
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+/// Walks the namespace: (parent, name) of every entry, and the data object ids of files.
+async fn walk(c: &MdsClient) -> (HashSet<(u64, String)>, HashSet<u64>) {
+    let mut names = HashSet::new();
+    let mut oids = HashSet::new();
+    let mut stack = vec![ROOT_INO];
+    while let Some(d) = stack.pop() {
+        let mut after = None;
+        loop {
+            let MdsReply::Dir { entries, more } = c.call(Op::Readdir { ino: d, after: after.clone(), max: 500, plus: false }).await.unwrap() else { panic!() };
+            for e in &entries {
+                names.insert((d, e.name.clone()));
+                match e.kind {
+                    proto::mds::FileKind::Dir => stack.push(e.ino),
+                    _ => {
+                        if let MdsReply::Found(f) = c.call(Op::Lookup { parent: d, name: e.name.clone() }).await.unwrap()
+                            && let Some(l) = &f.entry.layout
+                        {
+                            oids.extend(l.objsets.iter().copied());
+                        }
+                    }
+                }
+            }
+            after = entries.last().map(|e| e.name.clone());
+            if !more { break; }
+        }
+    }
+    (names, oids)
+}
+
+fn fsck(data: &Path) {
+    let out = Command::new(BIN).args(["mds", "fsck", "--data", data.to_str().unwrap()]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "mds fsck failed:\n{text}");
+    assert!(text.contains("clean"), "{text}");
+}
+
+async fn check(c: &MdsClient, models: &[Arc<Mutex<Model>>], all_osd_objects: &[u64]) {
+    let (names, oids) = walk(c).await;
+    for (k, m) in models.iter().enumerate() {
+        let m = m.lock().unwrap();
+        for f in m.files.iter().chain(m.dirs.iter()) {
+            assert!(names.contains(f), "client {k}: acknowledged {f:?} is missing");
+        }
+        let prefix = format!("c{k}-");
+        for (p, n) in names.iter().filter(|(_, n)| n.starts_with(&prefix)) {
+            let known = m.files.contains(&(*p, n.clone())) || m.dirs.contains(&(*p, n.clone())) || m.uncertain.contains(n);
+            assert!(known, "client {k}: {n:?} in {p:#x} exists but was never acknowledged");
+        }
+    }
+    for o in all_osd_objects {
+        assert!(oids.contains(o), "orphan object {o:#x} on an OSD");
+    }
+}
+
+async fn osd_objects(osds: &[LocalOsd], key: impl Fn(u32) -> [u8; 32]) -> Vec<u64> {
+    let mut out = Vec::new();
+    for o in osds {
+        let c = OsdClient::new(&o.addr.to_string(), ClientConfig::new(CLUSTER, o.id));
+        let cap = proto::Capability::sign(&key(o.id), 1, o.id, DATA_PARTITION, 0, u64::MAX, proto::rights::ALL, osd::exec::now_ms() + 60_000, u64::MAX);
+        let mut after = None;
+        loop {
+            let a = c.run(Some(&cap), proto::Command::List { pid: DATA_PARTITION, lo: 0, hi: u64::MAX, after, max: 1000, attrs: vec![] }, Bytes::new()).await.unwrap();
+            let proto::Reply::Listed { entries, next } = a.reply else { panic!() };
+            out.extend(entries.into_iter().map(|e| e.0));
+            match next { Some(n) => after = Some(n), None => break }
+        }
+    }
+    out
+}
+
+async fn drain(c: &MdsClient) {
+    for _ in 0..500 {
+        if let Ok(MdsReply::Status(s)) = c.call(Op::Status).await && s.delete_queue == 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("delete queue did not drain");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn storm_of_16_clients_then_kill_9_mid_storm() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("mds");
+    let st = Command::new(BIN)
+        .args(["mds", "format", "--data", data.to_str().unwrap(), "--cluster", CLUSTER, "--log-size", "4M"])
+        .output()
+        .unwrap();
+    assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
+    for i in 0..2 {
+        provision_osd(&osd_dir(dir.path(), i), i, CLUSTER, 256 << 20, &data.join("keys")).unwrap();
+    }
+    let addr = free_port();
+    let mut child = start_mds(&data, &addr);
+    let mut osds = Vec::new();
+    for i in 0..2 {
+        osds.push(LocalOsd::start(&osd_dir(dir.path(), i), "127.0.0.1:0", Some(addr.clone())).await.unwrap());
+    }
+    let osd_addrs: Arc<HashMap<u32, String>> = Arc::new(osds.iter().map(|o| (o.id, o.addr.to_string())).collect());
+    let key = |id: u32| {
+        let kf = osd::keys::KeyFile::load(&osd_dir(dir.path(), id).join("key.toml")).unwrap();
+        *kf.ring().unwrap().newest().unwrap().1
+    };
+    let c = MdsClient::new(&addr, CLUSTER, 1);
+    wait_ready(&c, 2).await;
+    let mut dirs = Vec::new();
+    for i in 0..4 {
+        let MdsReply::Found(f) = c.call(Op::Mkdir { parent: ROOT_INO, name: format!("d{i}"), mode: 0o755 }).await.unwrap() else { panic!() };
+        dirs.push(f.entry.attr.ino);
+    }
+    let dirs = Arc::new(dirs);
+    let models: Vec<_> = (0..16).map(|_| Arc::new(Mutex::new(Model::default()))).collect();
+    // Phase 1: a storm, then a check.
+    for phase in 0..2 {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let tasks: Vec<_> = (0..16)
+            .map(|k| tokio::spawn(storm_client(k, addr.clone(), dirs.clone(), models[k].clone(), osd_addrs.clone(), stop.clone())))
+            .collect();
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        if phase == 1 {
+            // Phase 2: SIGKILL mid-storm, restart while clients keep trying.
+            child.kill().unwrap();
+            child.wait().unwrap();
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            child = start_mds(&data, &addr);
+            wait_ready(&c, 2).await;
+            tokio::time::sleep(Duration::from_millis(1000)).await;
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for t in tasks {
+            t.await.unwrap();
+        }
+        drain(&c).await;
+        let objs = osd_objects(&osds, key).await;
+        check(&c, &models, &objs).await;
+        let made: usize = models.iter().map(|m| m.lock().unwrap().files.len()).sum();
+        assert!(made > 50, "phase {phase}: the storm did work ({made} files live)");
+    }
+    // Clean stop, offline fsck.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    assert!(child.wait().unwrap().success());
+    fsck(&data);
+    for o in osds {
+        o.stop().await.unwrap();
+    }
+}
