@@ -7,6 +7,7 @@
 
 pub mod fio;
 pub mod loopdev;
+pub mod meta_bench;
 pub mod mix;
 pub mod osd_bench;
 pub mod plot;

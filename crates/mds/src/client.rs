@@ -108,15 +108,10 @@ impl MdsClient {
 
     /// Resolves an absolute path to its entry.
     pub async fn resolve(&self, path: &str) -> Result<Entry, CallError> {
-        match self
-            .call(Op::Resolve {
-                path: path.into(),
-            })
-            .await?
-        {
-            MdsReply::Path(mut v) => v
-                .pop()
-                .ok_or_else(|| CallError::Transport(ClientError::Protocol("empty path reply".into()))),
+        match self.call(Op::Resolve { path: path.into() }).await? {
+            MdsReply::Path(mut v) => v.pop().ok_or_else(|| {
+                CallError::Transport(ClientError::Protocol("empty path reply".into()))
+            }),
             other => Err(unexpected(&other)),
         }
     }

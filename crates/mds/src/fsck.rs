@@ -29,18 +29,27 @@ pub fn check(v: &impl Records) -> Result<Report, MdsError> {
     let mut r = Report::default();
     let mut inodes: HashMap<u64, Inode> = HashMap::new();
     let mut bad = Vec::new();
-    v.scan(T::Inodes, Bound::Unbounded, Bound::Unbounded, false, &mut |k, val| {
-        match postcard::from_bytes::<Inode>(val) {
-            Ok(i) => {
-                if k != i.attr.ino.to_be_bytes() {
-                    bad.push(format!("inode record under key {k:02x?} says ino {:#x}", i.attr.ino));
+    v.scan(
+        T::Inodes,
+        Bound::Unbounded,
+        Bound::Unbounded,
+        false,
+        &mut |k, val| {
+            match postcard::from_bytes::<Inode>(val) {
+                Ok(i) => {
+                    if k != i.attr.ino.to_be_bytes() {
+                        bad.push(format!(
+                            "inode record under key {k:02x?} says ino {:#x}",
+                            i.attr.ino
+                        ));
+                    }
+                    inodes.insert(i.attr.ino, i);
                 }
-                inodes.insert(i.attr.ino, i);
+                Err(e) => bad.push(format!("inode {k:02x?}: undecodable: {e}")),
             }
-            Err(e) => bad.push(format!("inode {k:02x?}: undecodable: {e}")),
-        }
-        true
-    })?;
+            true
+        },
+    )?;
     r.problems.extend(bad);
     r.inodes = inodes.len() as u64;
     let mut links: HashMap<u64, u32> = HashMap::new();
@@ -48,34 +57,44 @@ pub fn check(v: &impl Records) -> Result<Report, MdsError> {
     let mut subdirs: HashMap<u64, u32> = HashMap::new();
     let mut children: HashMap<u64, Vec<u64>> = HashMap::new();
     let mut problems = Vec::new();
-    v.scan(T::Dentries, Bound::Unbounded, Bound::Unbounded, false, &mut |k, val| {
-        let parent = u64::from_be_bytes(k[..8].try_into().unwrap_or([0; 8]));
-        let name = String::from_utf8_lossy(&k[8..]).into_owned();
-        match decode_dentry(val) {
-            Ok((ino, kind)) => {
-                match inodes.get(&ino) {
-                    None => problems.push(format!("entry {name:?} in {parent:#x} names missing inode {ino:#x}")),
-                    Some(i) if i.attr.kind != kind => problems.push(format!(
-                        "entry {name:?} in {parent:#x} says {kind:?}, inode {ino:#x} is {:?}",
-                        i.attr.kind
-                    )),
-                    Some(_) => {}
+    v.scan(
+        T::Dentries,
+        Bound::Unbounded,
+        Bound::Unbounded,
+        false,
+        &mut |k, val| {
+            let parent = u64::from_be_bytes(k[..8].try_into().unwrap_or([0; 8]));
+            let name = String::from_utf8_lossy(&k[8..]).into_owned();
+            match decode_dentry(val) {
+                Ok((ino, kind)) => {
+                    match inodes.get(&ino) {
+                        None => problems.push(format!(
+                            "entry {name:?} in {parent:#x} names missing inode {ino:#x}"
+                        )),
+                        Some(i) if i.attr.kind != kind => problems.push(format!(
+                            "entry {name:?} in {parent:#x} says {kind:?}, inode {ino:#x} is {:?}",
+                            i.attr.kind
+                        )),
+                        Some(_) => {}
+                    }
+                    match inodes.get(&parent) {
+                        Some(p) if p.attr.kind == FileKind::Dir => {}
+                        _ => problems.push(format!(
+                            "entry {name:?} lives in {parent:#x}, which is not a directory"
+                        )),
+                    }
+                    *links.entry(ino).or_default() += 1;
+                    *entries.entry(parent).or_default() += 1;
+                    if kind == FileKind::Dir {
+                        *subdirs.entry(parent).or_default() += 1;
+                    }
+                    children.entry(parent).or_default().push(ino);
                 }
-                match inodes.get(&parent) {
-                    Some(p) if p.attr.kind == FileKind::Dir => {}
-                    _ => problems.push(format!("entry {name:?} lives in {parent:#x}, which is not a directory")),
-                }
-                *links.entry(ino).or_default() += 1;
-                *entries.entry(parent).or_default() += 1;
-                if kind == FileKind::Dir {
-                    *subdirs.entry(parent).or_default() += 1;
-                }
-                children.entry(parent).or_default().push(ino);
+                Err(e) => problems.push(format!("entry {name:?} in {parent:#x}: {e}")),
             }
-            Err(e) => problems.push(format!("entry {name:?} in {parent:#x}: {e}")),
-        }
-        true
-    })?;
+            true
+        },
+    )?;
     r.problems.extend(problems);
     r.entries = entries.values().sum();
     for (ino, i) in &inodes {
@@ -83,11 +102,15 @@ pub fn check(v: &impl Records) -> Result<Report, MdsError> {
         match i.attr.kind {
             FileKind::Dir => {
                 if *ino != ROOT_INO && n != 1 {
-                    r.problems.push(format!("directory {ino:#x} has {n} entries naming it"));
+                    r.problems
+                        .push(format!("directory {ino:#x} has {n} entries naming it"));
                 }
                 let want = 2 + subdirs.get(ino).copied().unwrap_or(0);
                 if i.attr.nlink != want {
-                    r.problems.push(format!("directory {ino:#x}: nlink {} but {want} expected", i.attr.nlink));
+                    r.problems.push(format!(
+                        "directory {ino:#x}: nlink {} but {want} expected",
+                        i.attr.nlink
+                    ));
                 }
                 let e = entries.get(ino).copied().unwrap_or(0);
                 if i.dir.as_ref().map(|d| d.entries) != Some(e) {
@@ -99,7 +122,10 @@ pub fn check(v: &impl Records) -> Result<Report, MdsError> {
             }
             _ => {
                 if i.attr.nlink != n {
-                    r.problems.push(format!("inode {ino:#x}: nlink {} but {n} entries", i.attr.nlink));
+                    r.problems.push(format!(
+                        "inode {ino:#x}: nlink {} but {n} entries",
+                        i.attr.nlink
+                    ));
                 }
             }
         }
@@ -119,16 +145,26 @@ pub fn check(v: &impl Records) -> Result<Report, MdsError> {
     }
     for ino in inodes.keys() {
         if !seen.contains(ino) {
-            r.problems.push(format!("inode {ino:#x} is not reachable from the root"));
+            r.problems
+                .push(format!("inode {ino:#x} is not reachable from the root"));
         }
     }
     let st = v.state()?;
     if st.inodes != r.inodes {
-        r.problems.push(format!("inode counter {} but {} inodes", st.inodes, r.inodes));
+        r.problems.push(format!(
+            "inode counter {} but {} inodes",
+            st.inodes, r.inodes
+        ));
     }
-    v.scan(T::DeleteQueue, Bound::Unbounded, Bound::Unbounded, false, &mut |_, _| {
-        r.delete_queue += 1;
-        true
-    })?;
+    v.scan(
+        T::DeleteQueue,
+        Bound::Unbounded,
+        Bound::Unbounded,
+        false,
+        &mut |_, _| {
+            r.delete_queue += 1;
+            true
+        },
+    )?;
     Ok(r)
 }

@@ -235,7 +235,11 @@ pub struct IdPolicy {
 pub const ROOT_ID: u64 = 0;
 
 fn mask(bits: u32) -> u64 {
-    if bits >= 64 { u64::MAX } else { (1u64 << bits) - 1 }
+    if bits >= 64 {
+        u64::MAX
+    } else {
+        (1u64 << bits) - 1
+    }
 }
 
 impl IdPolicy {
@@ -496,7 +500,7 @@ mod tests {
             let mut c = Counters::default();
             let mut seen = HashSet::new();
             seen.insert(ROOT_ID);
-            let mut take = |id: u64, seen: &mut HashSet<u64>| {
+            let take = |id: u64, seen: &mut HashSet<u64>| {
                 assert!(id < 1 << 62);
                 assert!(seen.insert(id), "{kind:?}: id {id:#x} given twice");
             };
@@ -539,6 +543,13 @@ mod tests {
         assert_eq!(a, 1 << (10 + 9 * 5));
         let f = p.file_id(&mut a_ids, &mut c, &mut never);
         assert_eq!(f, a + 1);
-        assert!(Geometry { region_bits: 2, ..g }.validate().is_err());
+        assert!(
+            Geometry {
+                region_bits: 2,
+                ..g
+            }
+            .validate()
+            .is_err()
+        );
     }
 }

@@ -22,7 +22,7 @@ use std::sync::mpsc;
 
 use proto::mds::{Errno, MdsError};
 use redb::{
-    Database, Durability, ReadTransaction, ReadableDatabase, ReadableTable, ReadOnlyTable, Table,
+    Database, Durability, ReadOnlyTable, ReadTransaction, ReadableDatabase, ReadableTable, Table,
     TableDefinition,
 };
 use serde::{Deserialize, Serialize};
@@ -88,6 +88,8 @@ pub trait View {
     ) -> Result<(), MdsError>;
 }
 
+type Guard<'a> = redb::AccessGuard<'a, &'static [u8]>;
+
 fn scan_table<R: ReadableTable<&'static [u8], &'static [u8]>>(
     table: &R,
     lo: Bound<&[u8]>,
@@ -95,12 +97,12 @@ fn scan_table<R: ReadableTable<&'static [u8], &'static [u8]>>(
     rev: bool,
     f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
 ) -> Result<(), MdsError> {
-    let range = table.range::<&[u8]>((lo, hi)).map_err(|e| io_err("range", e))?;
-    let mut visit = |item: Result<(redb::AccessGuard<'_, &'static [u8]>, redb::AccessGuard<'_, &'static [u8]>), redb::StorageError>| {
-        match item {
-            Ok((k, v)) => Ok(f(k.value(), v.value())),
-            Err(e) => Err(io_err("range", e)),
-        }
+    let range = table
+        .range::<&[u8]>((lo, hi))
+        .map_err(|e| io_err("range", e))?;
+    let mut visit = |item: Result<(Guard<'_>, Guard<'_>), redb::StorageError>| match item {
+        Ok((k, v)) => Ok(f(k.value(), v.value())),
+        Err(e) => Err(io_err("range", e)),
     };
     if rev {
         for item in range.rev() {
@@ -134,7 +136,8 @@ impl<'t> Tx<'t> {
             .map_err(|e| io_err("insert", e))?
             .map(|g| g.value().to_vec());
         self.undo.push((t as u8, key.to_vec(), old));
-        self.redo.push(Write::Put(t as u8, key.to_vec(), value.to_vec()));
+        self.redo
+            .push(Write::Put(t as u8, key.to_vec(), value.to_vec()));
         Ok(())
     }
 
@@ -163,7 +166,9 @@ impl<'t> Tx<'t> {
             let table = &mut self.tables[t as usize];
             match old {
                 Some(v) => {
-                    table.insert(&k[..], &v[..]).map_err(|e| io_err("undo", e))?;
+                    table
+                        .insert(&k[..], &v[..])
+                        .map_err(|e| io_err("undo", e))?;
                 }
                 None => {
                     table.remove(&k[..]).map_err(|e| io_err("undo", e))?;
@@ -331,7 +336,8 @@ pub fn create(paths: &KvPaths, wal_bytes: u64) -> Result<(), MdsError> {
     let txn = db.begin_write().map_err(|e| io_err("begin", e))?;
     {
         for t in 0..N {
-            txn.open_table(def(t)).map_err(|e| io_err("create table", e))?;
+            txn.open_table(def(t))
+                .map_err(|e| io_err("create table", e))?;
         }
         let mut meta = txn
             .open_table(def(T::Meta as usize))
@@ -512,7 +518,10 @@ impl Drop for Kv {
 fn open_tx(txn: &redb::WriteTransaction) -> Result<Tx<'_>, MdsError> {
     let mut tables = Vec::with_capacity(N);
     for t in 0..N {
-        tables.push(txn.open_table(def(t)).map_err(|e| io_err("open table", e))?);
+        tables.push(
+            txn.open_table(def(t))
+                .map_err(|e| io_err("open table", e))?,
+        );
     }
     Ok(Tx {
         tables,
@@ -622,7 +631,10 @@ fn run_batch(
         }
     };
     let next = *lsn + 1;
-    let checkpoint = wal.live() + Wal::footprint(payload.len()) > wal.capacity() / 2;
+    // Checkpoint instead of logging when the log is half full, or when the
+    // batch is so large that wrapping could reach the live records.
+    let foot = Wal::footprint(payload.len());
+    let checkpoint = wal.live() + foot > wal.capacity() / 2 || foot > wal.capacity() / 8;
     let outcome = if checkpoint {
         // Make this batch and everything before it durable in the KV itself.
         let cp = Checkpoint {
@@ -638,7 +650,8 @@ fn run_batch(
                 .map_err(|e| io_err("meta", e))?;
             Ok::<_, MdsError>(())
         })();
-        written.and_then(|_| txn.commit().map_err(|e| io_err("checkpoint commit", e)))
+        written
+            .and_then(|_| txn.commit().map_err(|e| io_err("checkpoint commit", e)))
             .map(|_| {
                 wal.checkpointed();
                 stats.checkpoints.fetch_add(1, Ordering::Relaxed);

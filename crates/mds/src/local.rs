@@ -50,7 +50,8 @@ pub fn provision_osd(
         let dev: Arc<dyn Device> = Arc::new(
             FileDevice::create(&img, size).map_err(|e| format!("{}: {e}", img.display()))?,
         );
-        store::format(dev, &StoreFormat::default()).map_err(|e| format!("{}: {e}", img.display()))?;
+        store::format(dev, &StoreFormat::default())
+            .map_err(|e| format!("{}: {e}", img.display()))?;
     }
     let key = dir.join("key.toml");
     if !key.exists() {
@@ -72,7 +73,8 @@ impl LocalOsd {
         let img = dir.join("store.img");
         let dev: Arc<dyn Device> =
             Arc::new(FileDevice::open(&img).map_err(|e| format!("{}: {e}", img.display()))?);
-        let s = Store::open(dev, &OpenOptions::default()).map_err(|e| format!("{}: {e}", img.display()))?;
+        let s = Store::open(dev, &OpenOptions::default())
+            .map_err(|e| format!("{}: {e}", img.display()))?;
         let handle = Arc::new(StoreHandle::new(img, s));
         let ctx = Ctx::new(handle.clone(), Some(kf.ring()?), kf.osd_id);
         let listener = tokio::net::TcpListener::bind(listen)

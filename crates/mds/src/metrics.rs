@@ -76,19 +76,51 @@ impl MdsMetrics {
         let objects_deleted = Counter::default();
         let mandatory = Counter::default();
         let non_mandatory = Counter::default();
-        let (kv_batches, kv_jobs, kv_checkpoints, kv_wal_bytes) =
-            (Gauge::default(), Gauge::default(), Gauge::default(), Gauge::default());
-        registry.register("requests", "Requests by operation and seed-004 class", requests.clone());
-        registry.register("mandatory_requests", "Requests that change the namespace or a length", mandatory.clone());
-        registry.register("non_mandatory_requests", "Requests prefetching could avoid", non_mandatory.clone());
+        let (kv_batches, kv_jobs, kv_checkpoints, kv_wal_bytes) = (
+            Gauge::default(),
+            Gauge::default(),
+            Gauge::default(),
+            Gauge::default(),
+        );
+        registry.register(
+            "requests",
+            "Requests by operation and seed-004 class",
+            requests.clone(),
+        );
+        registry.register(
+            "mandatory_requests",
+            "Requests that change the namespace or a length",
+            mandatory.clone(),
+        );
+        registry.register(
+            "non_mandatory_requests",
+            "Requests prefetching could avoid",
+            non_mandatory.clone(),
+        );
         registry.register("errors", "Errors by errno", errors.clone());
         registry.register("latency_seconds", "Request latency", latency.clone());
-        registry.register("revocations", "Object versions bumped to revoke capabilities", revocations.clone());
-        registry.register("files_deleted", "Files whose objects were removed from the OSDs", objects_deleted.clone());
+        registry.register(
+            "revocations",
+            "Object versions bumped to revoke capabilities",
+            revocations.clone(),
+        );
+        registry.register(
+            "files_deleted",
+            "Files whose objects were removed from the OSDs",
+            objects_deleted.clone(),
+        );
         registry.register("kv_batches", "Group-commit batches", kv_batches.clone());
         registry.register("kv_jobs", "Operations committed", kv_jobs.clone());
-        registry.register("kv_checkpoints", "Durable KV checkpoints", kv_checkpoints.clone());
-        registry.register("kv_log_bytes", "Bytes written to the metadata log", kv_wal_bytes.clone());
+        registry.register(
+            "kv_checkpoints",
+            "Durable KV checkpoints",
+            kv_checkpoints.clone(),
+        );
+        registry.register(
+            "kv_log_bytes",
+            "Bytes written to the metadata log",
+            kv_wal_bytes.clone(),
+        );
         MdsMetrics {
             registry,
             requests,
@@ -107,7 +139,11 @@ impl MdsMetrics {
 
     /// Counts one request.
     pub fn count(&self, op: &str, mandatory: bool, secs: f64, errno: Option<&str>) {
-        let class = if mandatory { "mandatory" } else { "non_mandatory" };
+        let class = if mandatory {
+            "mandatory"
+        } else {
+            "non_mandatory"
+        };
         self.requests
             .get_or_create(&ReqLabel {
                 op: op.into(),
@@ -123,7 +159,9 @@ impl MdsMetrics {
             .get_or_create(&OpLabel { op: op.into() })
             .observe(secs);
         if let Some(e) = errno {
-            self.errors.get_or_create(&ErrLabel { errno: e.into() }).inc();
+            self.errors
+                .get_or_create(&ErrLabel { errno: e.into() })
+                .inc();
         }
     }
 
@@ -139,10 +177,13 @@ impl MdsMetrics {
 
     /// The text exposition.
     pub fn render(&self, kv: &KvStats) -> String {
-        self.kv_batches.set(kv.batches.load(Ordering::Relaxed) as i64);
+        self.kv_batches
+            .set(kv.batches.load(Ordering::Relaxed) as i64);
         self.kv_jobs.set(kv.jobs.load(Ordering::Relaxed) as i64);
-        self.kv_checkpoints.set(kv.checkpoints.load(Ordering::Relaxed) as i64);
-        self.kv_wal_bytes.set(kv.wal_bytes.load(Ordering::Relaxed) as i64);
+        self.kv_checkpoints
+            .set(kv.checkpoints.load(Ordering::Relaxed) as i64);
+        self.kv_wal_bytes
+            .set(kv.wal_bytes.load(Ordering::Relaxed) as i64);
         let mut out = String::new();
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out

@@ -33,7 +33,11 @@ fn err(e: Errno, m: impl Into<String>) -> MdsError {
 fn new_attr(ino: u64, kind: FileKind, mode: u32, c: &Creds, parent: &Attr, now: i64) -> Attr {
     // setgid directories hand their group down (and setgid to subdirectories).
     let (gid, mode) = if parent.mode & 0o2000 != 0 {
-        let m = if kind == FileKind::Dir { mode | 0o2000 } else { mode };
+        let m = if kind == FileKind::Dir {
+            mode | 0o2000
+        } else {
+            mode
+        };
         (parent.gid, m)
     } else {
         (c.gid, mode)
@@ -53,7 +57,12 @@ fn new_attr(ino: u64, kind: FileKind, mode: u32, c: &Creds, parent: &Attr, now: 
 }
 
 /// Formats an empty namespace: the root directory, owned by root, mode 0755.
-pub fn format_root(tx: &mut Tx, policy: &IdPolicy, layout: LayoutSpec, now: i64) -> Result<(), MdsError> {
+pub fn format_root(
+    tx: &mut Tx,
+    policy: &IdPolicy,
+    layout: LayoutSpec,
+    now: i64,
+) -> Result<(), MdsError> {
     let attr = Attr {
         ino: ROOT_INO,
         kind: FileKind::Dir,
@@ -91,9 +100,12 @@ pub fn lookup(v: &impl Records, c: &Creds, parent: u64, name: &str) -> Result<In
     check_name(name)?;
     let dir = v.dir_inode(parent)?;
     perm::check(&dir.attr, c, X, "lookup")?;
-    let (ino, _) = v
-        .dentry(parent, name)?
-        .ok_or_else(|| err(Errno::NoEnt, format!("{name:?} not found in directory {parent:#x}")))?;
+    let (ino, _) = v.dentry(parent, name)?.ok_or_else(|| {
+        err(
+            Errno::NoEnt,
+            format!("{name:?} not found in directory {parent:#x}"),
+        )
+    })?;
     v.live_inode(ino)
 }
 
@@ -126,7 +138,10 @@ fn link_new(
     inode.name = name.to_string();
     tx.put_dentry(dir.attr.ino, name, inode.attr.ino, inode.attr.kind)?;
     tx.put_inode(&inode)?;
-    let meta = dir.dir.as_mut().ok_or_else(|| err(Errno::NotDir, "not a directory"))?;
+    let meta = dir
+        .dir
+        .as_mut()
+        .ok_or_else(|| err(Errno::NotDir, "not a directory"))?;
     meta.entries += 1;
     dir.attr.size = meta.entries;
     if inode.attr.kind == FileKind::Dir {
@@ -171,8 +186,16 @@ pub fn create(
     let map = tx
         .map(st.map_epoch)?
         .filter(|m| m.placeable() > 0)
-        .ok_or_else(|| err(Errno::NoSpc, "no OSD has registered with the MDS yet: nowhere to put data"))?;
-    let meta = dir.dir.as_mut().ok_or_else(|| err(Errno::NotDir, "not a directory"))?;
+        .ok_or_else(|| {
+            err(
+                Errno::NoSpc,
+                "no OSD has registered with the MDS yet: nowhere to put data",
+            )
+        })?;
+    let meta = dir
+        .dir
+        .as_mut()
+        .ok_or_else(|| err(Errno::NotDir, "not a directory"))?;
     let mut spec = meta.default_layout;
     let ino = {
         let mut ids = meta.ids.clone();
@@ -214,10 +237,16 @@ pub fn mkdir(
         return Err(err(Errno::Exist, format!("{name:?} exists in {parent:#x}")));
     }
     if dir.attr.nlink >= LINK_MAX {
-        return Err(err(Errno::MLink, format!("directory {parent:#x} has too many subdirectories")));
+        return Err(err(
+            Errno::MLink,
+            format!("directory {parent:#x} has too many subdirectories"),
+        ));
     }
     let mut st = tx.state()?;
-    let meta = dir.dir.as_ref().ok_or_else(|| err(Errno::NotDir, "not a directory"))?;
+    let meta = dir
+        .dir
+        .as_ref()
+        .ok_or_else(|| err(Errno::NotDir, "not a directory"))?;
     let default_layout = meta.default_layout;
     let mut ids = meta.ids.clone();
     let (ino, child_ids) = policy.dir_id(&mut ids, &mut st.ids, &mut taken(tx));
@@ -253,7 +282,10 @@ pub fn symlink(
     if target.is_empty() || target.len() > PATH_MAX || target.contains('\0') {
         return Err(err(
             Errno::Inval,
-            format!("symlink target of {} bytes: must be 1..={PATH_MAX} bytes without NUL", target.len()),
+            format!(
+                "symlink target of {} bytes: must be 1..={PATH_MAX} bytes without NUL",
+                target.len()
+            ),
         ));
     }
     let mut dir = writable_dir(tx, c, parent, "symlink")?;
@@ -261,7 +293,10 @@ pub fn symlink(
         return Err(err(Errno::Exist, format!("{name:?} exists in {parent:#x}")));
     }
     let mut st = tx.state()?;
-    let meta = dir.dir.as_mut().ok_or_else(|| err(Errno::NotDir, "not a directory"))?;
+    let meta = dir
+        .dir
+        .as_mut()
+        .ok_or_else(|| err(Errno::NotDir, "not a directory"))?;
     let mut ids = meta.ids.clone();
     let ino = policy.file_id(&mut ids, &mut st.ids, &mut taken(tx));
     if let Some(m) = dir.dir.as_mut() {
@@ -287,13 +322,19 @@ pub fn link(tx: &mut Tx, c: &Creds, ino: u64, parent: u64, name: &str) -> Result
     let mut dir = writable_dir(tx, c, parent, "link")?;
     let mut i = tx.live_inode(ino)?;
     if i.attr.kind == FileKind::Dir {
-        return Err(err(Errno::Perm, "hard links to directories are not allowed"));
+        return Err(err(
+            Errno::Perm,
+            "hard links to directories are not allowed",
+        ));
     }
     if tx.dentry(parent, name)?.is_some() {
         return Err(err(Errno::Exist, format!("{name:?} exists in {parent:#x}")));
     }
     if i.attr.nlink >= LINK_MAX {
-        return Err(err(Errno::MLink, format!("inode {ino:#x} has {LINK_MAX} links")));
+        return Err(err(
+            Errno::MLink,
+            format!("inode {ino:#x} has {LINK_MAX} links"),
+        ));
     }
     let now = now_ns();
     i.attr.nlink += 1;
@@ -302,7 +343,10 @@ pub fn link(tx: &mut Tx, c: &Creds, ino: u64, parent: u64, name: &str) -> Result
     i.name = name.into();
     tx.put_dentry(parent, name, ino, i.attr.kind)?;
     tx.put_inode(&i)?;
-    let meta = dir.dir.as_mut().ok_or_else(|| err(Errno::NotDir, "not a directory"))?;
+    let meta = dir
+        .dir
+        .as_mut()
+        .ok_or_else(|| err(Errno::NotDir, "not a directory"))?;
     meta.entries += 1;
     dir.attr.size = meta.entries;
     dir.attr.mtime = now;
@@ -313,7 +357,12 @@ pub fn link(tx: &mut Tx, c: &Creds, ino: u64, parent: u64, name: &str) -> Result
 
 /// Drops one link of non-directory `i`; when none remain, removes the inode
 /// and queues its objects for deletion (returned).
-fn drop_link(tx: &mut Tx, st: &mut FsState, mut i: Inode, now: i64) -> Result<Option<DeleteJob>, MdsError> {
+fn drop_link(
+    tx: &mut Tx,
+    st: &mut FsState,
+    mut i: Inode,
+    now: i64,
+) -> Result<Option<DeleteJob>, MdsError> {
     if i.attr.nlink > 1 {
         i.attr.nlink -= 1;
         i.attr.ctime = now;
@@ -333,9 +382,18 @@ fn drop_link(tx: &mut Tx, st: &mut FsState, mut i: Inode, now: i64) -> Result<Op
     Ok(job)
 }
 
-fn remove_entry(tx: &mut Tx, dir: &mut Inode, name: &str, was_dir: bool, now: i64) -> Result<(), MdsError> {
+fn remove_entry(
+    tx: &mut Tx,
+    dir: &mut Inode,
+    name: &str,
+    was_dir: bool,
+    now: i64,
+) -> Result<(), MdsError> {
     tx.del(T::Dentries, &dentry_key(dir.attr.ino, name))?;
-    let meta = dir.dir.as_mut().ok_or_else(|| err(Errno::NotDir, "not a directory"))?;
+    let meta = dir
+        .dir
+        .as_mut()
+        .ok_or_else(|| err(Errno::NotDir, "not a directory"))?;
     meta.entries = meta.entries.saturating_sub(1);
     dir.attr.size = meta.entries;
     if was_dir {
@@ -347,14 +405,22 @@ fn remove_entry(tx: &mut Tx, dir: &mut Inode, name: &str, was_dir: bool, now: i6
 }
 
 /// Removes a non-directory name. Returns the delete job if it was the last link.
-pub fn unlink(tx: &mut Tx, c: &Creds, parent: u64, name: &str) -> Result<Option<DeleteJob>, MdsError> {
+pub fn unlink(
+    tx: &mut Tx,
+    c: &Creds,
+    parent: u64,
+    name: &str,
+) -> Result<Option<DeleteJob>, MdsError> {
     check_name(name)?;
     let mut dir = writable_dir(tx, c, parent, "unlink")?;
     let (ino, kind) = tx
         .dentry(parent, name)?
         .ok_or_else(|| err(Errno::NoEnt, format!("{name:?} not found in {parent:#x}")))?;
     if kind == FileKind::Dir {
-        return Err(err(Errno::IsDir, format!("{name:?} is a directory: use rmdir")));
+        return Err(err(
+            Errno::IsDir,
+            format!("{name:?} is a directory: use rmdir"),
+        ));
     }
     let i = tx.live_inode(ino)?;
     perm::sticky(&dir.attr, &i.attr, c)?;
@@ -378,7 +444,10 @@ pub fn rmdir(tx: &mut Tx, c: &Creds, parent: u64, name: &str) -> Result<(), MdsE
     }
     let victim = tx.live_inode(ino)?;
     if victim.dir.as_ref().map(|d| d.entries).unwrap_or(0) > 0 {
-        return Err(err(Errno::NotEmpty, format!("directory {name:?} is not empty")));
+        return Err(err(
+            Errno::NotEmpty,
+            format!("directory {name:?} is not empty"),
+        ));
     }
     perm::sticky(&dir.attr, &victim.attr, c)?;
     let now = now_ns();
@@ -400,7 +469,10 @@ fn is_ancestor(tx: &Tx, anc: u64, mut ino: u64) -> Result<bool, MdsError> {
         }
         ino = tx.live_inode(ino)?.parent;
     }
-    Err(err(Errno::Loop, "directory parent chain does not reach the root"))
+    Err(err(
+        Errno::Loop,
+        "directory parent chain does not reach the root",
+    ))
 }
 
 /// Renames atomically. Returns the delete job of a replaced file's last link.
@@ -425,7 +497,10 @@ pub fn rename(
     perm::sticky(&src_dir.attr, &moving.attr, c)?;
     let is_dir = kind == FileKind::Dir;
     if is_dir && is_ancestor(tx, ino, new_parent)? {
-        return Err(err(Errno::Inval, "cannot move a directory into itself or below it"));
+        return Err(err(
+            Errno::Inval,
+            "cannot move a directory into itself or below it",
+        ));
     }
     let target = tx.dentry(new_parent, new_name)?;
     if let Some((tino, tkind)) = target {
@@ -433,18 +508,27 @@ pub fn rename(
             return Ok(None); // same file: POSIX says do nothing
         }
         if noreplace {
-            return Err(err(Errno::Exist, format!("{new_name:?} exists in {new_parent:#x}")));
+            return Err(err(
+                Errno::Exist,
+                format!("{new_name:?} exists in {new_parent:#x}"),
+            ));
         }
         let t = tx.live_inode(tino)?;
         perm::sticky(&dst_dir.attr, &t.attr, c)?;
         if is_dir && tkind != FileKind::Dir {
-            return Err(err(Errno::NotDir, format!("{new_name:?} is not a directory")));
+            return Err(err(
+                Errno::NotDir,
+                format!("{new_name:?} is not a directory"),
+            ));
         }
         if !is_dir && tkind == FileKind::Dir {
             return Err(err(Errno::IsDir, format!("{new_name:?} is a directory")));
         }
         if tkind == FileKind::Dir && t.dir.as_ref().map(|d| d.entries).unwrap_or(0) > 0 {
-            return Err(err(Errno::NotEmpty, format!("directory {new_name:?} is not empty")));
+            return Err(err(
+                Errno::NotEmpty,
+                format!("directory {new_name:?} is not empty"),
+            ));
         }
     }
     // All checks passed: write.
@@ -466,7 +550,10 @@ pub fn rename(
     remove_entry(tx, &mut s, name, is_dir, now)?;
     let mut d = tx.dir_inode(new_parent)?;
     tx.put_dentry(new_parent, new_name, ino, kind)?;
-    let meta = d.dir.as_mut().ok_or_else(|| err(Errno::NotDir, "not a directory"))?;
+    let meta = d
+        .dir
+        .as_mut()
+        .ok_or_else(|| err(Errno::NotDir, "not a directory"))?;
     meta.entries += 1;
     d.attr.size = meta.entries;
     if is_dir {
@@ -521,7 +608,10 @@ pub fn setattr(tx: &mut Tx, c: &Creds, ino: u64, set: &SetAttr) -> Result<SetAtt
             }
             perm::owner(&i.attr, c, "chgrp")?;
             if new_gid != i.attr.gid && !perm::in_group(c, new_gid) {
-                return Err(err(Errno::Perm, format!("uid {} is not in group {new_gid}", c.uid)));
+                return Err(err(
+                    Errno::Perm,
+                    format!("uid {} is not in group {new_gid}", c.uid),
+                ));
             }
         }
         if new_uid != i.attr.uid || new_gid != i.attr.gid {
@@ -553,7 +643,10 @@ pub fn setattr(tx: &mut Tx, c: &Creds, ino: u64, set: &SetAttr) -> Result<SetAtt
         match t {
             SetTime::Now => {
                 if c.uid != 0 && c.uid != i.attr.uid && !perm::allowed(&i.attr, c, W) {
-                    return Err(err(Errno::Access, "setting times to now needs ownership or write permission"));
+                    return Err(err(
+                        Errno::Access,
+                        "setting times to now needs ownership or write permission",
+                    ));
                 }
             }
             SetTime::At(_) => perm::owner(&i.attr, c, "utimens")?,
@@ -574,7 +667,13 @@ pub fn setattr(tx: &mut Tx, c: &Creds, ino: u64, set: &SetAttr) -> Result<SetAtt
 }
 
 /// Grows a file's recorded length (never shrinks it) after client writes.
-pub fn commit_size(tx: &mut Tx, c: &Creds, ino: u64, size: u64, mtime: i64) -> Result<Inode, MdsError> {
+pub fn commit_size(
+    tx: &mut Tx,
+    c: &Creds,
+    ino: u64,
+    size: u64,
+    mtime: i64,
+) -> Result<Inode, MdsError> {
     let mut i = tx.live_inode(ino)?;
     if i.attr.kind != FileKind::File {
         return Err(err(Errno::Inval, "only files have data"));
@@ -600,7 +699,10 @@ pub fn setxattr(
 ) -> Result<(), MdsError> {
     check_xattr_name(name)?;
     if value.len() > XATTR_VALUE_MAX {
-        return Err(err(Errno::Range, format!("value of {} bytes; limit {XATTR_VALUE_MAX}", value.len())));
+        return Err(err(
+            Errno::Range,
+            format!("value of {} bytes; limit {XATTR_VALUE_MAX}", value.len()),
+        ));
     }
     let mut i = tx.live_inode(ino)?;
     if c.uid != 0 && c.uid != i.attr.uid {
@@ -609,8 +711,12 @@ pub fn setxattr(
     let key = xattr_key(ino, name);
     let exists = tx.get(T::Xattrs, &key)?.is_some();
     match (mode, exists) {
-        (XattrMode::Create, true) => return Err(err(Errno::Exist, format!("xattr {name:?} exists"))),
-        (XattrMode::Replace, false) => return Err(err(Errno::NoData, format!("no xattr {name:?}"))),
+        (XattrMode::Create, true) => {
+            return Err(err(Errno::Exist, format!("xattr {name:?} exists")));
+        }
+        (XattrMode::Replace, false) => {
+            return Err(err(Errno::NoData, format!("no xattr {name:?}")));
+        }
         _ => {}
     }
     tx.put(T::Xattrs, &key, value)?;
@@ -638,8 +744,15 @@ pub fn removexattr(tx: &mut Tx, c: &Creds, ino: u64, name: &str) -> Result<(), M
 pub fn check_xattr_name(name: &str) -> Result<(), MdsError> {
     if name.is_empty() || name.len() > XATTR_NAME_MAX || name.contains('\0') {
         return Err(err(
-            if name.len() > XATTR_NAME_MAX { Errno::Range } else { Errno::Inval },
-            format!("xattr name of {} bytes: must be 1..={XATTR_NAME_MAX} without NUL", name.len()),
+            if name.len() > XATTR_NAME_MAX {
+                Errno::Range
+            } else {
+                Errno::Inval
+            },
+            format!(
+                "xattr name of {} bytes: must be 1..={XATTR_NAME_MAX} without NUL",
+                name.len()
+            ),
         ));
     }
     Ok(())
@@ -664,10 +777,17 @@ pub fn set_layout(tx: &mut Tx, c: &Creds, ino: u64, spec: LayoutSpec) -> Result<
         (FileKind::Dir, Some(d), _) => d.default_layout = spec,
         (FileKind::File, _, Some(l)) => {
             if i.attr.size != 0 {
-                return Err(err(Errno::Busy, "a file's layout can only change while it is empty"));
+                return Err(err(
+                    Errno::Busy,
+                    "a file's layout can only change while it is empty",
+                ));
             }
             let st = tx.state()?;
-            let n = tx.map(l.map_epoch)?.map(|m| m.placeable()).unwrap_or(1).max(1);
+            let n = tx
+                .map(l.map_epoch)?
+                .map(|m| m.placeable())
+                .unwrap_or(1)
+                .max(1);
             l.spec = LayoutSpec {
                 stripe_count: spec.stripe_count.min(n as u32),
                 ..spec
@@ -682,17 +802,29 @@ pub fn set_layout(tx: &mut Tx, c: &Creds, ino: u64, spec: LayoutSpec) -> Result<
 }
 
 /// Allocates object sets of a file up to `objset` (bounded object size).
-pub fn extend_layout(tx: &mut Tx, policy: &IdPolicy, c: &Creds, ino: u64, objset: u64) -> Result<Inode, MdsError> {
+pub fn extend_layout(
+    tx: &mut Tx,
+    policy: &IdPolicy,
+    c: &Creds,
+    ino: u64,
+    objset: u64,
+) -> Result<Inode, MdsError> {
     let mut i = tx.live_inode(ino)?;
     perm::check(&i.attr, c, W, "extend layout")?;
     let Some(l) = i.layout.as_ref() else {
         return Err(err(Errno::Inval, "only files have layouts"));
     };
     if l.spec.object_size == 0 {
-        return Err(err(Errno::Inval, "this file's objects are unbounded: it has one object set"));
+        return Err(err(
+            Errno::Inval,
+            "this file's objects are unbounded: it has one object set",
+        ));
     }
     if objset > 1 << 20 {
-        return Err(err(Errno::FBig, format!("object set {objset} is beyond the limit of 2^20")));
+        return Err(err(
+            Errno::FBig,
+            format!("object set {objset} is beyond the limit of 2^20"),
+        ));
     }
     let mut st = tx.state()?;
     let mut added = Vec::new();

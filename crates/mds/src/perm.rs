@@ -100,16 +100,38 @@ mod tests {
     #[test]
     fn owner_group_other_and_root() {
         let a = attr(0o640, 10, 20, FileKind::File);
-        let me = Creds { uid: 10, gid: 1, groups: vec![] };
-        let grp = Creds { uid: 11, gid: 5, groups: vec![20] };
-        let other = Creds { uid: 12, gid: 5, groups: vec![] };
+        let me = Creds {
+            uid: 10,
+            gid: 1,
+            groups: vec![],
+        };
+        let grp = Creds {
+            uid: 11,
+            gid: 5,
+            groups: vec![20],
+        };
+        let other = Creds {
+            uid: 12,
+            gid: 5,
+            groups: vec![],
+        };
         assert!(allowed(&a, &me, R | W));
         assert!(allowed(&a, &grp, R) && !allowed(&a, &grp, W));
         assert!(!allowed(&a, &other, R));
         assert!(allowed(&a, &Creds::root(), R | W));
-        assert!(!allowed(&a, &Creds::root(), X), "root cannot exec a non-executable file");
-        assert!(allowed(&attr(0o700, 1, 1, FileKind::Dir), &Creds::root(), X));
-        assert_eq!(check(&a, &other, R, "open").unwrap_err().errno, Errno::Access);
+        assert!(
+            !allowed(&a, &Creds::root(), X),
+            "root cannot exec a non-executable file"
+        );
+        assert!(allowed(
+            &attr(0o700, 1, 1, FileKind::Dir),
+            &Creds::root(),
+            X
+        ));
+        assert_eq!(
+            check(&a, &other, R, "open").unwrap_err().errno,
+            Errno::Access
+        );
         assert_eq!(owner(&a, &other, "chmod").unwrap_err().errno, Errno::Perm);
         let sticky_dir = attr(0o1777, 0, 0, FileKind::Dir);
         assert!(sticky(&sticky_dir, &a, &other).is_err());

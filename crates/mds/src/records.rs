@@ -135,6 +135,9 @@ pub fn decode_dentry(v: &[u8]) -> Result<(u64, FileKind), MdsError> {
     Ok((ino, byte_kind(v[8])?))
 }
 
+/// A page of directory entries (name, inode, kind) and whether more follow.
+pub type DirPage = (Vec<(String, u64, FileKind)>, bool);
+
 /// Typed reads over any view.
 pub trait Records: View {
     /// The superblock.
@@ -188,12 +191,7 @@ pub trait Records: View {
     }
 
     /// Entries of `dir` after `after`, at most `max`, in name order.
-    fn list_dir(
-        &self,
-        dir: u64,
-        after: Option<&str>,
-        max: usize,
-    ) -> Result<(Vec<(String, u64, FileKind)>, bool), MdsError> {
+    fn list_dir(&self, dir: u64, after: Option<&str>, max: usize) -> Result<DirPage, MdsError> {
         let lo = match after {
             Some(a) => dentry_key(dir, a),
             None => dir.to_be_bytes().to_vec(),

@@ -87,9 +87,12 @@ async fn connection(mds: Arc<Mds>, sock: TcpStream, mut shutdown: watch::Receive
         (_, Err(e)) => refuse(e.to_string()),
     };
     let ok = matches!(answer, Welcome::Ok { .. });
-    if write_frame(&mut wr, &frame(Kind::Welcome, 0, f.tag, &answer, Bytes::new()))
-        .await
-        .is_err()
+    if write_frame(
+        &mut wr,
+        &frame(Kind::Welcome, 0, f.tag, &answer, Bytes::new()),
+    )
+    .await
+    .is_err()
         || wr.flush().await.is_err()
         || !ok
     {
@@ -136,12 +139,19 @@ async fn connection(mds: Arc<Mds>, sock: TcpStream, mut shutdown: watch::Receive
                 Err(e) => (
                     "undecodable",
                     false,
-                    Err(MdsError::new(Errno::Proto, format!("request header: {}", e.message))),
+                    Err(MdsError::new(
+                        Errno::Proto,
+                        format!("request header: {}", e.message),
+                    )),
                 ),
             };
             let errno = result.as_ref().err().map(|e| format!("{:?}", e.errno));
-            mds.metrics
-                .count(name, mandatory, started.elapsed().as_secs_f64(), errno.as_deref());
+            mds.metrics.count(
+                name,
+                mandatory,
+                started.elapsed().as_secs_f64(),
+                errno.as_deref(),
+            );
             let resp = MdsResponse { result };
             let _ = tx
                 .send(frame(Kind::Response, f.opcode, f.tag, &resp, Bytes::new()))

@@ -25,13 +25,15 @@ use crate::kv::{Kv, KvPaths, T, View};
 use crate::metrics::MdsMetrics;
 use crate::ns;
 use crate::perm::{self, R, W};
-use crate::records::{DeleteJob, Inode, Records, Superblock, RECORDS_VERSION, num_key};
+use crate::records::{DeleteJob, Inode, RECORDS_VERSION, Records, Superblock, num_key};
 
 /// Rights a reader gets on a file's objects.
 pub const READ_RIGHTS: u32 = rights::READ | rights::GET_ATTR;
 /// Rights a writer gets on a file's objects.
-pub const WRITE_RIGHTS: u32 =
-    rights::WRITE | rights::APPEND | rights::CREATE | rights::SET_ATTR;
+pub const WRITE_RIGHTS: u32 = rights::WRITE | rights::APPEND | rights::CREATE | rights::SET_ATTR;
+
+/// One stripe object: (OSD, object id, object set, stripe index).
+pub type ObjectAt = (u32, u64, u64, u32);
 
 /// Files in an MDS data directory.
 pub struct MdsPaths {
@@ -152,7 +154,10 @@ impl Mds {
         if sb.version != RECORDS_VERSION {
             return Err(err(
                 Errno::Inval,
-                format!("metadata format version {} (this build reads {RECORDS_VERSION})", sb.version),
+                format!(
+                    "metadata format version {} (this build reads {RECORDS_VERSION})",
+                    sb.version
+                ),
             ));
         }
         let keys = load_keys(&paths.keys(), &sb.cluster_id).map_err(|m| err(Errno::Inval, m))?;
@@ -192,7 +197,17 @@ impl Mds {
                 let (kv, key) = ring.newest()?;
                 Some((
                     o.id,
-                    Capability::sign(key, kv, o.id, DATA_PARTITION, lo, hi, rights, expiry_ms, version),
+                    Capability::sign(
+                        key,
+                        kv,
+                        o.id,
+                        DATA_PARTITION,
+                        lo,
+                        hi,
+                        rights,
+                        expiry_ms,
+                        version,
+                    ),
                 ))
             })
             .collect();
@@ -296,7 +311,9 @@ impl Mds {
             Op::Lookup { parent, name } => {
                 let snap = self.kv.read()?;
                 let i = ns::lookup(&snap, &c, parent, &name)?;
-                Ok(MdsReply::Found(Box::new(self.found(&snap, &c, i, false, pf)?)))
+                Ok(MdsReply::Found(Box::new(
+                    self.found(&snap, &c, i, false, pf)?,
+                )))
             }
             Op::GetAttr { ino } => Ok(MdsReply::Attr(self.kv.read()?.live_inode(ino)?.attr)),
             Op::Open { ino, write } => {
@@ -306,7 +323,9 @@ impl Mds {
                     return Err(err(Errno::IsDir, "cannot open a directory for writing"));
                 }
                 perm::check(&i.attr, &c, if write { W } else { R }, "open")?;
-                Ok(MdsReply::Found(Box::new(self.found(&snap, &c, i, write, pf)?)))
+                Ok(MdsReply::Found(Box::new(
+                    self.found(&snap, &c, i, write, pf)?,
+                )))
             }
             Op::Create {
                 parent,
@@ -320,7 +339,9 @@ impl Mds {
                     .write(move |tx| ns::create(tx, &policy, &c2, parent, &name, mode, exclusive))
                     .await?;
                 let snap = self.kv.read()?;
-                Ok(MdsReply::Found(Box::new(self.found(&snap, &c, i, true, 0)?)))
+                Ok(MdsReply::Found(Box::new(
+                    self.found(&snap, &c, i, true, 0)?,
+                )))
             }
             Op::Mkdir { parent, name, mode } => {
                 let c2 = c.clone();
@@ -485,7 +506,9 @@ impl Mds {
                     .write(move |tx| ns::extend_layout(tx, &policy, &c2, ino, objset))
                     .await?;
                 let snap = self.kv.read()?;
-                Ok(MdsReply::Found(Box::new(self.found(&snap, &c, i, true, 0)?)))
+                Ok(MdsReply::Found(Box::new(
+                    self.found(&snap, &c, i, true, 0)?,
+                )))
             }
             Op::GetLayout { ino } => {
                 let i = self.kv.read()?.live_inode(ino)?;
@@ -536,7 +559,10 @@ impl Mds {
                 let mut at = ROOT_INO;
                 for comp in path.split('/').filter(|s| !s.is_empty() && *s != ".") {
                     if comp == ".." {
-                        return Err(err(Errno::Inval, "'..' is not resolved by the MDS; pass a normalised path"));
+                        return Err(err(
+                            Errno::Inval,
+                            "'..' is not resolved by the MDS; pass a normalised path",
+                        ));
                     }
                     let i = ns::lookup(&snap, &c, at, comp)?;
                     at = i.attr.ino;
@@ -600,7 +626,12 @@ impl Mds {
         let addr = current
             .addr(id)
             .or_else(|| placed.addr(id))
-            .ok_or_else(|| err(Errno::Io, format!("OSD {id} is not in map epoch {}", current.epoch)))?
+            .ok_or_else(|| {
+                err(
+                    Errno::Io,
+                    format!("OSD {id} is not in map epoch {}", current.epoch),
+                )
+            })?
             .to_string();
         let addr = addr.as_str();
         let mut pool = self.osds.lock().unwrap_or_else(|e| e.into_inner());
@@ -621,9 +652,12 @@ impl Mds {
     /// The MDS's own capability for OSD `id` (all rights on file data).
     fn admin_cap(&self, id: u32) -> Result<Capability, MdsError> {
         let keys = self.keys.lock().unwrap_or_else(|e| e.into_inner());
-        let ring = keys
-            .get(&id)
-            .ok_or_else(|| err(Errno::Io, format!("no key for OSD {id} in {}", self.keys_dir.display())))?;
+        let ring = keys.get(&id).ok_or_else(|| {
+            err(
+                Errno::Io,
+                format!("no key for OSD {id} in {}", self.keys_dir.display()),
+            )
+        })?;
         let (kv, key) = ring
             .newest()
             .ok_or_else(|| err(Errno::Io, format!("empty key ring for OSD {id}")))?;
@@ -641,12 +675,13 @@ impl Mds {
     }
 
     /// Every (OSD, object id, object set, stripe) of a layout.
-    fn objects(&self, l: &Layout) -> Result<(OsdMap, Vec<(u32, u64, u64, u32)>), MdsError> {
-        let map = self
-            .kv
-            .read()?
-            .map(l.map_epoch)?
-            .ok_or_else(|| err(Errno::Io, format!("OSD map epoch {} is missing", l.map_epoch)))?;
+    fn objects(&self, l: &Layout) -> Result<(OsdMap, Vec<ObjectAt>), MdsError> {
+        let map = self.kv.read()?.map(l.map_epoch)?.ok_or_else(|| {
+            err(
+                Errno::Io,
+                format!("OSD map epoch {} is missing", l.map_epoch),
+            )
+        })?;
         let mut out = Vec::new();
         for (set, &oid) in l.objsets.iter().enumerate() {
             for (j, osd) in map.place(oid, l.spec.stripe_count).into_iter().enumerate() {
@@ -827,7 +862,10 @@ impl Mds {
         verify_report(&r, &self.sb.cluster_id, &ring)?;
         let now = Self::now_ms();
         if r.at_ms + 300_000 < now || r.at_ms > now + 300_000 {
-            return Err(err(Errno::Access, format!("OSD {} clock is more than 5 minutes off", r.osd_id)));
+            return Err(err(
+                Errno::Access,
+                format!("OSD {} clock is more than 5 minutes off", r.osd_id),
+            ));
         }
         {
             let live = self.live.lock().unwrap_or_else(|e| e.into_inner());

@@ -73,7 +73,10 @@ async fn names(c: &mds::MdsClient, dir: u64, page: u32) -> Vec<String> {
             .unwrap()
         {
             MdsReply::Dir { entries, more } => {
-                assert!(entries.iter().all(|e| e.attr.is_some()), "readdirplus gives attributes");
+                assert!(
+                    entries.iter().all(|e| e.attr.is_some()),
+                    "readdirplus gives attributes"
+                );
                 out.extend(entries.iter().map(|e| e.name.clone()));
                 after = entries.last().map(|e| e.name.clone());
                 if !more {
@@ -97,92 +100,536 @@ async fn every_namespace_operation_and_error() {
     let cl = Cluster::start(3, spec(512 << 10, 3), PolicyKind::ChildClosest).await;
     let c = cl.client();
     let a = mkdir(&c, ROOT_INO, "a").await;
-    assert_eq!(errno(&c, Op::Mkdir { parent: ROOT_INO, name: "a".into(), mode: 0o755 }).await, Errno::Exist);
+    assert_eq!(
+        errno(
+            &c,
+            Op::Mkdir {
+                parent: ROOT_INO,
+                name: "a".into(),
+                mode: 0o755
+            }
+        )
+        .await,
+        Errno::Exist
+    );
     let f = create(&c, a, "f").await;
     let fl = f.entry.layout.clone().unwrap();
     assert_eq!(fl.spec.stripe_count, 3);
     assert_eq!(f.grants.len(), 1);
     assert_eq!(f.grants[0].caps.len(), 3, "one capability per OSD");
     let ino = f.entry.attr.ino;
-    assert_eq!(errno(&c, Op::Create { parent: a, name: "f".into(), mode: 0o644, exclusive: true }).await, Errno::Exist);
-    let again = found(c.call(Op::Create { parent: a, name: "f".into(), mode: 0o644, exclusive: false }).await.unwrap());
-    assert_eq!(again.entry.attr.ino, ino, "non-exclusive create opens the existing file");
+    assert_eq!(
+        errno(
+            &c,
+            Op::Create {
+                parent: a,
+                name: "f".into(),
+                mode: 0o644,
+                exclusive: true
+            }
+        )
+        .await,
+        Errno::Exist
+    );
+    let again = found(
+        c.call(Op::Create {
+            parent: a,
+            name: "f".into(),
+            mode: 0o644,
+            exclusive: false,
+        })
+        .await
+        .unwrap(),
+    );
+    assert_eq!(
+        again.entry.attr.ino, ino,
+        "non-exclusive create opens the existing file"
+    );
     // lookups and name checks
-    let l = found(c.call(Op::Lookup { parent: a, name: "f".into() }).await.unwrap());
+    let l = found(
+        c.call(Op::Lookup {
+            parent: a,
+            name: "f".into(),
+        })
+        .await
+        .unwrap(),
+    );
     assert_eq!(l.entry.attr.ino, ino);
-    assert_eq!(errno(&c, Op::Lookup { parent: a, name: "nope".into() }).await, Errno::NoEnt);
-    assert_eq!(errno(&c, Op::Lookup { parent: ino, name: "x".into() }).await, Errno::NotDir);
-    for (bad, want) in [("x/y", Errno::Inval), ("", Errno::Inval), ("..", Errno::Inval), ("a\0b", Errno::Inval)] {
-        assert_eq!(errno(&c, Op::Create { parent: a, name: bad.into(), mode: 0o644, exclusive: true }).await, want, "{bad:?}");
+    assert_eq!(
+        errno(
+            &c,
+            Op::Lookup {
+                parent: a,
+                name: "nope".into()
+            }
+        )
+        .await,
+        Errno::NoEnt
+    );
+    assert_eq!(
+        errno(
+            &c,
+            Op::Lookup {
+                parent: ino,
+                name: "x".into()
+            }
+        )
+        .await,
+        Errno::NotDir
+    );
+    for (bad, want) in [
+        ("x/y", Errno::Inval),
+        ("", Errno::Inval),
+        ("..", Errno::Inval),
+        ("a\0b", Errno::Inval),
+    ] {
+        assert_eq!(
+            errno(
+                &c,
+                Op::Create {
+                    parent: a,
+                    name: bad.into(),
+                    mode: 0o644,
+                    exclusive: true
+                }
+            )
+            .await,
+            want,
+            "{bad:?}"
+        );
     }
     let long = "n".repeat(256);
-    assert_eq!(errno(&c, Op::Mkdir { parent: a, name: long, mode: 0o755 }).await, Errno::NameTooLong);
-    assert_eq!(errno(&c, Op::GetAttr { ino: 0xdead_beef }).await, Errno::Stale);
+    assert_eq!(
+        errno(
+            &c,
+            Op::Mkdir {
+                parent: a,
+                name: long,
+                mode: 0o755
+            }
+        )
+        .await,
+        Errno::NameTooLong
+    );
+    assert_eq!(
+        errno(&c, Op::GetAttr { ino: 0xdead_beef }).await,
+        Errno::Stale
+    );
     // setattr: chmod, chown, utimens, truncate up
-    let set = SetAttr { mode: Some(0o600), uid: Some(5), gid: Some(6), atime: Some(SetTime::At(123)), mtime: Some(SetTime::Now), size: Some(10_000) };
-    let at = match c.call(Op::SetAttr { ino, set }).await.unwrap() { MdsReply::Attr(a) => a, r => panic!("{r:?}") };
-    assert_eq!((at.mode, at.uid, at.gid, at.atime, at.size), (0o600, 5, 6, 123, 10_000));
-    assert_eq!(errno(&c, Op::SetAttr { ino: a, set: SetAttr { size: Some(0), ..Default::default() } }).await, Errno::IsDir);
+    let set = SetAttr {
+        mode: Some(0o600),
+        uid: Some(5),
+        gid: Some(6),
+        atime: Some(SetTime::At(123)),
+        mtime: Some(SetTime::Now),
+        size: Some(10_000),
+    };
+    let at = match c.call(Op::SetAttr { ino, set }).await.unwrap() {
+        MdsReply::Attr(a) => a,
+        r => panic!("{r:?}"),
+    };
+    assert_eq!(
+        (at.mode, at.uid, at.gid, at.atime, at.size),
+        (0o600, 5, 6, 123, 10_000)
+    );
+    assert_eq!(
+        errno(
+            &c,
+            Op::SetAttr {
+                ino: a,
+                set: SetAttr {
+                    size: Some(0),
+                    ..Default::default()
+                }
+            }
+        )
+        .await,
+        Errno::IsDir
+    );
     // symlinks
-    let s = found(c.call(Op::Symlink { parent: a, name: "l".into(), target: "f".into() }).await.unwrap());
+    let s = found(
+        c.call(Op::Symlink {
+            parent: a,
+            name: "l".into(),
+            target: "f".into(),
+        })
+        .await
+        .unwrap(),
+    );
     assert_eq!(s.entry.attr.kind, FileKind::Symlink);
-    assert_eq!(c.call(Op::Readlink { ino: s.entry.attr.ino }).await.unwrap(), MdsReply::Target("f".into()));
+    assert_eq!(
+        c.call(Op::Readlink {
+            ino: s.entry.attr.ino
+        })
+        .await
+        .unwrap(),
+        MdsReply::Target("f".into())
+    );
     assert_eq!(errno(&c, Op::Readlink { ino }).await, Errno::Inval);
     // hard links
-    let g = found(c.call(Op::Link { ino, parent: a, name: "g".into() }).await.unwrap());
+    let g = found(
+        c.call(Op::Link {
+            ino,
+            parent: a,
+            name: "g".into(),
+        })
+        .await
+        .unwrap(),
+    );
     assert_eq!(g.entry.attr.nlink, 2);
-    assert_eq!(errno(&c, Op::Link { ino: a, parent: ROOT_INO, name: "a2".into() }).await, Errno::Perm);
-    assert_eq!(errno(&c, Op::Link { ino, parent: a, name: "g".into() }).await, Errno::Exist);
+    assert_eq!(
+        errno(
+            &c,
+            Op::Link {
+                ino: a,
+                parent: ROOT_INO,
+                name: "a2".into()
+            }
+        )
+        .await,
+        Errno::Perm
+    );
+    assert_eq!(
+        errno(
+            &c,
+            Op::Link {
+                ino,
+                parent: a,
+                name: "g".into()
+            }
+        )
+        .await,
+        Errno::Exist
+    );
     // readdir, paginated, sorted
     assert_eq!(names(&c, a, 2).await, vec!["f", "g", "l"]);
     assert_eq!(attr(&c, a).await.size, 3);
     // rename: across directories, replacing, and every refusal
     let b = mkdir(&c, ROOT_INO, "b").await;
-    c.call(Op::Rename { parent: a, name: "g".into(), new_parent: b, new_name: "g2".into(), noreplace: false }).await.unwrap();
+    c.call(Op::Rename {
+        parent: a,
+        name: "g".into(),
+        new_parent: b,
+        new_name: "g2".into(),
+        noreplace: false,
+    })
+    .await
+    .unwrap();
     assert_eq!(names(&c, a, 10).await, vec!["f", "l"]);
     assert_eq!(names(&c, b, 10).await, vec!["g2"]);
     let h = create(&c, b, "h").await.entry.attr.ino;
-    assert_eq!(errno(&c, Op::Rename { parent: b, name: "g2".into(), new_parent: b, new_name: "h".into(), noreplace: true }).await, Errno::Exist);
-    c.call(Op::Rename { parent: b, name: "g2".into(), new_parent: b, new_name: "h".into(), noreplace: false }).await.unwrap();
+    assert_eq!(
+        errno(
+            &c,
+            Op::Rename {
+                parent: b,
+                name: "g2".into(),
+                new_parent: b,
+                new_name: "h".into(),
+                noreplace: true
+            }
+        )
+        .await,
+        Errno::Exist
+    );
+    c.call(Op::Rename {
+        parent: b,
+        name: "g2".into(),
+        new_parent: b,
+        new_name: "h".into(),
+        noreplace: false,
+    })
+    .await
+    .unwrap();
     assert_eq!(names(&c, b, 10).await, vec!["h"]);
-    assert_eq!(errno(&c, Op::GetAttr { ino: h }).await, Errno::Stale, "replaced file is gone");
+    assert_eq!(
+        errno(&c, Op::GetAttr { ino: h }).await,
+        Errno::Stale,
+        "replaced file is gone"
+    );
     assert_eq!(attr(&c, ino).await.nlink, 2, "still two names: a/f and b/h");
     let sub = mkdir(&c, a, "sub").await;
     let _ = mkdir(&c, sub, "deeper").await;
-    assert_eq!(errno(&c, Op::Rename { parent: ROOT_INO, name: "a".into(), new_parent: sub, new_name: "x".into(), noreplace: false }).await, Errno::Inval);
-    assert_eq!(errno(&c, Op::Rename { parent: a, name: "f".into(), new_parent: ROOT_INO, new_name: "b".into(), noreplace: false }).await, Errno::IsDir);
-    assert_eq!(errno(&c, Op::Rename { parent: ROOT_INO, name: "b".into(), new_parent: a, new_name: "f".into(), noreplace: false }).await, Errno::NotDir);
-    assert_eq!(errno(&c, Op::Rename { parent: ROOT_INO, name: "b".into(), new_parent: a, new_name: "sub".into(), noreplace: false }).await, Errno::NotEmpty);
-    assert_eq!(errno(&c, Op::Rename { parent: a, name: "missing".into(), new_parent: a, new_name: "x".into(), noreplace: false }).await, Errno::NoEnt);
+    assert_eq!(
+        errno(
+            &c,
+            Op::Rename {
+                parent: ROOT_INO,
+                name: "a".into(),
+                new_parent: sub,
+                new_name: "x".into(),
+                noreplace: false
+            }
+        )
+        .await,
+        Errno::Inval
+    );
+    assert_eq!(
+        errno(
+            &c,
+            Op::Rename {
+                parent: a,
+                name: "f".into(),
+                new_parent: ROOT_INO,
+                new_name: "b".into(),
+                noreplace: false
+            }
+        )
+        .await,
+        Errno::IsDir
+    );
+    assert_eq!(
+        errno(
+            &c,
+            Op::Rename {
+                parent: ROOT_INO,
+                name: "b".into(),
+                new_parent: a,
+                new_name: "f".into(),
+                noreplace: false
+            }
+        )
+        .await,
+        Errno::NotDir
+    );
+    assert_eq!(
+        errno(
+            &c,
+            Op::Rename {
+                parent: ROOT_INO,
+                name: "b".into(),
+                new_parent: a,
+                new_name: "sub".into(),
+                noreplace: false
+            }
+        )
+        .await,
+        Errno::NotEmpty
+    );
+    assert_eq!(
+        errno(
+            &c,
+            Op::Rename {
+                parent: a,
+                name: "missing".into(),
+                new_parent: a,
+                new_name: "x".into(),
+                noreplace: false
+            }
+        )
+        .await,
+        Errno::NoEnt
+    );
     // a directory moved over an empty one; nlinks follow
     let e = mkdir(&c, ROOT_INO, "empty").await;
-    c.call(Op::Rename { parent: a, name: "sub".into(), new_parent: ROOT_INO, new_name: "empty".into(), noreplace: false }).await.unwrap();
+    c.call(Op::Rename {
+        parent: a,
+        name: "sub".into(),
+        new_parent: ROOT_INO,
+        new_name: "empty".into(),
+        noreplace: false,
+    })
+    .await
+    .unwrap();
     assert_eq!(errno(&c, Op::GetAttr { ino: e }).await, Errno::Stale);
     assert_eq!(attr(&c, a).await.nlink, 2);
     // unlink / rmdir
-    assert_eq!(errno(&c, Op::Unlink { parent: ROOT_INO, name: "a".into() }).await, Errno::IsDir);
-    assert_eq!(errno(&c, Op::Rmdir { parent: a, name: "f".into() }).await, Errno::NotDir);
-    assert_eq!(errno(&c, Op::Rmdir { parent: ROOT_INO, name: "a".into() }).await, Errno::NotEmpty);
-    c.call(Op::Unlink { parent: a, name: "l".into() }).await.unwrap();
-    assert_eq!(errno(&c, Op::Unlink { parent: a, name: "l".into() }).await, Errno::NoEnt);
+    assert_eq!(
+        errno(
+            &c,
+            Op::Unlink {
+                parent: ROOT_INO,
+                name: "a".into()
+            }
+        )
+        .await,
+        Errno::IsDir
+    );
+    assert_eq!(
+        errno(
+            &c,
+            Op::Rmdir {
+                parent: a,
+                name: "f".into()
+            }
+        )
+        .await,
+        Errno::NotDir
+    );
+    assert_eq!(
+        errno(
+            &c,
+            Op::Rmdir {
+                parent: ROOT_INO,
+                name: "a".into()
+            }
+        )
+        .await,
+        Errno::NotEmpty
+    );
+    c.call(Op::Unlink {
+        parent: a,
+        name: "l".into(),
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        errno(
+            &c,
+            Op::Unlink {
+                parent: a,
+                name: "l".into()
+            }
+        )
+        .await,
+        Errno::NoEnt
+    );
     // extended attributes
-    c.call(Op::SetXattr { ino, name: "user.k".into(), value: b"v1".to_vec(), mode: XattrMode::Create }).await.unwrap();
-    assert_eq!(errno(&c, Op::SetXattr { ino, name: "user.k".into(), value: b"v".to_vec(), mode: XattrMode::Create }).await, Errno::Exist);
-    assert_eq!(errno(&c, Op::SetXattr { ino, name: "user.none".into(), value: b"v".to_vec(), mode: XattrMode::Replace }).await, Errno::NoData);
-    assert_eq!(c.call(Op::GetXattr { ino, name: "user.k".into() }).await.unwrap(), MdsReply::Xattr(b"v1".to_vec()));
-    assert_eq!(c.call(Op::ListXattr { ino }).await.unwrap(), MdsReply::XattrNames(vec!["user.k".into()]));
-    c.call(Op::RemoveXattr { ino, name: "user.k".into() }).await.unwrap();
-    assert_eq!(errno(&c, Op::GetXattr { ino, name: "user.k".into() }).await, Errno::NoData);
-    assert_eq!(errno(&c, Op::SetXattr { ino, name: "user.big".into(), value: vec![0; 70_000], mode: XattrMode::Either }).await, Errno::Range);
+    c.call(Op::SetXattr {
+        ino,
+        name: "user.k".into(),
+        value: b"v1".to_vec(),
+        mode: XattrMode::Create,
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        errno(
+            &c,
+            Op::SetXattr {
+                ino,
+                name: "user.k".into(),
+                value: b"v".to_vec(),
+                mode: XattrMode::Create
+            }
+        )
+        .await,
+        Errno::Exist
+    );
+    assert_eq!(
+        errno(
+            &c,
+            Op::SetXattr {
+                ino,
+                name: "user.none".into(),
+                value: b"v".to_vec(),
+                mode: XattrMode::Replace
+            }
+        )
+        .await,
+        Errno::NoData
+    );
+    assert_eq!(
+        c.call(Op::GetXattr {
+            ino,
+            name: "user.k".into()
+        })
+        .await
+        .unwrap(),
+        MdsReply::Xattr(b"v1".to_vec())
+    );
+    assert_eq!(
+        c.call(Op::ListXattr { ino }).await.unwrap(),
+        MdsReply::XattrNames(vec!["user.k".into()])
+    );
+    c.call(Op::RemoveXattr {
+        ino,
+        name: "user.k".into(),
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        errno(
+            &c,
+            Op::GetXattr {
+                ino,
+                name: "user.k".into()
+            }
+        )
+        .await,
+        Errno::NoData
+    );
+    assert_eq!(
+        errno(
+            &c,
+            Op::SetXattr {
+                ino,
+                name: "user.big".into(),
+                value: vec![0; 70_000],
+                mode: XattrMode::Either
+            }
+        )
+        .await,
+        Errno::Range
+    );
     // permissions of an ordinary user
-    let user = Creds { uid: 1000, gid: 1000, groups: vec![] };
-    assert_eq!(c.call_as(user.clone(), Op::Mkdir { parent: ROOT_INO, name: "u".into(), mode: 0o755 }).await.unwrap_err().errno(), 13);
+    let user = Creds {
+        uid: 1000,
+        gid: 1000,
+        groups: vec![],
+    };
+    assert_eq!(
+        c.call_as(
+            user.clone(),
+            Op::Mkdir {
+                parent: ROOT_INO,
+                name: "u".into(),
+                mode: 0o755
+            }
+        )
+        .await
+        .unwrap_err()
+        .errno(),
+        13
+    );
     let private = mkdir(&c, ROOT_INO, "private").await;
-    c.call(Op::SetAttr { ino: private, set: SetAttr { mode: Some(0o700), ..Default::default() } }).await.unwrap();
+    c.call(Op::SetAttr {
+        ino: private,
+        set: SetAttr {
+            mode: Some(0o700),
+            ..Default::default()
+        },
+    })
+    .await
+    .unwrap();
     let _ = create(&c, private, "secret").await;
-    assert_eq!(c.call_as(user.clone(), Op::Lookup { parent: private, name: "secret".into() }).await.unwrap_err().errno(), 13);
-    assert_eq!(c.call_as(user.clone(), Op::Open { ino, write: false }).await.unwrap_err().errno(), 13, "0600 file of uid 5");
-    assert_eq!(c.call_as(user.clone(), Op::SetAttr { ino, set: SetAttr { mode: Some(0o777), ..Default::default() } }).await.unwrap_err().errno(), 1);
+    assert_eq!(
+        c.call_as(
+            user.clone(),
+            Op::Lookup {
+                parent: private,
+                name: "secret".into()
+            }
+        )
+        .await
+        .unwrap_err()
+        .errno(),
+        13
+    );
+    assert_eq!(
+        c.call_as(user.clone(), Op::Open { ino, write: false })
+            .await
+            .unwrap_err()
+            .errno(),
+        13,
+        "0600 file of uid 5"
+    );
+    assert_eq!(
+        c.call_as(
+            user.clone(),
+            Op::SetAttr {
+                ino,
+                set: SetAttr {
+                    mode: Some(0o777),
+                    ..Default::default()
+                }
+            }
+        )
+        .await
+        .unwrap_err()
+        .errno(),
+        1
+    );
     // statfs, map, layouts
     match c.call(Op::Statfs).await.unwrap() {
         MdsReply::Statfs(s) => {
@@ -196,17 +643,41 @@ async fn every_namespace_operation_and_error() {
         r => panic!("{r:?}"),
     }
     let d = mkdir(&c, ROOT_INO, "striped").await;
-    c.call(Op::SetLayout { ino: d, spec: spec(64 << 10, 2) }).await.unwrap();
-    assert_eq!(errno(&c, Op::SetLayout { ino: d, spec: spec(1000, 2) }).await, Errno::Inval);
+    c.call(Op::SetLayout {
+        ino: d,
+        spec: spec(64 << 10, 2),
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        errno(
+            &c,
+            Op::SetLayout {
+                ino: d,
+                spec: spec(1000, 2)
+            }
+        )
+        .await,
+        Errno::Inval
+    );
     let sub = mkdir(&c, d, "inherits").await;
     let nf = create(&c, sub, "x").await;
     assert_eq!(nf.entry.layout.unwrap().spec, spec(64 << 10, 2));
     match c.call(Op::GetLayout { ino: d }).await.unwrap() {
-        MdsReply::Layout { spec: s, layout: None } => assert_eq!(s, spec(64 << 10, 2)),
+        MdsReply::Layout {
+            spec: s,
+            layout: None,
+        } => assert_eq!(s, spec(64 << 10, 2)),
         r => panic!("{r:?}"),
     }
     // resolve a path
-    match c.call(Op::Resolve { path: "/striped/inherits/x".into() }).await.unwrap() {
+    match c
+        .call(Op::Resolve {
+            path: "/striped/inherits/x".into(),
+        })
+        .await
+        .unwrap()
+    {
         MdsReply::Path(p) => assert_eq!(p.last().unwrap().attr.ino, nf.entry.attr.ino),
         r => panic!("{r:?}"),
     }
@@ -219,11 +690,25 @@ async fn every_namespace_operation_and_error() {
 }
 
 /// Writes one stripe object of a file with the capability the MDS granted.
-async fn write_stripe(cl: &Cluster, f: &Found, osd: u32, data: &[u8]) -> Result<(), osd::client::ClientError> {
+async fn write_stripe(
+    cl: &Cluster,
+    f: &Found,
+    osd: u32,
+    data: &[u8],
+) -> Result<(), osd::client::ClientError> {
     let oid = f.entry.layout.as_ref().unwrap().objsets[0];
     let cap = f.grants[0].cap_for(osd).unwrap();
     let (c, _) = cl.osd_client(osd);
-    c.run(Some(cap), Command::CreateAndWrite { pid: DATA_PARTITION, oid }, Bytes::copy_from_slice(data)).await.map(|_| ())
+    c.run(
+        Some(cap),
+        Command::CreateAndWrite {
+            pid: DATA_PARTITION,
+            oid,
+        },
+        Bytes::copy_from_slice(data),
+    )
+    .await
+    .map(|_| ())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -232,34 +717,110 @@ async fn capabilities_revocation_truncation_and_deletion_at_the_osds() {
     let c = cl.client();
     let f = create(&c, ROOT_INO, "data").await;
     let l = f.entry.layout.clone().unwrap();
-    let map = match c.call(Op::GetMap { epoch: Some(l.map_epoch) }).await.unwrap() { MdsReply::Map(m) => m, r => panic!("{r:?}") };
+    let map = match c
+        .call(Op::GetMap {
+            epoch: Some(l.map_epoch),
+        })
+        .await
+        .unwrap()
+    {
+        MdsReply::Map(m) => m,
+        r => panic!("{r:?}"),
+    };
     let osds = map.place(l.objsets[0], 3);
     assert_eq!(osds.len(), 3);
     // 3 stripe objects of 4096, 4096, 2000 bytes = a 10192-byte file
     for (j, &o) in osds.iter().enumerate() {
         let len = if j == 2 { 2000 } else { 4096 };
-        write_stripe(&cl, &f, o, &vec![j as u8 + 1; len]).await.unwrap();
+        write_stripe(&cl, &f, o, &vec![j as u8 + 1; len])
+            .await
+            .unwrap();
     }
-    c.call(Op::CommitSize { ino: f.entry.attr.ino, size: 10_192, mtime: 1 }).await.unwrap();
+    c.call(Op::CommitSize {
+        ino: f.entry.attr.ino,
+        size: 10_192,
+        mtime: 1,
+    })
+    .await
+    .unwrap();
     // chmod narrows permissions: the old write capability is revoked at the OSD
-    c.call(Op::SetAttr { ino: f.entry.attr.ino, set: SetAttr { mode: Some(0o444), ..Default::default() } }).await.unwrap();
+    c.call(Op::SetAttr {
+        ino: f.entry.attr.ino,
+        set: SetAttr {
+            mode: Some(0o444),
+            ..Default::default()
+        },
+    })
+    .await
+    .unwrap();
     let (oc, _) = cl.osd_client(osds[0]);
     let old = f.grants[0].cap_for(osds[0]).unwrap();
-    let e = oc.run(Some(old), Command::Write { pid: DATA_PARTITION, oid: l.objsets[0], offset: 0 }, Bytes::from_static(b"x")).await.unwrap_err();
+    let e = oc
+        .run(
+            Some(old),
+            Command::Write {
+                pid: DATA_PARTITION,
+                oid: l.objsets[0],
+                offset: 0,
+            },
+            Bytes::from_static(b"x"),
+        )
+        .await
+        .unwrap_err();
     match e {
         osd::client::ClientError::Remote(w) => assert_eq!(w.code, ErrorCode::CapRevoked, "{w}"),
         e => panic!("{e}"),
     }
     // a fresh read capability works
-    let r = found(c.call(Op::Open { ino: f.entry.attr.ino, write: false }).await.unwrap());
-    let data = oc.read(r.grants[0].cap_for(osds[0]), DATA_PARTITION, l.objsets[0], 0, 8192).await.unwrap();
+    let r = found(
+        c.call(Op::Open {
+            ino: f.entry.attr.ino,
+            write: false,
+        })
+        .await
+        .unwrap(),
+    );
+    let data = oc
+        .read(
+            r.grants[0].cap_for(osds[0]),
+            DATA_PARTITION,
+            l.objsets[0],
+            0,
+            8192,
+        )
+        .await
+        .unwrap();
     assert_eq!(&data[..], &vec![1u8; 4096][..]);
     // truncate down to 5000: stripe 0 keeps 4096, stripe 1 keeps 904, stripe 2 nothing
-    c.call(Op::SetAttr { ino: f.entry.attr.ino, set: SetAttr { size: Some(5000), ..Default::default() } }).await.unwrap();
-    let r = found(c.call(Op::Open { ino: f.entry.attr.ino, write: false }).await.unwrap());
+    c.call(Op::SetAttr {
+        ino: f.entry.attr.ino,
+        set: SetAttr {
+            size: Some(5000),
+            ..Default::default()
+        },
+    })
+    .await
+    .unwrap();
+    let r = found(
+        c.call(Op::Open {
+            ino: f.entry.attr.ino,
+            write: false,
+        })
+        .await
+        .unwrap(),
+    );
     for (j, &o) in osds.iter().enumerate() {
         let (oc, _) = cl.osd_client(o);
-        let got = oc.read(r.grants[0].cap_for(o), DATA_PARTITION, l.objsets[0], 0, 8192).await.unwrap();
+        let got = oc
+            .read(
+                r.grants[0].cap_for(o),
+                DATA_PARTITION,
+                l.objsets[0],
+                0,
+                8192,
+            )
+            .await
+            .unwrap();
         assert_eq!(got.len(), [4096, 904, 0][j], "stripe {j}");
     }
     assert_eq!(attr(&c, f.entry.attr.ino).await.size, 5000);
@@ -272,23 +833,63 @@ async fn capabilities_revocation_truncation_and_deletion_at_the_osds() {
         write_stripe(&cl, &nf, o, b"hello").await.unwrap();
         files.push(nf);
     }
-    let got = found(c.call(Op::Lookup { parent: dir, name: "f10".into() }).await.unwrap());
+    let got = found(
+        c.call(Op::Lookup {
+            parent: dir,
+            name: "f10".into(),
+        })
+        .await
+        .unwrap(),
+    );
     assert_eq!(got.prefetch.len(), 32);
-    assert!(got.prefetch.iter().all(|e| e.attr.ino != got.entry.attr.ino));
-    assert_eq!(got.prefetch_grants.len(), 1, "rights agree: one range capability");
+    assert!(
+        got.prefetch
+            .iter()
+            .all(|e| e.attr.ino != got.entry.attr.ino)
+    );
+    assert_eq!(
+        got.prefetch_grants.len(),
+        1,
+        "rights agree: one range capability"
+    );
     let g = &got.prefetch_grants[0];
-    let other = got.prefetch.iter().find(|e| e.name == "f11").expect("the next sibling is prefetched");
+    let other = got
+        .prefetch
+        .iter()
+        .find(|e| e.name == "f11")
+        .expect("the next sibling is prefetched");
     let oid = other.layout.as_ref().unwrap().objsets[0];
     assert!(g.covers(oid, proto::rights::READ));
     let o = map.place(oid, 3)[0];
     let (oc, _) = cl.osd_client(o);
-    assert_eq!(&oc.read(g.cap_for(o), DATA_PARTITION, oid, 0, 100).await.unwrap()[..], b"hello");
+    assert_eq!(
+        &oc.read(g.cap_for(o), DATA_PARTITION, oid, 0, 100)
+            .await
+            .unwrap()[..],
+        b"hello"
+    );
     let mut c0 = cl.client();
     c0.prefetch = 0;
-    assert!(found(c0.call(Op::Lookup { parent: dir, name: "f10".into() }).await.unwrap()).prefetch.is_empty());
+    assert!(
+        found(
+            c0.call(Op::Lookup {
+                parent: dir,
+                name: "f10".into()
+            })
+            .await
+            .unwrap()
+        )
+        .prefetch
+        .is_empty()
+    );
     // unlink: the delete queue removes the objects from the OSDs
     let before = cl.all_objects().await.len();
-    c.call(Op::Unlink { parent: ROOT_INO, name: "data".into() }).await.unwrap();
+    c.call(Op::Unlink {
+        parent: ROOT_INO,
+        name: "data".into(),
+    })
+    .await
+    .unwrap();
     let m = cl.mds.as_ref().unwrap().mds.clone();
     for _ in 0..200 {
         if m.delete_queue().unwrap().is_empty() {
@@ -308,25 +909,49 @@ async fn delete_queue_survives_an_osd_down_and_an_mds_restart() {
     let c = cl.client();
     let f = create(&c, ROOT_INO, "doomed").await;
     let l = f.entry.layout.clone().unwrap();
-    let map = match c.call(Op::GetMap { epoch: None }).await.unwrap() { MdsReply::Map(m) => m, r => panic!("{r:?}") };
+    let map = match c.call(Op::GetMap { epoch: None }).await.unwrap() {
+        MdsReply::Map(m) => m,
+        r => panic!("{r:?}"),
+    };
     for o in map.place(l.objsets[0], 2) {
         write_stripe(&cl, &f, o, b"bytes").await.unwrap();
     }
     // OSD 1 goes away; the unlink still succeeds, the deletion waits
     let down = cl.osds[1].take().unwrap();
     down.stop().await.unwrap();
-    c.call(Op::Unlink { parent: ROOT_INO, name: "doomed".into() }).await.unwrap();
+    c.call(Op::Unlink {
+        parent: ROOT_INO,
+        name: "doomed".into(),
+    })
+    .await
+    .unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
     let m = cl.mds.as_ref().unwrap().mds.clone();
-    assert_eq!(m.delete_queue().unwrap().len(), 1, "kept while an OSD is down");
+    assert_eq!(
+        m.delete_queue().unwrap().len(),
+        1,
+        "kept while an OSD is down"
+    );
     drop(m);
     // restart the MDS, then the OSD
     let dir = cl.mds_dir();
     cl.mds.take().unwrap().stop().await;
-    let m2 = mds::local::LocalMds::start(&dir, &cl.mds_addr).await.unwrap();
-    assert_eq!(m2.mds.delete_queue().unwrap().len(), 1, "the queue is durable");
+    let m2 = mds::local::LocalMds::start(&dir, &cl.mds_addr)
+        .await
+        .unwrap();
+    assert_eq!(
+        m2.mds.delete_queue().unwrap().len(),
+        1,
+        "the queue is durable"
+    );
     cl.mds = Some(m2);
-    let o = mds::local::LocalOsd::start(&mds::local::osd_dir(cl.dir.path(), 1), "127.0.0.1:0", Some(cl.mds_addr.clone())).await.unwrap();
+    let o = mds::local::LocalOsd::start(
+        &mds::local::osd_dir(cl.dir.path(), 1),
+        "127.0.0.1:0",
+        Some(cl.mds_addr.clone()),
+    )
+    .await
+    .unwrap();
     cl.osds[1] = Some(o);
     let m = cl.mds.as_ref().unwrap().mds.clone();
     for _ in 0..300 {
@@ -335,7 +960,10 @@ async fn delete_queue_survives_an_osd_down_and_an_mds_restart() {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert!(m.delete_queue().unwrap().is_empty(), "drained once the OSD is back");
+    assert!(
+        m.delete_queue().unwrap().is_empty(),
+        "drained once the OSD is back"
+    );
     assert!(cl.all_objects().await.is_empty(), "no orphans");
     check_clean(cl.dir.path(), &m);
     cl.stop().await;

@@ -57,7 +57,7 @@ impl LayoutSpec {
     /// Checks the invariants; the message says which one failed.
     pub fn validate(&self) -> Result<(), String> {
         let su = self.stripe_unit;
-        if !(MIN_STRIPE_UNIT..=MAX_STRIPE_UNIT).contains(&su) || su % 4096 != 0 {
+        if !(MIN_STRIPE_UNIT..=MAX_STRIPE_UNIT).contains(&su) || !su.is_multiple_of(4096) {
             return Err(format!(
                 "stripe unit {su}: must be a multiple of 4096 between {MIN_STRIPE_UNIT} and {MAX_STRIPE_UNIT}"
             ));
@@ -68,7 +68,7 @@ impl LayoutSpec {
                 self.stripe_count
             ));
         }
-        if self.object_size != 0 && self.object_size % u64::from(su) != 0 {
+        if self.object_size != 0 && !self.object_size.is_multiple_of(u64::from(su)) {
             return Err(format!(
                 "object size {}: must be 0 (unbounded) or a multiple of the stripe unit {su}",
                 self.object_size
@@ -168,9 +168,7 @@ impl LayoutSpec {
         let in_set = (size - set_start).min(set_bytes);
         let full_rows = in_set / (su * sc);
         let rest = in_set % (su * sc);
-        let extra = rest
-            .saturating_sub(u64::from(stripe) * su)
-            .min(su);
+        let extra = rest.saturating_sub(u64::from(stripe) * su).min(su);
         full_rows * su + extra
     }
 }

@@ -127,7 +127,16 @@ mod tests {
 
     #[test]
     fn fixed_point_log_matches_float() {
-        for x in [1u64, 2, 3, 1000, 1 << 40, u64::MAX / 3, u64::MAX - 1, u64::MAX] {
+        for x in [
+            1u64,
+            2,
+            3,
+            1000,
+            1 << 40,
+            u64::MAX / 3,
+            u64::MAX - 1,
+            u64::MAX,
+        ] {
             let got = neg_log2_fraction(x) as f64 / 4294967296.0;
             let want = -((x as f64) / 18446744073709551616.0).log2();
             assert!((got - want).abs() < 1e-6, "x={x} got {got} want {want}");

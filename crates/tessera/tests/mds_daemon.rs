@@ -29,7 +29,14 @@ fn free_port() -> String {
 
 fn start_mds(data: &Path, addr: &str) -> Child {
     Command::new(BIN)
-        .args(["mds", "serve", "--data", data.to_str().unwrap(), "--listen", addr])
+        .args([
+            "mds",
+            "serve",
+            "--data",
+            data.to_str().unwrap(),
+            "--listen",
+            addr,
+        ])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -48,6 +55,13 @@ async fn wait_ready(c: &MdsClient, osds: usize) {
     panic!("MDS not ready");
 }
 
+/// An operation, the names it touches, and how the model changes if it succeeds.
+type Planned = (
+    Op,
+    Vec<String>,
+    Box<dyn FnOnce(&mut Model, &MdsReply) + Send>,
+);
+
 /// What one client believes exists (only acknowledged changes), by path.
 #[derive(Default)]
 struct Model {
@@ -57,10 +71,20 @@ struct Model {
     uncertain: HashSet<String>,
 }
 
-async fn storm_client(k: usize, addr: String, dirs: Arc<Vec<u64>>, model: Arc<Mutex<Model>>, osds: Arc<HashMap<u32, String>>, stop: Arc<std::sync::atomic::AtomicBool>) {
+async fn storm_client(
+    k: usize,
+    first_n: u32,
+    addr: String,
+    dirs: Arc<Vec<u64>>,
+    model: Arc<Mutex<Model>>,
+    osds: Arc<HashMap<u32, String>>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+) {
     let c = MdsClient::new(&addr, CLUSTER, 1);
     let mut rng = rand::rngs::SmallRng::seed_from_u64(k as u64);
-    let mut n = 0u32;
+    // Names are unique across phases too: a rename onto an existing link of
+    // the same file is a POSIX no-op the model does not track.
+    let mut n = first_n;
     while !stop.load(std::sync::atomic::Ordering::Relaxed) {
         n += 1;
         let d = dirs[rng.random_range(0..dirs.len())];
@@ -69,41 +93,117 @@ async fn storm_client(k: usize, addr: String, dirs: Arc<Vec<u64>>, model: Arc<Mu
             (!v.is_empty()).then(|| v[rng.random_range(0..v.len())].clone())
         };
         let choice = rng.random_range(0..100);
-        let (op, name_touched, on_ok): (Op, Vec<String>, Box<dyn FnOnce(&mut Model, &MdsReply) + Send>) = if choice < 40 {
+        let (op, name_touched, on_ok): Planned = if choice < 40 {
             let name = format!("c{k}-f{n}");
             let nm = name.clone();
-            (Op::Create { parent: d, name: name.clone(), mode: 0o644, exclusive: true }, vec![name], Box::new(move |m: &mut Model, _| { m.files.insert((d, nm)); }))
+            (
+                Op::Create {
+                    parent: d,
+                    name: name.clone(),
+                    mode: 0o644,
+                    exclusive: true,
+                },
+                vec![name],
+                Box::new(move |m: &mut Model, _| {
+                    m.files.insert((d, nm));
+                }),
+            )
         } else if choice < 60 {
-            let Some((p, name)) = pick(&model.lock().unwrap(), &mut rng) else { continue };
+            let Some((p, name)) = pick(&model.lock().unwrap(), &mut rng) else {
+                continue;
+            };
             let new = format!("c{k}-r{n}");
             let nn = new.clone();
             let old = name.clone();
-            (Op::Rename { parent: p, name, new_parent: d, new_name: new.clone(), noreplace: false }, vec![old.clone(), new], Box::new(move |m: &mut Model, _| { m.files.remove(&(p, old)); m.files.insert((d, nn)); }))
+            (
+                Op::Rename {
+                    parent: p,
+                    name,
+                    new_parent: d,
+                    new_name: new.clone(),
+                    noreplace: false,
+                },
+                vec![old.clone(), new],
+                Box::new(move |m: &mut Model, _| {
+                    m.files.remove(&(p, old));
+                    m.files.insert((d, nn));
+                }),
+            )
         } else if choice < 80 {
-            let Some((p, name)) = pick(&model.lock().unwrap(), &mut rng) else { continue };
+            let Some((p, name)) = pick(&model.lock().unwrap(), &mut rng) else {
+                continue;
+            };
             let nm = name.clone();
-            (Op::Unlink { parent: p, name: name.clone() }, vec![name], Box::new(move |m: &mut Model, _| { m.files.remove(&(p, nm)); }))
+            (
+                Op::Unlink {
+                    parent: p,
+                    name: name.clone(),
+                },
+                vec![name],
+                Box::new(move |m: &mut Model, _| {
+                    m.files.remove(&(p, nm));
+                }),
+            )
         } else if choice < 88 {
-            let Some((p, name)) = pick(&model.lock().unwrap(), &mut rng) else { continue };
+            let Some((p, name)) = pick(&model.lock().unwrap(), &mut rng) else {
+                continue;
+            };
             let ln = format!("c{k}-l{n}");
             let ino = {
-                match c.call(Op::Lookup { parent: p, name: name.clone() }).await {
+                match c
+                    .call(Op::Lookup {
+                        parent: p,
+                        name: name.clone(),
+                    })
+                    .await
+                {
                     Ok(MdsReply::Found(f)) => f.entry.attr.ino,
                     _ => continue,
                 }
             };
             let l2 = ln.clone();
-            (Op::Link { ino, parent: d, name: ln.clone() }, vec![ln], Box::new(move |m: &mut Model, _| { m.files.insert((d, l2)); }))
+            (
+                Op::Link {
+                    ino,
+                    parent: d,
+                    name: ln.clone(),
+                },
+                vec![ln],
+                Box::new(move |m: &mut Model, _| {
+                    m.files.insert((d, l2));
+                }),
+            )
         } else if choice < 94 {
             let name = format!("c{k}-d{n}");
             let nm = name.clone();
-            (Op::Mkdir { parent: d, name: name.clone(), mode: 0o755 }, vec![name], Box::new(move |m: &mut Model, _| { m.dirs.insert((d, nm)); }))
+            (
+                Op::Mkdir {
+                    parent: d,
+                    name: name.clone(),
+                    mode: 0o755,
+                },
+                vec![name],
+                Box::new(move |m: &mut Model, _| {
+                    m.dirs.insert((d, nm));
+                }),
+            )
         } else {
             let v: Vec<_> = model.lock().unwrap().dirs.iter().cloned().collect();
-            if v.is_empty() { continue; }
+            if v.is_empty() {
+                continue;
+            }
             let (p, name) = v[rng.random_range(0..v.len())].clone();
             let nm = name.clone();
-            (Op::Rmdir { parent: p, name: name.clone() }, vec![name], Box::new(move |m: &mut Model, _| { m.dirs.remove(&(p, nm)); }))
+            (
+                Op::Rmdir {
+                    parent: p,
+                    name: name.clone(),
+                },
+                vec![name],
+                Box::new(move |m: &mut Model, _| {
+                    m.dirs.remove(&(p, nm));
+                }),
+            )
         };
         let is_create = matches!(op, Op::Create { .. });
         match c.call(op).await {
@@ -112,10 +212,27 @@ async fn storm_client(k: usize, addr: String, dirs: Arc<Vec<u64>>, model: Arc<Mu
                 // Give every created file one data object, written with its capability.
                 if is_create && let MdsReply::Found(f) = &r {
                     let l = f.entry.layout.as_ref().unwrap();
-                    let map = match c.call(Op::GetMap { epoch: Some(l.map_epoch) }).await { Ok(MdsReply::Map(m)) => m, _ => continue };
+                    let map = match c
+                        .call(Op::GetMap {
+                            epoch: Some(l.map_epoch),
+                        })
+                        .await
+                    {
+                        Ok(MdsReply::Map(m)) => m,
+                        _ => continue,
+                    };
                     let o = map.place(l.objsets[0], 1)[0];
                     let oc = OsdClient::new(&osds[&o], ClientConfig::new(CLUSTER, o));
-                    oc.run(f.grants[0].cap_for(o), proto::Command::CreateAndWrite { pid: DATA_PARTITION, oid: l.objsets[0] }, Bytes::from_static(b"data")).await.unwrap();
+                    oc.run(
+                        f.grants[0].cap_for(o),
+                        proto::Command::CreateAndWrite {
+                            pid: DATA_PARTITION,
+                            oid: l.objsets[0],
+                        },
+                        Bytes::from_static(b"data"),
+                    )
+                    .await
+                    .unwrap();
                 }
             }
             Err(mds::CallError::Mds(_)) => {}
@@ -143,13 +260,30 @@ async fn walk(c: &MdsClient) -> (HashSet<(u64, String)>, HashSet<u64>) {
     while let Some(d) = stack.pop() {
         let mut after = None;
         loop {
-            let MdsReply::Dir { entries, more } = c.call(Op::Readdir { ino: d, after: after.clone(), max: 500, plus: false }).await.unwrap() else { panic!() };
+            let MdsReply::Dir { entries, more } = c
+                .call(Op::Readdir {
+                    ino: d,
+                    after: after.clone(),
+                    max: 500,
+                    plus: false,
+                })
+                .await
+                .unwrap()
+            else {
+                panic!()
+            };
             for e in &entries {
                 names.insert((d, e.name.clone()));
                 match e.kind {
                     proto::mds::FileKind::Dir => stack.push(e.ino),
                     _ => {
-                        if let MdsReply::Found(f) = c.call(Op::Lookup { parent: d, name: e.name.clone() }).await.unwrap()
+                        if let MdsReply::Found(f) = c
+                            .call(Op::Lookup {
+                                parent: d,
+                                name: e.name.clone(),
+                            })
+                            .await
+                            .unwrap()
                             && let Some(l) = &f.entry.layout
                         {
                             oids.extend(l.objsets.iter().copied());
@@ -158,14 +292,19 @@ async fn walk(c: &MdsClient) -> (HashSet<(u64, String)>, HashSet<u64>) {
                 }
             }
             after = entries.last().map(|e| e.name.clone());
-            if !more { break; }
+            if !more {
+                break;
+            }
         }
     }
     (names, oids)
 }
 
 fn fsck(data: &Path) {
-    let out = Command::new(BIN).args(["mds", "fsck", "--data", data.to_str().unwrap()]).output().unwrap();
+    let out = Command::new(BIN)
+        .args(["mds", "fsck", "--data", data.to_str().unwrap()])
+        .output()
+        .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "mds fsck failed:\n{text}");
     assert!(text.contains("clean"), "{text}");
@@ -176,12 +315,20 @@ async fn check(c: &MdsClient, models: &[Arc<Mutex<Model>>], all_osd_objects: &[u
     for (k, m) in models.iter().enumerate() {
         let m = m.lock().unwrap();
         for f in m.files.iter().chain(m.dirs.iter()) {
-            assert!(names.contains(f), "client {k}: acknowledged {f:?} is missing");
+            assert!(
+                names.contains(f),
+                "client {k}: acknowledged {f:?} is missing"
+            );
         }
         let prefix = format!("c{k}-");
         for (p, n) in names.iter().filter(|(_, n)| n.starts_with(&prefix)) {
-            let known = m.files.contains(&(*p, n.clone())) || m.dirs.contains(&(*p, n.clone())) || m.uncertain.contains(n);
-            assert!(known, "client {k}: {n:?} in {p:#x} exists but was never acknowledged");
+            let known = m.files.contains(&(*p, n.clone()))
+                || m.dirs.contains(&(*p, n.clone()))
+                || m.uncertain.contains(n);
+            assert!(
+                known,
+                "client {k}: {n:?} in {p:#x} exists but was never acknowledged"
+            );
         }
     }
     for o in all_osd_objects {
@@ -193,13 +340,42 @@ async fn osd_objects(osds: &[LocalOsd], key: impl Fn(u32) -> [u8; 32]) -> Vec<u6
     let mut out = Vec::new();
     for o in osds {
         let c = OsdClient::new(&o.addr.to_string(), ClientConfig::new(CLUSTER, o.id));
-        let cap = proto::Capability::sign(&key(o.id), 1, o.id, DATA_PARTITION, 0, u64::MAX, proto::rights::ALL, osd::exec::now_ms() + 60_000, u64::MAX);
+        let cap = proto::Capability::sign(
+            &key(o.id),
+            1,
+            o.id,
+            DATA_PARTITION,
+            0,
+            u64::MAX,
+            proto::rights::ALL,
+            osd::exec::now_ms() + 60_000,
+            u64::MAX,
+        );
         let mut after = None;
         loop {
-            let a = c.run(Some(&cap), proto::Command::List { pid: DATA_PARTITION, lo: 0, hi: u64::MAX, after, max: 1000, attrs: vec![] }, Bytes::new()).await.unwrap();
-            let proto::Reply::Listed { entries, next } = a.reply else { panic!() };
+            let a = c
+                .run(
+                    Some(&cap),
+                    proto::Command::List {
+                        pid: DATA_PARTITION,
+                        lo: 0,
+                        hi: u64::MAX,
+                        after,
+                        max: 1000,
+                        attrs: vec![],
+                    },
+                    Bytes::new(),
+                )
+                .await
+                .unwrap();
+            let proto::Reply::Listed { entries, next } = a.reply else {
+                panic!()
+            };
             out.extend(entries.into_iter().map(|e| e.0));
-            match next { Some(n) => after = Some(n), None => break }
+            match next {
+                Some(n) => after = Some(n),
+                None => break,
+            }
         }
     }
     out
@@ -207,7 +383,9 @@ async fn osd_objects(osds: &[LocalOsd], key: impl Fn(u32) -> [u8; 32]) -> Vec<u6
 
 async fn drain(c: &MdsClient) {
     for _ in 0..500 {
-        if let Ok(MdsReply::Status(s)) = c.call(Op::Status).await && s.delete_queue == 0 {
+        if let Ok(MdsReply::Status(s)) = c.call(Op::Status).await
+            && s.delete_queue == 0
+        {
             return;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -220,20 +398,45 @@ async fn storm_of_16_clients_then_kill_9_mid_storm() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("mds");
     let st = Command::new(BIN)
-        .args(["mds", "format", "--data", data.to_str().unwrap(), "--cluster", CLUSTER, "--log-size", "4M"])
+        .args([
+            "mds",
+            "format",
+            "--data",
+            data.to_str().unwrap(),
+            "--cluster",
+            CLUSTER,
+            "--log-size",
+            "4M",
+        ])
         .output()
         .unwrap();
-    assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
+    assert!(
+        st.status.success(),
+        "{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
     for i in 0..2 {
-        provision_osd(&osd_dir(dir.path(), i), i, CLUSTER, 256 << 20, &data.join("keys")).unwrap();
+        provision_osd(
+            &osd_dir(dir.path(), i),
+            i,
+            CLUSTER,
+            256 << 20,
+            &data.join("keys"),
+        )
+        .unwrap();
     }
     let addr = free_port();
     let mut child = start_mds(&data, &addr);
     let mut osds = Vec::new();
     for i in 0..2 {
-        osds.push(LocalOsd::start(&osd_dir(dir.path(), i), "127.0.0.1:0", Some(addr.clone())).await.unwrap());
+        osds.push(
+            LocalOsd::start(&osd_dir(dir.path(), i), "127.0.0.1:0", Some(addr.clone()))
+                .await
+                .unwrap(),
+        );
     }
-    let osd_addrs: Arc<HashMap<u32, String>> = Arc::new(osds.iter().map(|o| (o.id, o.addr.to_string())).collect());
+    let osd_addrs: Arc<HashMap<u32, String>> =
+        Arc::new(osds.iter().map(|o| (o.id, o.addr.to_string())).collect());
     let key = |id: u32| {
         let kf = osd::keys::KeyFile::load(&osd_dir(dir.path(), id).join("key.toml")).unwrap();
         *kf.ring().unwrap().newest().unwrap().1
@@ -242,16 +445,38 @@ async fn storm_of_16_clients_then_kill_9_mid_storm() {
     wait_ready(&c, 2).await;
     let mut dirs = Vec::new();
     for i in 0..4 {
-        let MdsReply::Found(f) = c.call(Op::Mkdir { parent: ROOT_INO, name: format!("d{i}"), mode: 0o755 }).await.unwrap() else { panic!() };
+        let MdsReply::Found(f) = c
+            .call(Op::Mkdir {
+                parent: ROOT_INO,
+                name: format!("d{i}"),
+                mode: 0o755,
+            })
+            .await
+            .unwrap()
+        else {
+            panic!()
+        };
         dirs.push(f.entry.attr.ino);
     }
     let dirs = Arc::new(dirs);
-    let models: Vec<_> = (0..16).map(|_| Arc::new(Mutex::new(Model::default()))).collect();
+    let models: Vec<_> = (0..16)
+        .map(|_| Arc::new(Mutex::new(Model::default())))
+        .collect();
     // Phase 1: a storm, then a check.
     for phase in 0..2 {
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let tasks: Vec<_> = (0..16)
-            .map(|k| tokio::spawn(storm_client(k, addr.clone(), dirs.clone(), models[k].clone(), osd_addrs.clone(), stop.clone())))
+            .map(|k| {
+                tokio::spawn(storm_client(
+                    k,
+                    phase * 1_000_000,
+                    addr.clone(),
+                    dirs.clone(),
+                    models[k].clone(),
+                    osd_addrs.clone(),
+                    stop.clone(),
+                ))
+            })
             .collect();
         tokio::time::sleep(Duration::from_millis(1500)).await;
         if phase == 1 {
@@ -271,7 +496,10 @@ async fn storm_of_16_clients_then_kill_9_mid_storm() {
         let objs = osd_objects(&osds, key).await;
         check(&c, &models, &objs).await;
         let made: usize = models.iter().map(|m| m.lock().unwrap().files.len()).sum();
-        assert!(made > 50, "phase {phase}: the storm did work ({made} files live)");
+        assert!(
+            made > 50,
+            "phase {phase}: the storm did work ({made} files live)"
+        );
     }
     // Clean stop, offline fsck.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };

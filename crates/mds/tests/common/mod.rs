@@ -41,7 +41,14 @@ impl Cluster {
         };
         mds::service::format(&mds_dir, &opts).unwrap();
         for i in 0..n {
-            provision_osd(&osd_dir(dir.path(), i), i, CLUSTER, 256 << 20, &mds_dir.join("keys")).unwrap();
+            provision_osd(
+                &osd_dir(dir.path(), i),
+                i,
+                CLUSTER,
+                256 << 20,
+                &mds_dir.join("keys"),
+            )
+            .unwrap();
         }
         let m = LocalMds::start(&mds_dir, "127.0.0.1:0").await.unwrap();
         let mds_addr = m.addr.to_string();
@@ -52,9 +59,13 @@ impl Cluster {
             mds_addr,
         };
         for i in 0..n {
-            let o = LocalOsd::start(&osd_dir(c.dir.path(), i), "127.0.0.1:0", Some(c.mds_addr.clone()))
-                .await
-                .unwrap();
+            let o = LocalOsd::start(
+                &osd_dir(c.dir.path(), i),
+                "127.0.0.1:0",
+                Some(c.mds_addr.clone()),
+            )
+            .await
+            .unwrap();
             c.osds.push(Some(o));
         }
         c.wait_up(n as usize).await;

@@ -27,6 +27,19 @@ pub enum BenchCmd {
         #[arg(long, default_value = "./tessera-data/bench")]
         dir: PathBuf,
     },
+    /// Metadata: create, stat, readdir, unlink from 1, 4 and 16 tasks,
+    /// Tessera's MDS against a local directory on the same disk.
+    Meta {
+        /// Fewer operations (well under a minute).
+        #[arg(long)]
+        quick: bool,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// Where the MDS, the OSD and the local directory go.
+        #[arg(long, default_value = "./tessera-data/bench")]
+        dir: PathBuf,
+    },
     /// The OSD over loopback TCP against the same store in-process: 512 KiB
     /// writes and reads and 4 KiB create-and-writes at queue depth 1 and 16,
     /// in one run. Prints both and the ratio.
@@ -45,6 +58,15 @@ pub enum BenchCmd {
 
 pub fn run(c: BenchCmd) -> anyhow::Result<i32> {
     match c {
+        BenchCmd::Meta { quick, json, dir } => {
+            let rs = bench::meta_bench::run(&dir, if quick { 1000 } else { 10_000 })?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&rs)?);
+            } else {
+                bench::meta_bench::print(&rs);
+            }
+            Ok(0)
+        }
         BenchCmd::Osd { quick, json, dir } => {
             let pairs = bench::osd_bench::run(&dir, if quick { 400 } else { 2000 })?;
             if json {

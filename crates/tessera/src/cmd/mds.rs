@@ -108,7 +108,9 @@ pub enum LayoutCmd {
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    Ok(tokio::runtime::Builder::new_multi_thread().enable_all().build()?)
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?)
 }
 
 pub fn run(c: MdsCmd) -> anyhow::Result<i32> {
@@ -145,7 +147,9 @@ pub fn run(c: MdsCmd) -> anyhow::Result<i32> {
             listen,
             metrics,
         } => runtime()?.block_on(async move {
-            let m = LocalMds::start(&data, &listen).await.map_err(anyhow::Error::msg)?;
+            let m = LocalMds::start(&data, &listen)
+                .await
+                .map_err(anyhow::Error::msg)?;
             if let Some(ma) = metrics {
                 let l = tokio::net::TcpListener::bind(ma)
                     .await
@@ -218,7 +222,10 @@ pub fn status(a: StatusArgs) -> anyhow::Result<i32> {
             "MDS requests: {} mandatory, {} non-mandatory; {} files waiting for object deletion",
             s.mandatory, s.non_mandatory, s.delete_queue
         );
-        println!("{:>4}  {:<22} {:>5} {:>11} {:>11} {:>9}", "OSD", "address", "state", "used", "capacity", "objects");
+        println!(
+            "{:>4}  {:<22} {:>5} {:>11} {:>11} {:>9}",
+            "OSD", "address", "state", "used", "capacity", "objects"
+        );
         for o in &s.osds {
             println!(
                 "{:>4}  {:<22} {:>5} {:>11} {:>11} {:>9}",
@@ -273,10 +280,17 @@ pub fn layout(c: LayoutCmd) -> anyhow::Result<i32> {
                     "{path}: stripe unit {} B, stripe count {}, object size {}",
                     spec.stripe_unit,
                     spec.stripe_count,
-                    if spec.object_size == 0 { "unbounded".to_string() } else { format!("{} B", spec.object_size) }
+                    if spec.object_size == 0 {
+                        "unbounded".to_string()
+                    } else {
+                        format!("{} B", spec.object_size)
+                    }
                 );
                 if let Some(l) = layout {
-                    println!("  placed with OSD map epoch {}, object sets {:x?}", l.map_epoch, l.objsets);
+                    println!(
+                        "  placed with OSD map epoch {}, object sets {:x?}",
+                        l.map_epoch, l.objsets
+                    );
                 }
                 Ok(0)
             }

@@ -38,8 +38,7 @@ pub fn human(bytes: u64) -> String {
 
 /// Waits for SIGTERM or Ctrl-C.
 pub async fn wait_for_signal() {
-    let mut term =
-        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
         _ = async {
