@@ -52,10 +52,14 @@ async fn tessera_phase(
             let mut c = MdsClient::new(&addr, CLUSTER, 1);
             // Raw MDS rates: prefetch is a client-cache optimisation measured elsewhere.
             c.prefetch = 0;
-            let mut inos = Vec::with_capacity(per);
+            if op == "readdir" {
+                // the whole directory (`per` entries) in pages, with attributes
+                c.readdir_all(d, true).await?;
+                return Ok(());
+            }
             for i in 0..per {
                 let name = format!("t{t}-f{i}");
-                let r = match op.as_str() {
+                match op.as_str() {
                     "create" => {
                         c.call(Op::Create {
                             parent: d,
@@ -63,37 +67,11 @@ async fn tessera_phase(
                             mode: 0o644,
                             exclusive: true,
                         })
-                        .await
+                        .await?
                     }
-                    "stat" => c.call(Op::Lookup { parent: d, name }).await,
-                    "unlink" => c.call(Op::Unlink { parent: d, name }).await,
-                    _ => {
-                        // readdir: whole directory in pages of 1000, `per` entries total
-                        let mut after = None;
-                        let mut n = 0;
-                        loop {
-                            let MdsReply::Dir { entries, more } = c
-                                .call(Op::Readdir {
-                                    ino: d,
-                                    after: after.clone(),
-                                    max: 1000,
-                                    plus: true,
-                                })
-                                .await?
-                            else {
-                                anyhow::bail!("readdir answered something else")
-                            };
-                            n += entries.len();
-                            after = entries.last().map(|e| e.name.clone());
-                            if !more {
-                                break;
-                            }
-                        }
-                        inos.push(n as u64);
-                        break;
-                    }
+                    "stat" => c.call(Op::Lookup { parent: d, name }).await?,
+                    _ => c.call(Op::Unlink { parent: d, name }).await?,
                 };
-                r?;
             }
             Ok::<_, anyhow::Error>(())
         }));
@@ -223,7 +201,6 @@ pub fn run(dir: &Path, per_task: usize) -> anyhow::Result<Vec<MetaResult>> {
                 });
             }
         }
-        // Memory per cached inode: RSS growth while stat-ing fresh inodes.
         o.stop().await.map_err(anyhow::Error::msg)?;
         m.stop().await;
         Ok::<_, anyhow::Error>(out)

@@ -3,14 +3,14 @@
 //! requests (seed 004's measure of what prefetching saves). Also the OSD
 //! side of registration: [`report_loop`] heartbeats an OSD to the MDS.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
-use osd::client::{ClientConfig, ClientError, Connection};
+use osd::client::{ClientConfig, ClientError, Pool};
 use proto::mds::{
-    Creds, Entry, MDS_ID, MdsError, MdsReply, MdsRequest, MdsResponse, Op, OsdReport, ROOT_INO,
+    Creds, DirEntry, Entry, MDS_ID, MdsError, MdsReply, MdsRequest, MdsResponse, Op, OsdReport,
+    ROOT_INO,
 };
 use proto::msg::decode;
 
@@ -37,10 +37,7 @@ impl CallError {
 
 /// A connection pool to one MDS.
 pub struct MdsClient {
-    addr: String,
-    cfg: ClientConfig,
-    conns: Vec<tokio::sync::Mutex<Option<Arc<Connection>>>>,
-    next: AtomicUsize,
+    pool: Pool,
     /// Identity sent with every request.
     pub creds: Creds,
     /// Entries to ask prefetched with lookups and opens.
@@ -58,27 +55,12 @@ impl MdsClient {
         cfg.name = "tessera-client".into();
         cfg.connections = connections.max(1);
         MdsClient {
-            addr: addr.into(),
-            conns: (0..cfg.connections)
-                .map(|_| tokio::sync::Mutex::new(None))
-                .collect(),
-            cfg,
-            next: AtomicUsize::new(0),
+            pool: Pool::new(addr, cfg),
             creds: Creds::root(),
             prefetch: 32,
             mandatory: AtomicU64::new(0),
             non_mandatory: AtomicU64::new(0),
         }
-    }
-
-    async fn conn(&self, i: usize) -> Result<Arc<Connection>, ClientError> {
-        let mut slot = self.conns[i].lock().await;
-        if let Some(c) = slot.as_ref().filter(|c| c.is_alive()) {
-            return Ok(c.clone());
-        }
-        let c = Arc::new(Connection::connect(&self.addr, &self.cfg).await?);
-        *slot = Some(c.clone());
-        Ok(c)
     }
 
     /// Sends `op` with this client's credentials.
@@ -98,8 +80,7 @@ impl MdsClient {
             prefetch: self.prefetch,
             op,
         };
-        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.conns.len();
-        let c = self.conn(i).await?;
+        let c = self.pool.conn(self.pool.pick()).await?;
         let f = c.call_raw(req.op.opcode(), &req, Bytes::new()).await?;
         let resp: MdsResponse =
             decode(&f.header).map_err(|e| ClientError::Protocol(e.to_string()))?;
@@ -113,6 +94,31 @@ impl MdsClient {
                 CallError::Transport(ClientError::Protocol("empty path reply".into()))
             }),
             other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Every entry of directory `ino`, in name order, page by page.
+    pub async fn readdir_all(&self, ino: u64, plus: bool) -> Result<Vec<DirEntry>, CallError> {
+        let mut out: Vec<DirEntry> = Vec::new();
+        loop {
+            let after = out.last().map(|e| e.name.clone());
+            match self
+                .call(Op::Readdir {
+                    ino,
+                    after,
+                    max: 1000,
+                    plus,
+                })
+                .await?
+            {
+                MdsReply::Dir { entries, more } => {
+                    out.extend(entries);
+                    if !more {
+                        return Ok(out);
+                    }
+                }
+                other => return Err(unexpected(&other)),
+            }
         }
     }
 
@@ -159,7 +165,7 @@ pub async fn report_loop(mds_addr: String, src: ReportSource) {
             at_ms: osd::exec::now_ms(),
             mac: [0; 32],
         };
-        crate::cluster::sign_report(&mut r, &src.cluster_id, &src.key.1);
+        r.sign(&src.cluster_id, &src.key.1);
         match client.call(Op::Report(r)).await {
             Ok(MdsReply::Reported { epoch, interval_ms }) => {
                 if !registered {

@@ -5,11 +5,9 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use hmac::{Hmac, KeyInit, Mac};
 use proto::KeyRing;
 use proto::mds::{Errno, MdsError, OsdReport, OsdStatus};
 use proto::placement::{OsdEntry, OsdMap, PLACEMENT_VERSION, WEIGHT_ONE};
-use sha2::Sha256;
 
 /// What the last heartbeat of an OSD said.
 #[derive(Debug, Clone)]
@@ -33,30 +31,18 @@ pub struct LiveMap {
     pub osds: HashMap<u32, Live>,
 }
 
-/// Signs a report with an OSD key (what the OSD does).
-pub fn sign_report(r: &mut OsdReport, cluster_id: &str, key: &[u8; 32]) {
-    let mut m = <Hmac<Sha256> as KeyInit>::new_from_slice(key)
-        .unwrap_or_else(|_| unreachable!("HMAC takes any key length"));
-    m.update(&r.signed_bytes(cluster_id));
-    r.mac.copy_from_slice(&m.finalize().into_bytes());
-}
-
 /// Verifies a report's MAC against the OSD's key ring.
 pub fn verify_report(r: &OsdReport, cluster_id: &str, ring: &KeyRing) -> Result<(), MdsError> {
-    let bad = || {
-        MdsError::new(
-            Errno::Access,
-            format!("OSD {} report: MAC does not verify with its key", r.osd_id),
-        )
-    };
-    let (_, key) = ring
-        .versions()
-        .into_iter()
-        .find(|(v, _)| *v == r.key_version)
-        .ok_or_else(bad)?;
-    let mut m = <Hmac<Sha256> as KeyInit>::new_from_slice(&key).map_err(|_| bad())?;
-    m.update(&r.signed_bytes(cluster_id));
-    m.verify_slice(&r.mac).map_err(|_| bad())
+    if r.verify(cluster_id, ring) {
+        return Ok(());
+    }
+    Err(MdsError::new(
+        Errno::Access,
+        format!(
+            "OSD {} report: MAC does not verify with its key (version {})",
+            r.osd_id, r.key_version
+        ),
+    ))
 }
 
 /// The map after `r` registers: `None` when nothing placement-relevant changed.

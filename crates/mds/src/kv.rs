@@ -88,6 +88,16 @@ pub trait View {
     ) -> Result<(), MdsError>;
 }
 
+fn get_table<R: ReadableTable<&'static [u8], &'static [u8]>>(
+    table: &R,
+    key: &[u8],
+) -> Result<Option<Vec<u8>>, MdsError> {
+    Ok(table
+        .get(key)
+        .map_err(|e| io_err("get", e))?
+        .map(|g| g.value().to_vec()))
+}
+
 type Guard<'a> = redb::AccessGuard<'a, &'static [u8]>;
 
 fn scan_table<R: ReadableTable<&'static [u8], &'static [u8]>>(
@@ -200,10 +210,7 @@ impl<'t> Tx<'t> {
 
 impl View for Tx<'_> {
     fn get(&self, t: T, key: &[u8]) -> Result<Option<Vec<u8>>, MdsError> {
-        Ok(self.tables[t as usize]
-            .get(key)
-            .map_err(|e| io_err("get", e))?
-            .map(|g| g.value().to_vec()))
+        get_table(&self.tables[t as usize], key)
     }
     fn scan(
         &self,
@@ -239,11 +246,7 @@ impl Snapshot {
 
 impl View for Snapshot {
     fn get(&self, t: T, key: &[u8]) -> Result<Option<Vec<u8>>, MdsError> {
-        Ok(self
-            .table(t)?
-            .get(key)
-            .map_err(|e| io_err("get", e))?
-            .map(|g| g.value().to_vec()))
+        get_table(self.table(t)?, key)
     }
     fn scan(
         &self,
@@ -268,6 +271,17 @@ struct Checkpoint {
 }
 
 const CHECKPOINT_KEY: &[u8] = b"checkpoint";
+
+/// Records in `txn` where the log's live part starts.
+fn put_checkpoint(txn: &redb::WriteTransaction, cp: &Checkpoint) -> Result<(), MdsError> {
+    let mut meta = txn
+        .open_table(def(T::Meta as usize))
+        .map_err(|e| io_err("meta", e))?;
+    let b = postcard::to_allocvec(cp).map_err(|e| io_err("encode", e))?;
+    meta.insert(CHECKPOINT_KEY, &b[..])
+        .map_err(|e| io_err("meta", e))?;
+    Ok(())
+}
 
 /// Counters for `/metrics`.
 #[derive(Debug, Default)]
@@ -339,13 +353,8 @@ pub fn create(paths: &KvPaths, wal_bytes: u64) -> Result<(), MdsError> {
             txn.open_table(def(t))
                 .map_err(|e| io_err("create table", e))?;
         }
-        let mut meta = txn
-            .open_table(def(T::Meta as usize))
-            .map_err(|e| io_err("meta", e))?;
-        let cp = postcard::to_allocvec(&Checkpoint::default()).map_err(|e| io_err("encode", e))?;
-        meta.insert(CHECKPOINT_KEY, &cp[..])
-            .map_err(|e| io_err("meta", e))?;
     }
+    put_checkpoint(&txn, &Checkpoint::default())?;
     txn.commit().map_err(|e| io_err("commit", e))?;
     Ok(())
 }
@@ -397,15 +406,14 @@ impl Kv {
                 if n > 0 {
                     tracing::info!(batches = n, "replayed the metadata log");
                 }
-                let cp = postcard::to_allocvec(&Checkpoint {
+            }
+            put_checkpoint(
+                &txn,
+                &Checkpoint {
                     lsn: last,
                     wal_pos: wal.head,
-                })
-                .map_err(|e| io_err("encode", e))?;
-                tx.tables[T::Meta as usize]
-                    .insert(CHECKPOINT_KEY, &cp[..])
-                    .map_err(|e| io_err("meta", e))?;
-            }
+                },
+            )?;
             txn.commit().map_err(|e| io_err("commit", e))?;
             wal.checkpointed();
         }
@@ -573,18 +581,13 @@ fn commit_loop(
 
 fn checkpoint_now(db: &Database, wal: &mut Wal, lsn: u64) -> Result<(), MdsError> {
     let txn = db.begin_write().map_err(|e| io_err("begin", e))?;
-    {
-        let mut meta = txn
-            .open_table(def(T::Meta as usize))
-            .map_err(|e| io_err("meta", e))?;
-        let cp = postcard::to_allocvec(&Checkpoint {
+    put_checkpoint(
+        &txn,
+        &Checkpoint {
             lsn,
             wal_pos: wal.head,
-        })
-        .map_err(|e| io_err("encode", e))?;
-        meta.insert(CHECKPOINT_KEY, &cp[..])
-            .map_err(|e| io_err("meta", e))?;
-    }
+        },
+    )?;
     txn.commit().map_err(|e| io_err("commit", e))?;
     wal.checkpointed();
     Ok(())
@@ -641,16 +644,7 @@ fn run_batch(
             lsn: next,
             wal_pos: wal.head,
         };
-        let written = (|| {
-            let mut meta = txn
-                .open_table(def(T::Meta as usize))
-                .map_err(|e| io_err("meta", e))?;
-            let b = postcard::to_allocvec(&cp).map_err(|e| io_err("encode", e))?;
-            meta.insert(CHECKPOINT_KEY, &b[..])
-                .map_err(|e| io_err("meta", e))?;
-            Ok::<_, MdsError>(())
-        })();
-        written
+        put_checkpoint(&txn, &cp)
             .and_then(|_| txn.commit().map_err(|e| io_err("checkpoint commit", e)))
             .map(|_| {
                 wal.checkpointed();

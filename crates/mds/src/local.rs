@@ -65,6 +65,57 @@ pub fn provision_osd(
     Ok(())
 }
 
+/// An all-rights capability on the data partition of the OSD provisioned in
+/// `dir`, valid for `ttl_ms` (what an operator's tool or a test holds).
+pub fn operator_cap(dir: &Path, ttl_ms: u64) -> Result<proto::Capability, String> {
+    let kf = KeyFile::load(&dir.join("key.toml"))?;
+    let ring = kf.ring()?;
+    let (version, key) = ring
+        .newest()
+        .ok_or_else(|| format!("key file of OSD {} holds no key", kf.osd_id))?;
+    Ok(proto::Capability::sign(
+        key,
+        version,
+        kf.osd_id,
+        proto::layout::DATA_PARTITION,
+        0,
+        u64::MAX,
+        proto::rights::ALL,
+        osd::exec::now_ms() + ttl_ms,
+        u64::MAX,
+    ))
+}
+
+/// Starts heartbeating OSD `kf.osd_id` (reachable at `addr`, space from
+/// `store`) to the MDS at `mds`, signed with the key file's newest key.
+pub fn spawn_reporter(
+    mds: String,
+    kf: &KeyFile,
+    addr: String,
+    store: Arc<StoreHandle>,
+) -> Result<JoinHandle<()>, String> {
+    let ring = kf.ring()?;
+    let (version, key) = ring
+        .newest()
+        .ok_or_else(|| format!("key file of OSD {} holds no key", kf.osd_id))?;
+    Ok(tokio::spawn(report_loop(
+        mds,
+        ReportSource {
+            cluster_id: kf.cluster_id.clone(),
+            osd_id: kf.osd_id,
+            addr,
+            key: (version, *key),
+            space: Box::new(move || match store.get() {
+                Ok(s) => {
+                    let f = s.statfs();
+                    (f.total_bytes, f.total_bytes - f.free_bytes, f.objects)
+                }
+                Err(_) => (0, 0, 0),
+            }),
+        },
+    )))
+}
+
 impl LocalOsd {
     /// Opens the OSD in `dir` (see [`provision_osd`]), serves on `listen`
     /// and, given an MDS address, registers and heartbeats.
@@ -84,27 +135,10 @@ impl LocalOsd {
         let osd = Osd::new(ctx, ServerConfig::new(&kf.cluster_id, kf.osd_id));
         let (stop, rx) = watch::channel(false);
         let task = tokio::spawn(osd.serve(listener, rx));
-        let reporter = mds.map(|m| {
-            let ring = kf.ring().unwrap_or_default();
-            let key = ring.newest().map(|(v, k)| (v, *k)).unwrap_or((0, [0; 32]));
-            let h = handle.clone();
-            tokio::spawn(report_loop(
-                m,
-                ReportSource {
-                    cluster_id: kf.cluster_id.clone(),
-                    osd_id: kf.osd_id,
-                    addr: addr.to_string(),
-                    key,
-                    space: Box::new(move || match h.get() {
-                        Ok(s) => {
-                            let f = s.statfs();
-                            (f.total_bytes, f.total_bytes - f.free_bytes, f.objects)
-                        }
-                        Err(_) => (0, 0, 0),
-                    }),
-                },
-            ))
-        });
+        let reporter = match mds {
+            Some(m) => Some(spawn_reporter(m, &kf, addr.to_string(), handle.clone())?),
+            None => None,
+        };
         Ok(LocalOsd {
             id: kf.osd_id,
             addr,

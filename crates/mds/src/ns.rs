@@ -10,7 +10,7 @@ use proto::mds::{
 };
 
 use crate::ids::IdPolicy;
-use crate::kv::{T, Tx};
+use crate::kv::{T, Tx, View};
 use crate::perm::{self, R, W, X};
 use crate::records::{DeleteJob, DirMeta, FsState, Inode, Records, dentry_key, num_key, xattr_key};
 
@@ -123,8 +123,6 @@ fn taken<'a>(tx: &'a Tx<'_>) -> impl FnMut(u64) -> bool + 'a {
     }
 }
 
-use crate::kv::View;
-
 /// Inserts a new inode named `name` in `dir` (all checks done by the caller).
 fn link_new(
     tx: &mut Tx,
@@ -136,20 +134,8 @@ fn link_new(
 ) -> Result<Inode, MdsError> {
     inode.parent = dir.attr.ino;
     inode.name = name.to_string();
-    tx.put_dentry(dir.attr.ino, name, inode.attr.ino, inode.attr.kind)?;
     tx.put_inode(&inode)?;
-    let meta = dir
-        .dir
-        .as_mut()
-        .ok_or_else(|| err(Errno::NotDir, "not a directory"))?;
-    meta.entries += 1;
-    dir.attr.size = meta.entries;
-    if inode.attr.kind == FileKind::Dir {
-        dir.attr.nlink += 1;
-    }
-    dir.attr.mtime = now;
-    dir.attr.ctime = now;
-    tx.put_inode(dir)?;
+    add_entry(tx, dir, name, inode.attr.ino, inode.attr.kind, now)?;
     st.inodes += 1;
     tx.put_state(st)?;
     Ok(inode)
@@ -341,17 +327,8 @@ pub fn link(tx: &mut Tx, c: &Creds, ino: u64, parent: u64, name: &str) -> Result
     i.attr.ctime = now;
     i.parent = parent;
     i.name = name.into();
-    tx.put_dentry(parent, name, ino, i.attr.kind)?;
     tx.put_inode(&i)?;
-    let meta = dir
-        .dir
-        .as_mut()
-        .ok_or_else(|| err(Errno::NotDir, "not a directory"))?;
-    meta.entries += 1;
-    dir.attr.size = meta.entries;
-    dir.attr.mtime = now;
-    dir.attr.ctime = now;
-    tx.put_inode(&dir)?;
+    add_entry(tx, &mut dir, name, ino, i.attr.kind, now)?;
     Ok(i)
 }
 
@@ -382,6 +359,32 @@ fn drop_link(
     Ok(job)
 }
 
+/// Adds the entry `name` → `ino` to `dir` and stores `dir` with its entry
+/// count, link count (for a subdirectory) and times updated.
+fn add_entry(
+    tx: &mut Tx,
+    dir: &mut Inode,
+    name: &str,
+    ino: u64,
+    kind: FileKind,
+    now: i64,
+) -> Result<(), MdsError> {
+    tx.put_dentry(dir.attr.ino, name, ino, kind)?;
+    let meta = dir
+        .dir
+        .as_mut()
+        .ok_or_else(|| err(Errno::NotDir, "not a directory"))?;
+    meta.entries += 1;
+    dir.attr.size = meta.entries;
+    if kind == FileKind::Dir {
+        dir.attr.nlink += 1;
+    }
+    dir.attr.mtime = now;
+    dir.attr.ctime = now;
+    tx.put_inode(dir)
+}
+
+/// Removes the entry `name` from `dir`; the mirror of [`add_entry`].
 fn remove_entry(
     tx: &mut Tx,
     dir: &mut Inode,
@@ -549,19 +552,7 @@ pub fn rename(
     let mut s = tx.dir_inode(parent)?;
     remove_entry(tx, &mut s, name, is_dir, now)?;
     let mut d = tx.dir_inode(new_parent)?;
-    tx.put_dentry(new_parent, new_name, ino, kind)?;
-    let meta = d
-        .dir
-        .as_mut()
-        .ok_or_else(|| err(Errno::NotDir, "not a directory"))?;
-    meta.entries += 1;
-    d.attr.size = meta.entries;
-    if is_dir {
-        d.attr.nlink += 1;
-    }
-    d.attr.mtime = now;
-    d.attr.ctime = now;
-    tx.put_inode(&d)?;
+    add_entry(tx, &mut d, new_name, ino, kind, now)?;
     // Re-read: the inode may have changed above if it was also the target's dir.
     moving = tx.live_inode(moving.attr.ino)?;
     moving.parent = new_parent;
@@ -782,7 +773,6 @@ pub fn set_layout(tx: &mut Tx, c: &Creds, ino: u64, spec: LayoutSpec) -> Result<
                     "a file's layout can only change while it is empty",
                 ));
             }
-            let st = tx.state()?;
             let n = tx
                 .map(l.map_epoch)?
                 .map(|m| m.placeable())
@@ -792,7 +782,6 @@ pub fn set_layout(tx: &mut Tx, c: &Creds, ino: u64, spec: LayoutSpec) -> Result<
                 stripe_count: spec.stripe_count.min(n as u32),
                 ..spec
             };
-            let _ = st;
         }
         _ => return Err(err(Errno::Inval, "only directories and files have layouts")),
     }

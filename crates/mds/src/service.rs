@@ -14,7 +14,7 @@ use osd::keys::KeyFile;
 use proto::layout::{DATA_PARTITION, Layout, data_oid};
 use proto::mds::{
     ClusterStatus, Creds, DirEntry, Entry, Errno, FileKind, Found, FsStat, Grant, MdsError,
-    MdsReply, MdsRequest, NAME_MAX, Op, OsdReport, READDIR_MAX, ROOT_INO,
+    MdsReply, MdsRequest, NAME_MAX, Op, OsdReport, OsdStatus, READDIR_MAX, ROOT_INO,
 };
 use proto::placement::OsdMap;
 use proto::{Capability, Command, ErrorCode, KeyRing, rights};
@@ -25,7 +25,7 @@ use crate::kv::{Kv, KvPaths, T, View};
 use crate::metrics::MdsMetrics;
 use crate::ns;
 use crate::perm::{self, R, W};
-use crate::records::{DeleteJob, Inode, RECORDS_VERSION, Records, Superblock, num_key};
+use crate::records::{DeleteJob, FsState, Inode, RECORDS_VERSION, Records, Superblock, num_key};
 
 /// Rights a reader gets on a file's objects.
 pub const READ_RIGHTS: u32 = rights::READ | rights::GET_ATTR;
@@ -240,6 +240,16 @@ impl Mds {
         }
     }
 
+    /// A lookup-style answer with the entry only (no capabilities, no prefetch).
+    fn bare(i: &Inode) -> Found {
+        Found {
+            entry: Self::entry(i),
+            grants: Vec::new(),
+            prefetch: Vec::new(),
+            prefetch_grants: Vec::new(),
+        }
+    }
+
     /// Grants for one file's objects.
     fn file_grants(&self, map: &OsdMap, i: &Inode, rights: u32, version: u64) -> Vec<Grant> {
         match (&i.layout, rights) {
@@ -261,11 +271,15 @@ impl Mds {
         write: bool,
         prefetch: u32,
     ) -> Result<Found, MdsError> {
+        let n = prefetch.min(self.cfg.prefetch_max) as usize;
+        if n == 0 && i.layout.is_none() {
+            // Nothing to sign: skip reading the counters and the map.
+            return Ok(Self::bare(&i));
+        }
         let st = v.state()?;
         let map = v.map(st.map_epoch)?.unwrap_or_default();
         let rights = Self::rights_for(&i, c, write);
         let grants = self.file_grants(&map, &i, rights, st.cap_version);
-        let n = prefetch.min(self.cfg.prefetch_max) as usize;
         let mut near = v.neighbours(i.attr.ino, n)?;
         near.sort_by_key(|x| x.attr.ino);
         // One range capability per run of files whose read rights agree
@@ -349,12 +363,7 @@ impl Mds {
                     .kv
                     .write(move |tx| ns::mkdir(tx, &policy, &c2, parent, &name, mode))
                     .await?;
-                Ok(MdsReply::Found(Box::new(Found {
-                    entry: Self::entry(&i),
-                    grants: Vec::new(),
-                    prefetch: Vec::new(),
-                    prefetch_grants: Vec::new(),
-                })))
+                Ok(MdsReply::Found(Box::new(Self::bare(&i))))
             }
             Op::Symlink {
                 parent,
@@ -365,24 +374,14 @@ impl Mds {
                     .kv
                     .write(move |tx| ns::symlink(tx, &policy, &c, parent, &name, &target))
                     .await?;
-                Ok(MdsReply::Found(Box::new(Found {
-                    entry: Self::entry(&i),
-                    grants: Vec::new(),
-                    prefetch: Vec::new(),
-                    prefetch_grants: Vec::new(),
-                })))
+                Ok(MdsReply::Found(Box::new(Self::bare(&i))))
             }
             Op::Link { ino, parent, name } => {
                 let i = self
                     .kv
                     .write(move |tx| ns::link(tx, &c, ino, parent, &name))
                     .await?;
-                Ok(MdsReply::Found(Box::new(Found {
-                    entry: Self::entry(&i),
-                    grants: Vec::new(),
-                    prefetch: Vec::new(),
-                    prefetch_grants: Vec::new(),
-                })))
+                Ok(MdsReply::Found(Box::new(Self::bare(&i))))
             }
             Op::Unlink { parent, name } => {
                 let job = self
@@ -452,10 +451,7 @@ impl Mds {
                 Ok(MdsReply::Dir { entries, more })
             }
             Op::Statfs => {
-                let st = self.kv.read()?.state()?;
-                let live = self.live.lock().unwrap_or_else(|e| e.into_inner());
-                let map = self.current_map()?;
-                let rows = live.status(&map, Duration::from_millis(self.cfg.down_after_ms));
+                let (st, rows) = self.osd_rows()?;
                 Ok(MdsReply::Statfs(FsStat {
                     capacity: rows.iter().filter(|r| r.up).map(|r| r.capacity).sum(),
                     used: rows.iter().filter(|r| r.up).map(|r| r.used).sum(),
@@ -619,21 +615,16 @@ impl Mds {
             .await
     }
 
-    /// A client for OSD `id` at its current address (placement uses the
-    /// file's map epoch; addresses always come from the newest map).
-    fn osd_client(&self, placed: &OsdMap, id: u32) -> Result<Arc<OsdClient>, MdsError> {
-        let current = self.current_map()?;
-        let addr = current
-            .addr(id)
-            .or_else(|| placed.addr(id))
-            .ok_or_else(|| {
-                err(
-                    Errno::Io,
-                    format!("OSD {id} is not in map epoch {}", current.epoch),
-                )
-            })?
-            .to_string();
-        let addr = addr.as_str();
+    /// A client for OSD `id` at its address in `current` (the newest map:
+    /// maps only ever add OSDs or change their addresses, so it has every
+    /// OSD a file was ever placed on).
+    fn osd_client(&self, current: &OsdMap, id: u32) -> Result<Arc<OsdClient>, MdsError> {
+        let addr = current.addr(id).ok_or_else(|| {
+            err(
+                Errno::Io,
+                format!("OSD {id} is not in map epoch {}", current.epoch),
+            )
+        })?;
         let mut pool = self.osds.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((a, c)) = pool.get(&id)
             && a == addr
@@ -674,28 +665,48 @@ impl Mds {
         ))
     }
 
-    /// Every (OSD, object id, object set, stripe) of a layout.
+    /// Every (OSD, object id, object set, stripe) of a layout, placed with
+    /// the layout's map epoch, and the current map (for addresses).
     fn objects(&self, l: &Layout) -> Result<(OsdMap, Vec<ObjectAt>), MdsError> {
-        let map = self.kv.read()?.map(l.map_epoch)?.ok_or_else(|| {
+        let snap = self.kv.read()?;
+        let placed = snap.map(l.map_epoch)?.ok_or_else(|| {
             err(
                 Errno::Io,
                 format!("OSD map epoch {} is missing", l.map_epoch),
             )
         })?;
+        let current = snap.map(snap.state()?.map_epoch)?.unwrap_or_default();
         let mut out = Vec::new();
         for (set, &oid) in l.objsets.iter().enumerate() {
-            for (j, osd) in map.place(oid, l.spec.stripe_count).into_iter().enumerate() {
+            for (j, osd) in placed
+                .place(oid, l.spec.stripe_count)
+                .into_iter()
+                .enumerate()
+            {
                 out.push((osd, oid, set as u64, j as u32));
             }
         }
-        Ok((map, out))
+        Ok((current, out))
     }
 
-    async fn osd_run(&self, map: &OsdMap, osd: u32, cmd: Command) -> Result<(), MdsError> {
-        let client = self.osd_client(map, osd)?;
+    /// Runs `cmd` on OSD `osd` with the MDS's own capability: `Ok(Err(_))`
+    /// is the OSD's (or the network's) answer, `Err(_)` a local problem
+    /// (unknown OSD, no key).
+    async fn osd_call(
+        &self,
+        current: &OsdMap,
+        osd: u32,
+        cmd: Command,
+    ) -> Result<Result<(), ClientError>, MdsError> {
+        let client = self.osd_client(current, osd)?;
         let cap = self.admin_cap(osd)?;
-        match client.run(Some(&cap), cmd, Bytes::new()).await {
-            Ok(_) => Ok(()),
+        Ok(client.run(Some(&cap), cmd, Bytes::new()).await.map(|_| ()))
+    }
+
+    /// [`Mds::osd_call`] where a missing object counts as done.
+    async fn osd_run(&self, current: &OsdMap, osd: u32, cmd: Command) -> Result<(), MdsError> {
+        match self.osd_call(current, osd, cmd).await? {
+            Ok(()) => Ok(()),
             Err(ClientError::Remote(e)) if e.code == ErrorCode::NoObject => Ok(()),
             Err(e) => Err(osd_err(osd, e)),
         }
@@ -705,31 +716,28 @@ impl Mds {
     /// `v` (sets each object's version to `v`; creates missing objects so a
     /// stale capability cannot create them either).
     pub async fn revoke(&self, l: &Layout, v: u64) -> Result<(), MdsError> {
-        let (map, objs) = self.objects(l)?;
+        let (current, objs) = self.objects(l)?;
         for (osd, oid, _, _) in objs {
-            let client = self.osd_client(&map, osd)?;
-            let cap = self.admin_cap(osd)?;
             let set = Command::SetVersion {
                 pid: DATA_PARTITION,
                 oid,
                 version: v,
             };
-            match client.run(Some(&cap), set.clone(), Bytes::new()).await {
-                Ok(_) => {}
+            match self.osd_call(&current, osd, set.clone()).await? {
+                Ok(()) => {}
                 Err(ClientError::Remote(e)) if e.code == ErrorCode::NoObject => {
                     let create = Command::Create {
                         pid: DATA_PARTITION,
                         oid: Some(oid),
                         count: 1,
                     };
-                    match client.run(Some(&cap), create, Bytes::new()).await {
-                        Ok(_) => {}
+                    match self.osd_call(&current, osd, create).await? {
+                        Ok(()) => {}
                         Err(ClientError::Remote(e)) if e.code == ErrorCode::Exists => {}
                         Err(e) => return Err(osd_err(osd, e)),
                     }
-                    client
-                        .run(Some(&cap), set, Bytes::new())
-                        .await
+                    self.osd_call(&current, osd, set)
+                        .await?
                         .map_err(|e| osd_err(osd, e))?;
                 }
                 Err(e) => return Err(osd_err(osd, e)),
@@ -757,7 +765,7 @@ impl Mds {
         Ok(())
     }
 
-    /// Removes one queued file's objects; true when all are gone.
+    /// Removes one queued file's objects (all of them, or an error).
     async fn delete_objects(&self, job: &DeleteJob) -> Result<(), MdsError> {
         let (map, objs) = self.objects(&job.layout)?;
         for (osd, oid, _, _) in objs {
@@ -909,19 +917,25 @@ impl Mds {
         })
     }
 
-    /// Cluster status.
-    pub fn status(&self) -> Result<ClusterStatus, MdsError> {
+    /// The counters and one status row per OSD of the current map.
+    fn osd_rows(&self) -> Result<(FsState, Vec<OsdStatus>), MdsError> {
         let snap = self.kv.read()?;
         let st = snap.state()?;
         let map = snap.map(st.map_epoch)?.unwrap_or_default();
-        let osds = self
+        let rows = self
             .live
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .status(&map, Duration::from_millis(self.cfg.down_after_ms));
+        Ok((st, rows))
+    }
+
+    /// Cluster status.
+    pub fn status(&self) -> Result<ClusterStatus, MdsError> {
+        let (st, osds) = self.osd_rows()?;
         Ok(ClusterStatus {
             cluster_id: self.sb.cluster_id.clone(),
-            epoch: map.epoch,
+            epoch: st.map_epoch,
             osds,
             inodes: st.inodes,
             id_policy: self.sb.policy.kind.name().into(),

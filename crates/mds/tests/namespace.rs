@@ -682,7 +682,7 @@ async fn every_namespace_operation_and_error() {
         r => panic!("{r:?}"),
     }
     let m = cl.mds.as_ref().unwrap().mds.clone();
-    check_clean(cl.dir.path(), &m);
+    check_clean(&m);
     // the counts of mandatory and non-mandatory requests are kept
     let st = m.status().unwrap();
     assert!(st.mandatory > 20 && st.non_mandatory > 10, "{st:?}");
@@ -891,15 +891,9 @@ async fn capabilities_revocation_truncation_and_deletion_at_the_osds() {
     .await
     .unwrap();
     let m = cl.mds.as_ref().unwrap().mds.clone();
-    for _ in 0..200 {
-        if m.delete_queue().unwrap().is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert!(m.delete_queue().unwrap().is_empty());
+    assert!(drained(&m, 200).await);
     assert_eq!(cl.all_objects().await.len(), before - 3);
-    check_clean(cl.dir.path(), &m);
+    check_clean(&m);
     cl.stop().await;
 }
 
@@ -954,17 +948,8 @@ async fn delete_queue_survives_an_osd_down_and_an_mds_restart() {
     .unwrap();
     cl.osds[1] = Some(o);
     let m = cl.mds.as_ref().unwrap().mds.clone();
-    for _ in 0..300 {
-        if m.delete_queue().unwrap().is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert!(
-        m.delete_queue().unwrap().is_empty(),
-        "drained once the OSD is back"
-    );
+    assert!(drained(&m, 300).await, "drained once the OSD is back");
     assert!(cl.all_objects().await.is_empty(), "no orphans");
-    check_clean(cl.dir.path(), &m);
+    check_clean(&m);
     cl.stop().await;
 }

@@ -234,19 +234,20 @@ pub struct Answer {
     pub data: Bytes,
 }
 
-/// A pool of connections to one OSD.
-pub struct OsdClient {
+/// A small pool of pipelined connections to one server (an OSD, or the
+/// MDS: the handshake names which), made on first use and remade when one dies.
+pub struct Pool {
     addr: String,
     cfg: ClientConfig,
     conns: Vec<tokio::sync::Mutex<Option<Arc<Connection>>>>,
     next: AtomicUsize,
 }
 
-impl OsdClient {
-    /// A pool (connections are made on first use).
-    pub fn new(addr: &str, cfg: ClientConfig) -> OsdClient {
+impl Pool {
+    /// A pool of `cfg.connections` connections to `addr`.
+    pub fn new(addr: &str, cfg: ClientConfig) -> Pool {
         let n = cfg.connections.max(1);
-        OsdClient {
+        Pool {
             addr: addr.into(),
             cfg,
             conns: (0..n).map(|_| tokio::sync::Mutex::new(None)).collect(),
@@ -254,17 +255,19 @@ impl OsdClient {
         }
     }
 
-    /// Connects every pooled connection now (fails fast on a bad address or handshake).
-    pub async fn connect(addr: &str, cfg: ClientConfig) -> Result<OsdClient, ClientError> {
-        let c = OsdClient::new(addr, cfg);
-        for i in 0..c.conns.len() {
-            c.conn(i).await?;
-        }
-        Ok(c)
+    /// Connections in the pool.
+    pub fn size(&self) -> usize {
+        self.conns.len()
     }
 
-    async fn conn(&self, i: usize) -> Result<Arc<Connection>, ClientError> {
-        let mut slot = self.conns[i].lock().await;
+    /// The next slot, round robin.
+    pub fn pick(&self) -> usize {
+        self.next.fetch_add(1, Ordering::Relaxed) % self.conns.len()
+    }
+
+    /// Connection `i` (mod the size), connecting if it is absent or dead.
+    pub async fn conn(&self, i: usize) -> Result<Arc<Connection>, ClientError> {
+        let mut slot = self.conns[i % self.conns.len()].lock().await;
         if let Some(c) = slot.as_ref().filter(|c| c.is_alive()) {
             return Ok(c.clone());
         }
@@ -272,14 +275,37 @@ impl OsdClient {
         *slot = Some(c.clone());
         Ok(c)
     }
+}
+
+/// A pool of connections to one OSD.
+pub struct OsdClient {
+    pool: Pool,
+}
+
+impl OsdClient {
+    /// A pool (connections are made on first use).
+    pub fn new(addr: &str, cfg: ClientConfig) -> OsdClient {
+        OsdClient {
+            pool: Pool::new(addr, cfg),
+        }
+    }
+
+    /// Connects every pooled connection now (fails fast on a bad address or handshake).
+    pub async fn connect(addr: &str, cfg: ClientConfig) -> Result<OsdClient, ClientError> {
+        let c = OsdClient::new(addr, cfg);
+        for i in 0..c.pool.size() {
+            c.pool.conn(i).await?;
+        }
+        Ok(c)
+    }
 
     /// Sends a request; retries once on a fresh connection if the connection
     /// broke and the command is idempotent.
     pub async fn call(&self, req: Request, payload: Bytes) -> Result<Answer, ClientError> {
-        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.conns.len();
+        let i = self.pool.pick();
         let mut attempt = 0;
         loop {
-            let c = self.conn((i + attempt) % self.conns.len()).await?;
+            let c = self.pool.conn(i + attempt).await?;
             match c.call(&req, payload.clone()).await {
                 Ok((resp, data)) => {
                     return match resp.result {
@@ -314,6 +340,38 @@ impl OsdClient {
             payload,
         )
         .await
+    }
+
+    /// Every object id in `[lo, hi]` of partition `pid`, page by page.
+    pub async fn list_all(
+        &self,
+        cap: Option<&Capability>,
+        pid: u64,
+        lo: u64,
+        hi: u64,
+    ) -> Result<Vec<u64>, ClientError> {
+        let mut out = Vec::new();
+        let mut after = None;
+        loop {
+            let cmd = Command::List {
+                pid,
+                lo,
+                hi,
+                after,
+                max: 1000,
+                attrs: Vec::new(),
+            };
+            match self.run(cap, cmd, Bytes::new()).await?.reply {
+                Reply::Listed { entries, next } => {
+                    out.extend(entries.into_iter().map(|e| e.0));
+                    match next {
+                        Some(n) => after = Some(n),
+                        None => return Ok(out),
+                    }
+                }
+                r => return Err(ClientError::Protocol(format!("LIST answered {r:?}"))),
+            }
+        }
     }
 
     /// Reads `len` bytes at `offset`.

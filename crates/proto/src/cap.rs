@@ -165,12 +165,25 @@ impl Capability {
             version,
             mac: [0; 32],
         };
-        let mut m = <Hmac<Sha256> as KeyInit>::new_from_slice(key)
-            .unwrap_or_else(|_| unreachable!("HMAC takes any key length"));
-        m.update(&c.signed_bytes(osd_id));
-        c.mac.copy_from_slice(&m.finalize().into_bytes());
+        c.mac = mac(key, &c.signed_bytes(osd_id));
         c
     }
+}
+
+/// HMAC-SHA256 of `msg` with `key`: the MAC of capabilities and of OSD reports.
+pub fn mac(key: &[u8; KEY_LEN], msg: &[u8]) -> [u8; 32] {
+    let mut m = <Hmac<Sha256> as KeyInit>::new_from_slice(key)
+        .unwrap_or_else(|_| unreachable!("HMAC takes any key length"));
+    m.update(msg);
+    m.finalize().into_bytes().into()
+}
+
+/// Whether `tag` is the HMAC-SHA256 of `msg` with `key` (constant time).
+pub fn mac_ok(key: &[u8; KEY_LEN], msg: &[u8], tag: &[u8]) -> bool {
+    let mut m = <Hmac<Sha256> as KeyInit>::new_from_slice(key)
+        .unwrap_or_else(|_| unreachable!("HMAC takes any key length"));
+    m.update(msg);
+    m.verify_slice(tag).is_ok()
 }
 
 /// The keys an OSD accepts: at most two live versions, so keys rotate
@@ -215,9 +228,9 @@ impl KeyRing {
         Ok(KeyRing { keys })
     }
 
-    /// Every (version, key) held.
-    pub fn versions(&self) -> Vec<(u32, [u8; KEY_LEN])> {
-        self.keys.clone()
+    /// The key of `version`, if held.
+    pub fn key(&self, version: u32) -> Option<&[u8; KEY_LEN]> {
+        self.keys.iter().find(|k| k.0 == version).map(|k| &k.1)
     }
 
     /// The newest key (highest version): what a signer uses.
@@ -236,14 +249,11 @@ impl KeyRing {
     ) -> Result<(), CapError> {
         let cap = cap.ok_or(CapError::Missing)?;
         let key = self
-            .keys
-            .iter()
-            .find(|k| k.0 == cap.key_version)
+            .key(cap.key_version)
             .ok_or(CapError::UnknownKeyVersion(cap.key_version))?;
-        let mut m =
-            <Hmac<Sha256> as KeyInit>::new_from_slice(&key.1).map_err(|_| CapError::Forged)?;
-        m.update(&cap.signed_bytes(osd_id));
-        m.verify_slice(&cap.mac).map_err(|_| CapError::Forged)?;
+        if !mac_ok(key, &cap.signed_bytes(osd_id), &cap.mac) {
+            return Err(CapError::Forged);
+        }
         if now_ms >= cap.expiry_ms {
             return Err(CapError::Expired {
                 expiry_ms: cap.expiry_ms,

@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::cap::Capability;
+use crate::cap::{Capability, KEY_LEN, KeyRing, mac, mac_ok};
 use crate::layout::{Layout, LayoutSpec};
 use crate::placement::OsdMap;
 
@@ -192,6 +192,17 @@ impl OsdReport {
         b.extend_from_slice(&self.key_version.to_le_bytes());
         b.extend_from_slice(&self.at_ms.to_le_bytes());
         b
+    }
+
+    /// Signs the report with the OSD's key (what the OSD does).
+    pub fn sign(&mut self, cluster_id: &str, key: &[u8; KEY_LEN]) {
+        self.mac = mac(key, &self.signed_bytes(cluster_id));
+    }
+
+    /// Whether the MAC verifies with the OSD's key ring (what the MDS does).
+    pub fn verify(&self, cluster_id: &str, ring: &KeyRing) -> bool {
+        ring.key(self.key_version)
+            .is_some_and(|k| mac_ok(k, &self.signed_bytes(cluster_id), &self.mac))
     }
 }
 

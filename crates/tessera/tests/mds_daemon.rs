@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use mds::MdsClient;
-use mds::local::{LocalOsd, osd_dir, provision_osd};
+use mds::local::{LocalOsd, operator_cap, osd_dir, provision_osd};
 use osd::client::{ClientConfig, OsdClient};
 use proto::layout::DATA_PARTITION;
 use proto::mds::{MdsReply, Op, ROOT_INO};
@@ -258,42 +258,23 @@ async fn walk(c: &MdsClient) -> (HashSet<(u64, String)>, HashSet<u64>) {
     let mut oids = HashSet::new();
     let mut stack = vec![ROOT_INO];
     while let Some(d) = stack.pop() {
-        let mut after = None;
-        loop {
-            let MdsReply::Dir { entries, more } = c
-                .call(Op::Readdir {
-                    ino: d,
-                    after: after.clone(),
-                    max: 500,
-                    plus: false,
-                })
-                .await
-                .unwrap()
-            else {
-                panic!()
-            };
-            for e in &entries {
-                names.insert((d, e.name.clone()));
-                match e.kind {
-                    proto::mds::FileKind::Dir => stack.push(e.ino),
-                    _ => {
-                        if let MdsReply::Found(f) = c
-                            .call(Op::Lookup {
-                                parent: d,
-                                name: e.name.clone(),
-                            })
-                            .await
-                            .unwrap()
-                            && let Some(l) = &f.entry.layout
-                        {
-                            oids.extend(l.objsets.iter().copied());
-                        }
+        for e in c.readdir_all(d, false).await.unwrap() {
+            names.insert((d, e.name.clone()));
+            match e.kind {
+                proto::mds::FileKind::Dir => stack.push(e.ino),
+                _ => {
+                    if let MdsReply::Found(f) = c
+                        .call(Op::Lookup {
+                            parent: d,
+                            name: e.name.clone(),
+                        })
+                        .await
+                        .unwrap()
+                        && let Some(l) = &f.entry.layout
+                    {
+                        oids.extend(l.objsets.iter().copied());
                     }
                 }
-            }
-            after = entries.last().map(|e| e.name.clone());
-            if !more {
-                break;
             }
         }
     }
@@ -336,47 +317,16 @@ async fn check(c: &MdsClient, models: &[Arc<Mutex<Model>>], all_osd_objects: &[u
     }
 }
 
-async fn osd_objects(osds: &[LocalOsd], key: impl Fn(u32) -> [u8; 32]) -> Vec<u64> {
+async fn osd_objects(osds: &[LocalOsd], root: &Path) -> Vec<u64> {
     let mut out = Vec::new();
     for o in osds {
         let c = OsdClient::new(&o.addr.to_string(), ClientConfig::new(CLUSTER, o.id));
-        let cap = proto::Capability::sign(
-            &key(o.id),
-            1,
-            o.id,
-            DATA_PARTITION,
-            0,
-            u64::MAX,
-            proto::rights::ALL,
-            osd::exec::now_ms() + 60_000,
-            u64::MAX,
-        );
-        let mut after = None;
-        loop {
-            let a = c
-                .run(
-                    Some(&cap),
-                    proto::Command::List {
-                        pid: DATA_PARTITION,
-                        lo: 0,
-                        hi: u64::MAX,
-                        after,
-                        max: 1000,
-                        attrs: vec![],
-                    },
-                    Bytes::new(),
-                )
+        let cap = operator_cap(&osd_dir(root, o.id), 60_000).unwrap();
+        out.extend(
+            c.list_all(Some(&cap), DATA_PARTITION, 0, u64::MAX)
                 .await
-                .unwrap();
-            let proto::Reply::Listed { entries, next } = a.reply else {
-                panic!()
-            };
-            out.extend(entries.into_iter().map(|e| e.0));
-            match next {
-                Some(n) => after = Some(n),
-                None => break,
-            }
-        }
+                .unwrap(),
+        );
     }
     out
 }
@@ -437,10 +387,6 @@ async fn storm_of_16_clients_then_kill_9_mid_storm() {
     }
     let osd_addrs: Arc<HashMap<u32, String>> =
         Arc::new(osds.iter().map(|o| (o.id, o.addr.to_string())).collect());
-    let key = |id: u32| {
-        let kf = osd::keys::KeyFile::load(&osd_dir(dir.path(), id).join("key.toml")).unwrap();
-        *kf.ring().unwrap().newest().unwrap().1
-    };
     let c = MdsClient::new(&addr, CLUSTER, 1);
     wait_ready(&c, 2).await;
     let mut dirs = Vec::new();
@@ -493,7 +439,7 @@ async fn storm_of_16_clients_then_kill_9_mid_storm() {
             t.await.unwrap();
         }
         drain(&c).await;
-        let objs = osd_objects(&osds, key).await;
+        let objs = osd_objects(&osds, dir.path()).await;
         check(&c, &models, &objs).await;
         let made: usize = models.iter().map(|m| m.lock().unwrap().files.len()).sum();
         assert!(

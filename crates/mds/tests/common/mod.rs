@@ -6,15 +6,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use mds::ids::{Geometry, IdPolicy, PolicyKind};
-use mds::local::{LocalMds, LocalOsd, osd_dir, provision_osd};
+use mds::local::{LocalMds, LocalOsd, operator_cap, osd_dir, provision_osd};
 use mds::{FormatOptions, MdsClient};
 use osd::client::{ClientConfig, OsdClient};
-use osd::keys::KeyFile;
+use proto::Capability;
 use proto::layout::{DATA_PARTITION, LayoutSpec};
 use proto::mds::{MdsReply, Op};
-use proto::{Capability, Command, rights};
 
 pub const CLUSTER: &str = "test";
 
@@ -89,27 +87,14 @@ impl Cluster {
         MdsClient::new(&self.mds_addr, CLUSTER, 2)
     }
 
-    pub fn key(&self, osd: u32) -> [u8; 32] {
-        let kf = KeyFile::load(&osd_dir(self.dir.path(), osd).join("key.toml")).unwrap();
-        *kf.ring().unwrap().newest().unwrap().1
-    }
-
     /// An OSD client and an all-powerful capability for it (as an operator would have).
     pub fn osd_client(&self, osd: u32) -> (OsdClient, Capability) {
         let o = self.osds[osd as usize].as_ref().unwrap();
         let c = OsdClient::new(&o.addr.to_string(), ClientConfig::new(CLUSTER, osd));
-        let cap = Capability::sign(
-            &self.key(osd),
-            1,
-            osd,
-            DATA_PARTITION,
-            0,
-            u64::MAX,
-            rights::ALL,
-            osd::exec::now_ms() + 600_000,
-            u64::MAX,
-        );
-        (c, cap)
+        (
+            c,
+            operator_cap(&osd_dir(self.dir.path(), osd), 600_000).unwrap(),
+        )
     }
 
     /// Every object id stored on every OSD.
@@ -117,34 +102,11 @@ impl Cluster {
         let mut out = Vec::new();
         for i in 0..self.osds.len() as u32 {
             let (c, cap) = self.osd_client(i);
-            let mut after = None;
-            loop {
-                let a = c
-                    .run(
-                        Some(&cap),
-                        Command::List {
-                            pid: DATA_PARTITION,
-                            lo: 0,
-                            hi: u64::MAX,
-                            after,
-                            max: 1000,
-                            attrs: vec![],
-                        },
-                        Bytes::new(),
-                    )
-                    .await
-                    .unwrap();
-                match a.reply {
-                    proto::Reply::Listed { entries, next } => {
-                        out.extend(entries.into_iter().map(|x| (i, x.0)));
-                        match next {
-                            Some(n) => after = Some(n),
-                            None => break,
-                        }
-                    }
-                    r => panic!("{r:?}"),
-                }
-            }
+            let ids = c
+                .list_all(Some(&cap), DATA_PARTITION, 0, u64::MAX)
+                .await
+                .unwrap();
+            out.extend(ids.into_iter().map(|x| (i, x)));
         }
         out
     }
@@ -169,8 +131,18 @@ pub fn spec(su: u32, sc: u32) -> LayoutSpec {
     }
 }
 
-pub fn check_clean(dir: &std::path::Path, mds: &Arc<mds::Mds>) -> mds::fsck::Report {
-    let _ = dir;
+/// Whether the delete queue empties within `tries` × 20 ms.
+pub async fn drained(m: &Arc<mds::Mds>, tries: u32) -> bool {
+    for _ in 0..tries {
+        if m.delete_queue().unwrap().is_empty() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    m.delete_queue().unwrap().is_empty()
+}
+
+pub fn check_clean(mds: &Arc<mds::Mds>) -> mds::fsck::Report {
     let r = mds::fsck::check(&mds.kv.read().unwrap()).unwrap();
     assert!(r.problems.is_empty(), "fsck: {:#?}", r.problems);
     r

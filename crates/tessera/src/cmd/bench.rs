@@ -58,24 +58,16 @@ pub enum BenchCmd {
 
 pub fn run(c: BenchCmd) -> anyhow::Result<i32> {
     match c {
-        BenchCmd::Meta { quick, json, dir } => {
-            let rs = bench::meta_bench::run(&dir, if quick { 1000 } else { 10_000 })?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&rs)?);
-            } else {
-                bench::meta_bench::print(&rs);
-            }
-            Ok(0)
-        }
-        BenchCmd::Osd { quick, json, dir } => {
-            let pairs = bench::osd_bench::run(&dir, if quick { 400 } else { 2000 })?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&pairs)?);
-            } else {
-                bench::osd_bench::print(&pairs);
-            }
-            Ok(0)
-        }
+        BenchCmd::Meta { quick, json, dir } => emit(
+            json,
+            &bench::meta_bench::run(&dir, if quick { 1000 } else { 10_000 })?,
+            |r| bench::meta_bench::print(r),
+        ),
+        BenchCmd::Osd { quick, json, dir } => emit(
+            json,
+            &bench::osd_bench::run(&dir, if quick { 400 } else { 2000 })?,
+            |r| bench::osd_bench::print(r),
+        ),
         BenchCmd::Store { quick, json, dir } => {
             let cfg = if quick {
                 bench::store_bench::Config::quick(dir.clone())
@@ -108,4 +100,18 @@ pub fn run(c: BenchCmd) -> anyhow::Result<i32> {
             Ok(0)
         }
     }
+}
+
+/// Prints results as JSON or with the suite's table printer.
+fn emit<R: serde::Serialize + ?Sized>(
+    json: bool,
+    r: &R,
+    table: impl Fn(&R),
+) -> anyhow::Result<i32> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(r)?);
+    } else {
+        table(r);
+    }
+    Ok(0)
 }

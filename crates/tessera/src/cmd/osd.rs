@@ -128,26 +128,11 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             let _ = tx.send(true);
         });
         if let Some(m) = a.mds.clone() {
-            let ring = kf.ring().map_err(anyhow::Error::msg)?;
-            let key = ring.newest().map(|(v, k)| (v, *k)).context("empty key ring")?;
-            let h = handle.clone();
             let addr = match &a.advertise {
                 Some(x) => x.clone(),
                 None => listener.local_addr()?.to_string(),
             };
-            tokio::spawn(mds::client::report_loop(m, mds::client::ReportSource {
-                cluster_id: kf.cluster_id.clone(),
-                osd_id: kf.osd_id,
-                addr,
-                key,
-                space: Box::new(move || match h.get() {
-                    Ok(s) => {
-                        let f = s.statfs();
-                        (f.total_bytes, f.total_bytes - f.free_bytes, f.objects)
-                    }
-                    Err(_) => (0, 0, 0),
-                }),
-            }));
+            mds::local::spawn_reporter(m, &kf, addr, handle.clone()).map_err(anyhow::Error::msg)?;
         }
         tracing::info!(listen = %a.listen, osd = kf.osd_id, cluster = %kf.cluster_id, "OSD serving");
         println!("OSD {} of cluster {} serving {} on {}", kf.osd_id, kf.cluster_id, a.store.display(), listener.local_addr()?);
