@@ -23,4 +23,6 @@ pub use msg::{AttrKey, Command, Hello, Reply, Request, Response, Welcome};
 pub const PROTOCOL_VERSION: u16 = 1;
 
 #[cfg(test)]
+mod mds_proptests;
+#[cfg(test)]
 mod proptests;

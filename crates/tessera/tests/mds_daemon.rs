@@ -455,3 +455,65 @@ async fn storm_of_16_clients_then_kill_9_mid_storm() {
         o.stop().await.unwrap();
     }
 }
+
+#[test]
+fn cli_refuses_bad_arguments_with_clear_messages() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("mds");
+    let run = |args: &[&str]| {
+        let o = Command::new(BIN).args(args).output().unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    let (code, err) = run(&[
+        "mds",
+        "format",
+        "--data",
+        data.to_str().unwrap(),
+        "--cluster",
+        "c",
+        "--policy",
+        "bogus",
+    ]);
+    assert_eq!(code, Some(1));
+    assert!(
+        err.contains("unknown id policy") && err.contains("child-closest"),
+        "{err}"
+    );
+    let (code, err) = run(&[
+        "mds",
+        "format",
+        "--data",
+        data.to_str().unwrap(),
+        "--cluster",
+        "c",
+        "--stripe-unit",
+        "1000",
+    ]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("stripe unit 1000"), "{err}");
+    let (code, _) = run(&[
+        "mds",
+        "format",
+        "--data",
+        data.to_str().unwrap(),
+        "--cluster",
+        "c",
+    ]);
+    assert_eq!(code, Some(0));
+    let (code, err) = run(&[
+        "mds",
+        "format",
+        "--data",
+        data.to_str().unwrap(),
+        "--cluster",
+        "c",
+    ]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("refusing to format over it"), "{err}");
+    let (code, err) = run(&["status", "--mds", &free_port(), "--cluster", "c"]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("MDS unreachable"), "{err}");
+}

@@ -39,6 +39,11 @@ pub enum BenchCmd {
         /// Where the MDS, the OSD and the local directory go.
         #[arg(long, default_value = "./tessera-data/bench")]
         dir: PathBuf,
+        /// Instead: fill one directory with this many entries (e.g. 1000000)
+        /// and show paginated readdir, lookup latency against a small
+        /// directory, and the MDS's memory per cached inode.
+        #[arg(long)]
+        big_dir: Option<u64>,
     },
     /// The OSD over loopback TCP against the same store in-process: 512 KiB
     /// writes and reads and 4 KiB create-and-writes at queue depth 1 and 16,
@@ -58,7 +63,17 @@ pub enum BenchCmd {
 
 pub fn run(c: BenchCmd) -> anyhow::Result<i32> {
     match c {
-        BenchCmd::Meta { quick, json, dir } => emit(
+        BenchCmd::Meta {
+            json,
+            dir,
+            big_dir: Some(n),
+            ..
+        } => emit(json, &bench::meta_bench::big_dir(&dir, n)?, |r| {
+            bench::meta_bench::print_big(r)
+        }),
+        BenchCmd::Meta {
+            quick, json, dir, ..
+        } => emit(
             json,
             &bench::meta_bench::run(&dir, if quick { 1000 } else { 10_000 })?,
             |r| bench::meta_bench::print(r),

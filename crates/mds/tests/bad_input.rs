@@ -1,0 +1,212 @@
+//! Bad input on every surface the MDS adds: the wire (garbage, wrong
+//! handshakes, undecodable requests), OSD reports (forged, unknown, replayed),
+//! its config file, its database file, formatting over an existing one.
+//! Each gets a clear error and loses nothing.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::*;
+use mds::ids::{Geometry, IdPolicy, PolicyKind};
+use osd::wire::{frame, read_frame, write_frame};
+use proto::mds::{Creds, Errno, MDS_ID, MdsReply, MdsResponse, Op, OsdReport, ROOT_INO};
+use proto::msg::{Hello, Welcome, decode};
+use proto::{Kind, Limits, PROTOCOL_VERSION};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+const T: Duration = Duration::from_secs(5);
+
+fn limits() -> Limits {
+    Limits {
+        max_header: 1 << 20,
+        max_payload: 0,
+    }
+}
+
+async fn hello(addr: &str, cluster: &str, id: u32) -> (TcpStream, Welcome) {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    let h = Hello {
+        version: PROTOCOL_VERSION,
+        cluster_id: cluster.into(),
+        osd_id: id,
+        client: "raw".into(),
+    };
+    write_frame(&mut s, &frame(Kind::Hello, 0, 0, &h, Bytes::new()))
+        .await
+        .unwrap();
+    let f = read_frame(&mut s, &limits(), T, T).await.unwrap();
+    (s, decode::<Welcome>(&f.header).unwrap())
+}
+
+async fn mkdir_ok(c: &mds::MdsClient, name: &str) -> u64 {
+    match c
+        .call(Op::Mkdir {
+            parent: ROOT_INO,
+            name: name.into(),
+            mode: 0o755,
+        })
+        .await
+        .unwrap()
+    {
+        MdsReply::Found(f) => f.entry.attr.ino,
+        r => panic!("{r:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_wire_refuses_garbage_and_wrong_peers_and_keeps_serving() {
+    let cl = Cluster::start(1, spec(4096, 1), PolicyKind::ChildClosest).await;
+    let addr = cl.mds_addr.clone();
+    // garbage before the handshake: closed, nothing else affected
+    let mut g = TcpStream::connect(&addr).await.unwrap();
+    g.write_all(b"GET / HTTP/1.1\r\n\r\nnot a frame at all")
+        .await
+        .unwrap();
+    assert!(read_frame(&mut g, &limits(), T, T).await.is_err());
+    // wrong cluster, and a Hello naming an OSD instead of the MDS
+    match hello(&addr, "other", MDS_ID).await.1 {
+        Welcome::Refused(e) => assert!(e.message.contains("cluster"), "{e}"),
+        w => panic!("{w:?}"),
+    }
+    match hello(&addr, CLUSTER, 3).await.1 {
+        Welcome::Refused(e) => assert!(e.message.contains("not OSD 3"), "{e}"),
+        w => panic!("{w:?}"),
+    }
+    // an undecodable request gets EPROTO, and the connection keeps working
+    let (mut s, w) = hello(&addr, CLUSTER, MDS_ID).await;
+    assert!(matches!(w, Welcome::Ok { .. }));
+    let junk = proto::Frame {
+        kind: Kind::Request,
+        opcode: 0x100,
+        tag: 7,
+        header: Bytes::from_static(&[0xff, 0xff, 0xff, 0x01, 0x02]),
+        payload: Bytes::new(),
+    };
+    write_frame(&mut s, &junk).await.unwrap();
+    let f = read_frame(&mut s, &limits(), T, T).await.unwrap();
+    assert_eq!(f.tag, 7);
+    let r: MdsResponse = decode(&f.header).unwrap();
+    assert_eq!(r.result.unwrap_err().errno, Errno::Proto);
+    let good = proto::mds::MdsRequest {
+        creds: Creds::root(),
+        prefetch: 0,
+        op: Op::GetAttr { ino: ROOT_INO },
+    };
+    write_frame(&mut s, &frame(Kind::Request, 0x100, 8, &good, Bytes::new()))
+        .await
+        .unwrap();
+    let f = read_frame(&mut s, &limits(), T, T).await.unwrap();
+    let r: MdsResponse = decode(&f.header).unwrap();
+    assert!(matches!(r.result, Ok(MdsReply::Attr(_))));
+    // and ordinary clients were never disturbed
+    let c = cl.client();
+    mkdir_ok(&c, "still-fine").await;
+    cl.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forged_unknown_and_replayed_osd_reports_are_refused() {
+    let cl = Cluster::start(1, spec(4096, 1), PolicyKind::ChildClosest).await;
+    let c = cl.client();
+    let epoch = |r: MdsReply| match r {
+        MdsReply::Status(s) => s.epoch,
+        r => panic!("{r:?}"),
+    };
+    let before = epoch(c.call(Op::Status).await.unwrap());
+    let mut r = OsdReport {
+        osd_id: 0,
+        addr: "10.9.9.9:1".into(),
+        capacity: 1,
+        used: 0,
+        objects: 0,
+        key_version: 1,
+        at_ms: osd::exec::now_ms() + 1000,
+        mac: [0; 32],
+    };
+    // forged: signed with the wrong key
+    r.sign(CLUSTER, &[7; 32]);
+    let e = c.call(Op::Report(r.clone())).await.unwrap_err();
+    assert_eq!(e.errno(), 13, "{e}");
+    assert!(e.to_string().contains("MAC"), "{e}");
+    // unknown OSD id
+    let mut u = r.clone();
+    u.osd_id = 42;
+    let e = c.call(Op::Report(u)).await.unwrap_err();
+    assert!(e.to_string().contains("put its key file"), "{e}");
+    // replayed: a correctly signed report older than one already seen
+    let key = {
+        let kf = osd::keys::KeyFile::load(&mds::local::osd_dir(cl.dir.path(), 0).join("key.toml"))
+            .unwrap();
+        *kf.ring().unwrap().newest().unwrap().1
+    };
+    let mut old = r.clone();
+    old.addr = cl.osds[0].as_ref().unwrap().addr.to_string();
+    old.at_ms = osd::exec::now_ms() - 10_000;
+    old.sign(CLUSTER, &key);
+    let e = c.call(Op::Report(old.clone())).await.unwrap_err();
+    assert_eq!(e.errno(), 13, "{e}");
+    assert!(e.to_string().contains("replayed"), "{e}");
+    // a clock far off is refused too
+    old.at_ms = 1_000;
+    old.sign(CLUSTER, &key);
+    let e = c.call(Op::Report(old)).await.unwrap_err();
+    assert!(e.to_string().contains("clock"), "{e}");
+    // nothing changed: no new map epoch, the OSD keeps its address
+    assert_eq!(epoch(c.call(Op::Status).await.unwrap()), before);
+    cl.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_config_damaged_database_and_format_over_are_clear_errors() {
+    let cl = Cluster::start(1, spec(4096, 1), PolicyKind::ChildClosest).await;
+    let c = cl.client();
+    mkdir_ok(&c, "keep-me").await;
+    let dir = cl.mds_dir();
+    let mut cl = cl;
+    cl.mds.take().unwrap().stop().await;
+    // formatting over an existing file system is refused
+    let opts = mds::FormatOptions {
+        cluster_id: CLUSTER.into(),
+        policy: IdPolicy::new(PolicyKind::CreateOrder, Geometry::default()).unwrap(),
+        layout: spec(4096, 1),
+        wal_bytes: 1 << 20,
+    };
+    let e = mds::service::format(&dir, &opts).unwrap_err();
+    assert_eq!(e.errno, Errno::Exist, "{e}");
+    // a config with an unknown field names it
+    let cfg = dir.join("mds.toml");
+    let good = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::write(&cfg, format!("{good}\nprefetch_maximum = 3\n")).unwrap();
+    let e = match mds::Mds::open(&dir) {
+        Err(e) => e,
+        Ok(_) => panic!("opened with a bad config"),
+    };
+    assert!(e.message.contains("prefetch_maximum"), "{e}");
+    std::fs::write(&cfg, &good).unwrap();
+    // a damaged database is an error, not a panic; a copy of the good one still opens
+    let db = dir.join("mds.redb");
+    let saved = std::fs::read(&db).unwrap();
+    let mut bad = saved.clone();
+    for b in bad.iter_mut().take(4096) {
+        *b ^= 0x5a;
+    }
+    std::fs::write(&db, &bad).unwrap();
+    match mds::Mds::open(&dir) {
+        Err(e) => assert!(e.message.contains("mds.redb"), "{e}"),
+        Ok(_) => panic!("opened a damaged database"),
+    }
+    std::fs::write(&db, &saved).unwrap();
+    // nothing was lost through any of it
+    let m = mds::local::LocalMds::start(&dir, &cl.mds_addr)
+        .await
+        .unwrap();
+    cl.mds = Some(m);
+    let e = cl.client().resolve("/keep-me").await.unwrap();
+    assert_eq!(e.name, "keep-me");
+    check_clean(&cl.mds.as_ref().unwrap().mds);
+    cl.stop().await;
+}
