@@ -141,6 +141,8 @@ pub struct ReportSource {
     pub osd_id: u32,
     /// Address clients use.
     pub addr: String,
+    /// Placement weight (16.16 fixed point).
+    pub weight: u32,
     /// Key version and key to sign with.
     pub key: (u32, [u8; 32]),
     /// Current (capacity, used, objects).
@@ -158,6 +160,7 @@ pub async fn report_loop(mds_addr: String, src: ReportSource) {
         let mut r = OsdReport {
             osd_id: src.osd_id,
             addr: src.addr.clone(),
+            weight: src.weight,
             capacity,
             used,
             objects,

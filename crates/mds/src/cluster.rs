@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use proto::KeyRing;
 use proto::mds::{Errno, MdsError, OsdReport, OsdStatus};
-use proto::placement::{OsdEntry, OsdMap, PLACEMENT_VERSION, WEIGHT_ONE};
+use proto::placement::{OsdEntry, OsdMap, PLACEMENT_VERSION};
 
 /// What the last heartbeat of an OSD said.
 #[derive(Debug, Clone)]
@@ -45,20 +45,24 @@ pub fn verify_report(r: &OsdReport, cluster_id: &str, ring: &KeyRing) -> Result<
     ))
 }
 
-/// The map after `r` registers: `None` when nothing placement-relevant changed.
+/// The map after `r` registers: `None` when nothing placement-relevant
+/// changed (address and weight the same).
 pub fn map_after(current: &OsdMap, r: &OsdReport) -> Option<OsdMap> {
     match current.osds.iter().find(|o| o.id == r.osd_id) {
-        Some(o) if o.addr == r.addr => None,
+        Some(o) if o.addr == r.addr && o.weight == r.weight => None,
         _ => {
             let mut m = current.clone();
             m.epoch += 1;
             m.version = PLACEMENT_VERSION;
             match m.osds.iter_mut().find(|o| o.id == r.osd_id) {
-                Some(o) => o.addr = r.addr.clone(),
+                Some(o) => {
+                    o.addr = r.addr.clone();
+                    o.weight = r.weight;
+                }
                 None => m.osds.push(OsdEntry {
                     id: r.osd_id,
                     addr: r.addr.clone(),
-                    weight: WEIGHT_ONE,
+                    weight: r.weight,
                 }),
             }
             m.osds.sort_by_key(|o| o.id);

@@ -86,12 +86,14 @@ pub fn operator_cap(dir: &Path, ttl_ms: u64) -> Result<proto::Capability, String
     ))
 }
 
-/// Starts heartbeating OSD `kf.osd_id` (reachable at `addr`, space from
-/// `store`) to the MDS at `mds`, signed with the key file's newest key.
+/// Starts heartbeating OSD `kf.osd_id` (reachable at `addr`, placement
+/// `weight`, space from `store`) to the MDS at `mds`, signed with the key
+/// file's newest key.
 pub fn spawn_reporter(
     mds: String,
     kf: &KeyFile,
     addr: String,
+    weight: u32,
     store: Arc<StoreHandle>,
 ) -> Result<JoinHandle<()>, String> {
     let ring = kf.ring()?;
@@ -104,6 +106,7 @@ pub fn spawn_reporter(
             cluster_id: kf.cluster_id.clone(),
             osd_id: kf.osd_id,
             addr,
+            weight,
             key: (version, *key),
             space: Box::new(move || match store.get() {
                 Ok(s) => {
@@ -136,7 +139,13 @@ impl LocalOsd {
         let (stop, rx) = watch::channel(false);
         let task = tokio::spawn(osd.serve(listener, rx));
         let reporter = match mds {
-            Some(m) => Some(spawn_reporter(m, &kf, addr.to_string(), handle.clone())?),
+            Some(m) => Some(spawn_reporter(
+                m,
+                &kf,
+                addr.to_string(),
+                proto::placement::WEIGHT_ONE,
+                handle.clone(),
+            )?),
             None => None,
         };
         Ok(LocalOsd {

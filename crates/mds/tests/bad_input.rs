@@ -120,6 +120,7 @@ async fn forged_unknown_and_replayed_osd_reports_are_refused() {
     let mut r = OsdReport {
         osd_id: 0,
         addr: "10.9.9.9:1".into(),
+        weight: proto::placement::WEIGHT_ONE,
         capacity: 1,
         used: 0,
         objects: 0,

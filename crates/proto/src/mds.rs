@@ -163,6 +163,8 @@ pub struct OsdReport {
     pub osd_id: u32,
     /// Address clients reach it at.
     pub addr: String,
+    /// Placement weight asked for (16.16 fixed point; 0 = take no new data).
+    pub weight: u32,
     /// Bytes of capacity.
     pub capacity: u64,
     /// Bytes in use.
@@ -186,6 +188,7 @@ impl OsdReport {
             b.extend_from_slice(part);
         }
         b.extend_from_slice(&self.osd_id.to_le_bytes());
+        b.extend_from_slice(&self.weight.to_le_bytes());
         b.extend_from_slice(&self.capacity.to_le_bytes());
         b.extend_from_slice(&self.used.to_le_bytes());
         b.extend_from_slice(&self.objects.to_le_bytes());

@@ -92,6 +92,7 @@ fn op() -> impl Strategy<Value = Op> {
                 |(osd_id, addr, capacity, used, key_version, at_ms, mac)| Op::Report(OsdReport {
                     osd_id,
                     addr,
+                    weight: key_version ^ 0x1_0000,
                     capacity,
                     used,
                     objects: 0,

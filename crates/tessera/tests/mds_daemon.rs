@@ -517,3 +517,146 @@ fn cli_refuses_bad_arguments_with_clear_messages() {
     assert_eq!(code, Some(1));
     assert!(err.contains("MDS unreachable"), "{err}");
 }
+
+/// The documented commands, as separate processes: format, serve with
+/// metrics, an OSD registering with a weight, status, layout set/get, fsck.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mds_osd_status_layout_and_metrics_as_processes() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = |x: &str| dir.path().join(x).to_str().unwrap().to_string();
+    let ok = |args: &[&str]| {
+        let o = Command::new(BIN).args(args).output().unwrap();
+        assert!(
+            o.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    ok(&[
+        "mds",
+        "format",
+        "--data",
+        &p("mds"),
+        "--cluster",
+        "cli",
+        "--stripe-unit",
+        "64K",
+    ]);
+    ok(&["mkfs", &p("osd0.img"), "--size", "64M"]);
+    ok(&[
+        "keygen",
+        "--out",
+        &p("osd0.key"),
+        "--cluster",
+        "cli",
+        "--osd-id",
+        "0",
+    ]);
+    std::fs::copy(p("osd0.key"), dir.path().join("mds/keys/osd-0.toml")).unwrap();
+    let (mds_addr, metrics, osd_addr) = (free_port(), free_port(), free_port());
+    let mut mds = Command::new(BIN)
+        .args([
+            "mds",
+            "serve",
+            "--data",
+            &p("mds"),
+            "--listen",
+            &mds_addr,
+            "--metrics",
+            &metrics,
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut osd = Command::new(BIN)
+        .args([
+            "osd",
+            "--store",
+            &p("osd0.img"),
+            "--listen",
+            &osd_addr,
+            "--key-file",
+            &p("osd0.key"),
+            "--mds",
+            &mds_addr,
+            "--weight",
+            "2.5",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let c = MdsClient::new(&mds_addr, "cli", 1);
+    wait_ready(&c, 1).await;
+    let status = ok(&["status", "--mds", &mds_addr, "--cluster", "cli"]);
+    assert!(
+        status.contains(&osd_addr) && status.contains(" up ") && status.contains("2.50"),
+        "{status}"
+    );
+    c.call(Op::Mkdir {
+        parent: ROOT_INO,
+        name: "wide".into(),
+        mode: 0o755,
+    })
+    .await
+    .unwrap();
+    let set = ok(&[
+        "layout",
+        "set",
+        "/wide",
+        "--stripe-unit",
+        "1M",
+        "--mds",
+        &mds_addr,
+        "--cluster",
+        "cli",
+    ]);
+    assert!(
+        set.contains("stripe unit 1048576 B, stripe count 1"),
+        "{set}"
+    );
+    let got = ok(&["layout", "get", "/", "--mds", &mds_addr, "--cluster", "cli"]);
+    assert!(got.contains("stripe unit 65536 B"), "{got}");
+    let MdsReply::Found(f) = c
+        .call(Op::Create {
+            parent: f_ino(&c, "/wide").await,
+            name: "x".into(),
+            mode: 0o644,
+            exclusive: true,
+        })
+        .await
+        .unwrap()
+    else {
+        panic!()
+    };
+    assert_eq!(
+        f.entry.layout.unwrap().spec.stripe_unit,
+        1 << 20,
+        "new files inherit the directory's layout"
+    );
+    // /metrics counts requests by class
+    let mut s = tokio::net::TcpStream::connect(&metrics).await.unwrap();
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut body = String::new();
+    s.read_to_string(&mut body).await.unwrap();
+    assert!(
+        body.contains("tessera_mds_mandatory_requests_total"),
+        "{body}"
+    );
+    assert!(body.contains("op=\"mkdir\",class=\"mandatory\""), "{body}");
+    for child in [&mut osd, &mut mds] {
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        assert!(child.wait().unwrap().success());
+    }
+    let fsck = ok(&["mds", "fsck", "--data", &p("mds")]);
+    assert!(fsck.contains("clean"), "{fsck}");
+}
+
+async fn f_ino(c: &MdsClient, path: &str) -> u64 {
+    c.resolve(path).await.unwrap().attr.ino
+}

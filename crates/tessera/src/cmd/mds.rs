@@ -223,15 +223,16 @@ pub fn status(a: StatusArgs) -> anyhow::Result<i32> {
             s.mandatory, s.non_mandatory, s.delete_queue
         );
         println!(
-            "{:>4}  {:<22} {:>5} {:>11} {:>11} {:>9}",
-            "OSD", "address", "state", "used", "capacity", "objects"
+            "{:>4}  {:<22} {:>5} {:>7} {:>11} {:>11} {:>9}",
+            "OSD", "address", "state", "weight", "used", "capacity", "objects"
         );
         for o in &s.osds {
             println!(
-                "{:>4}  {:<22} {:>5} {:>11} {:>11} {:>9}",
+                "{:>4}  {:<22} {:>5} {:>7.2} {:>11} {:>11} {:>9}",
                 o.id,
                 o.addr,
                 if o.up { "up" } else { "DOWN" },
+                f64::from(o.weight) / f64::from(proto::placement::WEIGHT_ONE),
                 human(o.used),
                 human(o.capacity),
                 o.objects

@@ -51,6 +51,10 @@ pub struct Args {
     /// Address clients should use, if not the listen address (e.g. behind NAT).
     #[arg(long)]
     advertise: Option<String>,
+    /// Placement weight relative to other OSDs (e.g. its capacity in TiB);
+    /// 0 takes no new data. Changing it changes where new files go.
+    #[arg(long, default_value_t = 1.0)]
+    weight: f64,
 }
 
 /// Make an OSD key file with a fresh random secret (key version 1).
@@ -132,7 +136,12 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
                 Some(x) => x.clone(),
                 None => listener.local_addr()?.to_string(),
             };
-            mds::local::spawn_reporter(m, &kf, addr, handle.clone()).map_err(anyhow::Error::msg)?;
+            if !(a.weight.is_finite() && (0.0..=65535.0).contains(&a.weight)) {
+                bail!("--weight {}: must be between 0 and 65535", a.weight);
+            }
+            let weight = (a.weight * f64::from(proto::placement::WEIGHT_ONE)).round() as u32;
+            mds::local::spawn_reporter(m, &kf, addr, weight, handle.clone())
+                .map_err(anyhow::Error::msg)?;
         }
         tracing::info!(listen = %a.listen, osd = kf.osd_id, cluster = %kf.cluster_id, "OSD serving");
         println!("OSD {} of cluster {} serving {} on {}", kf.osd_id, kf.cluster_id, a.store.display(), listener.local_addr()?);
