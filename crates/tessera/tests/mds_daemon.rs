@@ -462,55 +462,32 @@ fn cli_refuses_bad_arguments_with_clear_messages() {
     let data = dir.path().join("mds");
     let run = |args: &[&str]| {
         let o = Command::new(BIN).args(args).output().unwrap();
-        (
-            o.status.code(),
-            String::from_utf8_lossy(&o.stderr).into_owned(),
-        )
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        (o.status.code(), err)
     };
-    let (code, err) = run(&[
-        "mds",
-        "format",
-        "--data",
-        data.to_str().unwrap(),
-        "--cluster",
-        "c",
-        "--policy",
-        "bogus",
-    ]);
+    let format = |extra: &[&str]| {
+        let mut a = vec![
+            "mds",
+            "format",
+            "--data",
+            data.to_str().unwrap(),
+            "--cluster",
+            "c",
+        ];
+        a.extend_from_slice(extra);
+        run(&a)
+    };
+    let (code, err) = format(&["--policy", "bogus"]);
     assert_eq!(code, Some(1));
     assert!(
         err.contains("unknown id policy") && err.contains("child-closest"),
         "{err}"
     );
-    let (code, err) = run(&[
-        "mds",
-        "format",
-        "--data",
-        data.to_str().unwrap(),
-        "--cluster",
-        "c",
-        "--stripe-unit",
-        "1000",
-    ]);
+    let (code, err) = format(&["--stripe-unit", "1000"]);
     assert_eq!(code, Some(1));
     assert!(err.contains("stripe unit 1000"), "{err}");
-    let (code, _) = run(&[
-        "mds",
-        "format",
-        "--data",
-        data.to_str().unwrap(),
-        "--cluster",
-        "c",
-    ]);
-    assert_eq!(code, Some(0));
-    let (code, err) = run(&[
-        "mds",
-        "format",
-        "--data",
-        data.to_str().unwrap(),
-        "--cluster",
-        "c",
-    ]);
+    assert_eq!(format(&[]).0, Some(0));
+    let (code, err) = format(&[]);
     assert_eq!(code, Some(1));
     assert!(err.contains("refusing to format over it"), "{err}");
     let (code, err) = run(&["status", "--mds", &free_port(), "--cluster", "c"]);
