@@ -11,7 +11,7 @@ use clap::{Parser, Subcommand};
 ///
 /// Files are striped into objects on object storage devices (OSDs); each OSD
 /// runs Tessera's own object store straight on a raw device or a file. Start
-/// with `tessera demo`, then see `tessera <command> --help`.
+/// with `tessera up` (a whole cluster on this machine), then see `tessera <command> --help`.
 #[derive(Parser)]
 #[command(name = "tessera", version, about, long_about, propagate_version = true)]
 struct Cli {
@@ -42,6 +42,22 @@ enum Command {
     /// Show or set file and directory layouts (stripe unit, count, object size).
     #[command(subcommand)]
     Layout(cmd::mds::LayoutCmd),
+    /// Start a whole local cluster (MDS + OSDs), optionally mounted.
+    Up(cmd::up::Args),
+    /// Mount a Tessera file system with FUSE.
+    Mount(cmd::mount::Args),
+    /// Copy a local file into Tessera.
+    Put(cmd::files::PutArgs),
+    /// Copy a file out of Tessera.
+    Get(cmd::files::GetArgs),
+    /// List a directory in Tessera.
+    Ls(cmd::files::LsArgs),
+    /// Remove a file (or a directory with -r) in Tessera.
+    Rm(cmd::files::RmArgs),
+    /// Make a directory in Tessera.
+    Mkdir(cmd::files::MkdirArgs),
+    /// Show a path's attributes and layout.
+    Stat(cmd::files::StatArgs),
     /// Benchmarks, each against its baselines in the same run.
     #[command(subcommand)]
     Bench(cmd::bench::BenchCmd),
@@ -53,7 +69,10 @@ fn main() {
     // unless TESSERA_LOG asks for them.
     let default = match &cli.command {
         Command::Store(cmd::store_ops::StoreCmd::Crashtest { .. }) => "off",
-        Command::Osd(_) | Command::Mds(cmd::mds::MdsCmd::Serve { .. }) => "info",
+        Command::Osd(_)
+        | Command::Up(_)
+        | Command::Mount(_)
+        | Command::Mds(cmd::mds::MdsCmd::Serve { .. }) => "info",
         _ => "warn",
     };
     tracing_subscriber::fmt()
@@ -75,6 +94,14 @@ fn main() {
         Command::Mds(c) => cmd::mds::run(c),
         Command::Status(a) => cmd::mds::status(a),
         Command::Layout(c) => cmd::mds::layout(c),
+        Command::Up(a) => cmd::up::run(a),
+        Command::Mount(a) => cmd::mount::run(a),
+        Command::Put(a) => cmd::files::put(a),
+        Command::Get(a) => cmd::files::get(a),
+        Command::Ls(a) => cmd::files::ls(a),
+        Command::Rm(a) => cmd::files::rm(a),
+        Command::Mkdir(a) => cmd::files::mkdir(a),
+        Command::Stat(a) => cmd::files::stat(a),
     };
     match result {
         Ok(code) => std::process::exit(code),

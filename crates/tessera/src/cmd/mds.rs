@@ -67,12 +67,8 @@ pub enum MdsCmd {
 /// Show the cluster: OSDs up/down with space, inodes, request counts.
 #[derive(clap::Args)]
 pub struct StatusArgs {
-    /// MDS address.
-    #[arg(long, default_value = "127.0.0.1:7400")]
-    pub mds: String,
-    /// Cluster id.
-    #[arg(long, default_value = "tessera")]
-    pub cluster: String,
+    #[command(flatten)]
+    pub to: super::cluster::Target,
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -192,20 +188,12 @@ pub fn run(c: MdsCmd) -> anyhow::Result<i32> {
     }
 }
 
-fn human(b: u64) -> String {
-    let units = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = b as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u < units.len() - 1 {
-        v /= 1024.0;
-        u += 1;
-    }
-    format!("{v:.1} {}", units[u])
-}
+use super::human;
 
 pub fn status(a: StatusArgs) -> anyhow::Result<i32> {
     runtime()?.block_on(async move {
-        let c = MdsClient::new(&a.mds, &a.cluster, 1);
+        let (mds_addr, cluster) = a.to.resolve()?;
+        let c = MdsClient::new(&mds_addr, &cluster, 1);
         let s = match c.call(Op::Status).await? {
             MdsReply::Status(s) => s,
             r => bail!("unexpected reply {r:?}"),
@@ -254,7 +242,8 @@ pub fn layout(c: LayoutCmd) -> anyhow::Result<i32> {
                 to,
             } => (path, to, Some((stripe_unit, stripe_count, object_size))),
         };
-        let cl = MdsClient::new(&to.mds, &to.cluster, 1);
+        let (mds_addr, cluster) = to.to.resolve()?;
+        let cl = MdsClient::new(&mds_addr, &cluster, 1);
         let e = cl.resolve(&path).await?;
         let ino = e.attr.ino;
         let current = match cl.call(Op::GetLayout { ino }).await? {

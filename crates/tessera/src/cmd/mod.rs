@@ -1,12 +1,16 @@
 //! One module per subcommand.
 
 pub mod bench;
+pub mod cluster;
 pub mod demo;
+pub mod files;
 pub mod fsck;
 pub mod mds;
 pub mod mkfs;
+pub mod mount;
 pub mod osd;
 pub mod store_ops;
+pub mod up;
 
 use std::path::Path;
 use std::sync::Arc;

@@ -1,0 +1,56 @@
+//! Client settings, with the defaults seed 004 used where it gives one.
+
+use std::time::Duration;
+
+/// How a client behaves. Every field has a default that suits a mount.
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    /// MDS address (`host:port`).
+    pub mds_addr: String,
+    /// Cluster id (checked in every handshake).
+    pub cluster_id: String,
+    /// Neighbours the MDS is asked to prefetch per lookup or open (seed 004: 32; 0 disables).
+    pub prefetch: u32,
+    /// Demand segment of the metadata cache, in entries (seed 004: 2,000).
+    pub cache_demand: usize,
+    /// Prefetch segment of the metadata cache, in entries (seed 004: 1,000).
+    pub cache_prefetch: usize,
+    /// How long a cached entry answers lookups, getattrs and read opens
+    /// without asking the MDS (the consistency window; 0 = always ask).
+    pub attr_timeout: Duration,
+    /// Dirty bytes buffered per file before they are written out.
+    pub flush_chunk: u64,
+    /// Dirty bytes buffered in the whole client (memory pressure flushes above this).
+    pub writeback_limit: u64,
+    /// Age after which buffered writes are written out by the timer.
+    pub writeback_delay: Duration,
+    /// Largest read-ahead window on sequential reads.
+    pub readahead_max: u64,
+    /// Renew capabilities this long before they expire.
+    pub cap_margin: Duration,
+    /// Connections to the MDS.
+    pub mds_connections: usize,
+    /// Connections per OSD.
+    pub osd_connections: usize,
+}
+
+impl ClientConfig {
+    /// Defaults for a cluster at `mds_addr` named `cluster_id`.
+    pub fn new(mds_addr: &str, cluster_id: &str) -> ClientConfig {
+        ClientConfig {
+            mds_addr: mds_addr.into(),
+            cluster_id: cluster_id.into(),
+            prefetch: 32,
+            cache_demand: 2000,
+            cache_prefetch: 1000,
+            attr_timeout: Duration::from_secs(1),
+            flush_chunk: 4 << 20,
+            writeback_limit: 64 << 20,
+            writeback_delay: Duration::from_secs(1),
+            readahead_max: 4 << 20,
+            cap_margin: Duration::from_secs(30),
+            mds_connections: 2,
+            osd_connections: 2,
+        }
+    }
+}

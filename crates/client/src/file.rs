@@ -1,0 +1,584 @@
+//! Open files: one [`OpenInode`] per inode open in this client, shared by
+//! every handle on it, so all handles of one client see each other's
+//! writes at once. It holds the layout and capabilities, a bounded
+//! write-back buffer of dirty extents (written out in stripe-sized chunks
+//! behind the writer, on fsync, close, memory pressure and a timer), and a
+//! read-ahead window that grows on sequential reads.
+
+use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use proto::layout::Layout;
+use proto::mds::{Creds, Grant, MdsReply, Op};
+use proto::rights;
+use tokio::task::JoinHandle;
+
+use crate::client::{Inner, now_ns};
+use crate::error::{FsError, Result, errno};
+use crate::stats::Counters;
+use crate::striped::{self, Run, Target, WRITE_NEED, cap_stale, piece_error, transport};
+
+/// Write-behind requests in flight per file before a writer waits.
+const MAX_INFLIGHT: usize = 4;
+
+type Flight = (u64, u64, JoinHandle<Result<Vec<(u64, u32)>>>);
+
+/// The state of one open inode. Invariants: `dirty` extents never overlap
+/// or touch; `dirty_bytes` is their total; `size` ≥ every dirty extent's
+/// end; `committed` ≤ `size` unless another client truncated.
+pub struct FileState {
+    /// Layout (None until the MDS places the file).
+    pub layout: Option<Layout>,
+    /// Capabilities held.
+    pub grants: Vec<Grant>,
+    /// Whether `grants` carry write rights.
+    pub write_caps: bool,
+    /// Credentials the capabilities were asked with.
+    pub creds: Creds,
+    /// Length as this client knows it.
+    pub size: u64,
+    /// Whether data changed since the last size commit.
+    pub modified: bool,
+    dirty: BTreeMap<u64, Vec<u8>>,
+    dirty_bytes: u64,
+    dirty_since: Option<Instant>,
+    inflight: VecDeque<Flight>,
+    error: Option<FsError>,
+    existing: HashSet<(u64, u32)>,
+    ra: Option<(u64, Bytes)>,
+    seq_next: u64,
+    window: u64,
+    gen_: u64,
+    /// Handles open on the inode.
+    pub handles: usize,
+}
+
+/// One inode open in this client.
+pub struct OpenInode {
+    /// Namespace inode number.
+    pub ino: u64,
+    /// Its state.
+    pub st: tokio::sync::Mutex<FileState>,
+}
+
+impl OpenInode {
+    /// A freshly opened inode.
+    pub fn new(
+        ino: u64,
+        layout: Option<Layout>,
+        grants: Vec<Grant>,
+        write: bool,
+        creds: Creds,
+        size: u64,
+    ) -> OpenInode {
+        OpenInode {
+            ino,
+            st: tokio::sync::Mutex::new(FileState {
+                layout,
+                grants,
+                write_caps: write,
+                creds,
+                size,
+                modified: false,
+                dirty: BTreeMap::new(),
+                dirty_bytes: 0,
+                dirty_since: None,
+                inflight: VecDeque::new(),
+                error: None,
+                existing: HashSet::new(),
+                ra: None,
+                seq_next: 0,
+                window: 0,
+                gen_: 0,
+                handles: 0,
+            }),
+        }
+    }
+}
+
+impl FileState {
+    /// Adds a dirty extent, merging with the extents it overlaps or touches.
+    fn add_dirty(&mut self, off: u64, data: &[u8]) -> i64 {
+        let end = off + data.len() as u64;
+        let mut olds = Vec::new();
+        for (&a, v) in self.dirty.range(..=end).rev() {
+            if a + (v.len() as u64) < off {
+                break;
+            }
+            olds.push(a);
+        }
+        let (mut start, mut stop) = (off, end);
+        let mut parts = Vec::new();
+        let mut freed = 0u64;
+        for a in olds {
+            if let Some(v) = self.dirty.remove(&a) {
+                start = start.min(a);
+                stop = stop.max(a + v.len() as u64);
+                freed += v.len() as u64;
+                parts.push((a, v));
+            }
+        }
+        let mut buf = vec![0u8; (stop - start) as usize];
+        for (a, v) in parts {
+            let at = (a - start) as usize;
+            buf[at..at + v.len()].copy_from_slice(&v);
+        }
+        let at = (off - start) as usize;
+        buf[at..at + data.len()].copy_from_slice(data);
+        let grown = buf.len() as u64;
+        self.dirty.insert(start, buf);
+        self.dirty_bytes = self.dirty_bytes + grown - freed;
+        grown as i64 - freed as i64
+    }
+
+    fn dirty_overlaps(&self, off: u64, len: u64) -> bool {
+        let end = off + len;
+        self.dirty
+            .range(..end)
+            .next_back()
+            .is_some_and(|(&a, v)| a + v.len() as u64 > off)
+            || self
+                .inflight
+                .iter()
+                .any(|(lo, hi, _)| *lo < end && *hi > off)
+    }
+
+    /// Whether anything is buffered or in flight.
+    pub fn busy(&self) -> bool {
+        !self.dirty.is_empty() || !self.inflight.is_empty()
+    }
+
+    /// Reports (and clears) a write-behind failure.
+    fn take_error(&mut self) -> Result<()> {
+        match self.error.take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Resolves runs to OSD targets with `want` rights; `None` when a
+/// capability is missing (the caller renews and tries again).
+async fn targets(
+    inner: &Inner,
+    layout: &Layout,
+    grants: &[Grant],
+    runs: Vec<Run>,
+    want: u32,
+) -> Result<Option<Vec<(Run, Target)>>> {
+    let mut out = Vec::with_capacity(runs.len());
+    let mut placed: Option<(u64, u64, Vec<u32>)> = None;
+    for r in runs {
+        let (oid, osds) = match &placed {
+            Some((set, oid, osds)) if *set == r.objset => (*oid, osds.clone()),
+            _ => {
+                let (oid, osds) = inner.osds.place(&inner.mds, layout, r.objset).await?;
+                placed = Some((r.objset, oid, osds.clone()));
+                (oid, osds)
+            }
+        };
+        let osd = osds[r.stripe as usize];
+        let Some(cap) = striped::cap_for(grants, osd, oid, want) else {
+            return Ok(None);
+        };
+        let client = inner.osds.client(&inner.mds, osd).await?;
+        out.push((
+            r,
+            Target {
+                osd,
+                client,
+                oid,
+                cap,
+            },
+        ));
+    }
+    Ok(Some(out))
+}
+
+/// What a write-behind request needs to know about its file.
+struct WriteJob {
+    ino: u64,
+    creds: Creds,
+    layout: Layout,
+    grants: Vec<Grant>,
+    existing: HashSet<(u64, u32)>,
+}
+
+/// Writes one extent (with one renewal of capabilities if the OSD says
+/// they are stale, and one retry if an OSD moved); returns the objects written.
+async fn write_extent(
+    inner: Arc<Inner>,
+    job: WriteJob,
+    off: u64,
+    data: Bytes,
+) -> Result<Vec<(u64, u32)>> {
+    let WriteJob {
+        ino,
+        creds,
+        layout,
+        mut grants,
+        existing,
+    } = job;
+    let len = data.len() as u64;
+    let res = async {
+        for attempt in 0..2 {
+            let rs = striped::runs(&layout, off, len);
+            let Some(ts) = targets(&inner, &layout, &grants, rs, WRITE_NEED).await? else {
+                if attempt == 0 {
+                    grants = inner.open_grants(ino, &creds, true).await?.1;
+                    continue;
+                }
+                return Err(FsError::new(
+                    errno::EACCES,
+                    format!("no write capability for inode {ino}"),
+                ));
+            };
+            let ts = ts
+                .into_iter()
+                .map(|(r, t)| {
+                    let known = existing.contains(&(r.objset, r.stripe));
+                    (r, t, known)
+                })
+                .collect();
+            match striped::write(ts, data.clone()).await {
+                Ok(done) => {
+                    Counters::add(&inner.counters.bytes_written, len);
+                    return Ok(done);
+                }
+                Err((_, e)) if attempt == 0 && cap_stale(&e) => {
+                    grants = inner.open_grants(ino, &creds, true).await?.1;
+                }
+                Err((osd, e))
+                    if attempt == 0 && transport(&e) && inner.osds.moved(&inner.mds, osd).await => {
+                }
+                Err(e) => {
+                    Counters::add(&inner.counters.osd_errors, 1);
+                    return Err(piece_error(e));
+                }
+            }
+        }
+        Err(FsError::new(
+            errno::EIO,
+            "write failed after renewing capabilities",
+        ))
+    }
+    .await;
+    inner.dirty_total.fetch_sub(len, Ordering::Relaxed);
+    res
+}
+
+/// Makes sure the state holds capabilities with `write` rights (and, for
+/// writers, object sets up to `objset`), renewing before they expire.
+async fn ensure_caps(
+    inner: &Inner,
+    ino: u64,
+    st: &mut FileState,
+    write: bool,
+    objset: u64,
+) -> Result<()> {
+    let margin = inner.cfg.cap_margin.as_millis() as u64;
+    let soon = crate::client::now_ms() + margin;
+    let expiring = st.grants.iter().any(|g| g.expiry_ms < soon);
+    if expiring || (write && !st.write_caps) {
+        let (entry, grants) = inner
+            .open_grants(ino, &st.creds, write || st.write_caps)
+            .await?;
+        st.layout = entry.layout;
+        st.grants = grants;
+        st.write_caps = write || st.write_caps;
+    }
+    let have = st.layout.as_ref().map_or(0, |l| l.objsets.len() as u64);
+    if write && objset >= have {
+        let r = inner
+            .mds
+            .call_as(st.creds.clone(), Op::ExtendLayout { ino, objset })
+            .await?;
+        if let MdsReply::Found(f) = r {
+            st.layout = f.entry.layout;
+            st.grants = f.grants;
+        }
+    }
+    Ok(())
+}
+
+/// Collects finished write-behind requests; waits for them all (`all`), or
+/// for those overlapping `[lo, hi)`, or until fewer than the limit remain.
+async fn reap(st: &mut FileState, all: bool, range: Option<(u64, u64)>) {
+    let mut keep = VecDeque::new();
+    let flights: Vec<Flight> = st.inflight.drain(..).collect();
+    let n = flights.len();
+    for (i, (lo, hi, h)) in flights.into_iter().enumerate() {
+        let overlaps = range.is_some_and(|(a, b)| lo < b && hi > a);
+        let over_limit = n - i >= MAX_INFLIGHT;
+        if all || overlaps || over_limit || h.is_finished() {
+            match h.await {
+                Ok(Ok(done)) => st.existing.extend(done),
+                Ok(Err(e)) => {
+                    st.error.get_or_insert(e);
+                }
+                Err(e) => {
+                    st.error
+                        .get_or_insert(FsError::new(errno::EIO, e.to_string()));
+                }
+            }
+        } else {
+            keep.push_back((lo, hi, h));
+        }
+    }
+    st.inflight = keep;
+}
+
+/// Starts writing out every dirty extent (write-behind).
+pub async fn start_flush(inner: &Arc<Inner>, ino: u64, st: &mut FileState) -> Result<()> {
+    if st.dirty.is_empty() {
+        return Ok(());
+    }
+    let last = st
+        .dirty
+        .iter()
+        .next_back()
+        .map(|(&a, v)| a + v.len() as u64 - 1)
+        .unwrap_or(0);
+    let top = st.layout.as_ref().map_or(0, |l| l.spec.objset_of(last));
+    ensure_caps(inner, ino, st, true, top).await?;
+    let Some(layout) = st.layout.clone() else {
+        return Err(FsError::new(
+            errno::EIO,
+            format!("inode {ino} has no layout"),
+        ));
+    };
+    let extents: Vec<(u64, Vec<u8>)> = std::mem::take(&mut st.dirty).into_iter().collect();
+    st.dirty_bytes = 0;
+    st.dirty_since = None;
+    for (off, v) in extents {
+        // Split big extents so write-behind overlaps writing with buffering.
+        let chunk = inner.cfg.flush_chunk.max(4096) as usize;
+        let data = Bytes::from(v);
+        let mut at = 0usize;
+        while at < data.len() {
+            let n = chunk.min(data.len() - at);
+            let part = data.slice(at..at + n);
+            let lo = off + at as u64;
+            let hi = lo + n as u64;
+            reap(st, false, Some((lo, hi))).await;
+            let job = WriteJob {
+                ino,
+                creds: st.creds.clone(),
+                layout: layout.clone(),
+                grants: st.grants.clone(),
+                existing: st.existing.clone(),
+            };
+            let task = write_extent(inner.clone(), job, lo, part);
+            st.inflight.push_back((lo, hi, tokio::spawn(task)));
+            at += n;
+        }
+    }
+    Ok(())
+}
+
+/// Writes out everything and waits for it; reports any write-behind failure.
+pub async fn flush_all(inner: &Arc<Inner>, ino: u64, st: &mut FileState) -> Result<()> {
+    let r = start_flush(inner, ino, st).await;
+    reap(st, true, None).await;
+    r?;
+    st.take_error()
+}
+
+/// [`flush_all`], then tells the MDS the new length and modification time.
+pub async fn commit(inner: &Arc<Inner>, ino: u64, st: &mut FileState) -> Result<()> {
+    flush_all(inner, ino, st).await?;
+    if st.modified {
+        let r = inner
+            .mds
+            .call_as(
+                st.creds.clone(),
+                Op::CommitSize {
+                    ino,
+                    size: st.size,
+                    mtime: now_ns(),
+                },
+            )
+            .await?;
+        st.modified = false;
+        if let MdsReply::Attr(a) = r {
+            inner.cache_attr(a);
+        }
+    }
+    Ok(())
+}
+
+/// Buffers a write; writes out when the buffer reaches a chunk or the
+/// client is over its memory limit.
+pub async fn write(inner: &Arc<Inner>, f: &OpenInode, off: u64, data: &[u8]) -> Result<u32> {
+    let mut st = f.st.lock().await;
+    st.take_error()?;
+    if !st.write_caps {
+        return Err(FsError::new(errno::EBADF, "file not open for writing"));
+    }
+    let end = off
+        .checked_add(data.len() as u64)
+        .filter(|&e| e < (1u64 << 62))
+        .ok_or_else(|| FsError::new(errno::EFBIG, "write past the largest file size"))?;
+    reap(&mut st, false, Some((off, end))).await;
+    let delta = st.add_dirty(off, data);
+    if delta >= 0 {
+        inner.dirty_total.fetch_add(delta as u64, Ordering::Relaxed);
+    } else {
+        inner
+            .dirty_total
+            .fetch_sub((-delta) as u64, Ordering::Relaxed);
+    }
+    st.size = st.size.max(end);
+    st.modified = true;
+    st.gen_ += 1;
+    st.ra = None;
+    st.dirty_since.get_or_insert_with(Instant::now);
+    let pressure = inner.dirty_total.load(Ordering::Relaxed) > inner.cfg.writeback_limit;
+    if st.dirty_bytes >= inner.cfg.flush_chunk || pressure {
+        start_flush(inner, f.ino, &mut st).await?;
+        if pressure {
+            reap(&mut st, true, None).await;
+            st.take_error()?;
+        }
+    }
+    Ok(data.len() as u32)
+}
+
+/// Reads up to `len` bytes at `off` (short at end of file), with read-ahead
+/// on sequential access.
+pub async fn read(inner: &Arc<Inner>, f: &OpenInode, off: u64, len: u32) -> Result<Bytes> {
+    let len = u64::from(len);
+    let mut st = f.st.lock().await;
+    if st.dirty_overlaps(off, len) {
+        flush_all(inner, f.ino, &mut st).await?;
+    }
+    if off >= st.size || len == 0 {
+        return Ok(Bytes::new());
+    }
+    let len = len.min(st.size - off);
+    if let Some((ro, buf)) = &st.ra
+        && *ro <= off
+        && off + len <= ro + buf.len() as u64
+    {
+        let at = (off - ro) as usize;
+        let out = buf.slice(at..at + len as usize);
+        st.seq_next = off + len;
+        return Ok(out);
+    }
+    let sequential = off == st.seq_next && off > 0;
+    st.window = if sequential {
+        (st.window.max(len) * 2).min(inner.cfg.readahead_max)
+    } else {
+        0
+    };
+    let want = len.max(st.window).min(st.size - off);
+    st.seq_next = off + len;
+    ensure_caps(inner, f.ino, &mut st, false, 0).await?;
+    let Some(layout) = st.layout.clone() else {
+        return Ok(Bytes::from(vec![0u8; len as usize]));
+    };
+    let grants = st.grants.clone();
+    let creds = st.creds.clone();
+    let gen_ = st.gen_;
+    drop(st);
+    let data = read_range(inner, f.ino, &creds, &layout, grants, off, want).await?;
+    let out = data.slice(0..len as usize);
+    if want > len {
+        let mut st = f.st.lock().await;
+        if st.gen_ == gen_ {
+            st.ra = Some((off, data));
+        }
+    }
+    Ok(out)
+}
+
+/// Reads `[off, off + len)` from the stripe objects (renewing capabilities
+/// once if the OSD says they are stale).
+pub async fn read_range(
+    inner: &Arc<Inner>,
+    ino: u64,
+    creds: &Creds,
+    layout: &Layout,
+    mut grants: Vec<Grant>,
+    off: u64,
+    len: u64,
+) -> Result<Bytes> {
+    for attempt in 0..2 {
+        let rs = striped::runs(layout, off, len);
+        // Object sets not allocated yet are holes.
+        let have = layout.objsets.len() as u64;
+        let rs: Vec<Run> = rs.into_iter().filter(|r| r.objset < have).collect();
+        let Some(ts) = targets(inner, layout, &grants, rs, rights::READ).await? else {
+            if attempt == 0 {
+                grants = inner.open_grants(ino, creds, false).await?.1;
+                continue;
+            }
+            return Err(FsError::new(
+                errno::EACCES,
+                format!("no read capability for inode {ino}"),
+            ));
+        };
+        match striped::read(ts, len).await {
+            Ok(b) => {
+                Counters::add(&inner.counters.bytes_read, len);
+                return Ok(b);
+            }
+            Err((_, e)) if attempt == 0 && cap_stale(&e) => {
+                grants = inner.open_grants(ino, creds, false).await?.1;
+            }
+            Err((osd, e))
+                if attempt == 0 && transport(&e) && inner.osds.moved(&inner.mds, osd).await => {}
+            Err(e) => {
+                Counters::add(&inner.counters.osd_errors, 1);
+                return Err(piece_error(e));
+            }
+        }
+    }
+    Err(FsError::new(
+        errno::EIO,
+        "read failed after renewing capabilities",
+    ))
+}
+
+/// Whether the timer should write this file out now.
+pub fn due(st: &FileState, delay: Duration) -> bool {
+    st.dirty_since.is_some_and(|t| t.elapsed() >= delay) || !st.inflight.is_empty() || st.modified
+}
+
+/// After a truncate by this client: the new length, caches dropped.
+pub fn truncated(st: &mut FileState, size: u64) {
+    st.size = size;
+    st.ra = None;
+    st.gen_ += 1;
+    st.seq_next = 0;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dirty_extents_merge_and_keep_the_newest_bytes() {
+        let f = OpenInode::new(1, None, Vec::new(), true, Creds::root(), 0);
+        let mut st = f.st.try_lock().unwrap();
+        st.add_dirty(10, &[1; 10]);
+        st.add_dirty(30, &[2; 10]);
+        assert_eq!(st.dirty.len(), 2);
+        assert_eq!(st.dirty_bytes, 20);
+        // Touching the first and overlapping the second merges all three.
+        st.add_dirty(20, &[3; 15]);
+        assert_eq!(st.dirty.len(), 1);
+        let v = &st.dirty[&10];
+        assert_eq!(v.len(), 30);
+        assert_eq!(&v[0..10], &[1; 10]);
+        assert_eq!(&v[10..25], &[3; 15]);
+        assert_eq!(&v[25..30], &[2; 5]);
+        assert_eq!(st.dirty_bytes, 30);
+        assert!(st.dirty_overlaps(39, 5));
+        assert!(!st.dirty_overlaps(40, 5));
+        assert!(!st.dirty_overlaps(0, 10));
+    }
+}

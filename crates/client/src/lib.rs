@@ -1,0 +1,18 @@
+//! Tessera's client library: metadata from the MDS through a segmented-LRU
+//! cache fed by the MDS's prefetching (seed 004), file data straight to the
+//! OSDs with client-side placement, striping, write-back and read-ahead
+//! (seeds 000, 003). The FUSE mount and the `tessera` CLI sit on top.
+
+pub mod cache;
+pub mod client;
+pub mod config;
+pub mod error;
+pub mod file;
+pub mod osds;
+pub mod stats;
+pub mod striped;
+
+pub use client::Client;
+pub use config::ClientConfig;
+pub use error::{FsError, Result};
+pub use stats::ClientStats;

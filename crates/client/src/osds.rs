@@ -1,0 +1,161 @@
+//! The client's view of the OSDs: OSD maps by epoch (a file is placed with
+//! the map of its layout's epoch), the newest map for addresses, and one
+//! pipelined connection pool per OSD. Placement is computed here, on the
+//! client, with the same function the MDS uses (`proto::placement`).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use mds::MdsClient;
+use osd::client::{ClientConfig, OsdClient};
+use proto::layout::Layout;
+use proto::mds::{MdsReply, Op};
+use proto::placement::OsdMap;
+
+use crate::error::{FsError, Result, errno};
+
+/// Maps and connections. Invariant: a map stored for an epoch is the MDS's
+/// map of that epoch (maps never change once an epoch is issued).
+pub struct OsdSet {
+    cluster_id: String,
+    connections: usize,
+    maps: Mutex<HashMap<u64, Arc<OsdMap>>>,
+    newest: Mutex<Arc<OsdMap>>,
+    clients: Mutex<HashMap<u32, (String, Arc<OsdClient>)>>,
+}
+
+impl OsdSet {
+    /// An empty set for `cluster_id`, `connections` per OSD.
+    pub fn new(cluster_id: &str, connections: usize) -> OsdSet {
+        OsdSet {
+            cluster_id: cluster_id.into(),
+            connections: connections.max(1),
+            maps: Mutex::new(HashMap::new()),
+            newest: Mutex::new(Arc::new(OsdMap::default())),
+            clients: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Fetches the current map from the MDS (a non-mandatory request).
+    pub async fn refresh(&self, mds: &MdsClient) -> Result<Arc<OsdMap>> {
+        let m = match mds.call(Op::GetMap { epoch: None }).await? {
+            MdsReply::Map(m) => Arc::new(m),
+            other => {
+                return Err(FsError::new(
+                    errno::EIO,
+                    format!("GetMap answered {other:?}"),
+                ));
+            }
+        };
+        self.maps
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(m.epoch, m.clone());
+        let mut n = self.newest.lock().unwrap_or_else(|e| e.into_inner());
+        if m.epoch >= n.epoch {
+            *n = m.clone();
+        }
+        Ok(m)
+    }
+
+    /// The map of `epoch`, fetched once and then cached.
+    pub async fn map(&self, mds: &MdsClient, epoch: u64) -> Result<Arc<OsdMap>> {
+        if let Some(m) = self
+            .maps
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&epoch)
+        {
+            return Ok(m.clone());
+        }
+        let m = match mds.call(Op::GetMap { epoch: Some(epoch) }).await? {
+            MdsReply::Map(m) => Arc::new(m),
+            other => {
+                return Err(FsError::new(
+                    errno::EIO,
+                    format!("GetMap answered {other:?}"),
+                ));
+            }
+        };
+        self.maps
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(epoch, m.clone());
+        Ok(m)
+    }
+
+    /// The OSD of each stripe of object set `objset` of `layout`, and the
+    /// object id they share.
+    pub async fn place(
+        &self,
+        mds: &MdsClient,
+        layout: &Layout,
+        objset: u64,
+    ) -> Result<(u64, Vec<u32>)> {
+        let oid = *layout.objsets.get(objset as usize).ok_or_else(|| {
+            FsError::new(
+                errno::EIO,
+                format!("object set {objset} is not allocated yet"),
+            )
+        })?;
+        let map = self.map(mds, layout.map_epoch).await?;
+        let osds = map.place(oid, layout.spec.stripe_count);
+        if osds.len() < layout.spec.stripe_count as usize {
+            return Err(FsError::new(
+                errno::EIO,
+                format!(
+                    "map epoch {} places only {} of {} stripes",
+                    layout.map_epoch,
+                    osds.len(),
+                    layout.spec.stripe_count
+                ),
+            ));
+        }
+        Ok((oid, osds))
+    }
+
+    /// After a transport failure on OSD `id`: fetches the newest map and
+    /// says whether the OSD's address changed (an OSD restarted elsewhere),
+    /// in which case a retry goes to the new address.
+    pub async fn moved(&self, mds: &MdsClient, id: u32) -> bool {
+        let old = self
+            .clients
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&id)
+            .map(|(a, _)| a.clone());
+        match self.refresh(mds).await {
+            Ok(m) => m.addr(id).is_some_and(|a| Some(a) != old.as_deref()),
+            Err(_) => false,
+        }
+    }
+
+    /// The connection pool to OSD `id`, at its newest known address.
+    pub async fn client(&self, mds: &MdsClient, id: u32) -> Result<Arc<OsdClient>> {
+        let addr = {
+            let n = self.newest.lock().unwrap_or_else(|e| e.into_inner());
+            n.addr(id).map(str::to_string)
+        };
+        let addr = match addr {
+            Some(a) => a,
+            None => self
+                .refresh(mds)
+                .await?
+                .addr(id)
+                .map(str::to_string)
+                .ok_or_else(|| FsError::new(errno::EIO, format!("OSD {id} is not in the map")))?,
+        };
+        let mut c = self.clients.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((a, cl)) = c.get(&id)
+            && *a == addr
+        {
+            return Ok(cl.clone());
+        }
+        let mut cfg = ClientConfig::new(&self.cluster_id, id);
+        cfg.name = "tessera-client".into();
+        cfg.connections = self.connections;
+        let cl = Arc::new(OsdClient::new(&addr, cfg));
+        c.insert(id, (addr, cl.clone()));
+        Ok(cl)
+    }
+}

@@ -1,0 +1,103 @@
+//! What the client counts: metadata cache hits, MDS requests (mandatory and
+//! non-mandatory, seed 004's split), bytes moved. Readable from the API
+//! ([`crate::Client::stats`]), the CLI and the mount's `/metrics`.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde::Serialize;
+
+/// Live counters (relaxed atomics).
+#[derive(Default)]
+pub struct Counters {
+    /// Lookups, getattrs and opens answered from the cache.
+    pub cache_hits: AtomicU64,
+    /// Of those, first uses of prefetched entries.
+    pub prefetch_hits: AtomicU64,
+    /// Lookups, getattrs and opens that had to ask the MDS.
+    pub cache_misses: AtomicU64,
+    /// Bytes read from OSDs.
+    pub bytes_read: AtomicU64,
+    /// Bytes written to OSDs.
+    pub bytes_written: AtomicU64,
+    /// OSD requests failed.
+    pub osd_errors: AtomicU64,
+}
+
+impl Counters {
+    /// Adds `n` to a counter.
+    pub fn add(c: &AtomicU64, n: u64) {
+        c.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+/// A snapshot of the counters.
+#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq, Eq)]
+pub struct ClientStats {
+    /// MDS requests that change the namespace or a length (cannot be avoided).
+    pub mds_mandatory: u64,
+    /// MDS requests that only fetch metadata (what prefetching saves).
+    pub mds_non_mandatory: u64,
+    /// Answered from the cache.
+    pub cache_hits: u64,
+    /// First uses of prefetched entries.
+    pub prefetch_hits: u64,
+    /// Had to ask the MDS.
+    pub cache_misses: u64,
+    /// Bytes read from OSDs.
+    pub bytes_read: u64,
+    /// Bytes written to OSDs.
+    pub bytes_written: u64,
+    /// Failed OSD requests.
+    pub osd_errors: u64,
+}
+
+impl ClientStats {
+    /// All MDS requests.
+    pub fn mds_total(&self) -> u64 {
+        self.mds_mandatory + self.mds_non_mandatory
+    }
+
+    /// Prometheus text exposition of the snapshot.
+    pub fn prometheus(&self) -> String {
+        let mut s = String::new();
+        let mut put = |name: &str, help: &str, v: u64| {
+            s.push_str(&format!(
+                "# HELP tessera_client_{name} {help}\n# TYPE tessera_client_{name} counter\ntessera_client_{name}_total {v}\n"
+            ));
+        };
+        put(
+            "mds_mandatory_requests",
+            "MDS requests that change the namespace or a length.",
+            self.mds_mandatory,
+        );
+        put(
+            "mds_non_mandatory_requests",
+            "MDS requests that only fetch metadata.",
+            self.mds_non_mandatory,
+        );
+        put(
+            "cache_hits",
+            "Metadata answered from the cache.",
+            self.cache_hits,
+        );
+        put(
+            "prefetch_hits",
+            "First uses of prefetched metadata.",
+            self.prefetch_hits,
+        );
+        put(
+            "cache_misses",
+            "Metadata fetched from the MDS.",
+            self.cache_misses,
+        );
+        put("read_bytes", "Bytes read from OSDs.", self.bytes_read);
+        put(
+            "written_bytes",
+            "Bytes written to OSDs.",
+            self.bytes_written,
+        );
+        put("osd_errors", "Failed OSD requests.", self.osd_errors);
+        s.push_str("# EOF\n");
+        s
+    }
+}

@@ -1,0 +1,90 @@
+//! Conversions between Tessera's metadata and the kernel's: inode numbers
+//! (FUSE's root is 1, Tessera's is 0, so FUSE = Tessera + 1), attributes,
+//! file types, times.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use fuser::{FileAttr, FileType, INodeNo};
+use proto::mds::{Attr, FileKind};
+
+/// Block size reported to programs (their preferred I/O size).
+pub const BLKSIZE: u32 = 128 << 10;
+
+/// The kernel's inode number for a Tessera inode.
+pub fn to_fuse(ino: u64) -> INodeNo {
+    INodeNo(ino + 1)
+}
+
+/// The Tessera inode for a kernel inode number.
+pub fn from_fuse(ino: INodeNo) -> u64 {
+    ino.0.saturating_sub(1)
+}
+
+/// The kernel's file type.
+pub fn kind(k: FileKind) -> FileType {
+    match k {
+        FileKind::File => FileType::RegularFile,
+        FileKind::Dir => FileType::Directory,
+        FileKind::Symlink => FileType::Symlink,
+    }
+}
+
+/// Nanoseconds since the epoch as a time (negative times clamp to the epoch).
+pub fn time(ns: i64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_nanos(ns.max(0) as u64)
+}
+
+/// A time as nanoseconds since the epoch.
+pub fn ns(t: SystemTime) -> i64 {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
+}
+
+/// The kernel's attributes for `a`.
+pub fn file_attr(a: &Attr) -> FileAttr {
+    FileAttr {
+        ino: to_fuse(a.ino),
+        size: a.size,
+        blocks: a.size.div_ceil(512),
+        atime: time(a.atime),
+        mtime: time(a.mtime),
+        ctime: time(a.ctime),
+        crtime: time(a.ctime),
+        kind: kind(a.kind),
+        perm: (a.mode & 0o7777) as u16,
+        nlink: a.nlink,
+        uid: a.uid,
+        gid: a.gid,
+        rdev: 0,
+        blksize: BLKSIZE,
+        flags: 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inode_numbers_and_times_round_trip() {
+        assert_eq!(to_fuse(0), INodeNo(1));
+        assert_eq!(from_fuse(to_fuse(41)), 41);
+        let t = 1_700_000_000_123_456_789;
+        assert_eq!(ns(time(t)), t);
+        let a = Attr {
+            ino: 7,
+            kind: FileKind::Dir,
+            mode: 0o40755,
+            nlink: 2,
+            uid: 1,
+            gid: 2,
+            size: 1000,
+            atime: 0,
+            mtime: t,
+            ctime: t,
+        };
+        let f = file_attr(&a);
+        assert_eq!((f.perm, f.kind, f.blocks), (0o755, FileType::Directory, 2));
+    }
+}

@@ -1,0 +1,684 @@
+//! The FUSE file system: each kernel request becomes a client-library call
+//! run on the client's tokio runtime (fuser's worker threads block on it,
+//! so several requests are in progress at once).
+
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use client::{Client, FsError};
+use fuser::{
+    AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
+    INodeNo, InitFlags, KernelConfig, LockOwner, OpenAccMode, OpenFlags, RenameFlags, ReplyAttr,
+    ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen,
+    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+};
+use proto::mds::{Attr, Creds, DirEntry, FileKind, SetAttr, SetTime, XattrMode};
+use tokio::runtime::Handle as Rt;
+
+use crate::attr::{file_attr, from_fuse, kind, ns, to_fuse};
+
+/// A directory listing taken at opendir, served by offset.
+struct Listing {
+    ino: u64,
+    parent: u64,
+    entries: Vec<DirEntry>,
+}
+
+/// Tessera behind FUSE.
+pub struct TesseraFs {
+    client: Client,
+    rt: Rt,
+    ttl: Duration,
+    dirs: Mutex<HashMap<u64, Arc<Listing>>>,
+    next_dir: AtomicU64,
+}
+
+fn errno(e: FsError) -> Errno {
+    tracing::debug!("fuse: {e}");
+    Errno::from_i32(e.errno)
+}
+
+fn name(n: &OsStr) -> Result<&str, Errno> {
+    n.to_str().ok_or(Errno::from_i32(libc::EINVAL))
+}
+
+fn creds(req: &Request) -> Creds {
+    let (uid, gid) = (req.uid(), req.gid());
+    let groups = if uid == 0 {
+        Vec::new()
+    } else {
+        supplementary_groups(req.pid())
+    };
+    Creds { uid, gid, groups }
+}
+
+/// The caller's supplementary groups (from /proc; empty if it has exited).
+fn supplementary_groups(pid: u32) -> Vec<u32> {
+    let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return Vec::new();
+    };
+    s.lines()
+        .find_map(|l| l.strip_prefix("Groups:"))
+        .map(|g| {
+            g.split_whitespace()
+                .filter_map(|x| x.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn set_time(t: TimeOrNow) -> SetTime {
+    match t {
+        TimeOrNow::Now => SetTime::Now,
+        TimeOrNow::SpecificTime(s) => SetTime::At(ns(s)),
+    }
+}
+
+fn may(a: &Attr, c: &Creds, mask: AccessFlags) -> bool {
+    if c.uid == 0 {
+        // Root may do anything but execute a file nobody can execute.
+        return !mask.contains(AccessFlags::X_OK) || a.kind == FileKind::Dir || a.mode & 0o111 != 0;
+    }
+    let bits = if a.uid == c.uid {
+        (a.mode >> 6) & 7
+    } else if a.gid == c.gid || c.groups.contains(&a.gid) {
+        (a.mode >> 3) & 7
+    } else {
+        a.mode & 7
+    };
+    let want = (if mask.contains(AccessFlags::R_OK) {
+        4
+    } else {
+        0
+    }) | (if mask.contains(AccessFlags::W_OK) {
+        2
+    } else {
+        0
+    }) | (if mask.contains(AccessFlags::X_OK) {
+        1
+    } else {
+        0
+    });
+    bits & want == want
+}
+
+impl TesseraFs {
+    /// A file system over `client`, running its calls on `rt`; the kernel
+    /// caches entries and attributes for `ttl` (the client's window).
+    pub fn new(client: Client, rt: Rt, ttl: Duration) -> TesseraFs {
+        TesseraFs {
+            client,
+            rt,
+            ttl,
+            dirs: Mutex::new(HashMap::new()),
+            next_dir: AtomicU64::new(1),
+        }
+    }
+
+    fn run<T>(&self, f: impl Future<Output = client::Result<T>>) -> Result<T, Errno> {
+        self.rt.block_on(f).map_err(errno)
+    }
+
+    fn entry(&self, reply: ReplyEntry, r: Result<Attr, Errno>) {
+        match r {
+            Ok(a) => reply.entry(&self.ttl, &file_attr(&a), Generation(0)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn listing(&self, fh: FileHandle) -> Option<Arc<Listing>> {
+        self.dirs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&fh.0)
+            .cloned()
+    }
+}
+
+impl Filesystem for TesseraFs {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        let _ = config.set_max_write(1 << 20);
+        let _ = config.set_max_readahead(1 << 20);
+        let _ = config.add_capabilities(
+            InitFlags::FUSE_MAX_PAGES
+                | InitFlags::FUSE_DO_READDIRPLUS
+                | InitFlags::FUSE_READDIRPLUS_AUTO
+                | InitFlags::FUSE_PARALLEL_DIROPS,
+        );
+        Ok(())
+    }
+
+    fn lookup(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEntry) {
+        let c = creds(req);
+        let r = name(n).and_then(|n| {
+            self.run(self.client.lookup(&c, from_fuse(parent), n))
+                .map(|e| e.attr)
+        });
+        self.entry(reply, r);
+    }
+
+    fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        let c = creds(req);
+        match self.run(self.client.getattr(&c, from_fuse(ino))) {
+            Ok(a) => reply.attr(&self.ttl, &file_attr(&a)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn setattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<std::time::SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<std::time::SystemTime>,
+        _chgtime: Option<std::time::SystemTime>,
+        _bkuptime: Option<std::time::SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let c = creds(req);
+        let set = SetAttr {
+            mode: mode.map(|m| m & 0o7777),
+            uid,
+            gid,
+            size,
+            atime: atime.map(set_time),
+            mtime: mtime.map(set_time),
+        };
+        match self.run(self.client.setattr(&c, from_fuse(ino), set)) {
+            Ok(a) => reply.attr(&self.ttl, &file_attr(&a)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
+        let c = creds(req);
+        match self.run(self.client.readlink(&c, from_fuse(ino))) {
+            Ok(t) => reply.data(t.as_bytes()),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        n: &OsStr,
+        mode: u32,
+        umask: u32,
+        _rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        if mode & libc::S_IFMT != libc::S_IFREG && mode & libc::S_IFMT != 0 {
+            reply.error(Errno::from_i32(libc::EOPNOTSUPP));
+            return;
+        }
+        let c = creds(req);
+        let r = name(n).and_then(|n| {
+            self.run(async {
+                let perm = mode & !umask & 0o7777;
+                let (e, fh) = self
+                    .client
+                    .create(&c, from_fuse(parent), n, perm, true)
+                    .await?;
+                self.client.release(fh).await?;
+                Ok(e.attr)
+            })
+        });
+        self.entry(reply, r);
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        n: &OsStr,
+        mode: u32,
+        umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let c = creds(req);
+        let r = name(n).and_then(|n| {
+            self.run(
+                self.client
+                    .mkdir(&c, from_fuse(parent), n, mode & !umask & 0o7777),
+            )
+            .map(|e| e.attr)
+        });
+        self.entry(reply, r);
+    }
+
+    fn unlink(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
+        let c = creds(req);
+        match name(n).and_then(|n| self.run(self.client.unlink(&c, from_fuse(parent), n))) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn rmdir(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
+        let c = creds(req);
+        match name(n).and_then(|n| self.run(self.client.rmdir(&c, from_fuse(parent), n))) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &std::path::Path,
+        reply: ReplyEntry,
+    ) {
+        let c = creds(req);
+        let r = name(link_name).and_then(|n| {
+            let t = target.to_str().ok_or(Errno::from_i32(libc::EINVAL))?;
+            self.run(self.client.symlink(&c, from_fuse(parent), n, t))
+                .map(|e| e.attr)
+        });
+        self.entry(reply, r);
+    }
+
+    fn rename(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        n: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        if !(flags - RenameFlags::RENAME_NOREPLACE).is_empty() {
+            // RENAME_EXCHANGE and RENAME_WHITEOUT are not supported.
+            reply.error(Errno::from_i32(libc::EINVAL));
+            return;
+        }
+        let c = creds(req);
+        let noreplace = flags.contains(RenameFlags::RENAME_NOREPLACE);
+        let r = name(n).and_then(|a| {
+            let b = name(newname)?;
+            self.run(self.client.rename(
+                &c,
+                from_fuse(parent),
+                a,
+                from_fuse(newparent),
+                b,
+                noreplace,
+            ))
+        });
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn link(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        let c = creds(req);
+        let r = name(newname).and_then(|n| {
+            self.run(
+                self.client
+                    .link(&c, from_fuse(ino), from_fuse(newparent), n),
+            )
+            .map(|e| e.attr)
+        });
+        self.entry(reply, r);
+    }
+
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let c = creds(req);
+        let write = flags.acc_mode() != OpenAccMode::O_RDONLY;
+        match self.run(self.client.open(&c, from_fuse(ino), write)) {
+            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        match self.run(self.client.read(fh.0, offset, size)) {
+            Ok(d) => reply.data(&d),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        match self.run(self.client.write(fh.0, offset, data)) {
+            Ok(n) => reply.written(n),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        match self.run(self.client.flush(fh.0)) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        match self.run(self.client.release(fh.0)) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        match self.run(self.client.fsync(fh.0)) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let c = creds(req);
+        let dir = from_fuse(ino);
+        let r = self.run(async {
+            let a = self.client.getattr(&c, dir).await?;
+            if a.kind != FileKind::Dir {
+                return Err(FsError::new(libc::ENOTDIR, "not a directory"));
+            }
+            // "..": the parent this client last saw (the kernel keeps its own).
+            let parent = self.client.parent_hint(dir);
+            let entries = self.client.readdir(&c, dir).await?;
+            Ok(Listing {
+                ino: dir,
+                parent,
+                entries,
+            })
+        });
+        match r {
+            Ok(l) => {
+                let fh = self.next_dir.fetch_add(1, Ordering::Relaxed);
+                self.dirs
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(fh, Arc::new(l));
+                reply.opened(FileHandle(fh), FopenFlags::empty());
+            }
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let Some(l) = self.listing(fh) else {
+            reply.error(Errno::from_i32(libc::EBADF));
+            return;
+        };
+        let dots = [(l.ino, "."), (l.parent, "..")];
+        let total = l.entries.len() as u64 + 2;
+        for i in offset..total {
+            let full = if i < 2 {
+                let (ino, n) = dots[i as usize];
+                reply.add(to_fuse(ino), i + 1, FileType::Directory, n)
+            } else {
+                let e = &l.entries[(i - 2) as usize];
+                reply.add(to_fuse(e.ino), i + 1, kind(e.kind), &e.name)
+            };
+            if full {
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    fn readdirplus(
+        &self,
+        req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        let Some(l) = self.listing(fh) else {
+            reply.error(Errno::from_i32(libc::EBADF));
+            return;
+        };
+        let c = creds(req);
+        let total = l.entries.len() as u64 + 2;
+        for i in offset..total {
+            let full = if i < 2 {
+                let ino = if i == 0 { l.ino } else { l.parent };
+                let Ok(a) = self.run(self.client.getattr(&c, ino)) else {
+                    continue;
+                };
+                let n = if i == 0 { "." } else { ".." };
+                reply.add(
+                    to_fuse(ino),
+                    i + 1,
+                    n,
+                    &self.ttl,
+                    &file_attr(&a),
+                    Generation(0),
+                )
+            } else {
+                let e = &l.entries[(i - 2) as usize];
+                let a: FileAttr = match &e.attr {
+                    Some(a) => file_attr(a),
+                    None => match self.run(self.client.getattr(&c, e.ino)) {
+                        Ok(a) => file_attr(&a),
+                        Err(_) => continue,
+                    },
+                };
+                reply.add(to_fuse(e.ino), i + 1, &e.name, &self.ttl, &a, Generation(0))
+            };
+            if full {
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        self.dirs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&fh.0);
+        reply.ok();
+    }
+
+    fn statfs(&self, req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        let c = creds(req);
+        match self.run(self.client.statfs(&c)) {
+            Ok(s) => {
+                let bs = 4096u64;
+                let blocks = s.capacity / bs;
+                let free = s.capacity.saturating_sub(s.used) / bs;
+                reply.statfs(
+                    blocks,
+                    free,
+                    free,
+                    s.inodes + (1 << 32),
+                    1 << 32,
+                    bs as u32,
+                    s.name_max,
+                    bs as u32,
+                );
+            }
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn setxattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        n: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        let c = creds(req);
+        let mode = if flags & libc::XATTR_CREATE != 0 {
+            XattrMode::Create
+        } else if flags & libc::XATTR_REPLACE != 0 {
+            XattrMode::Replace
+        } else {
+            XattrMode::Either
+        };
+        let r = name(n)
+            .and_then(|n| self.run(self.client.setxattr(&c, from_fuse(ino), n, value, mode)));
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn getxattr(&self, req: &Request, ino: INodeNo, n: &OsStr, size: u32, reply: ReplyXattr) {
+        let c = creds(req);
+        match name(n).and_then(|n| self.run(self.client.getxattr(&c, from_fuse(ino), n))) {
+            Ok(v) if size == 0 => reply.size(v.len() as u32),
+            Ok(v) if v.len() > size as usize => reply.error(Errno::from_i32(libc::ERANGE)),
+            Ok(v) => reply.data(&v),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        let c = creds(req);
+        match self.run(self.client.listxattr(&c, from_fuse(ino))) {
+            Ok(names) => {
+                let mut buf = Vec::new();
+                for n in names {
+                    buf.extend_from_slice(n.as_bytes());
+                    buf.push(0);
+                }
+                if size == 0 {
+                    reply.size(buf.len() as u32);
+                } else if buf.len() > size as usize {
+                    reply.error(Errno::from_i32(libc::ERANGE));
+                } else {
+                    reply.data(&buf);
+                }
+            }
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn removexattr(&self, req: &Request, ino: INodeNo, n: &OsStr, reply: ReplyEmpty) {
+        let c = creds(req);
+        match name(n).and_then(|n| self.run(self.client.removexattr(&c, from_fuse(ino), n))) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        let c = creds(req);
+        match self.run(self.client.getattr(&c, from_fuse(ino))) {
+            Ok(a) if may(&a, &c, mask) => reply.ok(),
+            Ok(_) => reply.error(Errno::from_i32(libc::EACCES)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        n: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let c = creds(req);
+        let exclusive = flags & libc::O_EXCL != 0;
+        let r = name(n).and_then(|n| {
+            self.run(self.client.create(
+                &c,
+                from_fuse(parent),
+                n,
+                mode & !umask & 0o7777,
+                exclusive,
+            ))
+        });
+        match r {
+            Ok((e, fh)) => reply.created(
+                &self.ttl,
+                &file_attr(&e.attr),
+                Generation(0),
+                FileHandle(fh),
+                FopenFlags::empty(),
+            ),
+            Err(e) => reply.error(e),
+        }
+    }
+}

@@ -1,0 +1,108 @@
+//! Mounting: checks the mount point (missing, not a directory, already a
+//! mount point: each gets its own message), mounts with several request
+//! threads, and unmounts cleanly when asked.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use client::Client;
+use fuser::{BackgroundSession, Config, MountOption, SessionACL};
+
+use crate::fs::TesseraFs;
+
+/// How to mount.
+#[derive(Debug, Clone)]
+pub struct MountOptions {
+    /// Kernel request threads.
+    pub threads: usize,
+    /// How long the kernel caches entries and attributes.
+    pub ttl: Duration,
+    /// Let other users than the mounter use the mount (root mounts only).
+    pub allow_other: bool,
+}
+
+impl Default for MountOptions {
+    fn default() -> Self {
+        MountOptions {
+            threads: 4,
+            ttl: Duration::from_secs(1),
+            allow_other: true,
+        }
+    }
+}
+
+/// Whether `p` is a mount point (listed in /proc/self/mountinfo).
+pub fn is_mount_point(p: &Path) -> bool {
+    let Ok(canon) = p.canonicalize() else {
+        return false;
+    };
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return false;
+    };
+    info.lines().any(|l| {
+        l.split(' ')
+            .nth(4)
+            .is_some_and(|m| Path::new(&m.replace("\\040", " ")) == canon)
+    })
+}
+
+/// Checks `p` can be mounted on; the error says what is wrong.
+pub fn check_mount_point(p: &Path) -> Result<PathBuf, String> {
+    let meta = std::fs::metadata(p).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            format!(
+                "mount point {} does not exist (create it with: mkdir -p {})",
+                p.display(),
+                p.display()
+            )
+        } else {
+            format!("mount point {}: {e}", p.display())
+        }
+    })?;
+    if !meta.is_dir() {
+        return Err(format!("mount point {} is not a directory", p.display()));
+    }
+    if is_mount_point(p) {
+        return Err(format!(
+            "mount point {} is busy: something is already mounted there (unmount it with: umount {})",
+            p.display(),
+            p.display()
+        ));
+    }
+    if !std::path::Path::new("/dev/fuse").exists() {
+        return Err("/dev/fuse is missing: load the fuse module (modprobe fuse)".into());
+    }
+    p.canonicalize()
+        .map_err(|e| format!("{}: {e}", p.display()))
+}
+
+/// Mounts `client` on `mountpoint` in the background; requests run on `rt`.
+/// Dropping or unmounting the session ends it.
+pub fn mount(
+    client: Client,
+    rt: tokio::runtime::Handle,
+    mountpoint: &Path,
+    opts: &MountOptions,
+) -> Result<BackgroundSession, String> {
+    let mp = check_mount_point(mountpoint)?;
+    let fs = TesseraFs::new(client, rt, opts.ttl);
+    let mut cfg = Config::default();
+    cfg.mount_options = vec![
+        MountOption::FSName("tessera".into()),
+        MountOption::Subtype("tessera".into()),
+        MountOption::DefaultPermissions,
+    ];
+    if opts.allow_other {
+        cfg.acl = SessionACL::All;
+    }
+    cfg.n_threads = Some(opts.threads.max(1));
+    cfg.clone_fd = true;
+    fuser::spawn_mount(fs, &mp, &cfg).map_err(|e| match e.raw_os_error() {
+        Some(libc::EPERM) | Some(libc::EACCES) => format!(
+            "cannot mount on {}: permission denied (mounting needs root; /dev/fuse is root-only here)",
+            mp.display()
+        ),
+        Some(libc::EBUSY) => format!("cannot mount on {}: busy", mp.display()),
+        _ => format!("cannot mount on {}: {e}", mp.display()),
+    })
+}

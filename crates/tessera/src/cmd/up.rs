@@ -1,0 +1,225 @@
+//! `tessera up`: a whole cluster in one command — an MDS and N OSDs on
+//! 127.0.0.1 with file-backed stores under one data directory, keys made
+//! and installed, optionally mounted. Running it again brings the same
+//! cluster back with its data.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use mds::FormatOptions;
+use mds::ids::{Geometry, IdPolicy, PolicyKind};
+use mds::local::{LocalMds, LocalOsd, osd_dir, provision_osd};
+use proto::layout::LayoutSpec;
+
+use super::cluster::{ClusterFile, DEFAULT_DATA};
+
+/// Start (or restart) a local cluster: MDS + OSDs, optionally mounted.
+///
+/// Everything lives under --data: `cluster.toml` (what other commands read
+/// to find the cluster), `mds/` (namespace database, log, OSD keys) and
+/// `osd-N/` (store image and key). Ctrl-C or SIGTERM stops it cleanly.
+///
+/// Example:
+///   tessera up --osds 3 --size 4G --mount /mnt/tessera
+#[derive(clap::Args)]
+pub struct Args {
+    /// Data directory (created on first run).
+    #[arg(long, default_value = DEFAULT_DATA)]
+    pub data: PathBuf,
+    /// Number of OSDs (first run; later runs may raise it).
+    #[arg(long, default_value_t = 3)]
+    pub osds: u32,
+    /// Size of each OSD's store file (first run).
+    #[arg(long, default_value = "4G", value_parser = crate::args::size)]
+    pub size: u64,
+    /// MDS address (first run; recorded in cluster.toml).
+    #[arg(long, default_value = "127.0.0.1:7400")]
+    pub listen: String,
+    /// Cluster id (first run).
+    #[arg(long, default_value = "tessera")]
+    pub cluster: String,
+    /// Object-id policy (first run): child-closest, cousin-closest, create-order, pseudo-random.
+    #[arg(long, default_value = "child-closest")]
+    pub policy: String,
+    /// Stripe count of the root directory (first run; default: the number of OSDs, at most 4).
+    #[arg(long)]
+    pub stripe_count: Option<u32>,
+    /// Stripe unit of the root directory (first run).
+    #[arg(long, default_value = "512K", value_parser = crate::args::size)]
+    pub stripe_unit: u64,
+    /// Also mount the file system here.
+    #[arg(long)]
+    pub mount: Option<PathBuf>,
+    /// Serve Prometheus metrics (MDS, and the mount's client) on this address.
+    #[arg(long)]
+    pub metrics: Option<std::net::SocketAddr>,
+    /// Prefetch depth of the mount's client (0 disables).
+    #[arg(long, default_value_t = 32)]
+    pub prefetch: u32,
+}
+
+pub fn run(a: Args) -> anyhow::Result<i32> {
+    std::fs::create_dir_all(&a.data)
+        .with_context(|| format!("cannot create {}", a.data.display()))?;
+    let mds_dir = a.data.join("mds");
+    let cf = match ClusterFile::load(&a.data)? {
+        Some(mut cf) => {
+            if a.osds > cf.osds {
+                cf.osds = a.osds;
+                cf.save(&a.data)?;
+            }
+            cf
+        }
+        None => {
+            if a.osds == 0 {
+                bail!("--osds must be at least 1");
+            }
+            let kind = PolicyKind::parse(&a.policy).map_err(anyhow::Error::msg)?;
+            let sc = a.stripe_count.unwrap_or(a.osds.min(4));
+            let opts = FormatOptions {
+                cluster_id: a.cluster.clone(),
+                policy: IdPolicy::new(kind, Geometry::default()).map_err(anyhow::Error::msg)?,
+                layout: LayoutSpec {
+                    stripe_unit: u32::try_from(a.stripe_unit).context("stripe unit too large")?,
+                    stripe_count: sc,
+                    object_size: 0,
+                },
+                wal_bytes: 64 << 20,
+            };
+            mds::service::format(&mds_dir, &opts)?;
+            let cf = ClusterFile {
+                cluster_id: a.cluster.clone(),
+                mds: a.listen.clone(),
+                osds: a.osds,
+                osd_size: a.size,
+            };
+            cf.save(&a.data)?;
+            println!(
+                "made cluster {} in {} ({} OSDs of {}, id policy {}, stripe count {sc})",
+                cf.cluster_id,
+                a.data.display(),
+                cf.osds,
+                super::human(cf.osd_size),
+                a.policy
+            );
+            cf
+        }
+    };
+    for id in 1..=cf.osds {
+        provision_osd(
+            &osd_dir(&a.data, id),
+            id,
+            &cf.cluster_id,
+            cf.osd_size,
+            &mds_dir.join("keys"),
+        )
+        .map_err(anyhow::Error::msg)?;
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let handle = rt.handle().clone();
+    rt.block_on(async move {
+        let m = LocalMds::start(&mds_dir, &cf.mds)
+            .await
+            .map_err(|e| anyhow::anyhow!("MDS: {e}"))?;
+        let mut osds = Vec::new();
+        for id in 1..=cf.osds {
+            let o = LocalOsd::start(
+                &osd_dir(&a.data, id),
+                "127.0.0.1:0",
+                Some(m.addr.to_string()),
+            )
+            .await
+            .map_err(|e| anyhow::anyhow!("OSD {id}: {e}"))?;
+            osds.push(o);
+        }
+        wait_up(&m, &osds).await?;
+        println!("cluster {} is up", cf.cluster_id);
+        println!("  MDS  {}", m.addr);
+        for o in &osds {
+            println!("  OSD {} {}", o.id, o.addr);
+        }
+        let mut client = None;
+        let mut session = None;
+        if let Some(mp) = &a.mount {
+            let mut cfg = client::ClientConfig::new(&m.addr.to_string(), &cf.cluster_id);
+            cfg.prefetch = a.prefetch;
+            let c = client::Client::connect(cfg)
+                .await
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            let s = tessera_fuse::mount(
+                c.clone(),
+                handle.clone(),
+                mp,
+                &tessera_fuse::MountOptions::default(),
+            )
+            .map_err(anyhow::Error::msg)?;
+            println!("  mounted on {}", mp.display());
+            client = Some(c);
+            session = Some(s);
+        } else {
+            println!(
+                "mount it with:  tessera mount {} /mnt/tessera --cluster {}",
+                m.addr, cf.cluster_id
+            );
+        }
+        if let Some(ma) = a.metrics {
+            let l = tokio::net::TcpListener::bind(ma)
+                .await
+                .with_context(|| format!("cannot listen on {ma} for metrics"))?;
+            let svc = m.mds.clone();
+            let cl = client.clone();
+            tokio::spawn(osd::metrics::serve_text(
+                l,
+                std::sync::Arc::new(move || {
+                    let mut s = svc.metrics.render(&svc.kv.stats);
+                    if let Some(c) = &cl {
+                        s = s.trim_end().trim_end_matches("# EOF").to_string();
+                        s.push_str(&c.stats().prometheus());
+                    }
+                    s
+                }),
+            ));
+            println!("  metrics on http://{ma}/metrics");
+        }
+        println!("status: tessera status --data {}", a.data.display());
+        println!("stop with Ctrl-C");
+        super::wait_for_signal().await;
+        println!("stopping");
+        if let Some(s) = session {
+            let r = tokio::task::spawn_blocking(move || s.umount_and_join()).await;
+            if let Ok(Err(e)) = r {
+                eprintln!("unmount: {e}");
+            }
+        }
+        if let Some(c) = &client {
+            let _ = c.sync_all().await;
+        }
+        for o in osds {
+            let id = o.id;
+            if let Err(e) = o.stop().await {
+                eprintln!("OSD {id}: {e}");
+            }
+        }
+        m.stop().await;
+        println!("cluster stopped cleanly");
+        Ok(0)
+    })
+}
+
+/// Waits until the MDS's map has every OSD at its current address (10 s at most).
+async fn wait_up(m: &LocalMds, osds: &[LocalOsd]) -> anyhow::Result<()> {
+    for _ in 0..200 {
+        if let Ok(map) = m.mds.current_map()
+            && osds
+                .iter()
+                .all(|o| map.addr(o.id) == Some(o.addr.to_string().as_str()))
+        {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    bail!("OSDs did not register with the MDS within 10 s")
+}
