@@ -213,3 +213,98 @@ impl LocalMds {
         let _ = self.task.await;
     }
 }
+
+/// A whole cluster in this process: an MDS and `n` OSDs on file-backed
+/// stores under one directory, over real sockets on 127.0.0.1 (what the
+/// client tests and benchmarks run against).
+pub struct LocalCluster {
+    /// Where everything lives (`mds/`, `osd-N/`).
+    pub root: PathBuf,
+    /// Cluster id.
+    pub cluster_id: String,
+    /// The MDS.
+    pub mds: Option<LocalMds>,
+    /// The OSDs, by index (`None` while stopped); OSD ids are the indexes.
+    pub osds: Vec<Option<LocalOsd>>,
+}
+
+impl LocalCluster {
+    /// Formats and starts a cluster of `n` OSDs of `osd_size` bytes under `root`.
+    pub async fn start(
+        root: &Path,
+        n: u32,
+        osd_size: u64,
+        opts: &crate::FormatOptions,
+    ) -> Result<LocalCluster, String> {
+        let mds_dir = root.join("mds");
+        crate::service::format(&mds_dir, opts).map_err(|e| e.to_string())?;
+        for i in 0..n {
+            provision_osd(
+                &osd_dir(root, i),
+                i,
+                &opts.cluster_id,
+                osd_size,
+                &mds_dir.join("keys"),
+            )?;
+        }
+        let m = LocalMds::start(&mds_dir, "127.0.0.1:0").await?;
+        let mut c = LocalCluster {
+            root: root.into(),
+            cluster_id: opts.cluster_id.clone(),
+            mds: Some(m),
+            osds: Vec::new(),
+        };
+        for i in 0..n {
+            c.osds.push(None);
+            c.start_osd(i).await?;
+        }
+        Ok(c)
+    }
+
+    /// The MDS's address.
+    pub fn mds_addr(&self) -> String {
+        self.mds.as_ref().map(|m| m.addr.to_string()).unwrap_or_default()
+    }
+
+    /// Starts (or restarts) OSD `i` and waits until the MDS's map has its
+    /// current address.
+    pub async fn start_osd(&mut self, i: u32) -> Result<(), String> {
+        let mds = self.mds.as_ref().ok_or("the MDS is stopped")?;
+        let o = LocalOsd::start(
+            &osd_dir(&self.root, i),
+            "127.0.0.1:0",
+            Some(mds.addr.to_string()),
+        )
+        .await?;
+        let want = o.addr.to_string();
+        for _ in 0..400 {
+            if let Ok(map) = mds.mds.current_map()
+                && map.addr(i) == Some(want.as_str())
+            {
+                self.osds[i as usize] = Some(o);
+                return Ok(());
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+        }
+        Err(format!("OSD {i} did not register within 10 s"))
+    }
+
+    /// Stops OSD `i` cleanly.
+    pub async fn stop_osd(&mut self, i: u32) -> Result<(), String> {
+        match self.osds[i as usize].take() {
+            Some(o) => o.stop().await,
+            None => Ok(()),
+        }
+    }
+
+    /// Stops everything cleanly.
+    pub async fn stop(mut self) -> Result<(), String> {
+        for i in 0..self.osds.len() as u32 {
+            self.stop_osd(i).await?;
+        }
+        if let Some(m) = self.mds.take() {
+            m.stop().await;
+        }
+        Ok(())
+    }
+}
