@@ -106,7 +106,11 @@ async fn fsx_random_sequence_matches_the_reference() {
             let got = a.read(fh, off, len).await.unwrap();
             let lo = (off as usize).min(model.len());
             let hi = (off as usize + len as usize).min(model.len());
-            assert_eq!(&got[..], &model[lo..hi], "step {step} (seed {seed}): read {off}+{len}");
+            assert_eq!(
+                &got[..],
+                &model[lo..hi],
+                "step {step} (seed {seed}): read {off}+{len}"
+            );
         } else if op < 92 {
             a.fsync(fh).await.unwrap();
         } else {
@@ -114,15 +118,25 @@ async fn fsx_random_sequence_matches_the_reference() {
             a.release(fh).await.unwrap();
             let bf = b.open(&root(), ino, false).await.unwrap();
             let attr = b.getattr(&root(), ino).await.unwrap();
-            assert_eq!(attr.size, model.len() as u64, "step {step}: size after close");
+            assert_eq!(
+                attr.size,
+                model.len() as u64,
+                "step {step}: size after close"
+            );
             let got = read_all(&b, bf, model.len() as u64).await;
-            assert!(got == model, "step {step} (seed {seed}): other client's view differs");
+            assert!(
+                got == model,
+                "step {step} (seed {seed}): other client's view differs"
+            );
             b.release(bf).await.unwrap();
             fh = a.open(&root(), ino, true).await.unwrap();
         }
         // After every step the whole file reads back as the reference.
         let got = read_all(&a, fh, model.len() as u64 + 1).await;
-        assert!(got == model, "step {step} (seed {seed}): file differs from the reference");
+        assert!(
+            got == model,
+            "step {step} (seed {seed}): file differs from the reference"
+        );
     }
     a.release(fh).await.unwrap();
     cl.stop().await.unwrap();
@@ -154,7 +168,11 @@ async fn close_to_open_timer_and_capability_renewal() {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert_eq!(seen, data.len() as u64, "the write-back timer committed the length");
+    assert_eq!(
+        seen,
+        data.len() as u64,
+        "the write-back timer committed the length"
+    );
     let bf = b.open(&root(), ino, false).await.unwrap();
     assert!(read_all(&b, bf, data.len() as u64).await == data);
     // chmod by B revokes A's capabilities at the OSDs; A's next write
@@ -167,7 +185,10 @@ async fn close_to_open_timer_and_capability_renewal() {
     let before = a.stats().mds_non_mandatory;
     a.write(fh, 10, b"renewed").await.unwrap();
     a.fsync(fh).await.unwrap();
-    assert!(a.stats().mds_non_mandatory > before, "A renewed its capabilities");
+    assert!(
+        a.stats().mds_non_mandatory > before,
+        "A renewed its capabilities"
+    );
     a.release(fh).await.unwrap();
     b.release(bf).await.unwrap();
     let bf = b.open(&root(), ino, false).await.unwrap();
@@ -190,7 +211,9 @@ async fn prefetch_saves_metadata_requests() {
             .create(&root(), d, &format!("f{i:03}"), 0o644, true)
             .await
             .unwrap();
-        w.write(fh, 0, format!("file {i}").as_bytes()).await.unwrap();
+        w.write(fh, 0, format!("file {i}").as_bytes())
+            .await
+            .unwrap();
         w.release(fh).await.unwrap();
     }
     let mut requests = Vec::new();
@@ -247,7 +270,11 @@ async fn osd_down_gives_eio_and_data_returns_after_restart() {
     let mut failed = 0;
     for off in (0..data.len() as u64).step_by(65536) {
         match c.read(fh, off, 65536).await {
-            Ok(d) => assert_eq!(&d[..], &data[off as usize..off as usize + d.len()], "never wrong data"),
+            Ok(d) => assert_eq!(
+                &d[..],
+                &data[off as usize..off as usize + d.len()],
+                "never wrong data"
+            ),
             Err(e) => {
                 assert_eq!(e.errno, 5, "EIO: {e}");
                 assert!(e.message.contains("OSD 1"), "the error names the OSD: {e}");
@@ -257,7 +284,10 @@ async fn osd_down_gives_eio_and_data_returns_after_restart() {
     }
     assert!(failed > 0, "stripes on the stopped OSD fail");
     cl.start_osd(1).await.unwrap();
-    assert!(read_all(&c, fh, data.len() as u64).await == data, "data back after restart");
+    assert!(
+        read_all(&c, fh, data.len() as u64).await == data,
+        "data back after restart"
+    );
     c.release(fh).await.unwrap();
     cl.stop().await.unwrap();
 }

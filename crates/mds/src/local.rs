@@ -263,7 +263,10 @@ impl LocalCluster {
 
     /// The MDS's address.
     pub fn mds_addr(&self) -> String {
-        self.mds.as_ref().map(|m| m.addr.to_string()).unwrap_or_default()
+        self.mds
+            .as_ref()
+            .map(|m| m.addr.to_string())
+            .unwrap_or_default()
     }
 
     /// Starts (or restarts) OSD `i` and waits until the MDS's map has its

@@ -1,0 +1,522 @@
+//! The whole system through a real FUSE mount, as root: `tessera up
+//! --mount`, then unmodified programs (cp, diff, find, grep, fio) and our
+//! own POSIX checks; storms from several processes; an OSD killed with
+//! SIGKILL during reads; the prefetch benefit on a real source tree with
+//! each object-id policy. Skipped (with a message) where FUSE cannot be
+//! mounted (not root, or no /dev/fuse).
+#![allow(clippy::unwrap_used)]
+
+use std::io::{BufRead, BufReader};
+use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use rand::{Rng, SeedableRng};
+
+const BIN: &str = env!("CARGO_BIN_EXE_tessera");
+
+fn can_mount() -> bool {
+    // SAFETY: geteuid cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root || !Path::new("/dev/fuse").exists() {
+        eprintln!("SKIPPED: FUSE mounts need root and /dev/fuse");
+        return false;
+    }
+    true
+}
+
+fn free_port() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().to_string()
+}
+
+fn ok(args: &[&str]) -> String {
+    let o = Command::new(BIN).args(args).output().unwrap();
+    assert!(
+        o.status.success(),
+        "tessera {args:?}: {}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn sh(script: &str) -> std::process::Output {
+    Command::new("bash").args(["-c", script]).output().unwrap()
+}
+
+/// Waits for a line containing `what` on a child's stdout (60 s).
+fn wait_line(child: &mut Child, what: &str) -> String {
+    let out = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let what = what.to_string();
+    std::thread::spawn(move || {
+        let mut seen = String::new();
+        for l in BufReader::new(out).lines().map_while(Result::ok) {
+            seen.push_str(&l);
+            seen.push('\n');
+            if l.contains(&what) {
+                let _ = tx.send(Ok(seen.clone()));
+            }
+        }
+        let _ = tx.send(Err(seen));
+    });
+    match rx.recv_timeout(Duration::from_secs(60)) {
+        Ok(Ok(s)) => s,
+        Ok(Err(s)) => panic!("process ended before printing the line; output:\n{s}"),
+        Err(_) => panic!("timed out waiting for the line"),
+    }
+}
+
+/// A `tessera up` process with its mount; stops cleanly on drop.
+struct Up {
+    child: Option<Child>,
+    data: PathBuf,
+    mp: PathBuf,
+}
+
+impl Up {
+    fn start(dir: &Path, extra: &[&str]) -> Up {
+        let data = dir.join("data");
+        let mp = dir.join("mnt");
+        std::fs::create_dir_all(&mp).unwrap();
+        let port = free_port();
+        let mut args = vec![
+            "up",
+            "--data",
+            data.to_str().unwrap(),
+            "--osds",
+            "3",
+            "--size",
+            "512M",
+            "--listen",
+            &port,
+            "--mount",
+            mp.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        let mut child = Command::new(BIN)
+            .args(&args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        wait_line(&mut child, "mounted on");
+        Up {
+            child: Some(child),
+            data,
+            mp,
+        }
+    }
+
+    fn target(&self) -> Vec<String> {
+        vec!["--data".into(), self.data.to_str().unwrap().into()]
+    }
+
+    /// SIGINT, expect a clean exit, then check the namespace offline.
+    fn stop(mut self) {
+        let mut c = self.child.take().unwrap();
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(c.id() as i32, libc::SIGINT) };
+        assert!(c.wait().unwrap().success(), "tessera up exits 0 on Ctrl-C");
+        let fsck = ok(&[
+            "mds",
+            "fsck",
+            "--data",
+            self.data.join("mds").to_str().unwrap(),
+        ]);
+        assert!(fsck.contains("clean"), "{fsck}");
+        assert!(!is_mounted(&self.mp), "unmounted");
+    }
+}
+
+impl Drop for Up {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            // SAFETY: signalling our own child.
+            unsafe { libc::kill(c.id() as i32, libc::SIGINT) };
+            let _ = c.wait();
+            let _ = Command::new("umount").arg("-l").arg(&self.mp).status();
+        }
+    }
+}
+
+fn is_mounted(p: &Path) -> bool {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let c = p.canonicalize().unwrap();
+    info.lines()
+        .any(|l| l.split(' ').nth(4) == Some(c.to_str().unwrap()))
+}
+
+/// A source tree no one here wrote: a crate from the cargo registry
+/// (every build of this workspace downloads them).
+fn real_tree(prefix: &str) -> PathBuf {
+    let home = std::env::var("CARGO_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| PathBuf::from(std::env::var("HOME").unwrap()).join(".cargo"));
+    let src = home.join("registry/src");
+    for reg in std::fs::read_dir(&src).unwrap().flatten() {
+        let mut found: Vec<PathBuf> = std::fs::read_dir(reg.path())
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with(prefix))
+            })
+            .collect();
+        found.sort();
+        if let Some(p) = found.pop() {
+            return p;
+        }
+    }
+    panic!("no {prefix}* crate source under {}", src.display());
+}
+
+fn count_files(p: &Path) -> usize {
+    let o = sh(&format!("find '{}' -type f | wc -l", p.display()));
+    String::from_utf8_lossy(&o.stdout).trim().parse().unwrap()
+}
+
+/// fsx on a file of the mount: seeded random writes across stripe
+/// boundaries, truncates up and down, reads, reopen; checked against a
+/// reference after every step.
+fn fsx(path: &Path, seed: u64, steps: usize) {
+    let open = || {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+            .unwrap()
+    };
+    let mut f = open();
+    let mut model: Vec<u8> = Vec::new();
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
+    let max = 150_000u64;
+    for step in 0..steps {
+        let op = rng.random_range(0..100);
+        if op < 50 {
+            let off = rng.random_range(0..max);
+            let len = rng.random_range(1..20_000u64).min(max - off);
+            let b = rng.random::<u8>();
+            let data: Vec<u8> = (0..len).map(|i| b.wrapping_add((i * 13) as u8)).collect();
+            f.write_all_at(&data, off).unwrap();
+            let end = (off + len) as usize;
+            if model.len() < end {
+                model.resize(end, 0);
+            }
+            model[off as usize..end].copy_from_slice(&data);
+        } else if op < 62 {
+            let size = rng.random_range(0..max);
+            f.set_len(size).unwrap();
+            model.resize(size as usize, 0);
+        } else if op < 90 {
+            let off = rng.random_range(0..max);
+            let mut buf = vec![0u8; rng.random_range(1..30_000)];
+            let n = f.read_at(&mut buf, off).unwrap();
+            let lo = (off as usize).min(model.len());
+            let hi = (off as usize + buf.len()).min(model.len());
+            assert_eq!(&buf[..n], &model[lo..hi], "fsx step {step} seed {seed}");
+        } else if op < 95 {
+            f.sync_all().unwrap();
+        } else {
+            drop(f);
+            f = open();
+        }
+        assert_eq!(
+            f.metadata().unwrap().len(),
+            model.len() as u64,
+            "fsx step {step}: size"
+        );
+        let mut all = vec![0u8; model.len()];
+        let mut at = 0;
+        while at < all.len() {
+            let n = f.read_at(&mut all[at..], at as u64).unwrap();
+            assert!(n > 0, "fsx step {step}: short file");
+            at += n;
+        }
+        assert!(
+            all == model,
+            "fsx step {step} seed {seed}: file differs from the reference"
+        );
+    }
+}
+
+fn cstr(p: &Path) -> std::ffi::CString {
+    std::ffi::CString::new(p.to_str().unwrap()).unwrap()
+}
+
+/// The POSIX calls unmodified programs make, on the mount.
+fn posix_calls(mp: &Path) {
+    let d = mp.join("posix");
+    std::fs::create_dir(&d).unwrap();
+    let f = d.join("file");
+    std::fs::write(&f, b"hello world").unwrap();
+    // symlink, readlink, hard link
+    std::os::unix::fs::symlink("file", d.join("sym")).unwrap();
+    assert_eq!(
+        std::fs::read_link(d.join("sym")).unwrap(),
+        Path::new("file")
+    );
+    assert_eq!(std::fs::read(d.join("sym")).unwrap(), b"hello world");
+    std::fs::hard_link(&f, d.join("hard")).unwrap();
+    assert_eq!(std::fs::metadata(&f).unwrap().nlink(), 2);
+    // chmod, chown, utimens, truncate
+    std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o640)).unwrap();
+    assert_eq!(std::fs::metadata(&f).unwrap().mode() & 0o7777, 0o640);
+    std::os::unix::fs::chown(&f, Some(1234), Some(5678)).unwrap();
+    let m = std::fs::metadata(&f).unwrap();
+    assert_eq!((m.uid(), m.gid()), (1234, 5678));
+    let times = [
+        libc::timespec {
+            tv_sec: 1_000_000,
+            tv_nsec: 5,
+        },
+        libc::timespec {
+            tv_sec: 2_000_000,
+            tv_nsec: 7,
+        },
+    ];
+    // SAFETY: valid path and two timespecs.
+    let r = unsafe { libc::utimensat(libc::AT_FDCWD, cstr(&f).as_ptr(), times.as_ptr(), 0) };
+    assert_eq!(r, 0);
+    assert_eq!(std::fs::metadata(&f).unwrap().mtime(), 2_000_000);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&f)
+        .unwrap()
+        .set_len(5)
+        .unwrap();
+    assert_eq!(std::fs::read(&f).unwrap(), b"hello");
+    // rename over an existing file, across directories
+    std::fs::create_dir(d.join("sub")).unwrap();
+    std::fs::write(d.join("sub/target"), b"old").unwrap();
+    std::fs::rename(&f, d.join("sub/target")).unwrap();
+    assert_eq!(std::fs::read(d.join("sub/target")).unwrap(), b"hello");
+    assert!(!f.exists());
+    // rmdir of a non-empty directory, unlink, rmdir
+    let e = std::fs::remove_dir(d.join("sub")).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ENOTEMPTY));
+    std::fs::remove_file(d.join("sub/target")).unwrap();
+    std::fs::remove_dir(d.join("sub")).unwrap();
+    // mknod of a regular file
+    let n = d.join("node");
+    // SAFETY: valid path.
+    assert_eq!(
+        unsafe { libc::mknod(cstr(&n).as_ptr(), libc::S_IFREG | 0o600, 0) },
+        0
+    );
+    assert!(std::fs::metadata(&n).unwrap().is_file());
+    // extended attributes
+    let name = std::ffi::CString::new("user.color").unwrap();
+    // SAFETY: valid path, name and buffers with their lengths.
+    unsafe {
+        assert_eq!(
+            libc::setxattr(
+                cstr(&n).as_ptr(),
+                name.as_ptr(),
+                b"blue".as_ptr().cast(),
+                4,
+                0
+            ),
+            0
+        );
+        let mut buf = [0u8; 64];
+        let k = libc::getxattr(
+            cstr(&n).as_ptr(),
+            name.as_ptr(),
+            buf.as_mut_ptr().cast(),
+            64,
+        );
+        assert_eq!(&buf[..k as usize], b"blue");
+        let k = libc::listxattr(cstr(&n).as_ptr(), buf.as_mut_ptr().cast(), 64);
+        assert_eq!(&buf[..k as usize], b"user.color\0");
+        assert_eq!(libc::removexattr(cstr(&n).as_ptr(), name.as_ptr()), 0);
+        assert!(
+            libc::getxattr(
+                cstr(&n).as_ptr(),
+                name.as_ptr(),
+                buf.as_mut_ptr().cast(),
+                64
+            ) < 0
+        );
+    }
+    // statfs
+    // SAFETY: valid path and a zeroed struct to fill.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    assert_eq!(unsafe { libc::statvfs(cstr(mp).as_ptr(), &mut st) }, 0);
+    assert!(st.f_blocks > 0 && st.f_bfree <= st.f_blocks);
+    // readdir lists exactly what is there
+    let mut names: Vec<String> = std::fs::read_dir(&d)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["hard", "node", "sym"]);
+    // O_EXCL on an existing name
+    let e = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(d.join("hard"))
+        .unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EEXIST));
+}
+
+#[test]
+fn real_tree_fsx_fio_and_posix_calls_on_a_mount() {
+    if !can_mount() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let up = Up::start(dir.path(), &[]);
+    let t = up.target();
+    let tgt: Vec<&str> = t.iter().map(String::as_str).collect();
+    // A real source tree in and back out.
+    let src = real_tree("tokio-1.");
+    let dst = up.mp.join("tree");
+    let o = sh(&format!("cp -r '{}' '{}'", src.display(), dst.display()));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = sh(&format!("diff -r '{}' '{}'", src.display(), dst.display()));
+    assert!(
+        o.status.success() && o.stdout.is_empty(),
+        "diff -r: {}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    let files = count_files(&src);
+    let o = sh(&format!(
+        "cd '{}' && find . -type f | xargs grep -c NONEXISTENT",
+        dst.display()
+    ));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.stderr.is_empty(),
+        "grep: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(
+        out.lines().count(),
+        files,
+        "grep read every one of the {files} files"
+    );
+    assert!(
+        out.lines().all(|l| l.ends_with(":0")),
+        "no file contains the word"
+    );
+    // fsx on a striped file (4 KiB units over 3 OSDs).
+    std::fs::create_dir(up.mp.join("fsx")).unwrap();
+    let mut args = vec![
+        "layout",
+        "set",
+        "/fsx",
+        "--stripe-unit",
+        "4K",
+        "--stripe-count",
+        "3",
+    ];
+    args.extend_from_slice(&tgt);
+    ok(&args);
+    fsx(&up.mp.join("fsx/file"), 7, 300);
+    // fio with data verification.
+    std::fs::create_dir(up.mp.join("fio")).unwrap();
+    for job in [
+        "--rw=write --bs=1M --size=64M --fsync_on_close=1",
+        "--rw=randwrite --bs=4k --size=8M",
+        "--rw=randrw --bs=16k --size=8M",
+    ] {
+        let o = sh(&format!(
+            "fio --name=v --directory='{}' {job} --verify=crc32c --do_verify=1 --ioengine=psync --output-format=terse",
+            up.mp.join("fio").display()
+        ));
+        let out =
+            String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
+        assert!(
+            o.status.success() && !out.contains("verify"),
+            "fio {job}: {out}"
+        );
+    }
+    posix_calls(&up.mp);
+    // The CLI sees what the mount wrote.
+    let mut args = vec!["ls", "-l", "/posix"];
+    args.extend_from_slice(&tgt);
+    let ls = ok(&args);
+    assert!(
+        ls.contains("hard") && ls.contains("node") && ls.contains("sym"),
+        "{ls}"
+    );
+    up.stop();
+}
+
+#[test]
+fn storms_from_several_processes_leave_a_consistent_namespace() {
+    if !can_mount() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let up = Up::start(dir.path(), &[]);
+    std::fs::create_dir(up.mp.join("shared")).unwrap();
+    // Four processes: each creates, writes, renames (within its own
+    // directory and into the shared one), unlinks and makes and removes
+    // directories; what survives is determined by the script.
+    let script = |p: usize| {
+        format!(
+            r#"set -e; cd '{mp}'; mkdir w{p}
+for i in $(seq 1 60); do
+  echo "p{p} file $i" > w{p}/f$i
+  mv w{p}/f$i w{p}/g$i
+  if [ $((i % 3)) -eq 0 ]; then rm w{p}/g$i
+  elif [ $((i % 5)) -eq 0 ]; then mv w{p}/g$i shared/p{p}-$i; fi
+  mkdir w{p}/d$i; rmdir w{p}/d$i
+done"#,
+            mp = up.mp.display()
+        )
+    };
+    let kids: Vec<Child> = (0..4)
+        .map(|p| {
+            Command::new("bash")
+                .args(["-c", &script(p)])
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for mut k in kids {
+        assert!(k.wait().unwrap().success());
+    }
+    for p in 0..4 {
+        let mut want: Vec<String> = Vec::new();
+        let mut shared: Vec<String> = Vec::new();
+        for i in 1..=60 {
+            if i % 3 == 0 {
+                continue;
+            }
+            if i % 5 == 0 {
+                shared.push(format!("p{p}-{i}"));
+            } else {
+                want.push(format!("g{i}"));
+            }
+        }
+        let mut got: Vec<String> = std::fs::read_dir(up.mp.join(format!("w{p}")))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        got.sort();
+        want.sort();
+        assert_eq!(got, want, "process {p}'s directory");
+        for n in &want {
+            let i = &n[1..];
+            let body = std::fs::read_to_string(up.mp.join(format!("w{p}/{n}"))).unwrap();
+            assert_eq!(body, format!("p{p} file {i}\n"));
+        }
+        for n in &shared {
+            let i = n.rsplit('-').next().unwrap();
+            let body = std::fs::read_to_string(up.mp.join("shared").join(n)).unwrap();
+            assert_eq!(body, format!("p{p} file {i}\n"));
+        }
+    }
+    let total = std::fs::read_dir(up.mp.join("shared")).unwrap().count();
+    assert_eq!(total, 4 * 8, "shared directory holds every moved file once");
+    up.stop();
+}
