@@ -520,3 +520,283 @@ done"#,
     assert_eq!(total, 4 * 8, "shared directory holds every moved file once");
     up.stop();
 }
+
+/// Runs `tessera mount ADDR MP --foreground ...` and waits until mounted.
+fn mount_fg(mds: &str, cluster: &str, mp: &Path, extra: &[&str]) -> Child {
+    std::fs::create_dir_all(mp).unwrap();
+    let mut args = vec![
+        "mount",
+        mds,
+        mp.to_str().unwrap(),
+        "--foreground",
+        "--cluster",
+        cluster,
+    ];
+    args.extend_from_slice(extra);
+    let mut c = Command::new(BIN)
+        .args(&args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_line(&mut c, "mounted");
+    c
+}
+
+fn sigint_wait(c: &mut Child) {
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(c.id() as i32, libc::SIGINT) };
+    assert!(c.wait().unwrap().success());
+}
+
+fn drop_caches() {
+    std::fs::write("/proc/sys/vm/drop_caches", "3").unwrap();
+}
+
+fn start_osd(dir: &Path, i: u32, addr: &str, mds: &str) -> Child {
+    Command::new(BIN)
+        .args([
+            "osd",
+            "--store",
+            dir.join(format!("osd{i}.img")).to_str().unwrap(),
+            "--key-file",
+            dir.join(format!("osd{i}.key")).to_str().unwrap(),
+            "--listen",
+            addr,
+            "--mds",
+            mds,
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+fn wait_osds_up(mds: &str, cluster: &str, n: usize) {
+    for _ in 0..200 {
+        let o = Command::new(BIN)
+            .args(["status", "--mds", mds, "--cluster", cluster, "--json"])
+            .output()
+            .unwrap();
+        let s = String::from_utf8_lossy(&o.stdout);
+        if s.matches("\"up\": true").count() >= n {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("OSDs did not come up");
+}
+
+/// Every daemon a separate process, the mount through `tessera mount`: an
+/// OSD holding stripes of a file is killed with SIGKILL; reads of the file
+/// fail with EIO (never wrong data); once the OSD restarts, the data reads
+/// back. Also: the mount command's messages for a missing and a busy
+/// mount point, and background mounting.
+#[test]
+fn osd_killed_during_reads_gives_eio_then_data_returns() {
+    if !can_mount() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let p = |x: &str| d.join(x).to_str().unwrap().to_string();
+    let cluster = "killtest";
+    ok(&[
+        "mds",
+        "format",
+        "--data",
+        &p("mds"),
+        "--cluster",
+        cluster,
+        "--stripe-unit",
+        "64K",
+        "--stripe-count",
+        "3",
+    ]);
+    let mds_addr = free_port();
+    let mds = Command::new(BIN)
+        .args(["mds", "serve", "--data", &p("mds"), "--listen", &mds_addr])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut osds = Vec::new();
+    let mut addrs = Vec::new();
+    for i in 0..3u32 {
+        ok(&["mkfs", &p(&format!("osd{i}.img")), "--size", "256M"]);
+        let id = i.to_string();
+        ok(&[
+            "keygen",
+            "--out",
+            &p(&format!("osd{i}.key")),
+            "--cluster",
+            cluster,
+            "--osd-id",
+            &id,
+        ]);
+        std::fs::copy(
+            p(&format!("osd{i}.key")),
+            d.join(format!("mds/keys/osd-{i}.toml")),
+        )
+        .unwrap();
+        let a = free_port();
+        osds.push(start_osd(d, i, &a, &mds_addr));
+        addrs.push(a);
+    }
+    wait_osds_up(&mds_addr, cluster, 3);
+    // Clear messages for a missing mount point, then a busy one.
+    let o = Command::new(BIN)
+        .args(["mount", &mds_addr, &p("nowhere"), "--cluster", cluster])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("does not exist"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let mp = d.join("mnt");
+    let mut m = mount_fg(&mds_addr, cluster, &mp, &[]);
+    let o = Command::new(BIN)
+        .args([
+            "mount",
+            &mds_addr,
+            mp.to_str().unwrap(),
+            "--cluster",
+            cluster,
+        ])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("busy"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    // An 8 MiB file striped over the three OSDs.
+    let data: Vec<u8> = (0..8u32 << 20)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
+        .collect();
+    std::fs::write(mp.join("striped"), &data).unwrap();
+    drop_caches();
+    assert!(std::fs::read(mp.join("striped")).unwrap() == data);
+    // SIGKILL OSD 1 and read again.
+    osds[1].kill().unwrap();
+    osds[1].wait().unwrap();
+    drop_caches();
+    let e = std::fs::read(mp.join("striped")).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EIO), "{e}");
+    // Bytes that do come back are right.
+    let f = std::fs::File::open(mp.join("striped")).unwrap();
+    let mut buf = vec![0u8; 65536];
+    let mut good = 0;
+    for off in (0..data.len()).step_by(65536) {
+        if let Ok(n) = f.read_at(&mut buf, off as u64) {
+            assert_eq!(&buf[..n], &data[off..off + n], "never wrong data");
+            good += 1;
+        }
+    }
+    assert!(
+        good > 0 && good < 128,
+        "stripes on the live OSDs still read ({good})"
+    );
+    drop(f);
+    // Restart it (same store, same address): the data is back.
+    osds[1] = start_osd(d, 1, &addrs[1], &mds_addr);
+    wait_osds_up(&mds_addr, cluster, 3);
+    drop_caches();
+    let mut back = false;
+    for _ in 0..50 {
+        if std::fs::read(mp.join("striped")).is_ok_and(|b| b == data) {
+            back = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(back, "data reads back after the OSD restarts");
+    sigint_wait(&mut m);
+    // Background mode: the command returns once mounted; umount ends it.
+    let out = ok(&[
+        "mount",
+        &mds_addr,
+        mp.to_str().unwrap(),
+        "--cluster",
+        cluster,
+    ]);
+    assert!(out.contains("mounted"), "{out}");
+    assert!(std::fs::read(mp.join("striped")).unwrap() == data);
+    assert!(Command::new("umount").arg(&mp).status().unwrap().success());
+    for mut c in osds.into_iter().chain([mds]) {
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+        assert!(c.wait().unwrap().success());
+    }
+}
+
+/// The prefetch benefit on a real tree: MDS requests of `find | xargs grep`
+/// through a fresh mount with N = 32 and N = 0, for each object-id policy.
+#[test]
+fn prefetch_benefit_on_a_real_tree_per_policy() {
+    if !can_mount() {
+        return;
+    }
+    let src = real_tree("futures-util-");
+    let files = count_files(&src);
+    let mut table = Vec::new();
+    for policy in [
+        "child-closest",
+        "cousin-closest",
+        "create-order",
+        "pseudo-random",
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let up = Up::start(dir.path(), &["--policy", policy]);
+        let o = sh(&format!(
+            "cp -r '{}' '{}'",
+            src.display(),
+            up.mp.join("tree").display()
+        ));
+        assert!(o.status.success());
+        let cf = std::fs::read_to_string(up.data.join("cluster.toml")).unwrap();
+        let mds = cf
+            .lines()
+            .find_map(|l| l.strip_prefix("mds = "))
+            .unwrap()
+            .trim_matches('"')
+            .to_string();
+        let mut row = Vec::new();
+        for n in ["32", "0"] {
+            let mp = dir.path().join(format!("m{n}"));
+            let stats = dir.path().join(format!("stats{n}.json"));
+            let mut m = mount_fg(
+                &mds,
+                "tessera",
+                &mp,
+                &["--prefetch", n, "--stats-file", stats.to_str().unwrap()],
+            );
+            let o = sh(&format!(
+                "cd '{}/tree' && find . -type f | xargs grep -c NONEXISTENT | wc -l",
+                mp.display()
+            ));
+            assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), files.to_string());
+            sigint_wait(&mut m);
+            let s: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+            let total =
+                s["mds_mandatory"].as_u64().unwrap() + s["mds_non_mandatory"].as_u64().unwrap();
+            row.push(total);
+        }
+        let saved = 100.0 * (1.0 - row[0] as f64 / row[1] as f64);
+        println!(
+            "{policy:>15}: N=32 {:>5} MDS requests, N=0 {:>5}: {saved:.0} % fewer ({files} files)",
+            row[0], row[1]
+        );
+        table.push((policy, row[0], row[1]));
+        up.stop();
+    }
+    let (_, with, without) = table[0];
+    assert!(
+        with * 2 < without,
+        "child-closest prefetch at least halves MDS requests"
+    );
+}
