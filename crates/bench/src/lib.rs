@@ -6,6 +6,7 @@
 //!   directories vs fio's ceilings on the raw device.
 
 pub mod fio;
+pub mod fs_bench;
 pub mod loopdev;
 pub mod meta_bench;
 pub mod mix;

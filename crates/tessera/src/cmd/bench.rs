@@ -45,6 +45,22 @@ pub enum BenchCmd {
         #[arg(long)]
         big_dir: Option<u64>,
     },
+    /// The whole file system: a sequential file written with fsync and read
+    /// cold, 4 KiB random reads at depth 1, and empty-file creates from one
+    /// process — through the FUSE mount, through the client library, and on
+    /// local ext4 (loop device over a file on the same disk), in one run.
+    /// Prints the figures and the ratios to ext4. Needs root.
+    Fs {
+        /// 1 GiB file, 3,000 random reads, 2,000 creates (default: 4 GiB, 20,000, 10,000).
+        #[arg(long)]
+        quick: bool,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// Where the cluster, the ext4 image and the mount point go.
+        #[arg(long, default_value = "./tessera-data/bench")]
+        dir: PathBuf,
+    },
     /// The OSD over loopback TCP against the same store in-process: 512 KiB
     /// writes and reads and 4 KiB create-and-writes at queue depth 1 and 16,
     /// in one run. Prints both and the ratio.
@@ -63,6 +79,24 @@ pub enum BenchCmd {
 
 pub fn run(c: BenchCmd) -> anyhow::Result<i32> {
     match c {
+        BenchCmd::Fs { quick, json, dir } => {
+            let p = if quick {
+                bench::fs_bench::FsParams {
+                    file: 1 << 30,
+                    random_reads: 3000,
+                    creates: 2000,
+                }
+            } else {
+                bench::fs_bench::FsParams {
+                    file: 4 << 30,
+                    random_reads: 20_000,
+                    creates: 10_000,
+                }
+            };
+            emit(json, &bench::fs_bench::run(&dir, p)?, |r| {
+                bench::fs_bench::print(r, p)
+            })
+        }
         BenchCmd::Meta {
             json,
             dir,

@@ -1,0 +1,297 @@
+//! `tessera bench fs`: the whole file system through the FUSE mount,
+//! through the client library directly, and local ext4 on a loop device
+//! over the same disk, in one run. Sequential write of one big file with
+//! fsync, cold sequential read, 4 KiB random reads at depth 1, empty-file
+//! creates from one process. Ratios are against ext4 in the same run.
+
+use std::io::Write;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::Context;
+use client::{Client, ClientConfig};
+use mds::FormatOptions;
+use mds::ids::{Geometry, IdPolicy, PolicyKind};
+use mds::local::LocalCluster;
+use proto::layout::LayoutSpec;
+use proto::mds::Creds;
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+
+use crate::loopdev::{LoopDev, Mount, drop_caches};
+
+/// One measure for the three targets.
+#[derive(Debug, Clone, Serialize)]
+pub struct FsRow {
+    /// What was measured.
+    pub test: String,
+    /// Unit of the figures.
+    pub unit: String,
+    /// Through the FUSE mount.
+    pub mount: f64,
+    /// Through the client library.
+    pub library: f64,
+    /// Local ext4 on the same disk.
+    pub ext4: f64,
+}
+
+/// Sizes of one run.
+#[derive(Debug, Clone, Copy)]
+pub struct FsParams {
+    /// Bytes of the sequential file.
+    pub file: u64,
+    /// Random 4 KiB reads per target.
+    pub random_reads: usize,
+    /// Empty files created per target.
+    pub creates: usize,
+}
+
+const IO: usize = 1 << 20;
+
+fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut r = rand::rngs::SmallRng::seed_from_u64(seed);
+    (0..len).map(|_| r.random()).collect()
+}
+
+/// POSIX side: sequential write + fsync (MB/s).
+fn posix_write(path: &Path, size: u64) -> anyhow::Result<f64> {
+    let buf = pattern(IO, 1);
+    let t = Instant::now();
+    let mut f = std::fs::File::create(path).with_context(|| format!("{}", path.display()))?;
+    let mut left = size;
+    while left > 0 {
+        let n = left.min(IO as u64) as usize;
+        f.write_all(&buf[..n])?;
+        left -= n as u64;
+    }
+    f.sync_all()?;
+    drop(f);
+    Ok(size as f64 / t.elapsed().as_secs_f64() / 1e6)
+}
+
+fn posix_read(path: &Path) -> anyhow::Result<f64> {
+    drop_caches();
+    let f = std::fs::File::open(path)?;
+    let mut buf = vec![0u8; IO];
+    let t = Instant::now();
+    let mut off = 0u64;
+    loop {
+        let n = f.read_at(&mut buf, off)?;
+        if n == 0 {
+            break;
+        }
+        off += n as u64;
+    }
+    Ok(off as f64 / t.elapsed().as_secs_f64() / 1e6)
+}
+
+fn posix_random(path: &Path, size: u64, n: usize) -> anyhow::Result<f64> {
+    drop_caches();
+    let f = std::fs::File::open(path)?;
+    {
+        use std::os::fd::AsRawFd;
+        // SAFETY: advisory call on an open descriptor.
+        unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_RANDOM) };
+    }
+    let mut r = rand::rngs::SmallRng::seed_from_u64(9);
+    let mut buf = vec![0u8; 4096];
+    let blocks = size / 4096;
+    let t = Instant::now();
+    for _ in 0..n {
+        let off = r.random_range(0..blocks) * 4096;
+        f.read_exact_at(&mut buf, off)?;
+    }
+    Ok(n as f64 / t.elapsed().as_secs_f64())
+}
+
+fn posix_creates(dir: &Path, n: usize) -> anyhow::Result<f64> {
+    std::fs::create_dir_all(dir)?;
+    let t = Instant::now();
+    for i in 0..n {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(dir.join(format!("f{i}")))?;
+    }
+    Ok(n as f64 / t.elapsed().as_secs_f64())
+}
+
+/// The four measures through std::fs on `root` (the mount or ext4).
+fn posix_suite(root: &Path, p: FsParams) -> anyhow::Result<[f64; 4]> {
+    let file = root.join("seq.bin");
+    let w = posix_write(&file, p.file)?;
+    let r = posix_read(&file)?;
+    let rr = posix_random(&file, p.file, p.random_reads)?;
+    let c = posix_creates(&root.join("creates"), p.creates)?;
+    Ok([w, r, rr, c])
+}
+
+fn e(x: client::FsError) -> anyhow::Error {
+    anyhow::anyhow!("{x}")
+}
+
+/// The same four measures through the client library.
+async fn library_suite(cfg: ClientConfig, p: FsParams) -> anyhow::Result<[f64; 4]> {
+    let cr = Creds::root();
+    let c = Client::connect(cfg.clone()).await.map_err(e)?;
+    let d = c.mkdir(&cr, 0, "lib", 0o755).await.map_err(e)?.attr.ino;
+    let buf = pattern(IO, 1);
+    let t = Instant::now();
+    let (ent, fh) = c.create(&cr, d, "seq.bin", 0o644, true).await.map_err(e)?;
+    let mut off = 0u64;
+    while off < p.file {
+        let n = (p.file - off).min(IO as u64) as usize;
+        c.write(fh, off, &buf[..n]).await.map_err(e)?;
+        off += n as u64;
+    }
+    c.fsync(fh).await.map_err(e)?;
+    c.release(fh).await.map_err(e)?;
+    let w = p.file as f64 / t.elapsed().as_secs_f64() / 1e6;
+    drop_caches();
+    // A fresh client: nothing cached.
+    let c = Client::connect(cfg).await.map_err(e)?;
+    let ino = ent.attr.ino;
+    let t = Instant::now();
+    let fh = c.open(&cr, ino, false).await.map_err(e)?;
+    let mut off = 0u64;
+    loop {
+        let got = c.read(fh, off, IO as u32).await.map_err(e)?;
+        if got.is_empty() {
+            break;
+        }
+        off += got.len() as u64;
+    }
+    let r = off as f64 / t.elapsed().as_secs_f64() / 1e6;
+    c.release(fh).await.map_err(e)?;
+    drop_caches();
+    let fh = c.open(&cr, ino, false).await.map_err(e)?;
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(9);
+    let blocks = p.file / 4096;
+    let t = Instant::now();
+    for _ in 0..p.random_reads {
+        let off = rng.random_range(0..blocks) * 4096;
+        c.read(fh, off, 4096).await.map_err(e)?;
+    }
+    let rr = p.random_reads as f64 / t.elapsed().as_secs_f64();
+    c.release(fh).await.map_err(e)?;
+    let cd = c.mkdir(&cr, d, "creates", 0o755).await.map_err(e)?.attr.ino;
+    let t = Instant::now();
+    for i in 0..p.creates {
+        let (_, fh) = c
+            .create(&cr, cd, &format!("f{i}"), 0o644, true)
+            .await
+            .map_err(e)?;
+        c.release(fh).await.map_err(e)?;
+    }
+    let cr_s = p.creates as f64 / t.elapsed().as_secs_f64();
+    Ok([w, r, rr, cr_s])
+}
+
+/// Runs the suite under `dir` (needs root: loop device, ext4, FUSE).
+pub fn run(dir: &Path, p: FsParams) -> anyhow::Result<Vec<FsRow>> {
+    let work = dir.join(format!("fs-bench-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&work);
+    std::fs::create_dir_all(&work)?;
+    let res = run_in(&work, p);
+    let _ = std::fs::remove_dir_all(&work);
+    res
+}
+
+fn run_in(work: &Path, p: FsParams) -> anyhow::Result<Vec<FsRow>> {
+    // ext4 on a loop device over a file on the same disk.
+    let dev_size = p.file + (1 << 30);
+    let ld = LoopDev::create(&work.join("ext4.img"), dev_size)?;
+    let ext4 = Mount::make("ext4", ld.dev(), &work.join("ext4"))?;
+    let ext = posix_suite(&ext4.dir, p)?;
+    drop(ext4);
+    drop(ld);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let opts = FormatOptions {
+        cluster_id: "fsbench".into(),
+        policy: IdPolicy::new(PolicyKind::ChildClosest, Geometry::default())
+            .map_err(anyhow::Error::msg)?,
+        layout: LayoutSpec {
+            stripe_unit: 512 << 10,
+            stripe_count: 3,
+            object_size: 0,
+        },
+        wal_bytes: 64 << 20,
+    };
+    let osd_size = (p.file * 2 / 3).max(256 << 20) + (512 << 20);
+    let cl = rt
+        .block_on(LocalCluster::start(
+            &work.join("cluster"),
+            3,
+            osd_size,
+            &opts,
+        ))
+        .map_err(anyhow::Error::msg)?;
+    let cfg = ClientConfig::new(&cl.mds_addr(), "fsbench");
+    let lib = rt.block_on(async {
+        let cfg = cfg.clone();
+        tokio::spawn(library_suite(cfg, p)).await?
+    })?;
+    let client = rt.block_on(Client::connect(cfg)).map_err(e)?;
+    let mp: PathBuf = work.join("mnt");
+    std::fs::create_dir_all(&mp)?;
+    let session = tessera_fuse::mount(
+        client,
+        rt.handle().clone(),
+        &mp,
+        &tessera_fuse::MountOptions::default(),
+    )
+    .map_err(anyhow::Error::msg)?;
+    let fuse = posix_suite(&mp, p);
+    let _ = session.umount_and_join();
+    rt.block_on(cl.stop()).map_err(anyhow::Error::msg)?;
+    let fuse = fuse?;
+    let names = [
+        ("sequential write + fsync", "MB/s"),
+        ("cold sequential read", "MB/s"),
+        ("4 KiB random reads, depth 1", "IOPS"),
+        ("empty-file creates, 1 process", "files/s"),
+    ];
+    Ok(names
+        .iter()
+        .enumerate()
+        .map(|(i, (t, u))| FsRow {
+            test: t.to_string(),
+            unit: u.to_string(),
+            mount: fuse[i],
+            library: lib[i],
+            ext4: ext[i],
+        })
+        .collect())
+}
+
+/// Prints the table with ratios against ext4.
+pub fn print(rows: &[FsRow], p: FsParams) {
+    println!(
+        "file system benchmark: {} MiB file, {} random reads, {} creates; Tessera = 3 OSDs + MDS on 127.0.0.1, stripe 512 KiB x 3",
+        p.file >> 20,
+        p.random_reads,
+        p.creates
+    );
+    println!(
+        "{:<32} {:>8} {:>10} {:>10} {:>10} {:>11} {:>11}",
+        "test", "unit", "mount", "library", "ext4", "mount/ext4", "lib/ext4"
+    );
+    for r in rows {
+        println!(
+            "{:<32} {:>8} {:>10.0} {:>10.0} {:>10.0} {:>11.2} {:>11.2}",
+            r.test,
+            r.unit,
+            r.mount,
+            r.library,
+            r.ext4,
+            r.mount / r.ext4,
+            r.library / r.ext4
+        );
+    }
+    println!(
+        "note: Tessera's creates are durable before they return (MDS log flush); ext4's are page-cache creates"
+    );
+}
