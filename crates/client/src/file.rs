@@ -14,6 +14,7 @@ use bytes::Bytes;
 use proto::layout::Layout;
 use proto::mds::{Creds, Grant, MdsReply, Op};
 use proto::rights;
+use tokio::sync::OnceCell;
 use tokio::task::JoinHandle;
 
 use crate::client::{Inner, now_ns};
@@ -25,6 +26,10 @@ use crate::striped::{self, Run, Target, WRITE_NEED, cap_stale, piece_error, tran
 const MAX_INFLIGHT: usize = 4;
 
 type Flight = (u64, u64, JoinHandle<Result<Vec<(u64, u32)>>>);
+
+/// A read-ahead window being fetched: range, the write generation it was
+/// started at, and where its bytes will be (None if the fetch failed).
+type Pending = (u64, u64, u64, Arc<OnceCell<Option<Bytes>>>);
 
 /// The state of one open inode. Invariants: `dirty` extents never overlap
 /// or touch; `dirty_bytes` is their total; `size` ≥ every dirty extent's
@@ -49,6 +54,7 @@ pub struct FileState {
     error: Option<FsError>,
     existing: HashSet<(u64, u32)>,
     ra: Option<(u64, Bytes)>,
+    pending: Option<Pending>,
     seq_next: u64,
     window: u64,
     gen_: u64,
@@ -90,6 +96,7 @@ impl OpenInode {
                 error: None,
                 existing: HashSet::new(),
                 ra: None,
+                pending: None,
                 seq_next: 0,
                 window: 0,
                 gen_: 0,
@@ -435,6 +442,7 @@ pub async fn write(inner: &Arc<Inner>, f: &OpenInode, off: u64, data: &[u8]) -> 
     st.modified = true;
     st.gen_ += 1;
     st.ra = None;
+    st.pending = None;
     st.dirty_since.get_or_insert_with(Instant::now);
     let pressure = inner.dirty_total.load(Ordering::Relaxed) > inner.cfg.writeback_limit;
     if st.dirty_bytes >= inner.cfg.flush_chunk || pressure {
@@ -447,8 +455,52 @@ pub async fn write(inner: &Arc<Inner>, f: &OpenInode, off: u64, data: &[u8]) -> 
     Ok(data.len() as u32)
 }
 
+/// Serves `[off, off + len)` from the read-ahead buffer if it holds it.
+fn from_ra(st: &FileState, off: u64, len: u64) -> Option<Bytes> {
+    let (ro, buf) = st.ra.as_ref()?;
+    if *ro <= off && off + len <= ro + buf.len() as u64 {
+        let at = (off - ro) as usize;
+        return Some(buf.slice(at..at + len as usize));
+    }
+    None
+}
+
+/// On sequential access, starts fetching the window after the read-ahead
+/// buffer once the reader is past its middle (so the next window is on its
+/// way while this one is consumed).
+fn read_ahead_next(inner: &Arc<Inner>, f: &OpenInode, st: &mut FileState, pos: u64) {
+    let (Some((ro, buf)), None, Some(layout)) = (&st.ra, &st.pending, &st.layout) else {
+        return;
+    };
+    let end = ro + buf.len() as u64;
+    // Never read ahead over bytes still buffered here (they would be stale).
+    if st.window == 0 || pos < ro + buf.len() as u64 / 2 || end >= st.size || st.busy() {
+        return;
+    }
+    let want = st.window.min(st.size - end);
+    let cell: Arc<OnceCell<Option<Bytes>>> = Arc::new(OnceCell::new());
+    st.pending = Some((end, end + want, st.gen_, cell.clone()));
+    let (inner, ino, creds, layout, grants) = (
+        inner.clone(),
+        f.ino,
+        st.creds.clone(),
+        layout.clone(),
+        st.grants.clone(),
+    );
+    tokio::spawn(async move {
+        cell.get_or_init(|| async {
+            read_range(&inner, ino, &creds, &layout, grants, end, want)
+                .await
+                .ok()
+        })
+        .await;
+    });
+}
+
 /// Reads up to `len` bytes at `off` (short at end of file), with read-ahead
-/// on sequential access.
+/// on sequential access: a window that doubles up to `readahead_max`, the
+/// next window fetched in the background, and concurrent readers of a
+/// window being fetched waiting for it instead of fetching it again.
 pub async fn read(inner: &Arc<Inner>, f: &OpenInode, off: u64, len: u32) -> Result<Bytes> {
     let len = u64::from(len);
     let mut st = f.st.lock().await;
@@ -459,23 +511,71 @@ pub async fn read(inner: &Arc<Inner>, f: &OpenInode, off: u64, len: u32) -> Resu
         return Ok(Bytes::new());
     }
     let len = len.min(st.size - off);
-    if let Some((ro, buf)) = &st.ra
-        && *ro <= off
-        && off + len <= ro + buf.len() as u64
-    {
-        let at = (off - ro) as usize;
-        let out = buf.slice(at..at + len as usize);
-        st.seq_next = off + len;
+    if let Some(out) = from_ra(&st, off, len) {
+        st.seq_next = st.seq_next.max(off + len);
+        read_ahead_next(inner, f, &mut st, off + len);
         return Ok(out);
     }
-    let sequential = off == st.seq_next && off > 0;
+    // A window being fetched that holds the range: wait for it.
+    if let Some((lo, hi, g, cell)) = st.pending.clone()
+        && g == st.gen_
+        && lo <= off
+        && off + len <= hi
+    {
+        drop(st);
+        let got = cell.get_or_init(|| async { None }).await.clone();
+        let mut st = f.st.lock().await;
+        if let Some(data) = got
+            && st.gen_ == g
+        {
+            if st
+                .pending
+                .as_ref()
+                .is_some_and(|p| Arc::ptr_eq(&p.3, &cell))
+            {
+                st.pending = None;
+                st.ra = Some((lo, data));
+            }
+            let at = (off - lo) as usize;
+            let out = match &st.ra {
+                Some((ro, b)) if *ro == lo => b.slice(at..at + len as usize),
+                _ => return read_direct(inner, f, st, off, len, len).await,
+            };
+            st.seq_next = st.seq_next.max(off + len);
+            read_ahead_next(inner, f, &mut st, off + len);
+            return Ok(out);
+        }
+        return read_direct(inner, f, st, off, len, len).await;
+    }
+    // Sequential (allowing the kernel's concurrent reads to arrive a little
+    // out of order): grow the window.
+    let near = 2 * inner.cfg.readahead_max.max(1 << 20);
+    let sequential = off > 0 && off + near >= st.seq_next && off <= st.seq_next + near;
     st.window = if sequential {
         (st.window.max(len) * 2).min(inner.cfg.readahead_max)
     } else {
         0
     };
-    let want = len.max(st.window).min(st.size - off);
-    st.seq_next = off + len;
+    let want = if st.busy() {
+        // Buffered writes elsewhere in the file: no read-ahead over them.
+        len
+    } else {
+        len.max(st.window).min(st.size - off)
+    };
+    read_direct(inner, f, st, off, len, want).await
+}
+
+/// Fetches `[off, off + want)` (readers of it meanwhile wait for it), keeps
+/// it as the read-ahead buffer when it is more than asked, returns `len` bytes.
+async fn read_direct(
+    inner: &Arc<Inner>,
+    f: &OpenInode,
+    mut st: tokio::sync::MutexGuard<'_, FileState>,
+    off: u64,
+    len: u64,
+    want: u64,
+) -> Result<Bytes> {
+    st.seq_next = st.seq_next.max(off + len);
     ensure_caps(inner, f.ino, &mut st, false, 0).await?;
     let Some(layout) = st.layout.clone() else {
         return Ok(Bytes::from(vec![0u8; len as usize]));
@@ -483,13 +583,27 @@ pub async fn read(inner: &Arc<Inner>, f: &OpenInode, off: u64, len: u32) -> Resu
     let grants = st.grants.clone();
     let creds = st.creds.clone();
     let gen_ = st.gen_;
+    let cell: Arc<OnceCell<Option<Bytes>>> = Arc::new(OnceCell::new());
+    if want > len {
+        st.pending = Some((off, off + want, gen_, cell.clone()));
+    }
     drop(st);
-    let data = read_range(inner, f.ino, &creds, &layout, grants, off, want).await?;
+    let res = read_range(inner, f.ino, &creds, &layout, grants, off, want).await;
+    let _ = cell.set(res.as_ref().ok().cloned());
+    let data = res?;
     let out = data.slice(0..len as usize);
     if want > len {
         let mut st = f.st.lock().await;
+        if st
+            .pending
+            .as_ref()
+            .is_some_and(|p| Arc::ptr_eq(&p.3, &cell))
+        {
+            st.pending = None;
+        }
         if st.gen_ == gen_ {
             st.ra = Some((off, data));
+            read_ahead_next(inner, f, &mut st, off + len);
         }
     }
     Ok(out)
@@ -552,6 +666,7 @@ pub fn due(st: &FileState, delay: Duration) -> bool {
 pub fn truncated(st: &mut FileState, size: u64) {
     st.size = size;
     st.ra = None;
+    st.pending = None;
     st.gen_ += 1;
     st.seq_next = 0;
 }
