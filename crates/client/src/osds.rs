@@ -36,9 +36,9 @@ impl OsdSet {
         }
     }
 
-    /// Fetches the current map from the MDS (a non-mandatory request).
-    pub async fn refresh(&self, mds: &MdsClient) -> Result<Arc<OsdMap>> {
-        let m = match mds.call(Op::GetMap { epoch: None }).await? {
+    /// Asks the MDS for a map (current, or of `epoch`) and caches it.
+    async fn fetch(&self, mds: &MdsClient, epoch: Option<u64>) -> Result<Arc<OsdMap>> {
+        let m = match mds.call(Op::GetMap { epoch }).await? {
             MdsReply::Map(m) => Arc::new(m),
             other => {
                 return Err(FsError::new(
@@ -51,6 +51,12 @@ impl OsdSet {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(m.epoch, m.clone());
+        Ok(m)
+    }
+
+    /// Fetches the current map from the MDS (a non-mandatory request).
+    pub async fn refresh(&self, mds: &MdsClient) -> Result<Arc<OsdMap>> {
+        let m = self.fetch(mds, None).await?;
         let mut n = self.newest.lock().unwrap_or_else(|e| e.into_inner());
         if m.epoch >= n.epoch {
             *n = m.clone();
@@ -68,20 +74,7 @@ impl OsdSet {
         {
             return Ok(m.clone());
         }
-        let m = match mds.call(Op::GetMap { epoch: Some(epoch) }).await? {
-            MdsReply::Map(m) => Arc::new(m),
-            other => {
-                return Err(FsError::new(
-                    errno::EIO,
-                    format!("GetMap answered {other:?}"),
-                ));
-            }
-        };
-        self.maps
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(epoch, m.clone());
-        Ok(m)
+        self.fetch(mds, Some(epoch)).await
     }
 
     /// The OSD of each stripe of object set `objset` of `layout`, and the

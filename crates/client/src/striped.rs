@@ -128,14 +128,23 @@ pub async fn read(targets: Vec<(Run, Target)>, len: u64) -> std::result::Result<
         });
     }
     let mut buf = BytesMut::zeroed(len as usize);
+    for (r, data) in join_all(set).await? {
+        let n = data.len().min(r.len as usize);
+        let at = r.buf_offset as usize;
+        buf[at..at + n].copy_from_slice(&data[..n]);
+    }
+    Ok(buf.freeze())
+}
+
+/// Waits for every request of a range; the first failure wins.
+async fn join_all<T: 'static>(
+    mut set: JoinSet<std::result::Result<T, PieceError>>,
+) -> std::result::Result<Vec<T>, PieceError> {
+    let mut out = Vec::new();
     let mut first_err = None;
     while let Some(j) = set.join_next().await {
         match j {
-            Ok(Ok((r, data))) => {
-                let n = data.len().min(r.len as usize);
-                let at = r.buf_offset as usize;
-                buf[at..at + n].copy_from_slice(&data[..n]);
-            }
+            Ok(Ok(v)) => out.push(v),
             Ok(Err(e)) => {
                 first_err.get_or_insert(e);
             }
@@ -146,7 +155,7 @@ pub async fn read(targets: Vec<(Run, Target)>, len: u64) -> std::result::Result<
     }
     match first_err {
         Some(e) => Err(e),
-        None => Ok(buf.freeze()),
+        None => Ok(out),
     }
 }
 
@@ -229,23 +238,7 @@ pub async fn write(
                 .map_err(|e| (t.osd, e))
         });
     }
-    let mut done = Vec::new();
-    let mut first_err = None;
-    while let Some(j) = set.join_next().await {
-        match j {
-            Ok(Ok(o)) => done.push(o),
-            Ok(Err(e)) => {
-                first_err.get_or_insert(e);
-            }
-            Err(e) => {
-                first_err.get_or_insert((u32::MAX, ClientError::Protocol(e.to_string())));
-            }
-        }
-    }
-    match first_err {
-        Some(e) => Err(e),
-        None => Ok(done),
-    }
+    join_all(set).await
 }
 
 /// The rights a writer needs.

@@ -41,6 +41,14 @@ fn errno(e: FsError) -> Errno {
     Errno::from_i32(e.errno)
 }
 
+/// Answers an operation that returns nothing.
+fn done(reply: ReplyEmpty, r: Result<(), Errno>) {
+    match r {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(e),
+    }
+}
+
 fn name(n: &OsStr) -> Result<&str, Errno> {
     n.to_str().ok_or(Errno::from_i32(libc::EINVAL))
 }
@@ -260,18 +268,18 @@ impl Filesystem for TesseraFs {
 
     fn unlink(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
         let c = creds(req);
-        match name(n).and_then(|n| self.run(self.client.unlink(&c, from_fuse(parent), n))) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        done(
+            reply,
+            name(n).and_then(|n| self.run(self.client.unlink(&c, from_fuse(parent), n))),
+        );
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
         let c = creds(req);
-        match name(n).and_then(|n| self.run(self.client.rmdir(&c, from_fuse(parent), n))) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        done(
+            reply,
+            name(n).and_then(|n| self.run(self.client.rmdir(&c, from_fuse(parent), n))),
+        );
     }
 
     fn symlink(
@@ -319,10 +327,7 @@ impl Filesystem for TesseraFs {
                 noreplace,
             ))
         });
-        match r {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        done(reply, r);
     }
 
     fn link(
@@ -396,10 +401,7 @@ impl Filesystem for TesseraFs {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        match self.run(self.client.flush(fh.0)) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        done(reply, self.run(self.client.flush(fh.0)));
     }
 
     fn release(
@@ -412,10 +414,7 @@ impl Filesystem for TesseraFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        match self.run(self.client.release(fh.0)) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        done(reply, self.run(self.client.release(fh.0)));
     }
 
     fn fsync(
@@ -426,10 +425,7 @@ impl Filesystem for TesseraFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        match self.run(self.client.fsync(fh.0)) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        done(reply, self.run(self.client.fsync(fh.0)));
     }
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
@@ -595,10 +591,7 @@ impl Filesystem for TesseraFs {
         };
         let r = name(n)
             .and_then(|n| self.run(self.client.setxattr(&c, from_fuse(ino), n, value, mode)));
-        match r {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        done(reply, r);
     }
 
     fn getxattr(&self, req: &Request, ino: INodeNo, n: &OsStr, size: u32, reply: ReplyXattr) {
@@ -634,10 +627,10 @@ impl Filesystem for TesseraFs {
 
     fn removexattr(&self, req: &Request, ino: INodeNo, n: &OsStr, reply: ReplyEmpty) {
         let c = creds(req);
-        match name(n).and_then(|n| self.run(self.client.removexattr(&c, from_fuse(ino), n))) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        done(
+            reply,
+            name(n).and_then(|n| self.run(self.client.removexattr(&c, from_fuse(ino), n))),
+        );
     }
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
