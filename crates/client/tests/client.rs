@@ -191,6 +191,19 @@ async fn close_to_open_timer_and_capability_renewal() {
     );
     a.release(fh).await.unwrap();
     b.release(bf).await.unwrap();
+    // Capabilities about to expire are renewed before use: with a margin
+    // longer than the MDS's lifetime (300 s) every read renews first.
+    let c = client(&cl, |c| c.cap_margin = Duration::from_secs(400)).await;
+    let cf = c.open(&root(), ino, false).await.unwrap();
+    let n0 = c.stats().mds_non_mandatory;
+    for _ in 0..3 {
+        c.read(cf, 0, 4096).await.unwrap();
+    }
+    assert!(
+        c.stats().mds_non_mandatory >= n0 + 3,
+        "each read renewed its capabilities"
+    );
+    c.release(cf).await.unwrap();
     let bf = b.open(&root(), ino, false).await.unwrap();
     let got = read_all(&b, bf, data.len() as u64).await;
     assert_eq!(&got[10..17], b"renewed");

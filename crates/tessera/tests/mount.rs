@@ -519,6 +519,51 @@ done"#,
     let total = std::fs::read_dir(up.mp.join("shared")).unwrap().count();
     assert_eq!(total, 4 * 8, "shared directory holds every moved file once");
     up.stop();
+    // Running `tessera up` again brings the same cluster back with its data;
+    // the file commands find it from the data directory.
+    let up = Up::start(dir.path(), &[]);
+    let body = std::fs::read_to_string(up.mp.join("w0/g1")).unwrap();
+    assert_eq!(body, "p0 file 1\n");
+    let t = up.target();
+    let tgt: Vec<&str> = t.iter().map(String::as_str).collect();
+    let cli = |args: &[&str]| {
+        let mut a = args.to_vec();
+        a.extend_from_slice(&tgt);
+        ok(&a)
+    };
+    let local = dir.path().join("local.bin");
+    let data: Vec<u8> = (0..3_000_000u32).map(|i| (i % 253) as u8).collect();
+    std::fs::write(&local, &data).unwrap();
+    cli(&["mkdir", "-p", "/cli/a/b"]);
+    cli(&["put", local.to_str().unwrap(), "/cli/a/b/"]);
+    assert!(
+        std::fs::read(up.mp.join("cli/a/b/local.bin")).unwrap() == data,
+        "put is visible in the mount"
+    );
+    let back = dir.path().join("back.bin");
+    cli(&["get", "/cli/a/b/local.bin", back.to_str().unwrap()]);
+    assert!(std::fs::read(&back).unwrap() == data);
+    let st = cli(&["stat", "/cli/a/b/local.bin"]);
+    assert!(
+        st.contains("size: 3000000") && st.contains("object set 0"),
+        "{st}"
+    );
+    let ls = cli(&["ls", "/cli/a/b"]);
+    assert_eq!(ls.trim(), "local.bin");
+    cli(&["rm", "-r", "/cli"]);
+    // Another client's change shows in the mount within the 1 s window.
+    let mut gone = false;
+    for _ in 0..30 {
+        if !up.mp.join("cli").exists() {
+            gone = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(gone, "the removal is visible in the mount after the cache window");
+    let status = cli(&["status"]);
+    assert_eq!(status.matches(" up ").count(), 3, "{status}");
+    up.stop();
 }
 
 /// Runs `tessera mount ADDR MP --foreground ...` and waits until mounted.
