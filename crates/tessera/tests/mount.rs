@@ -560,7 +560,10 @@ done"#,
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    assert!(gone, "the removal is visible in the mount after the cache window");
+    assert!(
+        gone,
+        "the removal is visible in the mount after the cache window"
+    );
     let status = cli(&["status"]);
     assert_eq!(status.matches(" up ").count(), 3, "{status}");
     up.stop();

@@ -202,30 +202,7 @@ pub fn status(a: StatusArgs) -> anyhow::Result<i32> {
             println!("{}", serde_json::to_string_pretty(&*s)?);
             return Ok(0);
         }
-        println!(
-            "cluster {}  map epoch {}  inodes {}  id policy {}",
-            s.cluster_id, s.epoch, s.inodes, s.id_policy
-        );
-        println!(
-            "MDS requests: {} mandatory, {} non-mandatory; {} files waiting for object deletion",
-            s.mandatory, s.non_mandatory, s.delete_queue
-        );
-        println!(
-            "{:>4}  {:<22} {:>5} {:>7} {:>11} {:>11} {:>9}",
-            "OSD", "address", "state", "weight", "used", "capacity", "objects"
-        );
-        for o in &s.osds {
-            println!(
-                "{:>4}  {:<22} {:>5} {:>7.2} {:>11} {:>11} {:>9}",
-                o.id,
-                o.addr,
-                if o.up { "up" } else { "DOWN" },
-                f64::from(o.weight) / f64::from(proto::placement::WEIGHT_ONE),
-                human(o.used),
-                human(o.capacity),
-                o.objects
-            );
-        }
+        print_status(&s);
         Ok(if s.osds.iter().all(|o| o.up) { 0 } else { 2 })
     })
 }
@@ -287,4 +264,32 @@ pub fn layout(c: LayoutCmd) -> anyhow::Result<i32> {
             r => bail!("unexpected reply {r:?}"),
         }
     })
+}
+
+/// Prints cluster status as a table: map, inodes, MDS request counts, one row per OSD.
+pub fn print_status(s: &proto::mds::ClusterStatus) {
+    println!(
+        "cluster {}  map epoch {}  inodes {}  id policy {}",
+        s.cluster_id, s.epoch, s.inodes, s.id_policy
+    );
+    println!(
+        "MDS requests: {} mandatory, {} non-mandatory; {} files waiting for object deletion",
+        s.mandatory, s.non_mandatory, s.delete_queue
+    );
+    println!(
+        "{:>4}  {:<22} {:>5} {:>7} {:>11} {:>11} {:>9}",
+        "OSD", "address", "state", "weight", "used", "capacity", "objects"
+    );
+    for o in &s.osds {
+        println!(
+            "{:>4}  {:<22} {:>5} {:>7.2} {:>11} {:>11} {:>9}",
+            o.id,
+            o.addr,
+            if o.up { "up" } else { "DOWN" },
+            f64::from(o.weight) / f64::from(proto::placement::WEIGHT_ONE),
+            human(o.used),
+            human(o.capacity),
+            o.objects
+        );
+    }
 }

@@ -141,6 +141,9 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         for o in &osds {
             println!("  OSD {} {}", o.id, o.addr);
         }
+        if let Ok(s) = m.mds.status() {
+            super::mds::print_status(&s);
+        }
         let mut client = None;
         let mut session = None;
         if let Some(mp) = &a.mount {
