@@ -160,10 +160,10 @@ impl Inner {
 
     /// The size this client knows for an open inode (its writes may not be
     /// committed yet).
-    async fn local_size(&self, ino: u64) -> Option<u64> {
-        let f = lock(&self.inodes).get(&ino).cloned()?;
-        let st = f.st.lock().await;
-        Some(st.size)
+    fn local_size(&self, ino: u64) -> Option<u64> {
+        lock(&self.inodes)
+            .get(&ino)
+            .map(|f| f.size.load(Ordering::Relaxed))
     }
 }
 
@@ -249,8 +249,8 @@ impl Client {
         Ok(self.inner.mds.call_as(c.clone(), op).await?)
     }
 
-    async fn with_local_size(&self, mut a: Attr) -> Attr {
-        if let Some(s) = self.inner.local_size(a.ino).await {
+    fn with_local_size(&self, mut a: Attr) -> Attr {
+        if let Some(s) = self.inner.local_size(a.ino) {
             a.size = a.size.max(s);
         }
         a
@@ -271,7 +271,7 @@ impl Client {
         if let Some((x, first)) = cached {
             self.hit(first);
             let mut e = x.entry;
-            e.attr = self.with_local_size(e.attr).await;
+            e.attr = self.with_local_size(e.attr);
             return Ok(e);
         }
         self.miss();
@@ -288,7 +288,7 @@ impl Client {
             MdsReply::Found(f) => {
                 self.inner.absorb(&f);
                 let mut e = f.entry;
-                e.attr = self.with_local_size(e.attr).await;
+                e.attr = self.with_local_size(e.attr);
                 Ok(e)
             }
             r => Err(bad_reply("lookup", &r)),
@@ -306,13 +306,13 @@ impl Client {
         };
         if let Some((x, first)) = cached {
             self.hit(first);
-            return Ok(self.with_local_size(x.entry.attr).await);
+            return Ok(self.with_local_size(x.entry.attr));
         }
         self.miss();
         match self.call(c, Op::GetAttr { ino }).await? {
             MdsReply::Attr(a) => {
                 self.inner.cache_attr(a.clone());
-                Ok(self.with_local_size(a).await)
+                Ok(self.with_local_size(a))
             }
             r => Err(bad_reply("getattr", &r)),
         }
@@ -342,8 +342,8 @@ impl Client {
             MdsReply::Attr(a) => a,
             r => return Err(bad_reply("setattr", &r)),
         };
-        if let (Some(st), Some(size)) = (guard.as_mut(), set.size) {
-            file::truncated(st, size);
+        if let (Some(f), Some(st), Some(size)) = (&open, guard.as_mut(), set.size) {
+            file::truncated(f, st, size);
         }
         drop(guard);
         self.inner.cache_attr(a.clone());
@@ -514,7 +514,7 @@ impl Client {
         }
         for e in &mut out {
             if let Some(a) = e.attr.take() {
-                e.attr = Some(self.with_local_size(a).await);
+                e.attr = Some(self.with_local_size(a));
             }
         }
         Ok(out)
@@ -631,6 +631,7 @@ impl Client {
                 }
                 if !st.busy() {
                     st.size = st.size.max(e.attr.size);
+                    f.size.store(st.size, Ordering::Relaxed);
                 }
                 if st.layout.is_none() {
                     st.layout = e.layout.clone();

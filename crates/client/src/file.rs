@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -68,6 +68,9 @@ pub struct OpenInode {
     pub ino: u64,
     /// Its state.
     pub st: tokio::sync::Mutex<FileState>,
+    /// `FileState::size`, readable without waiting for the state lock
+    /// (which a flush holds across network round trips); updated with it.
+    pub size: AtomicU64,
 }
 
 impl OpenInode {
@@ -82,6 +85,7 @@ impl OpenInode {
     ) -> OpenInode {
         OpenInode {
             ino,
+            size: AtomicU64::new(size),
             st: tokio::sync::Mutex::new(FileState {
                 layout,
                 grants,
@@ -439,6 +443,7 @@ pub async fn write(inner: &Arc<Inner>, f: &OpenInode, off: u64, data: &[u8]) -> 
             .fetch_sub((-delta) as u64, Ordering::Relaxed);
     }
     st.size = st.size.max(end);
+    f.size.store(st.size, Ordering::Relaxed);
     st.modified = true;
     st.gen_ += 1;
     st.ra = None;
@@ -663,8 +668,9 @@ pub fn due(st: &FileState, delay: Duration) -> bool {
 }
 
 /// After a truncate by this client: the new length, caches dropped.
-pub fn truncated(st: &mut FileState, size: u64) {
+pub fn truncated(f: &OpenInode, st: &mut FileState, size: u64) {
     st.size = size;
+    f.size.store(size, Ordering::Relaxed);
     st.ra = None;
     st.pending = None;
     st.gen_ += 1;

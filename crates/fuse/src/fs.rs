@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use client::{Client, FsError};
 use fuser::{
@@ -34,7 +34,14 @@ pub struct TesseraFs {
     ttl: Duration,
     dirs: Mutex<HashMap<u64, Arc<Listing>>>,
     next_dir: AtomicU64,
+    groups: Mutex<HashMap<u32, GroupsAt>>,
 }
+
+/// A process's supplementary groups and when they were read.
+type GroupsAt = (Instant, Arc<Vec<u32>>);
+
+/// How long a process's supplementary groups are reused before /proc is read again.
+const GROUPS_TTL: Duration = Duration::from_secs(1);
 
 fn errno(e: FsError) -> Errno {
     tracing::debug!("fuse: {e}");
@@ -51,16 +58,6 @@ fn done(reply: ReplyEmpty, r: Result<(), Errno>) {
 
 fn name(n: &OsStr) -> Result<&str, Errno> {
     n.to_str().ok_or(Errno::from_i32(libc::EINVAL))
-}
-
-fn creds(req: &Request) -> Creds {
-    let (uid, gid) = (req.uid(), req.gid());
-    let groups = if uid == 0 {
-        Vec::new()
-    } else {
-        supplementary_groups(req.pid())
-    };
-    Creds { uid, gid, groups }
 }
 
 /// The caller's supplementary groups (from /proc; empty if it has exited).
@@ -123,6 +120,46 @@ impl TesseraFs {
             ttl,
             dirs: Mutex::new(HashMap::new()),
             next_dir: AtomicU64::new(1),
+            groups: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The caller's credentials: uid and gid from the request, supplementary
+    /// groups from /proc (root needs none), cached per process for a second
+    /// so a busy non-root process does not read /proc on every request.
+    fn creds(&self, req: &Request) -> Creds {
+        let (uid, gid) = (req.uid(), req.gid());
+        if uid == 0 {
+            return Creds {
+                uid,
+                gid,
+                groups: Vec::new(),
+            };
+        }
+        let pid = req.pid();
+        let cached = {
+            let cache = self.groups.lock().unwrap_or_else(|e| e.into_inner());
+            cache
+                .get(&pid)
+                .filter(|(at, _)| at.elapsed() < GROUPS_TTL)
+                .map(|(_, g)| g.clone())
+        };
+        let groups = match cached {
+            Some(g) => g,
+            None => {
+                let g = Arc::new(supplementary_groups(pid));
+                let mut cache = self.groups.lock().unwrap_or_else(|e| e.into_inner());
+                if cache.len() > 4096 {
+                    cache.retain(|_, (at, _)| at.elapsed() < GROUPS_TTL);
+                }
+                cache.insert(pid, (Instant::now(), g.clone()));
+                g
+            }
+        };
+        Creds {
+            uid,
+            gid,
+            groups: groups.to_vec(),
         }
     }
 
@@ -160,7 +197,7 @@ impl Filesystem for TesseraFs {
     }
 
     fn lookup(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEntry) {
-        let c = creds(req);
+        let c = self.creds(req);
         let r = name(n).and_then(|n| {
             self.run(self.client.lookup(&c, from_fuse(parent), n))
                 .map(|e| e.attr)
@@ -169,7 +206,7 @@ impl Filesystem for TesseraFs {
     }
 
     fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        let c = creds(req);
+        let c = self.creds(req);
         match self.run(self.client.getattr(&c, from_fuse(ino))) {
             Ok(a) => reply.attr(&self.ttl, &file_attr(&a)),
             Err(e) => reply.error(e),
@@ -194,7 +231,7 @@ impl Filesystem for TesseraFs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        let c = creds(req);
+        let c = self.creds(req);
         let set = SetAttr {
             mode: mode.map(|m| m & 0o7777),
             uid,
@@ -210,7 +247,7 @@ impl Filesystem for TesseraFs {
     }
 
     fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
-        let c = creds(req);
+        let c = self.creds(req);
         match self.run(self.client.readlink(&c, from_fuse(ino))) {
             Ok(t) => reply.data(t.as_bytes()),
             Err(e) => reply.error(e),
@@ -231,7 +268,7 @@ impl Filesystem for TesseraFs {
             reply.error(Errno::from_i32(libc::EOPNOTSUPP));
             return;
         }
-        let c = creds(req);
+        let c = self.creds(req);
         let r = name(n).and_then(|n| {
             self.run(async {
                 let perm = mode & !umask & 0o7777;
@@ -255,7 +292,7 @@ impl Filesystem for TesseraFs {
         umask: u32,
         reply: ReplyEntry,
     ) {
-        let c = creds(req);
+        let c = self.creds(req);
         let r = name(n).and_then(|n| {
             self.run(
                 self.client
@@ -267,7 +304,7 @@ impl Filesystem for TesseraFs {
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
-        let c = creds(req);
+        let c = self.creds(req);
         done(
             reply,
             name(n).and_then(|n| self.run(self.client.unlink(&c, from_fuse(parent), n))),
@@ -275,7 +312,7 @@ impl Filesystem for TesseraFs {
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
-        let c = creds(req);
+        let c = self.creds(req);
         done(
             reply,
             name(n).and_then(|n| self.run(self.client.rmdir(&c, from_fuse(parent), n))),
@@ -290,7 +327,7 @@ impl Filesystem for TesseraFs {
         target: &std::path::Path,
         reply: ReplyEntry,
     ) {
-        let c = creds(req);
+        let c = self.creds(req);
         let r = name(link_name).and_then(|n| {
             let t = target.to_str().ok_or(Errno::from_i32(libc::EINVAL))?;
             self.run(self.client.symlink(&c, from_fuse(parent), n, t))
@@ -314,7 +351,7 @@ impl Filesystem for TesseraFs {
             reply.error(Errno::from_i32(libc::EINVAL));
             return;
         }
-        let c = creds(req);
+        let c = self.creds(req);
         let noreplace = flags.contains(RenameFlags::RENAME_NOREPLACE);
         let r = name(n).and_then(|a| {
             let b = name(newname)?;
@@ -338,7 +375,7 @@ impl Filesystem for TesseraFs {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        let c = creds(req);
+        let c = self.creds(req);
         let r = name(newname).and_then(|n| {
             self.run(
                 self.client
@@ -350,7 +387,7 @@ impl Filesystem for TesseraFs {
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        let c = creds(req);
+        let c = self.creds(req);
         let write = flags.acc_mode() != OpenAccMode::O_RDONLY;
         match self.run(self.client.open(&c, from_fuse(ino), write)) {
             Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
@@ -429,7 +466,7 @@ impl Filesystem for TesseraFs {
     }
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        let c = creds(req);
+        let c = self.creds(req);
         let dir = from_fuse(ino);
         let r = self.run(async {
             let a = self.client.getattr(&c, dir).await?;
@@ -499,7 +536,7 @@ impl Filesystem for TesseraFs {
             reply.error(Errno::from_i32(libc::EBADF));
             return;
         };
-        let c = creds(req);
+        let c = self.creds(req);
         let total = l.entries.len() as u64 + 2;
         for i in offset..total {
             let full = if i < 2 {
@@ -550,7 +587,7 @@ impl Filesystem for TesseraFs {
     }
 
     fn statfs(&self, req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        let c = creds(req);
+        let c = self.creds(req);
         match self.run(self.client.statfs(&c)) {
             Ok(s) => {
                 let bs = 4096u64;
@@ -581,7 +618,7 @@ impl Filesystem for TesseraFs {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        let c = creds(req);
+        let c = self.creds(req);
         let mode = if flags & libc::XATTR_CREATE != 0 {
             XattrMode::Create
         } else if flags & libc::XATTR_REPLACE != 0 {
@@ -595,7 +632,7 @@ impl Filesystem for TesseraFs {
     }
 
     fn getxattr(&self, req: &Request, ino: INodeNo, n: &OsStr, size: u32, reply: ReplyXattr) {
-        let c = creds(req);
+        let c = self.creds(req);
         match name(n).and_then(|n| self.run(self.client.getxattr(&c, from_fuse(ino), n))) {
             Ok(v) if size == 0 => reply.size(v.len() as u32),
             Ok(v) if v.len() > size as usize => reply.error(Errno::from_i32(libc::ERANGE)),
@@ -605,7 +642,7 @@ impl Filesystem for TesseraFs {
     }
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        let c = creds(req);
+        let c = self.creds(req);
         match self.run(self.client.listxattr(&c, from_fuse(ino))) {
             Ok(names) => {
                 let mut buf = Vec::new();
@@ -626,7 +663,7 @@ impl Filesystem for TesseraFs {
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, n: &OsStr, reply: ReplyEmpty) {
-        let c = creds(req);
+        let c = self.creds(req);
         done(
             reply,
             name(n).and_then(|n| self.run(self.client.removexattr(&c, from_fuse(ino), n))),
@@ -634,7 +671,7 @@ impl Filesystem for TesseraFs {
     }
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
-        let c = creds(req);
+        let c = self.creds(req);
         match self.run(self.client.getattr(&c, from_fuse(ino))) {
             Ok(a) if may(&a, &c, mask) => reply.ok(),
             Ok(_) => reply.error(Errno::from_i32(libc::EACCES)),
@@ -652,7 +689,7 @@ impl Filesystem for TesseraFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        let c = creds(req);
+        let c = self.creds(req);
         let exclusive = flags & libc::O_EXCL != 0;
         let r = name(n).and_then(|n| {
             self.run(self.client.create(
