@@ -14,7 +14,6 @@ use proto::{ErrorCode, Frame, Kind, Limits, PROTOCOL_VERSION, WireError};
 use tokio::io::{AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, mpsc, watch};
-use tokio::task::JoinSet;
 
 use crate::service::Mds;
 
@@ -24,27 +23,17 @@ const MAX_IN_FLIGHT: usize = 256;
 const MAX_HEADER: u32 = 1 << 20;
 
 /// Serves until `shutdown` turns true, then drains and closes the KV.
-pub async fn serve(mds: Arc<Mds>, listener: TcpListener, mut shutdown: watch::Receiver<bool>) {
-    let mut conns = JoinSet::new();
-    loop {
-        tokio::select! {
-            acc = listener.accept() => match acc {
-                Ok((sock, _)) => { conns.spawn(connection(mds.clone(), sock, shutdown.clone())); }
-                Err(e) => {
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-            },
-            Some(_) = conns.join_next(), if !conns.is_empty() => {}
-            _ = shutdown.changed() => break,
-        }
-    }
-    drop(listener);
-    let _ = tokio::time::timeout(Duration::from_secs(10), async {
-        while conns.join_next().await.is_some() {}
-    })
+pub async fn serve(mds: Arc<Mds>, listener: TcpListener, shutdown: watch::Receiver<bool>) {
+    // No connection limit yet (usize::MAX), as before this loop was shared.
+    let m = mds.clone();
+    osd::listen::accept_until(
+        listener,
+        shutdown,
+        usize::MAX,
+        Duration::from_secs(10),
+        move |sock, stop| connection(m.clone(), sock, stop),
+    )
     .await;
-    conns.abort_all();
     let kv = mds.kv.clone();
     let _ = tokio::task::spawn_blocking(move || kv.close()).await;
 }

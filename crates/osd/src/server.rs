@@ -18,7 +18,6 @@ use proto::{ErrorCode, Frame, Kind, Limits, PROTOCOL_VERSION, WireError};
 use tokio::io::{AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, mpsc, watch};
-use tokio::task::JoinSet;
 
 use crate::exec::{Ctx, execute};
 use crate::metrics::{CodeLabel, DirLabel, Metrics, OpLabel};
@@ -103,42 +102,17 @@ impl Osd {
     pub async fn serve(
         self: Arc<Self>,
         listener: TcpListener,
-        mut shutdown: watch::Receiver<bool>,
+        shutdown: watch::Receiver<bool>,
     ) -> Result<(), store::StoreError> {
-        let mut conns = JoinSet::new();
-        loop {
-            tokio::select! {
-                acc = listener.accept() => match acc {
-                    Ok((sock, peer)) if conns.len() >= self.cfg.max_connections => {
-                        tracing::warn!(%peer, limit = self.cfg.max_connections, "too many connections; refusing one");
-                        drop(sock);
-                    }
-                    Ok((sock, peer)) => {
-                        tracing::debug!(%peer, "connection");
-                        conns.spawn(self.clone().connection(sock, shutdown.clone()));
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                    }
-                },
-                Some(_) = conns.join_next(), if !conns.is_empty() => {}
-                _ = shutdown.changed() => break,
-            }
-        }
-        drop(listener);
-        tracing::info!(
-            connections = conns.len(),
-            "shutting down: draining in-flight requests"
-        );
-        let drained = tokio::time::timeout(self.cfg.drain_timeout, async {
-            while conns.join_next().await.is_some() {}
-        })
+        let me = self.clone();
+        crate::listen::accept_until(
+            listener,
+            shutdown,
+            self.cfg.max_connections,
+            self.cfg.drain_timeout,
+            move |sock, stop| me.clone().connection(sock, stop),
+        )
         .await;
-        if drained.is_err() {
-            tracing::warn!("drain timeout: closing with requests still in flight");
-            conns.abort_all();
-        }
         let store = self.ctx.store.clone();
         tokio::task::spawn_blocking(move || store.close())
             .await
