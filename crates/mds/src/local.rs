@@ -214,6 +214,20 @@ impl LocalMds {
     }
 }
 
+/// Waits until the MDS's map has OSD `o` at its current address (10 s at most).
+pub async fn wait_registered(mds: &LocalMds, o: &LocalOsd) -> Result<(), String> {
+    let want = o.addr.to_string();
+    for _ in 0..400 {
+        if let Ok(map) = mds.mds.current_map()
+            && map.addr(o.id) == Some(want.as_str())
+        {
+            return Ok(());
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    Err(format!("OSD {} did not register within 10 s", o.id))
+}
+
 /// A whole cluster in this process: an MDS and `n` OSDs on file-backed
 /// stores under one directory, over real sockets on 127.0.0.1 (what the
 /// client tests and benchmarks run against).
@@ -279,17 +293,9 @@ impl LocalCluster {
             Some(mds.addr.to_string()),
         )
         .await?;
-        let want = o.addr.to_string();
-        for _ in 0..400 {
-            if let Ok(map) = mds.mds.current_map()
-                && map.addr(i) == Some(want.as_str())
-            {
-                self.osds[i as usize] = Some(o);
-                return Ok(());
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(25)).await;
-        }
-        Err(format!("OSD {i} did not register within 10 s"))
+        wait_registered(mds, &o).await?;
+        self.osds[i as usize] = Some(o);
+        Ok(())
     }
 
     /// Stops OSD `i` cleanly.

@@ -227,6 +227,18 @@ impl Store {
         commit::wait(&self.inner, self.inner.lock(), seq)
     }
 
+    /// Object `(pid, oid)`, or the error saying whether it or its partition is missing.
+    fn object<'m>(
+        &self,
+        meta: &'m crate::meta::Meta,
+        pid: u64,
+        oid: u64,
+    ) -> Result<std::borrow::Cow<'m, crate::onode::Onode>> {
+        meta.objects
+            .get(&(pid, oid))
+            .ok_or_else(|| self.missing(meta, pid, oid))
+    }
+
     fn missing(&self, meta: &crate::meta::Meta, pid: u64, oid: u64) -> StoreError {
         if meta.partitions.contains_key(&pid) {
             StoreError::NoObject { pid, oid }
@@ -284,11 +296,7 @@ impl Store {
     pub fn stat(&self, pid: u64, oid: u64) -> Result<ObjectInfo> {
         check_ids(pid, oid)?;
         let st = self.inner.lock();
-        let o = st
-            .meta
-            .objects
-            .get(&(pid, oid))
-            .ok_or_else(|| self.missing(&st.meta, pid, oid))?;
+        let o = self.object(&st.meta, pid, oid)?;
         Ok(ObjectInfo {
             size: o.size,
             used_bytes: o.used_bytes(),
@@ -309,11 +317,7 @@ impl Store {
     pub fn layout(&self, pid: u64, oid: u64) -> Result<Vec<(u64, u64, u64)>> {
         check_ids(pid, oid)?;
         let st = self.inner.lock();
-        let o = st
-            .meta
-            .objects
-            .get(&(pid, oid))
-            .ok_or_else(|| self.missing(&st.meta, pid, oid))?;
+        let o = self.object(&st.meta, pid, oid)?;
         Ok(o.extents
             .iter()
             .map(|e| (e.lblock, e.pblock, e.len()))
@@ -342,11 +346,7 @@ impl Store {
     pub fn get_attr(&self, pid: u64, oid: u64, page: u32, number: u32) -> Result<Option<Vec<u8>>> {
         check_ids(pid, oid)?;
         let st = self.inner.lock();
-        let o = st
-            .meta
-            .objects
-            .get(&(pid, oid))
-            .ok_or_else(|| self.missing(&st.meta, pid, oid))?;
+        let o = self.object(&st.meta, pid, oid)?;
         if page < FIRST_USER_PAGE {
             return Ok(standard(pid, oid, &o, page, number));
         }
@@ -357,11 +357,7 @@ impl Store {
     pub fn list_attrs(&self, pid: u64, oid: u64) -> Result<Vec<Attribute>> {
         check_ids(pid, oid)?;
         let st = self.inner.lock();
-        let o = st
-            .meta
-            .objects
-            .get(&(pid, oid))
-            .ok_or_else(|| self.missing(&st.meta, pid, oid))?;
+        let o = self.object(&st.meta, pid, oid)?;
         let mut v: Vec<_> = STANDARD
             .iter()
             .filter_map(|&(p, n)| standard(pid, oid, &o, p, n).map(|x| ((p, n), x)))
@@ -405,11 +401,7 @@ impl Store {
         check_ids(pid, oid)?;
         check_attr(page, number, new)?;
         let mut st = self.inner.lock_ok()?;
-        let o = st
-            .meta
-            .objects
-            .get(&(pid, oid))
-            .ok_or_else(|| self.missing(&st.meta, pid, oid))?;
+        let o = self.object(&st.meta, pid, oid)?;
         let old = o
             .attrs
             .get(&(page, number))
@@ -440,11 +432,7 @@ impl Store {
         check_ids(pid, oid)?;
         check_attr(page, number, &[])?;
         let mut st = self.inner.lock_ok()?;
-        let o = st
-            .meta
-            .objects
-            .get(&(pid, oid))
-            .ok_or_else(|| self.missing(&st.meta, pid, oid))?;
+        let o = self.object(&st.meta, pid, oid)?;
         let old = match o.attrs.get(&(page, number)) {
             None => 0,
             Some(v) => u64::from_le_bytes(v.as_ref().try_into().map_err(|_| {

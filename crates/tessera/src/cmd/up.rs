@@ -4,12 +4,11 @@
 //! cluster back with its data.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 use anyhow::{Context, bail};
 use mds::FormatOptions;
 use mds::ids::{Geometry, IdPolicy, PolicyKind};
-use mds::local::{LocalMds, LocalOsd, osd_dir, provision_osd};
+use mds::local::{LocalMds, LocalOsd, osd_dir, provision_osd, wait_registered};
 use proto::layout::LayoutSpec;
 
 use super::cluster::{ClusterFile, DEFAULT_DATA};
@@ -135,7 +134,9 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             .map_err(|e| anyhow::anyhow!("OSD {id}: {e}"))?;
             osds.push(o);
         }
-        wait_up(&m, &osds).await?;
+        for o in &osds {
+            wait_registered(&m, o).await.map_err(anyhow::Error::msg)?;
+        }
         println!("cluster {} is up", cf.cluster_id);
         println!("  MDS  {}", m.addr);
         for o in &osds {
@@ -210,19 +211,4 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         println!("cluster stopped cleanly");
         Ok(0)
     })
-}
-
-/// Waits until the MDS's map has every OSD at its current address (10 s at most).
-async fn wait_up(m: &LocalMds, osds: &[LocalOsd]) -> anyhow::Result<()> {
-    for _ in 0..200 {
-        if let Ok(map) = m.mds.current_map()
-            && osds
-                .iter()
-                .all(|o| map.addr(o.id) == Some(o.addr.to_string().as_str()))
-        {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    bail!("OSDs did not register with the MDS within 10 s")
 }
