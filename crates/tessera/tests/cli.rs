@@ -170,3 +170,78 @@ fn crashtest_with_concurrent_writers_without_violations() {
     ]);
     assert!(out.contains("cuts=1000 violations=0"), "{out}");
 }
+
+/// The file and cluster commands refuse bad input with a message that says
+/// what is wrong and what to do, before touching anything.
+#[test]
+fn file_commands_refuse_bad_input_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("nothing-here");
+    let fail = |args: &[&str], want: &str| {
+        let o = tessera(args);
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert!(!o.status.success(), "tessera {args:?} should fail");
+        assert!(err.contains(want), "tessera {args:?}: {err}");
+    };
+    // No cluster in the data directory: say how to start one.
+    for cmd in [
+        &["ls", "/"][..],
+        &["stat", "/x"],
+        &["status"],
+        &["mkdir", "/a"],
+    ] {
+        let mut a = cmd.to_vec();
+        a.extend_from_slice(&["--data", s(&data)]);
+        fail(&a, "start one with `tessera up");
+    }
+    // A damaged cluster.toml is named.
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(data.join("cluster.toml"), "mds = 7\nwhat = true\n").unwrap();
+    fail(&["ls", "/", "--data", s(&data)], "cluster.toml is damaged");
+    std::fs::remove_file(data.join("cluster.toml")).unwrap();
+    // The local side of put is checked before the cluster.
+    fail(
+        &[
+            "put",
+            s(&dir.path().join("missing")),
+            "/x",
+            "--data",
+            s(&data),
+        ],
+        "cannot open",
+    );
+    fail(
+        &["put", s(dir.path()), "/x", "--data", s(&data)],
+        "is not a regular file",
+    );
+    // Nothing listens at this MDS address.
+    let f = dir.path().join("f");
+    std::fs::write(&f, b"x").unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .to_string();
+    fail(
+        &["put", s(&f), "/x", "--mds", &port],
+        "cannot reach the MDS",
+    );
+    fail(
+        &["up", "--osds", "0", "--data", s(&dir.path().join("up"))],
+        "--osds must be at least 1",
+    );
+    fail(
+        &["up", "--size", "lots", "--data", s(&dir.path().join("up"))],
+        "unknown size unit",
+    );
+    // Mount: a missing mount point, a bad window, an MDS that is not there.
+    fail(
+        &["mount", &port, s(&dir.path().join("nowhere"))],
+        "does not exist",
+    );
+    fail(
+        &["mount", &port, s(dir.path()), "--attr-timeout", "nan"],
+        "--attr-timeout",
+    );
+    fail(&["mount", &port, s(dir.path())], "cannot reach the MDS");
+}

@@ -357,6 +357,36 @@ fn posix_calls(mp: &Path) {
         .collect();
     names.sort();
     assert_eq!(names, ["hard", "node", "sym"]);
+    // Bad names and unsupported requests get specific errors.
+    let long = d.join("x".repeat(300));
+    let e = std::fs::write(&long, b"x").unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ENAMETOOLONG), "{e}");
+    use std::os::unix::ffi::OsStrExt;
+    let bad = d.join(std::ffi::OsStr::from_bytes(b"bad\xffname"));
+    let e = std::fs::write(&bad, b"x").unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EINVAL), "non-UTF-8 names: {e}");
+    let fifo = d.join("fifo");
+    // SAFETY: valid path.
+    let r = unsafe { libc::mknod(cstr(&fifo).as_ptr(), libc::S_IFIFO | 0o600, 0) };
+    assert_eq!(
+        (r, std::io::Error::last_os_error().raw_os_error()),
+        (-1, Some(libc::EOPNOTSUPP))
+    );
+    let (a, b) = (cstr(&d.join("hard")), cstr(&d.join("node")));
+    // SAFETY: valid paths; RENAME_EXCHANGE is refused, nothing moves.
+    let r = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            a.as_ptr(),
+            libc::AT_FDCWD,
+            b.as_ptr(),
+            libc::RENAME_EXCHANGE,
+        )
+    };
+    assert_eq!(
+        (r, std::io::Error::last_os_error().raw_os_error()),
+        (-1, Some(libc::EINVAL))
+    );
     // O_EXCL on an existing name
     let e = std::fs::OpenOptions::new()
         .write(true)
@@ -566,6 +596,35 @@ done"#,
     );
     let status = cli(&["status"]);
     assert_eq!(status.matches(" up ").count(), 3, "{status}");
+    // Bad requests get a clear error and change nothing.
+    let fail = |args: &[&str], want: &str| {
+        let mut a = args.to_vec();
+        a.extend_from_slice(&tgt);
+        let o = Command::new(BIN).args(&a).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert!(
+            !o.status.success() && err.contains(want),
+            "tessera {a:?}: {err}"
+        );
+    };
+    fail(&["get", "/nope", back.to_str().unwrap()], "/nope");
+    fail(
+        &["get", "/w0", back.to_str().unwrap()],
+        "not a regular file",
+    );
+    fail(&["rm", "/w0"], "is a directory (use -r)");
+    fail(&["mkdir", "/w0"], "/w0");
+    fail(
+        &["put", local.to_str().unwrap(), "/missing/dir/"],
+        "no such directory",
+    );
+    fail(&["ls", "relative"], "absolute");
+    assert!(!up.mp.join("missing").exists());
+    assert_eq!(
+        std::fs::read_dir(up.mp.join("w0")).unwrap().count(),
+        32,
+        "nothing lost"
+    );
     up.stop();
 }
 

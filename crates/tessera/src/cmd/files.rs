@@ -133,6 +133,9 @@ fn fs_err(path: &str) -> impl Fn(client::FsError) -> anyhow::Error + '_ {
 }
 
 async fn resolve(c: &Client, cr: &Creds, path: &str) -> anyhow::Result<Entry> {
+    if !path.starts_with('/') {
+        bail!("'{path}': paths in Tessera are absolute (start with /)");
+    }
     c.resolve(cr, path).await.map_err(fs_err(path))
 }
 
@@ -157,11 +160,27 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 }
 
 pub fn put(a: PutArgs) -> anyhow::Result<i32> {
+    // The local side first: a bad local path fails before touching the cluster.
+    let (mut input, len): (Box<dyn Read>, u64) = if a.local == Path::new("-") {
+        (Box::new(std::io::stdin()), 0)
+    } else {
+        let f = std::fs::File::open(&a.local)
+            .with_context(|| format!("cannot open {}", a.local.display()))?;
+        let m = f.metadata()?;
+        if !m.is_file() {
+            bail!("{} is not a regular file", a.local.display());
+        }
+        (Box::new(f), m.len())
+    };
     runtime()?.block_on(async {
         let c = connect(&a.to).await?;
         let cr = creds();
         let mut remote = a.remote.clone();
-        if let Ok(e) = c.resolve(&cr, &remote).await
+        let resolved = c.resolve(&cr, &remote).await;
+        if remote.ends_with('/') && !matches!(&resolved, Ok(e) if e.attr.kind == FileKind::Dir) {
+            bail!("{remote}: no such directory (make it with: tessera mkdir -p {remote})");
+        }
+        if let Ok(e) = resolved
             && e.attr.kind == FileKind::Dir
         {
             let base = a
@@ -173,14 +192,6 @@ pub fn put(a: PutArgs) -> anyhow::Result<i32> {
         }
         let (dir, name) = split(&remote)?;
         let parent = resolve(&c, &cr, &dir).await?;
-        let (mut input, len): (Box<dyn Read>, u64) = if a.local == Path::new("-") {
-            (Box::new(std::io::stdin()), 0)
-        } else {
-            let f = std::fs::File::open(&a.local)
-                .with_context(|| format!("cannot open {}", a.local.display()))?;
-            let len = f.metadata()?.len();
-            (Box::new(f), len)
-        };
         let (e, fh) = c
             .create(&cr, parent.attr.ino, &name, 0o644, false)
             .await
@@ -383,6 +394,7 @@ pub fn mkdir(a: MkdirArgs) -> anyhow::Result<i32> {
                 .map_err(fs_err(&a.remote))?;
             return Ok(0);
         }
+        split(&a.remote)?;
         let mut ino = c.root();
         let mut at = String::new();
         for part in a.remote.split('/').filter(|p| !p.is_empty()) {
