@@ -61,6 +61,9 @@ enum Command {
     /// Benchmarks, each against its baselines in the same run.
     #[command(subcommand)]
     Bench(cmd::bench::BenchCmd),
+    /// Simulators that reproduce the seeds' long-run experiments with the real code.
+    #[command(subcommand)]
+    Sim(cmd::sim::SimCmd),
 }
 
 fn main() {
@@ -89,6 +92,7 @@ fn main() {
         Command::Store(c) => cmd::store_ops::run(c),
         Command::Demo(a) => cmd::demo::run(a),
         Command::Bench(c) => cmd::bench::run(c),
+        Command::Sim(c) => cmd::sim::run(c),
         Command::Osd(a) => cmd::osd::run(a),
         Command::Keygen(a) => cmd::osd::keygen(a),
         Command::Mds(c) => cmd::mds::run(c),

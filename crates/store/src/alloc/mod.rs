@@ -12,6 +12,7 @@
 //! stored on disk; it is rebuilt at open from the blocks that metadata owns.
 
 mod extent;
+pub mod plan;
 mod region;
 
 pub use extent::ExtentAllocator;

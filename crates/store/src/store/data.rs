@@ -4,6 +4,7 @@
 //! the old bytes in place and never a mix.
 
 use super::{Inner, MAX_OBJECT_SIZE, Store, commit, now_ns};
+use crate::alloc::plan::{ObjectShape, PlanGeometry, goal_for, plan_write};
 use crate::alloc::{AllocError, Class, Extent, Request};
 use crate::device::{AlignedBuf, BLOCK};
 use crate::error::{Result, StoreError};
@@ -20,9 +21,6 @@ struct Snapshot {
     extents: Vec<MapExtent>,
     generation: u64,
 }
-
-/// Largest object rewritten whole when it changes block size or region.
-const WHOLE_REWRITE_LIMIT: u64 = 64 << 20;
 
 fn name(pid: u64, oid: u64) -> String {
     format!("object {pid:#x}/{oid:#x}")
@@ -154,10 +152,6 @@ impl Inner {
         Ok(out)
     }
 
-    fn large_threshold(&self) -> u64 {
-        u64::from(self.label.large_block) * 3 / 4
-    }
-
     /// The write itself, with the object's stripe lock held; returns the
     /// batch to wait for.
     ///
@@ -261,33 +255,21 @@ impl Inner {
     ) -> Result<u64> {
         let end = off + data.len() as u64;
         let new_size = snap.size.max(end);
-        let region = self.label.policy == Policy::Region;
-        // Whole-object rewrites (small -> large, or a move to another region)
-        // are bounded, so a far sparse write never builds a huge buffer.
-        let span_ok = new_size <= WHOLE_REWRITE_LIMIT;
-        let convert = region && !snap.large && span_ok && new_size >= self.large_threshold();
-        // OBFS keeps a small object inside one region: if the new blocks no
-        // longer fit in the region the object lives in, the whole object
-        // moves to a region with room for all of it.
-        let relocate = region
-            && !snap.large
-            && !convert
-            && span_ok
-            && snap.extents.first().is_some_and(|e| {
-                let need = end.div_ceil(BLOCK) - off / BLOCK;
-                !self.lock().alloc.fits_with(need, e.pblock)
-            });
-        let large = snap.large || convert;
-        let whole = convert || relocate;
-        let unit = if large { self.label.large_blocks() } else { 1 };
-        let (b0, b1) = if whole || snap.inline.is_some() {
-            (0, new_size.div_ceil(BLOCK).next_multiple_of(unit))
-        } else {
-            (
-                off / BLOCK / unit * unit,
-                end.div_ceil(BLOCK).next_multiple_of(unit),
-            )
+        let geo = PlanGeometry {
+            region: self.label.policy == Policy::Region,
+            large_blocks: self.label.large_blocks(),
         };
+        let shape = ObjectShape {
+            size: snap.size,
+            large: snap.large,
+            inline: snap.inline.is_some(),
+            first_block: snap.extents.first().map(|e| e.pblock),
+        };
+        let plan = plan_write(&geo, &shape, off, end, |need, goal| {
+            self.lock().alloc.fits_with(need, goal)
+        });
+        let (large, whole, b0, b1) = (plan.large, plan.whole, plan.first, plan.end);
+        let unit = if large { geo.large_blocks } else { 1 };
         let mut buf = AlignedBuf::zeroed(((b1 - b0) * BLOCK) as usize);
         if let Some(d) = &snap.inline {
             buf[..d.len()].copy_from_slice(d);
@@ -312,13 +294,7 @@ impl Inner {
         }
         let at = (off - b0 * BLOCK) as usize;
         buf[at..at + data.len()].copy_from_slice(data);
-        let goal = snap
-            .extents
-            .iter()
-            .rev()
-            .find(|e| e.lblock < b0)
-            .map(|e| e.pblock + (b0 - e.lblock))
-            .or_else(|| snap.extents.first().map(|e| e.pblock));
+        let goal = goal_for(b0, snap.extents.iter().map(|e| (e.lblock, e.pblock)));
         let class = if large { Class::Large } else { Class::Small };
         let mapped = self.write_new(pid, oid, class, b0, &buf, goal)?;
         let mut st = match self.lock_ok() {

@@ -9,6 +9,7 @@ pub mod mds;
 pub mod mkfs;
 pub mod mount;
 pub mod osd;
+pub mod sim;
 pub mod store_ops;
 pub mod up;
 

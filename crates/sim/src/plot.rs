@@ -1,0 +1,159 @@
+//! SVG line charts for the simulators' figures (plotters' SVG backend: no C
+//! font libraries needed).
+
+use std::path::Path;
+
+use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
+use plotters::prelude::*;
+
+/// One line: its legend and its points.
+pub type Series = (String, Vec<(f64, f64)>);
+
+/// Axis scales.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scale {
+    /// Linear.
+    Linear,
+    /// Logarithmic (values must be positive; others are dropped).
+    Log,
+}
+
+/// A line chart's labels and scales.
+pub struct Chart<'a> {
+    /// Title above the plot.
+    pub title: &'a str,
+    /// X-axis label.
+    pub x: &'a str,
+    /// Y-axis label.
+    pub y: &'a str,
+    /// X-axis scale.
+    pub x_scale: Scale,
+    /// Y-axis scale.
+    pub y_scale: Scale,
+}
+
+const COLORS: [RGBColor; 8] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+];
+
+fn err(e: impl std::fmt::Debug) -> anyhow::Error {
+    anyhow::anyhow!("drawing a chart: {e:?}")
+}
+
+/// Draws `series` as lines with markers into an SVG file at `path`.
+pub fn lines_svg(path: &Path, chart: &Chart, series: &[Series]) -> anyhow::Result<()> {
+    let keep = |v: f64, s: Scale| v.is_finite() && (s == Scale::Linear || v > 0.0);
+    let series: Vec<Series> = series
+        .iter()
+        .map(|(n, pts)| {
+            let pts = pts
+                .iter()
+                .copied()
+                .filter(|(x, y)| keep(*x, chart.x_scale) && keep(*y, chart.y_scale))
+                .collect();
+            (n.clone(), pts)
+        })
+        .collect();
+    let all = series.iter().flat_map(|s| s.1.iter().copied());
+    let (mut x0, mut x1, mut y0, mut y1) = (f64::MAX, f64::MIN, f64::MAX, f64::MIN);
+    for (x, y) in all {
+        x0 = x0.min(x);
+        x1 = x1.max(x);
+        y0 = y0.min(y);
+        y1 = y1.max(y);
+    }
+    if x0 > x1 {
+        (x0, x1, y0, y1) = (1.0, 10.0, 1.0, 10.0);
+    }
+    let pad = |lo: f64, hi: f64, s: Scale| match s {
+        Scale::Log => (lo / 1.2, hi * 1.2),
+        Scale::Linear if hi > lo => (lo - (hi - lo) * 0.05, hi + (hi - lo) * 0.05),
+        Scale::Linear => (lo - 1.0, hi + 1.0),
+    };
+    let (x0, x1) = pad(x0, x1, chart.x_scale);
+    let (y0, y1) = pad(y0, y1, chart.y_scale);
+    match (chart.x_scale, chart.y_scale) {
+        (Scale::Log, Scale::Log) => draw(
+            path,
+            chart,
+            &series,
+            (x0..x1).log_scale(),
+            (y0..y1).log_scale(),
+        ),
+        (Scale::Log, Scale::Linear) => draw(path, chart, &series, (x0..x1).log_scale(), y0..y1),
+        (Scale::Linear, Scale::Log) => draw(path, chart, &series, x0..x1, (y0..y1).log_scale()),
+        (Scale::Linear, Scale::Linear) => draw(path, chart, &series, x0..x1, y0..y1),
+    }
+}
+
+fn draw<X, Y>(path: &Path, chart: &Chart, series: &[Series], x: X, y: Y) -> anyhow::Result<()>
+where
+    X: AsRangedCoord<Value = f64>,
+    Y: AsRangedCoord<Value = f64>,
+    X::CoordDescType: ValueFormatter<f64>,
+    Y::CoordDescType: ValueFormatter<f64>,
+{
+    let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
+    root.fill(&WHITE).map_err(err)?;
+    let mut c = ChartBuilder::on(&root)
+        .caption(chart.title, ("sans-serif", 20))
+        .margin(20)
+        .x_label_area_size(50)
+        .y_label_area_size(80)
+        .build_cartesian_2d(x, y)
+        .map_err(err)?;
+    c.configure_mesh()
+        .x_desc(chart.x)
+        .y_desc(chart.y)
+        .x_label_formatter(&|v| short(*v))
+        .y_label_formatter(&|v| short(*v))
+        .draw()
+        .map_err(err)?;
+    for (i, (name, pts)) in series.iter().enumerate() {
+        let color = COLORS[i % COLORS.len()];
+        c.draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))
+            .map_err(err)?
+            .label(name.as_str())
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
+        c.draw_series(pts.iter().map(|&p| Circle::new(p, 2, color.filled())))
+            .map_err(err)?;
+    }
+    c.configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(err)?;
+    root.present().map_err(err)?;
+    Ok(())
+}
+
+/// A compact axis label: 1e6 as "1M", 0.25 as "0.25".
+fn short(v: f64) -> String {
+    let a = v.abs();
+    if a >= 1e9 {
+        format!("{:.3}G", v / 1e9)
+            .trim_end_matches('0')
+            .trim_end_matches('.')
+            .to_string()
+    } else if a >= 1e6 {
+        format!("{:.3}M", v / 1e6).replace(".000", "")
+    } else if a >= 1e4 {
+        format!("{:.0}k", v / 1e3)
+    } else if a >= 100.0 || a == 0.0 {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.3}")
+            .trim_end_matches('0')
+            .trim_end_matches('.')
+            .to_string()
+    }
+}

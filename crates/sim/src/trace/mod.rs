@@ -1,0 +1,1 @@
+//! `tessera sim trace`: trace-driven metadata prefetch (seed 004 §4.2).
