@@ -7,6 +7,12 @@
 //! Invariants: a Free region has no used unit; a Large region's used units
 //! are aligned large blocks; `free` equals the sum of free blocks of all
 //! regions; a trailing partial region (shorter than a region) is never Large.
+//! The open-region indexes (Small regions with a free block, Large regions
+//! with a free unit, Free regions) and the count of free large units always
+//! agree with the regions, so finding the nearest region with room costs
+//! O(log regions), not a scan of the device.
+
+use std::collections::BTreeSet;
 
 use super::{AllocError, Allocator, Class, Extent, Request, coalesce};
 
@@ -92,6 +98,34 @@ pub struct RegionAllocator {
     large: u64,
     regions: Vec<Region>,
     free: u64,
+    /// Small regions with at least one free block.
+    small_open: BTreeSet<usize>,
+    /// Large regions with at least one free large block.
+    large_open: BTreeSet<usize>,
+    /// Free (unused) regions.
+    free_regions: BTreeSet<usize>,
+    /// Large blocks available: free units of Large regions plus the units of
+    /// full-size Free regions.
+    large_free_units: u64,
+    /// Each region's share of `large_free_units`.
+    large_share: Vec<u64>,
+}
+
+/// Members of `set` ordered by distance from `g` (ties: the higher first).
+fn nearest(set: &BTreeSet<usize>, g: usize) -> impl Iterator<Item = usize> + '_ {
+    let mut up = set.range(g..).copied().peekable();
+    let mut down = set.range(..g).rev().copied().peekable();
+    std::iter::from_fn(move || match (up.peek(), down.peek()) {
+        (Some(&a), Some(&b)) => {
+            if a - g <= g - b {
+                up.next()
+            } else {
+                down.next()
+            }
+        }
+        (Some(_), None) => up.next(),
+        (None, _) => down.next(),
+    })
 }
 
 impl RegionAllocator {
@@ -112,13 +146,58 @@ impl RegionAllocator {
             });
             s += blocks;
         }
-        RegionAllocator {
+        let n = regions.len();
+        let mut a = RegionAllocator {
             total,
             region_blocks,
             large,
             regions,
             free: total,
+            small_open: BTreeSet::new(),
+            large_open: BTreeSet::new(),
+            free_regions: BTreeSet::new(),
+            large_free_units: 0,
+            large_share: vec![0; n],
+        };
+        for r in 0..n {
+            a.reindex(r);
         }
+        a
+    }
+
+    /// Brings region `r`'s index entries up to date after a change to it.
+    fn reindex(&mut self, r: usize) {
+        let large = self.large;
+        let reg = &self.regions[r];
+        let room = reg.used < reg.units(large);
+        let (small, big, free) = match reg.kind {
+            Kind::Free => (false, false, true),
+            Kind::Small => (room, false, false),
+            Kind::Large => (false, room, false),
+        };
+        let share = match reg.kind {
+            Kind::Large => reg.units(large) - reg.used,
+            Kind::Free if reg.blocks == self.region_blocks => reg.blocks / large,
+            _ => 0,
+        };
+        for (set, member) in [
+            (&mut self.small_open, small),
+            (&mut self.large_open, big),
+            (&mut self.free_regions, free),
+        ] {
+            if member {
+                set.insert(r);
+            } else {
+                set.remove(&r);
+            }
+        }
+        self.large_free_units = self.large_free_units - self.large_share[r] + share;
+        self.large_share[r] = share;
+    }
+
+    fn become_kind(&mut self, r: usize, kind: Kind) {
+        self.regions[r].become_kind(kind, self.large);
+        self.reindex(r);
     }
 
     fn region_of(&self, block: u64) -> usize {
@@ -144,8 +223,10 @@ impl RegionAllocator {
         }
         reg.used += n;
         let ul = reg.unit_len(large);
+        let start = reg.start;
         self.free -= n * ul;
-        Extent::new(reg.start + first * ul, n * ul)
+        self.reindex(r);
+        Extent::new(start + first * ul, n * ul)
     }
 
     /// Allocates up to `n` small blocks inside region `r`: one run of `n` if
@@ -183,19 +264,15 @@ impl RegionAllocator {
     fn allocate_small(&mut self, n: u64, goal: Option<u64>) -> Result<Vec<Extent>, AllocError> {
         let g = goal.map_or(0, |g| self.region_of(g));
         let large = self.large;
-        let order: Vec<usize> = self.by_distance(g).collect();
         // 1. A small region with room for the whole request, nearest first.
-        if let Some(&r) = order.iter().find(|&&r| {
-            self.regions[r].kind == Kind::Small && self.regions[r].free_blocks(large) >= n
-        }) {
+        let found = nearest(&self.small_open, g).find(|&r| self.regions[r].free_blocks(large) >= n);
+        if let Some(r) = found {
             return Ok(self.small_in_region(r, n, goal));
         }
         // 2. A fresh region, if the request fits in one.
-        if let Some(&r) = order
-            .iter()
-            .find(|&&r| self.regions[r].kind == Kind::Free && self.regions[r].blocks >= n)
-        {
-            self.regions[r].become_kind(Kind::Small, large);
+        let found = nearest(&self.free_regions, g).find(|&r| self.regions[r].blocks >= n);
+        if let Some(r) = found {
+            self.become_kind(r, Kind::Small);
             return Ok(self.small_in_region(r, n, goal));
         }
         // 3. Spread over small and free regions (only a request larger than a
@@ -214,13 +291,13 @@ impl RegionAllocator {
         }
         let mut out = Vec::new();
         let mut left = n;
-        for r in order {
+        for r in self.by_distance(g) {
             if left == 0 {
                 break;
             }
             match self.regions[r].kind {
                 Kind::Large => continue,
-                Kind::Free => self.regions[r].become_kind(Kind::Small, large),
+                Kind::Free => self.become_kind(r, Kind::Small),
                 Kind::Small => {}
             }
             let f = self.regions[r].free_blocks(large).min(left);
@@ -242,43 +319,34 @@ impl RegionAllocator {
         }
         let want = n / large;
         let g = goal.map_or(0, |g| self.region_of(g));
-        let order: Vec<usize> = self.by_distance(g).collect();
-        let free_large: u64 = self
-            .regions
-            .iter()
-            .map(|r| match r.kind {
-                Kind::Large => r.units(large) - r.used,
-                Kind::Free if r.blocks == self.region_blocks => r.blocks / large,
-                _ => 0,
-            })
-            .sum();
-        if free_large < want {
+        if self.large_free_units < want {
             return Err(AllocError::NoSpace {
                 wanted: n,
-                free: free_large * large,
+                free: self.large_free_units * large,
             });
         }
         let mut out = Vec::new();
-        for pass in [Kind::Large, Kind::Free] {
-            for &r in &order {
-                if out.len() as u64 == want {
-                    return Ok(out);
+        // Large regions with room first, then fresh full-size regions; each
+        // nearest to the goal first.
+        while (out.len() as u64) < want {
+            let open = nearest(&self.large_open, g).next();
+            let r = match open {
+                Some(r) => r,
+                None => {
+                    let full = self.region_blocks;
+                    let fresh =
+                        nearest(&self.free_regions, g).find(|&r| self.regions[r].blocks == full);
+                    let r = fresh.expect("large_free_units counts a full-size free region");
+                    self.become_kind(r, Kind::Large);
+                    r
                 }
-                let reg = &self.regions[r];
-                if reg.kind != pass || (pass == Kind::Free && reg.blocks != self.region_blocks) {
-                    continue;
-                }
-                if pass == Kind::Free {
-                    self.regions[r].become_kind(Kind::Large, large);
-                }
-                let runs = self.regions[r].free_runs(large);
-                for (s, l) in runs {
-                    for u in s..s + l {
-                        if out.len() as u64 == want {
-                            break;
-                        }
-                        out.push(self.take_units(r, u, 1));
+            };
+            for (s, l) in self.regions[r].free_runs(large) {
+                for u in s..s + l {
+                    if out.len() as u64 == want {
+                        break;
                     }
+                    out.push(self.take_units(r, u, 1));
                 }
             }
         }
@@ -290,6 +358,7 @@ impl RegionAllocator {
             self.regions[r].kind = Kind::Free;
             self.regions[r].bits = Vec::new();
         }
+        self.reindex(r);
     }
 
     /// Splits an extent into (region, first unit, units) pieces, checking
@@ -382,7 +451,7 @@ impl Allocator for RegionAllocator {
                         reason: "large block in the partial last region",
                     });
                 }
-                self.regions[r].become_kind(want, large);
+                self.become_kind(r, want);
             }
             let reg = &self.regions[r];
             if reg.kind != want {
@@ -468,6 +537,36 @@ impl Allocator for RegionAllocator {
             return Err(format!(
                 "free count {} but regions sum to {free}",
                 self.free
+            ));
+        }
+        let mut units = 0;
+        for (i, reg) in self.regions.iter().enumerate() {
+            let room = reg.used < reg.units(large);
+            let want = (
+                reg.kind == Kind::Small && room,
+                reg.kind == Kind::Large && room,
+                reg.kind == Kind::Free,
+            );
+            let have = (
+                self.small_open.contains(&i),
+                self.large_open.contains(&i),
+                self.free_regions.contains(&i),
+            );
+            if want != have {
+                return Err(format!(
+                    "region {i} indexed as (small, large, free) = {have:?}, should be {want:?}"
+                ));
+            }
+            units += match reg.kind {
+                Kind::Large => reg.units(large) - reg.used,
+                Kind::Free if reg.blocks == self.region_blocks => reg.blocks / large,
+                _ => 0,
+            };
+        }
+        if units != self.large_free_units {
+            return Err(format!(
+                "{} free large blocks counted, regions hold {units}",
+                self.large_free_units
             ));
         }
         Ok(())
