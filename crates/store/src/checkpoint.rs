@@ -31,6 +31,7 @@ pub fn plan(payload_len: u64, alloc: &mut dyn Allocator) -> Result<Vec<Extent>> 
             blocks,
             goal,
             class: Class::Meta,
+            grow: 0,
         }) {
             Ok(mut got) => extents.append(&mut got),
             Err(e) => {

@@ -439,6 +439,7 @@ impl AgingSim {
             } else {
                 Class::Small
             },
+            grow: plan.grow,
         };
         let got = loop {
             match self.alloc.allocate(&req) {

@@ -124,7 +124,31 @@ impl Allocator for ExtentAllocator {
                 free: self.free,
             });
         }
+        // An object growing into free space right after its last extent
+        // continues there: one extent, however the buckets are spaced.
+        if let Some(g) = req.goal
+            && let Some(e) = self.containing(g)
+            && g + n <= e.end()
+        {
+            return Ok(vec![self.carve(e, n, g)]);
+        }
         let goal = req.goal.unwrap_or(0);
+        // A growing object: the nearest free extent with room to grow. A
+        // much larger extent is split in the middle (room both for this
+        // object and for the one that ends where the extent begins).
+        if req.grow > 0 {
+            let want = n.saturating_add(req.grow);
+            for b in self.bucket(want)..self.buckets.len() {
+                if let Some(e) = self.nearest_in_bucket(b, want, goal, SCAN_LIMIT) {
+                    let at = if e.len >= 4 * want {
+                        e.start + (e.len - n) / 2
+                    } else {
+                        e.start
+                    };
+                    return Ok(vec![self.carve(e, n, at)]);
+                }
+            }
+        }
         let first = self.bucket(n);
         for b in first..self.buckets.len() {
             let limit = if b == first { SCAN_LIMIT } else { 1 };

@@ -59,6 +59,10 @@ pub struct Request {
     pub goal: Option<u64>,
     /// What the blocks will hold.
     pub class: Class,
+    /// Blocks the caller expects to append right after these (0: none). The
+    /// extent policy then prefers a free extent with that much room beyond
+    /// the request, so a growing object stays in few extents.
+    pub grow: u64,
 }
 
 /// Allocation failures.

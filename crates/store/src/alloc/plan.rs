@@ -59,7 +59,15 @@ pub struct WritePlan {
     pub first: u64,
     /// One past the last logical block rewritten (a multiple of the unit).
     pub end: u64,
+    /// Blocks the object is expected to grow into after this write (see
+    /// [`super::Request::grow`]): as many as it already has — so an object
+    /// appended in small pieces gets geometrically larger extents — capped
+    /// at [`GROW_MAX`]; 0 unless the write appends at the end.
+    pub grow: u64,
 }
+
+/// Largest growth room asked for on an append, in blocks (16 MiB).
+pub const GROW_MAX: u64 = 4096;
 
 /// Plans a write of bytes `[off, end)`. `fits_with(blocks, goal)` is the
 /// allocator's [`super::Allocator::fits_with`].
@@ -95,11 +103,13 @@ pub fn plan_write(
             end.div_ceil(BLOCK).next_multiple_of(unit),
         )
     };
+    let appends = !whole && off >= obj.size && !obj.inline;
     WritePlan {
         large,
         whole,
         first,
         end: last,
+        grow: if appends { first.min(GROW_MAX) } else { 0 },
     }
 }
 

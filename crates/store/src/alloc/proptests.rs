@@ -53,6 +53,7 @@ fn run(alloc: &mut dyn Allocator, ops: &[Op], region: bool) -> Result<(), TestCa
                     blocks,
                     goal,
                     class,
+                    grow: 0,
                 }) {
                     Ok(exts) => {
                         prop_assert_eq!(exts.iter().map(|e| e.len).sum::<u64>(), blocks);
@@ -157,6 +158,7 @@ fn double_free_and_double_reserve_are_refused() {
             blocks: 10,
             goal: None,
             class: Class::Small,
+            grow: 0,
         })
         .unwrap();
     a.free(e[0]).unwrap();
@@ -187,6 +189,7 @@ fn closest_good_fit_prefers_the_goal() {
             blocks: 5,
             goal: Some(880),
             class: Class::Small,
+            grow: 0,
         })
         .unwrap();
     assert_eq!(got, vec![Extent::new(900, 5)]);
@@ -197,6 +200,7 @@ fn closest_good_fit_prefers_the_goal() {
             blocks: 8,
             goal: Some(120),
             class: Class::Small,
+            grow: 0,
         })
         .unwrap();
     assert_eq!(got, vec![Extent::new(102, 8)]);
@@ -211,6 +215,7 @@ fn small_objects_stay_in_one_region() {
                 blocks: 7,
                 goal: None,
                 class: Class::Small,
+                grow: 0,
             })
             .unwrap();
         let first = got[0].start / 128;
@@ -219,4 +224,41 @@ fn small_objects_stay_in_one_region() {
                 .all(|e| e.start / 128 == first && (e.end() - 1) / 128 == first)
         );
     }
+}
+
+#[test]
+fn an_object_continues_right_after_its_last_extent_when_that_is_free() {
+    let mut a = ExtentAllocator::new(10_000);
+    // A 20-block hole right at the start would be the tight fit for 16 blocks.
+    a.reserve(Extent::new(20, 1000), Class::Small).unwrap();
+    let got = a
+        .allocate(&Request {
+            blocks: 16,
+            goal: Some(5000),
+            class: Class::Small,
+            grow: 0,
+        })
+        .unwrap();
+    assert_eq!(got, vec![Extent::new(5000, 16)]);
+}
+
+#[test]
+fn a_growing_object_moves_to_an_extent_with_room_and_splits_a_big_one() {
+    let mut a = ExtentAllocator::new(100_000);
+    // Free: a 40-block hole at 0 (tight for 16), then one big extent from 1000.
+    a.reserve(Extent::new(40, 960), Class::Small).unwrap();
+    let grow = 64;
+    let got = a
+        .allocate(&Request {
+            blocks: 16,
+            goal: Some(41),
+            class: Class::Small,
+            grow,
+        })
+        .unwrap();
+    let e = got[0];
+    assert!(e.start >= 1000, "not the tight hole: {e:?}");
+    // The big free extent is split in its middle: room before and after.
+    assert_eq!(e.start, 1000 + (99_000 - 16) / 2);
+    a.check().unwrap();
 }

@@ -81,7 +81,13 @@ impl Inner {
         Ok(())
     }
 
-    fn allocate(&self, class: Class, blocks: u64, goal: Option<u64>) -> Result<Vec<Extent>> {
+    fn allocate(
+        &self,
+        class: Class,
+        blocks: u64,
+        goal: Option<u64>,
+        grow: u64,
+    ) -> Result<Vec<Extent>> {
         let mut st = self.lock_ok()?;
         // Keep room for two checkpoints, however full the store (see
         // `reserve_blocks`): metadata can always commit, the store can always
@@ -99,6 +105,7 @@ impl Inner {
                 blocks,
                 goal,
                 class,
+                grow,
             })
             .map_err(|e| match e {
                 AllocError::NoSpace { free, .. } => StoreError::NoSpace {
@@ -116,19 +123,20 @@ impl Inner {
         }
     }
 
-    /// Writes `buf` (logical blocks from `first`) to new blocks and returns
-    /// the mapping. Frees everything on failure.
+    /// Writes `buf` (logical blocks from `first`) to new blocks of `kind`
+    /// (class, expected growth) and returns the mapping. Frees everything on
+    /// failure.
     fn write_new(
         &self,
         pid: u64,
         oid: u64,
-        class: Class,
+        (class, grow): (Class, u64),
         first: u64,
         buf: &AlignedBuf,
         goal: Option<u64>,
     ) -> Result<Vec<MapExtent>> {
         let blocks = buf.len() as u64 / BLOCK;
-        let extents = self.allocate(class, blocks, goal)?;
+        let extents = self.allocate(class, blocks, goal, grow)?;
         let mut out = Vec::with_capacity(extents.len());
         let mut l = first;
         for e in &extents {
@@ -219,7 +227,7 @@ impl Inner {
             && let Some(d) = snap.inline.take()
         {
             let block0 = AlignedBuf::from_slice(&d);
-            let m = self.write_new(pid, oid, Class::Small, 0, &block0, None)?;
+            let m = self.write_new(pid, oid, (Class::Small, 0), 0, &block0, None)?;
             moved = m.iter().map(|e| e.physical()).collect();
             recs.push(Record::SetData {
                 pid,
@@ -296,7 +304,7 @@ impl Inner {
         buf[at..at + data.len()].copy_from_slice(data);
         let goal = goal_for(b0, snap.extents.iter().map(|e| (e.lblock, e.pblock)));
         let class = if large { Class::Large } else { Class::Small };
-        let mapped = self.write_new(pid, oid, class, b0, &buf, goal)?;
+        let mapped = self.write_new(pid, oid, (class, plan.grow), b0, &buf, goal)?;
         let mut st = match self.lock_ok() {
             Ok(st) => st,
             Err(e) => {
@@ -506,7 +514,7 @@ impl Store {
                         Class::Small
                     };
                     let goal = pieces.first().map(|p| p.pblock);
-                    let mapped = inner.write_new(pid, oid, class, boundary, &buf, goal)?;
+                    let mapped = inner.write_new(pid, oid, (class, 0), boundary, &buf, goal)?;
                     recs.push(Record::SetData {
                         pid,
                         oid,
