@@ -242,6 +242,31 @@ fn mask(bits: u32) -> u64 {
     }
 }
 
+/// The prefetch choice (seed 004 §3.1): of the inodes above `ino` (ascending
+/// ids) and below it (descending ids), the `n` whose ids are closest to
+/// `ino`, ties to the higher id. The MDS and the trace simulator both use it.
+pub fn nearest_by_id<T>(
+    ino: u64,
+    above: impl IntoIterator<Item = T>,
+    below: impl IntoIterator<Item = T>,
+    n: usize,
+    id: impl Fn(&T) -> u64,
+) -> Vec<T> {
+    let (mut a, mut b) = (above.into_iter().peekable(), below.into_iter().peekable());
+    let mut out = Vec::with_capacity(n);
+    while out.len() < n {
+        let take_a = match (a.peek(), b.peek()) {
+            (Some(x), Some(y)) => id(x) - ino <= ino - id(y),
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (None, None) => break,
+        };
+        let next = if take_a { a.next() } else { b.next() };
+        out.extend(next);
+    }
+    out
+}
+
 impl IdPolicy {
     /// A policy; fails if the geometry does not fit.
     pub fn new(kind: PolicyKind, geo: Geometry) -> Result<IdPolicy, String> {

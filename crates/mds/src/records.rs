@@ -269,20 +269,9 @@ pub trait Records: View {
         if let Some(e) = bad {
             return Err(e);
         }
-        // Merge by distance.
-        let (mut a, mut b) = (above.into_iter().peekable(), below.into_iter().peekable());
-        let mut out = Vec::with_capacity(n);
-        while out.len() < n {
-            let take_a = match (a.peek(), b.peek()) {
-                (Some(x), Some(y)) => x.attr.ino - ino <= ino - y.attr.ino,
-                (Some(_), None) => true,
-                (None, Some(_)) => false,
-                (None, None) => break,
-            };
-            let next = if take_a { a.next() } else { b.next() };
-            out.extend(next);
-        }
-        Ok(out)
+        Ok(crate::ids::nearest_by_id(ino, above, below, n, |i| {
+            i.attr.ino
+        }))
     }
 
     /// Extended attribute names of `ino`.

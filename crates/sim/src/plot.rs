@@ -157,3 +157,71 @@ fn short(v: f64) -> String {
             .to_string()
     }
 }
+
+/// Draws one stacked bar per category: each stack is (legend, one value
+/// per category), stacked bottom-up in order.
+pub fn stacked_bars_svg(
+    path: &Path,
+    title: &str,
+    y_desc: &str,
+    categories: &[String],
+    stacks: &[(String, Vec<f64>)],
+) -> anyhow::Result<()> {
+    let n = categories.len().max(1);
+    let top = (0..n)
+        .map(|i| {
+            stacks
+                .iter()
+                .map(|s| s.1.get(i).copied().unwrap_or(0.0))
+                .sum::<f64>()
+        })
+        .fold(1.0f64, f64::max)
+        * 1.15;
+    let root = SVGBackend::new(path, (200 + 120 * n as u32, 500)).into_drawing_area();
+    root.fill(&WHITE).map_err(err)?;
+    let mut c = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 20))
+        .margin(20)
+        .x_label_area_size(50)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0f64..n as f64, 0f64..top)
+        .map_err(err)?;
+    c.configure_mesh()
+        .disable_x_mesh()
+        .x_labels(n)
+        .x_label_formatter(&|x| {
+            categories
+                .get(x.floor() as usize)
+                .cloned()
+                .unwrap_or_default()
+        })
+        .y_desc(y_desc)
+        .draw()
+        .map_err(err)?;
+    let mut base = vec![0.0; n];
+    for (k, (name, vals)) in stacks.iter().enumerate() {
+        let color = COLORS[k % COLORS.len()];
+        let bars: Vec<Rectangle<(f64, f64)>> = (0..n)
+            .map(|i| {
+                let v = vals.get(i).copied().unwrap_or(0.0);
+                let r = Rectangle::new(
+                    [(i as f64 + 0.2, base[i]), (i as f64 + 0.8, base[i] + v)],
+                    color.mix(0.8).filled(),
+                );
+                base[i] += v;
+                r
+            })
+            .collect();
+        c.draw_series(bars)
+            .map_err(err)?
+            .label(name.as_str())
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 15, y + 5)], color.filled()));
+    }
+    c.configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(err)?;
+    root.present().map_err(err)?;
+    Ok(())
+}

@@ -1,0 +1,177 @@
+//! What both trace formats parse into: metadata events over handles.
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+
+/// An interned file handle (an NFS file handle, or a path's current node).
+pub type Handle = u32;
+
+/// What a handle names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Kind {
+    /// A regular file (or anything that is not a directory or symlink).
+    File,
+    /// A directory.
+    Dir,
+    /// A symbolic link.
+    Symlink,
+}
+
+/// One metadata operation, as the server saw it succeed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Op {
+    /// Name `name` in directory `dir` resolved to `child` (`None`: it did
+    /// not exist — a negative lookup).
+    Lookup {
+        /// Directory searched.
+        dir: Handle,
+        /// Name looked up.
+        name: String,
+        /// What it named.
+        child: Option<(Handle, Kind)>,
+    },
+    /// Attributes of a handle were needed (getattr, access, read, write).
+    Use {
+        /// The handle.
+        node: Handle,
+        /// Its kind, if the reply said.
+        kind: Option<Kind>,
+    },
+    /// A new name `name` in `dir` for the new `child` (create, mkdir, symlink).
+    Create {
+        /// Parent directory.
+        dir: Handle,
+        /// New name.
+        name: String,
+        /// The new node.
+        child: Handle,
+        /// Its kind.
+        kind: Kind,
+    },
+    /// Name `name` removed from `dir` (remove, rmdir).
+    Remove {
+        /// Parent directory.
+        dir: Handle,
+        /// Name removed.
+        name: String,
+    },
+    /// A rename.
+    Rename {
+        /// Source directory.
+        from_dir: Handle,
+        /// Source name.
+        from: String,
+        /// Target directory.
+        to_dir: Handle,
+        /// Target name.
+        to: String,
+    },
+    /// A directory listing with the entries the reply carried.
+    Readdir {
+        /// The directory.
+        dir: Handle,
+        /// (name, handle and kind if the reply carried them).
+        entries: Vec<(String, Option<(Handle, Kind)>)>,
+    },
+    /// Attributes changed (setattr): must reach the MDS.
+    Modify {
+        /// The handle.
+        node: Handle,
+    },
+}
+
+/// An operation by one client.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Event {
+    /// Client number (dense, in order of first appearance).
+    pub client: u32,
+    /// What it did.
+    pub op: Op,
+}
+
+/// How parsing went; nothing malformed stops it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ParseStats {
+    /// Lines read.
+    pub lines: u64,
+    /// Events produced.
+    pub events: u64,
+    /// Lines that could not be parsed (skipped).
+    pub malformed: u64,
+    /// Replies whose call was not in the trace (skipped).
+    pub orphan_replies: u64,
+    /// Calls that never got a reply (skipped).
+    pub unanswered_calls: u64,
+    /// Failed operations (error replies other than a negative lookup; skipped).
+    pub failed: u64,
+    /// Well-formed records of operations the simulator ignores.
+    pub ignored: u64,
+    /// The first few malformed lines, as `line N: reason`.
+    pub examples: Vec<String>,
+}
+
+impl ParseStats {
+    /// Counts a malformed line, keeping the first few reasons.
+    pub fn malformed(&mut self, line: u64, why: impl Into<String>) {
+        self.malformed += 1;
+        if self.examples.len() < 5 {
+            self.examples.push(format!("line {line}: {}", why.into()));
+        }
+    }
+}
+
+/// A parsed trace: events plus the handle and client tables.
+#[derive(Debug, Default)]
+pub struct Trace {
+    /// Events in trace order.
+    pub events: Vec<Event>,
+    /// Handle names (file handles in hex, or the first path of a node).
+    pub handles: Vec<String>,
+    /// Client names (host addresses), by client number.
+    pub clients: Vec<String>,
+    /// The handle of the root, if the format names one.
+    pub root: Option<Handle>,
+    /// Parse statistics.
+    pub stats: ParseStats,
+    handle_ids: HashMap<String, Handle>,
+    client_ids: HashMap<String, u32>,
+}
+
+impl Trace {
+    /// The handle for `name`, interned.
+    pub fn handle(&mut self, name: &str) -> Handle {
+        if let Some(&h) = self.handle_ids.get(name) {
+            return h;
+        }
+        let h = self.handles.len() as Handle;
+        self.handles.push(name.to_string());
+        self.handle_ids.insert(name.to_string(), h);
+        h
+    }
+
+    /// A handle that no name maps to yet (a new node behind a reused path).
+    pub fn fresh_handle(&mut self, name: &str) -> Handle {
+        let h = self.handles.len() as Handle;
+        self.handles.push(name.to_string());
+        self.handle_ids.insert(name.to_string(), h);
+        h
+    }
+
+    /// The client number for `name`, interned.
+    pub fn client(&mut self, name: &str) -> u32 {
+        if let Some(&c) = self.client_ids.get(name) {
+            return c;
+        }
+        let c = self.clients.len() as u32;
+        self.clients.push(name.to_string());
+        self.client_ids.insert(name.to_string(), c);
+        c
+    }
+
+    /// Appends an event.
+    pub fn push(&mut self, client: u32, op: Op) {
+        self.stats.events += 1;
+        self.events.push(Event { client, op });
+    }
+}
