@@ -1,6 +1,7 @@
 //! `tessera sim …`: the simulators that reproduce the seeds' long-run
 //! experiments with the real code (see docs/SIMULATORS.md).
 
+use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -32,6 +33,87 @@ pub enum SimCmd {
     ///
     /// Example: tessera sim alloc --ops 1e8 --policy extent,region --utilization 0.7,0.8,0.9
     Alloc(AllocArgs),
+    /// Trace-driven metadata prefetch (seed 004 §4.2): how many MDS requests
+    /// prefetching N neighbours saves, per object-id policy and per client.
+    ///
+    /// Reads NFS traces in the nfsdump text format of the Harvard traces
+    /// (EECS03, DEAS03, CAMPUS; decompress them first, or pipe with `-`) or
+    /// Tessera's path format (see docs/SIMULATORS.md). Rebuilds the
+    /// namespace the trace touches, numbers it with each policy (the MDS's
+    /// own code), then replays every client through the client's own
+    /// segmented-LRU cache, with and without prefetch. Malformed lines and
+    /// replies without calls are counted and skipped.
+    ///
+    /// Writes into --out: trace.json, figure4.svg (requests per policy,
+    /// mandatory and non-mandatory, as % of no prefetch) and figure5.svg
+    /// (per client).
+    ///
+    /// Example: zcat lair62b.gz > t.txt && tessera sim trace t.txt --prefetch 32
+    Trace(TraceArgs),
+    /// Write a synthetic trace in the path format (a random tree; clients
+    /// walking it depth- and breadth-first, making temporary files).
+    TraceGen(TraceGenArgs),
+}
+
+/// Flags of `tessera sim trace`.
+#[derive(clap::Args)]
+pub struct TraceArgs {
+    /// Trace files, replayed in the order given (`-` reads standard input).
+    #[arg(required = true)]
+    traces: Vec<PathBuf>,
+    /// nfsdump, path, or auto (from the first record).
+    #[arg(long, default_value = "auto")]
+    format: String,
+    /// Neighbours prefetched per MDS answer.
+    #[arg(long, default_value_t = 32)]
+    prefetch: usize,
+    /// Client cache: demand-segment entries.
+    #[arg(long, default_value_t = 2000)]
+    demand_entries: usize,
+    /// Client cache: prefetch-segment entries.
+    #[arg(long, default_value_t = 1000)]
+    prefetch_entries: usize,
+    /// Policies to compare (create-order, pseudo-random, child-closest, cousin-closest).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "create-order,pseudo-random,child-closest,cousin-closest"
+    )]
+    policy: Vec<String>,
+    /// Output directory.
+    #[arg(long, default_value = "sim-trace")]
+    out: PathBuf,
+}
+
+/// Flags of `tessera sim trace-gen`.
+#[derive(clap::Args)]
+pub struct TraceGenArgs {
+    /// Where the trace goes.
+    out: PathBuf,
+    /// Clients.
+    #[arg(long, default_value_t = 8)]
+    clients: u32,
+    /// Directories.
+    #[arg(long, default_value_t = 2000)]
+    dirs: usize,
+    /// Files.
+    #[arg(long, default_value_t = 40000)]
+    files: usize,
+    /// Deepest directory level.
+    #[arg(long, default_value_t = 8)]
+    max_depth: u32,
+    /// Directories one session walks at most.
+    #[arg(long, default_value_t = 50)]
+    walk: usize,
+    /// Chance per visited directory of a temporary file.
+    #[arg(long, default_value_t = 0.2)]
+    temp_fraction: f64,
+    /// Lines to write.
+    #[arg(long, default_value = "2e5", value_parser = count)]
+    lines: u64,
+    /// Seed.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
 }
 
 /// Flags of `tessera sim alloc`; defaults are the documented workload.
@@ -118,6 +200,8 @@ fn count(s: &str) -> Result<u64, String> {
 pub fn run(cmd: SimCmd) -> anyhow::Result<i32> {
     match cmd {
         SimCmd::Alloc(a) => alloc(a),
+        SimCmd::Trace(a) => trace(a),
+        SimCmd::TraceGen(a) => trace_gen(a),
     }
 }
 
@@ -316,4 +400,163 @@ fn watch_ctrl_c(stop: Arc<AtomicBool>) {
             std::process::exit(130);
         });
     });
+}
+
+fn open_lines(p: &Path) -> anyhow::Result<Box<dyn std::io::BufRead>> {
+    if p == Path::new("-") {
+        return Ok(Box::new(std::io::BufReader::new(std::io::stdin())));
+    }
+    let f = std::fs::File::open(p).with_context(|| format!("cannot open trace {}", p.display()))?;
+    Ok(Box::new(std::io::BufReader::new(f)))
+}
+
+/// nfsdump if the first record's fifth field is a direction (C3, R3…).
+fn looks_like_nfsdump(p: &Path) -> anyhow::Result<bool> {
+    if p == Path::new("-") {
+        anyhow::bail!(
+            "--format auto cannot look ahead in standard input: say --format nfsdump or path"
+        );
+    }
+    for line in open_lines(p)?.lines().take(1000) {
+        let line = line?;
+        let t = line.trim();
+        if t.is_empty() || t.starts_with('#') {
+            continue;
+        }
+        let f: Vec<&str> = t.split_whitespace().collect();
+        return Ok(f.len() > 5 && matches!(f[4], "C3" | "R3" | "C2" | "R2"));
+    }
+    Ok(false)
+}
+
+fn trace(a: TraceArgs) -> anyhow::Result<i32> {
+    use sim::trace::{nfsdump, pathfmt, replay::ReplayConfig, report};
+    let policies = a
+        .policy
+        .iter()
+        .map(|p| mds::ids::PolicyKind::parse(p).map_err(anyhow::Error::msg))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let nfs = match a.format.as_str() {
+        "nfsdump" => true,
+        "path" => false,
+        "auto" => looks_like_nfsdump(&a.traces[0])?,
+        other => anyhow::bail!("unknown --format {other:?}: use nfsdump, path or auto"),
+    };
+    let bar = ProgressBar::new_spinner();
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} reading {msg}: {human_pos} lines  {per_sec}")
+            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+    );
+    let t0 = Instant::now();
+    let t = if nfs {
+        let mut p = nfsdump::Parser::new();
+        for f in &a.traces {
+            bar.set_message(f.display().to_string());
+            for line in open_lines(f)?.lines() {
+                p.line(&line.with_context(|| format!("reading {}", f.display()))?);
+                bar.inc(1);
+            }
+        }
+        p.finish()
+    } else {
+        let mut readers = Vec::new();
+        for f in &a.traces {
+            readers.push(open_lines(f)?);
+        }
+        let lines = readers
+            .into_iter()
+            .flat_map(|r| r.lines())
+            .inspect(|_| bar.inc(1));
+        pathfmt::parse_lines(lines).context("reading the trace")?
+    };
+    bar.finish_and_clear();
+    let st = &t.stats;
+    println!(
+        "{} lines ({}) in {:.1} s: {} events from {} clients; skipped {} malformed, {} replies without a call, {} calls without a reply, {} failed, {} ignored",
+        st.lines,
+        if nfs { "nfsdump" } else { "path format" },
+        t0.elapsed().as_secs_f64(),
+        st.events,
+        t.clients.len(),
+        st.malformed,
+        st.orphan_replies,
+        st.unanswered_calls,
+        st.failed,
+        st.ignored
+    );
+    for ex in &st.examples {
+        println!("  malformed {ex}");
+    }
+    if t.events.is_empty() {
+        anyhow::bail!("the trace holds no metadata operations the simulator can replay");
+    }
+    let cfg = ReplayConfig {
+        prefetch: a.prefetch,
+        demand_entries: a.demand_entries,
+        prefetch_entries: a.prefetch_entries,
+    };
+    let s = report::study(&t, &cfg, &policies).map_err(anyhow::Error::msg)?;
+    let ns = &s.namespace;
+    println!(
+        "namespace: {} nodes ({} directories; {} before the trace, {} created; {} with no known parent)",
+        ns.nodes, ns.dirs, ns.preexisting, ns.created, ns.orphans
+    );
+    println!(
+        "without prefetch: {} MDS requests ({} mandatory, {} non-mandatory)\n",
+        s.baseline.total(),
+        s.baseline.mandatory,
+        s.baseline.non_mandatory
+    );
+    println!(
+        "{:<16} {:>10} {:>10} {:>10} {:>9} {:>12}",
+        "policy", "requests", "mandatory", "non-mand", "% of none", "prefetch hits"
+    );
+    for p in &s.policies {
+        println!(
+            "{:<16} {:>10} {:>10} {:>10} {:>8.1}% {:>12}",
+            p.policy,
+            p.requests.total(),
+            p.requests.mandatory,
+            p.requests.non_mandatory,
+            p.mandatory_percent + p.non_mandatory_percent,
+            p.requests.prefetch_hits
+        );
+    }
+    let files = s.write(&a.out)?;
+    println!(
+        "\nwrote {}",
+        files
+            .iter()
+            .map(|f| f.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    Ok(0)
+}
+
+fn trace_gen(a: TraceGenArgs) -> anyhow::Result<i32> {
+    use sim::trace::generate::{GenParams, generate};
+    if !(0.0..=1.0).contains(&a.temp_fraction) {
+        anyhow::bail!("--temp-fraction must be in [0, 1], not {}", a.temp_fraction);
+    }
+    if a.clients == 0 || a.dirs == 0 || a.walk == 0 {
+        anyhow::bail!("--clients, --dirs and --walk must be at least 1");
+    }
+    let p = GenParams {
+        clients: a.clients,
+        dirs: a.dirs,
+        files: a.files,
+        max_depth: a.max_depth,
+        walk: a.walk,
+        temp_fraction: a.temp_fraction,
+        lines: a.lines,
+        seed: a.seed,
+    };
+    let f =
+        std::fs::File::create(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
+    let mut w = std::io::BufWriter::new(f);
+    let n = generate(&p, &mut w)?;
+    std::io::Write::flush(&mut w)?;
+    println!("wrote {n} lines to {}", a.out.display());
+    Ok(0)
 }
