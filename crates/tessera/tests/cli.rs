@@ -245,3 +245,106 @@ fn file_commands_refuse_bad_input_clearly() {
     );
     fail(&["mount", &port, s(dir.path())], "cannot reach the MDS");
 }
+
+fn refused(args: &[&str]) -> String {
+    let o = tessera(args);
+    assert!(!o.status.success(), "tessera {args:?} should fail");
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn sim_commands_run_resume_and_refuse_bad_input_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("alloc");
+    let small = [
+        "sim",
+        "alloc",
+        "--ops",
+        "2e5",
+        "--disk",
+        "4G",
+        "--large-max",
+        "16M",
+        "--policy",
+        "extent,region",
+        "--out",
+        s(&out),
+    ];
+    let table = ok(&small);
+    assert!(
+        table.contains("extent-s1-u80") && table.contains("region-u80"),
+        "{table}"
+    );
+    for f in [
+        "extent-s1-u80.json",
+        "region-u80.checkpoint.json",
+        "extents_per_object.svg",
+        "multi_extent_size.svg",
+        "extent_histogram-region-u80.svg",
+        "free_fragmentation.svg",
+    ] {
+        assert!(out.join(f).exists(), "{f} written");
+    }
+    let e = refused(&small);
+    assert!(e.contains("--resume"), "never overwrites a run: {e}");
+    let mut resumed = small.to_vec();
+    resumed.push("--resume");
+    assert!(ok(&resumed).contains("extent-s1-u80"));
+    // A finished run extends to more operations from its checkpoint.
+    resumed[3] = "3e5";
+    assert!(ok(&resumed).contains("300000"));
+
+    for (args, want) in [
+        (
+            vec!["sim", "alloc", "--utilization", "1.5", "--out", s(&out)],
+            "utilization",
+        ),
+        (vec!["sim", "alloc", "--ops", "lots"], "not a count"),
+        (vec!["sim", "alloc", "--policy", "buddy"], "unknown policy"),
+        (
+            vec!["sim", "alloc", "--increment", "1000", "--out", s(&out)],
+            "increment",
+        ),
+        (
+            vec!["sim", "trace", "/nonexistent/trace.txt"],
+            "cannot open trace",
+        ),
+        (
+            vec!["sim", "trace", "--format", "xml", "x"],
+            "unknown --format",
+        ),
+        (
+            vec!["sim", "trace", "--policy", "alphabetical", "x"],
+            "alphabetical",
+        ),
+    ] {
+        let e = refused(&args);
+        assert!(e.contains(want), "{args:?}: {e}");
+    }
+    let junk = dir.path().join("junk.txt");
+    std::fs::write(&junk, "no trace here\nat all\n").unwrap();
+    let e = refused(&["sim", "trace", s(&junk)]);
+    assert!(e.contains("no metadata operations"), "{e}");
+
+    let gen_trace = dir.path().join("gen.txt");
+    ok(&[
+        "sim",
+        "trace-gen",
+        s(&gen_trace),
+        "--lines",
+        "20000",
+        "--dirs",
+        "100",
+        "--files",
+        "2000",
+    ]);
+    let study = dir.path().join("study");
+    let table = ok(&["sim", "trace", s(&gen_trace), "--out", s(&study)]);
+    assert!(
+        table.contains("child-closest") && table.contains("0 malformed"),
+        "{table}"
+    );
+    for f in ["trace.json", "figure4.svg", "figure5.svg"] {
+        assert!(study.join(f).exists(), "{f} written");
+    }
+}
