@@ -102,6 +102,6 @@ fn damaged_or_mismatched_checkpoints_are_refused_clearly() {
     let mut bad = Checkpoint::load(&cp).expect("loads");
     bad.version = 99;
     bad.save(&cp).expect("save");
-    let err = format!("{:#}", Checkpoint::load(&cp).err().expect("refused"));
+    let err = format!("{:#}", Checkpoint::load(&cp).expect_err("refused"));
     assert!(err.contains("format 99"), "{err}");
 }

@@ -18,6 +18,9 @@ use serde::{Deserialize, Serialize};
 
 use super::event::{Handle, Kind, Op, Trace};
 
+/// Numbers one node given the ids and directory states so far.
+type Numberer<'a> = dyn FnMut(Handle, &mut HashMap<Handle, u64>, &mut HashMap<Handle, DirIds>) + 'a;
+
 /// One reconstructed node.
 #[derive(Debug, Clone)]
 pub struct Node {
@@ -218,11 +221,7 @@ impl Namespace {
         let walk = |stack: &mut Vec<Handle>,
                     ids: &mut HashMap<Handle, u64>,
                     dirs: &mut HashMap<Handle, DirIds>,
-                    number: &mut dyn FnMut(
-            Handle,
-            &mut HashMap<Handle, u64>,
-            &mut HashMap<Handle, DirIds>,
-        )| {
+                    number: &mut Numberer| {
             while let Some(h) = stack.pop() {
                 if ids.contains_key(&h) {
                     continue;

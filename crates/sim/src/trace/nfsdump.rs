@@ -258,7 +258,7 @@ impl Parser {
                 self.t.push(c, Op::Modify { node });
             }
             // create, mkdir, symlink, mknod
-            8 | 9 | 0xa | 0xb => {
+            8..=0xb => {
                 let dir = self.handle(ck, "fh")?;
                 let n = name("name")?;
                 let Ok(child) = self.handle(reply, "fh") else {
