@@ -4,6 +4,28 @@ use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
+/// Decodes `<marker>XX` hex escapes (`%20` in the path format, `\20` in
+/// nfsdump) into bytes; a truncated or non-hex escape is an error.
+pub(crate) fn unescape(s: &str, marker: u8) -> Result<Vec<u8>, String> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == marker {
+            let m = char::from(marker);
+            let hex = s
+                .get(i + 1..i + 3)
+                .ok_or_else(|| format!("truncated {m}XX escape"))?;
+            out.push(u8::from_str_radix(hex, 16).map_err(|_| format!("bad escape {m}{hex}"))?);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    Ok(out)
+}
+
 /// An interned file handle (an NFS file handle, or a path's current node).
 pub type Handle = u32;
 

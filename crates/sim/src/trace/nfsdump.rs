@@ -58,19 +58,7 @@ fn unquote(s: &str) -> Result<String, String> {
         .strip_prefix('"')
         .and_then(|x| x.strip_suffix('"'))
         .ok_or_else(|| format!("name {s} is not quoted"))?;
-    let b = inner.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\' {
-            let hex = inner.get(i + 1..i + 3).ok_or("truncated \\XX escape")?;
-            out.push(u8::from_str_radix(hex, 16).map_err(|_| format!("bad escape \\{hex}"))?);
-            i += 3;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
+    let out = super::event::unescape(inner, b'\\')?;
     Ok(String::from_utf8_lossy(&out).into_owned())
 }
 

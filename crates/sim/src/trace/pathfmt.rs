@@ -60,19 +60,7 @@ struct Parser {
 }
 
 fn unescape(s: &str) -> Result<String, String> {
-    let mut out = Vec::with_capacity(s.len());
-    let b = s.as_bytes();
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' {
-            let hex = s.get(i + 1..i + 3).ok_or("truncated %XX escape")?;
-            out.push(u8::from_str_radix(hex, 16).map_err(|_| format!("bad escape %{hex}"))?);
-            i += 3;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
+    let out = super::event::unescape(s, b'%')?;
     String::from_utf8(out).map_err(|_| "name is not UTF-8".to_string())
 }
 
