@@ -76,8 +76,9 @@ fn a_big_prefetch_brings_the_whole_small_tree_under_every_policy() {
 /// without a call, a garbage line and a call with no reply are counted.
 #[test]
 fn an_nfsdump_trace_with_oddities() {
-    let c = "con = XXX len = XXX";
-    let r = "status=XXX pl = XXX con = XXX len = XXX";
+    // nfsdump's line endings (connection and packet lengths).
+    let c = "con = 82 len = 160";
+    let r = "status=0 pl = 120 con = 82 len = 204";
     let text = format!(
         "1.000001 32.03ff 30.0801 U C3 10 3 lookup fh aa01 name \"src\" euid 0 egid 0 {c}\n\
          1.000002 30.0801 32.03ff U R3 10 3 lookup OK fh bb02 ftype 2 mode 1ed {r}\n\

@@ -315,8 +315,11 @@ impl Parser {
 mod tests {
     use super::*;
 
-    const TRAIL_C: &str = "con = XXX len = XXX";
-    const TRAIL_R: &str = "status=XXX pl = XXX con = XXX len = XXX";
+    // Line endings as nfsdump prints them before anonymization (the
+    // published traces carry the same keys with masked values); the
+    // parser stops at them whatever their values.
+    const TRAIL_C: &str = "con = 82 len = 160";
+    const TRAIL_R: &str = "status=0 pl = 120 con = 82 len = 204";
 
     #[test]
     fn calls_and_replies_match_by_client_and_xid() {
