@@ -268,6 +268,18 @@ impl AgingSim {
         &self.counters
     }
 
+    /// The run so far as a result, with the rate this process measured.
+    pub fn result(&self, ops_per_sec: f64) -> RunResult {
+        RunResult {
+            label: self.params.label(),
+            params: self.params.clone(),
+            ops_done: self.ops,
+            counters: self.counters.clone(),
+            samples: self.samples.clone(),
+            ops_per_sec,
+        }
+    }
+
     /// Verifies the allocator's invariants and that every block is either
     /// free or mapped by exactly one object.
     pub fn check(&self) -> Result<(), String> {

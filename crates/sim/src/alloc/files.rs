@@ -100,14 +100,7 @@ pub fn start(dir: &Path, params: &AllocParams, resume: bool) -> anyhow::Result<S
 pub fn finish(dir: &Path, sim: &AgingSim, ops_per_sec: f64) -> anyhow::Result<RunResult> {
     let label = sim.params().label();
     sim.checkpoint().save(&checkpoint_path(dir, &label))?;
-    let r = RunResult {
-        label: label.clone(),
-        params: sim.params().clone(),
-        ops_done: sim.ops_done(),
-        counters: sim.counters().clone(),
-        samples: sim.samples().to_vec(),
-        ops_per_sec,
-    };
+    let r = sim.result(ops_per_sec);
     let path = result_path(dir, &label);
     std::fs::write(&path, serde_json::to_vec_pretty(&r)?)
         .with_context(|| format!("writing {}", path.display()))?;

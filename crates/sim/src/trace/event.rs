@@ -160,35 +160,35 @@ pub struct Trace {
     client_ids: HashMap<String, u32>,
 }
 
+/// Appends `name` to `list` under the next number (replacing what `index`
+/// held for it) and returns the number.
+fn append(list: &mut Vec<String>, index: &mut HashMap<String, u32>, name: &str) -> u32 {
+    let n = list.len() as u32;
+    list.push(name.to_string());
+    index.insert(name.to_string(), n);
+    n
+}
+
 impl Trace {
     /// The handle for `name`, interned.
     pub fn handle(&mut self, name: &str) -> Handle {
-        if let Some(&h) = self.handle_ids.get(name) {
-            return h;
+        match self.handle_ids.get(name) {
+            Some(&h) => h,
+            None => append(&mut self.handles, &mut self.handle_ids, name),
         }
-        let h = self.handles.len() as Handle;
-        self.handles.push(name.to_string());
-        self.handle_ids.insert(name.to_string(), h);
-        h
     }
 
     /// A handle that no name maps to yet (a new node behind a reused path).
     pub fn fresh_handle(&mut self, name: &str) -> Handle {
-        let h = self.handles.len() as Handle;
-        self.handles.push(name.to_string());
-        self.handle_ids.insert(name.to_string(), h);
-        h
+        append(&mut self.handles, &mut self.handle_ids, name)
     }
 
     /// The client number for `name`, interned.
     pub fn client(&mut self, name: &str) -> u32 {
-        if let Some(&c) = self.client_ids.get(name) {
-            return c;
+        match self.client_ids.get(name) {
+            Some(&c) => c,
+            None => append(&mut self.clients, &mut self.client_ids, name),
         }
-        let c = self.clients.len() as u32;
-        self.clients.push(name.to_string());
-        self.client_ids.insert(name.to_string(), c);
-        c
     }
 
     /// Appends an event.

@@ -18,9 +18,6 @@ use serde::{Deserialize, Serialize};
 
 use super::event::{Handle, Kind, Op, Trace};
 
-/// Numbers one node given the ids and directory states so far.
-type Numberer<'a> = dyn FnMut(Handle, &mut HashMap<Handle, u64>, &mut HashMap<Handle, DirIds>) + 'a;
-
 /// One reconstructed node.
 #[derive(Debug, Clone)]
 pub struct Node {
@@ -186,81 +183,28 @@ impl Namespace {
         t: &Trace,
         policy: PolicyKind,
     ) -> Result<HashMap<Handle, u64>, String> {
-        let p = IdPolicy::new(policy, Geometry::default())?;
-        let mut ids = HashMap::with_capacity(self.nodes.len());
-        let mut dirs: HashMap<Handle, DirIds> = HashMap::new();
-        let mut counters = Counters::default();
-        let mut taken: HashSet<u64> = HashSet::from([ROOT_ID]);
-        ids.insert(self.root, ROOT_ID);
-        dirs.insert(self.root, p.root());
-        let mut number =
-            |h: Handle, ids: &mut HashMap<Handle, u64>, dirs: &mut HashMap<Handle, DirIds>| {
-                let n = &self.nodes[&h];
-                let parent = n.parent.expect("only the root has no parent");
-                let pd = dirs
-                    .get_mut(&parent)
-                    .expect("a parent is numbered before its children");
-                let mut is_taken = |id: u64| taken.contains(&id);
-                let id = if n.kind == Kind::Dir {
-                    let (id, d) = p.dir_id(pd, &mut counters, &mut is_taken);
-                    dirs.insert(h, d);
-                    id
-                } else {
-                    p.file_id(pd, &mut counters, &mut is_taken)
-                };
-                taken.insert(id);
-                ids.insert(h, id);
-            };
-        // Pre-existing nodes depth-first; a created node's subtree waits for it.
-        let mut stack: Vec<Handle> = self.nodes[&self.root]
-            .children
-            .iter()
-            .rev()
-            .copied()
-            .collect();
-        let walk = |stack: &mut Vec<Handle>,
-                    ids: &mut HashMap<Handle, u64>,
-                    dirs: &mut HashMap<Handle, DirIds>,
-                    number: &mut Numberer| {
-            while let Some(h) = stack.pop() {
-                if ids.contains_key(&h) {
-                    continue;
-                }
-                number(h, ids, dirs);
-                let n = &self.nodes[&h];
-                stack.extend(
-                    n.children
-                        .iter()
-                        .rev()
-                        .filter(|c| self.nodes[c].created.is_none()),
-                );
-            }
+        let mut n = Numbering {
+            ns: self,
+            policy: IdPolicy::new(policy, Geometry::default())?,
+            ids: HashMap::from([(self.root, ROOT_ID)]),
+            dirs: HashMap::new(),
+            counters: Counters::default(),
+            taken: HashSet::from([ROOT_ID]),
         };
-        let pre: Vec<Handle> = stack
-            .drain(..)
-            .filter(|c| self.nodes[c].created.is_none())
-            .collect();
-        stack.extend(pre);
-        walk(&mut stack, &mut ids, &mut dirs, &mut number);
+        n.dirs.insert(self.root, n.policy.root());
+        // Pre-existing nodes depth-first; a created node's subtree waits for it.
+        for &c in &self.nodes[&self.root].children {
+            if self.nodes[&c].created.is_none() {
+                n.subtree(c);
+            }
+        }
         for e in &t.events {
             if let Op::Create { child, .. } = &e.op
                 && self.nodes[child].parent.is_some()
-                && !ids.contains_key(child)
                 && self.nodes[child].created.is_some()
+                && !n.ids.contains_key(child)
             {
-                stack.push(*child);
-                // Its pre-existing-looking descendants come with it.
-                let h = *child;
-                number(h, &mut ids, &mut dirs);
-                stack.clear();
-                stack.extend(
-                    self.nodes[&h]
-                        .children
-                        .iter()
-                        .rev()
-                        .filter(|c| self.nodes[c].created.is_none()),
-                );
-                walk(&mut stack, &mut ids, &mut dirs, &mut number);
+                n.subtree(*child);
             }
         }
         // Anything left (a created node whose create was not the link that
@@ -268,7 +212,7 @@ impl Namespace {
         let mut rest: Vec<Handle> = self
             .nodes
             .keys()
-            .filter(|h| !ids.contains_key(h))
+            .filter(|h| !n.ids.contains_key(h))
             .copied()
             .collect();
         rest.sort_unstable();
@@ -276,8 +220,8 @@ impl Namespace {
             let before = rest.len();
             rest.retain(|&h| {
                 let parent = self.nodes[&h].parent.expect("not the root");
-                if ids.contains_key(&parent) {
-                    number(h, &mut ids, &mut dirs);
+                if n.ids.contains_key(&parent) {
+                    n.number(h);
                     false
                 } else {
                     true
@@ -289,6 +233,59 @@ impl Namespace {
                 );
             }
         }
-        Ok(ids)
+        Ok(n.ids)
+    }
+}
+
+/// One policy's numbering in progress.
+struct Numbering<'a> {
+    ns: &'a Namespace,
+    policy: IdPolicy,
+    ids: HashMap<Handle, u64>,
+    dirs: HashMap<Handle, DirIds>,
+    counters: Counters,
+    taken: HashSet<u64>,
+}
+
+impl Numbering<'_> {
+    /// Numbers node `h`; its parent must be numbered.
+    fn number(&mut self, h: Handle) {
+        let n = &self.ns.nodes[&h];
+        let parent = n.parent.expect("only the root has no parent");
+        let pd = self
+            .dirs
+            .get_mut(&parent)
+            .expect("a parent is numbered before its children");
+        let taken = &self.taken;
+        let mut is_taken = |id: u64| taken.contains(&id);
+        let id = if n.kind == Kind::Dir {
+            let (id, d) = self.policy.dir_id(pd, &mut self.counters, &mut is_taken);
+            self.dirs.insert(h, d);
+            id
+        } else {
+            self.policy.file_id(pd, &mut self.counters, &mut is_taken)
+        };
+        self.taken.insert(id);
+        self.ids.insert(h, id);
+    }
+
+    /// Numbers `start`, then depth-first the descendants the trace did not
+    /// create (children in order of first appearance).
+    fn subtree(&mut self, start: Handle) {
+        let mut stack = vec![start];
+        while let Some(h) = stack.pop() {
+            if self.ids.contains_key(&h) {
+                continue;
+            }
+            self.number(h);
+            let nodes = &self.ns.nodes;
+            stack.extend(
+                nodes[&h]
+                    .children
+                    .iter()
+                    .rev()
+                    .filter(|c| nodes[c].created.is_none()),
+            );
+        }
     }
 }

@@ -185,15 +185,7 @@ impl Parser {
                 self.walk(client, &path, None);
                 let (a, b) = (path.join("/"), to.join("/"));
                 self.forget(&b);
-                let moved: Vec<(String, (Handle, Kind))> = self
-                    .paths
-                    .range(a.clone()..)
-                    .take_while(|(p, _)| p.starts_with(&a))
-                    .filter(|(p, _)| p.len() == a.len() || p.as_bytes()[a.len()] == b'/')
-                    .map(|(p, v)| (p.clone(), *v))
-                    .collect();
-                for (p, v) in moved {
-                    self.paths.remove(&p);
+                for (p, v) in self.take_subtree(&a) {
                     self.paths.insert(format!("{b}{}", &p[a.len()..]), v);
                 }
                 self.removed.insert(a);
@@ -215,16 +207,22 @@ impl Parser {
 
     /// Drops `key` and everything under it from the current namespace.
     fn forget(&mut self, key: &str) {
-        let gone: Vec<String> = self
+        self.take_subtree(key);
+    }
+
+    /// Removes `key` and everything under it; returns them with their nodes.
+    fn take_subtree(&mut self, key: &str) -> Vec<(String, (Handle, Kind))> {
+        let under: Vec<String> = self
             .paths
             .range(key.to_string()..)
             .take_while(|(p, _)| p.starts_with(key))
             .filter(|(p, _)| p.len() == key.len() || p.as_bytes()[key.len()] == b'/')
             .map(|(p, _)| p.clone())
             .collect();
-        for p in gone {
-            self.paths.remove(&p);
-        }
+        under
+            .into_iter()
+            .filter_map(|p| self.paths.remove(&p).map(|v| (p, v)))
+            .collect()
     }
 
     /// Resolves `path` component by component, emitting one lookup each;

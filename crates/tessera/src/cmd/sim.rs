@@ -336,14 +336,7 @@ fn one_run(
     bar.finish();
     let r = match outcome {
         Outcome::Finished => files::finish(dir, &sim, rate)?,
-        Outcome::Stopped => RunResult {
-            label,
-            params: sim.params().clone(),
-            ops_done: sim.ops_done(),
-            counters: sim.counters().clone(),
-            samples: sim.samples().to_vec(),
-            ops_per_sec: rate,
-        },
+        Outcome::Stopped => sim.result(rate),
     };
     Ok((r, outcome))
 }
