@@ -293,29 +293,26 @@ mod tests {
             .count();
         assert_eq!(negative, 1);
         // The file made again is a new node.
-        let uses: Vec<Handle> = t
-            .events
+        let uses = used_nodes(&t);
+        assert_eq!(uses.len(), 2);
+        assert_ne!(uses[0], uses[1]);
+    }
+
+    /// The nodes whose attributes the trace used, in order.
+    fn used_nodes(t: &Trace) -> Vec<Handle> {
+        t.events
             .iter()
             .filter_map(|e| match e.op {
                 Op::Use { node, .. } => Some(node),
                 _ => None,
             })
-            .collect();
-        assert_eq!(uses.len(), 2);
-        assert_ne!(uses[0], uses[1]);
+            .collect()
     }
 
     #[test]
     fn rename_moves_a_subtree() {
         let t = parse("0 c stat /d/f\n1 c rename /d /e\n2 c stat /e/f\n3 c stat /d/f\n");
-        let uses: Vec<Handle> = t
-            .events
-            .iter()
-            .filter_map(|e| match e.op {
-                Op::Use { node, .. } => Some(node),
-                _ => None,
-            })
-            .collect();
+        let uses = used_nodes(&t);
         assert_eq!(uses.len(), 2, "the last stat fails: /d is gone");
         assert_eq!(uses[0], uses[1], "the same file under its new name");
     }
