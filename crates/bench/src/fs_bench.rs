@@ -219,6 +219,7 @@ fn run_in(work: &Path, p: FsParams) -> anyhow::Result<Vec<FsRow>> {
             object_size: 0,
         },
         wal_bytes: 64 << 20,
+        namespace: Default::default(),
     };
     let osd_size = (p.file * 2 / 3).max(256 << 20) + (512 << 20);
     let cl = rt

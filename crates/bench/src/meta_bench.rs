@@ -137,6 +137,7 @@ async fn start_cluster(work: &Path) -> anyhow::Result<(LocalMds, LocalOsd, Strin
                 .map_err(anyhow::Error::msg)?,
             layout: LayoutSpec::default(),
             wal_bytes: 64 << 20,
+            namespace: Default::default(),
         },
     )?;
     provision_osd(

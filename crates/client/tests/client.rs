@@ -27,6 +27,7 @@ fn opts(policy: PolicyKind, su: u32, sc: u32) -> FormatOptions {
             object_size: 0,
         },
         wal_bytes: 8 << 20,
+        namespace: Default::default(),
     }
 }
 

@@ -59,4 +59,6 @@ pub struct FormatOptions {
     pub layout: LayoutSpec,
     /// Bytes of write-ahead log.
     pub wal_bytes: u64,
+    /// Where the namespace lives (the MDS, or the OSDs per seed 002).
+    pub namespace: proto::mds::NamespaceMode,
 }

@@ -82,6 +82,17 @@ pub struct DeleteJob {
 
 const SUPER_KEY: &[u8] = b"superblock";
 const STATE_KEY: &[u8] = b"state";
+const NAMESPACE_KEY: &[u8] = b"namespace";
+
+/// Where the namespace lives and, on the OSDs, where its root is. Kept
+/// under its own key (absent = the MDS namespace, as before it existed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct NamespaceRecord {
+    /// Mode chosen at format time.
+    pub mode: proto::mds::NamespaceMode,
+    /// OSD of the root directory object (OSD mode, once made).
+    pub root_osd: Option<u32>,
+}
 
 /// Big-endian key of a number.
 pub fn num_key(n: u64) -> [u8; 8] {
@@ -146,6 +157,14 @@ pub trait Records: View {
             .get(T::Meta, SUPER_KEY)?
             .ok_or_else(|| io_err("superblock", "missing: not a formatted MDS"))?;
         decode("superblock", &b)
+    }
+
+    /// Where the namespace lives.
+    fn namespace(&self) -> Result<NamespaceRecord, MdsError> {
+        match self.get(T::Meta, NAMESPACE_KEY)? {
+            Some(b) => decode("namespace", &b),
+            None => Ok(NamespaceRecord::default()),
+        }
     }
 
     /// The counters.
@@ -323,6 +342,11 @@ impl Tx<'_> {
     /// Stores the counters.
     pub fn put_state(&mut self, s: &FsState) -> Result<(), MdsError> {
         self.put(T::Meta, STATE_KEY, &encode(s)?)
+    }
+
+    /// Stores the namespace record.
+    pub fn put_namespace(&mut self, n: &NamespaceRecord) -> Result<(), MdsError> {
+        self.put(T::Meta, NAMESPACE_KEY, &encode(n)?)
     }
 
     /// Stores the superblock.

@@ -11,10 +11,11 @@ use std::time::Duration;
 use bytes::Bytes;
 use osd::client::{ClientConfig, ClientError, OsdClient};
 use osd::keys::KeyFile;
-use proto::layout::{DATA_PARTITION, Layout, data_oid};
+use proto::layout::{DATA_OID_TAG, DATA_PARTITION, Layout, data_oid};
 use proto::mds::{
     ClusterStatus, Creds, DirEntry, Entry, Errno, FileKind, Found, FsStat, Grant, MdsError,
-    MdsReply, MdsRequest, NAME_MAX, Op, OsdReport, OsdStatus, READDIR_MAX, ROOT_INO,
+    MdsReply, MdsRequest, NAME_MAX, NamespaceGrant, NamespaceMode, Op, OsdReport, OsdStatus,
+    READDIR_MAX, ROOT_INO,
 };
 use proto::placement::OsdMap;
 use proto::{Capability, Command, ErrorCode, KeyRing, rights};
@@ -77,8 +78,13 @@ pub fn format(dir: &Path, opts: &FormatOptions) -> Result<(), MdsError> {
         created_ms: osd::exec::now_ms(),
     };
     let layout = opts.layout;
+    let namespace = opts.namespace;
     kv.write_blocking(move |tx| {
         tx.put_superblock(&sb)?;
+        tx.put_namespace(&crate::records::NamespaceRecord {
+            mode: namespace,
+            root_osd: None,
+        })?;
         ns::format_root(tx, &sb.policy, layout, ns::now_ns())?;
         tx.put_map(&OsdMap::default())
     })?;
@@ -134,6 +140,8 @@ pub struct Mds {
     pub metrics: Arc<MdsMetrics>,
     /// Wakes the delete-queue worker.
     pub delete_wake: tokio::sync::Notify,
+    /// Where the namespace lives (fixed at format time).
+    pub namespace: proto::mds::NamespaceMode,
 }
 
 fn err(e: Errno, m: impl Into<String>) -> MdsError {
@@ -161,7 +169,9 @@ impl Mds {
             ));
         }
         let keys = load_keys(&paths.keys(), &sb.cluster_id).map_err(|m| err(Errno::Inval, m))?;
+        let namespace = kv.read()?.namespace()?.mode;
         Ok(Arc::new(Mds {
+            namespace,
             kv,
             sb,
             cfg,
@@ -321,7 +331,71 @@ impl Mds {
         let c = req.creds;
         let pf = req.prefetch;
         let policy = self.sb.policy;
+        let cluster_op = matches!(
+            req.op,
+            Op::GetMap { .. }
+                | Op::Report(_)
+                | Op::Status
+                | Op::Statfs
+                | Op::NamespaceGrant
+                | Op::NamespaceRoot { .. }
+        );
+        if self.namespace == NamespaceMode::Osd && !cluster_op {
+            return Err(err(
+                Errno::Inval,
+                format!(
+                    "{}: this file system keeps its namespace on the OSDs (formatted with \
+                     --namespace osd); the MDS only hands out maps and capabilities",
+                    req.op.name()
+                ),
+            ));
+        }
         match req.op {
+            Op::NamespaceGrant => {
+                if self.namespace != NamespaceMode::Osd {
+                    return Err(err(
+                        Errno::Inval,
+                        "this file system keeps its namespace in the MDS (formatted with --namespace mds)",
+                    ));
+                }
+                let snap = self.kv.read()?;
+                let st = snap.state()?;
+                let map = snap.map(st.map_epoch)?.unwrap_or_default();
+                let rights = rights::ALL & !(rights::FORMAT | rights::PARTITION | rights::REVOKE);
+                let grant = self.grant(&map, DATA_OID_TAG, u64::MAX, rights, st.cap_version);
+                Ok(MdsReply::Namespace(Box::new(NamespaceGrant {
+                    map,
+                    grant,
+                    root_osd: snap.namespace()?.root_osd,
+                })))
+            }
+            Op::NamespaceRoot { osd } => {
+                if self.namespace != NamespaceMode::Osd {
+                    return Err(err(Errno::Inval, "not a namespace-on-OSDs file system"));
+                }
+                let rec = self
+                    .kv
+                    .write(move |tx| {
+                        let mut n = tx.namespace()?;
+                        if n.root_osd.is_none() {
+                            n.root_osd = Some(osd);
+                            tx.put_namespace(&n)?;
+                        }
+                        Ok(n)
+                    })
+                    .await?;
+                Ok(MdsReply::Namespace(Box::new(NamespaceGrant {
+                    map: OsdMap::default(),
+                    grant: Grant {
+                        lo: 0,
+                        hi: 0,
+                        rights: 0,
+                        expiry_ms: 0,
+                        caps: Vec::new(),
+                    },
+                    root_osd: rec.root_osd,
+                })))
+            }
             Op::Lookup { parent, name } => {
                 let snap = self.kv.read()?;
                 let i = ns::lookup(&snap, &c, parent, &name)?;

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use proto::cap::{Need, rights};
-use proto::msg::{AttrKey, Command, Reply, Request, Response};
+use proto::msg::{AttrKey, Command, MAX_PAGE_BYTES, Reply, Request, Response};
 use proto::{ErrorCode, KeyRing, WireError};
 use store::{FormatOptions, OpenOptions, Store, StoreError};
 
@@ -219,7 +219,9 @@ fn need(cmd: &Command, req: &Request) -> Need {
                     rights::GET_ATTR
                 },
         },
-        Command::GetAttributes { pid, oid } => one(pid, oid, rights::GET_ATTR),
+        Command::GetAttributes { pid, oid } | Command::GetPage { pid, oid, .. } => {
+            one(pid, oid, rights::GET_ATTR)
+        }
         Command::SetAttributes { pid, oid } => one(pid, oid, rights::SET_ATTR),
         Command::Cas { pid, oid, .. } | Command::FetchAdd { pid, oid, .. } => {
             one(pid, oid, rights::SET_ATTR | rights::GET_ATTR)
@@ -240,12 +242,20 @@ fn target(cmd: &Command) -> Option<(u64, u64)> {
         | Command::Write { pid, oid, .. }
         | Command::Append { pid, oid }
         | Command::GetAttributes { pid, oid }
+        | Command::GetPage { pid, oid, .. }
         | Command::SetAttributes { pid, oid }
         | Command::Cas { pid, oid, .. }
         | Command::FetchAdd { pid, oid, .. }
         | Command::Truncate { pid, oid, .. } => Some((pid, oid)),
         _ => None,
     }
+}
+
+/// A request's set list in the store's terms.
+fn set_list(set: &[(AttrKey, Vec<u8>)]) -> Vec<((u32, u32), Vec<u8>)> {
+    set.iter()
+        .map(|(k, v)| ((k.page, k.number), v.clone()))
+        .collect()
 }
 
 /// Milliseconds since the Unix epoch.
@@ -304,6 +314,16 @@ fn run(
         }
         Command::CreatePartition { pid } => s.create_partition(*pid).map(|()| Reply::Done),
         Command::RemovePartition { pid } => s.remove_partition(*pid).map(|()| Reply::Done),
+        Command::Create {
+            pid,
+            oid: Some(oid),
+            count: 1,
+        } if !req.set.is_empty() => {
+            // One object with attributes: one commit, so a crash leaves the
+            // object with all of them or no object at all.
+            s.create_with_attrs(*pid, *oid, &set_list(&req.set))
+                .map(|()| Reply::Created(vec![*oid]))
+        }
         Command::Create { pid, oid, count } => {
             let mut ids = Vec::with_capacity(*count as usize);
             for i in 0..u64::from(*count) {
@@ -397,6 +417,15 @@ fn run(
         } => s
             .fetch_add(*pid, *oid, key.page, key.number, *delta)
             .map(|old| Reply::FetchAdd { old }),
+        Command::GetPage {
+            pid,
+            oid,
+            page,
+            after,
+            max,
+        } => s
+            .page_attrs(*pid, *oid, *page, *after, *max as usize, MAX_PAGE_BYTES)
+            .map(|(attrs, next)| Reply::Page { attrs, next }),
         Command::SetVersion { pid, oid, version } => {
             s.set_version(*pid, *oid, *version).map(|()| Reply::Done)
         }
@@ -431,8 +460,11 @@ fn run(
         ));
     }
     if let Some((pid, oid)) = obj {
-        for (k, v) in &req.set {
-            s.set_attr(pid, oid, k.page, k.number, v).map_err(map_err)?;
+        let created_with_set = matches!(req.cmd, Command::Create { .. });
+        if !req.set.is_empty() && !created_with_set {
+            // All of the set list in one commit.
+            s.set_attrs(pid, oid, &set_list(&req.set))
+                .map_err(map_err)?;
         }
         if matches!(req.cmd, Command::GetAttributes { .. }) && req.get.is_empty() {
             for ((page, number), v) in s.list_attrs(pid, oid).map_err(map_err)? {

@@ -393,6 +393,55 @@ pub enum Op {
         /// Absolute path.
         path: String,
     },
+    /// Namespace-on-OSDs mode: the map and a capability over every
+    /// namespace object (what a client needs to work without the MDS).
+    NamespaceGrant,
+    /// Namespace-on-OSDs mode: record the root directory's OSD (first
+    /// caller wins; the answer says the recorded one).
+    NamespaceRoot {
+        /// OSD holding the root directory object.
+        osd: u32,
+    },
+}
+
+/// Where a file system's namespace lives, fixed at format time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub enum NamespaceMode {
+    /// In the MDS's database (the MDS answers every metadata operation).
+    #[default]
+    Mds,
+    /// On the OSDs (seed 002); the MDS only hands out maps and capabilities.
+    Osd,
+}
+
+impl NamespaceMode {
+    /// Parses "mds" or "osd".
+    pub fn parse(s: &str) -> Result<NamespaceMode, String> {
+        match s {
+            "mds" => Ok(NamespaceMode::Mds),
+            "osd" => Ok(NamespaceMode::Osd),
+            _ => Err(format!("unknown namespace mode {s:?}: use mds or osd")),
+        }
+    }
+
+    /// Its name.
+    pub fn name(self) -> &'static str {
+        match self {
+            NamespaceMode::Mds => "mds",
+            NamespaceMode::Osd => "osd",
+        }
+    }
+}
+
+/// What a namespace-on-OSDs client gets from the MDS.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NamespaceGrant {
+    /// Current OSD map.
+    pub map: OsdMap,
+    /// Capabilities over all namespace objects.
+    pub grant: Grant,
+    /// OSD of the root directory, once it is made.
+    pub root_osd: Option<u32>,
 }
 
 impl Op {
@@ -446,6 +495,8 @@ impl Op {
             Op::Report(_) => "report",
             Op::Status => "status",
             Op::Resolve { .. } => "resolve",
+            Op::NamespaceGrant => "namespacegrant",
+            Op::NamespaceRoot { .. } => "namespaceroot",
         }
     }
 
@@ -590,6 +641,8 @@ pub enum MdsReply {
     Status(Box<ClusterStatus>),
     /// Resolved path: one entry per component (root first).
     Path(Vec<Entry>),
+    /// Namespace-on-OSDs credentials.
+    Namespace(Box<NamespaceGrant>),
     /// Done, nothing to return.
     Done,
 }

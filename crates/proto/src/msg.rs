@@ -16,6 +16,11 @@ pub const MAX_ATTR_VALUE: usize = 64 * 1024;
 pub const MAX_LIST: u32 = 10_000;
 /// Most objects one CREATE may make.
 pub const MAX_CREATE: u32 = 10_000;
+/// Most attributes one GET PAGE may return.
+pub const MAX_PAGE_ATTRS: u32 = 4096;
+/// Value bytes after which a GET PAGE reply stops early (it always carries
+/// at least one attribute).
+pub const MAX_PAGE_BYTES: usize = 1 << 20;
 
 /// Client's opening message.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -210,6 +215,21 @@ pub enum Command {
         /// New length in bytes.
         len: u64,
     },
+    /// The user attributes of one page in number order, after `after`, at
+    /// most `max` (1 ..= MAX_PAGE_ATTRS) and about MAX_PAGE_BYTES of values
+    /// (right GET_ATTR). How a directory on OSDs is listed (seed 002).
+    GetPage {
+        /// Partition.
+        pid: u64,
+        /// Object.
+        oid: u64,
+        /// Attribute page (a user page).
+        page: u32,
+        /// Continue after this number (exclusive); `None` = from the start.
+        after: Option<u32>,
+        /// Most attributes.
+        max: u32,
+    },
 }
 
 impl Command {
@@ -234,6 +254,7 @@ impl Command {
             Command::SetVersion { .. } => 16,
             Command::Statfs => 17,
             Command::Truncate { .. } => 18,
+            Command::GetPage { .. } => 19,
         }
     }
 
@@ -258,6 +279,7 @@ impl Command {
             Command::SetVersion { .. } => "set_version",
             Command::Statfs => "statfs",
             Command::Truncate { .. } => "truncate",
+            Command::GetPage { .. } => "get_page",
         }
     }
 
@@ -271,6 +293,7 @@ impl Command {
                 | Command::GetAttributes { .. }
                 | Command::Statfs
                 | Command::Truncate { .. }
+                | Command::GetPage { .. }
         )
     }
 
@@ -331,6 +354,13 @@ pub enum Reply {
     FetchAdd {
         /// Old value.
         old: u64,
+    },
+    /// A page of attributes (GET PAGE).
+    Page {
+        /// (number, value) in number order.
+        attrs: Vec<(u32, Vec<u8>)>,
+        /// Continuation (`after` of the next call), if more.
+        next: Option<u32>,
     },
     /// Space of the OSD.
     Statfs {
@@ -406,6 +436,9 @@ impl Request {
                     format!("lists return at most {MAX_LIST} entries"),
                 ))
             }
+            Command::GetPage { max, .. } if *max == 0 || *max > MAX_PAGE_ATTRS => Err(
+                WireError::bad("max", format!("{max} not in 1..={MAX_PAGE_ATTRS}")),
+            ),
             Command::Cas { expected, new, .. }
                 if expected.len() > MAX_ATTR_VALUE || new.len() > MAX_ATTR_VALUE =>
             {

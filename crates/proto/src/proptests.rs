@@ -97,6 +97,20 @@ fn command() -> impl Strategy<Value = Command> {
         (u(), u(), u()).prop_map(|(pid, oid, version)| Command::SetVersion { pid, oid, version }),
         Just(Command::Statfs),
         (u(), u(), u()).prop_map(|(pid, oid, len)| Command::Truncate { pid, oid, len }),
+        (
+            u(),
+            u(),
+            any::<u32>(),
+            proptest::option::of(any::<u32>()),
+            any::<u32>()
+        )
+            .prop_map(|(pid, oid, page, after, max)| Command::GetPage {
+                pid,
+                oid,
+                page,
+                after,
+                max
+            }),
     ]
 }
 
@@ -127,6 +141,11 @@ fn reply() -> impl Strategy<Value = Result<Reply, WireError>> {
             .prop_map(|(entries, next)| Ok(Reply::Listed { entries, next })),
         (any::<bool>(), blob()).prop_map(|(swapped, old)| Ok(Reply::Cas { swapped, old })),
         u().prop_map(|old| Ok(Reply::FetchAdd { old })),
+        (
+            proptest::collection::vec((any::<u32>(), blob()), 0..4),
+            proptest::option::of(any::<u32>())
+        )
+            .prop_map(|(attrs, next)| Ok(Reply::Page { attrs, next })),
         (u(), u(), u()).prop_map(|(total_bytes, free_bytes, objects)| Ok(Reply::Statfs {
             total_bytes,
             free_bytes,

@@ -36,6 +36,7 @@ impl Cluster {
             policy: IdPolicy::new(policy, Geometry::default()).unwrap(),
             layout,
             wal_bytes: 8 << 20,
+            namespace: Default::default(),
         };
         mds::service::format(&mds_dir, &opts).unwrap();
         for i in 0..n {

@@ -121,6 +121,10 @@ fn check_attr(page: u32, number: u32, value: &[u8]) -> Result<()> {
 /// One attribute: its (page, number) and value.
 pub type Attribute = ((u32, u32), Vec<u8>);
 
+/// A page of user attributes: (number, value) in order, and the number to
+/// continue after when more remain.
+pub type AttrPage = (Vec<(u32, Vec<u8>)>, Option<u32>);
+
 /// Outcome of a compare-and-swap.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CasOutcome {
@@ -364,6 +368,115 @@ impl Store {
             .collect();
         v.extend(o.attrs.iter().map(|(k, x)| (*k, x.to_vec())));
         Ok(v)
+    }
+
+    /// User attributes of `page` with numbers above `after` (all when
+    /// `None`), in number order: at most `max` of them, stopping early once
+    /// `max_bytes` of values are gathered (never before the first). The
+    /// second value is the number to continue after, if more remain.
+    pub fn page_attrs(
+        &self,
+        pid: u64,
+        oid: u64,
+        page: u32,
+        after: Option<u32>,
+        max: usize,
+        max_bytes: usize,
+    ) -> Result<AttrPage> {
+        check_ids(pid, oid)?;
+        if page < FIRST_USER_PAGE {
+            return Err(StoreError::invalid(
+                "attribute page",
+                format!(
+                    "page {page:#x} is the store's own; pages are listed from {FIRST_USER_PAGE:#x}"
+                ),
+            ));
+        }
+        let st = self.inner.lock();
+        let o = self.object(&st.meta, pid, oid)?;
+        let lo = match after {
+            None => std::ops::Bound::Included((page, 0)),
+            Some(a) => std::ops::Bound::Excluded((page, a)),
+        };
+        let mut out = Vec::new();
+        let mut bytes = 0;
+        let mut it = o
+            .attrs
+            .range((lo, std::ops::Bound::Included((page, u32::MAX))))
+            .peekable();
+        while let Some(((_, n), v)) = it.peek() {
+            if out.len() >= max || (!out.is_empty() && bytes + v.len() > max_bytes) {
+                break;
+            }
+            bytes += v.len();
+            out.push((*n, v.to_vec()));
+            it.next();
+        }
+        let next = match it.peek() {
+            Some(_) => out.last().map(|(n, _)| *n),
+            None => None,
+        };
+        Ok((out, next))
+    }
+
+    /// Sets several user attributes in one commit: all or none survive a
+    /// crash. Empty values remove.
+    pub fn set_attrs(&self, pid: u64, oid: u64, attrs: &[((u32, u32), Vec<u8>)]) -> Result<()> {
+        check_ids(pid, oid)?;
+        for ((page, number), v) in attrs {
+            check_attr(*page, *number, v)?;
+        }
+        let mut st = self.inner.lock_ok()?;
+        if !st.meta.objects.contains_key(&(pid, oid)) {
+            return Err(self.missing(&st.meta, pid, oid));
+        }
+        let time = now_ns();
+        let recs: Vec<Record> = attrs
+            .iter()
+            .map(|((page, number), value)| Record::SetAttr {
+                pid,
+                oid,
+                page: *page,
+                number: *number,
+                value: value.clone(),
+                time,
+            })
+            .collect();
+        let seq = commit::log(&self.inner, &mut st, &recs)?;
+        commit::wait(&self.inner, st, seq)
+    }
+
+    /// Creates object `oid` with user attributes, in one commit: after a
+    /// crash it either exists with all of them or not at all.
+    pub fn create_with_attrs(
+        &self,
+        pid: u64,
+        oid: u64,
+        attrs: &[((u32, u32), Vec<u8>)],
+    ) -> Result<()> {
+        check_ids(pid, oid)?;
+        for ((page, number), v) in attrs {
+            check_attr(*page, *number, v)?;
+        }
+        let mut st = self.inner.lock_ok()?;
+        if !st.meta.partitions.contains_key(&pid) {
+            return Err(StoreError::NoPartition(pid));
+        }
+        if st.meta.objects.contains_key(&(pid, oid)) {
+            return Err(StoreError::ObjectExists { pid, oid });
+        }
+        let time = now_ns();
+        let mut recs = vec![Record::CreateObject { pid, oid, time }];
+        recs.extend(attrs.iter().map(|((page, number), value)| Record::SetAttr {
+            pid,
+            oid,
+            page: *page,
+            number: *number,
+            value: value.clone(),
+            time,
+        }));
+        let seq = commit::log(&self.inner, &mut st, &recs)?;
+        commit::wait(&self.inner, st, seq)
     }
 
     /// Sets a user attribute; an empty value removes it.

@@ -129,6 +129,7 @@ pub fn run(c: MdsCmd) -> anyhow::Result<i32> {
                     object_size: 0,
                 },
                 wal_bytes: log_size,
+                namespace: Default::default(),
             };
             mds::service::format(&data, &opts)?;
             println!(

@@ -85,6 +85,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
                     object_size: 0,
                 },
                 wal_bytes: 64 << 20,
+                namespace: Default::default(),
             };
             mds::service::format(&mds_dir, &opts)?;
             let cf = ClusterFile {

@@ -1,0 +1,638 @@
+//! Directory entries on the hash and list pages of a directory object, and
+//! the two protocols that change them (seed 002 §V-B, §VI).
+//!
+//! Atomic protocol. Insert is one CAS of the name's hash slot from empty to
+//! the entry; the old value returned on failure tells "name exists" (same
+//! name) from "collision" (another name). Remove is one CAS from the exact
+//! entry to empty. Everything else — a collision, a chained entry — takes
+//! the bucket's lock (a lease on the bucket-lock page), marks the head (so
+//! fast paths, which compare against unmarked values, fail and wait) and
+//! edits the chain with single-attribute writes, each of which switches
+//! what is reachable in one step: a new entry is written to a free list
+//! slot before the head links it, and an entry is unlinked before its slot
+//! is cleared. A crash leaves at worst an unreachable list slot, a mark or
+//! a lock, which fsck clears and leases let other clients take over.
+//!
+//! Lock protocol. Take the directory lock (a lease by CAS), look the name
+//! up, write, release: four round trips, serialising every change.
+//!
+//! Both check the directory's "dying" mark after inserting (piggybacked on
+//! the inserting command), which is how an rmdir racing with a create is
+//! decided: see `OsdFs::rmdir`.
+
+use std::time::Duration;
+
+use proto::layout::data_oid;
+use proto::msg::AttrKey;
+
+use crate::error::{NsError, Result, errno};
+use crate::format::*;
+use crate::fs::{DirRef, OsdFs};
+use crate::transport::pick;
+
+/// Result of an insert: done, or the entry already holding the name.
+pub type Insert = std::result::Result<(), Dirent>;
+
+/// Where an entry was found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Pos {
+    Head,
+    List(u32),
+}
+
+/// A locked chain: the head as last written and how to write it.
+struct Chain {
+    h: u32,
+    /// Current bytes of the head (marked in the atomic protocol).
+    raw: Vec<u8>,
+    head: Slot,
+    atomic: bool,
+}
+
+impl OsdFs {
+    fn lease(&self) -> Lease {
+        Lease {
+            version: FORMAT_VERSION,
+            owner: self.owner,
+            expiry_ms: osd::exec::now_ms() + self.lease.as_millis() as u64,
+        }
+    }
+
+    /// Takes the lease at `key` (waiting, or taking over an expired one);
+    /// returns its bytes (to release with) and the `get` attributes read
+    /// right after taking it.
+    pub(crate) async fn acquire(
+        &self,
+        osd: u32,
+        oid: u64,
+        key: AttrKey,
+        get: Vec<AttrKey>,
+    ) -> Result<(Vec<u8>, proto::msg::AttrList)> {
+        let mut wait = Duration::from_micros(50);
+        loop {
+            let mine = self.lease().encode();
+            let (ok, old, attrs) = self
+                .osds
+                .cas(osd, oid, key, Vec::new(), mine.clone(), get.clone())
+                .await?;
+            if ok {
+                return Ok((mine, attrs));
+            }
+            if let Ok(l) = Lease::decode(&old)
+                && l.expiry_ms < osd::exec::now_ms()
+            {
+                let (ok, _, attrs) = self
+                    .osds
+                    .cas(osd, oid, key, old, mine.clone(), get.clone())
+                    .await?;
+                if ok {
+                    tracing::info!(oid, ?key, "took over an expired lease");
+                    return Ok((mine, attrs));
+                }
+            }
+            tokio::time::sleep(wait).await;
+            wait = (wait * 2).min(Duration::from_millis(5));
+        }
+    }
+
+    /// Releases a lease taken with [`OsdFs::acquire`] (a lease someone took
+    /// over is left alone).
+    pub(crate) async fn release(
+        &self,
+        osd: u32,
+        oid: u64,
+        key: AttrKey,
+        held: Vec<u8>,
+    ) -> Result<()> {
+        self.osds
+            .cas(osd, oid, key, held, Vec::new(), Vec::new())
+            .await
+            .map(|_| ())
+    }
+
+    /// Finds `name` in `d`: the entry, or `None`. No locks (best effort, as
+    /// seed 002 argues for lookups).
+    pub async fn find(&self, d: &DirRef, name: &str) -> Result<Option<Dirent>> {
+        let h = d.header.hash.slot(name);
+        let raw = self.osds.get1(d.osd, data_oid(d.ino), hash_key(h)).await?;
+        if raw.is_empty() {
+            return Ok(None);
+        }
+        let head = Slot::decode(&raw)?;
+        Ok(self.walk(d, &head, name).await?.map(|(_, s, _)| s.ent))
+    }
+
+    /// Follows the chain from `head` looking for `name`: (position, slot,
+    /// position of its predecessor's slot when in the list).
+    async fn walk(
+        &self,
+        d: &DirRef,
+        head: &Slot,
+        name: &str,
+    ) -> Result<Option<(Pos, Slot, Option<(u32, Slot)>)>> {
+        if head.ent.name == name {
+            return Ok(Some((Pos::Head, head.clone(), None)));
+        }
+        let mut prev: Option<(u32, Slot)> = None;
+        let mut n = head.next;
+        let mut hops = 0u32;
+        while n != 0 {
+            let raw = self.osds.get1(d.osd, data_oid(d.ino), list_key(n)).await?;
+            if raw.is_empty() {
+                return Err(NsError::corrupt(format!(
+                    "directory {}: chain points at empty list slot {n}",
+                    d.ino
+                )));
+            }
+            let s = Slot::decode(&raw)?;
+            if s.ent.name == name {
+                return Ok(Some((Pos::List(n), s, prev)));
+            }
+            hops += 1;
+            if hops > 1 << 20 {
+                return Err(NsError::corrupt(format!(
+                    "directory {}: chain loops",
+                    d.ino
+                )));
+            }
+            let next = s.next;
+            prev = Some((n, s));
+            n = next;
+        }
+        Ok(None)
+    }
+
+    /// Inserts `ent` into `d` with the directory's protocol.
+    pub async fn insert(&self, d: &DirRef, ent: &Dirent) -> Result<Insert> {
+        loop {
+            let r = match d.header.protocol {
+                Protocol::Atomic => self.insert_atomic(d, ent).await?,
+                Protocol::Lock => self.insert_locked(d, ent).await?,
+            };
+            match r {
+                Some(r) => return Ok(r),
+                // The directory was being removed and is back: try again.
+                None => continue,
+            }
+        }
+    }
+
+    /// After an entry went in: if the directory is being removed, waits for
+    /// the outcome. `Ok(())` = keep it; ENOENT = the directory is gone.
+    async fn settle_dying(&self, d: &DirRef, attrs: &proto::msg::AttrList) -> Result<()> {
+        if pick(attrs, DIR_DYING).is_empty() {
+            return Ok(());
+        }
+        if self.wait_dying(d).await? {
+            Ok(())
+        } else {
+            Err(NsError::new(
+                errno::ENOENT,
+                format!("directory {} was removed", d.ino),
+            ))
+        }
+    }
+
+    /// Waits while `d` is marked dying: true when it lives on (the rmdir
+    /// found it not empty, or its owner died and the mark expired), false
+    /// when it is gone.
+    pub(crate) async fn wait_dying(&self, d: &DirRef) -> Result<bool> {
+        let oid = data_oid(d.ino);
+        loop {
+            let v = match self.osds.get1(d.osd, oid, DIR_DYING).await {
+                Err(e) if e.is_missing() => return Ok(false),
+                r => r?,
+            };
+            if v.is_empty() {
+                return Ok(true);
+            }
+            if let Ok(l) = Lease::decode(&v)
+                && l.expiry_ms < osd::exec::now_ms()
+            {
+                let (ok, ..) = self
+                    .osds
+                    .cas(d.osd, oid, DIR_DYING, v, Vec::new(), Vec::new())
+                    .await?;
+                if ok {
+                    return Ok(true);
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
+    /// Atomic protocol: one CAS when the slot is free; `None` = retry.
+    async fn insert_atomic(&self, d: &DirRef, ent: &Dirent) -> Result<Option<Insert>> {
+        let oid = data_oid(d.ino);
+        let h = d.header.hash.slot(&ent.name);
+        let new = Slot::new(ent.clone()).encode();
+        let (ok, old, attrs) = self
+            .osds
+            .cas(d.osd, oid, hash_key(h), Vec::new(), new, vec![DIR_DYING])
+            .await?;
+        if ok {
+            self.settle_dying(d, &attrs).await?;
+            return Ok(Some(Ok(())));
+        }
+        let s = Slot::decode(&old)?;
+        if s.ent.name == ent.name {
+            return Ok(Some(Err(s.ent)));
+        }
+        // Collision: the chain path under the bucket lock.
+        let key = bucket_lock_key(h);
+        let (held, _) = self.acquire(d.osd, oid, key, Vec::new()).await?;
+        let r = self.chain_insert(d, h, ent, true).await;
+        self.release(d.osd, oid, key, held).await?;
+        r.map(Some)
+    }
+
+    /// Lock protocol: lock, look up, insert, unlock; `None` = retry.
+    async fn insert_locked(&self, d: &DirRef, ent: &Dirent) -> Result<Option<Insert>> {
+        let oid = data_oid(d.ino);
+        let (held, attrs) = self.acquire(d.osd, oid, DIR_LOCK, vec![DIR_DYING]).await?;
+        if !pick(&attrs, DIR_DYING).is_empty() {
+            self.release(d.osd, oid, DIR_LOCK, held).await?;
+            return if self.wait_dying(d).await? {
+                Ok(None)
+            } else {
+                Err(NsError::new(
+                    errno::ENOENT,
+                    format!("directory {} was removed", d.ino),
+                ))
+            };
+        }
+        let h = d.header.hash.slot(&ent.name);
+        let r = self.chain_insert(d, h, ent, false).await;
+        self.release(d.osd, oid, DIR_LOCK, held).await?;
+        r.map(Some)
+    }
+
+    /// Reads (and in the atomic protocol marks) the head of chain `h`;
+    /// `None` when the slot is empty.
+    async fn open_chain(&self, d: &DirRef, h: u32, atomic: bool) -> Result<Option<Chain>> {
+        let oid = data_oid(d.ino);
+        loop {
+            let raw = self.osds.get1(d.osd, oid, hash_key(h)).await?;
+            if raw.is_empty() {
+                return Ok(None);
+            }
+            let mut head = Slot::decode(&raw)?;
+            if !atomic || head.mark {
+                // Lock protocol: the directory lock is enough. A marked head
+                // under our bucket lock was left by a dead owner: ours now.
+                return Ok(Some(Chain {
+                    h,
+                    raw,
+                    head,
+                    atomic,
+                }));
+            }
+            head.mark = true;
+            let marked = head.encode();
+            let (ok, ..) = self
+                .osds
+                .cas(d.osd, oid, hash_key(h), raw, marked.clone(), Vec::new())
+                .await?;
+            if ok {
+                return Ok(Some(Chain {
+                    h,
+                    raw: marked,
+                    head,
+                    atomic,
+                }));
+            }
+            // A fast-path remove changed the head: read again.
+        }
+    }
+
+    /// Writes the chain's head (unmarked) and returns the attributes asked for.
+    async fn write_head(
+        &self,
+        d: &DirRef,
+        c: &Chain,
+        new: Option<Slot>,
+        get: Vec<AttrKey>,
+    ) -> Result<proto::msg::AttrList> {
+        let oid = data_oid(d.ino);
+        let bytes = new.map(|mut s| {
+            s.mark = false;
+            s.encode()
+        });
+        let bytes = bytes.unwrap_or_default();
+        if c.atomic {
+            let (ok, old, attrs) = self
+                .osds
+                .cas(d.osd, oid, hash_key(c.h), c.raw.clone(), bytes, get)
+                .await?;
+            if !ok {
+                return Err(NsError::new(
+                    errno::EIO,
+                    format!(
+                        "directory {}: chain {} changed under its lock (now {} bytes); lease too short?",
+                        d.ino,
+                        c.h,
+                        old.len()
+                    ),
+                ));
+            }
+            Ok(attrs)
+        } else {
+            self.osds
+                .set(d.osd, oid, vec![(hash_key(c.h), bytes)])
+                .await?;
+            if get.is_empty() {
+                Ok(Vec::new())
+            } else {
+                self.osds.get(d.osd, oid, get).await
+            }
+        }
+    }
+
+    /// Takes a free list slot and writes `s` there.
+    async fn alloc_list_slot(&self, d: &DirRef, s: &Slot) -> Result<u32> {
+        let oid = data_oid(d.ino);
+        let bytes = s.encode();
+        loop {
+            let n = self.osds.fetch_add(d.osd, oid, DIR_LIST_NEXT, 1).await?;
+            let slot = (n % u64::from(u32::MAX)) as u32 + 1;
+            let (ok, ..) = self
+                .osds
+                .cas(
+                    d.osd,
+                    oid,
+                    list_key(slot),
+                    Vec::new(),
+                    bytes.clone(),
+                    Vec::new(),
+                )
+                .await?;
+            if ok {
+                return Ok(slot);
+            }
+        }
+    }
+
+    /// Inserts under the bucket lock (atomic) or the directory lock.
+    async fn chain_insert(&self, d: &DirRef, h: u32, ent: &Dirent, atomic: bool) -> Result<Insert> {
+        let oid = data_oid(d.ino);
+        loop {
+            let Some(c) = self.open_chain(d, h, atomic).await? else {
+                let new = Slot::new(ent.clone()).encode();
+                if atomic {
+                    let (ok, _, attrs) = self
+                        .osds
+                        .cas(d.osd, oid, hash_key(h), Vec::new(), new, vec![DIR_DYING])
+                        .await?;
+                    if !ok {
+                        continue;
+                    }
+                    self.settle_dying(d, &attrs).await?;
+                } else {
+                    self.osds.set(d.osd, oid, vec![(hash_key(h), new)]).await?;
+                }
+                return Ok(Ok(()));
+            };
+            if let Some((_, s, _)) = self.walk(d, &c.head, &ent.name).await? {
+                if atomic {
+                    self.write_head(d, &c, Some(c.head.clone()), Vec::new())
+                        .await?;
+                }
+                return Ok(Err(s.ent));
+            }
+            let slot = self
+                .alloc_list_slot(
+                    d,
+                    &Slot {
+                        mark: false,
+                        next: c.head.next,
+                        ent: ent.clone(),
+                    },
+                )
+                .await?;
+            let linked = Slot {
+                mark: false,
+                next: slot,
+                ent: c.head.ent.clone(),
+            };
+            let want = if atomic { vec![DIR_DYING] } else { Vec::new() };
+            let attrs = self.write_head(d, &c, Some(linked), want).await?;
+            self.settle_dying(d, &attrs).await?;
+            return Ok(Ok(()));
+        }
+    }
+
+    /// Removes exactly `ent` (same name and inode) from `d`; false when it
+    /// is not there (already removed, or the name now names another inode).
+    pub async fn remove(&self, d: &DirRef, ent: &Dirent) -> Result<bool> {
+        let oid = data_oid(d.ino);
+        let h = d.header.hash.slot(&ent.name);
+        match d.header.protocol {
+            Protocol::Atomic => {
+                let exact = Slot::new(ent.clone()).encode();
+                let (ok, old, _) = self
+                    .osds
+                    .cas(d.osd, oid, hash_key(h), exact, Vec::new(), Vec::new())
+                    .await?;
+                if ok {
+                    return Ok(true);
+                }
+                if old.is_empty() {
+                    return Ok(false);
+                }
+                let key = bucket_lock_key(h);
+                let (held, _) = self.acquire(d.osd, oid, key, Vec::new()).await?;
+                let r = self.chain_remove(d, h, ent, None).await;
+                self.release(d.osd, oid, key, held).await?;
+                r
+            }
+            Protocol::Lock => {
+                let (held, _) = self.acquire(d.osd, oid, DIR_LOCK, Vec::new()).await?;
+                let r = self.chain_remove(d, h, ent, None).await;
+                self.release(d.osd, oid, DIR_LOCK, held).await?;
+                r
+            }
+        }
+    }
+
+    /// Replaces entry `old` with `new` (same name) in place; false when
+    /// `old` is no longer there.
+    pub async fn replace(&self, d: &DirRef, old: &Dirent, new: &Dirent) -> Result<bool> {
+        let oid = data_oid(d.ino);
+        let h = d.header.hash.slot(&old.name);
+        match d.header.protocol {
+            Protocol::Atomic => {
+                let (ok, cur, _) = self
+                    .osds
+                    .cas(
+                        d.osd,
+                        oid,
+                        hash_key(h),
+                        Slot::new(old.clone()).encode(),
+                        Slot::new(new.clone()).encode(),
+                        Vec::new(),
+                    )
+                    .await?;
+                if ok {
+                    return Ok(true);
+                }
+                if cur.is_empty() {
+                    return Ok(false);
+                }
+                let key = bucket_lock_key(h);
+                let (held, _) = self.acquire(d.osd, oid, key, Vec::new()).await?;
+                let r = self.chain_remove(d, h, old, Some(new)).await;
+                self.release(d.osd, oid, key, held).await?;
+                r
+            }
+            Protocol::Lock => {
+                let (held, _) = self.acquire(d.osd, oid, DIR_LOCK, Vec::new()).await?;
+                let r = self.chain_remove(d, h, old, Some(new)).await;
+                self.release(d.osd, oid, DIR_LOCK, held).await?;
+                r
+            }
+        }
+    }
+
+    /// Under the chain's lock: removes `ent`, or swaps it for `swap`.
+    async fn chain_remove(
+        &self,
+        d: &DirRef,
+        h: u32,
+        ent: &Dirent,
+        swap: Option<&Dirent>,
+    ) -> Result<bool> {
+        let oid = data_oid(d.ino);
+        let atomic = d.header.protocol == Protocol::Atomic;
+        let Some(c) = self.open_chain(d, h, atomic).await? else {
+            return Ok(false);
+        };
+        let found = self.walk(d, &c.head, &ent.name).await?;
+        let unmark = |c: &Chain| Some(c.head.clone());
+        let Some((pos, s, prev)) = found.filter(|(_, s, _)| s.ent == *ent) else {
+            if atomic {
+                self.write_head(d, &c, unmark(&c), Vec::new()).await?;
+            }
+            return Ok(false);
+        };
+        match (pos, swap) {
+            (Pos::Head, Some(new)) => {
+                let head = Slot {
+                    ent: new.clone(),
+                    ..c.head.clone()
+                };
+                self.write_head(d, &c, Some(head), Vec::new()).await?;
+            }
+            (Pos::List(n), Some(new)) => {
+                let v = Slot {
+                    mark: false,
+                    next: s.next,
+                    ent: new.clone(),
+                };
+                self.osds
+                    .set(d.osd, oid, vec![(list_key(n), v.encode())])
+                    .await?;
+                if atomic {
+                    self.write_head(d, &c, unmark(&c), Vec::new()).await?;
+                }
+            }
+            (Pos::Head, None) if c.head.next == 0 => {
+                self.write_head(d, &c, None, Vec::new()).await?;
+            }
+            (Pos::Head, None) => {
+                // Promote the second entry into the head, then free its slot.
+                let n = c.head.next;
+                let raw = self.osds.get1(d.osd, oid, list_key(n)).await?;
+                let second = Slot::decode(&raw)?;
+                self.write_head(d, &c, Some(second), Vec::new()).await?;
+                self.osds
+                    .set(d.osd, oid, vec![(list_key(n), Vec::new())])
+                    .await?;
+            }
+            (Pos::List(n), None) => {
+                match prev {
+                    None => {
+                        let head = Slot {
+                            next: s.next,
+                            ..c.head.clone()
+                        };
+                        self.write_head(d, &c, Some(head), Vec::new()).await?;
+                    }
+                    Some((p, ps)) => {
+                        let v = Slot { next: s.next, ..ps };
+                        self.osds
+                            .set(d.osd, oid, vec![(list_key(p), v.encode())])
+                            .await?;
+                        if atomic {
+                            self.write_head(d, &c, unmark(&c), Vec::new()).await?;
+                        }
+                    }
+                }
+                self.osds
+                    .set(d.osd, oid, vec![(list_key(n), Vec::new())])
+                    .await?;
+            }
+        }
+        Ok(true)
+    }
+
+    /// One page of `d`'s entries: hash slots after `after` (at most `max`
+    /// of them), each with its whole chain; and the cursor for the next
+    /// page. A chain is never split across pages, so entries present for
+    /// the whole listing appear exactly once.
+    pub async fn readdir(
+        &self,
+        d: &DirRef,
+        after: Option<u32>,
+        max: u32,
+    ) -> Result<(Vec<Dirent>, Option<u32>)> {
+        let oid = data_oid(d.ino);
+        let (heads, next) = self.osds.page(d.osd, oid, PAGE_HASH, after, max).await?;
+        let mut out = Vec::with_capacity(heads.len());
+        for (_, raw) in heads {
+            let head = Slot::decode(&raw)?;
+            let mut n = head.next;
+            out.push(head.ent);
+            let mut hops = 0u32;
+            while n != 0 {
+                let raw = self.osds.get1(d.osd, oid, list_key(n)).await?;
+                if raw.is_empty() {
+                    break;
+                }
+                let s = Slot::decode(&raw)?;
+                n = s.next;
+                out.push(s.ent);
+                hops += 1;
+                if hops > 1 << 20 {
+                    return Err(NsError::corrupt(format!(
+                        "directory {}: chain loops",
+                        d.ino
+                    )));
+                }
+            }
+        }
+        Ok((out, next))
+    }
+
+    /// Every entry of `d`.
+    pub async fn readdir_all(&self, d: &DirRef) -> Result<Vec<Dirent>> {
+        let mut out = Vec::new();
+        let mut after = None;
+        loop {
+            let (v, next) = self.readdir(d, after, 1024).await?;
+            out.extend(v);
+            match next {
+                Some(n) => after = Some(n),
+                None => return Ok(out),
+            }
+        }
+    }
+
+    /// Whether `d` has no entries (one round trip).
+    pub async fn is_empty(&self, d: &DirRef) -> Result<bool> {
+        let (v, _) = self
+            .osds
+            .page(d.osd, data_oid(d.ino), PAGE_HASH, None, 1)
+            .await?;
+        Ok(v.is_empty())
+    }
+}

@@ -1,0 +1,229 @@
+//! Rename on the OSDs, crash-safe through an intent record (see
+//! `docs/OSD-NAMESPACE.md`, "Rename").
+//!
+//! 1. Look up the source entry (and the destination's, if any).
+//! 2. Write the intent on the moved inode's first object by CAS from empty:
+//!    source, destination, the entry it replaces. One rename per inode at a
+//!    time; a directory moving to another parent also holds the
+//!    file-system rename lock, and its new parent's ancestors are checked
+//!    so a directory never moves under itself.
+//! 3. Insert the destination entry (or swap the replaced entry for it).
+//!    From here on the rename has happened: recovery finishes it.
+//! 4. Remove the source entry.
+//! 5. Drop the replaced inode (link count down; objects removed at zero).
+//! 6. Clear the intent and, for a directory, point its parent at the new
+//!    directory, in one commit.
+//!
+//! Recovery ([`crate::fsck`]) of an intent: if the destination entry names
+//! the moved inode, do 4–6; otherwise clear the intent (the rename never
+//! happened).
+
+use proto::layout::data_oid;
+use proto::mds::ROOT_INO;
+
+use crate::error::{NsError, Result, errno};
+use crate::format::*;
+use crate::fs::{DirRef, OsdFs};
+
+impl OsdFs {
+    /// Renames `src`/`name` to `dst`/`new_name`, replacing a destination of
+    /// a compatible kind (an empty directory by a directory, a non-directory
+    /// by a non-directory) unless `noreplace`.
+    pub async fn rename(
+        &self,
+        src: &DirRef,
+        name: &str,
+        dst: &DirRef,
+        new_name: &str,
+        noreplace: bool,
+    ) -> Result<()> {
+        crate::fs::check_name(new_name)?;
+        let moving = self.lookup(src, name).await?;
+        let target = self.find(dst, new_name).await?;
+        if let Some(t) = &target {
+            if t.ino == moving.ino {
+                return Ok(());
+            }
+            if noreplace {
+                return Err(NsError::new(errno::EEXIST, format!("{new_name}: exists")));
+            }
+            match (moving.kind == Kind::Dir, t.kind == Kind::Dir) {
+                (true, false) => {
+                    return Err(NsError::new(
+                        errno::ENOTDIR,
+                        format!("{new_name}: not a directory"),
+                    ));
+                }
+                (false, true) => {
+                    return Err(NsError::new(
+                        errno::EISDIR,
+                        format!("{new_name}: is a directory"),
+                    ));
+                }
+                (true, true) => {
+                    let td = self.dir(t.ino, t.osd).await?;
+                    if !self.is_empty(&td).await? {
+                        return Err(NsError::new(
+                            errno::ENOTEMPTY,
+                            format!("{new_name}: directory not empty"),
+                        ));
+                    }
+                }
+                _ => {}
+            }
+        }
+        let root_osd = self.root_osd()?;
+        let moves_dir = moving.kind == Kind::Dir && src.ino != dst.ino;
+        let rename_lock = if moves_dir {
+            let (held, _) = self
+                .acquire(root_osd, data_oid(ROOT_INO), FS_RENAME_LOCK, Vec::new())
+                .await?;
+            Some(held)
+        } else {
+            None
+        };
+        let r = self
+            .rename_steps(src, &moving, dst, new_name, target.as_ref(), moves_dir)
+            .await;
+        if let Some(held) = rename_lock {
+            self.release(root_osd, data_oid(ROOT_INO), FS_RENAME_LOCK, held)
+                .await?;
+        }
+        r
+    }
+
+    async fn rename_steps(
+        &self,
+        src: &DirRef,
+        moving: &Dirent,
+        dst: &DirRef,
+        new_name: &str,
+        target: Option<&Dirent>,
+        moves_dir: bool,
+    ) -> Result<()> {
+        if moves_dir {
+            // The new parent must not be the moved directory or below it.
+            let mut cur = (dst.ino, dst.osd);
+            let mut hops = 0;
+            while cur.0 != ROOT_INO {
+                if cur.0 == moving.ino {
+                    return Err(NsError::new(
+                        errno::EINVAL,
+                        "cannot move a directory under itself",
+                    ));
+                }
+                cur = self.stat(cur.0, cur.1).await?.parent;
+                hops += 1;
+                if hops > 4096 {
+                    return Err(NsError::corrupt("parent pointers loop"));
+                }
+            }
+        }
+        let intent = Intent {
+            version: FORMAT_VERSION,
+            src: ((src.ino, src.osd), moving.name.clone()),
+            dst: ((dst.ino, dst.osd), new_name.into()),
+            replaced: target.map(|t| (t.kind, t.ino, t.osd)),
+            at_ms: osd::exec::now_ms(),
+        };
+        let oid = data_oid(moving.ino);
+        let bytes = encode(&intent);
+        let (ok, ..) = self
+            .osds
+            .cas(
+                moving.osd,
+                oid,
+                INTENT,
+                Vec::new(),
+                bytes.clone(),
+                Vec::new(),
+            )
+            .await?;
+        if !ok {
+            return Err(NsError::new(
+                errno::EBUSY,
+                format!("{}: another rename of it is in progress", moving.name),
+            ));
+        }
+        let new_ent = Dirent {
+            name: new_name.into(),
+            ..moving.clone()
+        };
+        let placed = match target {
+            None => self.insert(dst, &new_ent).await?.is_ok(),
+            Some(t) => self.replace(dst, t, &new_ent).await?,
+        };
+        if !placed {
+            self.osds
+                .cas(moving.osd, oid, INTENT, bytes, Vec::new(), Vec::new())
+                .await?;
+            return Err(NsError::new(
+                errno::EEXIST,
+                format!("{new_name}: changed by another client meanwhile"),
+            ));
+        }
+        self.finish_rename(moving, &intent, bytes).await
+    }
+
+    /// Steps 4–6 of a rename whose destination entry is in place (also
+    /// what recovery runs).
+    pub async fn finish_rename(
+        &self,
+        moving: &Dirent,
+        intent: &Intent,
+        raw: Vec<u8>,
+    ) -> Result<()> {
+        let ((sino, sosd), sname) = &intent.src;
+        let src = self.dir(*sino, *sosd).await;
+        match src {
+            Ok(src) => {
+                let old = Dirent {
+                    name: sname.clone(),
+                    ..moving.clone()
+                };
+                self.remove(&src, &old).await?;
+            }
+            Err(e) if e.is_missing() => {}
+            Err(e) => return Err(e),
+        }
+        if let Some((kind, ino, osd)) = intent.replaced {
+            self.drop_replaced(kind, ino, osd).await?;
+        }
+        let oid = data_oid(moving.ino);
+        let (dst, _) = &intent.dst;
+        let mut set = vec![(INTENT, Vec::new())];
+        let raw_inode = self.osds.get1(moving.osd, oid, INODE).await?;
+        if !raw_inode.is_empty() {
+            let mut i = Inode::decode(&raw_inode)?;
+            if i.parent != *dst {
+                i.parent = *dst;
+                set.push((INODE, i.encode()));
+            }
+        }
+        let cur = self.osds.get1(moving.osd, oid, INTENT).await?;
+        if cur == raw {
+            self.osds.set(moving.osd, oid, set).await?;
+        }
+        Ok(())
+    }
+
+    /// The replaced inode lost a name: a file's count goes down (objects
+    /// removed at zero); an (empty) directory is removed.
+    async fn drop_replaced(&self, kind: Kind, ino: u64, osd: u32) -> Result<()> {
+        if kind == Kind::Dir {
+            return self.osds.remove(osd, data_oid(ino)).await;
+        }
+        match self
+            .update(ino, osd, |i| {
+                i.nlink = i.nlink.saturating_sub(1);
+                Ok(())
+            })
+            .await
+        {
+            Ok(i) if i.nlink == 0 => self.destroy(ino, osd, &i).await,
+            Ok(_) => Ok(()),
+            Err(e) if e.is_missing() => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+}

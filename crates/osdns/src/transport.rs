@@ -1,0 +1,425 @@
+//! How the namespace reaches the OSDs: the OSD map and a range capability
+//! from the cluster's authority (the monitor that holds the OSD keys; it is
+//! asked at start and when the capability nears expiry, never per
+//! operation), one pipelined connection pool per OSD, and typed helpers for
+//! the attribute commands the directory protocols are made of.
+//!
+//! Every command goes through [`Osds::call`], which counts round trips and
+//! is where a test injects a client crash: after `n` commands the client
+//! "dies" and sends nothing more.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use bytes::Bytes;
+use osd::client::{Answer, ClientConfig, OsdClient};
+use proto::layout::DATA_PARTITION;
+use proto::mds::Grant;
+use proto::msg::{AttrKey, AttrList, Command, Reply, Request};
+use proto::placement::OsdMap;
+
+use crate::error::{NsError, Result, errno};
+
+/// What the authority hands a namespace client.
+#[derive(Debug, Clone)]
+pub struct Credentials {
+    /// The current OSD map.
+    pub map: OsdMap,
+    /// A capability per OSD over every namespace object.
+    pub grant: Grant,
+    /// The OSD holding the root directory (`None` before the namespace is made).
+    pub root_osd: Option<u32>,
+}
+
+/// A boxed future (the authority is called through a trait object).
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Where maps and capabilities come from (the MDS acting as monitor, in a
+/// deployment; anything that holds the OSD keys, in a test).
+pub trait Authority: Send + Sync {
+    /// Fresh credentials.
+    fn fetch(&self) -> BoxFuture<'_, Result<Credentials>>;
+    /// Records the root directory's OSD once the namespace is made; returns
+    /// the recorded one (another client may have won).
+    fn set_root(&self, osd: u32) -> BoxFuture<'_, Result<u32>>;
+}
+
+/// Renew the capability this long before it expires.
+const RENEW_MARGIN_MS: u64 = 30_000;
+
+/// Maps, capabilities and connections of one namespace client.
+pub struct Osds {
+    cluster_id: String,
+    authority: Arc<dyn Authority>,
+    creds: RwLock<Arc<Credentials>>,
+    maps: Mutex<HashMap<u64, Arc<OsdMap>>>,
+    clients: Mutex<HashMap<u32, (String, Arc<OsdClient>)>>,
+    connections: usize,
+    /// OSD commands sent (round trips).
+    pub sent: AtomicU64,
+    crash_after: AtomicU64,
+    dead: AtomicBool,
+}
+
+fn now_ms() -> u64 {
+    osd::exec::now_ms()
+}
+
+impl Osds {
+    /// Connects to the authority and fetches credentials.
+    pub async fn new(
+        cluster_id: &str,
+        authority: Arc<dyn Authority>,
+        connections: usize,
+    ) -> Result<Osds> {
+        let c = authority.fetch().await?;
+        let o = Osds {
+            cluster_id: cluster_id.into(),
+            authority,
+            maps: Mutex::new(HashMap::from([(c.map.epoch, Arc::new(c.map.clone()))])),
+            creds: RwLock::new(Arc::new(c)),
+            clients: Mutex::new(HashMap::new()),
+            connections: connections.max(1),
+            sent: AtomicU64::new(0),
+            crash_after: AtomicU64::new(u64::MAX),
+            dead: AtomicBool::new(false),
+        };
+        Ok(o)
+    }
+
+    /// The authority (for recording the root).
+    pub fn authority(&self) -> &Arc<dyn Authority> {
+        &self.authority
+    }
+
+    /// Current credentials.
+    pub fn creds(&self) -> Arc<Credentials> {
+        self.creds.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Fetches new credentials now.
+    pub async fn refresh(&self) -> Result<Arc<Credentials>> {
+        let c = Arc::new(self.authority.fetch().await?);
+        self.maps
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(c.map.epoch, Arc::new(c.map.clone()));
+        *self.creds.write().unwrap_or_else(|e| e.into_inner()) = c.clone();
+        Ok(c)
+    }
+
+    /// The current map.
+    pub fn map(&self) -> Arc<OsdMap> {
+        let c = self.creds();
+        self.maps
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&c.map.epoch)
+            .cloned()
+            .unwrap_or_else(|| Arc::new(c.map.clone()))
+    }
+
+    /// The map of `epoch` if this client has seen it.
+    pub fn map_of(&self, epoch: u64) -> Option<Arc<OsdMap>> {
+        self.maps
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&epoch)
+            .cloned()
+    }
+
+    /// Injects a crash: the client sends `n` more commands, then every
+    /// further command fails as if the client had died.
+    pub fn crash_after(&self, n: u64) {
+        self.crash_after.store(n, Ordering::SeqCst);
+    }
+
+    /// Whether an injected crash happened.
+    pub fn crashed(&self) -> bool {
+        self.dead.load(Ordering::SeqCst)
+    }
+
+    async fn client(&self, id: u32) -> Result<Arc<OsdClient>> {
+        let addr = self
+            .creds()
+            .map
+            .addr(id)
+            .map(str::to_string)
+            .ok_or_else(|| NsError::new(errno::EIO, format!("OSD {id} is not in the map")))?;
+        let mut c = self.clients.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((a, cl)) = c.get(&id)
+            && *a == addr
+        {
+            return Ok(cl.clone());
+        }
+        let mut cfg = ClientConfig::new(&self.cluster_id, id);
+        cfg.name = "tessera-osdns".into();
+        cfg.connections = self.connections;
+        cfg.timeout = Duration::from_secs(30);
+        let cl = Arc::new(OsdClient::new(&addr, cfg));
+        c.insert(id, (addr, cl.clone()));
+        Ok(cl)
+    }
+
+    /// Sends one command to OSD `osd` with the namespace capability.
+    pub async fn call(
+        &self,
+        osd: u32,
+        cmd: Command,
+        get: Vec<AttrKey>,
+        set: AttrList,
+    ) -> Result<Answer> {
+        if self.dead.load(Ordering::SeqCst) {
+            return Err(NsError::new(errno::EIO, "client crashed (injected)"));
+        }
+        if self
+            .crash_after
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n != u64::MAX).then(|| n.saturating_sub(1))
+            })
+            .is_ok_and(|before| before == 0)
+        {
+            self.dead.store(true, Ordering::SeqCst);
+            return Err(NsError::new(errno::EIO, "client crashed (injected)"));
+        }
+        let mut creds = self.creds();
+        if creds.grant.expiry_ms < now_ms() + RENEW_MARGIN_MS {
+            creds = self.refresh().await?;
+        }
+        let cap = creds
+            .grant
+            .cap_for(osd)
+            .cloned()
+            .ok_or_else(|| NsError::new(errno::EIO, format!("no capability for OSD {osd}")))?;
+        let client = self.client(osd).await?;
+        self.sent.fetch_add(1, Ordering::Relaxed);
+        client
+            .call(
+                Request {
+                    cap: Some(cap),
+                    cmd,
+                    get,
+                    set,
+                },
+                Bytes::new(),
+            )
+            .await
+            .map_err(|e| NsError::osd(osd, &e))
+    }
+
+    /// Attributes `keys` of object `oid` (absent ones are left out).
+    pub async fn get(&self, osd: u32, oid: u64, keys: Vec<AttrKey>) -> Result<AttrList> {
+        let pid = DATA_PARTITION;
+        Ok(self
+            .call(osd, Command::GetAttributes { pid, oid }, keys, Vec::new())
+            .await?
+            .attrs)
+    }
+
+    /// One attribute (empty when absent).
+    pub async fn get1(&self, osd: u32, oid: u64, key: AttrKey) -> Result<Vec<u8>> {
+        Ok(pick(&self.get(osd, oid, vec![key]).await?, key))
+    }
+
+    /// Sets attributes in one commit (empty values remove).
+    pub async fn set(&self, osd: u32, oid: u64, set: AttrList) -> Result<()> {
+        let pid = DATA_PARTITION;
+        self.call(osd, Command::SetAttributes { pid, oid }, Vec::new(), set)
+            .await
+            .map(|_| ())
+    }
+
+    /// Compare-and-swap: (swapped, old value, the `get` attributes read
+    /// right after it).
+    pub async fn cas(
+        &self,
+        osd: u32,
+        oid: u64,
+        key: AttrKey,
+        expected: Vec<u8>,
+        new: Vec<u8>,
+        get: Vec<AttrKey>,
+    ) -> Result<(bool, Vec<u8>, AttrList)> {
+        let cmd = Command::Cas {
+            pid: DATA_PARTITION,
+            oid,
+            key,
+            expected,
+            new,
+        };
+        let a = self.call(osd, cmd, get, Vec::new()).await?;
+        match a.reply {
+            Reply::Cas { swapped, old } => Ok((swapped, old, a.attrs)),
+            r => Err(NsError::new(errno::EIO, format!("CAS answered {r:?}"))),
+        }
+    }
+
+    /// Fetch-and-add on a counter attribute; the value before.
+    pub async fn fetch_add(&self, osd: u32, oid: u64, key: AttrKey, delta: u64) -> Result<u64> {
+        let cmd = Command::FetchAdd {
+            pid: DATA_PARTITION,
+            oid,
+            key,
+            delta,
+        };
+        match self.call(osd, cmd, Vec::new(), Vec::new()).await?.reply {
+            Reply::FetchAdd { old } => Ok(old),
+            r => Err(NsError::new(
+                errno::EIO,
+                format!("FETCH-ADD answered {r:?}"),
+            )),
+        }
+    }
+
+    /// One page of attributes after `after`: (number, value) and the
+    /// continuation.
+    pub async fn page(
+        &self,
+        osd: u32,
+        oid: u64,
+        page: u32,
+        after: Option<u32>,
+        max: u32,
+    ) -> Result<store_page::AttrPage> {
+        let cmd = Command::GetPage {
+            pid: DATA_PARTITION,
+            oid,
+            page,
+            after,
+            max,
+        };
+        match self.call(osd, cmd, Vec::new(), Vec::new()).await?.reply {
+            Reply::Page { attrs, next } => Ok((attrs, next)),
+            r => Err(NsError::new(errno::EIO, format!("GET PAGE answered {r:?}"))),
+        }
+    }
+
+    /// Every attribute of a page.
+    pub async fn page_all(&self, osd: u32, oid: u64, page: u32) -> Result<Vec<(u32, Vec<u8>)>> {
+        let mut out = Vec::new();
+        let mut after = None;
+        loop {
+            let (v, next) = self.page(osd, oid, page, after, 4096).await?;
+            out.extend(v);
+            match next {
+                Some(n) => after = Some(n),
+                None => return Ok(out),
+            }
+        }
+    }
+
+    /// Creates object `oid` with attributes, in one commit.
+    pub async fn create(&self, osd: u32, oid: u64, set: AttrList) -> Result<()> {
+        let cmd = Command::Create {
+            pid: DATA_PARTITION,
+            oid: Some(oid),
+            count: 1,
+        };
+        self.call(osd, cmd, Vec::new(), set).await.map(|_| ())
+    }
+
+    /// Removes object `oid` (missing is fine).
+    pub async fn remove(&self, osd: u32, oid: u64) -> Result<()> {
+        let cmd = Command::Remove {
+            pid: DATA_PARTITION,
+            oid,
+        };
+        match self.call(osd, cmd, Vec::new(), Vec::new()).await {
+            Err(e) if e.is_missing() => Ok(()),
+            r => r.map(|_| ()),
+        }
+    }
+
+    /// Every object id in the namespace on OSD `osd`, with attributes `keys`.
+    pub async fn list(&self, osd: u32, keys: Vec<AttrKey>) -> Result<Vec<(u64, AttrList)>> {
+        let mut out = Vec::new();
+        let mut after = None;
+        let (lo, hi) = (proto::layout::DATA_OID_TAG, u64::MAX);
+        loop {
+            let cmd = Command::List {
+                pid: DATA_PARTITION,
+                lo,
+                hi,
+                after,
+                max: 1000,
+                attrs: keys.clone(),
+            };
+            match self.call(osd, cmd, Vec::new(), Vec::new()).await?.reply {
+                Reply::Listed { entries, next } => {
+                    out.extend(entries);
+                    match next {
+                        Some(n) => after = Some(n),
+                        None => return Ok(out),
+                    }
+                }
+                r => return Err(NsError::new(errno::EIO, format!("LIST answered {r:?}"))),
+            }
+        }
+    }
+}
+
+mod store_page {
+    /// A page of attributes: (number, value) in order, and the number to
+    /// continue after when more remain (what GET PAGE answers).
+    pub type AttrPage = (Vec<(u32, Vec<u8>)>, Option<u32>);
+}
+pub use store_page::AttrPage;
+
+/// The value of `key` in `attrs` (empty when absent).
+pub fn pick(attrs: &AttrList, key: AttrKey) -> Vec<u8> {
+    attrs
+        .iter()
+        .find(|(k, _)| *k == key)
+        .map(|(_, v)| v.clone())
+        .unwrap_or_default()
+}
+
+/// The MDS as authority: in namespace-on-OSDs mode it holds the OSD keys
+/// and the map and hands out capabilities; it answers no metadata
+/// operation.
+pub struct MdsAuthority {
+    mds: mds::MdsClient,
+}
+
+impl MdsAuthority {
+    /// An authority at MDS address `addr` of cluster `cluster_id`.
+    pub fn new(addr: &str, cluster_id: &str) -> MdsAuthority {
+        MdsAuthority {
+            mds: mds::MdsClient::new(addr, cluster_id, 1),
+        }
+    }
+
+    async fn ask(&self, op: proto::mds::Op) -> Result<proto::mds::NamespaceGrant> {
+        match self.mds.call(op).await {
+            Ok(proto::mds::MdsReply::Namespace(g)) => Ok(*g),
+            Ok(r) => Err(NsError::new(errno::EIO, format!("MDS answered {r:?}"))),
+            Err(e) => Err(NsError::new(e.errno(), format!("MDS: {e}"))),
+        }
+    }
+}
+
+impl Authority for MdsAuthority {
+    fn fetch(&self) -> BoxFuture<'_, Result<Credentials>> {
+        Box::pin(async move {
+            let g = self.ask(proto::mds::Op::NamespaceGrant).await?;
+            Ok(Credentials {
+                map: g.map,
+                grant: g.grant,
+                root_osd: g.root_osd,
+            })
+        })
+    }
+
+    fn set_root(&self, osd: u32) -> BoxFuture<'_, Result<u32>> {
+        Box::pin(async move {
+            self.ask(proto::mds::Op::NamespaceRoot { osd })
+                .await?
+                .root_osd
+                .ok_or_else(|| NsError::new(errno::EIO, "MDS recorded no root"))
+        })
+    }
+}
