@@ -39,12 +39,19 @@ struct Trial {
 }
 
 async fn mkdir(fs: &OsdFs, d: &DirRef, name: &str) -> DirRef {
-    let (e, _, _) = fs.make(d, name, Kind::Dir, OWNER, None, true).await.unwrap();
+    let (e, _, _) = fs
+        .make(d, name, Kind::Dir, OWNER, None, true)
+        .await
+        .unwrap();
     fs.dir(e.ino, e.osd).await.unwrap()
 }
 
 async fn file(fs: &OsdFs, d: &DirRef, name: &str) -> u64 {
-    fs.make(d, name, Kind::File, OWNER, None, true).await.unwrap().0.ino
+    fs.make(d, name, Kind::File, OWNER, None, true)
+        .await
+        .unwrap()
+        .0
+        .ino
 }
 
 async fn setup(fs: &OsdFs, op: Op, tag: &str) -> Trial {
@@ -70,8 +77,14 @@ async fn setup(fs: &OsdFs, op: Op, tag: &str) -> Trial {
 
 async fn run(fs: &OsdFs, op: Op, t: &Trial) -> osdns::Result<()> {
     match op {
-        Op::Create => fs.make(&t.a, "f", Kind::File, OWNER, None, true).await.map(|_| ()),
-        Op::Mkdir => fs.make(&t.a, "s", Kind::Dir, OWNER, None, true).await.map(|_| ()),
+        Op::Create => fs
+            .make(&t.a, "f", Kind::File, OWNER, None, true)
+            .await
+            .map(|_| ()),
+        Op::Mkdir => fs
+            .make(&t.a, "s", Kind::Dir, OWNER, None, true)
+            .await
+            .map(|_| ()),
         Op::Unlink => {
             let (e, last) = fs.unlink(&t.a, "f").await?;
             match last {
@@ -172,7 +185,10 @@ async fn every_step(p: Protocol) {
             let victim: Arc<OsdFs> = c.client().await;
             victim.osds.crash_after(step);
             let r = run(&victim, op, &t).await;
-            assert!(r.is_err() && victim.osds.crashed(), "{op:?} step {step}: {r:?}");
+            assert!(
+                r.is_err() && victim.osds.crashed(),
+                "{op:?} step {step}: {r:?}"
+            );
             let rep = osdns::fsck::fsck(&fs, true, 0).await.unwrap();
             let again = osdns::fsck::fsck(&fs, false, 0).await.unwrap();
             assert!(
@@ -201,7 +217,10 @@ async fn every_step(p: Protocol) {
         "{p:?}: {trials} trials repaired {:?}",
         repaired.lines()
     );
-    eprintln!("{p:?}: {trials} crash points; fsck repaired {:?}", repaired.lines());
+    eprintln!(
+        "{p:?}: {trials} crash points; fsck repaired {:?}",
+        repaired.lines()
+    );
     c.c.stop().await.unwrap();
 }
 

@@ -348,3 +348,80 @@ fn sim_commands_run_resume_and_refuse_bad_input_clearly() {
         assert!(study.join(f).exists(), "{f} written");
     }
 }
+
+#[test]
+fn up_with_the_namespace_on_the_osds_then_fsck_it() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("d");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let listen = format!("127.0.0.1:{port}");
+    for (args, want) in [
+        (vec!["up", "--namespace", "ldap"], "unknown namespace mode"),
+        (
+            vec!["up", "--namespace", "osd", "--dir-protocol", "cas"],
+            "unknown directory protocol",
+        ),
+        (
+            vec!["up", "--namespace", "osd", "--mount", "/mnt/x"],
+            "does not yet serve",
+        ),
+        (vec!["fsck"], "or --namespace"),
+        (vec!["fsck", "x.img", "--namespace"], "not both"),
+        (
+            vec!["fsck", "--namespace", "--data", "/nonexistent"],
+            "no cluster found",
+        ),
+    ] {
+        let mut full = args.clone();
+        full.extend(["--data", s(&data)]);
+        if args[0] == "fsck" {
+            full = args.clone();
+        }
+        let o = tessera(&full);
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && e.contains(want), "{full:?}: {e}");
+    }
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args([
+            "up",
+            "--data",
+            s(&data),
+            "--osds",
+            "2",
+            "--size",
+            "128M",
+            "--listen",
+            &listen,
+            "--namespace",
+            "osd",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut seen = String::new();
+    for l in lines.by_ref() {
+        let l = l.unwrap();
+        seen.push_str(&l);
+        seen.push('\n');
+        if l.contains("stop with Ctrl-C") {
+            break;
+        }
+    }
+    assert!(
+        seen.contains("namespace on the OSDs: root directory on OSD"),
+        "{seen}"
+    );
+    assert!(seen.contains("atomic protocol"), "{seen}");
+    let out = ok(&["fsck", "--namespace", "--data", s(&data)]);
+    assert!(out.contains("namespace is consistent"), "{out}");
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    assert!(child.wait().unwrap().success());
+}

@@ -54,3 +54,17 @@ pub async fn wait_for_signal() {
         } => {}
     }
 }
+
+/// A namespace-on-OSDs client of the cluster whose MDS (acting as map and
+/// capability authority) is at `mds`.
+pub async fn namespace_client(mds: &str, cluster: &str) -> anyhow::Result<osdns::OsdFs> {
+    let auth = std::sync::Arc::new(osdns::MdsAuthority::new(mds, cluster));
+    let osds = osdns::Osds::new(cluster, auth, 2)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot reach the MDS at {mds}: {e}"))?;
+    Ok(osdns::OsdFs::new(
+        std::sync::Arc::new(osds),
+        std::time::Duration::from_secs(10),
+        proto::layout::LayoutSpec::default(),
+    ))
+}

@@ -56,12 +56,28 @@ pub struct Args {
     /// Prefetch depth of the mount's client (0 disables).
     #[arg(long, default_value_t = 32)]
     pub prefetch: u32,
+    /// Where the namespace lives (first run): mds, or osd (seed 002: each
+    /// directory an OSD object, no MDS in the metadata path).
+    #[arg(long, default_value = "mds")]
+    pub namespace: String,
+    /// With --namespace osd (first run): how directory entries are inserted
+    /// and removed: atomic (one compare-and-swap) or lock.
+    #[arg(long, default_value = "atomic")]
+    pub dir_protocol: String,
 }
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
     std::fs::create_dir_all(&a.data)
         .with_context(|| format!("cannot create {}", a.data.display()))?;
     let mds_dir = a.data.join("mds");
+    let ns_mode = proto::mds::NamespaceMode::parse(&a.namespace).map_err(anyhow::Error::msg)?;
+    let protocol = osdns::Protocol::parse(&a.dir_protocol).map_err(anyhow::Error::msg)?;
+    if ns_mode == proto::mds::NamespaceMode::Osd && a.mount.is_some() {
+        bail!(
+            "--mount with --namespace osd: the FUSE mount does not yet serve a namespace kept \
+             on the OSDs; start without --mount"
+        );
+    }
     let cf = match ClusterFile::load(&a.data)? {
         Some(mut cf) => {
             if a.osds > cf.osds {
@@ -85,7 +101,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
                     object_size: 0,
                 },
                 wal_bytes: 64 << 20,
-                namespace: Default::default(),
+                namespace: ns_mode,
             };
             mds::service::format(&mds_dir, &opts)?;
             let cf = ClusterFile {
@@ -138,6 +154,25 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         for o in &osds {
             wait_registered(&m, o).await.map_err(anyhow::Error::msg)?;
         }
+        if m.mds.namespace == proto::mds::NamespaceMode::Osd {
+            let fs = super::namespace_client(&m.addr.to_string(), &cf.cluster_id).await?;
+            let root = fs
+                .format(protocol, osdns::DirHash::V1)
+                .await
+                .map_err(|e| anyhow::anyhow!("making the root directory on the OSDs: {e}"))?;
+            println!(
+                "namespace on the OSDs: root directory on OSD {}, {} protocol",
+                root.osd,
+                root.header.protocol.name()
+            );
+            if a.mount.is_some() {
+                eprintln!(
+                    "not mounting: the FUSE mount does not yet serve a namespace kept on the \
+                     OSDs (the osdns library and `tessera fsck --namespace` do)"
+                );
+            }
+        }
+        let osd_ns = m.mds.namespace == proto::mds::NamespaceMode::Osd;
         println!("cluster {} is up", cf.cluster_id);
         println!("  MDS  {}", m.addr);
         for o in &osds {
@@ -148,7 +183,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         }
         let mut client = None;
         let mut session = None;
-        if let Some(mp) = &a.mount {
+        if let Some(mp) = a.mount.as_ref().filter(|_| !osd_ns) {
             let mut cfg = client::ClientConfig::new(&m.addr.to_string(), &cf.cluster_id);
             cfg.prefetch = a.prefetch;
             let c = client::Client::connect(cfg)
@@ -164,6 +199,11 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             println!("  mounted on {}", mp.display());
             client = Some(c);
             session = Some(s);
+        } else if osd_ns {
+            println!(
+                "check the namespace with:  tessera fsck --namespace --data {}",
+                a.data.display()
+            );
         } else {
             println!(
                 "mount it with:  tessera mount {} /mnt/tessera --cluster {}",
