@@ -432,3 +432,43 @@ fn full_store_of_small_objects_reopens_after_crash_and_close() {
     );
     again.close().unwrap();
 }
+
+#[test]
+fn attribute_pages_batched_sets_and_create_with_attributes() {
+    let (dev, s) = fresh(Policy::Extent);
+    let id = 0x20000;
+    let attrs: Vec<((u32, u32), Vec<u8>)> = (1..=10u32)
+        .map(|n| ((0x111, n * 3), vec![n as u8; n as usize]))
+        .chain([((0x110, 1), b"header".to_vec())])
+        .collect();
+    s.create_with_attrs(P, id, &attrs).unwrap();
+    assert!(matches!(
+        s.create_with_attrs(P, id, &attrs),
+        Err(StoreError::ObjectExists { .. })
+    ));
+    // Pages list in number order, by count and by bytes, never empty.
+    let (page, next) = s.page_attrs(P, id, 0x111, None, 4, 1 << 20).unwrap();
+    assert_eq!(page.iter().map(|x| x.0).collect::<Vec<_>>(), [3, 6, 9, 12]);
+    assert_eq!(next, Some(12));
+    let (page, next) = s.page_attrs(P, id, 0x111, Some(12), 100, 1 << 20).unwrap();
+    assert_eq!(page.len(), 6);
+    assert_eq!(next, None);
+    let (page, _) = s.page_attrs(P, id, 0x111, None, 100, 1).unwrap();
+    assert_eq!(page.len(), 1, "a byte limit still returns one attribute");
+    assert!(s.page_attrs(P, id, 0x1, None, 10, 1 << 20).is_err());
+    // A batched set (with a removal) is one commit, and survives reopen.
+    s.set_attrs(
+        P,
+        id,
+        &[((0x111, 3), Vec::new()), ((0x112, 1), b"x".to_vec())],
+    )
+    .unwrap();
+    drop(s);
+    let s = Store::open(dev, &OpenOptions::default()).unwrap();
+    assert_eq!(s.get_attr(P, id, 0x111, 3).unwrap(), None);
+    assert_eq!(s.get_attr(P, id, 0x112, 1).unwrap(), Some(b"x".to_vec()));
+    assert_eq!(
+        s.get_attr(P, id, 0x110, 1).unwrap(),
+        Some(b"header".to_vec())
+    );
+}
