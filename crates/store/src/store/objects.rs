@@ -118,6 +118,21 @@ fn check_attr(page: u32, number: u32, value: &[u8]) -> Result<()> {
     Ok(())
 }
 
+/// Journal records setting `attrs` on one object at `time`.
+fn attr_records(pid: u64, oid: u64, attrs: &[((u32, u32), Vec<u8>)], time: u64) -> Vec<Record> {
+    attrs
+        .iter()
+        .map(|((page, number), value)| Record::SetAttr {
+            pid,
+            oid,
+            page: *page,
+            number: *number,
+            value: value.clone(),
+            time,
+        })
+        .collect()
+}
+
 /// One attribute: its (page, number) and value.
 pub type Attribute = ((u32, u32), Vec<u8>);
 
@@ -430,18 +445,7 @@ impl Store {
         if !st.meta.objects.contains_key(&(pid, oid)) {
             return Err(self.missing(&st.meta, pid, oid));
         }
-        let time = now_ns();
-        let recs: Vec<Record> = attrs
-            .iter()
-            .map(|((page, number), value)| Record::SetAttr {
-                pid,
-                oid,
-                page: *page,
-                number: *number,
-                value: value.clone(),
-                time,
-            })
-            .collect();
+        let recs = attr_records(pid, oid, attrs, now_ns());
         let seq = commit::log(&self.inner, &mut st, &recs)?;
         commit::wait(&self.inner, st, seq)
     }
@@ -467,14 +471,7 @@ impl Store {
         }
         let time = now_ns();
         let mut recs = vec![Record::CreateObject { pid, oid, time }];
-        recs.extend(attrs.iter().map(|((page, number), value)| Record::SetAttr {
-            pid,
-            oid,
-            page: *page,
-            number: *number,
-            value: value.clone(),
-            time,
-        }));
+        recs.extend(attr_records(pid, oid, attrs, time));
         let seq = commit::log(&self.inner, &mut st, &recs)?;
         commit::wait(&self.inner, st, seq)
     }
