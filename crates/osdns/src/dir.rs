@@ -50,7 +50,7 @@ struct Chain {
 }
 
 impl OsdFs {
-    fn lease(&self) -> Lease {
+    pub(crate) fn lease(&self) -> Lease {
         Lease {
             version: FORMAT_VERSION,
             owner: self.owner,
@@ -439,19 +439,30 @@ impl OsdFs {
                 if old.is_empty() {
                     return Ok(false);
                 }
-                let key = bucket_lock_key(h);
-                let (held, _) = self.acquire(d.osd, oid, key, Vec::new()).await?;
-                let r = self.chain_remove(d, h, ent, None).await;
-                self.release(d.osd, oid, key, held).await?;
-                r
+                self.chain_remove_locked(d, h, ent, None).await
             }
-            Protocol::Lock => {
-                let (held, _) = self.acquire(d.osd, oid, DIR_LOCK, Vec::new()).await?;
-                let r = self.chain_remove(d, h, ent, None).await;
-                self.release(d.osd, oid, DIR_LOCK, held).await?;
-                r
-            }
+            Protocol::Lock => self.chain_remove_locked(d, h, ent, None).await,
         }
+    }
+
+    /// [`OsdFs::chain_remove`] under the protocol's lock: the bucket's
+    /// (atomic) or the directory's (lock).
+    async fn chain_remove_locked(
+        &self,
+        d: &DirRef,
+        h: u32,
+        ent: &Dirent,
+        swap: Option<&Dirent>,
+    ) -> Result<bool> {
+        let oid = data_oid(d.ino);
+        let key = match d.header.protocol {
+            Protocol::Atomic => bucket_lock_key(h),
+            Protocol::Lock => DIR_LOCK,
+        };
+        let (held, _) = self.acquire(d.osd, oid, key, Vec::new()).await?;
+        let r = self.chain_remove(d, h, ent, swap).await;
+        self.release(d.osd, oid, key, held).await?;
+        r
     }
 
     /// Replaces entry `old` with `new` (same name) in place; false when
@@ -478,18 +489,9 @@ impl OsdFs {
                 if cur.is_empty() {
                     return Ok(false);
                 }
-                let key = bucket_lock_key(h);
-                let (held, _) = self.acquire(d.osd, oid, key, Vec::new()).await?;
-                let r = self.chain_remove(d, h, old, Some(new)).await;
-                self.release(d.osd, oid, key, held).await?;
-                r
+                self.chain_remove_locked(d, h, old, Some(new)).await
             }
-            Protocol::Lock => {
-                let (held, _) = self.acquire(d.osd, oid, DIR_LOCK, Vec::new()).await?;
-                let r = self.chain_remove(d, h, old, Some(new)).await;
-                self.release(d.osd, oid, DIR_LOCK, held).await?;
-                r
-            }
+            Protocol::Lock => self.chain_remove_locked(d, h, old, Some(new)).await,
         }
     }
 

@@ -436,12 +436,7 @@ impl OsdFs {
             Protocol::Atomic => None,
         };
         let (marked, dying, _) = {
-            let mine = Lease {
-                version: FORMAT_VERSION,
-                owner: self.owner,
-                expiry_ms: osd::exec::now_ms() + self.lease.as_millis() as u64,
-            }
-            .encode();
+            let mine = self.lease().encode();
             self.osds
                 .cas(
                     child.osd,
