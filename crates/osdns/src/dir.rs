@@ -40,6 +40,35 @@ enum Pos {
     List(u32),
 }
 
+/// Why a chain walk stopped early.
+enum Walk {
+    /// A list slot on the chain was empty (slot number): a lockless walk
+    /// raced a remove and should start again.
+    Torn(u32),
+    /// A request failed, or the chain is damaged.
+    Failed(NsError),
+}
+
+impl From<NsError> for Walk {
+    fn from(e: NsError) -> Self {
+        Walk::Failed(e)
+    }
+}
+
+impl Walk {
+    /// The error to report (a torn walk that never settled is reported as
+    /// damage, naming the slot).
+    fn into_error(self, d: &DirRef) -> NsError {
+        match self {
+            Walk::Failed(e) => e,
+            Walk::Torn(n) => NsError::corrupt(format!(
+                "directory {}: chain points at empty list slot {n}",
+                d.ino
+            )),
+        }
+    }
+}
+
 /// A locked chain: the head as last written and how to write it.
 struct Chain {
     h: u32,
@@ -110,26 +139,42 @@ impl OsdFs {
             .map(|_| ())
     }
 
-    /// Finds `name` in `d`: the entry, or `None`. No locks (best effort, as
-    /// seed 002 argues for lookups).
+    /// Finds `name` in `d`: the entry, or `None`. No locks (as seed 002
+    /// argues for lookups): a chain walk that meets a list slot a
+    /// concurrent remove just freed starts again from the head, so an entry
+    /// present for the whole lookup is always found.
     pub async fn find(&self, d: &DirRef, name: &str) -> Result<Option<Dirent>> {
         let h = d.header.hash.slot(name);
-        let raw = self.osds.get1(d.osd, data_oid(d.ino), hash_key(h)).await?;
-        if raw.is_empty() {
-            return Ok(None);
+        let mut torn = 0u32;
+        loop {
+            let raw = self.osds.get1(d.osd, data_oid(d.ino), hash_key(h)).await?;
+            if raw.is_empty() {
+                return Ok(None);
+            }
+            let head = Slot::decode(&raw)?;
+            match self.walk(d, &head, name, false).await {
+                Ok(found) => return Ok(found.map(|(_, s, _)| s.ent)),
+                Err(Walk::Torn(n)) if torn < 64 => {
+                    torn += 1;
+                    tracing::debug!(dir = d.ino, slot = n, "chain changed under a lookup; again");
+                    tokio::time::sleep(Duration::from_micros(50 << torn.min(6))).await;
+                }
+                Err(e) => return Err(e.into_error(d)),
+            }
         }
-        let head = Slot::decode(&raw)?;
-        Ok(self.walk(d, &head, name).await?.map(|(_, s, _)| s.ent))
     }
 
     /// Follows the chain from `head` looking for `name`: (position, slot,
-    /// position of its predecessor's slot when in the list).
+    /// position of its predecessor's slot when in the list). `locked` says
+    /// the caller holds the chain's lock, so a freed slot on the chain is
+    /// damage rather than a concurrent remove.
     async fn walk(
         &self,
         d: &DirRef,
         head: &Slot,
         name: &str,
-    ) -> Result<Option<(Pos, Slot, Option<(u32, Slot)>)>> {
+        locked: bool,
+    ) -> std::result::Result<Option<(Pos, Slot, Option<(u32, Slot)>)>, Walk> {
         if head.ent.name == name {
             return Ok(Some((Pos::Head, head.clone(), None)));
         }
@@ -139,10 +184,14 @@ impl OsdFs {
         while n != 0 {
             let raw = self.osds.get1(d.osd, data_oid(d.ino), list_key(n)).await?;
             if raw.is_empty() {
-                return Err(NsError::corrupt(format!(
-                    "directory {}: chain points at empty list slot {n}",
-                    d.ino
-                )));
+                return Err(if locked {
+                    Walk::Failed(NsError::corrupt(format!(
+                        "directory {}: chain points at empty list slot {n}",
+                        d.ino
+                    )))
+                } else {
+                    Walk::Torn(n)
+                });
             }
             let s = Slot::decode(&raw)?;
             if s.ent.name == name {
@@ -150,10 +199,10 @@ impl OsdFs {
             }
             hops += 1;
             if hops > 1 << 20 {
-                return Err(NsError::corrupt(format!(
+                return Err(Walk::Failed(NsError::corrupt(format!(
                     "directory {}: chain loops",
                     d.ino
-                )));
+                ))));
             }
             let next = s.next;
             prev = Some((n, s));
@@ -392,7 +441,11 @@ impl OsdFs {
                 }
                 return Ok(Ok(()));
             };
-            if let Some((_, s, _)) = self.walk(d, &c.head, &ent.name).await? {
+            if let Some((_, s, _)) = self
+                .walk(d, &c.head, &ent.name, true)
+                .await
+                .map_err(|e| e.into_error(d))?
+            {
                 if atomic {
                     self.write_head(d, &c, Some(c.head.clone()), Vec::new())
                         .await?;
@@ -508,7 +561,10 @@ impl OsdFs {
         let Some(c) = self.open_chain(d, h, atomic).await? else {
             return Ok(false);
         };
-        let found = self.walk(d, &c.head, &ent.name).await?;
+        let found = self
+            .walk(d, &c.head, &ent.name, true)
+            .await
+            .map_err(|e| e.into_error(d))?;
         let unmark = |c: &Chain| Some(c.head.clone());
         let Some((pos, s, prev)) = found.filter(|(_, s, _)| s.ent == *ent) else {
             if atomic {
@@ -590,29 +646,63 @@ impl OsdFs {
         let oid = data_oid(d.ino);
         let (heads, next) = self.osds.page(d.osd, oid, PAGE_HASH, after, max).await?;
         let mut out = Vec::with_capacity(heads.len());
-        for (_, raw) in heads {
-            let head = Slot::decode(&raw)?;
-            let mut n = head.next;
-            out.push(head.ent);
-            let mut hops = 0u32;
-            while n != 0 {
-                let raw = self.osds.get1(d.osd, oid, list_key(n)).await?;
+        for (h, raw) in heads {
+            let mut raw = raw;
+            let mut torn = 0u32;
+            loop {
                 if raw.is_empty() {
                     break;
                 }
-                let s = Slot::decode(&raw)?;
-                n = s.next;
-                out.push(s.ent);
-                hops += 1;
-                if hops > 1 << 20 {
-                    return Err(NsError::corrupt(format!(
-                        "directory {}: chain loops",
-                        d.ino
-                    )));
+                match self.chain_entries(d, Slot::decode(&raw)?).await {
+                    Ok(v) => {
+                        out.extend(v);
+                        break;
+                    }
+                    Err(Walk::Torn(n)) if torn < 64 => {
+                        // A remove freed a slot under us: list this chain
+                        // again from its current head.
+                        torn += 1;
+                        tracing::debug!(
+                            dir = d.ino,
+                            slot = n,
+                            "chain changed under readdir; again"
+                        );
+                        tokio::time::sleep(Duration::from_micros(50 << torn.min(6))).await;
+                        raw = self.osds.get1(d.osd, oid, hash_key(h)).await?;
+                    }
+                    Err(e) => return Err(e.into_error(d)),
                 }
             }
         }
         Ok((out, next))
+    }
+
+    /// Every entry of the chain starting at `head` (no lock: a freed slot
+    /// on the way is reported as torn).
+    async fn chain_entries(
+        &self,
+        d: &DirRef,
+        head: Slot,
+    ) -> std::result::Result<Vec<Dirent>, Walk> {
+        let oid = data_oid(d.ino);
+        let mut n = head.next;
+        let mut out = vec![head.ent];
+        while n != 0 {
+            let raw = self.osds.get1(d.osd, oid, list_key(n)).await?;
+            if raw.is_empty() {
+                return Err(Walk::Torn(n));
+            }
+            let s = Slot::decode(&raw)?;
+            n = s.next;
+            out.push(s.ent);
+            if out.len() > 1 << 20 {
+                return Err(Walk::Failed(NsError::corrupt(format!(
+                    "directory {}: chain loops",
+                    d.ino
+                ))));
+            }
+        }
+        Ok(out)
     }
 
     /// Every entry of `d`.

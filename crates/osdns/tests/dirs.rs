@@ -187,3 +187,89 @@ async fn atomic_collision_chains_under_concurrent_inserts_and_removes() {
 async fn lock_collision_chains_under_concurrent_inserts_and_removes() {
     chains(Protocol::Lock).await;
 }
+
+/// Lookups and readdir take no lock, so they race removes that free list
+/// slots under them. A name present throughout must be found by every
+/// lookup and listed once by every readdir: the walk starts again from the
+/// head when a slot vanishes (the first CI run of
+/// the chain test above caught a lookup reporting damage here instead).
+async fn lookups_race_removes(p: Protocol) {
+    let c = common::cluster(1).await;
+    let fs = c.formatted(p, DirHash::Collide { buckets: 1 }).await;
+    let root = fs.root().await.unwrap();
+    // One chain: "head", then the churned names, then "stable" at the end
+    // (each insert links in right after the head).
+    fs.make(&root, "head", Kind::File, OWNER, None, true)
+        .await
+        .unwrap();
+    fs.make(&root, "stable", Kind::File, OWNER, None, true)
+        .await
+        .unwrap();
+    let churn = c.client().await;
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let done = stop.clone();
+    let writer = tokio::spawn(async move {
+        for round in 0..20 {
+            for j in 0..8 {
+                churn
+                    .make(
+                        &root,
+                        &format!("c{round}-{j}"),
+                        Kind::File,
+                        OWNER,
+                        None,
+                        true,
+                    )
+                    .await
+                    .unwrap();
+            }
+            for j in 0..8 {
+                let (e, last) = churn.unlink(&root, &format!("c{round}-{j}")).await.unwrap();
+                churn.destroy(e.ino, e.osd, &last.unwrap()).await.unwrap();
+            }
+        }
+        done.store(true, std::sync::atomic::Ordering::SeqCst);
+    });
+    let mut readers = tokio::task::JoinSet::new();
+    for _ in 0..4 {
+        let reader = c.client().await;
+        let stop = stop.clone();
+        readers.spawn(async move {
+            let mut lookups = 0u32;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                let e = reader.lookup(&root, "stable").await.unwrap();
+                assert_eq!(e.name, "stable");
+                lookups += 1;
+                if lookups % 8 == 0 {
+                    let all = reader.readdir_all(&root).await.unwrap();
+                    let n = |x: &str| all.iter().filter(|e| e.name == x).count();
+                    assert_eq!((n("head"), n("stable")), (1, 1), "readdir lost a name");
+                }
+            }
+            lookups
+        });
+    }
+    writer.await.unwrap();
+    let mut lookups = 0;
+    while let Some(n) = readers.join_next().await {
+        lookups += n.unwrap();
+    }
+    eprintln!("{p:?}: {lookups} lookups during the churn");
+    assert!(
+        lookups > 10,
+        "{p:?}: only {lookups} lookups overlapped the churn"
+    );
+    let r = osdns::fsck::fsck(&fs, false, 0).await.unwrap();
+    assert!(r.clean(), "{p:?}: {:?}", r.lines());
+    c.c.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn atomic_lookups_race_removes_on_a_chain() {
+    lookups_race_removes(Protocol::Atomic).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_lookups_race_removes_on_a_chain() {
+    lookups_race_removes(Protocol::Lock).await;
+}
