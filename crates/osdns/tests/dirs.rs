@@ -240,7 +240,7 @@ async fn lookups_race_removes(p: Protocol) {
                 let e = reader.lookup(&root, "stable").await.unwrap();
                 assert_eq!(e.name, "stable");
                 lookups += 1;
-                if lookups % 8 == 0 {
+                if lookups.is_multiple_of(8) {
                     let all = reader.readdir_all(&root).await.unwrap();
                     let n = |x: &str| all.iter().filter(|e| e.name == x).count();
                     assert_eq!((n("head"), n("stable")), (1, 1), "readdir lost a name");
