@@ -220,6 +220,7 @@ fn run_in(work: &Path, p: FsParams) -> anyhow::Result<Vec<FsRow>> {
         },
         wal_bytes: 64 << 20,
         namespace: Default::default(),
+        dir_protocol: String::new(),
     };
     let osd_size = (p.file * 2 / 3).max(256 << 20) + (512 << 20);
     let cl = rt

@@ -138,6 +138,7 @@ async fn start_cluster(work: &Path) -> anyhow::Result<(LocalMds, LocalOsd, Strin
             layout: LayoutSpec::default(),
             wal_bytes: 64 << 20,
             namespace: Default::default(),
+            dir_protocol: String::new(),
         },
     )?;
     provision_osd(

@@ -1,6 +1,8 @@
 //! The client: namespace operations through the MDS (answered from the
-//! metadata cache when fresh), open files with their data path straight to
-//! the OSDs, and a timer that writes buffered data out.
+//! metadata cache when fresh) — or, for a file system formatted with
+//! `--namespace osd`, on the OSDs themselves (`on_osds`) — open files with
+//! their data path straight to the OSDs, and a timer that writes buffered
+//! data out.
 //!
 //! Consistency (see `docs/CLIENT.md`): close-to-open. Closing or fsyncing a
 //! file writes its data to the OSDs (durable when they answer) and commits
@@ -16,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use mds::MdsClient;
+use mds::perm::{R, W, X};
 use proto::layout::{Layout, LayoutSpec, data_oid};
 use proto::mds::{
     Attr, ClusterStatus, Creds, DirEntry, Entry, FileKind, FsStat, Grant, MdsReply, Op, ROOT_INO,
@@ -27,6 +30,7 @@ use crate::cache::{Cached, MetaCache, Segment};
 use crate::config::ClientConfig;
 use crate::error::{FsError, Result, errno};
 use crate::file::{self, OpenInode};
+use crate::on_osds::OsdNamespace;
 use crate::osds::OsdSet;
 use crate::stats::{ClientStats, Counters};
 
@@ -65,6 +69,9 @@ pub struct Inner {
     pub counters: Counters,
     /// Bytes buffered or being written in the whole client.
     pub dirty_total: AtomicU64,
+    /// The namespace on the OSDs, when the file system keeps it there
+    /// (then the MDS only hands out maps and capabilities).
+    pub ns: Option<Arc<OsdNamespace>>,
     cache: Mutex<MetaCache>,
     inodes: Mutex<HashMap<u64, Arc<OpenInode>>>,
     handles: Mutex<HashMap<u64, Handle>>,
@@ -80,6 +87,16 @@ pub struct Client {
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// POSIX permission check made in the client (namespace on the OSDs).
+fn check(a: &Attr, c: &Creds, want: u32, what: &str) -> Result<()> {
+    mds::perm::check(a, c, want, what).map_err(|e| FsError::new(e.errno.raw(), e.message))
+}
+
+/// The sticky-directory rule, made in the client.
+fn sticky(dir: &Attr, victim: &Attr, c: &Creds) -> Result<()> {
+    mds::perm::sticky(dir, victim, c).map_err(|e| FsError::new(e.errno.raw(), e.message))
 }
 
 fn bad_reply(what: &str, r: &MdsReply) -> FsError {
@@ -128,6 +145,19 @@ impl Inner {
         }
     }
 
+    /// Caches an entry answered from the namespace on the OSDs.
+    fn remember(&self, entry: Entry, grants: Vec<Grant>) {
+        self.cache().insert(
+            Cached {
+                entry,
+                grants,
+                fetched: Instant::now(),
+                layout_known: true,
+            },
+            Segment::Demand,
+        );
+    }
+
     /// Updates a cached entry's attributes (after an operation returned them).
     pub fn cache_attr(&self, a: Attr) {
         self.cache().update(a.ino, |c| {
@@ -145,6 +175,27 @@ impl Inner {
         write: bool,
     ) -> Result<(Entry, Vec<Grant>)> {
         Counters::add(&self.counters.cache_misses, 1);
+        if let Some(ns) = &self.ns {
+            let i = ns.inode(ino).await?;
+            let a = crate::on_osds::attr(ino, &i);
+            if a.kind == FileKind::Dir && write {
+                return Err(FsError::new(
+                    errno::EISDIR,
+                    "cannot open a directory for writing",
+                ));
+            }
+            check(&a, creds, if write { W } else { R }, "open")?;
+            let parent = self.cache().peek(ino).map_or(ROOT_INO, |c| c.entry.parent);
+            let entry = Entry {
+                parent,
+                name: String::new(),
+                layout: crate::on_osds::layout(ino, &i),
+                attr: a,
+            };
+            let grants = ns.grants().await?;
+            self.remember(entry.clone(), grants.clone());
+            return Ok((entry, grants));
+        }
         match self
             .mds
             .call_as(creds.clone(), Op::Open { ino, write })
@@ -174,7 +225,9 @@ impl Client {
         let mut mds = MdsClient::new(&cfg.mds_addr, &cfg.cluster_id, cfg.mds_connections);
         mds.prefetch = cfg.prefetch;
         let osds = OsdSet::new(&cfg.cluster_id, cfg.osd_connections);
+        let ns = OsdNamespace::probe(&cfg).await?.map(Arc::new);
         let inner = Arc::new(Inner {
+            ns,
             cache: Mutex::new(MetaCache::new(cfg.cache_demand, cfg.cache_prefetch)),
             cfg,
             mds,
@@ -275,6 +328,14 @@ impl Client {
             return Ok(e);
         }
         self.miss();
+        if let Some(ns) = &self.inner.ns {
+            self.searchable(c, parent, "lookup").await?;
+            let e = ns.lookup(parent, name).await?;
+            self.inner.remember(e.clone(), ns.grants().await?);
+            let mut e = e;
+            e.attr = self.with_local_size(e.attr);
+            return Ok(e);
+        }
         match self
             .call(
                 c,
@@ -309,6 +370,11 @@ impl Client {
             return Ok(self.with_local_size(x.entry.attr));
         }
         self.miss();
+        if let Some(ns) = &self.inner.ns {
+            let a = ns.getattr(ino).await?;
+            self.inner.cache_attr(a.clone());
+            return Ok(self.with_local_size(a));
+        }
         match self.call(c, Op::GetAttr { ino }).await? {
             MdsReply::Attr(a) => {
                 self.inner.cache_attr(a.clone());
@@ -329,18 +395,23 @@ impl Client {
         if let (Some(st), Some(_)) = (guard.as_mut(), set.size) {
             file::commit(&self.inner, ino, st).await?;
         }
-        let r = self
-            .call(
-                c,
-                Op::SetAttr {
-                    ino,
-                    set: set.clone(),
-                },
-            )
-            .await;
-        let a = match r? {
-            MdsReply::Attr(a) => a,
-            r => return Err(bad_reply("setattr", &r)),
+        let a = match &self.inner.ns {
+            Some(ns) => ns.setattr(c, ino, &set).await?,
+            None => {
+                let r = self
+                    .call(
+                        c,
+                        Op::SetAttr {
+                            ino,
+                            set: set.clone(),
+                        },
+                    )
+                    .await;
+                match r? {
+                    MdsReply::Attr(a) => a,
+                    r => return Err(bad_reply("setattr", &r)),
+                }
+            }
         };
         if let (Some(f), Some(st), Some(size)) = (&open, guard.as_mut(), set.size) {
             file::truncated(f, st, size);
@@ -359,6 +430,19 @@ impl Client {
         mode: u32,
         exclusive: bool,
     ) -> Result<(Entry, u64)> {
+        if let Some(ns) = &self.inner.ns {
+            let pa = self.changeable(c, parent, "create").await?;
+            let (e, created) = ns
+                .make(c, parent, &pa, name, FileKind::File, mode, None, exclusive)
+                .await?;
+            if !created {
+                check(&e.attr, c, W, "open for writing")?;
+            }
+            let grants = ns.grants().await?;
+            self.inner.remember(e.clone(), grants.clone());
+            let fh = self.install(c, &e, grants, true).await;
+            return Ok((e, fh));
+        }
         let op = Op::Create {
             parent,
             name: name.into(),
@@ -387,6 +471,11 @@ impl Client {
 
     /// Makes a directory.
     pub async fn mkdir(&self, c: &Creds, parent: u64, name: &str, mode: u32) -> Result<Entry> {
+        if self.inner.ns.is_some() {
+            return self
+                .ns_make(c, parent, name, FileKind::Dir, mode, None)
+                .await;
+        }
         let op = Op::Mkdir {
             parent,
             name: name.into(),
@@ -397,6 +486,12 @@ impl Client {
 
     /// Makes a symbolic link.
     pub async fn symlink(&self, c: &Creds, parent: u64, name: &str, target: &str) -> Result<Entry> {
+        if self.inner.ns.is_some() {
+            let t = Some(target.to_string());
+            return self
+                .ns_make(c, parent, name, FileKind::Symlink, 0o777, t)
+                .await;
+        }
         let op = Op::Symlink {
             parent,
             name: name.into(),
@@ -407,6 +502,12 @@ impl Client {
 
     /// Adds a hard link.
     pub async fn link(&self, c: &Creds, ino: u64, parent: u64, name: &str) -> Result<Entry> {
+        if let Some(ns) = &self.inner.ns {
+            self.changeable(c, parent, "link").await?;
+            let e = ns.link(ino, parent, name).await?;
+            self.inner.remember(e.clone(), ns.grants().await?);
+            return Ok(e);
+        }
         let op = Op::Link {
             ino,
             parent,
@@ -420,15 +521,25 @@ impl Client {
     pub async fn unlink(&self, c: &Creds, parent: u64, name: &str) -> Result<()> {
         let ino = self.inner.cache().ino_of(parent, name);
         self.inner.cache().remove_name(parent, name);
-        let r = self
-            .call(
-                c,
-                Op::Unlink {
-                    parent,
-                    name: name.into(),
-                },
-            )
-            .await;
+        let r = match &self.inner.ns {
+            Some(ns) => {
+                self.removable(c, parent, name, "unlink").await?;
+                let open = |i: u64| lock(&self.inner.inodes).contains_key(&i);
+                ns.unlink(parent, name, &open).await.map(|i| {
+                    self.inner.cache().remove(i);
+                    MdsReply::Done
+                })
+            }
+            None => Ok(self
+                .call(
+                    c,
+                    Op::Unlink {
+                        parent,
+                        name: name.into(),
+                    },
+                )
+                .await?),
+        };
         if let Some(i) = ino {
             self.inner.cache().remove(i);
         }
@@ -438,6 +549,10 @@ impl Client {
     /// Removes an empty directory.
     pub async fn rmdir(&self, c: &Creds, parent: u64, name: &str) -> Result<()> {
         self.inner.cache().remove_name(parent, name);
+        if let Some(ns) = &self.inner.ns {
+            self.removable(c, parent, name, "rmdir").await?;
+            return ns.rmdir(parent, name).await;
+        }
         self.call(
             c,
             Op::Rmdir {
@@ -464,6 +579,17 @@ impl Client {
             cache.remove_name(parent, name);
             cache.remove_name(new_parent, new_name);
         }
+        if let Some(ns) = &self.inner.ns {
+            self.removable(c, parent, name, "rename (source)").await?;
+            self.changeable(c, new_parent, "rename (target)").await?;
+            if let Ok(t) = ns.lookup(new_parent, new_name).await {
+                let da = self.getattr(c, new_parent).await?;
+                sticky(&da, &t.attr, c)?;
+            }
+            return ns
+                .rename(parent, name, new_parent, new_name, noreplace)
+                .await;
+        }
         self.call(
             c,
             Op::Rename {
@@ -480,6 +606,9 @@ impl Client {
 
     /// A symlink's target.
     pub async fn readlink(&self, c: &Creds, ino: u64) -> Result<String> {
+        if let Some(ns) = &self.inner.ns {
+            return ns.readlink(ino).await;
+        }
         match self.call(c, Op::Readlink { ino }).await? {
             MdsReply::Target(t) => Ok(t),
             r => Err(bad_reply("readlink", &r)),
@@ -489,7 +618,12 @@ impl Client {
     /// Every entry of a directory, in name order, with attributes.
     pub async fn readdir(&self, c: &Creds, ino: u64) -> Result<Vec<DirEntry>> {
         let mut out: Vec<DirEntry> = Vec::new();
-        loop {
+        if let Some(ns) = &self.inner.ns {
+            let a = self.getattr(c, ino).await?;
+            check(&a, c, R, "readdir")?;
+            out = ns.readdir(ino).await?;
+        }
+        while self.inner.ns.is_none() {
             let after = out.last().map(|e| e.name.clone());
             match self
                 .call(
@@ -522,6 +656,7 @@ impl Client {
 
     /// File-system totals.
     pub async fn statfs(&self, c: &Creds) -> Result<FsStat> {
+        // Space comes from the OSDs' reports to the MDS in both modes.
         match self.call(c, Op::Statfs).await? {
             MdsReply::Statfs(s) => Ok(s),
             r => Err(bad_reply("statfs", &r)),
@@ -538,6 +673,10 @@ impl Client {
 
     /// Reads an extended attribute.
     pub async fn getxattr(&self, c: &Creds, ino: u64, name: &str) -> Result<Vec<u8>> {
+        if let Some(ns) = &self.inner.ns {
+            check(&ns.getattr(ino).await?, c, R, "getxattr")?;
+            return ns.getxattr(ino, name).await;
+        }
         match self
             .call(
                 c,
@@ -562,6 +701,10 @@ impl Client {
         value: &[u8],
         mode: XattrMode,
     ) -> Result<()> {
+        if let Some(ns) = &self.inner.ns {
+            self.xattr_writable(c, ino, "setxattr").await?;
+            return ns.setxattr(ino, name, Some(value), mode).await;
+        }
         let op = Op::SetXattr {
             ino,
             name: name.into(),
@@ -573,6 +716,9 @@ impl Client {
 
     /// Names of the extended attributes.
     pub async fn listxattr(&self, c: &Creds, ino: u64) -> Result<Vec<String>> {
+        if let Some(ns) = &self.inner.ns {
+            return ns.listxattr(ino).await;
+        }
         match self.call(c, Op::ListXattr { ino }).await? {
             MdsReply::XattrNames(v) => Ok(v),
             r => Err(bad_reply("listxattr", &r)),
@@ -581,6 +727,10 @@ impl Client {
 
     /// Removes an extended attribute.
     pub async fn removexattr(&self, c: &Creds, ino: u64, name: &str) -> Result<()> {
+        if let Some(ns) = &self.inner.ns {
+            self.xattr_writable(c, ino, "removexattr").await?;
+            return ns.setxattr(ino, name, None, XattrMode::Either).await;
+        }
         let op = Op::RemoveXattr {
             ino,
             name: name.into(),
@@ -590,15 +740,90 @@ impl Client {
 
     /// Sets a directory's default layout or an empty file's layout.
     pub async fn set_layout(&self, c: &Creds, ino: u64, spec: LayoutSpec) -> Result<()> {
+        if self.inner.ns.is_some() {
+            return Err(FsError::new(
+                errno::EINVAL,
+                "layouts cannot be set on a file system whose namespace is on the OSDs: \
+                 new files take the client's default layout",
+            ));
+        }
         self.call(c, Op::SetLayout { ino, spec }).await.map(|_| ())
     }
 
     /// A file's layout.
     pub async fn layout(&self, c: &Creds, ino: u64) -> Result<Option<Layout>> {
+        if let Some(ns) = &self.inner.ns {
+            return Ok(crate::on_osds::layout(ino, &ns.inode(ino).await?));
+        }
         match self.call(c, Op::GetLayout { ino }).await? {
             MdsReply::Layout { layout, .. } => Ok(layout),
             r => Err(bad_reply("getlayout", &r)),
         }
+    }
+
+    /// Namespace on the OSDs: a directory `c` may search (`what` names the
+    /// operation in the error).
+    async fn searchable(&self, c: &Creds, dir: u64, what: &str) -> Result<Attr> {
+        let a = self.getattr(c, dir).await?;
+        if a.kind != FileKind::Dir {
+            return Err(FsError::new(
+                errno::ENOTDIR,
+                format!("{what}: inode {dir} is not a directory"),
+            ));
+        }
+        check(&a, c, X, what)?;
+        Ok(a)
+    }
+
+    /// Namespace on the OSDs: a directory `c` may add names to.
+    async fn changeable(&self, c: &Creds, dir: u64, what: &str) -> Result<Attr> {
+        let a = self.searchable(c, dir, what).await?;
+        check(&a, c, W | X, what)?;
+        Ok(a)
+    }
+
+    /// Namespace on the OSDs: `c` may remove `name` from `dir` (write and
+    /// search on it, and the sticky rule).
+    async fn removable(&self, c: &Creds, dir: u64, name: &str, what: &str) -> Result<()> {
+        let a = self.changeable(c, dir, what).await?;
+        if a.mode & 0o1000 != 0
+            && c.uid != 0
+            && c.uid != a.uid
+            && let Some(ns) = &self.inner.ns
+        {
+            let v = ns.lookup(dir, name).await?;
+            sticky(&a, &v.attr, c)?;
+        }
+        Ok(())
+    }
+
+    /// Namespace on the OSDs: `c` may change `ino`'s extended attributes
+    /// (the owner, root, or write permission).
+    async fn xattr_writable(&self, c: &Creds, ino: u64, what: &str) -> Result<()> {
+        let a = self.getattr(c, ino).await?;
+        if c.uid != 0 && c.uid != a.uid {
+            check(&a, c, W, what)?;
+        }
+        Ok(())
+    }
+
+    /// Namespace on the OSDs: mkdir and symlink.
+    async fn ns_make(
+        &self,
+        c: &Creds,
+        parent: u64,
+        name: &str,
+        k: FileKind,
+        mode: u32,
+        target: Option<String>,
+    ) -> Result<Entry> {
+        let Some(ns) = &self.inner.ns else {
+            return Err(FsError::new(errno::EIO, "not a namespace on the OSDs"));
+        };
+        let pa = self.changeable(c, parent, "make").await?;
+        let (e, _) = ns.make(c, parent, &pa, name, k, mode, target, true).await?;
+        self.inner.remember(e.clone(), ns.grants().await?);
+        Ok(e)
     }
 
     /// Registers a handle on an inode (sharing the open state of other handles).
@@ -719,6 +944,11 @@ impl Client {
             r
         };
         lock(&self.inner.handles).remove(&fh);
+        if let Some(ns) = &self.inner.ns
+            && !lock(&self.inner.inodes).contains_key(&h.inode.ino)
+        {
+            ns.released(h.inode.ino).await?;
+        }
         r
     }
 

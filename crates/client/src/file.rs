@@ -401,6 +401,13 @@ pub async fn flush_all(inner: &Arc<Inner>, ino: u64, st: &mut FileState) -> Resu
 /// [`flush_all`], then tells the MDS the new length and modification time.
 pub async fn commit(inner: &Arc<Inner>, ino: u64, st: &mut FileState) -> Result<()> {
     flush_all(inner, ino, st).await?;
+    if st.modified
+        && let Some(ns) = &inner.ns
+    {
+        let a = ns.commit_size(ino, st.size, now_ns()).await?;
+        st.modified = false;
+        inner.cache_attr(a);
+    }
     if st.modified {
         let r = inner
             .mds

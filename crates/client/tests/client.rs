@@ -28,6 +28,7 @@ fn opts(policy: PolicyKind, su: u32, sc: u32) -> FormatOptions {
         },
         wal_bytes: 8 << 20,
         namespace: Default::default(),
+        dir_protocol: String::new(),
     }
 }
 

@@ -61,4 +61,7 @@ pub struct FormatOptions {
     pub wal_bytes: u64,
     /// Where the namespace lives (the MDS, or the OSDs per seed 002).
     pub namespace: proto::mds::NamespaceMode,
+    /// Namespace on the OSDs: the directory protocol the root (and so every
+    /// directory) is made with, "atomic" or "lock" (empty = atomic).
+    pub dir_protocol: String,
 }

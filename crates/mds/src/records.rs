@@ -86,12 +86,17 @@ const NAMESPACE_KEY: &[u8] = b"namespace";
 
 /// Where the namespace lives and, on the OSDs, where its root is. Kept
 /// under its own key (absent = the MDS namespace, as before it existed).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct NamespaceRecord {
     /// Mode chosen at format time.
     pub mode: proto::mds::NamespaceMode,
     /// OSD of the root directory object (OSD mode, once made).
     pub root_osd: Option<u32>,
+    /// OSD mode: directory protocol of the root ("atomic" or "lock"),
+    /// used by the first client that makes it.
+    pub dir_protocol: String,
+    /// OSD mode: the layout new files take.
+    pub layout: proto::layout::LayoutSpec,
 }
 
 /// Big-endian key of a number.

@@ -79,11 +79,14 @@ pub fn format(dir: &Path, opts: &FormatOptions) -> Result<(), MdsError> {
     };
     let layout = opts.layout;
     let namespace = opts.namespace;
+    let dir_protocol = opts.dir_protocol.clone();
     kv.write_blocking(move |tx| {
         tx.put_superblock(&sb)?;
         tx.put_namespace(&crate::records::NamespaceRecord {
             mode: namespace,
             root_osd: None,
+            dir_protocol,
+            layout,
         })?;
         ns::format_root(tx, &sb.policy, layout, ns::now_ns())?;
         tx.put_map(&OsdMap::default())
@@ -363,10 +366,13 @@ impl Mds {
                 let map = snap.map(st.map_epoch)?.unwrap_or_default();
                 let rights = rights::ALL & !(rights::FORMAT | rights::PARTITION | rights::REVOKE);
                 let grant = self.grant(&map, DATA_OID_TAG, u64::MAX, rights, st.cap_version);
+                let n = snap.namespace()?;
                 Ok(MdsReply::Namespace(Box::new(NamespaceGrant {
                     map,
                     grant,
-                    root_osd: snap.namespace()?.root_osd,
+                    root_osd: n.root_osd,
+                    dir_protocol: n.dir_protocol,
+                    layout: n.layout,
                 })))
             }
             Op::NamespaceRoot { osd } => {
@@ -394,6 +400,8 @@ impl Mds {
                         caps: Vec::new(),
                     },
                     root_osd: rec.root_osd,
+                    dir_protocol: rec.dir_protocol,
+                    layout: rec.layout,
                 })))
             }
             Op::Lookup { parent, name } => {

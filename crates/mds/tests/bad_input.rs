@@ -176,6 +176,7 @@ async fn bad_config_damaged_database_and_format_over_are_clear_errors() {
         layout: spec(4096, 1),
         wal_bytes: 1 << 20,
         namespace: Default::default(),
+        dir_protocol: String::new(),
     };
     let e = mds::service::format(&dir, &opts).unwrap_err();
     assert_eq!(e.errno, Errno::Exist, "{e}");

@@ -159,6 +159,21 @@ impl OsdFs {
         self.dir(ROOT_INO, recorded).await
     }
 
+    /// The root directory, made first (with the protocol recorded when the
+    /// file system was formatted, and hash version 1) if no client has
+    /// made it yet.
+    pub async fn open_or_make_root(&self) -> Result<DirRef> {
+        let c = self.osds.creds();
+        if c.root_osd.is_some() {
+            return self.root().await;
+        }
+        let p = match c.dir_protocol.as_str() {
+            "" => Protocol::Atomic,
+            s => Protocol::parse(s).map_err(|m| NsError::new(errno::EINVAL, m))?,
+        };
+        self.format(p, DirHash::V1).await
+    }
+
     /// The root directory.
     pub async fn root(&self) -> Result<DirRef> {
         self.dir(ROOT_INO, self.root_osd()?).await
@@ -615,29 +630,6 @@ impl OsdFs {
                 }
             }
         }
-    }
-
-    /// Space over all OSDs: (total bytes, free bytes, objects).
-    pub async fn statfs(&self) -> Result<(u64, u64, u64)> {
-        let map = self.osds.map();
-        let mut t = (0, 0, 0);
-        for o in &map.osds {
-            let r = self
-                .osds
-                .call(o.id, proto::Command::Statfs, Vec::new(), Vec::new())
-                .await?;
-            if let proto::msg::Reply::Statfs {
-                total_bytes,
-                free_bytes,
-                objects,
-            } = r.reply
-            {
-                t.0 += total_bytes;
-                t.1 += free_bytes;
-                t.2 += objects;
-            }
-        }
-        Ok(t)
     }
 
     /// OSD commands this client has sent.

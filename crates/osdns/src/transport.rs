@@ -33,6 +33,11 @@ pub struct Credentials {
     pub grant: Grant,
     /// The OSD holding the root directory (`None` before the namespace is made).
     pub root_osd: Option<u32>,
+    /// The directory protocol chosen at format ("atomic" or "lock"; empty
+    /// = atomic), for the client that makes the root.
+    pub dir_protocol: String,
+    /// Layout new files take.
+    pub layout: proto::layout::LayoutSpec,
 }
 
 /// A boxed future (the authority is called through a trait object).
@@ -410,6 +415,8 @@ impl Authority for MdsAuthority {
                 map: g.map,
                 grant: g.grant,
                 root_osd: g.root_osd,
+                dir_protocol: g.dir_protocol,
+                layout: g.layout,
             })
         })
     }

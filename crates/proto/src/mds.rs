@@ -442,6 +442,10 @@ pub struct NamespaceGrant {
     pub grant: Grant,
     /// OSD of the root directory, once it is made.
     pub root_osd: Option<u32>,
+    /// Directory protocol to make the root with ("atomic" or "lock").
+    pub dir_protocol: String,
+    /// Layout of new files.
+    pub layout: crate::layout::LayoutSpec,
 }
 
 impl Op {

@@ -694,32 +694,26 @@ fn wait_osds_up(mds: &str, cluster: &str, n: usize) {
     panic!("OSDs did not come up");
 }
 
-/// Every daemon a separate process, the mount through `tessera mount`: an
-/// OSD holding stripes of a file is killed with SIGKILL; reads of the file
-/// fail with EIO (never wrong data); once the OSD restarts, the data reads
-/// back. Also: the mount command's messages for a missing and a busy
-/// mount point, and background mounting.
-#[test]
-fn osd_killed_during_reads_gives_eio_then_data_returns() {
-    if !can_mount() {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
+/// Separate daemon processes: `tessera mds format` (with `format_extra`)
+/// and `mds serve`, and three OSDs made with `mkfs` and `keygen`, all up.
+/// Returns (MDS, OSDs, OSD addresses, MDS address).
+fn daemons(
+    d: &Path,
+    cluster: &str,
+    format_extra: &[&str],
+) -> (Child, Vec<Child>, Vec<String>, String) {
     let p = |x: &str| d.join(x).to_str().unwrap().to_string();
-    let cluster = "killtest";
-    ok(&[
+    let data = p("mds");
+    let mut args = vec![
         "mds",
         "format",
         "--data",
-        &p("mds"),
+        data.as_str(),
         "--cluster",
         cluster,
-        "--stripe-unit",
-        "64K",
-        "--stripe-count",
-        "3",
-    ]);
+    ];
+    args.extend_from_slice(format_extra);
+    ok(&args);
     let mds_addr = free_port();
     let mds = Command::new(BIN)
         .args(["mds", "serve", "--data", &p("mds"), "--listen", &mds_addr])
@@ -751,6 +745,25 @@ fn osd_killed_during_reads_gives_eio_then_data_returns() {
         addrs.push(a);
     }
     wait_osds_up(&mds_addr, cluster, 3);
+    (mds, osds, addrs, mds_addr)
+}
+
+/// Every daemon a separate process, the mount through `tessera mount`: an
+/// OSD holding stripes of a file is killed with SIGKILL; reads of the file
+/// fail with EIO (never wrong data); once the OSD restarts, the data reads
+/// back. Also: the mount command's messages for a missing and a busy
+/// mount point, and background mounting.
+#[test]
+fn osd_killed_during_reads_gives_eio_then_data_returns() {
+    if !can_mount() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let p = |x: &str| d.join(x).to_str().unwrap().to_string();
+    let cluster = "killtest";
+    let (mds, mut osds, addrs, mds_addr) =
+        daemons(d, cluster, &["--stripe-unit", "64K", "--stripe-count", "3"]);
     // Clear messages for a missing mount point, then a busy one.
     let o = Command::new(BIN)
         .args(["mount", &mds_addr, &p("nowhere"), "--cluster", cluster])
@@ -906,4 +919,107 @@ fn prefetch_benefit_on_a_real_tree_per_policy() {
         with * 2 < without,
         "child-closest prefetch at least halves MDS requests"
     );
+}
+
+/// The namespace on the OSDs (seed 002) behind a real mount, every daemon
+/// a separate process: `mds format --namespace osd --dir-protocol lock`,
+/// the mount (its client makes the root), a real source tree in and back
+/// out, fsx on a file striped over the three OSDs, and the same POSIX calls
+/// as the MDS mode; then `tessera fsck --namespace` finds nothing.
+#[test]
+fn mount_with_the_namespace_on_the_osds() {
+    if !can_mount() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let cluster = "nsmount";
+    let (mds, osds, _, mds_addr) = daemons(
+        d,
+        cluster,
+        &[
+            "--namespace",
+            "osd",
+            "--dir-protocol",
+            "lock",
+            "--stripe-unit",
+            "4K",
+            "--stripe-count",
+            "3",
+        ],
+    );
+    // The first client to connect (here `tessera ls`) makes the root.
+    let o = Command::new(BIN)
+        .args(["ls", "/", "--mds", &mds_addr, "--cluster", cluster])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let mp = d.join("mnt");
+    let mut m = mount_fg(&mds_addr, cluster, &mp, &[]);
+    let src = real_tree("tokio-1.");
+    let dst = mp.join("tree");
+    let o = sh(&format!("cp -r '{}' '{}'", src.display(), dst.display()));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    drop_caches();
+    let o = sh(&format!("diff -r '{}' '{}'", src.display(), dst.display()));
+    assert!(
+        o.status.success() && o.stdout.is_empty(),
+        "diff -r: {}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    std::fs::create_dir(mp.join("fsx")).unwrap();
+    fsx(&mp.join("fsx/file"), 11, 200);
+    posix_calls(&mp);
+    // An unlinked file stays readable through an open handle.
+    let f = mp.join("posix/kept");
+    std::fs::write(&f, b"still here").unwrap();
+    let h = std::fs::File::open(&f).unwrap();
+    std::fs::remove_file(&f).unwrap();
+    let mut b = [0u8; 10];
+    h.read_at(&mut b, 0).unwrap();
+    assert_eq!(&b, b"still here");
+    drop(h);
+    // Remove the tree again, then check the namespace on the OSDs.
+    let o = sh(&format!("rm -r '{}'", dst.display()));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    sigint_wait(&mut m);
+    let out = ok(&[
+        "fsck",
+        "--namespace",
+        "--mds",
+        &mds_addr,
+        "--cluster",
+        cluster,
+    ]);
+    assert!(out.contains("namespace is consistent"), "{out}");
+    for mut c in osds.into_iter().chain([mds]) {
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+        assert!(c.wait().unwrap().success());
+    }
+}
+
+/// `tessera up --namespace osd --mount` (atomic protocol): the same POSIX
+/// calls, and the mount's files listed by the CLI.
+#[test]
+fn up_mounts_a_namespace_on_the_osds() {
+    if !can_mount() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let up = Up::start(dir.path(), &["--namespace", "osd"]);
+    posix_calls(&up.mp);
+    let t = up.target();
+    let mut args = vec!["ls", "-l", "/posix"];
+    args.extend(t.iter().map(String::as_str));
+    let ls = ok(&args);
+    assert!(
+        ls.contains("hard") && ls.contains("node") && ls.contains("sym"),
+        "{ls}"
+    );
+    let mut args = vec!["fsck", "--namespace"];
+    args.extend(t.iter().map(String::as_str));
+    let out = ok(&args);
+    assert!(out.contains("namespace is consistent"), "{out}");
+    up.stop();
 }

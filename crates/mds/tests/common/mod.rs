@@ -37,6 +37,7 @@ impl Cluster {
             layout,
             wal_bytes: 8 << 20,
             namespace: Default::default(),
+            dir_protocol: String::new(),
         };
         mds::service::format(&mds_dir, &opts).unwrap();
         for i in 0..n {

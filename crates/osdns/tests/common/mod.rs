@@ -26,6 +26,7 @@ pub async fn cluster(osds: u32) -> Cluster {
         layout: LayoutSpec::default(),
         wal_bytes: 8 << 20,
         namespace: NamespaceMode::Osd,
+        dir_protocol: String::new(),
     };
     let c = LocalCluster::start(dir.path(), osds, 256 << 20, &opts)
         .await

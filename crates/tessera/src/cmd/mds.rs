@@ -21,6 +21,11 @@ pub enum MdsCmd {
     /// pseudo-random are there for comparison. Put each OSD's key file in
     /// DIR/keys/osd-<id>.toml before the OSD registers.
     ///
+    /// With --namespace osd the directories live on the OSDs (seed 002)
+    /// and this MDS only hands out maps and capabilities; the first client
+    /// to connect once OSDs have registered (a mount, `tessera fsck
+    /// --namespace`) makes the root directory with --dir-protocol.
+    ///
     /// Example: tessera mds format --data /var/lib/tessera/mds --cluster prod
     Format {
         /// Data directory (created).
@@ -41,6 +46,14 @@ pub enum MdsCmd {
         /// Size of the metadata write-ahead log.
         #[arg(long, default_value = "64M", value_parser = crate::args::size)]
         log_size: u64,
+        /// Where the namespace lives: mds, or osd (each directory an OSD
+        /// object, no MDS in the metadata path).
+        #[arg(long, default_value = "mds")]
+        namespace: String,
+        /// With --namespace osd: how directory entries are inserted and
+        /// removed, atomic (one compare-and-swap) or lock.
+        #[arg(long, default_value = "atomic")]
+        dir_protocol: String,
     },
     /// Serve a formatted data directory (stops cleanly on SIGTERM / Ctrl-C).
     ///
@@ -118,8 +131,13 @@ pub fn run(c: MdsCmd) -> anyhow::Result<i32> {
             stripe_unit,
             stripe_count,
             log_size,
+            namespace,
+            dir_protocol,
         } => {
             let kind = PolicyKind::parse(&policy).map_err(anyhow::Error::msg)?;
+            let namespace =
+                proto::mds::NamespaceMode::parse(&namespace).map_err(anyhow::Error::msg)?;
+            osdns::Protocol::parse(&dir_protocol).map_err(anyhow::Error::msg)?;
             let opts = FormatOptions {
                 cluster_id: cluster.clone(),
                 policy: IdPolicy::new(kind, Geometry::default()).map_err(anyhow::Error::msg)?,
@@ -129,7 +147,8 @@ pub fn run(c: MdsCmd) -> anyhow::Result<i32> {
                     object_size: 0,
                 },
                 wal_bytes: log_size,
-                namespace: Default::default(),
+                namespace,
+                dir_protocol: dir_protocol.clone(),
             };
             mds::service::format(&data, &opts)?;
             println!(
@@ -137,6 +156,12 @@ pub fn run(c: MdsCmd) -> anyhow::Result<i32> {
                 data.display(),
                 data.join("keys").display()
             );
+            if namespace == proto::mds::NamespaceMode::Osd {
+                println!(
+                    "namespace on the OSDs ({dir_protocol} protocol): the first client to \
+                     connect after OSDs register makes the root directory"
+                );
+            }
             Ok(0)
         }
         MdsCmd::Serve {

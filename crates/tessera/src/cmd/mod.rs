@@ -62,9 +62,10 @@ pub async fn namespace_client(mds: &str, cluster: &str) -> anyhow::Result<osdns:
     let osds = osdns::Osds::new(cluster, auth, 2)
         .await
         .map_err(|e| anyhow::anyhow!("cannot reach the MDS at {mds}: {e}"))?;
+    let layout = osds.creds().layout;
     Ok(osdns::OsdFs::new(
         std::sync::Arc::new(osds),
         std::time::Duration::from_secs(10),
-        proto::layout::LayoutSpec::default(),
+        layout,
     ))
 }

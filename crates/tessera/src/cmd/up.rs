@@ -72,12 +72,6 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     let mds_dir = a.data.join("mds");
     let ns_mode = proto::mds::NamespaceMode::parse(&a.namespace).map_err(anyhow::Error::msg)?;
     let protocol = osdns::Protocol::parse(&a.dir_protocol).map_err(anyhow::Error::msg)?;
-    if ns_mode == proto::mds::NamespaceMode::Osd && a.mount.is_some() {
-        bail!(
-            "--mount with --namespace osd: the FUSE mount does not yet serve a namespace kept \
-             on the OSDs; start without --mount"
-        );
-    }
     let cf = match ClusterFile::load(&a.data)? {
         Some(mut cf) => {
             if a.osds > cf.osds {
@@ -102,6 +96,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
                 },
                 wal_bytes: 64 << 20,
                 namespace: ns_mode,
+                dir_protocol: protocol.name().into(),
             };
             mds::service::format(&mds_dir, &opts)?;
             let cf = ClusterFile {
@@ -157,7 +152,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         if m.mds.namespace == proto::mds::NamespaceMode::Osd {
             let fs = super::namespace_client(&m.addr.to_string(), &cf.cluster_id).await?;
             let root = fs
-                .format(protocol, osdns::DirHash::V1)
+                .open_or_make_root()
                 .await
                 .map_err(|e| anyhow::anyhow!("making the root directory on the OSDs: {e}"))?;
             println!(
@@ -165,14 +160,11 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
                 root.osd,
                 root.header.protocol.name()
             );
-            if a.mount.is_some() {
-                eprintln!(
-                    "not mounting: the FUSE mount does not yet serve a namespace kept on the \
-                     OSDs (the osdns library and `tessera fsck --namespace` do)"
-                );
-            }
+            println!(
+                "check it with:  tessera fsck --namespace --data {}",
+                a.data.display()
+            );
         }
-        let osd_ns = m.mds.namespace == proto::mds::NamespaceMode::Osd;
         println!("cluster {} is up", cf.cluster_id);
         println!("  MDS  {}", m.addr);
         for o in &osds {
@@ -183,7 +175,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         }
         let mut client = None;
         let mut session = None;
-        if let Some(mp) = a.mount.as_ref().filter(|_| !osd_ns) {
+        if let Some(mp) = a.mount.as_ref() {
             let mut cfg = client::ClientConfig::new(&m.addr.to_string(), &cf.cluster_id);
             cfg.prefetch = a.prefetch;
             let c = client::Client::connect(cfg)
@@ -199,11 +191,6 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             println!("  mounted on {}", mp.display());
             client = Some(c);
             session = Some(s);
-        } else if osd_ns {
-            println!(
-                "check the namespace with:  tessera fsck --namespace --data {}",
-                a.data.display()
-            );
         } else {
             println!(
                 "mount it with:  tessera mount {} /mnt/tessera --cluster {}",

@@ -1,0 +1,451 @@
+//! The client's namespace calls for a file system that keeps its namespace
+//! on the OSDs (seed 002; `docs/OSD-NAMESPACE.md`): each call becomes the
+//! short sequence of OSD commands of [`osdns`], with the POSIX permission
+//! checks the MDS would have made done here, in the client, with the same
+//! rules (`mds::perm`, `mds::ns::apply_setattr`, `mds::ns::new_attr`).
+//!
+//! Inode records live on the OSD that placement chose when the inode was
+//! made; directory entries say which. This client remembers the OSD of
+//! every inode it has seen named (`homes`); an inode it has not seen is
+//! looked for where placement puts it under the current map.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use osdns::fs::Owner;
+use osdns::{DirRef, Dirent, Inode, Kind, NsError, OsdFs, Osds};
+use proto::layout::{DATA_PARTITION, Layout, LayoutSpec, data_oid};
+use proto::mds::{Attr, Creds, DirEntry, Entry, FileKind, Grant, SetAttr, XattrMode};
+
+use crate::config::ClientConfig;
+use crate::error::{FsError, Result, errno};
+
+/// How long this client's directory locks and marks block others if it
+/// dies (seed 002 leases).
+pub const LEASE: Duration = Duration::from_secs(5);
+
+/// Stat requests in flight at once when readdir fetches attributes.
+const READDIR_STATS: usize = 32;
+
+impl From<NsError> for FsError {
+    fn from(e: NsError) -> FsError {
+        FsError::new(e.errno, e.message)
+    }
+}
+
+fn perm_err(e: proto::mds::MdsError) -> FsError {
+    FsError::new(e.errno.raw(), e.message)
+}
+
+fn kind(k: Kind) -> FileKind {
+    match k {
+        Kind::File => FileKind::File,
+        Kind::Dir => FileKind::Dir,
+        Kind::Symlink => FileKind::Symlink,
+    }
+}
+
+/// POSIX attributes of inode `ino` from its record.
+pub fn attr(ino: u64, i: &Inode) -> Attr {
+    Attr {
+        ino,
+        kind: kind(i.kind),
+        mode: i.mode,
+        nlink: i.nlink,
+        uid: i.uid,
+        gid: i.gid,
+        size: i.size,
+        atime: i.atime,
+        mtime: i.mtime,
+        ctime: i.ctime,
+    }
+}
+
+/// The data layout of file `ino` (one object set: stripe objects share
+/// the inode's object id on the OSDs placement picks).
+pub fn layout(ino: u64, i: &Inode) -> Option<Layout> {
+    i.layout.as_ref().map(|l| Layout {
+        spec: l.spec,
+        map_epoch: l.map_epoch,
+        objsets: vec![data_oid(ino)],
+    })
+}
+
+/// A namespace on the OSDs, as one client sees it.
+pub struct OsdNamespace {
+    /// The namespace client (maps, capability, connections).
+    pub fs: Arc<OsdFs>,
+    homes: Mutex<HashMap<u64, u32>>,
+    /// Files unlinked while open here: destroyed at the last release.
+    doomed: Mutex<HashMap<u64, (u32, Inode)>>,
+}
+
+impl OsdNamespace {
+    /// Asks the MDS which mode the file system is in: `Some` when the
+    /// namespace is on the OSDs (connected, root made), `None` when the MDS
+    /// keeps it.
+    pub async fn probe(cfg: &ClientConfig) -> Result<Option<OsdNamespace>> {
+        let auth = Arc::new(osdns::MdsAuthority::new(&cfg.mds_addr, &cfg.cluster_id));
+        let osds = match Osds::new(&cfg.cluster_id, auth, cfg.osd_connections).await {
+            Ok(o) => o,
+            Err(e) if e.errno == errno::EINVAL && e.message.contains("--namespace mds") => {
+                return Ok(None);
+            }
+            Err(e) => {
+                return Err(FsError::new(
+                    e.errno,
+                    format!("cannot reach the MDS at {}: {}", cfg.mds_addr, e.message),
+                ));
+            }
+        };
+        let layout = match osds.creds().layout {
+            l if l.stripe_count == 0 => LayoutSpec::default(),
+            l => l,
+        };
+        let fs = Arc::new(OsdFs::new(Arc::new(osds), LEASE, layout));
+        fs.open_or_make_root().await?;
+        Ok(Some(OsdNamespace {
+            fs,
+            homes: Mutex::new(HashMap::new()),
+            doomed: Mutex::new(HashMap::new()),
+        }))
+    }
+
+    fn homes(&self) -> std::sync::MutexGuard<'_, HashMap<u64, u32>> {
+        self.homes.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The OSD holding `ino`'s record.
+    fn home(&self, ino: u64) -> Result<u32> {
+        if ino == proto::mds::ROOT_INO {
+            return Ok(self.fs.root_osd()?);
+        }
+        if let Some(o) = self.homes().get(&ino) {
+            return Ok(*o);
+        }
+        self.fs
+            .osds
+            .map()
+            .place(data_oid(ino), 1)
+            .first()
+            .copied()
+            .ok_or_else(|| FsError::new(errno::EIO, "no OSD takes placements"))
+    }
+
+    fn learn(&self, e: &Dirent) {
+        let mut h = self.homes();
+        if h.len() > 1 << 20 {
+            h.clear(); // placement finds most again; bounded memory
+        }
+        h.insert(e.ino, e.osd);
+    }
+
+    /// The capabilities for file data (one range grant over every
+    /// namespace object, renewed by the namespace client).
+    pub async fn grants(&self) -> Result<Vec<Grant>> {
+        let mut c = self.fs.osds.creds();
+        if c.grant.expiry_ms < crate::client::now_ms() + 30_000 {
+            c = self.fs.osds.refresh().await?;
+        }
+        Ok(vec![c.grant.clone()])
+    }
+
+    async fn dir(&self, ino: u64) -> Result<DirRef> {
+        Ok(self.fs.dir(ino, self.home(ino)?).await?)
+    }
+
+    /// The record of `ino`.
+    pub async fn inode(&self, ino: u64) -> Result<Inode> {
+        Ok(self.fs.stat(ino, self.home(ino)?).await?)
+    }
+
+    /// Attributes of `ino`.
+    pub async fn getattr(&self, ino: u64) -> Result<Attr> {
+        Ok(attr(ino, &self.inode(ino).await?))
+    }
+
+    fn entry(parent: u64, name: &str, ino: u64, i: &Inode) -> Entry {
+        Entry {
+            parent,
+            name: name.into(),
+            attr: attr(ino, i),
+            layout: layout(ino, i),
+        }
+    }
+
+    /// `name` in `parent` (the caller checked search permission).
+    pub async fn lookup(&self, parent: u64, name: &str) -> Result<Entry> {
+        let d = self.dir(parent).await?;
+        let e = self.fs.lookup(&d, name).await?;
+        self.learn(&e);
+        let i = self.fs.stat(e.ino, e.osd).await?;
+        Ok(Self::entry(parent, name, e.ino, &i))
+    }
+
+    /// Makes a file, directory or symlink named `name` in `parent` (whose
+    /// attributes `pa` the caller has checked for write and search).
+    #[allow(clippy::too_many_arguments)]
+    pub async fn make(
+        &self,
+        c: &Creds,
+        parent: u64,
+        pa: &Attr,
+        name: &str,
+        k: FileKind,
+        mode: u32,
+        target: Option<String>,
+        exclusive: bool,
+    ) -> Result<(Entry, bool)> {
+        let a = mds::ns::new_attr(0, k, mode, c, pa, 0);
+        let o = Owner {
+            uid: a.uid,
+            gid: a.gid,
+            mode: a.mode,
+        };
+        let nk = match k {
+            FileKind::File => Kind::File,
+            FileKind::Dir => Kind::Dir,
+            FileKind::Symlink => Kind::Symlink,
+        };
+        let d = self.dir(parent).await?;
+        let (e, i, created) = self.fs.make(&d, name, nk, o, target, exclusive).await?;
+        self.learn(&e);
+        Ok((Self::entry(parent, name, e.ino, &i), created))
+    }
+
+    /// Adds name `name` in `parent` for `ino`.
+    pub async fn link(&self, ino: u64, parent: u64, name: &str) -> Result<Entry> {
+        let d = self.dir(parent).await?;
+        let (e, i) = self.fs.link(ino, self.home(ino)?, &d, name).await?;
+        self.learn(&e);
+        Ok(Self::entry(parent, name, ino, &i))
+    }
+
+    /// Removes name `name`; the inode's objects go now, or at the last
+    /// release when `open_here` says this client still has it open.
+    pub async fn unlink(
+        &self,
+        parent: u64,
+        name: &str,
+        open_here: &(dyn Fn(u64) -> bool + Sync),
+    ) -> Result<u64> {
+        let d = self.dir(parent).await?;
+        let (e, last) = self.fs.unlink(&d, name).await?;
+        if let Some(i) = last {
+            if open_here(e.ino) {
+                self.doomed
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(e.ino, (e.osd, i));
+            } else {
+                self.fs.destroy(e.ino, e.osd, &i).await?;
+            }
+        }
+        Ok(e.ino)
+    }
+
+    /// After the last local handle of `ino` closed: removes its objects if
+    /// it was unlinked meanwhile.
+    pub async fn released(&self, ino: u64) -> Result<()> {
+        let d = self
+            .doomed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&ino);
+        if let Some((osd, i)) = d {
+            self.fs.destroy(ino, osd, &i).await?;
+        }
+        Ok(())
+    }
+
+    /// Removes the empty directory `name`.
+    pub async fn rmdir(&self, parent: u64, name: &str) -> Result<()> {
+        let d = self.dir(parent).await?;
+        self.fs.rmdir(&d, name).await?;
+        Ok(())
+    }
+
+    /// Renames (POSIX rules; the caller checked permissions).
+    pub async fn rename(
+        &self,
+        parent: u64,
+        name: &str,
+        new_parent: u64,
+        new_name: &str,
+        noreplace: bool,
+    ) -> Result<()> {
+        let s = self.dir(parent).await?;
+        let d = self.dir(new_parent).await?;
+        Ok(self.fs.rename(&s, name, &d, new_name, noreplace).await?)
+    }
+
+    /// A symlink's target.
+    pub async fn readlink(&self, ino: u64) -> Result<String> {
+        let i = self.inode(ino).await?;
+        i.target
+            .ok_or_else(|| FsError::new(errno::EINVAL, format!("inode {ino} is not a symlink")))
+    }
+
+    /// Every entry of `ino`, in name order, with attributes (fetched
+    /// `READDIR_STATS` at a time).
+    pub async fn readdir(&self, ino: u64) -> Result<Vec<DirEntry>> {
+        let d = self.dir(ino).await?;
+        let mut ents = self.fs.readdir_all(&d).await?;
+        ents.sort_by(|a, b| a.name.cmp(&b.name));
+        for e in &ents {
+            self.learn(e);
+        }
+        let mut out = Vec::with_capacity(ents.len());
+        for chunk in ents.chunks(READDIR_STATS) {
+            let mut set = tokio::task::JoinSet::new();
+            for (n, e) in chunk.iter().enumerate() {
+                let fs = self.fs.clone();
+                let (i, o) = (e.ino, e.osd);
+                set.spawn(async move { (n, fs.stat(i, o).await) });
+            }
+            let mut attrs = vec![None; chunk.len()];
+            while let Some(r) = set.join_next().await {
+                let (n, r) = r.map_err(|e| FsError::new(errno::EIO, format!("stat task: {e}")))?;
+                // An entry removed since the listing has no record: left
+                // without attributes (the kernel asks again).
+                attrs[n] = r.ok().map(|i| attr(chunk[n].ino, &i));
+            }
+            for (e, a) in chunk.iter().zip(attrs) {
+                out.push(DirEntry {
+                    name: e.name.clone(),
+                    ino: e.ino,
+                    kind: kind(e.kind),
+                    attr: a,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// Changes attributes with the MDS's POSIX rules; a shrinking truncate
+    /// cuts the stripe objects first, then records the length.
+    pub async fn setattr(&self, c: &Creds, ino: u64, set: &SetAttr) -> Result<Attr> {
+        let osd = self.home(ino)?;
+        let cur = self.fs.stat(ino, osd).await?;
+        // Check first (nothing changes when refused).
+        let mut probe = attr(ino, &cur);
+        mds::ns::apply_setattr(&mut probe, c, set, 0).map_err(perm_err)?;
+        if let Some(size) = set.size
+            && cur.kind == Kind::File
+            && size < cur.size
+        {
+            self.cut(ino, &cur, size).await?;
+        }
+        let now = crate::client::now_ns();
+        let c = c.clone();
+        let set = set.clone();
+        let i = self
+            .fs
+            .update(ino, osd, move |i| {
+                let mut a = attr(ino, i);
+                mds::ns::apply_setattr(&mut a, &c, &set, now)
+                    .map_err(|e| NsError::new(e.errno.raw(), e.message))?;
+                i.mode = a.mode;
+                i.uid = a.uid;
+                i.gid = a.gid;
+                i.size = a.size;
+                i.atime = a.atime;
+                i.mtime = a.mtime;
+                i.ctime = a.ctime;
+                Ok(())
+            })
+            .await?;
+        Ok(attr(ino, &i))
+    }
+
+    /// Cuts every stripe object of `ino` to what a file of `size` bytes holds.
+    async fn cut(&self, ino: u64, i: &Inode, size: u64) -> Result<()> {
+        let Some(l) = &i.layout else { return Ok(()) };
+        let oid = data_oid(ino);
+        let map = self
+            .fs
+            .osds
+            .map_of(l.map_epoch)
+            .unwrap_or_else(|| self.fs.osds.map());
+        for (j, osd) in map.place(oid, l.spec.stripe_count).into_iter().enumerate() {
+            let len = l.spec.object_len(size, 0, j as u32);
+            let cmd = proto::Command::Truncate {
+                pid: DATA_PARTITION,
+                oid,
+                len,
+            };
+            match self.fs.osds.call(osd, cmd, Vec::new(), Vec::new()).await {
+                Err(e) if e.is_missing() => {} // a stripe never written
+                r => {
+                    r?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Records a file's new length and modification time after this
+    /// client's writes reached the OSDs (never shrinks it).
+    pub async fn commit_size(&self, ino: u64, size: u64, mtime: i64) -> Result<Attr> {
+        let i = self
+            .fs
+            .update(ino, self.home(ino)?, move |i| {
+                i.size = i.size.max(size);
+                i.mtime = i.mtime.max(mtime);
+                Ok(())
+            })
+            .await?;
+        Ok(attr(ino, &i))
+    }
+
+    /// Reads extended attribute `name`.
+    pub async fn getxattr(&self, ino: u64, name: &str) -> Result<Vec<u8>> {
+        mds::ns::check_xattr_name(name).map_err(perm_err)?;
+        Ok(self.fs.getxattr(ino, self.home(ino)?, name).await?)
+    }
+
+    /// Sets (`Some`) or removes (`None`) extended attribute `name`.
+    pub async fn setxattr(
+        &self,
+        ino: u64,
+        name: &str,
+        value: Option<&[u8]>,
+        mode: XattrMode,
+    ) -> Result<()> {
+        mds::ns::check_xattr_name(name).map_err(perm_err)?;
+        if let Some(v) = value
+            && v.len() > proto::mds::XATTR_VALUE_MAX
+        {
+            return Err(FsError::new(
+                proto::mds::Errno::Range.raw(),
+                format!(
+                    "value of {} bytes; limit {}",
+                    v.len(),
+                    proto::mds::XATTR_VALUE_MAX
+                ),
+            ));
+        }
+        let osd = self.home(ino)?;
+        self.fs
+            .setxattr(
+                ino,
+                osd,
+                name,
+                value,
+                mode == XattrMode::Create,
+                mode == XattrMode::Replace,
+            )
+            .await?;
+        self.fs
+            .update(ino, osd, |_| Ok(()))
+            .await
+            .map(|_| ())
+            .map_err(Into::into)
+    }
+
+    /// Names of `ino`'s extended attributes.
+    pub async fn listxattr(&self, ino: u64) -> Result<Vec<String>> {
+        Ok(self.fs.listxattr(ino, self.home(ino)?).await?)
+    }
+}
