@@ -367,8 +367,21 @@ fn up_with_the_namespace_on_the_osds_then_fsck_it() {
             "unknown directory protocol",
         ),
         (
-            vec!["up", "--namespace", "osd", "--mount", "/mnt/x"],
-            "does not yet serve",
+            vec!["mds", "format", "--cluster", "c", "--namespace", "ldap"],
+            "unknown namespace mode",
+        ),
+        (
+            vec![
+                "mds",
+                "format",
+                "--cluster",
+                "c",
+                "--namespace",
+                "osd",
+                "--dir-protocol",
+                "cas",
+            ],
+            "unknown directory protocol",
         ),
         (vec!["fsck"], "or --namespace"),
         (vec!["fsck", "x.img", "--namespace"], "not both"),
