@@ -281,7 +281,8 @@ fn rss_bytes() -> u64 {
         * 1024
 }
 
-fn percentiles(mut v: Vec<f64>) -> [f64; 2] {
+/// The median and 99th percentile of `v`.
+pub(crate) fn percentiles(mut v: Vec<f64>) -> [f64; 2] {
     v.sort_by(f64::total_cmp);
     let at = |q: f64| {
         v.get(((v.len() as f64 * q) as usize).min(v.len().saturating_sub(1)))
