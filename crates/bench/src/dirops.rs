@@ -38,6 +38,8 @@ const OWNER: Owner = Owner {
     gid: 0,
     mode: 0o644,
 };
+/// The three namespaces compared, in report order.
+const MODES: [&str; 3] = ["atomic", "lock", "mds"];
 /// The operations measured, in report order.
 pub const OPS: [&str; 6] = ["create", "mkdir", "unlink", "rmdir", "lookup", "readdir"];
 
@@ -555,7 +557,7 @@ fn summarize(
             .map_or(f64::NAN, |l| l.p50_us)
     };
     let mut flatness = Vec::new();
-    for mode in ["atomic", "lock", "mds"] {
+    for mode in MODES {
         for op in OPS {
             let v: Vec<f64> = cfg.levels.iter().map(|&l| lat(mode, op, l)).collect();
             let hi = v.iter().copied().fold(f64::MIN, f64::max);
@@ -582,114 +584,120 @@ fn summarize(
 }
 
 fn charts(r: &Report, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
-    use sim::plot::{Chart, Scale, Series, lines_svg};
     let mut out = Vec::new();
     for op in OPS {
-        let series: Vec<Series> = ["atomic", "lock", "mds"]
+        let lat: Vec<(&str, f64, f64)> = r
+            .latency
             .iter()
-            .map(|m| {
-                let pts = r
-                    .latency
-                    .iter()
-                    .filter(|l| l.mode == *m && l.op == op)
-                    .map(|l| (l.entries as f64, l.p50_us / 1000.0))
-                    .collect();
-                (m.to_string(), pts)
-            })
+            .filter(|l| l.op == op)
+            .map(|l| (l.mode.as_str(), l.entries as f64, l.p50_us / 1000.0))
             .collect();
-        let p = dir.join(format!("dirops-latency-{op}.svg"));
         let title = format!("{op}: median latency vs entries in the file system");
-        lines_svg(
-            &p,
-            &Chart {
-                title: &title,
-                x: "entries",
-                y: "ms",
-                x_scale: Scale::Log,
-                y_scale: Scale::Linear,
-            },
-            &series,
-        )?;
-        out.push(p);
-        let series: Vec<Series> = ["atomic", "lock", "mds"]
+        out.push(chart(
+            dir,
+            &format!("latency-{op}"),
+            &title,
+            ("entries", "ms"),
+            &lat,
+        )?);
+        let tp: Vec<(&str, f64, f64)> = r
+            .throughput
             .iter()
-            .map(|m| {
-                let pts = r
-                    .throughput
-                    .iter()
-                    .filter(|t| t.mode == *m && t.op == op)
-                    .map(|t| (t.clients as f64, t.ops_per_sec))
-                    .collect();
-                (m.to_string(), pts)
-            })
+            .filter(|t| t.op == op)
+            .map(|t| (t.mode.as_str(), t.clients as f64, t.ops_per_sec))
             .collect();
-        let p = dir.join(format!("dirops-throughput-{op}.svg"));
         let title = format!("{op}: operations/s vs clients in one directory");
-        lines_svg(
-            &p,
-            &Chart {
-                title: &title,
-                x: "clients",
-                y: "ops/s",
-                x_scale: Scale::Log,
-                y_scale: Scale::Linear,
-            },
-            &series,
-        )?;
-        out.push(p);
+        out.push(chart(
+            dir,
+            &format!("throughput-{op}"),
+            &title,
+            ("clients", "ops/s"),
+            &tp,
+        )?);
     }
     Ok(out)
+}
+
+/// One chart `dirops-<name>.svg`: a line per mode through its
+/// (mode, x, y) points, x on a log scale.
+fn chart(
+    dir: &Path,
+    name: &str,
+    title: &str,
+    (x, y): (&str, &str),
+    pts: &[(&str, f64, f64)],
+) -> anyhow::Result<PathBuf> {
+    use sim::plot::{Chart, Scale, Series, lines_svg};
+    let series: Vec<Series> = MODES
+        .iter()
+        .map(|m| {
+            let line = pts.iter().filter(|p| p.0 == *m).map(|p| (p.1, p.2));
+            (m.to_string(), line.collect())
+        })
+        .collect();
+    let p = dir.join(format!("dirops-{name}.svg"));
+    let c = Chart {
+        title,
+        x,
+        y,
+        x_scale: Scale::Log,
+        y_scale: Scale::Linear,
+    };
+    lines_svg(&p, &c, &series)?;
+    Ok(p)
+}
+
+/// Prints one table: a row per op and `key`, a column per mode, and the
+/// ratio of the atomic protocol to mode `over`.
+fn table(key: &str, keys: &[u64], over: &str, value: impl Fn(&str, &str, u64) -> f64) {
+    println!(
+        "{:<8} {:>9} {:>10} {:>10} {:>10} {:>10}",
+        "op",
+        key,
+        "atomic",
+        "lock",
+        "mds",
+        format!("atom/{over}")
+    );
+    for op in OPS {
+        for &k in keys {
+            let (a, l, m) = (
+                value("atomic", op, k),
+                value("lock", op, k),
+                value("mds", op, k),
+            );
+            let o = value(over, op, k);
+            println!(
+                "{op:<8} {k:>9} {a:>10.0} {l:>10.0} {m:>10.0} {:>10.2}",
+                a / o
+            );
+        }
+    }
 }
 
 /// Prints the tables, the targets and where the charts are.
 pub fn print(r: &Report) {
     println!("directory operations: namespace on the OSDs (atomic, lock) vs the MDS, one run");
     println!("\nmedian latency (µs) by entries already in the file system");
-    println!(
-        "{:<8} {:>9} {:>10} {:>10} {:>10} {:>10}",
-        "op", "entries", "atomic", "lock", "mds", "atom/mds"
-    );
     let mut levels: Vec<u64> = r.latency.iter().map(|l| l.entries).collect();
     levels.sort_unstable();
     levels.dedup();
-    let lat = |m: &str, op: &str, e: u64| {
+    table("entries", &levels, "mds", |m, op, e| {
         r.latency
             .iter()
             .find(|l| l.mode == m && l.op == op && l.entries == e)
             .map_or(f64::NAN, |l| l.p50_us)
-    };
-    for op in OPS {
-        for &e in &levels {
-            let (a, l, m) = (lat("atomic", op, e), lat("lock", op, e), lat("mds", op, e));
-            println!(
-                "{op:<8} {e:>9} {a:>10.0} {l:>10.0} {m:>10.0} {:>10.2}",
-                a / m
-            );
-        }
-    }
+    });
     println!("\noperations per second, clients in one shared directory");
-    println!(
-        "{:<8} {:>7} {:>10} {:>10} {:>10} {:>11}",
-        "op", "clients", "atomic", "lock", "mds", "atom/lock"
-    );
-    let mut ks: Vec<usize> = r.throughput.iter().map(|t| t.clients).collect();
+    let mut ks: Vec<u64> = r.throughput.iter().map(|t| t.clients as u64).collect();
     ks.sort_unstable();
     ks.dedup();
-    let tp = |m: &str, op: &str, k: usize| {
+    table("clients", &ks, "lock", |m, op, k| {
         r.throughput
             .iter()
-            .find(|t| t.mode == m && t.op == op && t.clients == k)
+            .find(|t| t.mode == m && t.op == op && t.clients as u64 == k)
             .map_or(f64::NAN, |t| t.ops_per_sec)
-    };
-    for op in OPS {
-        for &k in &ks {
-            let (a, l, m) = (tp("atomic", op, k), tp("lock", op, k), tp("mds", op, k));
-            println!(
-                "{op:<8} {k:>7} {a:>10.0} {l:>10.0} {m:>10.0} {:>11.2}",
-                a / l
-            );
-        }
-    }
+    });
     println!("\ntargets (benchmark figures, not tests)");
     println!(
         "  atomic insert: {:.2} OSD commands (target 1); lock: {:.2}; a create is {:.2}",

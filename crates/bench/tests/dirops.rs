@@ -15,6 +15,7 @@ fn dirops_small_run_reports_every_point_and_one_command_per_atomic_insert() {
         dir: dir.path().to_path_buf(),
     };
     let r = bench::dirops::run(&cfg).unwrap();
+    bench::dirops::print(&r);
     // 3 modes × 6 ops × 2 levels, and × 2 client counts.
     assert_eq!(r.latency.len(), 36);
     assert_eq!(r.throughput.len(), 36);
