@@ -530,15 +530,16 @@ impl Client {
                     MdsReply::Done
                 })
             }
-            None => Ok(self
-                .call(
+            None => {
+                self.call(
                     c,
                     Op::Unlink {
                         parent,
                         name: name.into(),
                     },
                 )
-                .await?),
+                .await
+            }
         };
         if let Some(i) = ino {
             self.inner.cache().remove(i);
