@@ -485,7 +485,8 @@ async fn round_trips(m: &Mode, n: u64) -> anyhow::Result<(f64, f64)> {
 /// Runs the suite (three clusters under `cfg.dir`), writes
 /// `dirops.json` and the charts there, and returns the report.
 pub fn run(cfg: &Config) -> anyhow::Result<Report> {
-    std::fs::create_dir_all(&cfg.dir)?;
+    std::fs::create_dir_all(&cfg.dir)
+        .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", cfg.dir.display()))?;
     let work = cfg.dir.join(format!("dirops-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&work);
     std::fs::create_dir_all(&work)?;

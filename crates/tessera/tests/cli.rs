@@ -383,6 +383,10 @@ fn up_with_the_namespace_on_the_osds_then_fsck_it() {
             ],
             "unknown directory protocol",
         ),
+        (
+            vec!["bench", "dirops", "--quick", "--dir", "/etc/passwd/x"],
+            "cannot create /etc/passwd/x",
+        ),
         (vec!["fsck"], "or --namespace"),
         (vec!["fsck", "x.img", "--namespace"], "not both"),
         (
@@ -392,7 +396,7 @@ fn up_with_the_namespace_on_the_osds_then_fsck_it() {
     ] {
         let mut full = args.clone();
         full.extend(["--data", s(&data)]);
-        if args[0] == "fsck" {
+        if args[0] == "fsck" || args[0] == "bench" {
             full = args.clone();
         }
         let o = tessera(&full);
