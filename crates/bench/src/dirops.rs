@@ -362,6 +362,27 @@ fn names(prefix: &str, range: std::ops::Range<u64>) -> Vec<String> {
     range.map(|i| format!("{prefix}{i:07}")).collect()
 }
 
+/// The phases of one measurement, in order: create `files` in `d`, look
+/// up `lookups`, unlink `files`, mkdir and rmdir `dirs` in `d`, and list
+/// `small` once per element of `reads`.
+fn plan<'a>(
+    d: Dir,
+    small: Dir,
+    files: &'a [String],
+    lookups: &'a [String],
+    dirs: &'a [String],
+    reads: &'a [String],
+) -> [(&'static str, Dir, &'a [String]); 6] {
+    [
+        ("create", d, files),
+        ("lookup", d, lookups),
+        ("unlink", d, files),
+        ("mkdir", d, dirs),
+        ("rmdir", d, dirs),
+        ("readdir", small, reads),
+    ]
+}
+
 async fn latency_points(
     m: &Mode,
     cfg: &Config,
@@ -394,13 +415,10 @@ async fn latency_points(
                 p99_us: p99,
             });
         };
-        push("create", timed(c0, "create", big, &files).await?);
-        push("lookup", timed(c0, "lookup", big, &lookups).await?);
-        push("unlink", timed(c0, "unlink", big, &files).await?);
-        push("mkdir", timed(c0, "mkdir", big, &dirs).await?);
-        push("rmdir", timed(c0, "rmdir", big, &dirs).await?);
         let reads = vec![String::new(); (cfg.samples / 4).max(10)];
-        push("readdir", timed(c0, "readdir", small, &reads).await?);
+        for (op, d, ns) in plan(big, small, &files, &lookups, &dirs, &reads) {
+            push(op, timed(c0, op, d, ns).await?);
+        }
         pb.inc(1);
     }
     Ok(out)
@@ -429,14 +447,10 @@ async fn throughput_points(
                 ops_per_sec: v,
             })
         };
-        push("create", spread(cl, "create", shared, &files).await?);
-        push("lookup", spread(cl, "lookup", shared, &files).await?);
-        push("unlink", spread(cl, "unlink", shared, &files).await?);
-        push("mkdir", spread(cl, "mkdir", shared, &dirs).await?);
-        push("rmdir", spread(cl, "rmdir", shared, &dirs).await?);
         let reads = vec![String::new(); (n / 20).max(k as u64) as usize];
-        let r = spread(cl, "readdir", small, &reads).await?;
-        push("readdir", r);
+        for (op, d, ns) in plan(shared, small, &files, &files, &dirs, &reads) {
+            push(op, spread(cl, op, d, ns).await?);
+        }
         pb.inc(1);
     }
     Ok(out)
