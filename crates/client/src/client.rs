@@ -587,8 +587,9 @@ impl Client {
                 let da = self.getattr(c, new_parent).await?;
                 sticky(&da, &t.attr, c)?;
             }
+            let open = |i: u64| lock(&self.inner.inodes).contains_key(&i);
             return ns
-                .rename(parent, name, new_parent, new_name, noreplace)
+                .rename((parent, name), (new_parent, new_name), noreplace, &open)
                 .await;
         }
         self.call(

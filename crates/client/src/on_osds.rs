@@ -46,13 +46,15 @@ fn kind(k: Kind) -> FileKind {
     }
 }
 
-/// POSIX attributes of inode `ino` from its record.
+/// POSIX attributes of inode `ino` from its record. Directories report one
+/// link, as btrfs does: no subdirectory count is kept, and 1 tells tools
+/// such as `find` not to infer leaf directories from it.
 pub fn attr(ino: u64, i: &Inode) -> Attr {
     Attr {
         ino,
         kind: kind(i.kind),
         mode: i.mode,
-        nlink: i.nlink,
+        nlink: if i.kind == Kind::Dir { 1 } else { i.nlink },
         uid: i.uid,
         gid: i.gid,
         size: i.size,
@@ -233,14 +235,7 @@ impl OsdNamespace {
         let d = self.dir(parent).await?;
         let (e, last) = self.fs.unlink(&d, name).await?;
         if let Some(i) = last {
-            if open_here(e.ino) {
-                self.doomed
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .insert(e.ino, (e.osd, i));
-            } else {
-                self.fs.destroy(e.ino, e.osd, &i).await?;
-            }
+            self.gone(e.ino, e.osd, i, open_here(e.ino)).await?;
         }
         Ok(e.ino)
     }
@@ -266,18 +261,37 @@ impl OsdNamespace {
         Ok(())
     }
 
-    /// Renames (POSIX rules; the caller checked permissions).
+    /// Renames (POSIX rules; the caller checked permissions). A file it
+    /// replaces that had no other name goes as an unlinked one does: now,
+    /// or at the last release when `open_here` says it is open here.
     pub async fn rename(
         &self,
-        parent: u64,
-        name: &str,
-        new_parent: u64,
-        new_name: &str,
+        (parent, name): (u64, &str),
+        (new_parent, new_name): (u64, &str),
         noreplace: bool,
+        open_here: &(dyn Fn(u64) -> bool + Sync),
     ) -> Result<()> {
         let s = self.dir(parent).await?;
         let d = self.dir(new_parent).await?;
-        Ok(self.fs.rename(&s, name, &d, new_name, noreplace).await?)
+        let dead = self.fs.rename(&s, name, &d, new_name, noreplace).await?;
+        if let Some((ino, osd, i)) = dead {
+            self.gone(ino, osd, i, open_here(ino)).await?;
+        }
+        Ok(())
+    }
+
+    /// An inode with no names left: destroyed now, or remembered for the
+    /// last local release.
+    async fn gone(&self, ino: u64, osd: u32, i: Inode, open_here: bool) -> Result<()> {
+        if open_here {
+            self.doomed
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(ino, (osd, i));
+            Ok(())
+        } else {
+            Ok(self.fs.destroy(ino, osd, &i).await?)
+        }
     }
 
     /// A symlink's target.

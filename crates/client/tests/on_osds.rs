@@ -181,6 +181,19 @@ async fn lengths_truncate_unlinked_open_files_and_rename() {
     a.release(fh).await.unwrap();
     let e = b.getattr(&root, e.attr.ino).await.unwrap_err();
     assert_eq!(e.errno, ENOENT, "{e}");
+    // A file replaced by a rename while open here: readable until released.
+    let (x, fh) = a.create(&root, 0, "x", 0o644, true).await.unwrap();
+    a.write(fh, 0, b"old bytes").await.unwrap();
+    a.fsync(fh).await.unwrap();
+    let (y, fy) = a.create(&root, 0, "y", 0o644, true).await.unwrap();
+    a.release(fy).await.unwrap();
+    a.rename(&root, 0, "y", 0, "x", false).await.unwrap();
+    assert_eq!(&a.read(fh, 0, 9).await.unwrap()[..], b"old bytes");
+    assert_eq!(b.lookup(&root, 0, "x").await.unwrap().attr.ino, y.attr.ino);
+    a.release(fh).await.unwrap();
+    let e = b.getattr(&root, x.attr.ino).await.unwrap_err();
+    assert_eq!(e.errno, ENOENT, "{e}");
+    a.unlink(&root, 0, "x").await.unwrap();
     // Rename across directories, seen by b.
     let d1 = a.mkdir(&root, 0, "d1", 0o755).await.unwrap();
     let d2 = a.mkdir(&root, 0, "d2", 0o755).await.unwrap();

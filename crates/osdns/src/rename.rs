@@ -10,7 +10,9 @@
 //! 3. Insert the destination entry (or swap the replaced entry for it).
 //!    From here on the rename has happened: recovery finishes it.
 //! 4. Remove the source entry.
-//! 5. Drop the replaced inode (link count down; objects removed at zero).
+//! 5. Drop the replaced inode (link count down; a file whose count reaches
+//!    zero is handed back for the caller to destroy, now or at its last
+//!    local close, as unlink does; an empty directory is removed).
 //! 6. Clear the intent and, for a directory, point its parent at the new
 //!    directory, in one commit.
 //!
@@ -28,7 +30,9 @@ use crate::fs::{DirRef, OsdFs};
 impl OsdFs {
     /// Renames `src`/`name` to `dst`/`new_name`, replacing a destination of
     /// a compatible kind (an empty directory by a directory, a non-directory
-    /// by a non-directory) unless `noreplace`.
+    /// by a non-directory) unless `noreplace`. Returns the replaced file
+    /// when that was its last name: (ino, OSD, record), for the caller to
+    /// remove with [`OsdFs::destroy`] (until then fsck sees an orphan).
     pub async fn rename(
         &self,
         src: &DirRef,
@@ -36,13 +40,13 @@ impl OsdFs {
         dst: &DirRef,
         new_name: &str,
         noreplace: bool,
-    ) -> Result<()> {
+    ) -> Result<Option<(u64, u32, Inode)>> {
         crate::fs::check_name(new_name)?;
         let moving = self.lookup(src, name).await?;
         let target = self.find(dst, new_name).await?;
         if let Some(t) = &target {
             if t.ino == moving.ino {
-                return Ok(());
+                return Ok(None);
             }
             if noreplace {
                 return Err(NsError::new(errno::EEXIST, format!("{new_name}: exists")));
@@ -100,7 +104,7 @@ impl OsdFs {
         new_name: &str,
         target: Option<&Dirent>,
         moves_dir: bool,
-    ) -> Result<()> {
+    ) -> Result<Option<(u64, u32, Inode)>> {
         if moves_dir {
             // The new parent must not be the moved directory or below it.
             let mut cur = (dst.ino, dst.osd);
@@ -166,13 +170,13 @@ impl OsdFs {
     }
 
     /// Steps 4–6 of a rename whose destination entry is in place (also
-    /// what recovery runs).
+    /// what recovery runs). Returns a replaced file left with no names.
     pub async fn finish_rename(
         &self,
         moving: &Dirent,
         intent: &Intent,
         raw: Vec<u8>,
-    ) -> Result<()> {
+    ) -> Result<Option<(u64, u32, Inode)>> {
         let ((sino, sosd), sname) = &intent.src;
         let src = self.dir(*sino, *sosd).await;
         match src {
@@ -186,8 +190,9 @@ impl OsdFs {
             Err(e) if e.is_missing() => {}
             Err(e) => return Err(e),
         }
+        let mut dead = None;
         if let Some((kind, ino, osd)) = intent.replaced {
-            self.drop_replaced(kind, ino, osd).await?;
+            dead = self.drop_replaced(kind, ino, osd).await?;
         }
         let oid = data_oid(moving.ino);
         let (dst, _) = &intent.dst;
@@ -204,14 +209,19 @@ impl OsdFs {
         if cur == raw {
             self.osds.set(moving.osd, oid, set).await?;
         }
-        Ok(())
+        Ok(dead)
     }
 
-    /// The replaced inode lost a name: a file's count goes down (objects
-    /// removed at zero); an (empty) directory is removed.
-    async fn drop_replaced(&self, kind: Kind, ino: u64, osd: u32) -> Result<()> {
+    /// The replaced inode lost a name: a file's count goes down (returned
+    /// at zero, to destroy); an (empty) directory is removed.
+    async fn drop_replaced(
+        &self,
+        kind: Kind,
+        ino: u64,
+        osd: u32,
+    ) -> Result<Option<(u64, u32, Inode)>> {
         if kind == Kind::Dir {
-            return self.osds.remove(osd, data_oid(ino)).await;
+            return self.osds.remove(osd, data_oid(ino)).await.map(|_| None);
         }
         match self
             .update(ino, osd, |i| {
@@ -220,9 +230,9 @@ impl OsdFs {
             })
             .await
         {
-            Ok(i) if i.nlink == 0 => self.destroy(ino, osd, &i).await,
-            Ok(_) => Ok(()),
-            Err(e) if e.is_missing() => Ok(()),
+            Ok(i) if i.nlink == 0 => Ok(Some((ino, osd, i))),
+            Ok(_) => Ok(None),
+            Err(e) if e.is_missing() => Ok(None),
             Err(e) => Err(e),
         }
     }

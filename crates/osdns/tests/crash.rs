@@ -93,10 +93,18 @@ async fn run(fs: &OsdFs, op: Op, t: &Trial) -> osdns::Result<()> {
             }
         }
         Op::Rmdir => fs.rmdir(&t.a, "s").await.map(|_| ()),
-        Op::RenameSameDir => fs.rename(&t.a, "f", &t.a, "g", false).await,
-        Op::RenameReplaceAcross => fs.rename(&t.a, "f", &t.b, "t", false).await,
-        Op::RenameDirAcross => fs.rename(&t.a, "s", &t.b, "s2", false).await,
+        Op::RenameSameDir => rename(fs, &t.a, "f", &t.a, "g").await,
+        Op::RenameReplaceAcross => rename(fs, &t.a, "f", &t.b, "t").await,
+        Op::RenameDirAcross => rename(fs, &t.a, "s", &t.b, "s2").await,
     }
+}
+
+/// A rename as a client runs it: then the replaced file's objects go.
+async fn rename(fs: &OsdFs, a: &DirRef, n: &str, b: &DirRef, m: &str) -> osdns::Result<()> {
+    if let Some((ino, osd, i)) = fs.rename(a, n, b, m, false).await? {
+        fs.destroy(ino, osd, &i).await?;
+    }
+    Ok(())
 }
 
 async fn present(fs: &OsdFs, d: &DirRef, name: &str) -> Option<u64> {
