@@ -143,10 +143,8 @@ pub async fn fsck(fs: &OsdFs, repair: bool, grace_ms: u64) -> Result<Report> {
         };
         if landed {
             r.renames_finished += 1;
-            if repair {
-                if let Some((i, o, rec)) = fs.finish_rename(&moving, &intent, raw).await? {
-                    fs.destroy(i, o, &rec).await?;
-                }
+            if repair && let Some((i, o, rec)) = fs.finish_rename(&moving, &intent, raw).await? {
+                fs.destroy(i, o, &rec).await?;
             }
         } else {
             r.renames_undone += 1;
