@@ -383,43 +383,71 @@ fn plan<'a>(
     ]
 }
 
+/// Rounds the timed operations of one phase are split into, the modes
+/// taking turns within each round, so the disk's drift during a phase hits
+/// all three alike.
+const ROUNDS: usize = 5;
+
+/// Latency points of every mode, level by level: each mode's big
+/// directory is filled to the level, then each phase runs in `ROUNDS`
+/// rounds with the modes taking turns.
 async fn latency_points(
-    m: &Mode,
+    modes: &[Mode],
     cfg: &Config,
     pb: &indicatif::ProgressBar,
 ) -> anyhow::Result<Vec<Latency>> {
-    let c0 = &m.clients[0];
-    let big = c0.mkdir(m.root, "big").await?;
-    let small = c0.mkdir(m.root, "small").await?;
-    spread(&m.clients, "create", small, &names("s", 0..100)).await?;
+    let mut dirs = Vec::new();
+    for m in modes {
+        let c0 = &m.clients[0];
+        let big = c0.mkdir(m.root, "big").await?;
+        let small = c0.mkdir(m.root, "small").await?;
+        spread(&m.clients, "create", small, &names("s", 0..100)).await?;
+        dirs.push((big, small));
+    }
     let mut out = Vec::new();
     let mut filled = 0;
     for &level in &cfg.levels {
-        pb.set_message(format!("{}: filling to {level} entries", m.name));
-        spread(&m.clients, "create", big, &names("e", filled..level)).await?;
+        pb.set_message(format!("filling to {level} entries"));
+        for (m, (big, _)) in modes.iter().zip(&dirs) {
+            spread(&m.clients, "create", *big, &names("e", filled..level)).await?;
+        }
         filled = level;
-        pb.set_message(format!("{}: timing at {level} entries", m.name));
+        pb.set_message(format!("timing at {level} entries"));
         let s = cfg.samples as u64;
         let files = names(&format!("l{level}-"), 0..s);
-        let dirs = names(&format!("d{level}-"), 0..s);
-        let lookups: Vec<String> = (0..s)
+        let subdirs = names(&format!("d{level}-"), 0..s);
+        // Lookups are cheap: five times the samples, spread over the level.
+        let lookups: Vec<String> = (0..5 * s)
             .map(|k| format!("e{:07}", (k * 7919) % level))
             .collect();
-        let mut push = |op: &str, v: Vec<f64>| {
-            let (p50, p99) = p50_p99(v);
-            out.push(Latency {
-                mode: m.name.into(),
-                op: op.into(),
-                entries: level,
-                p50_us: p50,
-                p99_us: p99,
-            });
-        };
         let reads = vec![String::new(); (cfg.samples / 4).max(10)];
-        for (op, d, ns) in plan(big, small, &files, &lookups, &dirs, &reads) {
-            push(op, timed(c0, op, d, ns).await?);
+        let phases: Vec<Vec<(&str, Dir, &[String])>> = dirs
+            .iter()
+            .map(|&(big, small)| plan(big, small, &files, &lookups, &subdirs, &reads).to_vec())
+            .collect();
+        let order: Vec<&str> = phases[0].iter().map(|p| p.0).collect();
+        for (k, &op) in order.iter().enumerate() {
+            let mut samples = vec![Vec::new(); modes.len()];
+            for r in 0..ROUNDS {
+                for (i, m) in modes.iter().enumerate() {
+                    let (_, d, all) = phases[i][k];
+                    let per = all.len().div_ceil(ROUNDS);
+                    let part = &all[(r * per).min(all.len())..((r + 1) * per).min(all.len())];
+                    samples[i].extend(timed(&m.clients[0], op, d, part).await?);
+                }
+            }
+            for (m, v) in modes.iter().zip(samples) {
+                let (p50, p99) = p50_p99(v);
+                out.push(Latency {
+                    mode: m.name.into(),
+                    op: op.into(),
+                    entries: level,
+                    p50_us: p50,
+                    p99_us: p99,
+                });
+            }
         }
-        pb.inc(1);
+        pb.inc(3);
     }
     Ok(out)
 }
@@ -528,9 +556,7 @@ pub fn run(cfg: &Config) -> anyhow::Result<Report> {
         for m in &modes {
             throughput.extend(throughput_points(m, cfg, &pb).await?);
         }
-        for m in &modes {
-            latency.extend(latency_points(m, cfg, &pb).await?);
-        }
+        latency.extend(latency_points(&modes, cfg, &pb).await?);
         for m in modes {
             m.cluster.stop().await.map_err(anyhow::Error::msg)?;
         }
