@@ -146,11 +146,7 @@ impl OsdNamespace {
     /// The capabilities for file data (one range grant over every
     /// namespace object, renewed by the namespace client).
     pub async fn grants(&self) -> Result<Vec<Grant>> {
-        let mut c = self.fs.osds.creds();
-        if c.grant.expiry_ms < crate::client::now_ms() + 30_000 {
-            c = self.fs.osds.refresh().await?;
-        }
-        Ok(vec![c.grant.clone()])
+        Ok(vec![self.fs.osds.fresh_creds().await?.grant.clone()])
     }
 
     async fn dir(&self, ino: u64) -> Result<DirRef> {

@@ -106,6 +106,16 @@ impl Osds {
         self.creds.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
+    /// Current credentials, renewed first when the capability is within
+    /// the renewal margin of expiry.
+    pub async fn fresh_creds(&self) -> Result<Arc<Credentials>> {
+        let c = self.creds();
+        if c.grant.expiry_ms < now_ms() + RENEW_MARGIN_MS {
+            return self.refresh().await;
+        }
+        Ok(c)
+    }
+
     /// Fetches new credentials now.
     pub async fn refresh(&self) -> Result<Arc<Credentials>> {
         let c = Arc::new(self.authority.fetch().await?);
@@ -191,10 +201,7 @@ impl Osds {
             self.dead.store(true, Ordering::SeqCst);
             return Err(NsError::new(errno::EIO, "client crashed (injected)"));
         }
-        let mut creds = self.creds();
-        if creds.grant.expiry_ms < now_ms() + RENEW_MARGIN_MS {
-            creds = self.refresh().await?;
-        }
+        let creds = self.fresh_creds().await?;
         let cap = creds
             .grant
             .cap_for(osd)
