@@ -337,15 +337,15 @@ impl OsdNamespace {
     /// cuts the stripe objects first, then records the length.
     pub async fn setattr(&self, c: &Creds, ino: u64, set: &SetAttr) -> Result<Attr> {
         let osd = self.home(ino)?;
-        let cur = self.fs.stat(ino, osd).await?;
-        // Check first (nothing changes when refused).
-        let mut probe = attr(ino, &cur);
-        mds::ns::apply_setattr(&mut probe, c, set, 0).map_err(perm_err)?;
-        if let Some(size) = set.size
-            && cur.kind == Kind::File
-            && size < cur.size
-        {
-            self.cut(ino, &cur, size).await?;
+        if let Some(size) = set.size {
+            // A truncate is checked before its objects are cut (nothing
+            // changes when refused); other changes are checked in the CAS.
+            let cur = self.fs.stat(ino, osd).await?;
+            let mut probe = attr(ino, &cur);
+            mds::ns::apply_setattr(&mut probe, c, set, 0).map_err(perm_err)?;
+            if cur.kind == Kind::File && size < cur.size {
+                self.cut(ino, &cur, size).await?;
+            }
         }
         let now = crate::client::now_ns();
         let c = c.clone();
