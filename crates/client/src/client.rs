@@ -99,6 +99,12 @@ fn sticky(dir: &Attr, victim: &Attr, c: &Creds) -> Result<()> {
     mds::perm::sticky(dir, victim, c).map_err(|e| FsError::new(e.errno.raw(), e.message))
 }
 
+/// Whether the sticky rule can refuse `c` anything in `dir` (so the victim
+/// must be looked up to check it).
+fn sticky_applies(dir: &Attr, c: &Creds) -> bool {
+    dir.mode & 0o1000 != 0 && c.uid != 0 && c.uid != dir.uid
+}
+
 fn bad_reply(what: &str, r: &MdsReply) -> FsError {
     FsError::new(errno::EIO, format!("{what}: unexpected reply {r:?}"))
 }
@@ -582,9 +588,10 @@ impl Client {
         }
         if let Some(ns) = &self.inner.ns {
             self.removable(c, parent, name, "rename (source)").await?;
-            self.changeable(c, new_parent, "rename (target)").await?;
-            if let Ok(t) = ns.lookup(new_parent, new_name).await {
-                let da = self.getattr(c, new_parent).await?;
+            let da = self.changeable(c, new_parent, "rename (target)").await?;
+            if sticky_applies(&da, c)
+                && let Ok(t) = ns.lookup(new_parent, new_name).await
+            {
                 sticky(&da, &t.attr, c)?;
             }
             let open = |i: u64| lock(&self.inner.inodes).contains_key(&i);
@@ -788,9 +795,7 @@ impl Client {
     /// search on it, and the sticky rule).
     async fn removable(&self, c: &Creds, dir: u64, name: &str, what: &str) -> Result<()> {
         let a = self.changeable(c, dir, what).await?;
-        if a.mode & 0o1000 != 0
-            && c.uid != 0
-            && c.uid != a.uid
+        if sticky_applies(&a, c)
             && let Some(ns) = &self.inner.ns
         {
             let v = ns.lookup(dir, name).await?;
