@@ -149,30 +149,40 @@ fn is_mounted(p: &Path) -> bool {
         .any(|l| l.split(' ').nth(4) == Some(c.to_str().unwrap()))
 }
 
-/// A source tree no one here wrote: a crate from the cargo registry
-/// (every build of this workspace downloads them).
-fn real_tree(prefix: &str) -> PathBuf {
-    let home = std::env::var("CARGO_HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| PathBuf::from(std::env::var("HOME").unwrap()).join(".cargo"));
-    let src = home.join("registry/src");
-    for reg in std::fs::read_dir(&src).unwrap().flatten() {
-        let mut found: Vec<PathBuf> = std::fs::read_dir(reg.path())
-            .unwrap()
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| {
-                p.file_name()
-                    .and_then(|n| n.to_str())
-                    .is_some_and(|n| n.starts_with(prefix))
-            })
-            .collect();
-        found.sort();
-        if let Some(p) = found.pop() {
-            return p;
+/// A real source tree the repository carries: `copies` copies of this
+/// workspace's own sources and docs (build output, fuzz corpora and state
+/// files left out) under `into/real-tree`. Tests depend only on the
+/// repository, never on what a cargo cache happens to hold.
+fn real_tree(into: &Path, copies: usize) -> PathBuf {
+    fn copy_dir(from: &Path, to: &Path) {
+        std::fs::create_dir_all(to).unwrap();
+        let mut entries: Vec<_> = std::fs::read_dir(from).unwrap().flatten().collect();
+        entries.sort_by_key(|e| e.file_name());
+        for e in entries {
+            let name = e.file_name();
+            let n = name.to_string_lossy();
+            if matches!(n.as_ref(), "target" | "corpus" | "artifacts" | "coverage")
+                || n.starts_with('.')
+                || n.ends_with(".state")
+            {
+                continue;
+            }
+            let ft = e.file_type().unwrap();
+            if ft.is_dir() {
+                copy_dir(&e.path(), &to.join(&name));
+            } else if ft.is_file() {
+                std::fs::copy(e.path(), to.join(&name)).unwrap();
+            }
         }
     }
-    panic!("no {prefix}* crate source under {}", src.display());
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let root = into.join("real-tree");
+    for i in 0..copies {
+        for part in ["crates", "docs", "fuzz"] {
+            copy_dir(&workspace.join(part), &root.join(format!("copy{i}")).join(part));
+        }
+    }
+    root
 }
 
 fn count_files(p: &Path) -> usize {
@@ -406,7 +416,7 @@ fn real_tree_fsx_fio_and_posix_calls_on_a_mount() {
     let t = up.target();
     let tgt: Vec<&str> = t.iter().map(String::as_str).collect();
     // A real source tree in and back out.
-    let src = real_tree("tokio-1.");
+    let src = real_tree(dir.path(), 2);
     let dst = up.mp.join("tree");
     let o = sh(&format!("cp -r '{}' '{}'", src.display(), dst.display()));
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
@@ -458,7 +468,8 @@ fn real_tree_fsx_fio_and_posix_calls_on_a_mount() {
         "--rw=randrw --bs=16k --size=8M",
     ] {
         let o = sh(&format!(
-            "fio --name=v --directory='{}' {job} --verify=crc32c --do_verify=1 --ioengine=psync --output-format=terse",
+            "cd '{}' && fio --name=v --directory='{}' {job} --verify_state_save=0 --verify=crc32c --do_verify=1 --ioengine=psync --output-format=terse",
+            dir.path().display(),
             up.mp.join("fio").display()
         ));
         let out =
@@ -860,7 +871,8 @@ fn prefetch_benefit_on_a_real_tree_per_policy() {
     if !can_mount() {
         return;
     }
-    let src = real_tree("futures-util-");
+    let tree_dir = tempfile::tempdir().unwrap();
+    let src = real_tree(tree_dir.path(), 4);
     let files = count_files(&src);
     let mut table = Vec::new();
     for policy in [
@@ -956,7 +968,7 @@ fn mount_with_the_namespace_on_the_osds() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let mp = d.join("mnt");
     let mut m = mount_fg(&mds_addr, cluster, &mp, &[]);
-    let src = real_tree("tokio-1.");
+    let src = real_tree(d, 2);
     let dst = mp.join("tree");
     let o = sh(&format!("cp -r '{}' '{}'", src.display(), dst.display()));
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
