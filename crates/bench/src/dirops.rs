@@ -22,10 +22,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use local::LocalCluster;
 use mds::FormatOptions;
-use mds::MdsClient;
 use mds::ids::{Geometry, IdPolicy, PolicyKind};
-use mds::local::LocalCluster;
+use net::MdsClient;
 use osdns::fs::Owner;
 use osdns::{DirHash, DirRef, Dirent, Kind, MdsAuthority, OsdFs, Osds, Protocol};
 use proto::layout::LayoutSpec;

@@ -11,9 +11,9 @@ use std::time::Instant;
 
 use anyhow::Context;
 use client::{Client, ClientConfig};
+use local::LocalCluster;
 use mds::FormatOptions;
 use mds::ids::{Geometry, IdPolicy, PolicyKind};
-use mds::local::LocalCluster;
 use proto::layout::LayoutSpec;
 use proto::mds::Creds;
 use rand::{Rng, SeedableRng};

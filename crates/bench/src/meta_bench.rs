@@ -7,9 +7,10 @@
 use std::path::Path;
 use std::time::Instant;
 
+use local::{LocalMds, LocalOsd, osd_dir, provision_osd};
+use mds::FormatOptions;
 use mds::ids::{Geometry, IdPolicy, PolicyKind};
-use mds::local::{LocalMds, LocalOsd, osd_dir, provision_osd};
-use mds::{FormatOptions, MdsClient};
+use net::MdsClient;
 use proto::layout::LayoutSpec;
 use proto::mds::{MdsReply, Op, ROOT_INO};
 use serde::Serialize;

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use bytes::Bytes;
-use osd::client::{ClientConfig, OsdClient};
+use net::{ConnConfig, OsdClient};
 use osd::exec::{Ctx, StoreHandle, now_ms};
 use osd::server::{Osd, ServerConfig};
 use proto::{Capability, KeyRing, rights};
@@ -79,17 +79,13 @@ pub fn run(dir: &Path, ops: u64) -> anyhow::Result<Vec<Pair>> {
         .enable_all()
         .build()?;
     let remote = rt.block_on(async {
-        let ctx = Ctx::new(
-            handle.clone(),
-            Some(KeyRing::new(vec![(1, KEY)]).map_err(anyhow::Error::msg)?),
-            1,
-        );
+        let ctx = Ctx::new(handle.clone(), Some(KeyRing::new(vec![(1, KEY)])?), 1);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?.to_string();
         let server = Osd::new(ctx, ServerConfig::new("bench", 1));
         let (stop, rx) = tokio::sync::watch::channel(false);
         let task = tokio::spawn(server.serve(listener, rx));
-        let mut cfg = ClientConfig::new("bench", 1);
+        let mut cfg = ConnConfig::new("bench", 1);
         cfg.connections = 4;
         let c = Arc::new(OsdClient::connect(&addr, cfg).await?);
         let cap = Capability::sign(

@@ -17,8 +17,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use mds::MdsClient;
-use mds::perm::{R, W, X};
+use net::MdsClient;
+use posix::{R, W, X};
 use proto::layout::{Layout, LayoutSpec, data_oid};
 use proto::mds::{
     Attr, ClusterStatus, Creds, DirEntry, Entry, FileKind, FsStat, Grant, MdsReply, Op, ROOT_INO,
@@ -28,27 +28,13 @@ use proto::rights;
 
 use crate::cache::{Cached, MetaCache, Segment};
 use crate::config::ClientConfig;
-use crate::error::{FsError, Result, errno};
+use crate::error::{Errno, FsError, Result};
 use crate::file::{self, OpenInode};
 use crate::on_osds::OsdNamespace;
 use crate::osds::OsdSet;
 use crate::stats::{ClientStats, Counters};
 
-/// Milliseconds since the epoch (capability clocks).
-pub fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
-
-/// Nanoseconds since the epoch (file times).
-pub fn now_ns() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as i64)
-        .unwrap_or(0)
-}
+pub use proto::clock::{now_ms, now_ns};
 
 /// An open file handle.
 #[derive(Clone)]
@@ -91,12 +77,12 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// POSIX permission check made in the client (namespace on the OSDs).
 fn check(a: &Attr, c: &Creds, want: u32, what: &str) -> Result<()> {
-    mds::perm::check(a, c, want, what).map_err(|e| FsError::new(e.errno.raw(), e.message))
+    posix::perm::check(a, c, want, what).map_err(|e| FsError::new(e.errno.raw(), e.message))
 }
 
 /// The sticky-directory rule, made in the client.
 fn sticky(dir: &Attr, victim: &Attr, c: &Creds) -> Result<()> {
-    mds::perm::sticky(dir, victim, c).map_err(|e| FsError::new(e.errno.raw(), e.message))
+    posix::perm::sticky(dir, victim, c).map_err(|e| FsError::new(e.errno.raw(), e.message))
 }
 
 /// Whether the sticky rule can refuse `c` anything in `dir` (so the victim
@@ -106,7 +92,7 @@ fn sticky_applies(dir: &Attr, c: &Creds) -> bool {
 }
 
 fn bad_reply(what: &str, r: &MdsReply) -> FsError {
-    FsError::new(errno::EIO, format!("{what}: unexpected reply {r:?}"))
+    FsError::new(Errno::Io, format!("{what}: unexpected reply {r:?}"))
 }
 
 impl Inner {
@@ -186,7 +172,7 @@ impl Inner {
             let a = crate::on_osds::attr(ino, &i);
             if a.kind == FileKind::Dir && write {
                 return Err(FsError::new(
-                    errno::EISDIR,
+                    Errno::IsDir,
                     "cannot open a directory for writing",
                 ));
             }
@@ -751,7 +737,7 @@ impl Client {
     pub async fn set_layout(&self, c: &Creds, ino: u64, spec: LayoutSpec) -> Result<()> {
         if self.inner.ns.is_some() {
             return Err(FsError::new(
-                errno::EINVAL,
+                Errno::Inval,
                 "layouts cannot be set on a file system whose namespace is on the OSDs: \
                  new files take the client's default layout",
             ));
@@ -776,7 +762,7 @@ impl Client {
         let a = self.getattr(c, dir).await?;
         if a.kind != FileKind::Dir {
             return Err(FsError::new(
-                errno::ENOTDIR,
+                Errno::NotDir,
                 format!("{what}: inode {dir} is not a directory"),
             ));
         }
@@ -825,7 +811,7 @@ impl Client {
         target: Option<String>,
     ) -> Result<Entry> {
         let Some(ns) = &self.inner.ns else {
-            return Err(FsError::new(errno::EIO, "not a namespace on the OSDs"));
+            return Err(FsError::new(Errno::Io, "not a namespace on the OSDs"));
         };
         let pa = self.changeable(c, parent, "make").await?;
         let (e, _) = ns.make(c, parent, &pa, name, k, mode, target, true).await?;
@@ -907,7 +893,7 @@ impl Client {
         lock(&self.inner.handles)
             .get(&fh)
             .cloned()
-            .ok_or_else(|| FsError::new(errno::EBADF, format!("no open file handle {fh}")))
+            .ok_or_else(|| FsError::new(Errno::BadF, format!("no open file handle {fh}")))
     }
 
     /// Reads up to `len` bytes at `off`.
@@ -920,7 +906,7 @@ impl Client {
     pub async fn write(&self, fh: u64, off: u64, data: &[u8]) -> Result<u32> {
         let h = self.handle(fh)?;
         if !h.write {
-            return Err(FsError::new(errno::EBADF, "handle not open for writing"));
+            return Err(FsError::new(Errno::BadF, "handle not open for writing"));
         }
         file::write(&self.inner, &h.inode, off, data).await
     }

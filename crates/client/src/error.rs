@@ -1,36 +1,16 @@
 //! The client's error: a POSIX errno (what FUSE and callers act on) plus a
-//! message saying what failed and where.
+//! message saying what failed and where. Errnos are the one [`Errno`] of
+//! the `posix` crate; OSD answers map to them through its one table.
 
-use mds::CallError;
-use osd::client::ClientError;
-
-/// Linux errno values the client produces itself.
-pub mod errno {
-    /// I/O error.
-    pub const EIO: i32 = 5;
-    /// Bad file handle.
-    pub const EBADF: i32 = 9;
-    /// Invalid argument.
-    pub const EINVAL: i32 = 22;
-    /// File too large.
-    pub const EFBIG: i32 = 27;
-    /// No space left.
-    pub const ENOSPC: i32 = 28;
-    /// Is a directory.
-    pub const EISDIR: i32 = 21;
-    /// No such file.
-    pub const ENOENT: i32 = 2;
-    /// Permission denied.
-    pub const EACCES: i32 = 13;
-    /// Not a directory.
-    pub const ENOTDIR: i32 = 20;
-}
+use net::{CallError, ConnError};
+pub use posix::Errno;
+use proto::mds::MdsError;
 
 /// A failed client operation.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("{message}")]
 pub struct FsError {
-    /// POSIX errno.
+    /// POSIX errno (the Linux value).
     pub errno: i32,
     /// What happened.
     pub message: String,
@@ -38,18 +18,24 @@ pub struct FsError {
 
 impl FsError {
     /// An error with `errno` and a message.
-    pub fn new(errno: i32, message: impl Into<String>) -> FsError {
+    pub fn new(errno: impl Into<i32>, message: impl Into<String>) -> FsError {
         FsError {
-            errno,
+            errno: errno.into(),
             message: message.into(),
         }
     }
 
-    /// An OSD failure on OSD `osd` (EIO, or ENOSPC when the OSD is full).
-    pub fn osd(osd: u32, e: &ClientError) -> FsError {
+    /// Whether this is `e`.
+    pub fn is(&self, e: Errno) -> bool {
+        self.errno == e.raw()
+    }
+
+    /// An OSD failure on OSD `osd`, mapped by [`posix::errno::from_osd`];
+    /// an OSD that cannot be reached is EIO.
+    pub fn osd(osd: u32, e: &ConnError) -> FsError {
         let code = match e {
-            ClientError::Remote(w) if w.code == proto::ErrorCode::NoSpace => errno::ENOSPC,
-            _ => errno::EIO,
+            ConnError::Remote(w) => posix::errno::from_osd(w.code),
+            _ => Errno::Io,
         };
         FsError::new(code, format!("OSD {osd}: {e}"))
     }
@@ -58,6 +44,12 @@ impl FsError {
 impl From<CallError> for FsError {
     fn from(e: CallError) -> FsError {
         FsError::new(e.errno(), e.to_string())
+    }
+}
+
+impl From<MdsError> for FsError {
+    fn from(e: MdsError) -> FsError {
+        FsError::new(e.errno, e.message)
     }
 }
 

@@ -18,7 +18,7 @@ use tokio::sync::OnceCell;
 use tokio::task::JoinHandle;
 
 use crate::client::{Inner, now_ns};
-use crate::error::{FsError, Result, errno};
+use crate::error::{Errno, FsError, Result};
 use crate::stats::Counters;
 use crate::striped::{self, Run, Target, WRITE_NEED, cap_stale, piece_error, transport};
 
@@ -243,7 +243,7 @@ async fn write_extent(
                     continue;
                 }
                 return Err(FsError::new(
-                    errno::EACCES,
+                    Errno::Access,
                     format!("no write capability for inode {ino}"),
                 ));
             };
@@ -272,7 +272,7 @@ async fn write_extent(
             }
         }
         Err(FsError::new(
-            errno::EIO,
+            Errno::Io,
             "write failed after renewing capabilities",
         ))
     }
@@ -332,7 +332,7 @@ async fn reap(st: &mut FileState, all: bool, range: Option<(u64, u64)>) {
                 }
                 Err(e) => {
                     st.error
-                        .get_or_insert(FsError::new(errno::EIO, e.to_string()));
+                        .get_or_insert(FsError::new(Errno::Io, e.to_string()));
                 }
             }
         } else {
@@ -357,7 +357,7 @@ pub async fn start_flush(inner: &Arc<Inner>, ino: u64, st: &mut FileState) -> Re
     ensure_caps(inner, ino, st, true, top).await?;
     let Some(layout) = st.layout.clone() else {
         return Err(FsError::new(
-            errno::EIO,
+            Errno::Io,
             format!("inode {ino} has no layout"),
         ));
     };
@@ -434,12 +434,12 @@ pub async fn write(inner: &Arc<Inner>, f: &OpenInode, off: u64, data: &[u8]) -> 
     let mut st = f.st.lock().await;
     st.take_error()?;
     if !st.write_caps {
-        return Err(FsError::new(errno::EBADF, "file not open for writing"));
+        return Err(FsError::new(Errno::BadF, "file not open for writing"));
     }
     let end = off
         .checked_add(data.len() as u64)
         .filter(|&e| e < (1u64 << 62))
-        .ok_or_else(|| FsError::new(errno::EFBIG, "write past the largest file size"))?;
+        .ok_or_else(|| FsError::new(Errno::FBig, "write past the largest file size"))?;
     reap(&mut st, false, Some((off, end))).await;
     let delta = st.add_dirty(off, data);
     if delta >= 0 {
@@ -643,7 +643,7 @@ pub async fn read_range(
                 continue;
             }
             return Err(FsError::new(
-                errno::EACCES,
+                Errno::Access,
                 format!("no read capability for inode {ino}"),
             ));
         };
@@ -664,7 +664,7 @@ pub async fn read_range(
         }
     }
     Err(FsError::new(
-        errno::EIO,
+        Errno::Io,
         "read failed after renewing capabilities",
     ))
 }

@@ -2,7 +2,7 @@
 //! on the OSDs (seed 002; `docs/OSD-NAMESPACE.md`): each call becomes the
 //! short sequence of OSD commands of [`osdns`], with the POSIX permission
 //! checks the MDS would have made done here, in the client, with the same
-//! rules (`mds::perm`, `mds::ns::apply_setattr`, `mds::ns::new_attr`).
+//! rules (the `posix` crate: permissions, setattr, setgid inheritance).
 //!
 //! Inode records live on the OSD that placement chose when the inode was
 //! made; directory entries say which. This client remembers the OSD of
@@ -19,7 +19,7 @@ use proto::layout::{DATA_PARTITION, Layout, LayoutSpec, data_oid};
 use proto::mds::{Attr, Creds, DirEntry, Entry, FileKind, Grant, SetAttr, XattrMode};
 
 use crate::config::ClientConfig;
-use crate::error::{FsError, Result, errno};
+use crate::error::{Errno, FsError, Result};
 
 /// How long this client's directory locks and marks block others if it
 /// dies (seed 002 leases).
@@ -93,7 +93,7 @@ impl OsdNamespace {
             Ok(o) => o,
             // The MDS refuses the namespace grant exactly when it keeps
             // the namespace itself.
-            Err(e) if e.errno == errno::EINVAL => return Ok(None),
+            Err(e) if e.errno == Errno::Inval.raw() => return Ok(None),
             Err(e) => {
                 return Err(FsError::new(
                     e.errno,
@@ -132,7 +132,7 @@ impl OsdNamespace {
             .place(data_oid(ino), 1)
             .first()
             .copied()
-            .ok_or_else(|| FsError::new(errno::EIO, "no OSD takes placements"))
+            .ok_or_else(|| FsError::new(Errno::Io, "no OSD takes placements"))
     }
 
     fn learn(&self, e: &Dirent) {
@@ -195,7 +195,7 @@ impl OsdNamespace {
         target: Option<String>,
         exclusive: bool,
     ) -> Result<(Entry, bool)> {
-        let a = mds::ns::new_attr(0, k, mode, c, pa, 0);
+        let a = posix::new_attr(0, k, mode, c, pa, 0);
         let o = Owner {
             uid: a.uid,
             gid: a.gid,
@@ -294,7 +294,7 @@ impl OsdNamespace {
     pub async fn readlink(&self, ino: u64) -> Result<String> {
         let i = self.inode(ino).await?;
         i.target
-            .ok_or_else(|| FsError::new(errno::EINVAL, format!("inode {ino} is not a symlink")))
+            .ok_or_else(|| FsError::new(Errno::Inval, format!("inode {ino} is not a symlink")))
     }
 
     /// Every entry of `ino`, in name order, with attributes (fetched
@@ -316,7 +316,7 @@ impl OsdNamespace {
             }
             let mut attrs = vec![None; chunk.len()];
             while let Some(r) = set.join_next().await {
-                let (n, r) = r.map_err(|e| FsError::new(errno::EIO, format!("stat task: {e}")))?;
+                let (n, r) = r.map_err(|e| FsError::new(Errno::Io, format!("stat task: {e}")))?;
                 // An entry removed since the listing has no record: left
                 // without attributes (the kernel asks again).
                 attrs[n] = r.ok().map(|i| attr(chunk[n].ino, &i));
@@ -342,7 +342,7 @@ impl OsdNamespace {
             // changes when refused); other changes are checked in the CAS.
             let cur = self.fs.stat(ino, osd).await?;
             let mut probe = attr(ino, &cur);
-            mds::ns::apply_setattr(&mut probe, c, set, 0).map_err(perm_err)?;
+            posix::apply_setattr(&mut probe, c, set, 0).map_err(perm_err)?;
             if cur.kind == Kind::File && size < cur.size {
                 self.cut(ino, &cur, size).await?;
             }
@@ -354,7 +354,7 @@ impl OsdNamespace {
             .fs
             .update(ino, osd, move |i| {
                 let mut a = attr(ino, i);
-                mds::ns::apply_setattr(&mut a, &c, &set, now)
+                posix::apply_setattr(&mut a, &c, &set, now)
                     .map_err(|e| NsError::new(e.errno.raw(), e.message))?;
                 i.mode = a.mode;
                 i.uid = a.uid;
@@ -411,7 +411,7 @@ impl OsdNamespace {
 
     /// Reads extended attribute `name`.
     pub async fn getxattr(&self, ino: u64, name: &str) -> Result<Vec<u8>> {
-        mds::ns::check_xattr_name(name).map_err(perm_err)?;
+        posix::check_xattr_name(name).map_err(perm_err)?;
         Ok(self.fs.getxattr(ino, self.home(ino)?, name).await?)
     }
 
@@ -423,7 +423,7 @@ impl OsdNamespace {
         value: Option<&[u8]>,
         mode: XattrMode,
     ) -> Result<()> {
-        mds::ns::check_xattr_name(name).map_err(perm_err)?;
+        posix::check_xattr_name(name).map_err(perm_err)?;
         if let Some(v) = value
             && v.len() > proto::mds::XATTR_VALUE_MAX
         {

@@ -6,13 +6,13 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use mds::MdsClient;
-use osd::client::{ClientConfig, OsdClient};
+use net::MdsClient;
+use net::{ConnConfig, OsdClient};
 use proto::layout::Layout;
 use proto::mds::{MdsReply, Op};
 use proto::placement::OsdMap;
 
-use crate::error::{FsError, Result, errno};
+use crate::error::{Errno, FsError, Result};
 
 /// Maps and connections. Invariant: a map stored for an epoch is the MDS's
 /// map of that epoch (maps never change once an epoch is issued).
@@ -42,7 +42,7 @@ impl OsdSet {
             MdsReply::Map(m) => Arc::new(m),
             other => {
                 return Err(FsError::new(
-                    errno::EIO,
+                    Errno::Io,
                     format!("GetMap answered {other:?}"),
                 ));
             }
@@ -87,7 +87,7 @@ impl OsdSet {
     ) -> Result<(u64, Vec<u32>)> {
         let oid = *layout.objsets.get(objset as usize).ok_or_else(|| {
             FsError::new(
-                errno::EIO,
+                Errno::Io,
                 format!("object set {objset} is not allocated yet"),
             )
         })?;
@@ -95,7 +95,7 @@ impl OsdSet {
         let osds = map.place(oid, layout.spec.stripe_count);
         if osds.len() < layout.spec.stripe_count as usize {
             return Err(FsError::new(
-                errno::EIO,
+                Errno::Io,
                 format!(
                     "map epoch {} places only {} of {} stripes",
                     layout.map_epoch,
@@ -136,7 +136,7 @@ impl OsdSet {
                 .await?
                 .addr(id)
                 .map(str::to_string)
-                .ok_or_else(|| FsError::new(errno::EIO, format!("OSD {id} is not in the map")))?,
+                .ok_or_else(|| FsError::new(Errno::Io, format!("OSD {id} is not in the map")))?,
         };
         let mut c = self.clients.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((a, cl)) = c.get(&id)
@@ -144,7 +144,7 @@ impl OsdSet {
         {
             return Ok(cl.clone());
         }
-        let mut cfg = ClientConfig::new(&self.cluster_id, id);
+        let mut cfg = ConnConfig::new(&self.cluster_id, id);
         cfg.name = "tessera-client".into();
         cfg.connections = self.connections;
         let cl = Arc::new(OsdClient::new(&addr, cfg));

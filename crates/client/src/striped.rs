@@ -9,13 +9,13 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
-use osd::client::{ClientError, OsdClient};
+use net::{ConnError, OsdClient};
 use proto::layout::{DATA_PARTITION, Layout};
 use proto::mds::Grant;
 use proto::{Capability, Command, ErrorCode, rights};
 use tokio::task::JoinSet;
 
-use crate::error::{FsError, errno};
+use crate::error::{Errno, FsError};
 
 /// Largest single OSD request the client sends (pieces of one object are
 /// merged up to this).
@@ -86,23 +86,23 @@ pub fn cap_for(grants: &[Grant], osd: u32, oid: u64, want: u32) -> Option<Capabi
 }
 
 /// Whether an OSD error means the capability must be renewed.
-pub fn cap_stale(e: &ClientError) -> bool {
-    matches!(e, ClientError::Remote(w) if matches!(
+pub fn cap_stale(e: &ConnError) -> bool {
+    matches!(e, ConnError::Remote(w) if matches!(
         w.code,
         ErrorCode::CapExpired | ErrorCode::CapRevoked | ErrorCode::CapKeyVersion | ErrorCode::CapRights
     ))
 }
 
 /// Whether an OSD error is the network's (connect, lost, timeout), not the OSD's answer.
-pub fn transport(e: &ClientError) -> bool {
+pub fn transport(e: &ConnError) -> bool {
     matches!(
         e,
-        ClientError::Connect { .. } | ClientError::Lost(_) | ClientError::Timeout(_)
+        ConnError::Connect { .. } | ConnError::Lost(_) | ConnError::Timeout(_)
     )
 }
 
 /// A failed piece: the OSD and the error.
-pub type PieceError = (u32, ClientError);
+pub type PieceError = (u32, ConnError);
 
 /// Reads every run into one buffer of `len` bytes (holes are zeros).
 pub async fn read(targets: Vec<(Run, Target)>, len: u64) -> std::result::Result<Bytes, PieceError> {
@@ -149,7 +149,7 @@ async fn join_all<T: 'static>(
                 first_err.get_or_insert(e);
             }
             Err(e) => {
-                first_err.get_or_insert((u32::MAX, ClientError::Protocol(e.to_string())));
+                first_err.get_or_insert((u32::MAX, ConnError::Protocol(e.to_string())));
             }
         }
     }
@@ -160,7 +160,7 @@ async fn join_all<T: 'static>(
 }
 
 /// Reads one run (a missing object is a hole: no bytes).
-async fn read_one(r: &Run, t: &Target) -> std::result::Result<Bytes, ClientError> {
+async fn read_one(r: &Run, t: &Target) -> std::result::Result<Bytes, ConnError> {
     let cmd = Command::Read {
         pid: DATA_PARTITION,
         oid: t.oid,
@@ -169,7 +169,7 @@ async fn read_one(r: &Run, t: &Target) -> std::result::Result<Bytes, ClientError
     };
     match t.client.run(Some(&t.cap), cmd, Bytes::new()).await {
         Ok(a) => Ok(a.data),
-        Err(ClientError::Remote(w)) if w.code == ErrorCode::NoObject => Ok(Bytes::new()),
+        Err(ConnError::Remote(w)) if w.code == ErrorCode::NoObject => Ok(Bytes::new()),
         Err(e) => Err(e),
     }
 }
@@ -183,12 +183,12 @@ pub async fn write_one(
     obj_offset: u64,
     data: Bytes,
     known: bool,
-) -> std::result::Result<(), ClientError> {
+) -> std::result::Result<(), ConnError> {
     let pid = DATA_PARTITION;
     if !known && obj_offset == 0 {
         let cmd = Command::CreateAndWrite { pid, oid: t.oid };
         match t.client.run(Some(&t.cap), cmd, data.clone()).await {
-            Err(ClientError::Remote(w)) if w.code == ErrorCode::Exists => {}
+            Err(ConnError::Remote(w)) if w.code == ErrorCode::Exists => {}
             other => return other.map(|_| ()),
         }
     }
@@ -198,7 +198,7 @@ pub async fn write_one(
         offset: obj_offset,
     };
     match t.client.run(Some(&t.cap), cmd.clone(), data.clone()).await {
-        Err(ClientError::Remote(w)) if w.code == ErrorCode::NoObject => {
+        Err(ConnError::Remote(w)) if w.code == ErrorCode::NoObject => {
             let create = Command::Create {
                 pid,
                 oid: Some(t.oid),
@@ -206,7 +206,7 @@ pub async fn write_one(
             };
             match t.client.run(Some(&t.cap), create, Bytes::new()).await {
                 Ok(_) => {}
-                Err(ClientError::Remote(w)) if w.code == ErrorCode::Exists => {}
+                Err(ConnError::Remote(w)) if w.code == ErrorCode::Exists => {}
                 Err(e) => return Err(e),
             }
             t.client.run(Some(&t.cap), cmd, data).await.map(|_| ())
@@ -247,7 +247,7 @@ pub const WRITE_NEED: u32 = rights::WRITE | rights::CREATE;
 /// Turns a piece failure into the error callers see.
 pub fn piece_error((osd, e): PieceError) -> FsError {
     if osd == u32::MAX {
-        return FsError::new(errno::EIO, e.to_string());
+        return FsError::new(Errno::Io, e.to_string());
     }
     FsError::osd(osd, &e)
 }

@@ -10,9 +10,9 @@
 use std::time::Duration;
 
 use client::{Client, ClientConfig};
+use local::LocalCluster;
 use mds::FormatOptions;
 use mds::ids::{Geometry, IdPolicy, PolicyKind};
-use mds::local::LocalCluster;
 use proto::layout::LayoutSpec;
 use proto::mds::{Creds, SetAttr};
 use rand::{Rng, SeedableRng};

@@ -8,9 +8,9 @@
 use std::time::Duration;
 
 use client::{Client, ClientConfig};
+use local::LocalCluster;
 use mds::FormatOptions;
 use mds::ids::{Geometry, IdPolicy, PolicyKind};
-use mds::local::LocalCluster;
 use proto::layout::LayoutSpec;
 use proto::mds::{Creds, NamespaceMode, SetAttr};
 
@@ -35,7 +35,7 @@ async fn cluster(dir: &tempfile::TempDir, protocol: &str) -> LocalCluster {
         .await
         .unwrap();
     // Placement needs the OSDs registered before the root is made.
-    let m = mds::MdsClient::new(&c.mds_addr(), "onosds", 1);
+    let m = net::MdsClient::new(&c.mds_addr(), "onosds", 1);
     for _ in 0..400 {
         if let Ok(proto::mds::MdsReply::Status(s)) = m.call(proto::mds::Op::Status).await
             && s.osds.iter().filter(|o| o.up).count() == 3

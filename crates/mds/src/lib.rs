@@ -5,26 +5,24 @@
 //! an embedded KV (redb behind a group-committed write-ahead log).
 //!
 //! Map: [`ids`] (object-id policies, pure), [`wal`] + [`kv`] (persistence),
-//! [`records`] (what is stored), [`perm`] + [`ns`] (namespace operations),
+//! [`records`] (what is stored), [`ns`] (namespace operations, on the
+//! shared rules of the `posix` crate),
 //! [`cluster`] (OSD map and heartbeats), [`service`] (requests, capabilities,
-//! prefetch, OSD actions), [`server`] (network), [`client`] (Rust client),
-//! [`metrics`], [`config`].
+//! prefetch, OSD actions), [`server`] (the MDS on the shared server loop),
+//! [`metrics`], [`config`]. Its Rust client is the connection layer's
+//! (`net::MdsClient`).
 
-pub mod client;
 pub mod cluster;
 pub mod config;
 pub mod fsck;
 pub mod ids;
 pub mod kv;
-pub mod local;
 pub mod metrics;
 pub mod ns;
-pub mod perm;
 pub mod records;
 pub mod server;
 pub mod service;
 pub mod wal;
 
-pub use client::{CallError, MdsClient};
 pub use config::{FormatOptions, MdsConfig};
 pub use service::Mds;

@@ -3,59 +3,24 @@
 //! Every operation checks everything before its first write; the KV also
 //! undoes a failed operation's writes, as a second line of defence.
 
+use posix::perm::{self, R, W, X};
+use posix::{apply_setattr, check_name, check_xattr_name, new_attr};
 use proto::layout::{Layout, LayoutSpec, data_oid};
 use proto::mds::{
-    Attr, Creds, Errno, FileKind, MdsError, PATH_MAX, ROOT_INO, SetAttr, SetTime, XATTR_NAME_MAX,
-    XATTR_VALUE_MAX, XattrMode, check_name,
+    Attr, Creds, Errno, FileKind, MdsError, PATH_MAX, ROOT_INO, SetAttr, XATTR_VALUE_MAX, XattrMode,
 };
 
 use crate::ids::IdPolicy;
 use crate::kv::{T, Tx, View};
-use crate::perm::{self, R, W, X};
 use crate::records::{DeleteJob, DirMeta, FsState, Inode, Records, dentry_key, num_key, xattr_key};
 
 /// Most hard links to one file.
 pub const LINK_MAX: u32 = 65_000;
 
-/// Nanoseconds since the epoch.
-pub fn now_ns() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as i64)
-        .unwrap_or(0)
-}
+pub use proto::clock::now_ns;
 
 fn err(e: Errno, m: impl Into<String>) -> MdsError {
     MdsError::new(e, m)
-}
-
-/// A fresh attribute block for an inode `c` makes in directory `parent`
-/// (setgid directories hand down their group; shared with clients of a
-/// namespace kept on the OSDs).
-pub fn new_attr(ino: u64, kind: FileKind, mode: u32, c: &Creds, parent: &Attr, now: i64) -> Attr {
-    // setgid directories hand their group down (and setgid to subdirectories).
-    let (gid, mode) = if parent.mode & 0o2000 != 0 {
-        let m = if kind == FileKind::Dir {
-            mode | 0o2000
-        } else {
-            mode
-        };
-        (parent.gid, m)
-    } else {
-        (c.gid, mode)
-    };
-    Attr {
-        ino,
-        kind,
-        mode: mode & 0o7777,
-        nlink: if kind == FileKind::Dir { 2 } else { 1 },
-        uid: c.uid,
-        gid,
-        size: 0,
-        atime: now,
-        mtime: now,
-        ctime: now,
-    }
 }
 
 /// Formats an empty namespace: the root directory, owned by root, mode 0755.
@@ -584,92 +549,6 @@ pub fn setattr(tx: &mut Tx, c: &Creds, ino: u64, set: &SetAttr) -> Result<SetAtt
     Ok(SetAttrDone { inode: i, revoke })
 }
 
-/// The POSIX rules of setattr on one attribute block (shared by the MDS
-/// and by clients of a namespace kept on the OSDs): checks `c` may make
-/// each change, applies them at time `now`, and says whether some access
-/// was taken away (capabilities issued before must then be revoked).
-/// Nothing is changed when a check fails.
-pub fn apply_setattr(a: &mut Attr, c: &Creds, set: &SetAttr, now: i64) -> Result<bool, MdsError> {
-    let mut b = a.clone();
-    let mut revoke = false;
-    if let Some(mode) = set.mode {
-        perm::owner(&b, c, "chmod")?;
-        let mut m = mode & 0o7777;
-        if c.uid != 0 && b.kind != FileKind::Dir && !perm::in_group(c, b.gid) {
-            m &= !0o2000; // non-members cannot set setgid
-        }
-        if (b.mode & !m) & 0o777 != 0 {
-            revoke = true; // some permission was taken away
-        }
-        b.mode = m;
-    }
-    if set.uid.is_some() || set.gid.is_some() {
-        let new_uid = set.uid.unwrap_or(b.uid);
-        let new_gid = set.gid.unwrap_or(b.gid);
-        if c.uid != 0 {
-            if new_uid != b.uid {
-                return Err(err(Errno::Perm, "only root may change a file's owner"));
-            }
-            perm::owner(&b, c, "chgrp")?;
-            if new_gid != b.gid && !perm::in_group(c, new_gid) {
-                return Err(err(
-                    Errno::Perm,
-                    format!("uid {} is not in group {new_gid}", c.uid),
-                ));
-            }
-        }
-        if new_uid != b.uid || new_gid != b.gid {
-            revoke = true;
-            if b.kind != FileKind::Dir {
-                b.mode &= !0o6000; // chown clears setuid/setgid
-            }
-        }
-        b.uid = new_uid;
-        b.gid = new_gid;
-    }
-    if let Some(size) = set.size {
-        match b.kind {
-            FileKind::Dir => return Err(err(Errno::IsDir, "cannot truncate a directory")),
-            FileKind::Symlink => return Err(err(Errno::Inval, "cannot truncate a symlink")),
-            FileKind::File => {}
-        }
-        perm::check(&b, c, W, "truncate")?;
-        if size < b.size {
-            revoke = true;
-        }
-        if size != b.size {
-            b.size = size;
-            b.mtime = now;
-        }
-    }
-    for (t, field) in [(set.atime, 0), (set.mtime, 1)] {
-        let Some(t) = t else { continue };
-        match t {
-            SetTime::Now => {
-                if c.uid != 0 && c.uid != b.uid && !perm::allowed(&b, c, W) {
-                    return Err(err(
-                        Errno::Access,
-                        "setting times to now needs ownership or write permission",
-                    ));
-                }
-            }
-            SetTime::At(_) => perm::owner(&b, c, "utimens")?,
-        }
-        let v = match t {
-            SetTime::Now => now,
-            SetTime::At(v) => v,
-        };
-        if field == 0 {
-            b.atime = v;
-        } else {
-            b.mtime = v;
-        }
-    }
-    b.ctime = now;
-    *a = b;
-    Ok(revoke)
-}
-
 /// Grows a file's recorded length (never shrinks it) after client writes.
 pub fn commit_size(
     tx: &mut Tx,
@@ -742,24 +621,6 @@ pub fn removexattr(tx: &mut Tx, c: &Creds, ino: u64, name: &str) -> Result<(), M
     tx.del(T::Xattrs, &key)?;
     i.attr.ctime = now_ns();
     tx.put_inode(&i)
-}
-
-/// Checks an extended attribute name.
-pub fn check_xattr_name(name: &str) -> Result<(), MdsError> {
-    if name.is_empty() || name.len() > XATTR_NAME_MAX || name.contains('\0') {
-        return Err(err(
-            if name.len() > XATTR_NAME_MAX {
-                Errno::Range
-            } else {
-                Errno::Inval
-            },
-            format!(
-                "xattr name of {} bytes: must be 1..={XATTR_NAME_MAX} without NUL",
-                name.len()
-            ),
-        ));
-    }
-    Ok(())
 }
 
 /// Reads an extended attribute (needs read permission).

@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use osd::client::{ClientConfig, ClientError, OsdClient};
-use osd::keys::KeyFile;
+use net::keys::{KeyError, KeyFile};
+use net::{ConnConfig, ConnError, OsdClient};
 use proto::layout::{DATA_OID_TAG, DATA_PARTITION, Layout, data_oid};
 use proto::mds::{
     ClusterStatus, Creds, DirEntry, Entry, Errno, FileKind, Found, FsStat, Grant, MdsError,
@@ -25,8 +25,8 @@ use crate::config::{FormatOptions, MdsConfig};
 use crate::kv::{Kv, KvPaths, T, View};
 use crate::metrics::MdsMetrics;
 use crate::ns;
-use crate::perm::{self, R, W};
 use crate::records::{DeleteJob, FsState, Inode, RECORDS_VERSION, Records, Superblock, num_key};
+use posix::perm::{self, R, W};
 
 /// Rights a reader gets on a file's objects.
 pub const READ_RIGHTS: u32 = rights::READ | rights::GET_ATTR;
@@ -75,7 +75,7 @@ pub fn format(dir: &Path, opts: &FormatOptions) -> Result<(), MdsError> {
         version: RECORDS_VERSION,
         cluster_id: opts.cluster_id.clone(),
         policy: opts.policy,
-        created_ms: osd::exec::now_ms(),
+        created_ms: proto::clock::now_ms(),
     };
     let layout = opts.layout;
     let namespace = opts.namespace;
@@ -102,12 +102,17 @@ pub fn format(dir: &Path, opts: &FormatOptions) -> Result<(), MdsError> {
 }
 
 /// Loads every `osd-<id>.toml` key file in `dir`.
-pub fn load_keys(dir: &Path, cluster_id: &str) -> Result<HashMap<u32, KeyRing>, String> {
+pub fn load_keys(dir: &Path, cluster_id: &str) -> Result<HashMap<u32, KeyRing>, KeyError> {
     let mut out = HashMap::new();
     let rd = match std::fs::read_dir(dir) {
         Ok(r) => r,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
-        Err(e) => return Err(format!("{}: {e}", dir.display())),
+        Err(source) => {
+            return Err(KeyError::Io {
+                path: dir.into(),
+                source,
+            });
+        }
     };
     for ent in rd.flatten() {
         let p = ent.path();
@@ -116,11 +121,11 @@ pub fn load_keys(dir: &Path, cluster_id: &str) -> Result<HashMap<u32, KeyRing>, 
         }
         let kf = KeyFile::load(&p)?;
         if kf.cluster_id != cluster_id {
-            return Err(format!(
-                "{}: key file is for cluster {:?}, this MDS serves {cluster_id:?}",
-                p.display(),
-                kf.cluster_id
-            ));
+            return Err(KeyError::OtherCluster {
+                path: p,
+                found: kf.cluster_id,
+                expected: cluster_id.into(),
+            });
         }
         out.insert(kf.osd_id, kf.ring()?);
     }
@@ -151,7 +156,7 @@ fn err(e: Errno, m: impl Into<String>) -> MdsError {
     MdsError::new(e, m)
 }
 
-fn osd_err(osd: u32, e: ClientError) -> MdsError {
+fn osd_err(osd: u32, e: ConnError) -> MdsError {
     err(Errno::Io, format!("OSD {osd}: {e}"))
 }
 
@@ -171,7 +176,8 @@ impl Mds {
                 ),
             ));
         }
-        let keys = load_keys(&paths.keys(), &sb.cluster_id).map_err(|m| err(Errno::Inval, m))?;
+        let keys = load_keys(&paths.keys(), &sb.cluster_id)
+            .map_err(|m| err(Errno::Inval, m.to_string()))?;
         let namespace = kv.read()?.namespace()?.mode;
         Ok(Arc::new(Mds {
             namespace,
@@ -188,7 +194,7 @@ impl Mds {
     }
 
     fn now_ms() -> u64 {
-        osd::exec::now_ms()
+        proto::clock::now_ms()
     }
 
     /// The current OSD map.
@@ -713,7 +719,7 @@ impl Mds {
         {
             return Ok(c.clone());
         }
-        let mut cfg = ClientConfig::new(&self.sb.cluster_id, id);
+        let mut cfg = ConnConfig::new(&self.sb.cluster_id, id);
         cfg.name = "tessera-mds".into();
         cfg.timeout = Duration::from_secs(10);
         cfg.connections = 1;
@@ -779,7 +785,7 @@ impl Mds {
         current: &OsdMap,
         osd: u32,
         cmd: Command,
-    ) -> Result<Result<(), ClientError>, MdsError> {
+    ) -> Result<Result<(), ConnError>, MdsError> {
         let client = self.osd_client(current, osd)?;
         let cap = self.admin_cap(osd)?;
         Ok(client.run(Some(&cap), cmd, Bytes::new()).await.map(|_| ()))
@@ -789,7 +795,7 @@ impl Mds {
     async fn osd_run(&self, current: &OsdMap, osd: u32, cmd: Command) -> Result<(), MdsError> {
         match self.osd_call(current, osd, cmd).await? {
             Ok(()) => Ok(()),
-            Err(ClientError::Remote(e)) if e.code == ErrorCode::NoObject => Ok(()),
+            Err(ConnError::Remote(e)) if e.code == ErrorCode::NoObject => Ok(()),
             Err(e) => Err(osd_err(osd, e)),
         }
     }
@@ -807,7 +813,7 @@ impl Mds {
             };
             match self.osd_call(&current, osd, set.clone()).await? {
                 Ok(()) => {}
-                Err(ClientError::Remote(e)) if e.code == ErrorCode::NoObject => {
+                Err(ConnError::Remote(e)) if e.code == ErrorCode::NoObject => {
                     let create = Command::Create {
                         pid: DATA_PARTITION,
                         oid: Some(oid),
@@ -815,7 +821,7 @@ impl Mds {
                     };
                     match self.osd_call(&current, osd, create).await? {
                         Ok(()) => {}
-                        Err(ClientError::Remote(e)) if e.code == ErrorCode::Exists => {}
+                        Err(ConnError::Remote(e)) if e.code == ErrorCode::Exists => {}
                         Err(e) => return Err(osd_err(osd, e)),
                     }
                     self.osd_call(&current, osd, set)

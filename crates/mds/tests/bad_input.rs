@@ -11,7 +11,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use common::*;
 use mds::ids::{Geometry, IdPolicy, PolicyKind};
-use osd::wire::{frame, read_frame, write_frame};
+use net::frame_io::{frame, read_frame, write_frame};
 use proto::mds::{Creds, Errno, MDS_ID, MdsReply, MdsResponse, Op, OsdReport, ROOT_INO};
 use proto::msg::{Hello, Welcome, decode};
 use proto::{Kind, Limits, PROTOCOL_VERSION};
@@ -42,7 +42,7 @@ async fn hello(addr: &str, cluster: &str, id: u32) -> (TcpStream, Welcome) {
     (s, decode::<Welcome>(&f.header).unwrap())
 }
 
-async fn mkdir_ok(c: &mds::MdsClient, name: &str) -> u64 {
+async fn mkdir_ok(c: &net::MdsClient, name: &str) -> u64 {
     match c
         .call(Op::Mkdir {
             parent: ROOT_INO,
@@ -125,7 +125,7 @@ async fn forged_unknown_and_replayed_osd_reports_are_refused() {
         used: 0,
         objects: 0,
         key_version: 1,
-        at_ms: osd::exec::now_ms() + 1000,
+        at_ms: proto::clock::now_ms() + 1000,
         mac: [0; 32],
     };
     // forged: signed with the wrong key
@@ -140,13 +140,13 @@ async fn forged_unknown_and_replayed_osd_reports_are_refused() {
     assert!(e.to_string().contains("put its key file"), "{e}");
     // replayed: a correctly signed report older than one already seen
     let key = {
-        let kf = osd::keys::KeyFile::load(&mds::local::osd_dir(cl.dir.path(), 0).join("key.toml"))
-            .unwrap();
+        let kf =
+            net::keys::KeyFile::load(&local::osd_dir(cl.dir.path(), 0).join("key.toml")).unwrap();
         *kf.ring().unwrap().newest().unwrap().1
     };
     let mut old = r.clone();
     old.addr = cl.osds[0].as_ref().unwrap().addr.to_string();
-    old.at_ms = osd::exec::now_ms() - 10_000;
+    old.at_ms = proto::clock::now_ms() - 10_000;
     old.sign(CLUSTER, &key);
     let e = c.call(Op::Report(old.clone())).await.unwrap_err();
     assert_eq!(e.errno(), 13, "{e}");
@@ -204,9 +204,7 @@ async fn bad_config_damaged_database_and_format_over_are_clear_errors() {
     }
     std::fs::write(&db, &saved).unwrap();
     // nothing was lost through any of it
-    let m = mds::local::LocalMds::start(&dir, &cl.mds_addr)
-        .await
-        .unwrap();
+    let m = local::LocalMds::start(&dir, &cl.mds_addr).await.unwrap();
     cl.mds = Some(m);
     let e = cl.client().resolve("/keep-me").await.unwrap();
     assert_eq!(e.name, "keep-me");

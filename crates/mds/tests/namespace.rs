@@ -23,14 +23,14 @@ fn found(r: MdsReply) -> Found {
     }
 }
 
-async fn errno(c: &mds::MdsClient, op: Op) -> Errno {
+async fn errno(c: &net::MdsClient, op: Op) -> Errno {
     match c.call(op).await {
-        Err(mds::CallError::Mds(e)) => e.errno,
+        Err(net::CallError::Mds(e)) => e.errno,
         other => panic!("expected an error, got {other:?}"),
     }
 }
 
-async fn mkdir(c: &mds::MdsClient, parent: u64, name: &str) -> u64 {
+async fn mkdir(c: &net::MdsClient, parent: u64, name: &str) -> u64 {
     found(
         c.call(Op::Mkdir {
             parent,
@@ -45,7 +45,7 @@ async fn mkdir(c: &mds::MdsClient, parent: u64, name: &str) -> u64 {
     .ino
 }
 
-async fn create(c: &mds::MdsClient, parent: u64, name: &str) -> Found {
+async fn create(c: &net::MdsClient, parent: u64, name: &str) -> Found {
     found(
         c.call(Op::Create {
             parent,
@@ -58,7 +58,7 @@ async fn create(c: &mds::MdsClient, parent: u64, name: &str) -> Found {
     )
 }
 
-async fn names(c: &mds::MdsClient, dir: u64, page: u32) -> Vec<String> {
+async fn names(c: &net::MdsClient, dir: u64, page: u32) -> Vec<String> {
     let mut out = Vec::new();
     let mut after = None;
     loop {
@@ -88,7 +88,7 @@ async fn names(c: &mds::MdsClient, dir: u64, page: u32) -> Vec<String> {
     }
 }
 
-async fn attr(c: &mds::MdsClient, ino: u64) -> proto::mds::Attr {
+async fn attr(c: &net::MdsClient, ino: u64) -> proto::mds::Attr {
     match c.call(Op::GetAttr { ino }).await.unwrap() {
         MdsReply::Attr(a) => a,
         r => panic!("{r:?}"),
@@ -695,7 +695,7 @@ async fn write_stripe(
     f: &Found,
     osd: u32,
     data: &[u8],
-) -> Result<(), osd::client::ClientError> {
+) -> Result<(), net::ConnError> {
     let oid = f.entry.layout.as_ref().unwrap().objsets[0];
     let cap = f.grants[0].cap_for(osd).unwrap();
     let (c, _) = cl.osd_client(osd);
@@ -768,7 +768,7 @@ async fn capabilities_revocation_truncation_and_deletion_at_the_osds() {
         .await
         .unwrap_err();
     match e {
-        osd::client::ClientError::Remote(w) => assert_eq!(w.code, ErrorCode::CapRevoked, "{w}"),
+        net::ConnError::Remote(w) => assert_eq!(w.code, ErrorCode::CapRevoked, "{w}"),
         e => panic!("{e}"),
     }
     // a fresh read capability works
@@ -930,17 +930,15 @@ async fn delete_queue_survives_an_osd_down_and_an_mds_restart() {
     // restart the MDS, then the OSD
     let dir = cl.mds_dir();
     cl.mds.take().unwrap().stop().await;
-    let m2 = mds::local::LocalMds::start(&dir, &cl.mds_addr)
-        .await
-        .unwrap();
+    let m2 = local::LocalMds::start(&dir, &cl.mds_addr).await.unwrap();
     assert_eq!(
         m2.mds.delete_queue().unwrap().len(),
         1,
         "the queue is durable"
     );
     cl.mds = Some(m2);
-    let o = mds::local::LocalOsd::start(
-        &mds::local::osd_dir(cl.dir.path(), 1),
+    let o = local::LocalOsd::start(
+        &local::osd_dir(cl.dir.path(), 1),
         "127.0.0.1:0",
         Some(cl.mds_addr.clone()),
     )

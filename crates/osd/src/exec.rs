@@ -27,6 +27,11 @@ impl StoreHandle {
         }
     }
 
+    /// Where the store lives.
+    pub fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+
     /// The current store.
     pub fn get(&self) -> Result<Arc<Store>, WireError> {
         self.store
@@ -258,12 +263,7 @@ fn set_list(set: &[(AttrKey, Vec<u8>)]) -> Vec<((u32, u32), Vec<u8>)> {
         .collect()
 }
 
-/// Milliseconds since the Unix epoch.
-pub fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
+pub use proto::clock::now_ms;
 
 /// Runs one request. Returns the response header and the response payload.
 pub fn execute(ctx: &Ctx, req: &Request, payload: Bytes) -> (Response, Bytes) {

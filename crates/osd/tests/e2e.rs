@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use osd::client::{ClientConfig, ClientError, OsdClient};
+use net::{ConnConfig, ConnError, OsdClient};
 use osd::exec::{Ctx, ROOT, StoreHandle, now_ms};
 use osd::server::{Osd, ServerConfig};
 use proto::msg::{AttrKey, Command, Reply, Request};
@@ -64,14 +64,14 @@ fn all(pid: u64) -> Capability {
 }
 
 async fn client(addr: &str, conns: usize) -> OsdClient {
-    let mut cfg = ClientConfig::new("test", OSD);
+    let mut cfg = ConnConfig::new("test", OSD);
     cfg.connections = conns;
     OsdClient::connect(addr, cfg).await.unwrap()
 }
 
-fn code(e: ClientError) -> ErrorCode {
+fn code(e: ConnError) -> ErrorCode {
     match e {
-        ClientError::Remote(w) => w.code,
+        ConnError::Remote(w) => w.code,
         other => panic!("expected an error reply, got {other}"),
     }
 }
@@ -671,7 +671,7 @@ async fn raw_handshake(addr: &str) -> tokio::net::TcpStream {
         osd_id: OSD,
         client: "raw".into(),
     };
-    s.write_all(&osd::wire::frame(proto::Kind::Hello, 0, 0, &hello, Bytes::new()).to_vec())
+    s.write_all(&net::frame_io::frame(proto::Kind::Hello, 0, 0, &hello, Bytes::new()).to_vec())
         .await
         .unwrap();
     let mut pre = [0u8; 32];
@@ -728,12 +728,12 @@ async fn bad_frames_get_an_error_or_a_close_and_nothing_else_suffers() {
         get: vec![],
         set: vec![],
     };
-    let mut bytes = osd::wire::frame(proto::Kind::Request, 6, 77, &req, Bytes::new()).to_vec();
+    let mut bytes = net::frame_io::frame(proto::Kind::Request, 6, 77, &req, Bytes::new()).to_vec();
     bytes[33] ^= 0xff;
     s.write_all(&bytes).await.unwrap();
     let r = read_response(&mut s).await.expect("an error reply");
     assert_eq!(r.result.unwrap_err().code, ErrorCode::BadRequest);
-    let ok = osd::wire::frame(proto::Kind::Request, 6, 78, &req, Bytes::new()).to_vec();
+    let ok = net::frame_io::frame(proto::Kind::Request, 6, 78, &req, Bytes::new()).to_vec();
     s.write_all(&ok).await.unwrap();
     assert!(
         read_response(&mut s).await.unwrap().result.is_ok(),
@@ -758,7 +758,7 @@ async fn bad_frames_get_an_error_or_a_close_and_nothing_else_suffers() {
         ErrorCode::BadRequest
     );
     // An oversized frame announced: an error, then a close.
-    let mut huge = osd::wire::frame(proto::Kind::Request, 6, 79, &req, Bytes::new()).prefix();
+    let mut huge = net::frame_io::frame(proto::Kind::Request, 6, 79, &req, Bytes::new()).prefix();
     huge[20..24].copy_from_slice(&u32::MAX.to_le_bytes());
     s.write_all(&huge).await.unwrap();
     let r = read_response(&mut s).await;
@@ -783,19 +783,19 @@ async fn bad_frames_get_an_error_or_a_close_and_nothing_else_suffers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn handshake_refuses_wrong_cluster_or_osd_and_insecure_mode_needs_no_caps() {
     let t = start(true).await;
-    let e = OsdClient::connect(&t.addr, ClientConfig::new("other", OSD))
+    let e = OsdClient::connect(&t.addr, ConnConfig::new("other", OSD))
         .await
         .err()
         .unwrap();
     assert!(
-        matches!(e, ClientError::Refused(ref w) if w.message.contains("cluster")),
+        matches!(e, ConnError::Refused(ref w) if w.message.contains("cluster")),
         "{e}"
     );
-    let e = OsdClient::connect(&t.addr, ClientConfig::new("test", OSD + 1))
+    let e = OsdClient::connect(&t.addr, ConnConfig::new("test", OSD + 1))
         .await
         .err()
         .unwrap();
-    assert!(matches!(e, ClientError::Refused(_)), "{e}");
+    assert!(matches!(e, ConnError::Refused(_)), "{e}");
     let c = client(&t.addr, 4).await;
     c.create_and_write(None, P, 0x10000, Bytes::from_static(b"no caps here"))
         .await
@@ -815,8 +815,8 @@ async fn handshake_refuses_wrong_cluster_or_osd_and_insecure_mode_needs_no_caps(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_and_slow_connections_are_closed_others_are_not() {
     let t = start_with(false, |c| {
-        c.idle_timeout = std::time::Duration::from_millis(300);
-        c.io_timeout = std::time::Duration::from_millis(300);
+        c.serve.idle_timeout = std::time::Duration::from_millis(300);
+        c.serve.io_timeout = std::time::Duration::from_millis(300);
     })
     .await;
     // Idle after the handshake: closed.
@@ -835,7 +835,7 @@ async fn idle_and_slow_connections_are_closed_others_are_not() {
         get: vec![],
         set: vec![],
     };
-    let bytes = osd::wire::frame(proto::Kind::Request, 17, 1, &req, Bytes::new()).to_vec();
+    let bytes = net::frame_io::frame(proto::Kind::Request, 17, 1, &req, Bytes::new()).to_vec();
     slow.write_all(&bytes[..10]).await.unwrap();
     let n = tokio::time::timeout(std::time::Duration::from_secs(5), slow.read(&mut b))
         .await

@@ -25,7 +25,7 @@ use std::time::Duration;
 use proto::layout::data_oid;
 use proto::msg::AttrKey;
 
-use crate::error::{NsError, Result, errno};
+use crate::error::{Errno, NsError, Result};
 use crate::format::*;
 use crate::fs::{DirRef, OsdFs};
 use crate::transport::pick;
@@ -83,7 +83,7 @@ impl OsdFs {
         Lease {
             version: FORMAT_VERSION,
             owner: self.owner,
-            expiry_ms: osd::exec::now_ms() + self.lease.as_millis() as u64,
+            expiry_ms: proto::clock::now_ms() + self.lease.as_millis() as u64,
         }
     }
 
@@ -108,7 +108,7 @@ impl OsdFs {
                 return Ok((mine, attrs));
             }
             if let Ok(l) = Lease::decode(&old)
-                && l.expiry_ms < osd::exec::now_ms()
+                && l.expiry_ms < proto::clock::now_ms()
             {
                 let (ok, _, attrs) = self
                     .osds
@@ -236,7 +236,7 @@ impl OsdFs {
             Ok(())
         } else {
             Err(NsError::new(
-                errno::ENOENT,
+                Errno::NoEnt,
                 format!("directory {} was removed", d.ino),
             ))
         }
@@ -256,7 +256,7 @@ impl OsdFs {
                 return Ok(true);
             }
             if let Ok(l) = Lease::decode(&v)
-                && l.expiry_ms < osd::exec::now_ms()
+                && l.expiry_ms < proto::clock::now_ms()
             {
                 let (ok, ..) = self
                     .osds
@@ -305,7 +305,7 @@ impl OsdFs {
                 Ok(None)
             } else {
                 Err(NsError::new(
-                    errno::ENOENT,
+                    Errno::NoEnt,
                     format!("directory {} was removed", d.ino),
                 ))
             };
@@ -375,7 +375,7 @@ impl OsdFs {
                 .await?;
             if !ok {
                 return Err(NsError::new(
-                    errno::EIO,
+                    Errno::Io,
                     format!(
                         "directory {}: chain {} changed under its lock (now {} bytes); lease too short?",
                         d.ino,

@@ -1,50 +1,16 @@
 //! Errors of namespace operations: a POSIX errno (what the mount returns)
-//! and a message saying what failed.
+//! and a message saying what failed. Errnos are the one [`Errno`] of the
+//! `posix` crate; OSD answers map to them through its one table.
 
-use osd::client::ClientError;
-use proto::ErrorCode;
-
-/// Linux errno values used here.
-pub mod errno {
-    /// No such file or directory.
-    pub const ENOENT: i32 = 2;
-    /// I/O error.
-    pub const EIO: i32 = 5;
-    /// Permission denied.
-    pub const EACCES: i32 = 13;
-    /// Device or resource busy.
-    pub const EBUSY: i32 = 16;
-    /// File exists.
-    pub const EEXIST: i32 = 17;
-    /// Cross-device link (not used) / invalid cross-directory move.
-    pub const EXDEV: i32 = 18;
-    /// Not a directory.
-    pub const ENOTDIR: i32 = 20;
-    /// Is a directory.
-    pub const EISDIR: i32 = 21;
-    /// Invalid argument.
-    pub const EINVAL: i32 = 22;
-    /// No space left on device.
-    pub const ENOSPC: i32 = 28;
-    /// Too many links.
-    pub const EMLINK: i32 = 31;
-    /// Name too long.
-    pub const ENAMETOOLONG: i32 = 36;
-    /// Directory not empty.
-    pub const ENOTEMPTY: i32 = 39;
-    /// No such attribute.
-    pub const ENODATA: i32 = 61;
-    /// Operation not supported.
-    pub const EOPNOTSUPP: i32 = 95;
-    /// Operation not permitted.
-    pub const EPERM: i32 = 1;
-}
+use net::ConnError;
+pub use posix::Errno;
+use proto::mds::MdsError;
 
 /// A failed namespace operation.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
 pub struct NsError {
-    /// POSIX errno.
+    /// POSIX errno (the Linux value).
     pub errno: i32,
     /// What happened.
     pub message: String,
@@ -52,36 +18,42 @@ pub struct NsError {
 
 impl NsError {
     /// An error with `errno` and a message.
-    pub fn new(errno: i32, message: impl Into<String>) -> NsError {
+    pub fn new(errno: impl Into<i32>, message: impl Into<String>) -> NsError {
         NsError {
-            errno,
+            errno: errno.into(),
             message: message.into(),
         }
     }
 
     /// A damaged on-OSD structure.
     pub fn corrupt(what: impl Into<String>) -> NsError {
-        NsError::new(errno::EIO, format!("damaged namespace: {}", what.into()))
+        NsError::new(Errno::Io, format!("damaged namespace: {}", what.into()))
+    }
+
+    /// Whether this is `e`.
+    pub fn is(&self, e: Errno) -> bool {
+        self.errno == e.raw()
     }
 
     /// Whether the OSD said the object does not exist.
     pub fn is_missing(&self) -> bool {
-        self.errno == errno::ENOENT
+        self.is(Errno::NoEnt)
     }
 
-    /// An OSD failure on OSD `osd`: missing objects are ENOENT, a full OSD
-    /// ENOSPC, the rest EIO.
-    pub fn osd(osd: u32, e: &ClientError) -> NsError {
+    /// An OSD failure on OSD `osd`, mapped by [`posix::errno::from_osd`];
+    /// an OSD that cannot be reached is EIO.
+    pub fn osd(osd: u32, e: &ConnError) -> NsError {
         let code = match e {
-            ClientError::Remote(w) => match w.code {
-                ErrorCode::NoObject => errno::ENOENT,
-                ErrorCode::Exists => errno::EEXIST,
-                ErrorCode::NoSpace => errno::ENOSPC,
-                _ => errno::EIO,
-            },
-            _ => errno::EIO,
+            ConnError::Remote(w) => posix::errno::from_osd(w.code),
+            _ => Errno::Io,
         };
         NsError::new(code, format!("OSD {osd}: {e}"))
+    }
+}
+
+impl From<MdsError> for NsError {
+    fn from(e: MdsError) -> NsError {
+        NsError::new(e.errno, e.message)
     }
 }
 

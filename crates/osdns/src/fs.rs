@@ -17,7 +17,7 @@ use std::time::Duration;
 use proto::layout::{LayoutSpec, data_oid};
 use proto::mds::ROOT_INO;
 
-use crate::error::{NsError, Result, errno};
+use crate::error::{Errno, NsError, Result};
 use crate::format::*;
 use crate::hash::DirHash;
 use crate::transport::{Osds, pick};
@@ -50,11 +50,7 @@ pub struct OsdFs {
     headers: Mutex<HashMap<u64, DirHeader>>,
 }
 
-fn now_ns() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as i64)
-}
+use proto::clock::now_ns;
 
 /// A client id for leases: unique per process and instance in practice
 /// (hash of the clock, the process id and a counter).
@@ -67,21 +63,10 @@ fn client_id() -> u64 {
     xxhash_rust::xxh3::xxh3_64(&b) | 1
 }
 
-/// Checks a name: 1..=255 bytes, no '/' or NUL, not "." or "..".
+/// Checks a name with the shared rule (`posix::check_name`): 1..=255
+/// bytes, no '/' or NUL, not "." or "..".
 pub fn check_name(name: &str) -> Result<()> {
-    if name.len() > NAME_MAX {
-        return Err(NsError::new(
-            errno::ENAMETOOLONG,
-            format!("name of {} bytes (limit {NAME_MAX})", name.len()),
-        ));
-    }
-    if name.is_empty() || name == "." || name == ".." || name.contains(['/', '\0']) {
-        return Err(NsError::new(
-            errno::EINVAL,
-            format!("invalid name {name:?}"),
-        ));
-    }
-    Ok(())
+    Ok(posix::check_name(name)?)
 }
 
 /// Who makes an inode, with what.
@@ -113,7 +98,7 @@ impl OsdFs {
     pub fn root_osd(&self) -> Result<u32> {
         self.osds.creds().root_osd.ok_or_else(|| {
             NsError::new(
-                errno::EIO,
+                Errno::Io,
                 "the namespace on the OSDs is not made yet (run `tessera up --namespace osd`)",
             )
         })
@@ -127,7 +112,7 @@ impl OsdFs {
         }
         let map = self.osds.map();
         let osd = *map.place(data_oid(ROOT_INO), 1).first().ok_or_else(|| {
-            NsError::new(errno::EIO, "no OSD takes placements: cannot make the root")
+            NsError::new(Errno::Io, "no OSD takes placements: cannot make the root")
         })?;
         let header = DirHeader {
             version: FORMAT_VERSION,
@@ -151,7 +136,7 @@ impl OsdFs {
             (FS_NEXT_INO, 1u64.to_le_bytes().to_vec()),
         ];
         match self.osds.create(osd, data_oid(ROOT_INO), attrs).await {
-            Err(e) if e.errno == errno::EEXIST => {}
+            Err(e) if e.errno == Errno::Exist.raw() => {}
             r => r?,
         }
         let recorded = self.osds.authority().set_root(osd).await?;
@@ -169,7 +154,7 @@ impl OsdFs {
         }
         let p = match c.dir_protocol.as_str() {
             "" => Protocol::Atomic,
-            s => Protocol::parse(s).map_err(|m| NsError::new(errno::EINVAL, m))?,
+            s => Protocol::parse(s).map_err(|m| NsError::new(Errno::Inval, m))?,
         };
         self.format(p, DirHash::V1).await
     }
@@ -197,7 +182,7 @@ impl OsdFs {
         let raw = self.osds.get1(osd, data_oid(ino), DIR_HEADER).await?;
         if raw.is_empty() {
             return Err(NsError::new(
-                errno::ENOTDIR,
+                Errno::NotDir,
                 format!("inode {ino} is not a directory"),
             ));
         }
@@ -219,7 +204,7 @@ impl OsdFs {
                 .fetch_add(self.root_osd()?, data_oid(ROOT_INO), FS_NEXT_INO, ID_BATCH)
                 .await?;
             if first >= proto::layout::DATA_OID_TAG - ID_BATCH {
-                return Err(NsError::new(errno::ENOSPC, "inode numbers exhausted"));
+                return Err(NsError::new(Errno::NoSpc, "inode numbers exhausted"));
             }
             *ids = (first.max(1), first + ID_BATCH);
         }
@@ -259,7 +244,7 @@ impl OsdFs {
         check_name(name)?;
         self.find(d, name)
             .await?
-            .ok_or_else(|| NsError::new(errno::ENOENT, format!("{name}: no such entry")))
+            .ok_or_else(|| NsError::new(Errno::NoEnt, format!("{name}: no such entry")))
     }
 
     /// The inode record of `ino` on `osd`.
@@ -267,7 +252,7 @@ impl OsdFs {
         let raw = self.osds.get1(osd, data_oid(ino), INODE).await?;
         if raw.is_empty() {
             return Err(NsError::new(
-                errno::ENOENT,
+                Errno::NoEnt,
                 format!("inode {ino} has no record"),
             ));
         }
@@ -287,7 +272,7 @@ impl OsdFs {
         loop {
             if raw.is_empty() {
                 return Err(NsError::new(
-                    errno::ENOENT,
+                    Errno::NoEnt,
                     format!("inode {ino} has no record"),
                 ));
             }
@@ -338,7 +323,7 @@ impl OsdFs {
             }
             _ => (map.place(oid, 1).first().copied(), None),
         };
-        let osd = osd.ok_or_else(|| NsError::new(errno::ENOSPC, "no OSD takes placements"))?;
+        let osd = osd.ok_or_else(|| NsError::new(Errno::NoSpc, "no OSD takes placements"))?;
         let inode = self.new_inode(kind, o, (d.ino, d.osd), layout, target);
         let mut attrs = vec![(INODE, inode.encode())];
         if kind == Kind::Dir {
@@ -360,7 +345,7 @@ impl OsdFs {
             Ok(Err(existing)) => {
                 self.osds.remove(osd, oid).await?;
                 if exclusive || existing.kind != Kind::File || kind != Kind::File {
-                    return Err(NsError::new(errno::EEXIST, format!("{name}: exists")));
+                    return Err(NsError::new(Errno::Exist, format!("{name}: exists")));
                 }
                 let i = self.stat(existing.ino, existing.osd).await?;
                 Ok((existing, i, false))
@@ -383,13 +368,13 @@ impl OsdFs {
         let ent = self.lookup(d, name).await?;
         if ent.kind == Kind::Dir {
             return Err(NsError::new(
-                errno::EISDIR,
+                Errno::IsDir,
                 format!("{name}: is a directory"),
             ));
         }
         if !self.remove(d, &ent).await? {
             return Err(NsError::new(
-                errno::ENOENT,
+                Errno::NoEnt,
                 format!("{name}: removed meanwhile"),
             ));
         }
@@ -440,7 +425,7 @@ impl OsdFs {
         let ent = self.lookup(d, name).await?;
         if ent.kind != Kind::Dir {
             return Err(NsError::new(
-                errno::ENOTDIR,
+                Errno::NotDir,
                 format!("{name}: not a directory"),
             ));
         }
@@ -473,7 +458,7 @@ impl OsdFs {
         if !marked {
             unlock(lock).await?;
             return Err(NsError::new(
-                errno::EBUSY,
+                Errno::Busy,
                 format!("{name}: being removed by another client"),
             ));
         }
@@ -483,7 +468,7 @@ impl OsdFs {
                 .await?;
             unlock(lock).await?;
             return Err(NsError::new(
-                errno::ENOTEMPTY,
+                Errno::NotEmpty,
                 format!("{name}: directory not empty"),
             ));
         }
@@ -493,7 +478,7 @@ impl OsdFs {
                 .cas(child.osd, oid, DIR_DYING, dying, Vec::new(), Vec::new())
                 .await?;
             return Err(NsError::new(
-                errno::ENOENT,
+                Errno::NoEnt,
                 format!("{name}: removed meanwhile"),
             ));
         }
@@ -519,12 +504,12 @@ impl OsdFs {
         let i = self
             .update(ino, osd, |i| {
                 if i.kind == Kind::Dir {
-                    return Err(NsError::new(errno::EPERM, "hard links to directories"));
+                    return Err(NsError::new(Errno::Perm, "hard links to directories"));
                 }
                 i.nlink = i
                     .nlink
                     .checked_add(1)
-                    .ok_or_else(|| NsError::new(errno::EMLINK, "too many links"))?;
+                    .ok_or_else(|| NsError::new(Errno::MLink, "too many links"))?;
                 Ok(())
             })
             .await?;
@@ -542,7 +527,7 @@ impl OsdFs {
                     Ok(())
                 })
                 .await?;
-                Err(NsError::new(errno::EEXIST, format!("{name}: exists")))
+                Err(NsError::new(Errno::Exist, format!("{name}: exists")))
             }
         }
     }
@@ -556,7 +541,7 @@ impl OsdFs {
                     .filter(|(n, _)| *n == name)
                     .map(|(_, v)| v.to_vec())
             })
-            .ok_or_else(|| NsError::new(errno::ENODATA, format!("no attribute {name}")))
+            .ok_or_else(|| NsError::new(Errno::NoData, format!("no attribute {name}")))
     }
 
     /// Names of `ino`'s extended attributes.
@@ -587,11 +572,11 @@ impl OsdFs {
             .find(|(_, v)| split_xattr(v).is_some_and(|(n, _)| n == name));
         match (existing, value) {
             (Some(_), Some(_)) if create => {
-                Err(NsError::new(errno::EEXIST, format!("{name} exists")))
+                Err(NsError::new(Errno::Exist, format!("{name} exists")))
             }
-            (None, None) => Err(NsError::new(errno::ENODATA, format!("no attribute {name}"))),
+            (None, None) => Err(NsError::new(Errno::NoData, format!("no attribute {name}"))),
             (None, Some(_)) if replace => {
-                Err(NsError::new(errno::ENODATA, format!("no attribute {name}")))
+                Err(NsError::new(Errno::NoData, format!("no attribute {name}")))
             }
             (Some((n, old)), v) => {
                 let new = v.map(|v| join_xattr(name, v)).unwrap_or_default();
@@ -603,7 +588,7 @@ impl OsdFs {
                     Ok(())
                 } else {
                     Err(NsError::new(
-                        errno::EBUSY,
+                        Errno::Busy,
                         format!("{name} changed meanwhile"),
                     ))
                 }

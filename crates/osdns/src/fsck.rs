@@ -204,7 +204,7 @@ pub async fn fsck(fs: &OsdFs, repair: bool, grace_ms: u64) -> Result<Report> {
         }
     }
     // (4) orphans
-    let now = osd::exec::now_ms();
+    let now = proto::clock::now_ms();
     let mut orphan_inos: Vec<u64> = Vec::new();
     for ((_, oid), o) in &objs {
         let ino = oid & !DATA_OID_TAG;

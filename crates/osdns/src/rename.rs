@@ -23,7 +23,7 @@
 use proto::layout::data_oid;
 use proto::mds::ROOT_INO;
 
-use crate::error::{NsError, Result, errno};
+use crate::error::{Errno, NsError, Result};
 use crate::format::*;
 use crate::fs::{DirRef, OsdFs};
 
@@ -49,18 +49,18 @@ impl OsdFs {
                 return Ok(None);
             }
             if noreplace {
-                return Err(NsError::new(errno::EEXIST, format!("{new_name}: exists")));
+                return Err(NsError::new(Errno::Exist, format!("{new_name}: exists")));
             }
             match (moving.kind == Kind::Dir, t.kind == Kind::Dir) {
                 (true, false) => {
                     return Err(NsError::new(
-                        errno::ENOTDIR,
+                        Errno::NotDir,
                         format!("{new_name}: not a directory"),
                     ));
                 }
                 (false, true) => {
                     return Err(NsError::new(
-                        errno::EISDIR,
+                        Errno::IsDir,
                         format!("{new_name}: is a directory"),
                     ));
                 }
@@ -68,7 +68,7 @@ impl OsdFs {
                     let td = self.dir(t.ino, t.osd).await?;
                     if !self.is_empty(&td).await? {
                         return Err(NsError::new(
-                            errno::ENOTEMPTY,
+                            Errno::NotEmpty,
                             format!("{new_name}: directory not empty"),
                         ));
                     }
@@ -112,7 +112,7 @@ impl OsdFs {
             while cur.0 != ROOT_INO {
                 if cur.0 == moving.ino {
                     return Err(NsError::new(
-                        errno::EINVAL,
+                        Errno::Inval,
                         "cannot move a directory under itself",
                     ));
                 }
@@ -128,7 +128,7 @@ impl OsdFs {
             src: ((src.ino, src.osd), moving.name.clone()),
             dst: ((dst.ino, dst.osd), new_name.into()),
             replaced: target.map(|t| (t.kind, t.ino, t.osd)),
-            at_ms: osd::exec::now_ms(),
+            at_ms: proto::clock::now_ms(),
         };
         let oid = data_oid(moving.ino);
         let bytes = encode(&intent);
@@ -145,7 +145,7 @@ impl OsdFs {
             .await?;
         if !ok {
             return Err(NsError::new(
-                errno::EBUSY,
+                Errno::Busy,
                 format!("{}: another rename of it is in progress", moving.name),
             ));
         }
@@ -162,7 +162,7 @@ impl OsdFs {
                 .cas(moving.osd, oid, INTENT, bytes, Vec::new(), Vec::new())
                 .await?;
             return Err(NsError::new(
-                errno::EEXIST,
+                Errno::Exist,
                 format!("{new_name}: changed by another client meanwhile"),
             ));
         }

@@ -16,13 +16,13 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use bytes::Bytes;
-use osd::client::{Answer, ClientConfig, OsdClient};
+use net::{Answer, ConnConfig, OsdClient};
 use proto::layout::DATA_PARTITION;
 use proto::mds::Grant;
 use proto::msg::{AttrKey, AttrList, Command, Reply, Request};
 use proto::placement::OsdMap;
 
-use crate::error::{NsError, Result, errno};
+use crate::error::{Errno, NsError, Result};
 
 /// What the authority hands a namespace client.
 #[derive(Debug, Clone)]
@@ -70,9 +70,7 @@ pub struct Osds {
     dead: AtomicBool,
 }
 
-fn now_ms() -> u64 {
-    osd::exec::now_ms()
-}
+use proto::clock::now_ms;
 
 impl Osds {
     /// Connects to the authority and fetches credentials.
@@ -164,14 +162,14 @@ impl Osds {
             .map
             .addr(id)
             .map(str::to_string)
-            .ok_or_else(|| NsError::new(errno::EIO, format!("OSD {id} is not in the map")))?;
+            .ok_or_else(|| NsError::new(Errno::Io, format!("OSD {id} is not in the map")))?;
         let mut c = self.clients.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((a, cl)) = c.get(&id)
             && *a == addr
         {
             return Ok(cl.clone());
         }
-        let mut cfg = ClientConfig::new(&self.cluster_id, id);
+        let mut cfg = ConnConfig::new(&self.cluster_id, id);
         cfg.name = "tessera-osdns".into();
         cfg.connections = self.connections;
         cfg.timeout = Duration::from_secs(30);
@@ -189,7 +187,7 @@ impl Osds {
         set: AttrList,
     ) -> Result<Answer> {
         if self.dead.load(Ordering::SeqCst) {
-            return Err(NsError::new(errno::EIO, "client crashed (injected)"));
+            return Err(NsError::new(Errno::Io, "client crashed (injected)"));
         }
         if self
             .crash_after
@@ -199,14 +197,14 @@ impl Osds {
             .is_ok_and(|before| before == 0)
         {
             self.dead.store(true, Ordering::SeqCst);
-            return Err(NsError::new(errno::EIO, "client crashed (injected)"));
+            return Err(NsError::new(Errno::Io, "client crashed (injected)"));
         }
         let creds = self.fresh_creds().await?;
         let cap = creds
             .grant
             .cap_for(osd)
             .cloned()
-            .ok_or_else(|| NsError::new(errno::EIO, format!("no capability for OSD {osd}")))?;
+            .ok_or_else(|| NsError::new(Errno::Io, format!("no capability for OSD {osd}")))?;
         let client = self.client(osd).await?;
         self.sent.fetch_add(1, Ordering::Relaxed);
         client
@@ -266,7 +264,7 @@ impl Osds {
         let a = self.call(osd, cmd, get, Vec::new()).await?;
         match a.reply {
             Reply::Cas { swapped, old } => Ok((swapped, old, a.attrs)),
-            r => Err(NsError::new(errno::EIO, format!("CAS answered {r:?}"))),
+            r => Err(NsError::new(Errno::Io, format!("CAS answered {r:?}"))),
         }
     }
 
@@ -280,10 +278,7 @@ impl Osds {
         };
         match self.call(osd, cmd, Vec::new(), Vec::new()).await?.reply {
             Reply::FetchAdd { old } => Ok(old),
-            r => Err(NsError::new(
-                errno::EIO,
-                format!("FETCH-ADD answered {r:?}"),
-            )),
+            r => Err(NsError::new(Errno::Io, format!("FETCH-ADD answered {r:?}"))),
         }
     }
 
@@ -306,7 +301,7 @@ impl Osds {
         };
         match self.call(osd, cmd, Vec::new(), Vec::new()).await?.reply {
             Reply::Page { attrs, next } => Ok((attrs, next)),
-            r => Err(NsError::new(errno::EIO, format!("GET PAGE answered {r:?}"))),
+            r => Err(NsError::new(Errno::Io, format!("GET PAGE answered {r:?}"))),
         }
     }
 
@@ -368,7 +363,7 @@ impl Osds {
                         None => return Ok(out),
                     }
                 }
-                r => return Err(NsError::new(errno::EIO, format!("LIST answered {r:?}"))),
+                r => return Err(NsError::new(Errno::Io, format!("LIST answered {r:?}"))),
             }
         }
     }
@@ -394,21 +389,21 @@ pub fn pick(attrs: &AttrList, key: AttrKey) -> Vec<u8> {
 /// and the map and hands out capabilities; it answers no metadata
 /// operation.
 pub struct MdsAuthority {
-    mds: mds::MdsClient,
+    mds: net::MdsClient,
 }
 
 impl MdsAuthority {
     /// An authority at MDS address `addr` of cluster `cluster_id`.
     pub fn new(addr: &str, cluster_id: &str) -> MdsAuthority {
         MdsAuthority {
-            mds: mds::MdsClient::new(addr, cluster_id, 1),
+            mds: net::MdsClient::new(addr, cluster_id, 1),
         }
     }
 
     async fn ask(&self, op: proto::mds::Op) -> Result<proto::mds::NamespaceGrant> {
         match self.mds.call(op).await {
             Ok(proto::mds::MdsReply::Namespace(g)) => Ok(*g),
-            Ok(r) => Err(NsError::new(errno::EIO, format!("MDS answered {r:?}"))),
+            Ok(r) => Err(NsError::new(Errno::Io, format!("MDS answered {r:?}"))),
             Err(e) => Err(NsError::new(e.errno(), format!("MDS: {e}"))),
         }
     }
@@ -433,7 +428,7 @@ impl Authority for MdsAuthority {
             self.ask(proto::mds::Op::NamespaceRoot { osd })
                 .await?
                 .root_osd
-                .ok_or_else(|| NsError::new(errno::EIO, "MDS recorded no root"))
+                .ok_or_else(|| NsError::new(Errno::Io, "MDS recorded no root"))
         })
     }
 }

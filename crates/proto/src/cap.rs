@@ -213,17 +213,25 @@ pub struct Need {
     pub rights: u32,
 }
 
+/// Why a set of keys is not a key ring.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KeyRingError {
+    /// Not one or two keys.
+    #[error("{0} keys given; an OSD holds one or two live key versions")]
+    Count(usize),
+    /// Two keys with one version.
+    #[error("key version {0} given twice")]
+    DuplicateVersion(u32),
+}
+
 impl KeyRing {
     /// A ring from (version, secret) pairs; at most two, distinct versions.
-    pub fn new(keys: Vec<(u32, [u8; KEY_LEN])>) -> Result<KeyRing, String> {
+    pub fn new(keys: Vec<(u32, [u8; KEY_LEN])>) -> Result<KeyRing, KeyRingError> {
         if keys.is_empty() || keys.len() > 2 {
-            return Err(format!(
-                "{} keys given; an OSD holds one or two live key versions",
-                keys.len()
-            ));
+            return Err(KeyRingError::Count(keys.len()));
         }
         if keys.len() == 2 && keys[0].0 == keys[1].0 {
-            return Err(format!("key version {} given twice", keys[0].0));
+            return Err(KeyRingError::DuplicateVersion(keys[0].0));
         }
         Ok(KeyRing { keys })
     }

@@ -6,6 +6,7 @@
 //! placement function clients share with the MDS. `docs/PROTOCOL.md` describes the same bytes for people.
 
 pub mod cap;
+pub mod clock;
 pub mod error;
 pub mod frame;
 pub mod layout;

@@ -694,6 +694,10 @@ pub enum Errno {
     Stale,
     /// EPROTO (undecodable request).
     Proto,
+    /// EBADF (no such open file).
+    BadF,
+    /// EOPNOTSUPP (not supported by this namespace).
+    OpNotSupp,
 }
 
 impl Errno {
@@ -720,7 +724,15 @@ impl Errno {
             Errno::NoData => 61,
             Errno::Proto => 71,
             Errno::Stale => 116,
+            Errno::BadF => 9,
+            Errno::OpNotSupp => 95,
         }
+    }
+}
+
+impl From<Errno> for i32 {
+    fn from(e: Errno) -> i32 {
+        e.raw()
     }
 }
 
@@ -749,28 +761,4 @@ impl MdsError {
 pub struct MdsResponse {
     /// Answer or error.
     pub result: Result<MdsReply, MdsError>,
-}
-
-/// Checks one path component: not empty, not `.`/`..`, no `/` or NUL, at
-/// most [`NAME_MAX`] bytes.
-pub fn check_name(name: &str) -> Result<(), MdsError> {
-    if name.is_empty() || name == "." || name == ".." {
-        return Err(MdsError::new(
-            Errno::Inval,
-            format!("invalid name {name:?}: empty, '.' and '..' cannot be entries"),
-        ));
-    }
-    if name.len() > NAME_MAX {
-        return Err(MdsError::new(
-            Errno::NameTooLong,
-            format!("name of {} bytes; the limit is {NAME_MAX}", name.len()),
-        ));
-    }
-    if let Some(c) = name.chars().find(|&c| c == '/' || c == '\0') {
-        return Err(MdsError::new(
-            Errno::Inval,
-            format!("invalid name {name:?}: contains {c:?}"),
-        ));
-    }
-    Ok(())
 }

@@ -140,22 +140,3 @@ proptest! {
         prop_assert!(decode::<MdsRequest>(&b[..n]).is_err());
     }
 }
-
-#[test]
-fn names_are_checked() {
-    assert_eq!(check_name("ok.txt"), Ok(()));
-    for (bad, want) in [
-        ("", Errno::Inval),
-        (".", Errno::Inval),
-        ("..", Errno::Inval),
-        ("a/b", Errno::Inval),
-        ("a\0", Errno::Inval),
-    ] {
-        assert_eq!(check_name(bad).unwrap_err().errno, want, "{bad:?}");
-    }
-    assert_eq!(
-        check_name(&"x".repeat(256)).unwrap_err().errno,
-        Errno::NameTooLong
-    );
-    assert!(check_name(&"x".repeat(255)).is_ok());
-}

@@ -12,9 +12,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use mds::MdsClient;
-use mds::local::{LocalOsd, operator_cap, osd_dir, provision_osd};
-use osd::client::{ClientConfig, OsdClient};
+use local::{LocalOsd, operator_cap, osd_dir, provision_osd};
+use net::MdsClient;
+use net::{ConnConfig, OsdClient};
 use proto::layout::DATA_PARTITION;
 use proto::mds::{MdsReply, Op, ROOT_INO};
 use rand::{Rng, SeedableRng};
@@ -222,7 +222,7 @@ async fn storm_client(
                         _ => continue,
                     };
                     let o = map.place(l.objsets[0], 1)[0];
-                    let oc = OsdClient::new(&osds[&o], ClientConfig::new(CLUSTER, o));
+                    let oc = OsdClient::new(&osds[&o], ConnConfig::new(CLUSTER, o));
                     oc.run(
                         f.grants[0].cap_for(o),
                         proto::Command::CreateAndWrite {
@@ -235,8 +235,8 @@ async fn storm_client(
                     .unwrap();
                 }
             }
-            Err(mds::CallError::Mds(_)) => {}
-            Err(mds::CallError::Transport(_)) => {
+            Err(net::CallError::Mds(_)) => {}
+            Err(net::CallError::Transport(_)) => {
                 // Outcome unknown: forget the name, wait for the MDS to return.
                 {
                     let mut m = model.lock().unwrap();
@@ -320,7 +320,7 @@ async fn check(c: &MdsClient, models: &[Arc<Mutex<Model>>], all_osd_objects: &[u
 async fn osd_objects(osds: &[LocalOsd], root: &Path) -> Vec<u64> {
     let mut out = Vec::new();
     for o in osds {
-        let c = OsdClient::new(&o.addr.to_string(), ClientConfig::new(CLUSTER, o.id));
+        let c = OsdClient::new(&o.addr.to_string(), ConnConfig::new(CLUSTER, o.id));
         let cap = operator_cap(&osd_dir(root, o.id), 60_000).unwrap();
         out.extend(
             c.list_all(Some(&cap), DATA_PARTITION, 0, u64::MAX)

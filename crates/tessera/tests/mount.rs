@@ -179,7 +179,10 @@ fn real_tree(into: &Path, copies: usize) -> PathBuf {
     let root = into.join("real-tree");
     for i in 0..copies {
         for part in ["crates", "docs", "fuzz"] {
-            copy_dir(&workspace.join(part), &root.join(format!("copy{i}")).join(part));
+            copy_dir(
+                &workspace.join(part),
+                &root.join(format!("copy{i}")).join(part),
+            );
         }
     }
     root

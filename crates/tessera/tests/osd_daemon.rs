@@ -12,8 +12,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use osd::client::{ClientConfig, OsdClient};
-use osd::keys::KeyFile;
+use net::keys::KeyFile;
+use net::{ConnConfig, OsdClient};
 use proto::{Capability, rights};
 
 fn bin() -> &'static str {
@@ -56,7 +56,7 @@ fn spawn_osd(img: &Path, key: &Path, port: u16, mport: u16) -> Child {
 async fn connect(port: u16, log: &Path) -> OsdClient {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        let mut cfg = ClientConfig::new("ci", 3);
+        let mut cfg = ConnConfig::new("ci", 3);
         cfg.connections = 4;
         cfg.timeout = Duration::from_secs(10);
         match OsdClient::connect(&format!("127.0.0.1:{port}"), cfg).await {
@@ -115,7 +115,7 @@ async fn kill_9_loses_no_acknowledged_write_and_sigterm_is_clean() {
         0,
         u64::MAX,
         rights::ALL,
-        osd::exec::now_ms() + 600_000,
+        proto::clock::now_ms() + 600_000,
         u64::MAX,
     );
     let (port, mport) = free_ports();

@@ -6,10 +6,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use local::{LocalMds, LocalOsd, operator_cap, osd_dir, provision_osd};
+use mds::FormatOptions;
 use mds::ids::{Geometry, IdPolicy, PolicyKind};
-use mds::local::{LocalMds, LocalOsd, operator_cap, osd_dir, provision_osd};
-use mds::{FormatOptions, MdsClient};
-use osd::client::{ClientConfig, OsdClient};
+use net::MdsClient;
+use net::{ConnConfig, OsdClient};
 use proto::Capability;
 use proto::layout::{DATA_PARTITION, LayoutSpec};
 use proto::mds::{MdsReply, Op};
@@ -92,7 +93,7 @@ impl Cluster {
     /// An OSD client and an all-powerful capability for it (as an operator would have).
     pub fn osd_client(&self, osd: u32) -> (OsdClient, Capability) {
         let o = self.osds[osd as usize].as_ref().unwrap();
-        let c = OsdClient::new(&o.addr.to_string(), ClientConfig::new(CLUSTER, osd));
+        let c = OsdClient::new(&o.addr.to_string(), ConnConfig::new(CLUSTER, osd));
         (
             c,
             operator_cap(&osd_dir(self.dir.path(), osd), 600_000).unwrap(),

@@ -6,9 +6,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use local::LocalCluster;
 use mds::FormatOptions;
 use mds::ids::{Geometry, IdPolicy, PolicyKind};
-use mds::local::LocalCluster;
 use osdns::{DirHash, MdsAuthority, OsdFs, Osds, Protocol};
 use proto::layout::LayoutSpec;
 use proto::mds::NamespaceMode;

@@ -4,9 +4,10 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use anyhow::{Context, bail};
+use local::LocalMds;
+use mds::FormatOptions;
 use mds::ids::{Geometry, IdPolicy, PolicyKind};
-use mds::local::LocalMds;
-use mds::{FormatOptions, MdsClient};
+use net::MdsClient;
 use proto::layout::LayoutSpec;
 use proto::mds::{MdsReply, Op};
 

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
+use net::keys::KeyFile;
 use osd::exec::{Ctx, StoreHandle};
-use osd::keys::KeyFile;
 use osd::server::{Osd, ServerConfig};
 use store::{OpenOptions, Store};
 
@@ -110,8 +110,8 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     let handle = Arc::new(StoreHandle::new(a.store.clone(), store));
     let ctx = Ctx::new(handle.clone(), keys, kf.osd_id);
     let mut cfg = ServerConfig::new(&kf.cluster_id, kf.osd_id);
-    cfg.max_in_flight = a.max_in_flight.max(1);
-    cfg.idle_timeout = std::time::Duration::from_secs(a.idle_timeout.max(1));
+    cfg.serve.max_in_flight = a.max_in_flight.max(1);
+    cfg.serve.idle_timeout = std::time::Duration::from_secs(a.idle_timeout.max(1));
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -140,7 +140,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
                 bail!("--weight {}: must be between 0 and 65535", a.weight);
             }
             let weight = (a.weight * f64::from(proto::placement::WEIGHT_ONE)).round() as u32;
-            mds::local::spawn_reporter(m, &kf, addr, weight, handle.clone())
+            local::spawn_reporter(m, &kf, addr, weight, handle.clone())
                 .map_err(anyhow::Error::msg)?;
         }
         tracing::info!(listen = %a.listen, osd = kf.osd_id, cluster = %kf.cluster_id, "OSD serving");

@@ -6,9 +6,9 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, bail};
+use local::{LocalMds, LocalOsd, osd_dir, provision_osd, wait_registered};
 use mds::FormatOptions;
 use mds::ids::{Geometry, IdPolicy, PolicyKind};
-use mds::local::{LocalMds, LocalOsd, osd_dir, provision_osd, wait_registered};
 use proto::layout::LayoutSpec;
 
 use super::cluster::{ClusterFile, DEFAULT_DATA};

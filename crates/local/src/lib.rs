@@ -1,21 +1,86 @@
 //! Running Tessera daemons inside one process on local files: an OSD on a
-//! file-backed store that registers with an MDS, and an MDS on a data
-//! directory. `tessera up` and the end-to-end tests are built from these.
+//! file-backed store that registers with an MDS, an MDS on a data
+//! directory, and a whole cluster of them. `tessera up`, the end-to-end
+//! tests and the benchmarks are built from these; no daemon crate depends
+//! on this one.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use mds::Mds;
+use net::heartbeat::{ReportSource, report_loop};
+use net::keys::{KeyError, KeyFile};
 use osd::exec::{Ctx, StoreHandle};
-use osd::keys::KeyFile;
 use osd::server::{Osd, ServerConfig};
+use proto::mds::MdsError;
 use store::device::{Device, FileDevice};
-use store::{FormatOptions as StoreFormat, OpenOptions, Store};
+use store::{FormatOptions as StoreFormat, OpenOptions, Store, StoreError};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::client::{ReportSource, report_loop};
-use crate::service::Mds;
+/// Why a local daemon or cluster could not be made, started or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum LocalError {
+    /// A file or directory could not be made or read.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The path.
+        path: PathBuf,
+        /// What the OS said.
+        source: std::io::Error,
+    },
+    /// A store could not be made, opened or closed.
+    #[error("{}: {source}", path.display())]
+    Store {
+        /// The store image.
+        path: PathBuf,
+        /// What the store said.
+        source: StoreError,
+    },
+    /// An OSD key file is unusable.
+    #[error(transparent)]
+    Key(#[from] KeyError),
+    /// The MDS could not be formatted or opened.
+    #[error("{}: {source}", path.display())]
+    Mds {
+        /// The MDS directory.
+        path: PathBuf,
+        /// What the MDS said.
+        source: MdsError,
+    },
+    /// A listening socket could not be opened.
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        /// The address asked for.
+        addr: String,
+        /// What the OS said.
+        source: std::io::Error,
+    },
+    /// An OSD did not show up in the MDS's map in time.
+    #[error("OSD {0} did not register within 10 s")]
+    NotRegistered(u32),
+    /// An operation needs the MDS, which is stopped.
+    #[error("the MDS is stopped")]
+    MdsStopped,
+    /// A daemon task panicked or was cancelled.
+    #[error("daemon task: {0}")]
+    Task(#[from] tokio::task::JoinError),
+}
+
+fn io_at(path: &Path) -> impl FnOnce(std::io::Error) -> LocalError + '_ {
+    move |source| LocalError::Io {
+        path: path.into(),
+        source,
+    }
+}
+
+fn store_at(path: &Path) -> impl FnOnce(StoreError) -> LocalError + '_ {
+    move |source| LocalError::Store {
+        path: path.into(),
+        source,
+    }
+}
 
 /// An OSD running in this process.
 pub struct LocalOsd {
@@ -26,7 +91,7 @@ pub struct LocalOsd {
     /// Its store.
     pub store: Arc<StoreHandle>,
     stop: watch::Sender<bool>,
-    task: JoinHandle<Result<(), store::StoreError>>,
+    task: JoinHandle<Result<(), StoreError>>,
     reporter: Option<JoinHandle<()>>,
 }
 
@@ -43,45 +108,38 @@ pub fn provision_osd(
     cluster_id: &str,
     size: u64,
     mds_keys: &Path,
-) -> Result<(), String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+) -> Result<(), LocalError> {
+    std::fs::create_dir_all(dir).map_err(io_at(dir))?;
     let img = dir.join("store.img");
     if !img.exists() {
-        let dev: Arc<dyn Device> = Arc::new(
-            FileDevice::create(&img, size).map_err(|e| format!("{}: {e}", img.display()))?,
-        );
-        store::format(dev, &StoreFormat::default())
-            .map_err(|e| format!("{}: {e}", img.display()))?;
+        let dev: Arc<dyn Device> = Arc::new(FileDevice::create(&img, size).map_err(io_at(&img))?);
+        store::format(dev, &StoreFormat::default()).map_err(store_at(&img))?;
     }
     let key = dir.join("key.toml");
     if !key.exists() {
         KeyFile::generate(cluster_id, id)
             .save(&key)
-            .map_err(|e| format!("{}: {e}", key.display()))?;
+            .map_err(io_at(&key))?;
     }
-    std::fs::create_dir_all(mds_keys).map_err(|e| format!("{}: {e}", mds_keys.display()))?;
-    std::fs::copy(&key, mds_keys.join(format!("osd-{id}.toml")))
-        .map_err(|e| format!("{}: {e}", key.display()))?;
+    std::fs::create_dir_all(mds_keys).map_err(io_at(mds_keys))?;
+    std::fs::copy(&key, mds_keys.join(format!("osd-{id}.toml"))).map_err(io_at(&key))?;
     Ok(())
 }
 
 /// An all-rights capability on the data partition of the OSD provisioned in
 /// `dir`, valid for `ttl_ms` (what an operator's tool or a test holds).
-pub fn operator_cap(dir: &Path, ttl_ms: u64) -> Result<proto::Capability, String> {
+pub fn operator_cap(dir: &Path, ttl_ms: u64) -> Result<proto::Capability, LocalError> {
     let kf = KeyFile::load(&dir.join("key.toml"))?;
-    let ring = kf.ring()?;
-    let (version, key) = ring
-        .newest()
-        .ok_or_else(|| format!("key file of OSD {} holds no key", kf.osd_id))?;
+    let (version, key) = kf.newest()?;
     Ok(proto::Capability::sign(
-        key,
+        &key,
         version,
         kf.osd_id,
         proto::layout::DATA_PARTITION,
         0,
         u64::MAX,
         proto::rights::ALL,
-        osd::exec::now_ms() + ttl_ms,
+        proto::clock::now_ms() + ttl_ms,
         u64::MAX,
     ))
 }
@@ -95,11 +153,8 @@ pub fn spawn_reporter(
     addr: String,
     weight: u32,
     store: Arc<StoreHandle>,
-) -> Result<JoinHandle<()>, String> {
-    let ring = kf.ring()?;
-    let (version, key) = ring
-        .newest()
-        .ok_or_else(|| format!("key file of OSD {} holds no key", kf.osd_id))?;
+) -> Result<JoinHandle<()>, KeyError> {
+    let (version, key) = kf.newest()?;
     Ok(tokio::spawn(report_loop(
         mds,
         ReportSource {
@@ -107,7 +162,7 @@ pub fn spawn_reporter(
             osd_id: kf.osd_id,
             addr,
             weight,
-            key: (version, *key),
+            key: (version, key),
             space: Box::new(move || match store.get() {
                 Ok(s) => {
                     let f = s.statfs();
@@ -122,19 +177,18 @@ pub fn spawn_reporter(
 impl LocalOsd {
     /// Opens the OSD in `dir` (see [`provision_osd`]), serves on `listen`
     /// and, given an MDS address, registers and heartbeats.
-    pub async fn start(dir: &Path, listen: &str, mds: Option<String>) -> Result<LocalOsd, String> {
+    pub async fn start(
+        dir: &Path,
+        listen: &str,
+        mds: Option<String>,
+    ) -> Result<LocalOsd, LocalError> {
         let kf = KeyFile::load(&dir.join("key.toml"))?;
         let img = dir.join("store.img");
-        let dev: Arc<dyn Device> =
-            Arc::new(FileDevice::open(&img).map_err(|e| format!("{}: {e}", img.display()))?);
-        let s = Store::open(dev, &OpenOptions::default())
-            .map_err(|e| format!("{}: {e}", img.display()))?;
+        let dev: Arc<dyn Device> = Arc::new(FileDevice::open(&img).map_err(io_at(&img))?);
+        let s = Store::open(dev, &OpenOptions::default()).map_err(store_at(&img))?;
         let handle = Arc::new(StoreHandle::new(img, s));
         let ctx = Ctx::new(handle.clone(), Some(kf.ring()?), kf.osd_id);
-        let listener = tokio::net::TcpListener::bind(listen)
-            .await
-            .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
-        let addr = listener.local_addr().map_err(|e| e.to_string())?;
+        let (listener, addr) = bind(listen).await?;
         let osd = Osd::new(ctx, ServerConfig::new(&kf.cluster_id, kf.osd_id));
         let (stop, rx) = watch::channel(false);
         let task = tokio::spawn(osd.serve(listener, rx));
@@ -159,15 +213,13 @@ impl LocalOsd {
     }
 
     /// Stops cleanly: drains requests and closes the store.
-    pub async fn stop(self) -> Result<(), String> {
+    pub async fn stop(self) -> Result<(), LocalError> {
         if let Some(r) = &self.reporter {
             r.abort();
         }
         let _ = self.stop.send(true);
-        match self.task.await {
-            Ok(r) => r.map_err(|e| e.to_string()),
-            Err(e) => Err(e.to_string()),
-        }
+        let path = self.store.path().to_path_buf();
+        self.task.await?.map_err(store_at(&path))
     }
 }
 
@@ -184,18 +236,17 @@ pub struct LocalMds {
 
 impl LocalMds {
     /// Opens the MDS on a formatted `dir` and serves on `listen`.
-    pub async fn start(dir: &Path, listen: &str) -> Result<LocalMds, String> {
+    pub async fn start(dir: &Path, listen: &str) -> Result<LocalMds, LocalError> {
         let d = dir.to_path_buf();
         let mds = tokio::task::spawn_blocking(move || Mds::open(&d))
-            .await
-            .map_err(|e| e.to_string())?
-            .map_err(|e| format!("{}: {e}", dir.display()))?;
-        let listener = tokio::net::TcpListener::bind(listen)
-            .await
-            .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
-        let addr = listener.local_addr().map_err(|e| e.to_string())?;
+            .await?
+            .map_err(|source| LocalError::Mds {
+                path: dir.into(),
+                source,
+            })?;
+        let (listener, addr) = bind(listen).await?;
         let (stop, rx) = watch::channel(false);
-        let task = tokio::spawn(crate::server::serve(mds.clone(), listener, rx));
+        let task = tokio::spawn(mds::server::serve(mds.clone(), listener, rx));
         let worker = tokio::spawn(mds.clone().delete_worker());
         Ok(LocalMds {
             addr,
@@ -215,7 +266,7 @@ impl LocalMds {
 }
 
 /// Waits until the MDS's map has OSD `o` at its current address (10 s at most).
-pub async fn wait_registered(mds: &LocalMds, o: &LocalOsd) -> Result<(), String> {
+pub async fn wait_registered(mds: &LocalMds, o: &LocalOsd) -> Result<(), LocalError> {
     let want = o.addr.to_string();
     for _ in 0..400 {
         if let Ok(map) = mds.mds.current_map()
@@ -225,7 +276,7 @@ pub async fn wait_registered(mds: &LocalMds, o: &LocalOsd) -> Result<(), String>
         }
         tokio::time::sleep(std::time::Duration::from_millis(25)).await;
     }
-    Err(format!("OSD {} did not register within 10 s", o.id))
+    Err(LocalError::NotRegistered(o.id))
 }
 
 /// A whole cluster in this process: an MDS and `n` OSDs on file-backed
@@ -248,10 +299,13 @@ impl LocalCluster {
         root: &Path,
         n: u32,
         osd_size: u64,
-        opts: &crate::FormatOptions,
-    ) -> Result<LocalCluster, String> {
+        opts: &mds::FormatOptions,
+    ) -> Result<LocalCluster, LocalError> {
         let mds_dir = root.join("mds");
-        crate::service::format(&mds_dir, opts).map_err(|e| e.to_string())?;
+        mds::service::format(&mds_dir, opts).map_err(|source| LocalError::Mds {
+            path: mds_dir.clone(),
+            source,
+        })?;
         for i in 0..n {
             provision_osd(
                 &osd_dir(root, i),
@@ -285,8 +339,8 @@ impl LocalCluster {
 
     /// Starts (or restarts) OSD `i` and waits until the MDS's map has its
     /// current address.
-    pub async fn start_osd(&mut self, i: u32) -> Result<(), String> {
-        let mds = self.mds.as_ref().ok_or("the MDS is stopped")?;
+    pub async fn start_osd(&mut self, i: u32) -> Result<(), LocalError> {
+        let mds = self.mds.as_ref().ok_or(LocalError::MdsStopped)?;
         let o = LocalOsd::start(
             &osd_dir(&self.root, i),
             "127.0.0.1:0",
@@ -299,7 +353,7 @@ impl LocalCluster {
     }
 
     /// Stops OSD `i` cleanly.
-    pub async fn stop_osd(&mut self, i: u32) -> Result<(), String> {
+    pub async fn stop_osd(&mut self, i: u32) -> Result<(), LocalError> {
         match self.osds[i as usize].take() {
             Some(o) => o.stop().await,
             None => Ok(()),
@@ -307,7 +361,7 @@ impl LocalCluster {
     }
 
     /// Stops everything cleanly.
-    pub async fn stop(mut self) -> Result<(), String> {
+    pub async fn stop(mut self) -> Result<(), LocalError> {
         for i in 0..self.osds.len() as u32 {
             self.stop_osd(i).await?;
         }
@@ -316,4 +370,15 @@ impl LocalCluster {
         }
         Ok(())
     }
+}
+
+/// Binds a listening socket on `listen` and returns it with its address.
+async fn bind(listen: &str) -> Result<(tokio::net::TcpListener, SocketAddr), LocalError> {
+    let lerr = |source| LocalError::Listen {
+        addr: listen.into(),
+        source,
+    };
+    let listener = tokio::net::TcpListener::bind(listen).await.map_err(lerr)?;
+    let addr = listener.local_addr().map_err(lerr)?;
+    Ok((listener, addr))
 }

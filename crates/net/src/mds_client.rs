@@ -1,16 +1,15 @@
 //! The Rust client of the MDS protocol: pipelined requests over a small
 //! pool of connections, with counters of mandatory and non-mandatory
-//! requests (seed 004's measure of what prefetching saves). Also the OSD
-//! side of registration: [`report_loop`] heartbeats an OSD to the MDS.
+//! requests (the measure of what prefetching saves in Hendricks et al.,
+//! "Improving small file performance in object-based storage", 2006).
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
 
+use crate::connection::{ConnConfig, ConnError};
+use crate::pool::Pool;
 use bytes::Bytes;
-use osd::client::{ClientConfig, ClientError, Pool};
 use proto::mds::{
-    Creds, DirEntry, Entry, MDS_ID, MdsError, MdsReply, MdsRequest, MdsResponse, Op, OsdReport,
-    ROOT_INO,
+    Creds, DirEntry, Entry, MDS_ID, MdsError, MdsReply, MdsRequest, MdsResponse, Op, ROOT_INO,
 };
 use proto::msg::decode;
 
@@ -19,7 +18,7 @@ use proto::msg::decode;
 pub enum CallError {
     /// Could not reach the MDS or the connection broke.
     #[error("MDS unreachable: {0}")]
-    Transport(#[from] ClientError),
+    Transport(#[from] ConnError),
     /// The MDS answered with an error.
     #[error("{0}")]
     Mds(#[from] MdsError),
@@ -51,7 +50,7 @@ pub struct MdsClient {
 impl MdsClient {
     /// A client of the MDS at `addr` in `cluster_id` (connects on first use).
     pub fn new(addr: &str, cluster_id: &str, connections: usize) -> MdsClient {
-        let mut cfg = ClientConfig::new(cluster_id, MDS_ID);
+        let mut cfg = ConnConfig::new(cluster_id, MDS_ID);
         cfg.name = "tessera-client".into();
         cfg.connections = connections.max(1);
         MdsClient {
@@ -83,7 +82,7 @@ impl MdsClient {
         let c = self.pool.conn(self.pool.pick()).await?;
         let f = c.call_raw(req.op.opcode(), &req, Bytes::new()).await?;
         let resp: MdsResponse =
-            decode(&f.header).map_err(|e| ClientError::Protocol(e.to_string()))?;
+            decode(&f.header).map_err(|e| ConnError::Protocol(e.to_string()))?;
         Ok(resp.result?)
     }
 
@@ -91,7 +90,7 @@ impl MdsClient {
     pub async fn resolve(&self, path: &str) -> Result<Entry, CallError> {
         match self.call(Op::Resolve { path: path.into() }).await? {
             MdsReply::Path(mut v) => v.pop().ok_or_else(|| {
-                CallError::Transport(ClientError::Protocol("empty path reply".into()))
+                CallError::Transport(ConnError::Protocol("empty path reply".into()))
             }),
             other => Err(unexpected(&other)),
         }
@@ -130,61 +129,5 @@ impl MdsClient {
 
 /// The error for a reply of the wrong kind.
 pub fn unexpected(r: &MdsReply) -> CallError {
-    CallError::Transport(ClientError::Protocol(format!("unexpected reply {r:?}")))
-}
-
-/// What an OSD reports about itself each heartbeat.
-pub struct ReportSource {
-    /// Cluster id.
-    pub cluster_id: String,
-    /// OSD id.
-    pub osd_id: u32,
-    /// Address clients use.
-    pub addr: String,
-    /// Placement weight (16.16 fixed point).
-    pub weight: u32,
-    /// Key version and key to sign with.
-    pub key: (u32, [u8; 32]),
-    /// Current (capacity, used, objects).
-    pub space: Box<dyn Fn() -> (u64, u64, u64) + Send + Sync>,
-}
-
-/// Registers an OSD with the MDS and heartbeats until the task is dropped.
-/// Failures are logged and retried (the MDS may start later or restart).
-pub async fn report_loop(mds_addr: String, src: ReportSource) {
-    let client = MdsClient::new(&mds_addr, &src.cluster_id, 1);
-    let mut interval = Duration::from_secs(2);
-    let mut registered = false;
-    loop {
-        let (capacity, used, objects) = (src.space)();
-        let mut r = OsdReport {
-            osd_id: src.osd_id,
-            addr: src.addr.clone(),
-            weight: src.weight,
-            capacity,
-            used,
-            objects,
-            key_version: src.key.0,
-            at_ms: osd::exec::now_ms(),
-            mac: [0; 32],
-        };
-        r.sign(&src.cluster_id, &src.key.1);
-        match client.call(Op::Report(r)).await {
-            Ok(MdsReply::Reported { epoch, interval_ms }) => {
-                if !registered {
-                    tracing::info!(mds = %mds_addr, epoch, "registered with the MDS");
-                    registered = true;
-                }
-                interval = Duration::from_millis(interval_ms.clamp(100, 60_000));
-            }
-            Ok(other) => tracing::warn!(reply = ?other, "unexpected answer to a report"),
-            Err(e) => {
-                if registered {
-                    tracing::warn!(mds = %mds_addr, error = %e, "heartbeat failed");
-                }
-                registered = false;
-            }
-        }
-        tokio::time::sleep(interval).await;
-    }
+    CallError::Transport(ConnError::Protocol(format!("unexpected reply {r:?}")))
 }

@@ -1,0 +1,50 @@
+//! A small pool of pipelined connections to one server, made on first use
+//! and remade when one dies.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use crate::connection::{ConnConfig, ConnError, Connection};
+
+/// A small pool of pipelined connections to one server (an OSD, or the
+/// MDS: the handshake names which), made on first use and remade when one dies.
+pub struct Pool {
+    addr: String,
+    cfg: ConnConfig,
+    conns: Vec<tokio::sync::Mutex<Option<Arc<Connection>>>>,
+    next: AtomicUsize,
+}
+
+impl Pool {
+    /// A pool of `cfg.connections` connections to `addr`.
+    pub fn new(addr: &str, cfg: ConnConfig) -> Pool {
+        let n = cfg.connections.max(1);
+        Pool {
+            addr: addr.into(),
+            cfg,
+            conns: (0..n).map(|_| tokio::sync::Mutex::new(None)).collect(),
+            next: AtomicUsize::new(0),
+        }
+    }
+
+    /// Connections in the pool.
+    pub fn size(&self) -> usize {
+        self.conns.len()
+    }
+
+    /// The next slot, round robin.
+    pub fn pick(&self) -> usize {
+        self.next.fetch_add(1, Ordering::Relaxed) % self.conns.len()
+    }
+
+    /// Connection `i` (mod the size), connecting if it is absent or dead.
+    pub async fn conn(&self, i: usize) -> Result<Arc<Connection>, ConnError> {
+        let mut slot = self.conns[i % self.conns.len()].lock().await;
+        if let Some(c) = slot.as_ref().filter(|c| c.is_alive()) {
+            return Ok(c.clone());
+        }
+        let c = Arc::new(Connection::connect(&self.addr, &self.cfg).await?);
+        *slot = Some(c.clone());
+        Ok(c)
+    }
+}

@@ -1,0 +1,369 @@
+//! The one server loop every Tessera daemon runs. A [`Service`] (the OSD,
+//! the MDS) says what a handshake and a request mean; this module owns how
+//! they travel and what they may cost:
+//!
+//! - at most `max_connections` at once (more are closed at accept);
+//! - the handshake in a tiny frame budget, within `io_timeout`;
+//! - frames bounded before allocation ([`proto::Limits`]);
+//! - at most `max_in_flight` requests per connection (then the loop stops
+//!   reading: TCP backpressure);
+//! - all connections together hold at most `max_inflight_bytes` of request
+//!   bodies and announced reply data, reserved before the body is read and
+//!   released only once the reply is written — so a client that never reads
+//!   its replies cannot make the server hold more than the budget;
+//! - a connection idle for `idle_timeout`, a frame that does not finish
+//!   within `io_timeout` once started, or a reply the peer does not take
+//!   within `write_timeout` closes that connection only;
+//! - shutdown stops accepting and reading, and gives what is in flight up
+//!   to `drain_timeout`.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use proto::msg::{Hello, Welcome, decode};
+use proto::{ErrorCode, Frame, Kind, Limits, WireError};
+use tokio::io::{AsyncWriteExt, BufReader, BufWriter};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
+
+use crate::frame_io::{ReadError, frame, read_body, read_frame, read_prefix, write_frame};
+
+/// What every server connection may cost; the same knobs for every daemon.
+#[derive(Debug, Clone)]
+pub struct ServeLimits {
+    /// Frame size limits after the handshake.
+    pub frame: Limits,
+    /// Connections served at once; more are closed at accept.
+    pub max_connections: usize,
+    /// Requests processed at once per connection.
+    pub max_in_flight: u32,
+    /// Request bodies and reply data in flight across all connections.
+    pub max_inflight_bytes: u64,
+    /// Close a connection with no request for this long.
+    pub idle_timeout: Duration,
+    /// Close a connection whose started frame does not complete in this time.
+    pub io_timeout: Duration,
+    /// Close a connection whose peer does not take a reply in this time.
+    pub write_timeout: Duration,
+    /// Longest wait for in-flight requests at shutdown.
+    pub drain_timeout: Duration,
+}
+
+impl Default for ServeLimits {
+    /// Defaults sized for an OSD: 1,024 connections, 64 requests each,
+    /// 512 MiB in flight, 5 min idle, 30 s per frame and per reply.
+    fn default() -> Self {
+        ServeLimits {
+            frame: Limits::default(),
+            max_connections: 1024,
+            max_in_flight: 64,
+            max_inflight_bytes: 512 << 20,
+            idle_timeout: Duration::from_secs(300),
+            io_timeout: Duration::from_secs(30),
+            write_timeout: Duration::from_secs(30),
+            drain_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// A request the service accepted, and the reply data it will announce.
+pub struct Admitted<R> {
+    /// The decoded request.
+    pub request: R,
+    /// Bytes of reply payload to reserve in the budget before it runs.
+    pub reply_bytes: u64,
+}
+
+/// What a daemon plugs into the loop: the meaning of a handshake and of a
+/// request. Everything else (limits, timeouts, ordering) is the loop's.
+pub trait Service: Send + Sync + 'static {
+    /// A request decoded by [`Service::admit`].
+    type Request: Send + 'static;
+
+    /// The answer to a peer's Hello: `Welcome::Ok` to serve it.
+    fn welcome(&self, hello: &Hello) -> Welcome;
+
+    /// Decodes and checks a request frame before any work or reply memory
+    /// is committed to it; an error is answered at once.
+    fn admit(&self, f: &Frame) -> Result<Admitted<Self::Request>, WireError>;
+
+    /// Runs one admitted request; returns the reply's header and payload.
+    fn handle(
+        self: Arc<Self>,
+        request: Self::Request,
+        f: Frame,
+    ) -> impl Future<Output = (Bytes, Bytes)> + Send;
+
+    /// The reply header that carries only `err` (bad frame, refused request).
+    fn error_header(&self, err: WireError) -> Bytes;
+
+    /// Called when a connection opens (`true`) or closes (`false`).
+    fn connection_event(&self, _open: bool) {}
+
+    /// Called for every frame that did not parse.
+    fn bad_frame(&self) {}
+}
+
+/// One byte-budget unit: budgets are counted in 4 KiB pages.
+const BYTE_UNIT: u64 = 4096;
+
+/// A request's slot on its connection and its share of the byte budget,
+/// released when its reply has been written.
+type Permits = Option<(OwnedSemaphorePermit, OwnedSemaphorePermit)>;
+
+/// A server: a service and the limits it is served under.
+pub struct Server<S: Service> {
+    service: Arc<S>,
+    limits: ServeLimits,
+    bytes: Arc<Semaphore>,
+}
+
+impl<S: Service> Server<S> {
+    /// Serves `service` under `limits`.
+    pub fn new(service: Arc<S>, limits: ServeLimits) -> Arc<Server<S>> {
+        let units = (limits.max_inflight_bytes / BYTE_UNIT).clamp(1, u64::from(u32::MAX >> 3));
+        Arc::new(Server {
+            service,
+            bytes: Arc::new(Semaphore::new(units as usize)),
+            limits,
+        })
+    }
+
+    /// The limits this server runs under.
+    pub fn limits(&self) -> &ServeLimits {
+        &self.limits
+    }
+
+    /// Accepts on `listener` until `shutdown` turns true, then drains.
+    /// Returns whether every connection finished by itself.
+    pub async fn serve(
+        self: Arc<Self>,
+        listener: TcpListener,
+        shutdown: watch::Receiver<bool>,
+    ) -> bool {
+        let me = self.clone();
+        crate::accept::accept_until(
+            listener,
+            shutdown,
+            self.limits.max_connections,
+            self.limits.drain_timeout,
+            move |sock, stop| me.clone().connection(sock, stop),
+        )
+        .await
+    }
+
+    fn units(&self, bytes: u64) -> u32 {
+        let total = (self.limits.max_inflight_bytes / BYTE_UNIT).max(1);
+        bytes.div_ceil(BYTE_UNIT).clamp(1, total) as u32
+    }
+
+    async fn connection(self: Arc<Self>, sock: TcpStream, mut shutdown: watch::Receiver<bool>) {
+        let _ = sock.set_nodelay(true);
+        let (rd, wr) = sock.into_split();
+        let mut rd = BufReader::with_capacity(256 << 10, rd);
+        let mut wr = BufWriter::with_capacity(256 << 10, wr);
+        if let Err(e) = self.handshake(&mut rd, &mut wr).await {
+            tracing::debug!(error = %e, "handshake failed");
+            return;
+        }
+        self.service.connection_event(true);
+        let (tx, mut rx) =
+            mpsc::channel::<(Frame, Permits)>(self.limits.max_in_flight as usize + 4);
+        let write_timeout = self.limits.write_timeout;
+        let writer = tokio::spawn(async move {
+            while let Some((f, permits)) = rx.recv().await {
+                let written = tokio::time::timeout(write_timeout, async {
+                    write_frame(&mut wr, &f).await?;
+                    if rx.is_empty() {
+                        wr.flush().await?;
+                    }
+                    Ok::<_, std::io::Error>(())
+                })
+                .await;
+                drop(permits);
+                match written {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => {
+                        tracing::debug!(error = %e, "reply not written; closing");
+                        break;
+                    }
+                    Err(_) => {
+                        tracing::debug!(timeout = ?write_timeout, "peer does not take replies; closing");
+                        break;
+                    }
+                }
+            }
+            // Dropping the receiver makes every further reply fail to send,
+            // which stops the reading loop too.
+            drop(rx);
+            let _ = tokio::time::timeout(write_timeout, async {
+                let _ = wr.flush().await;
+                let _ = wr.shutdown().await;
+            })
+            .await;
+        });
+        let slots = Arc::new(Semaphore::new(self.limits.max_in_flight as usize));
+        let lim = &self.limits;
+        let reply = |opcode: u16, tag: u64, err: WireError| {
+            frame_raw(opcode, tag, self.service.error_header(err), Bytes::new())
+        };
+        loop {
+            let Ok(slot) = slots.clone().acquire_owned().await else {
+                break;
+            };
+            if tx.is_closed() {
+                break;
+            }
+            let got = tokio::select! {
+                r = read_prefix(&mut rd, &lim.frame, lim.idle_timeout, lim.io_timeout) => r,
+                _ = shutdown.changed() => break,
+            };
+            // Reserve the body's bytes in the global budget before reading
+            // (and allocating) it.
+            let got = match got {
+                Ok(p) => {
+                    let units = self.units(u64::from(p.header_len) + u64::from(p.payload_len));
+                    match self.bytes.clone().acquire_many_owned(units).await {
+                        Ok(permit) => read_body(&mut rd, &p, lim.io_timeout)
+                            .await
+                            .map(|f| (f, permit)),
+                        Err(_) => break,
+                    }
+                }
+                Err(e) => Err(e),
+            };
+            let (f, mut bytes_permit) = match got {
+                Ok(f) => f,
+                Err(ReadError::Bad { err, tag, in_sync }) => {
+                    tracing::debug!(error = %err, "bad frame");
+                    self.service.bad_frame();
+                    let r = reply(0, tag.unwrap_or(0), WireError::bad("frame", err));
+                    let _ = tx.send((r, None)).await;
+                    if in_sync {
+                        continue;
+                    }
+                    break;
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "connection ends");
+                    break;
+                }
+            };
+            if f.kind != Kind::Request {
+                let err = WireError::bad("frame kind", format!("{:?} after the handshake", f.kind));
+                let _ = tx.send((reply(f.opcode, f.tag, err), None)).await;
+                break;
+            }
+            let admitted = match self.service.admit(&f) {
+                Ok(a) => a,
+                Err(err) => {
+                    let _ = tx.send((reply(f.opcode, f.tag, err), None)).await;
+                    continue;
+                }
+            };
+            if admitted.reply_bytes > 0 {
+                // The reply's data, too, before the request allocates it.
+                match self
+                    .bytes
+                    .clone()
+                    .acquire_many_owned(self.units(admitted.reply_bytes))
+                    .await
+                {
+                    Ok(p) => bytes_permit.merge(p),
+                    Err(_) => break,
+                }
+            }
+            let service = self.service.clone();
+            let tx = tx.clone();
+            let max_header = lim.frame.max_header as usize;
+            tokio::spawn(async move {
+                let (opcode, tag) = (f.opcode, f.tag);
+                let (mut header, mut payload) = service.clone().handle(admitted.request, f).await;
+                if header.len() > max_header {
+                    header = service.error_header(WireError::bad(
+                        "reply",
+                        format!(
+                            "the reply header would be {} bytes, limit {max_header}; ask for less",
+                            header.len()
+                        ),
+                    ));
+                    payload = Bytes::new();
+                }
+                let r = frame_raw(opcode, tag, header, payload);
+                let _ = tx.send((r, Some((bytes_permit, slot)))).await;
+            });
+        }
+        // Finish what is in flight on this connection before closing it.
+        let _ = slots.acquire_many(self.limits.max_in_flight).await;
+        drop(tx);
+        let _ = writer.await;
+        self.service.connection_event(false);
+    }
+
+    async fn handshake<R, W>(&self, rd: &mut R, wr: &mut W) -> Result<(), HandshakeError>
+    where
+        R: tokio::io::AsyncRead + Unpin,
+        W: tokio::io::AsyncWrite + Unpin,
+    {
+        // Before a peer has said who it is, it gets no room for big frames.
+        let hello_limits = Limits {
+            max_header: 4096,
+            max_payload: 0,
+        };
+        let io = self.limits.io_timeout;
+        let f = read_frame(rd, &hello_limits, io, io).await?;
+        let refuse = |why: String| Welcome::Refused(WireError::new(ErrorCode::Handshake, why));
+        let answer = if f.kind != Kind::Hello {
+            refuse(format!("expected Hello, got {:?}", f.kind))
+        } else {
+            match decode::<Hello>(&f.header) {
+                Err(e) => refuse(e.to_string()),
+                Ok(h) => self.service.welcome(&h),
+            }
+        };
+        let refused = match &answer {
+            Welcome::Ok { .. } => None,
+            Welcome::Refused(e) => Some(e.clone()),
+        };
+        tokio::time::timeout(self.limits.write_timeout, async {
+            write_frame(wr, &frame(Kind::Welcome, 0, f.tag, &answer, Bytes::new())).await?;
+            wr.flush().await
+        })
+        .await
+        .map_err(|_| HandshakeError::WriteTimeout(self.limits.write_timeout))??;
+        match refused {
+            None => Ok(()),
+            Some(e) => Err(HandshakeError::Refused(e)),
+        }
+    }
+}
+
+/// Why a handshake did not open a connection.
+#[derive(Debug, thiserror::Error)]
+enum HandshakeError {
+    /// The Hello did not arrive or did not parse as a frame.
+    #[error("reading the hello: {0}")]
+    Read(#[from] ReadError),
+    /// The Welcome could not be written.
+    #[error("writing the welcome: {0}")]
+    Write(#[from] std::io::Error),
+    /// The peer did not take the Welcome in time.
+    #[error("the welcome was not taken within {0:?}")]
+    WriteTimeout(Duration),
+    /// The service refused the peer.
+    #[error("refused: {0}")]
+    Refused(WireError),
+}
+
+/// A response frame from an encoded header.
+fn frame_raw(opcode: u16, tag: u64, header: Bytes, payload: Bytes) -> Frame {
+    Frame {
+        kind: Kind::Response,
+        opcode,
+        tag,
+        header,
+        payload,
+    }
+}

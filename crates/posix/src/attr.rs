@@ -1,0 +1,125 @@
+//! The attribute rules every namespace shares (the MDS's and the one kept
+//! on the OSDs): what a new inode starts with, and what setattr may change.
+
+use proto::mds::{Attr, Creds, Errno, FileKind, MdsError, SetAttr, SetTime};
+
+use crate::perm::{self, W};
+
+fn err(e: Errno, m: impl Into<String>) -> MdsError {
+    MdsError::new(e, m)
+}
+
+/// A fresh attribute block for an inode `c` makes in directory `parent`
+/// (setgid directories hand down their group; shared with clients of a
+/// namespace kept on the OSDs).
+pub fn new_attr(ino: u64, kind: FileKind, mode: u32, c: &Creds, parent: &Attr, now: i64) -> Attr {
+    // setgid directories hand their group down (and setgid to subdirectories).
+    let (gid, mode) = if parent.mode & 0o2000 != 0 {
+        let m = if kind == FileKind::Dir {
+            mode | 0o2000
+        } else {
+            mode
+        };
+        (parent.gid, m)
+    } else {
+        (c.gid, mode)
+    };
+    Attr {
+        ino,
+        kind,
+        mode: mode & 0o7777,
+        nlink: if kind == FileKind::Dir { 2 } else { 1 },
+        uid: c.uid,
+        gid,
+        size: 0,
+        atime: now,
+        mtime: now,
+        ctime: now,
+    }
+}
+
+/// The POSIX rules of setattr on one attribute block (shared by the MDS
+/// and by clients of a namespace kept on the OSDs): checks `c` may make
+/// each change, applies them at time `now`, and says whether some access
+/// was taken away (capabilities issued before must then be revoked).
+/// Nothing is changed when a check fails.
+pub fn apply_setattr(a: &mut Attr, c: &Creds, set: &SetAttr, now: i64) -> Result<bool, MdsError> {
+    let mut b = a.clone();
+    let mut revoke = false;
+    if let Some(mode) = set.mode {
+        perm::owner(&b, c, "chmod")?;
+        let mut m = mode & 0o7777;
+        if c.uid != 0 && b.kind != FileKind::Dir && !perm::in_group(c, b.gid) {
+            m &= !0o2000; // non-members cannot set setgid
+        }
+        if (b.mode & !m) & 0o777 != 0 {
+            revoke = true; // some permission was taken away
+        }
+        b.mode = m;
+    }
+    if set.uid.is_some() || set.gid.is_some() {
+        let new_uid = set.uid.unwrap_or(b.uid);
+        let new_gid = set.gid.unwrap_or(b.gid);
+        if c.uid != 0 {
+            if new_uid != b.uid {
+                return Err(err(Errno::Perm, "only root may change a file's owner"));
+            }
+            perm::owner(&b, c, "chgrp")?;
+            if new_gid != b.gid && !perm::in_group(c, new_gid) {
+                return Err(err(
+                    Errno::Perm,
+                    format!("uid {} is not in group {new_gid}", c.uid),
+                ));
+            }
+        }
+        if new_uid != b.uid || new_gid != b.gid {
+            revoke = true;
+            if b.kind != FileKind::Dir {
+                b.mode &= !0o6000; // chown clears setuid/setgid
+            }
+        }
+        b.uid = new_uid;
+        b.gid = new_gid;
+    }
+    if let Some(size) = set.size {
+        match b.kind {
+            FileKind::Dir => return Err(err(Errno::IsDir, "cannot truncate a directory")),
+            FileKind::Symlink => return Err(err(Errno::Inval, "cannot truncate a symlink")),
+            FileKind::File => {}
+        }
+        perm::check(&b, c, W, "truncate")?;
+        if size < b.size {
+            revoke = true;
+        }
+        if size != b.size {
+            b.size = size;
+            b.mtime = now;
+        }
+    }
+    for (t, field) in [(set.atime, 0), (set.mtime, 1)] {
+        let Some(t) = t else { continue };
+        match t {
+            SetTime::Now => {
+                if c.uid != 0 && c.uid != b.uid && !perm::allowed(&b, c, W) {
+                    return Err(err(
+                        Errno::Access,
+                        "setting times to now needs ownership or write permission",
+                    ));
+                }
+            }
+            SetTime::At(_) => perm::owner(&b, c, "utimens")?,
+        }
+        let v = match t {
+            SetTime::Now => now,
+            SetTime::At(v) => v,
+        };
+        if field == 0 {
+            b.atime = v;
+        } else {
+            b.mtime = v;
+        }
+    }
+    b.ctime = now;
+    *a = b;
+    Ok(revoke)
+}

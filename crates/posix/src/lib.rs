@@ -1,0 +1,20 @@
+//! The POSIX rules every Tessera namespace shares — the MDS's, the one kept
+//! on the OSDs, and the client that checks permissions itself in the
+//! latter mode — so a rule edited here changes them all alike and none of
+//! them depends on another's crate:
+//!
+//! - [`perm`]: permission checks for a caller's credentials;
+//! - [`attr`]: a new inode's attributes (setgid inheritance) and the rules
+//!   of setattr;
+//! - [`names`]: path-component and extended-attribute name checks;
+//! - [`errno`]: the one [`Errno`] and the one mapping from OSD errors.
+
+pub mod attr;
+pub mod errno;
+pub mod names;
+pub mod perm;
+
+pub use attr::{apply_setattr, new_attr};
+pub use errno::Errno;
+pub use names::{check_name, check_xattr_name};
+pub use perm::{R, W, X};
