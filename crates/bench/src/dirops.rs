@@ -1,5 +1,5 @@
 //! `tessera bench dirops`: directory operations with the namespace on the
-//! OSDs (seed 002) under the atomic and the lock-based protocol, against
+//! OSDs (Ali et al.) under the atomic and the lock-based protocol, against
 //! the MDS namespace, in one run (three clusters on 127.0.0.1, side by
 //! side, so the disk's drift hits all three alike).
 //!
@@ -10,7 +10,7 @@
 //!   lists a 100-entry directory (a whole listing grows with its size; the
 //!   point is the per-entry cost, which should not).
 //! * Throughput of the same operations as 1, 4 and 16 clients work in one
-//!   shared directory (the contention seed 002's protocols differ in).
+//!   shared directory (the contention Ali et al.'s protocols differ in).
 //! * OSD commands per insert (atomic: one compare-and-swap) and per create.
 //!
 //! Lookup means name → inode, what each mode does in one request (the MDS

@@ -1,4 +1,4 @@
-//! The client's metadata cache: a segmented LRU (seed 004 §3.1.2). Entries
+//! The client's metadata cache: a segmented LRU (Hendricks et al. §3.1.2). Entries
 //! the application asked for live in the *demand* segment; entries the MDS
 //! sent along unasked (prefetched neighbours) wait in the *prefetch*
 //! segment and are promoted to the demand segment on first use, so a burst
@@ -61,7 +61,7 @@ fn seg_idx(s: Segment) -> usize {
 }
 
 impl MetaCache {
-    /// A cache of `demand` + `prefetch` entries (seed 004: 2,000 + 1,000).
+    /// A cache of `demand` + `prefetch` entries (Hendricks et al.: 2,000 + 1,000).
     pub fn new(demand: usize, prefetch: usize) -> MetaCache {
         MetaCache {
             slots: HashMap::new(),

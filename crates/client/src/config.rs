@@ -1,4 +1,4 @@
-//! Client settings, with the defaults seed 004 used where it gives one.
+//! Client settings, with the defaults Hendricks et al. used where it gives one.
 
 use std::time::Duration;
 
@@ -9,11 +9,11 @@ pub struct ClientConfig {
     pub mds_addr: String,
     /// Cluster id (checked in every handshake).
     pub cluster_id: String,
-    /// Neighbours the MDS is asked to prefetch per lookup or open (seed 004: 32; 0 disables).
+    /// Neighbours the MDS is asked to prefetch per lookup or open (Hendricks et al.: 32; 0 disables).
     pub prefetch: u32,
-    /// Demand segment of the metadata cache, in entries (seed 004: 2,000).
+    /// Demand segment of the metadata cache, in entries (Hendricks et al.: 2,000).
     pub cache_demand: usize,
-    /// Prefetch segment of the metadata cache, in entries (seed 004: 1,000).
+    /// Prefetch segment of the metadata cache, in entries (Hendricks et al.: 1,000).
     pub cache_prefetch: usize,
     /// How long a cached entry answers lookups, getattrs and read opens
     /// without asking the MDS (the consistency window; 0 = always ask).

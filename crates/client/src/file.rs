@@ -307,12 +307,36 @@ async fn ensure_caps(
             .mds
             .call_as(st.creds.clone(), Op::ExtendLayout { ino, objset })
             .await?;
-        if let MdsReply::Found(f) = r {
-            st.layout = f.entry.layout;
-            st.grants = f.grants;
-        }
+        let (layout, grants) = extended(ino, objset, r)?;
+        st.layout = Some(layout);
+        st.grants = grants;
     }
     Ok(())
+}
+
+/// What an answer to EXTEND LAYOUT gives: a layout that reaches `objset`
+/// and its grants, or EIO for any other answer (so a write never goes on
+/// with a layout too short for it).
+fn extended(ino: u64, objset: u64, r: MdsReply) -> Result<(Layout, Vec<Grant>)> {
+    let f = match r {
+        MdsReply::Found(f) => f,
+        other => {
+            return Err(FsError::new(
+                Errno::Io,
+                format!("inode {ino:#x}: EXTEND LAYOUT answered {other:?}, expected the file"),
+            ));
+        }
+    };
+    match f.entry.layout {
+        Some(l) if l.objsets.len() as u64 > objset => Ok((l, f.grants)),
+        l => Err(FsError::new(
+            Errno::Io,
+            format!(
+                "inode {ino:#x}: EXTEND LAYOUT to object set {objset} answered {} object sets",
+                l.map_or(0, |l| l.objsets.len())
+            ),
+        )),
+    }
 }
 
 /// Collects finished write-behind requests; waits for them all (`all`), or
@@ -708,5 +732,47 @@ mod tests {
         assert!(st.dirty_overlaps(39, 5));
         assert!(!st.dirty_overlaps(40, 5));
         assert!(!st.dirty_overlaps(0, 10));
+    }
+
+    #[test]
+    fn a_wrong_answer_to_extend_layout_is_eio() {
+        use proto::layout::LayoutSpec;
+        use proto::mds::{Attr, Entry, FileKind, Found};
+        let found = |objsets: Vec<u64>| {
+            MdsReply::Found(Box::new(Found {
+                entry: Entry {
+                    parent: 1,
+                    name: "f".into(),
+                    attr: Attr {
+                        ino: 9,
+                        kind: FileKind::File,
+                        mode: 0o644,
+                        nlink: 1,
+                        uid: 0,
+                        gid: 0,
+                        size: 0,
+                        atime: 0,
+                        mtime: 0,
+                        ctime: 0,
+                    },
+                    layout: Some(Layout {
+                        spec: LayoutSpec::default(),
+                        map_epoch: 1,
+                        objsets,
+                    }),
+                },
+                grants: Vec::new(),
+                prefetch: Vec::new(),
+                prefetch_grants: Vec::new(),
+            }))
+        };
+        let (l, _) = extended(9, 1, found(vec![9, 10])).unwrap();
+        assert_eq!(l.objsets.len(), 2);
+        let e = extended(9, 2, found(vec![9, 10])).unwrap_err();
+        assert!(e.is(Errno::Io), "{e}");
+        assert!(e.message.contains("answered 2 object sets"), "{e}");
+        let e = extended(9, 1, MdsReply::Done).unwrap_err();
+        assert!(e.is(Errno::Io), "{e}");
+        assert!(e.message.contains("EXTEND LAYOUT answered Done"), "{e}");
     }
 }

@@ -1,8 +1,8 @@
 //! Tessera's client library: metadata from the MDS through a segmented-LRU
-//! cache fed by the MDS's prefetching (seed 004), file data straight to the
+//! cache fed by the MDS's prefetching (Hendricks et al.), file data straight to the
 //! OSDs with client-side placement, striping, write-back and read-ahead
-//! (seeds 000, 003). When the file system keeps its namespace on the OSDs
-//! (seed 002) the same calls run the directory protocols of `osdns`
+//! (OBFS, HustOSD). When the file system keeps its namespace on the OSDs
+//! (Ali et al.) the same calls run the directory protocols of `osdns`
 //! instead, with permission checks made here. The FUSE mount and the
 //! `tessera` CLI sit on top.
 

@@ -1,5 +1,5 @@
 //! The client's namespace calls for a file system that keeps its namespace
-//! on the OSDs (seed 002; `docs/OSD-NAMESPACE.md`): each call becomes the
+//! on the OSDs (Ali et al.; `docs/OSD-NAMESPACE.md`): each call becomes the
 //! short sequence of OSD commands of [`osdns`], with the POSIX permission
 //! checks the MDS would have made done here, in the client, with the same
 //! rules (the `posix` crate: permissions, setattr, setgid inheritance).
@@ -22,7 +22,7 @@ use crate::config::ClientConfig;
 use crate::error::{Errno, FsError, Result};
 
 /// How long this client's directory locks and marks block others if it
-/// dies (seed 002 leases).
+/// dies (Ali et al. leases).
 pub const LEASE: Duration = Duration::from_secs(5);
 
 /// Stat requests in flight at once when readdir fetches attributes.

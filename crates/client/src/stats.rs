@@ -1,5 +1,5 @@
 //! What the client counts: metadata cache hits, MDS requests (mandatory and
-//! non-mandatory, seed 004's split), bytes moved. Readable from the API
+//! non-mandatory, Hendricks et al.'s split), bytes moved. Readable from the API
 //! ([`crate::Client::stats`]), the CLI and the mount's `/metrics`.
 
 use std::sync::atomic::{AtomicU64, Ordering};

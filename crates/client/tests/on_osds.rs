@@ -1,4 +1,4 @@
-//! The client with the namespace on the OSDs (seed 002), on a real cluster
+//! The client with the namespace on the OSDs (Ali et al.), on a real cluster
 //! on 127.0.0.1: POSIX permission rules made in the client (search, write,
 //! sticky directories, owner-only chmod and chown, setgid inheritance),
 //! close-to-open lengths and truncate through the inode records, a file

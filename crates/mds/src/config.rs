@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct MdsConfig {
-    /// Most related entries sent with a lookup (seed 004 used 32; 0 disables).
+    /// Most related entries sent with a lookup (Hendricks et al. used 32; 0 disables).
     pub prefetch_max: u32,
     /// Capability lifetime in seconds (clients renew before expiry).
     pub cap_ttl_secs: u64,
@@ -59,7 +59,7 @@ pub struct FormatOptions {
     pub layout: LayoutSpec,
     /// Bytes of write-ahead log.
     pub wal_bytes: u64,
-    /// Where the namespace lives (the MDS, or the OSDs per seed 002).
+    /// Where the namespace lives (the MDS, or the OSDs per Ali et al.).
     pub namespace: proto::mds::NamespaceMode,
     /// Namespace on the OSDs: the directory protocol the root (and so every
     /// directory) is made with, "atomic" or "lock" (empty = atomic).

@@ -1,4 +1,4 @@
-//! Object-id policies (seed 004 §3.2): how the MDS numbers new files and
+//! Object-id policies (Hendricks et al. §3.2): how the MDS numbers new files and
 //! directories. Pure code with no storage, so the trace simulator runs the
 //! very same policies.
 //!
@@ -65,7 +65,7 @@ impl PolicyKind {
     }
 }
 
-/// Bit widths of the flattened id (defaults: seed 004's prototype).
+/// Bit widths of the flattened id (defaults: Hendricks et al.'s prototype).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Geometry {
@@ -242,7 +242,7 @@ fn mask(bits: u32) -> u64 {
     }
 }
 
-/// The prefetch choice (seed 004 §3.1): of the inodes above `ino` (ascending
+/// The prefetch choice (Hendricks et al. §3.1): of the inodes above `ino` (ascending
 /// ids) and below it (descending ids), the `n` whose ids are closest to
 /// `ino`, ties to the higher id. The MDS and the trace simulator both use it.
 pub fn nearest_by_id<T>(
@@ -460,7 +460,7 @@ mod tests {
     use super::*;
     use std::collections::HashSet;
 
-    /// Seed 004's Table 1 example: 32-bit ids, 4-bit slots.
+    /// Hendricks et al.'s Table 1 example: 32-bit ids, 4-bit slots.
     fn table1(kind: PolicyKind) -> IdPolicy {
         IdPolicy::new(
             kind,

@@ -1,6 +1,6 @@
 //! The Tessera metadata server: the namespace with POSIX semantics, file
-//! layouts, placement maps, object-id policies (seed 004's namespace
-//! flattening), capability issuing with seed 004's monotonic versions,
+//! layouts, placement maps, object-id policies (Hendricks et al.'s namespace
+//! flattening), capability issuing with Hendricks et al.'s monotonic versions,
 //! server-driven prefetch, and a durable delete queue — all persistent in
 //! an embedded KV (redb behind a group-committed write-ahead log).
 //!

@@ -1,4 +1,4 @@
-//! Prometheus metrics of the MDS: requests by operation and by seed-004
+//! Prometheus metrics of the MDS: requests by operation and by Hendricks et al.
 //! class (mandatory / non-mandatory), errors by errno, latency, the KV's
 //! group commit, revocations and deletions.
 
@@ -84,7 +84,7 @@ impl MdsMetrics {
         );
         registry.register(
             "requests",
-            "Requests by operation and seed-004 class",
+            "Requests by operation and Hendricks et al. class",
             requests.clone(),
         );
         registry.register(

@@ -60,7 +60,7 @@ pub const RECORDS_VERSION: u32 = 1;
 pub struct FsState {
     /// Id-policy counters.
     pub ids: Counters,
-    /// The monotonic capability version (seed 004): caps are issued with it;
+    /// The monotonic capability version (Hendricks et al.): caps are issued with it;
     /// revocation sets an object's version to it and then increments it.
     pub cap_version: u64,
     /// Next delete-queue sequence number.

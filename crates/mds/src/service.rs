@@ -132,6 +132,19 @@ pub fn load_keys(dir: &Path, cluster_id: &str) -> Result<HashMap<u32, KeyRing>, 
     Ok(out)
 }
 
+/// Most delete jobs the worker takes from the queue per pass.
+pub const DELETE_BATCH: usize = 10_000;
+
+/// The sequence number a delete-queue key holds (8 bytes, big-endian).
+fn queue_seq(k: &[u8]) -> Result<u64, MdsError> {
+    <[u8; 8]>::try_from(k).map(u64::from_be_bytes).map_err(|_| {
+        crate::kv::io_err(
+            "delete queue",
+            format!("key of {} bytes, expected 8: {k:02x?}", k.len()),
+        )
+    })
+}
+
 /// The running metadata service.
 pub struct Mds {
     /// The KV.
@@ -870,7 +883,8 @@ impl Mds {
         Ok(())
     }
 
-    /// Entries waiting in the delete queue.
+    /// Entries waiting in the delete queue, oldest first, at most
+    /// [`DELETE_BATCH`] of them (what the worker takes per pass).
     pub fn delete_queue(&self) -> Result<Vec<(u64, DeleteJob)>, MdsError> {
         let snap = self.kv.read()?;
         let mut out = Vec::new();
@@ -881,17 +895,46 @@ impl Mds {
             std::ops::Bound::Unbounded,
             false,
             &mut |k, v| {
-                let seq = u64::from_be_bytes(k.try_into().unwrap_or([0; 8]));
-                match postcard::from_bytes::<DeleteJob>(v) {
-                    Ok(j) => out.push((seq, j)),
-                    Err(e) => bad = Some(crate::kv::io_err("delete job", e)),
+                let job = queue_seq(k).and_then(|seq| {
+                    postcard::from_bytes::<DeleteJob>(v)
+                        .map(|j| (seq, j))
+                        .map_err(|e| crate::kv::io_err("delete job", e))
+                });
+                match job {
+                    Ok(j) => out.push(j),
+                    Err(e) => bad = Some(e),
                 }
-                out.len() < 10_000
+                bad.is_none() && out.len() < DELETE_BATCH
             },
         )?;
         match bad {
             Some(e) => Err(e),
             None => Ok(out),
+        }
+    }
+
+    /// How many entries the delete queue holds, all of them counted (a
+    /// malformed key is an error, never a sequence number).
+    pub fn delete_queue_len(&self) -> Result<u64, MdsError> {
+        let snap = self.kv.read()?;
+        let mut n = 0u64;
+        let mut bad = None;
+        snap.scan(
+            T::DeleteQueue,
+            std::ops::Bound::Unbounded,
+            std::ops::Bound::Unbounded,
+            false,
+            &mut |k, _| {
+                match queue_seq(k) {
+                    Ok(_) => n += 1,
+                    Err(e) => bad = Some(e),
+                }
+                bad.is_none()
+            },
+        )?;
+        match bad {
+            Some(e) => Err(e),
+            None => Ok(n),
         }
     }
 
@@ -964,10 +1007,22 @@ impl Mds {
             ));
         }
         {
-            let live = self.live.lock().unwrap_or_else(|e| e.into_inner());
+            // Check and claim the report's time in one critical section, so
+            // of two copies racing here exactly one passes.
+            let mut live = self.live.lock().unwrap_or_else(|e| e.into_inner());
             if live.osds.get(&r.osd_id).is_some_and(|l| l.at_ms >= r.at_ms) {
                 return Err(err(Errno::Access, "stale or replayed report"));
             }
+            live.osds.insert(
+                r.osd_id,
+                Live {
+                    seen: std::time::Instant::now(),
+                    at_ms: r.at_ms,
+                    capacity: r.capacity,
+                    used: r.used,
+                    objects: r.objects,
+                },
+            );
         }
         let r2 = r.clone();
         let epoch = self
@@ -983,20 +1038,6 @@ impl Mds {
                 Ok(st.map_epoch)
             })
             .await?;
-        self.live
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .osds
-            .insert(
-                r.osd_id,
-                Live {
-                    seen: std::time::Instant::now(),
-                    at_ms: r.at_ms,
-                    capacity: r.capacity,
-                    used: r.used,
-                    objects: r.objects,
-                },
-            );
         // An OSD coming back may unblock deletions.
         self.delete_wake.notify_one();
         Ok(MdsReply::Reported {
@@ -1029,7 +1070,7 @@ impl Mds {
             id_policy: self.sb.policy.kind.name().into(),
             mandatory: self.metrics.mandatory(),
             non_mandatory: self.metrics.non_mandatory(),
-            delete_queue: self.delete_queue().map(|q| q.len() as u64).unwrap_or(0),
+            delete_queue: self.delete_queue_len()?,
         })
     }
 }

@@ -161,6 +161,96 @@ async fn forged_unknown_and_replayed_osd_reports_are_refused() {
     cl.stop().await;
 }
 
+/// Copies of one signed report racing each other: exactly one passes the
+/// replay check (the check and the claim of its time are one step).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_copies_of_one_report_pass_once() {
+    let cl = Cluster::start(1, spec(4096, 1), PolicyKind::ChildClosest).await;
+    let key = {
+        let kf =
+            net::keys::KeyFile::load(&local::osd_dir(cl.dir.path(), 0).join("key.toml")).unwrap();
+        kf.newest().unwrap().1
+    };
+    for round in 0..5u64 {
+        let mut r = OsdReport {
+            osd_id: 0,
+            addr: cl.osds[0].as_ref().unwrap().addr.to_string(),
+            weight: proto::placement::WEIGHT_ONE,
+            capacity: 1,
+            used: 0,
+            objects: 0,
+            key_version: 1,
+            at_ms: proto::clock::now_ms() + 60_000 + round,
+            mac: [0; 32],
+        };
+        r.sign(CLUSTER, &key);
+        let clients: Vec<_> = (0..16).map(|_| std::sync::Arc::new(cl.client())).collect();
+        let tasks: Vec<_> = clients
+            .iter()
+            .map(|c| {
+                let (c, r) = (c.clone(), r.clone());
+                tokio::spawn(async move { c.call(Op::Report(r)).await })
+            })
+            .collect();
+        let mut passed = 0;
+        for t in tasks {
+            match t.await.unwrap() {
+                Ok(_) => passed += 1,
+                Err(e) => assert!(e.to_string().contains("replayed"), "{e}"),
+            }
+        }
+        assert_eq!(passed, 1, "round {round}: one copy of a report passes");
+    }
+    cl.stop().await;
+}
+
+/// `status` counts every queued delete (not the worker's batch of 10,000),
+/// and a malformed queue key is an error naming it, never sequence 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_counts_the_whole_delete_queue_and_refuses_a_bad_key() {
+    use mds::kv::T as Table;
+    let dir = tempfile::tempdir().unwrap();
+    let opts = mds::FormatOptions {
+        cluster_id: CLUSTER.into(),
+        policy: IdPolicy::new(PolicyKind::CreateOrder, Geometry::default()).unwrap(),
+        layout: spec(4096, 1),
+        wal_bytes: 1 << 20,
+        namespace: Default::default(),
+        dir_protocol: String::new(),
+    };
+    mds::service::format(dir.path(), &opts).unwrap();
+    // No delete worker runs on this MDS: the queue stays as written.
+    let m = mds::Mds::open(dir.path()).unwrap();
+    let job = postcard::to_allocvec(&mds::records::DeleteJob {
+        ino: 7,
+        layout: proto::layout::Layout {
+            spec: spec(4096, 1),
+            map_epoch: 1,
+            objsets: vec![7],
+        },
+    })
+    .unwrap();
+    let n = mds::service::DELETE_BATCH as u64 + 250;
+    let j = job.clone();
+    m.kv.write(move |tx| {
+        for seq in 1..=n {
+            tx.put(Table::DeleteQueue, &seq.to_be_bytes(), &j)?;
+        }
+        Ok(())
+    })
+    .await
+    .unwrap();
+    assert_eq!(m.status().unwrap().delete_queue, n);
+    assert_eq!(m.delete_queue().unwrap().len(), mds::service::DELETE_BATCH);
+    m.kv.write(move |tx| tx.put(Table::DeleteQueue, &[1, 2, 3], &job))
+        .await
+        .unwrap();
+    let e = m.status().unwrap_err();
+    assert!(e.message.contains("key of 3 bytes, expected 8"), "{e}");
+    let e = m.delete_queue().unwrap_err();
+    assert!(e.message.contains("key of 3 bytes"), "{e}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_config_damaged_database_and_format_over_are_clear_errors() {
     let cl = Cluster::start(1, spec(4096, 1), PolicyKind::ChildClosest).await;

@@ -492,7 +492,7 @@ async fn capability_rejection_matrix() {
         code(read(Some(other_osd)).await.unwrap_err()),
         ErrorCode::CapForged
     );
-    // Revocation (seed 004): bump the object's version to the capability's.
+    // Revocation (Hendricks et al.): bump the object's version to the capability's.
     let older = Capability::sign(
         &K2,
         2,

@@ -1,5 +1,5 @@
 //! Directory entries on the hash and list pages of a directory object, and
-//! the two protocols that change them (seed 002 §V-B, §VI).
+//! the two protocols that change them (Ali et al. §V-B, §VI).
 //!
 //! Atomic protocol. Insert is one CAS of the name's hash slot from empty to
 //! the entry; the old value returned on failure tells "name exists" (same
@@ -139,7 +139,7 @@ impl OsdFs {
             .map(|_| ())
     }
 
-    /// Finds `name` in `d`: the entry, or `None`. No locks (as seed 002
+    /// Finds `name` in `d`: the entry, or `None`. No locks (as Ali et al.
     /// argues for lookups): a chain walk that meets a list slot a
     /// concurrent remove just freed starts again from the head, so an entry
     /// present for the whole lookup is always found.

@@ -231,7 +231,7 @@ impl Slot {
     }
 }
 
-/// How a directory's entries are inserted and removed (seed 002 §V-B).
+/// How a directory's entries are inserted and removed (Ali et al. §V-B).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Protocol {
     /// One compare-and-swap per insert or remove.

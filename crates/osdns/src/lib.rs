@@ -1,4 +1,4 @@
-//! The namespace on the OSDs (seed 002): no metadata server in the
+//! The namespace on the OSDs (Ali et al.): no metadata server in the
 //! metadata path. A directory is an OSD object whose entries are attributes
 //! on a hash page (name hash → attribute number), collisions chained through
 //! a list page; inserts and removes are one compare-and-swap round trip in

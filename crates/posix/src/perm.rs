@@ -1,5 +1,5 @@
 //! POSIX permission checks for the caller's credentials (the client machine
-//! is trusted to state them, as in seed 004).
+//! is trusted to state them, as in Hendricks et al.).
 
 use proto::mds::{Attr, Creds, Errno, FileKind, MdsError};
 

@@ -8,7 +8,7 @@
 //! HMAC-SHA256 is the standard every reviewer and HSM knows, and the `hmac`
 //! crate gives constant-time verification.
 //!
-//! Versions follow seed 004: the MDS keeps one monotonic counter, stamps
+//! Versions follow Hendricks et al.: the MDS keeps one monotonic counter, stamps
 //! capabilities with it and bumps an object's stored version to revoke; a
 //! capability is valid for an object only while the object's stored version
 //! is below the capability's. One range capability thus stays valid for
@@ -295,7 +295,7 @@ impl KeyRing {
         Ok(())
     }
 
-    /// The seed-004 revocation rule for one object.
+    /// The Hendricks et al. revocation rule for one object.
     pub fn check_version(cap: &Capability, object_version: u64) -> Result<(), CapError> {
         if object_version >= cap.version {
             return Err(CapError::Revoked {

@@ -24,7 +24,7 @@ pub const READDIR_MAX: u32 = 4096;
 /// The inode number (namespace id) of the root directory.
 pub const ROOT_INO: u64 = 0;
 
-/// Who is asking: the client machine is trusted to say (seed 004's model).
+/// Who is asking: the client machine is trusted to say (Hendricks et al.'s model).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct Creds {
     /// User id.
@@ -410,7 +410,7 @@ pub enum NamespaceMode {
     /// In the MDS's database (the MDS answers every metadata operation).
     #[default]
     Mds,
-    /// On the OSDs (seed 002); the MDS only hands out maps and capabilities.
+    /// On the OSDs (Ali et al.); the MDS only hands out maps and capabilities.
     Osd,
 }
 
@@ -449,7 +449,7 @@ pub struct NamespaceGrant {
 }
 
 impl Op {
-    /// Whether seed 004 counts it as mandatory (it changes the namespace or
+    /// Whether Hendricks et al. counts it as mandatory (it changes the namespace or
     /// the length, so it must reach the MDS at once; no prefetch avoids it).
     pub fn mandatory(&self) -> bool {
         matches!(

@@ -67,7 +67,7 @@ pub struct AttrKey {
     pub number: u32,
 }
 
-/// The commands (T10 OSD-2 plus the seed-002 atomics).
+/// The commands (T10 OSD-2 plus the Ali et al. atomics).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Command {
     /// Erase the OSD and make an empty store (right FORMAT).
@@ -217,7 +217,7 @@ pub enum Command {
     },
     /// The user attributes of one page in number order, after `after`, at
     /// most `max` (1 ..= MAX_PAGE_ATTRS) and about MAX_PAGE_BYTES of values
-    /// (right GET_ATTR). How a directory on OSDs is listed (seed 002).
+    /// (right GET_ATTR). How a directory on OSDs is listed (Ali et al.).
     GetPage {
         /// Partition.
         pid: u64,

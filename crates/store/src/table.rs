@@ -5,7 +5,7 @@
 //! one-extent object, held inside the table node itself when it fits in 30
 //! bytes — and unpacked on access; an onode whose packed form
 //! exceeds [`PACK_LIMIT`] (many extents or attributes) is kept unpacked so
-//! big objects and attribute-heavy objects (directories, seed 002) pay no
+//! big objects and attribute-heavy objects (directories, Ali et al.) pay no
 //! decode per access. The packed form lives only in memory; checkpoints use
 //! the documented format of `onode.rs`.
 //!

@@ -1,12 +1,14 @@
 //! Parsers for command-line values: sizes with units and object ids.
 
-/// Parses a byte size such as `8G`, `512K`, `256M`, `4096` (binary units).
+/// Parses a byte size such as `8G`, `512K`, `1.5M`, `4096` (binary units).
+/// Exact: a fraction must come to a whole number of bytes (`1.5M` yes,
+/// `0.3K` no), and a size past 2^64 - 1 bytes is refused, not clamped.
 pub fn size(s: &str) -> Result<u64, String> {
     let t = s.trim();
     let (num, mult) = match t.char_indices().find(|(_, c)| c.is_ascii_alphabetic()) {
         Some((i, _)) => {
             let unit = t[i..].to_ascii_uppercase();
-            let m: u64 = match unit.trim_end_matches("IB").trim_end_matches('B') {
+            let m: u128 = match unit.trim_end_matches("IB").trim_end_matches('B') {
                 "" => 1,
                 "K" => 1 << 10,
                 "M" => 1 << 20,
@@ -14,18 +16,37 @@ pub fn size(s: &str) -> Result<u64, String> {
                 "T" => 1 << 40,
                 _ => return Err(format!("unknown size unit in '{s}' (use K, M, G or T)")),
             };
-            (&t[..i], m)
+            (t[..i].trim(), m)
         }
         None => (t, 1),
     };
-    let n: f64 = num
-        .trim()
-        .parse()
-        .map_err(|_| format!("'{s}' is not a size (examples: 8G, 512K, 4096)"))?;
-    if !(n.is_finite() && n >= 0.0) {
-        return Err(format!("'{s}' is not a size"));
+    let not_a_size = || format!("'{s}' is not a size (examples: 8G, 512K, 1.5M, 4096)");
+    let (whole, frac) = num.split_once('.').unwrap_or((num, ""));
+    let digits = |d: &str| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit());
+    let dotted = num.contains('.');
+    if !digits(whole) || (dotted && !digits(frac)) || frac.len() > 18 {
+        return Err(not_a_size());
     }
-    Ok((n * mult as f64) as u64)
+    let too_big = || format!("'{s}' is more than {} bytes", u64::MAX);
+    let whole: u128 = whole.parse().map_err(|_| too_big())?;
+    let scale = 10u128.pow(frac.len() as u32);
+    let frac_part: u128 = if frac.is_empty() {
+        0
+    } else {
+        frac.parse().map_err(|_| not_a_size())?
+    };
+    let frac_bytes = frac_part * mult;
+    if !frac_bytes.is_multiple_of(scale) {
+        return Err(format!(
+            "'{s}' is not a whole number of bytes ({} + {frac_bytes}/{scale})",
+            whole * mult
+        ));
+    }
+    let total = whole
+        .checked_mul(mult)
+        .and_then(|b| b.checked_add(frac_bytes / scale))
+        .ok_or_else(too_big)?;
+    u64::try_from(total).map_err(|_| too_big())
 }
 
 /// Parses an object or partition id: decimal or `0x` hex.
@@ -69,5 +90,26 @@ mod tests {
         assert!(id("-1").is_err());
         assert_eq!(attr_key("0x10:1").unwrap(), (16, 1));
         assert!(attr_key("16").is_err());
+    }
+
+    #[test]
+    fn sizes_are_exact_and_never_clamped() {
+        assert!(size("99999999T").unwrap_err().contains("more than"));
+        assert!(
+            size("18446744073709551616")
+                .unwrap_err()
+                .contains("more than")
+        );
+        assert_eq!(size("18446744073709551615").unwrap(), u64::MAX);
+        assert_eq!(size("16777215T").unwrap(), 16_777_215 << 40);
+        assert!(size("0.5").unwrap_err().contains("whole number of bytes"));
+        assert!(size("0.3K").unwrap_err().contains("whole number of bytes"));
+        assert_eq!(size("0.5K").unwrap(), 512);
+        assert_eq!(size(" 2 M ").unwrap(), 2 << 20);
+        for bad in [
+            "", ".", "1.", ".5K", "-1K", "1e3", "inf", "NaN", "1..2K", "+4",
+        ] {
+            assert!(size(bad).is_err(), "{bad:?} accepted");
+        }
     }
 }

@@ -149,12 +149,15 @@ fn is_mounted(p: &Path) -> bool {
         .any(|l| l.split(' ').nth(4) == Some(c.to_str().unwrap()))
 }
 
-/// A real source tree the repository carries: `copies` copies of this
-/// workspace's own sources and docs (build output, fuzz corpora and state
-/// files left out) under `into/real-tree`. Tests depend only on the
+/// A real source tree the repository carries: this workspace's own sources
+/// and docs (build output, fuzz corpora, state files and files holding the
+/// word the tests grep for left out) under `into/real-tree`, each file
+/// `copies` times in its directory (`name`, `name.1`, …). The repository
+/// alone has about 4 files per directory; real projects have more, and
+/// the copies give the tree that shape. Tests depend only on the
 /// repository, never on what a cargo cache happens to hold.
 fn real_tree(into: &Path, copies: usize) -> PathBuf {
-    fn copy_dir(from: &Path, to: &Path) {
+    fn copy_dir(from: &Path, to: &Path, copies: usize) {
         std::fs::create_dir_all(to).unwrap();
         let mut entries: Vec<_> = std::fs::read_dir(from).unwrap().flatten().collect();
         entries.sort_by_key(|e| e.file_name());
@@ -169,21 +172,26 @@ fn real_tree(into: &Path, copies: usize) -> PathBuf {
             }
             let ft = e.file_type().unwrap();
             if ft.is_dir() {
-                copy_dir(&e.path(), &to.join(&name));
+                copy_dir(&e.path(), &to.join(&name), copies);
             } else if ft.is_file() {
-                std::fs::copy(e.path(), to.join(&name)).unwrap();
+                let bytes = std::fs::read(e.path()).unwrap();
+                if bytes.windows(11).any(|w| w == b"NONEXISTENT") {
+                    continue;
+                }
+                for i in 0..copies {
+                    let dst = match i {
+                        0 => to.join(&name),
+                        i => to.join(format!("{n}.{i}")),
+                    };
+                    std::fs::write(dst, &bytes).unwrap();
+                }
             }
         }
     }
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let root = into.join("real-tree");
-    for i in 0..copies {
-        for part in ["crates", "docs", "fuzz"] {
-            copy_dir(
-                &workspace.join(part),
-                &root.join(format!("copy{i}")).join(part),
-            );
-        }
+    for part in ["crates", "docs", "fuzz"] {
+        copy_dir(&workspace.join(part), &root.join(part), copies);
     }
     root
 }
@@ -936,7 +944,7 @@ fn prefetch_benefit_on_a_real_tree_per_policy() {
     );
 }
 
-/// The namespace on the OSDs (seed 002) behind a real mount, every daemon
+/// The namespace on the OSDs (Ali et al.) behind a real mount, every daemon
 /// a separate process: `mds format --namespace osd --dir-protocol lock`,
 /// the mount (its client makes the root), a real source tree in and back
 /// out, fsx on a file striped over the three OSDs, and the same POSIX calls

@@ -1,6 +1,6 @@
 //! The output directory of `tessera sim alloc`: per run a result
 //! (`<label>.json`) and a checkpoint (`<label>.checkpoint.json`); for all
-//! runs together the figures (seed 001 figures 4–6 and free-space shape).
+//! runs together the figures (EBOFS figures 4–6 and free-space shape).
 
 use std::path::{Path, PathBuf};
 
@@ -107,7 +107,7 @@ pub fn finish(dir: &Path, sim: &AgingSim, ops_per_sec: f64) -> anyhow::Result<Ru
     Ok(r)
 }
 
-/// A chart over operations done (log scale), like seed 001's figures.
+/// A chart over operations done (log scale), like EBOFS's figures.
 fn over_time<'a>(title: &'a str, y: &'a str, y_scale: Scale) -> Chart<'a> {
     Chart {
         title,

@@ -1,7 +1,7 @@
 //! What an aging run measures, sampled at log-spaced operation counts
 //! (ten samples per decade from 1,000 operations): the fragmentation of
 //! objects (extents per object, extent sizes, a histogram of extent sizes in
-//! powers of two — seed 001 figures 4–6) and of free space.
+//! powers of two — EBOFS figures 4–6) and of free space.
 
 use serde::{Deserialize, Serialize};
 use store::alloc::Allocator;
@@ -25,7 +25,7 @@ pub struct Sample {
     pub extents_per_object: f64,
     /// Objects made of more than one extent.
     pub multi_extent_objects: u64,
-    /// Mean extent size of multi-extent objects, KiB (seed 001 figure 5).
+    /// Mean extent size of multi-extent objects, KiB (EBOFS figure 5).
     pub multi_extent_kib: f64,
     /// Mean extent size over all objects, KiB.
     pub extent_kib: f64,

@@ -1,4 +1,4 @@
-//! The seed-001 workload model and its parameters.
+//! The EBOFS workload model and its parameters.
 //!
 //! Many write streams are in progress at once; each operation either
 //! advances one stream (chosen at random) by one increment, or deletes one

@@ -1,4 +1,4 @@
-//! `tessera sim trace`: trace-driven metadata prefetch (seed 004 §4.2).
+//! `tessera sim trace`: trace-driven metadata prefetch (Hendricks et al. §4.2).
 //!
 //! A trace (the Harvard nfsdump text format, see [`nfsdump`], or Tessera's
 //! own path format, see [`pathfmt`]) is parsed into [`Event`]s over opaque

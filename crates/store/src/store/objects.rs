@@ -496,7 +496,7 @@ impl Store {
         commit::wait(&self.inner, st, seq)
     }
 
-    /// Atomic compare-and-swap on one attribute (seed 002): if the current
+    /// Atomic compare-and-swap on one attribute (Ali et al.): if the current
     /// value equals `expected` (empty = absent), it becomes `new` (empty =
     /// removed). The old value is always returned.
     pub fn cas_attr(

@@ -27,7 +27,7 @@ pub enum BenchCmd {
         #[arg(long, default_value = "./tessera-data/bench")]
         dir: PathBuf,
     },
-    /// Directory operations with the namespace on the OSDs (seed 002): the
+    /// Directory operations with the namespace on the OSDs (Ali et al.): the
     /// atomic protocol (one compare-and-swap per insert or remove) and the
     /// lock-based one, against the MDS namespace, in one run.
     ///

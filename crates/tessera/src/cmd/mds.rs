@@ -22,7 +22,7 @@ pub enum MdsCmd {
     /// pseudo-random are there for comparison. Put each OSD's key file in
     /// DIR/keys/osd-<id>.toml before the OSD registers.
     ///
-    /// With --namespace osd the directories live on the OSDs (seed 002)
+    /// With --namespace osd the directories live on the OSDs (Ali et al.)
     /// and this MDS only hands out maps and capabilities; the first client
     /// to connect once OSDs have registered (a mount, `tessera fsck
     /// --namespace`) makes the root directory with --dir-protocol.

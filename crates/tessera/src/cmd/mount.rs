@@ -28,7 +28,7 @@ pub struct Args {
     /// Cluster id.
     #[arg(long, default_value = "tessera")]
     pub cluster: String,
-    /// Neighbours the MDS prefetches per lookup or open (seed 004: 32; 0 disables).
+    /// Neighbours the MDS prefetches per lookup or open (Hendricks et al.: 32; 0 disables).
     #[arg(long, default_value_t = 32)]
     pub prefetch: u32,
     /// Seconds cached metadata answers without asking the MDS (0 = always ask).

@@ -16,7 +16,7 @@ use crate::args;
 
 #[derive(clap::Subcommand)]
 pub enum SimCmd {
-    /// Allocation aging (seed 001 §6.3): the store's real allocators and
+    /// Allocation aging (EBOFS §6.3): the store's real allocators and
     /// write-placement rules, in memory, under a long-running workload.
     ///
     /// Many write streams advance in small increments at once; new streams
@@ -33,7 +33,7 @@ pub enum SimCmd {
     ///
     /// Example: tessera sim alloc --ops 1e8 --policy extent,region --utilization 0.7,0.8,0.9
     Alloc(AllocArgs),
-    /// Trace-driven metadata prefetch (seed 004 §4.2): how many MDS requests
+    /// Trace-driven metadata prefetch (Hendricks et al. §4.2): how many MDS requests
     /// prefetching N neighbours saves, per object-id policy and per client.
     ///
     /// Reads NFS traces in the nfsdump text format of the Harvard traces

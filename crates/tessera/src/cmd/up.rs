@@ -56,7 +56,7 @@ pub struct Args {
     /// Prefetch depth of the mount's client (0 disables).
     #[arg(long, default_value_t = 32)]
     pub prefetch: u32,
-    /// Where the namespace lives (first run): mds, or osd (seed 002: each
+    /// Where the namespace lives (first run): mds, or osd (Ali et al.: each
     /// directory an OSD object, no MDS in the metadata path).
     #[arg(long, default_value = "mds")]
     pub namespace: String,
