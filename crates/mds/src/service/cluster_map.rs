@@ -1,0 +1,181 @@
+//! The cluster side of the MDS: OSD reports (MAC-checked, replay-proof),
+//! the map, status and statfs, and the grants of a namespace kept on the
+//! OSDs.
+use super::*;
+
+impl Mds {
+    pub(super) async fn report(self: &Arc<Self>, r: OsdReport) -> Result<MdsReply, MdsError> {
+        let ring = {
+            let mut keys = self.keys.lock().unwrap_or_else(|e| e.into_inner());
+            if !keys.contains_key(&r.osd_id) {
+                // A key file may have been added since start.
+                if let Ok(k) = load_keys(&self.keys_dir, &self.sb.cluster_id) {
+                    *keys = k;
+                }
+            }
+            keys.get(&r.osd_id).cloned().ok_or_else(|| {
+                err(
+                    Errno::Access,
+                    format!(
+                        "OSD {} is unknown: put its key file in {}",
+                        r.osd_id,
+                        self.keys_dir.display()
+                    ),
+                )
+            })?
+        };
+        verify_report(&r, &self.sb.cluster_id, &ring)?;
+        let now = Self::now_ms();
+        if r.at_ms + 300_000 < now || r.at_ms > now + 300_000 {
+            return Err(err(
+                Errno::Access,
+                format!("OSD {} clock is more than 5 minutes off", r.osd_id),
+            ));
+        }
+        {
+            // Check and claim the report's time in one critical section, so
+            // of two copies racing here exactly one passes.
+            let mut live = self.live.lock().unwrap_or_else(|e| e.into_inner());
+            if live.osds.get(&r.osd_id).is_some_and(|l| l.at_ms >= r.at_ms) {
+                return Err(err(Errno::Access, "stale or replayed report"));
+            }
+            live.osds.insert(
+                r.osd_id,
+                Live {
+                    seen: std::time::Instant::now(),
+                    at_ms: r.at_ms,
+                    capacity: r.capacity,
+                    used: r.used,
+                    objects: r.objects,
+                },
+            );
+        }
+        let r2 = r.clone();
+        let epoch = self
+            .kv
+            .write(move |tx| {
+                let mut st = tx.state()?;
+                let cur = tx.map(st.map_epoch)?.unwrap_or_default();
+                if let Some(m) = map_after(&cur, &r2) {
+                    st.map_epoch = m.epoch;
+                    tx.put_map(&m)?;
+                    tx.put_state(&st)?;
+                }
+                Ok(st.map_epoch)
+            })
+            .await?;
+        // An OSD coming back may unblock deletions.
+        self.delete_wake.notify_one();
+        Ok(MdsReply::Reported {
+            epoch,
+            interval_ms: self.cfg.heartbeat_ms,
+        })
+    }
+
+    /// The counters and one status row per OSD of the current map.
+    pub(super) fn osd_rows(&self) -> Result<(FsState, Vec<OsdStatus>), MdsError> {
+        let snap = self.kv.read()?;
+        let st = snap.state()?;
+        let map = snap.map(st.map_epoch)?.unwrap_or_default();
+        let rows = self
+            .live
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .status(&map, Duration::from_millis(self.cfg.down_after_ms));
+        Ok((st, rows))
+    }
+
+    /// Cluster status.
+    pub fn status(&self) -> Result<ClusterStatus, MdsError> {
+        let (st, osds) = self.osd_rows()?;
+        Ok(ClusterStatus {
+            cluster_id: self.sb.cluster_id.clone(),
+            epoch: st.map_epoch,
+            osds,
+            inodes: st.inodes,
+            id_policy: self.sb.policy.kind.name().into(),
+            mandatory: self.metrics.mandatory(),
+            non_mandatory: self.metrics.non_mandatory(),
+            delete_queue: self.delete_queue_len()?,
+        })
+    }
+
+    /// NAMESPACE GRANT: the map and the capability a client of a namespace
+    /// kept on the OSDs works with.
+    pub(super) fn namespace_grant(&self) -> Result<MdsReply, MdsError> {
+        if self.namespace != NamespaceMode::Osd {
+            return Err(err(
+                Errno::Inval,
+                "this file system keeps its namespace in the MDS (formatted with --namespace mds)",
+            ));
+        }
+        let snap = self.kv.read()?;
+        let st = snap.state()?;
+        let map = snap.map(st.map_epoch)?.unwrap_or_default();
+        let rights = rights::ALL & !(rights::FORMAT | rights::PARTITION | rights::REVOKE);
+        let grant = self.grant(&map, DATA_OID_TAG, u64::MAX, rights, st.cap_version);
+        let n = snap.namespace()?;
+        Ok(MdsReply::Namespace(Box::new(NamespaceGrant {
+            map,
+            grant,
+            root_osd: n.root_osd,
+            dir_protocol: n.dir_protocol,
+            layout: n.layout,
+        })))
+    }
+
+    /// NAMESPACE ROOT: records which OSD holds the root directory (the
+    /// first caller's choice wins) and answers the record.
+    pub(super) async fn namespace_root(&self, osd: u32) -> Result<MdsReply, MdsError> {
+        if self.namespace != NamespaceMode::Osd {
+            return Err(err(Errno::Inval, "not a namespace-on-OSDs file system"));
+        }
+        let rec = self
+            .kv
+            .write(move |tx| {
+                let mut n = tx.namespace()?;
+                if n.root_osd.is_none() {
+                    n.root_osd = Some(osd);
+                    tx.put_namespace(&n)?;
+                }
+                Ok(n)
+            })
+            .await?;
+        Ok(MdsReply::Namespace(Box::new(NamespaceGrant {
+            map: OsdMap::default(),
+            grant: Grant {
+                lo: 0,
+                hi: 0,
+                rights: 0,
+                expiry_ms: 0,
+                caps: Vec::new(),
+            },
+            root_osd: rec.root_osd,
+            dir_protocol: rec.dir_protocol,
+            layout: rec.layout,
+        })))
+    }
+
+    /// STATFS: space of the OSDs that are up, inodes in use.
+    pub(super) fn statfs(&self) -> Result<MdsReply, MdsError> {
+        let (st, rows) = self.osd_rows()?;
+        Ok(MdsReply::Statfs(FsStat {
+            capacity: rows.iter().filter(|r| r.up).map(|r| r.capacity).sum(),
+            used: rows.iter().filter(|r| r.up).map(|r| r.used).sum(),
+            inodes: st.inodes,
+            name_max: NAME_MAX as u32,
+        }))
+    }
+
+    /// GET MAP: the map of `epoch`, or the current one.
+    pub(super) fn get_map(&self, epoch: Option<u64>) -> Result<MdsReply, MdsError> {
+        let snap = self.kv.read()?;
+        let e = match epoch {
+            Some(e) => e,
+            None => snap.state()?.map_epoch,
+        };
+        snap.map(e)?
+            .map(MdsReply::Map)
+            .ok_or_else(|| err(Errno::NoEnt, format!("no OSD map epoch {e}")))
+    }
+}

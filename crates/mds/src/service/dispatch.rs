@@ -1,0 +1,90 @@
+//! Which function answers each request. The MDS in OSD-namespace mode
+//! answers only the cluster requests; everything else names a function of
+//! [`super::requests`] or [`super::cluster_map`].
+
+use super::*;
+
+impl Mds {
+    /// Answers one request.
+    pub async fn handle(self: &Arc<Self>, req: MdsRequest) -> Result<MdsReply, MdsError> {
+        let c = req.creds;
+        let pf = req.prefetch;
+        let cluster_op = matches!(
+            req.op,
+            Op::GetMap { .. }
+                | Op::Report(_)
+                | Op::Status
+                | Op::Statfs
+                | Op::NamespaceGrant
+                | Op::NamespaceRoot { .. }
+        );
+        if self.namespace == NamespaceMode::Osd && !cluster_op {
+            return Err(err(
+                Errno::Inval,
+                format!(
+                    "{}: this file system keeps its namespace on the OSDs (formatted with \
+                     --namespace osd); the MDS only hands out maps and capabilities",
+                    req.op.name()
+                ),
+            ));
+        }
+        match req.op {
+            Op::NamespaceGrant => self.namespace_grant(),
+            Op::NamespaceRoot { osd } => self.namespace_root(osd).await,
+            Op::Lookup { parent, name } => self.lookup(&c, parent, &name, pf),
+            Op::GetAttr { ino } => self.getattr(ino),
+            Op::Open { ino, write } => self.open_file(&c, ino, write, pf),
+            Op::Create {
+                parent,
+                name,
+                mode,
+                exclusive,
+            } => self.create(c, parent, name, mode, exclusive).await,
+            Op::Mkdir { parent, name, mode } => self.mkdir(c, parent, name, mode).await,
+            Op::Symlink {
+                parent,
+                name,
+                target,
+            } => self.symlink(c, parent, name, target).await,
+            Op::Link { ino, parent, name } => self.link(c, ino, parent, name).await,
+            Op::Unlink { parent, name } => self.unlink(c, parent, name).await,
+            Op::Rmdir { parent, name } => self.rmdir(c, parent, name).await,
+            Op::Rename {
+                parent,
+                name,
+                new_parent,
+                new_name,
+                noreplace,
+            } => {
+                self.rename(c, (parent, name), (new_parent, new_name), noreplace)
+                    .await
+            }
+            Op::Readlink { ino } => self.readlink(ino),
+            Op::Readdir {
+                ino,
+                after,
+                max,
+                plus,
+            } => self.readdir(&c, ino, after.as_deref(), max, plus),
+            Op::Statfs => self.statfs(),
+            Op::SetAttr { ino, set } => self.setattr(c, ino, set).await,
+            Op::GetXattr { ino, name } => self.getxattr(&c, ino, &name),
+            Op::ListXattr { ino } => self.listxattr(ino),
+            Op::SetXattr {
+                ino,
+                name,
+                value,
+                mode,
+            } => self.setxattr(c, ino, name, value, mode).await,
+            Op::RemoveXattr { ino, name } => self.removexattr(c, ino, name).await,
+            Op::CommitSize { ino, size, mtime } => self.commit_size(c, ino, size, mtime).await,
+            Op::ExtendLayout { ino, objset } => self.extend_layout(c, ino, objset).await,
+            Op::GetLayout { ino } => self.get_layout(ino),
+            Op::SetLayout { ino, spec } => self.set_layout(c, ino, spec).await,
+            Op::GetMap { epoch } => self.get_map(epoch),
+            Op::Report(r) => self.report(r).await,
+            Op::Status => Ok(MdsReply::Status(Box::new(self.status()?))),
+            Op::Resolve { path } => self.resolve(&c, &path),
+        }
+    }
+}

@@ -1,0 +1,143 @@
+//! Capabilities and server-driven prefetch: the grants a caller gets for a
+//! file's objects, and the numerically closest neighbours (with one range
+//! capability per run of equal rights) a lookup or open carries along.
+use super::*;
+
+impl Mds {
+    /// Capabilities for object ids `[lo, hi]` on every OSD of `map` we hold a key for.
+    pub fn grant(&self, map: &OsdMap, lo: u64, hi: u64, rights: u32, version: u64) -> Grant {
+        let expiry_ms = Self::now_ms() + self.cfg.cap_ttl_secs * 1000;
+        let keys = self.keys.lock().unwrap_or_else(|e| e.into_inner());
+        let caps = map
+            .osds
+            .iter()
+            .filter_map(|o| {
+                let ring = keys.get(&o.id)?;
+                let (kv, key) = ring.newest()?;
+                Some((
+                    o.id,
+                    Capability::sign(
+                        key,
+                        kv,
+                        o.id,
+                        DATA_PARTITION,
+                        lo,
+                        hi,
+                        rights,
+                        expiry_ms,
+                        version,
+                    ),
+                ))
+            })
+            .collect();
+        Grant {
+            lo,
+            hi,
+            rights,
+            expiry_ms,
+            caps,
+        }
+    }
+
+    pub(super) fn rights_for(i: &Inode, c: &Creds, write: bool) -> u32 {
+        let mut r = 0;
+        if perm::allowed(&i.attr, c, R) {
+            r |= READ_RIGHTS;
+        }
+        if write && perm::allowed(&i.attr, c, W) {
+            r |= WRITE_RIGHTS;
+        }
+        r
+    }
+
+    pub(super) fn entry(i: &Inode) -> Entry {
+        Entry {
+            parent: i.parent,
+            name: i.name.clone(),
+            attr: i.attr.clone(),
+            layout: i.layout.clone(),
+        }
+    }
+
+    /// A lookup-style answer with the entry only (no capabilities, no prefetch).
+    pub(super) fn bare(i: &Inode) -> Found {
+        Found {
+            entry: Self::entry(i),
+            grants: Vec::new(),
+            prefetch: Vec::new(),
+            prefetch_grants: Vec::new(),
+        }
+    }
+
+    /// Grants for one file's objects.
+    pub(super) fn file_grants(
+        &self,
+        map: &OsdMap,
+        i: &Inode,
+        rights: u32,
+        version: u64,
+    ) -> Vec<Grant> {
+        match (&i.layout, rights) {
+            (Some(l), r) if r != 0 => l
+                .objsets
+                .iter()
+                .map(|&oid| self.grant(map, oid, oid, r, version))
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// A lookup-style answer with prefetched neighbours.
+    pub(super) fn found(
+        &self,
+        v: &impl Records,
+        c: &Creds,
+        i: Inode,
+        write: bool,
+        prefetch: u32,
+    ) -> Result<Found, MdsError> {
+        let n = prefetch.min(self.cfg.prefetch_max) as usize;
+        if n == 0 && i.layout.is_none() {
+            // Nothing to sign: skip reading the counters and the map.
+            return Ok(Self::bare(&i));
+        }
+        let st = v.state()?;
+        let map = v.map(st.map_epoch)?.unwrap_or_default();
+        let rights = Self::rights_for(&i, c, write);
+        let grants = self.file_grants(&map, &i, rights, st.cap_version);
+        let mut near = v.neighbours(i.attr.ino, n)?;
+        near.sort_by_key(|x| x.attr.ino);
+        // One range capability per run of files whose read rights agree
+        // (directories and symlinks have no objects and join any run).
+        let mut prefetch_grants = Vec::new();
+        let mut run: Option<(u64, u64, u32)> = None;
+        for x in &near {
+            if x.layout.is_none() {
+                continue;
+            }
+            let r = Self::rights_for(x, c, false);
+            let oid = data_oid(x.attr.ino);
+            run = match run {
+                Some((lo, _, rr)) if rr == r => Some((lo, oid, r)),
+                Some((lo, hi, rr)) => {
+                    if rr != 0 {
+                        prefetch_grants.push(self.grant(&map, lo, hi, rr, st.cap_version));
+                    }
+                    Some((oid, oid, r))
+                }
+                None => Some((oid, oid, r)),
+            };
+        }
+        if let Some((lo, hi, r)) = run
+            && r != 0
+        {
+            prefetch_grants.push(self.grant(&map, lo, hi, r, st.cap_version));
+        }
+        Ok(Found {
+            entry: Self::entry(&i),
+            grants,
+            prefetch: near.iter().map(Self::entry).collect(),
+            prefetch_grants,
+        })
+    }
+}

@@ -1,0 +1,234 @@
+//! The metadata service: answers [`MdsRequest`]s from the namespace (read
+//! from snapshots, written through the KV's group commit), issues
+//! capabilities, prefetches neighbours, keeps the OSD map, and acts on the
+//! OSDs itself for revocation, truncation and deletion. By role:
+//!
+//! - this file: the service's state, opening it, formatting a directory;
+//! - [`dispatch`]: which named function answers each request;
+//! - [`requests`]: one function per namespace request;
+//! - [`grants`]: capabilities and server-driven prefetch;
+//! - [`osd_actions`]: what the MDS does on the OSDs itself (revocation,
+//!   truncation, the delete queue and its worker);
+//! - [`cluster_map`]: OSD reports, the map, status, statfs, and the grants
+//!   of the namespace kept on the OSDs.
+
+mod cluster_map;
+mod dispatch;
+mod grants;
+mod osd_actions;
+mod requests;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use net::keys::{KeyError, KeyFile};
+use net::{ConnConfig, ConnError, OsdClient};
+use proto::layout::{DATA_OID_TAG, DATA_PARTITION, Layout, data_oid};
+use proto::mds::{
+    ClusterStatus, Creds, DirEntry, Entry, Errno, FileKind, Found, FsStat, Grant, MdsError,
+    MdsReply, MdsRequest, NAME_MAX, NamespaceGrant, NamespaceMode, Op, OsdReport, OsdStatus,
+    READDIR_MAX, ROOT_INO,
+};
+use proto::placement::OsdMap;
+use proto::{Capability, Command, ErrorCode, KeyRing, rights};
+
+use crate::cluster::{Live, LiveMap, map_after, verify_report};
+use crate::config::{FormatOptions, MdsConfig};
+use crate::kv::{Kv, KvPaths, T, View};
+use crate::metrics::MdsMetrics;
+use crate::ns;
+use crate::records::{DeleteJob, FsState, Inode, RECORDS_VERSION, Records, Superblock, num_key};
+use posix::perm::{self, R, W};
+
+/// Rights a reader gets on a file's objects.
+pub const READ_RIGHTS: u32 = rights::READ | rights::GET_ATTR;
+/// Rights a writer gets on a file's objects.
+pub const WRITE_RIGHTS: u32 = rights::WRITE | rights::APPEND | rights::CREATE | rights::SET_ATTR;
+
+/// One stripe object: (OSD, object id, object set, stripe index).
+pub type ObjectAt = (u32, u64, u64, u32);
+
+/// Files in an MDS data directory.
+pub struct MdsPaths {
+    /// The directory.
+    pub dir: PathBuf,
+}
+
+impl MdsPaths {
+    /// Settings file.
+    pub fn config(&self) -> PathBuf {
+        self.dir.join("mds.toml")
+    }
+    /// OSD key files (`osd-<id>.toml`).
+    pub fn keys(&self) -> PathBuf {
+        self.dir.join("keys")
+    }
+    /// KV files.
+    pub fn kv(&self) -> KvPaths {
+        KvPaths::new(&self.dir)
+    }
+}
+
+/// Formats an empty file system in `dir`.
+pub fn format(dir: &Path, opts: &FormatOptions) -> Result<(), MdsError> {
+    opts.layout
+        .validate()
+        .map_err(|m| MdsError::new(Errno::Inval, m))?;
+    opts.policy
+        .geo
+        .validate()
+        .map_err(|m| MdsError::new(Errno::Inval, m))?;
+    std::fs::create_dir_all(dir.join("keys"))
+        .map_err(|e| MdsError::new(Errno::Io, format!("{}: {e}", dir.display())))?;
+    let paths = MdsPaths { dir: dir.into() };
+    crate::kv::create(&paths.kv(), opts.wal_bytes)?;
+    let kv = Kv::open(&paths.kv(), 16 << 20)?;
+    let sb = Superblock {
+        version: RECORDS_VERSION,
+        cluster_id: opts.cluster_id.clone(),
+        policy: opts.policy,
+        created_ms: proto::clock::now_ms(),
+    };
+    let layout = opts.layout;
+    let namespace = opts.namespace;
+    let dir_protocol = opts.dir_protocol.clone();
+    kv.write_blocking(move |tx| {
+        tx.put_superblock(&sb)?;
+        tx.put_namespace(&crate::records::NamespaceRecord {
+            mode: namespace,
+            root_osd: None,
+            dir_protocol,
+            layout,
+        })?;
+        ns::format_root(tx, &sb.policy, layout, ns::now_ns())?;
+        tx.put_map(&OsdMap::default())
+    })?;
+    kv.close();
+    if !paths.config().exists() {
+        let text = toml::to_string_pretty(&MdsConfig::default())
+            .map_err(|e| MdsError::new(Errno::Io, e.to_string()))?;
+        std::fs::write(paths.config(), text)
+            .map_err(|e| MdsError::new(Errno::Io, format!("{}: {e}", paths.config().display())))?;
+    }
+    Ok(())
+}
+
+/// Loads every `osd-<id>.toml` key file in `dir`.
+pub fn load_keys(dir: &Path, cluster_id: &str) -> Result<HashMap<u32, KeyRing>, KeyError> {
+    let mut out = HashMap::new();
+    let rd = match std::fs::read_dir(dir) {
+        Ok(r) => r,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+        Err(source) => {
+            return Err(KeyError::Io {
+                path: dir.into(),
+                source,
+            });
+        }
+    };
+    for ent in rd.flatten() {
+        let p = ent.path();
+        if p.extension().is_none_or(|x| x != "toml") {
+            continue;
+        }
+        let kf = KeyFile::load(&p)?;
+        if kf.cluster_id != cluster_id {
+            return Err(KeyError::OtherCluster {
+                path: p,
+                found: kf.cluster_id,
+                expected: cluster_id.into(),
+            });
+        }
+        out.insert(kf.osd_id, kf.ring()?);
+    }
+    Ok(out)
+}
+
+/// Most delete jobs the worker takes from the queue per pass.
+pub const DELETE_BATCH: usize = 10_000;
+
+/// The sequence number a delete-queue key holds (8 bytes, big-endian).
+fn queue_seq(k: &[u8]) -> Result<u64, MdsError> {
+    <[u8; 8]>::try_from(k).map(u64::from_be_bytes).map_err(|_| {
+        crate::kv::io_err(
+            "delete queue",
+            format!("key of {} bytes, expected 8: {k:02x?}", k.len()),
+        )
+    })
+}
+
+/// The running metadata service.
+pub struct Mds {
+    /// The KV.
+    pub kv: Arc<Kv>,
+    /// Fixed facts.
+    pub sb: Superblock,
+    /// Settings.
+    pub cfg: MdsConfig,
+    keys: Mutex<HashMap<u32, KeyRing>>,
+    keys_dir: PathBuf,
+    live: Mutex<LiveMap>,
+    osds: Mutex<HashMap<u32, (String, Arc<OsdClient>)>>,
+    /// Counters for `/metrics`.
+    pub metrics: Arc<MdsMetrics>,
+    /// Wakes the delete-queue worker.
+    pub delete_wake: tokio::sync::Notify,
+    /// Where the namespace lives (fixed at format time).
+    pub namespace: proto::mds::NamespaceMode,
+}
+
+fn err(e: Errno, m: impl Into<String>) -> MdsError {
+    MdsError::new(e, m)
+}
+
+fn osd_err(osd: u32, e: ConnError) -> MdsError {
+    err(Errno::Io, format!("OSD {osd}: {e}"))
+}
+
+impl Mds {
+    /// Opens the service on a formatted data directory.
+    pub fn open(dir: &Path) -> Result<Arc<Mds>, MdsError> {
+        let paths = MdsPaths { dir: dir.into() };
+        let cfg = MdsConfig::load(&paths.config()).map_err(|m| err(Errno::Inval, m))?;
+        let kv = Arc::new(Kv::open(&paths.kv(), cfg.cache_mib << 20)?);
+        let sb = kv.read()?.superblock()?;
+        if sb.version != RECORDS_VERSION {
+            return Err(err(
+                Errno::Inval,
+                format!(
+                    "metadata format version {} (this build reads {RECORDS_VERSION})",
+                    sb.version
+                ),
+            ));
+        }
+        let keys = load_keys(&paths.keys(), &sb.cluster_id)
+            .map_err(|m| err(Errno::Inval, m.to_string()))?;
+        let namespace = kv.read()?.namespace()?.mode;
+        Ok(Arc::new(Mds {
+            namespace,
+            kv,
+            sb,
+            cfg,
+            keys: Mutex::new(keys),
+            keys_dir: paths.keys(),
+            live: Mutex::new(LiveMap::default()),
+            osds: Mutex::new(HashMap::new()),
+            metrics: Arc::new(MdsMetrics::new()),
+            delete_wake: tokio::sync::Notify::new(),
+        }))
+    }
+
+    fn now_ms() -> u64 {
+        proto::clock::now_ms()
+    }
+
+    /// The current OSD map.
+    pub fn current_map(&self) -> Result<OsdMap, MdsError> {
+        let snap = self.kv.read()?;
+        let st = snap.state()?;
+        Ok(snap.map(st.map_epoch)?.unwrap_or_default())
+    }
+}

@@ -1,0 +1,287 @@
+//! What the MDS does on the OSDs itself: version bumps that revoke
+//! capabilities, cutting objects at truncation, and the durable delete
+//! queue with its worker.
+use super::*;
+
+impl Mds {
+    /// Takes the next capability version (durably); objects revoked at the
+    /// returned value refuse every capability issued before.
+    pub(super) async fn bump_version(&self) -> Result<u64, MdsError> {
+        self.kv
+            .write(|tx| {
+                let mut st = tx.state()?;
+                let v = st.cap_version;
+                st.cap_version += 1;
+                tx.put_state(&st)?;
+                Ok(v)
+            })
+            .await
+    }
+
+    /// A client for OSD `id` at its address in `current` (the newest map:
+    /// maps only ever add OSDs or change their addresses, so it has every
+    /// OSD a file was ever placed on).
+    pub(super) fn osd_client(&self, current: &OsdMap, id: u32) -> Result<Arc<OsdClient>, MdsError> {
+        let addr = current.addr(id).ok_or_else(|| {
+            err(
+                Errno::Io,
+                format!("OSD {id} is not in map epoch {}", current.epoch),
+            )
+        })?;
+        let mut pool = self.osds.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((a, c)) = pool.get(&id)
+            && a == addr
+        {
+            return Ok(c.clone());
+        }
+        let mut cfg = ConnConfig::new(&self.sb.cluster_id, id);
+        cfg.name = "tessera-mds".into();
+        cfg.timeout = Duration::from_secs(10);
+        cfg.connections = 1;
+        let c = Arc::new(OsdClient::new(addr, cfg));
+        pool.insert(id, (addr.to_string(), c.clone()));
+        Ok(c)
+    }
+
+    /// The MDS's own capability for OSD `id` (all rights on file data).
+    pub(super) fn admin_cap(&self, id: u32) -> Result<Capability, MdsError> {
+        let keys = self.keys.lock().unwrap_or_else(|e| e.into_inner());
+        let ring = keys.get(&id).ok_or_else(|| {
+            err(
+                Errno::Io,
+                format!("no key for OSD {id} in {}", self.keys_dir.display()),
+            )
+        })?;
+        let (kv, key) = ring
+            .newest()
+            .ok_or_else(|| err(Errno::Io, format!("empty key ring for OSD {id}")))?;
+        Ok(Capability::sign(
+            key,
+            kv,
+            id,
+            DATA_PARTITION,
+            0,
+            u64::MAX,
+            rights::ALL,
+            Self::now_ms() + 60_000,
+            u64::MAX,
+        ))
+    }
+
+    /// Every (OSD, object id, object set, stripe) of a layout, placed with
+    /// the layout's map epoch, and the current map (for addresses).
+    pub(super) fn objects(&self, l: &Layout) -> Result<(OsdMap, Vec<ObjectAt>), MdsError> {
+        let snap = self.kv.read()?;
+        let placed = snap.map(l.map_epoch)?.ok_or_else(|| {
+            err(
+                Errno::Io,
+                format!("OSD map epoch {} is missing", l.map_epoch),
+            )
+        })?;
+        let current = snap.map(snap.state()?.map_epoch)?.unwrap_or_default();
+        let mut out = Vec::new();
+        for (set, &oid) in l.objsets.iter().enumerate() {
+            for (j, osd) in placed
+                .place(oid, l.spec.stripe_count)
+                .into_iter()
+                .enumerate()
+            {
+                out.push((osd, oid, set as u64, j as u32));
+            }
+        }
+        Ok((current, out))
+    }
+
+    /// Runs `cmd` on OSD `osd` with the MDS's own capability: `Ok(Err(_))`
+    /// is the OSD's (or the network's) answer, `Err(_)` a local problem
+    /// (unknown OSD, no key).
+    pub(super) async fn osd_call(
+        &self,
+        current: &OsdMap,
+        osd: u32,
+        cmd: Command,
+    ) -> Result<Result<(), ConnError>, MdsError> {
+        let client = self.osd_client(current, osd)?;
+        let cap = self.admin_cap(osd)?;
+        Ok(client.run(Some(&cap), cmd, Bytes::new()).await.map(|_| ()))
+    }
+
+    /// [`Mds::osd_call`] where a missing object counts as done.
+    pub(super) async fn osd_run(
+        &self,
+        current: &OsdMap,
+        osd: u32,
+        cmd: Command,
+    ) -> Result<(), MdsError> {
+        match self.osd_call(current, osd, cmd).await? {
+            Ok(()) => Ok(()),
+            Err(ConnError::Remote(e)) if e.code == ErrorCode::NoObject => Ok(()),
+            Err(e) => Err(osd_err(osd, e)),
+        }
+    }
+
+    /// Revokes every capability for a file's objects issued before version
+    /// `v` (sets each object's version to `v`; creates missing objects so a
+    /// stale capability cannot create them either).
+    pub async fn revoke(&self, l: &Layout, v: u64) -> Result<(), MdsError> {
+        let (current, objs) = self.objects(l)?;
+        for (osd, oid, _, _) in objs {
+            let set = Command::SetVersion {
+                pid: DATA_PARTITION,
+                oid,
+                version: v,
+            };
+            match self.osd_call(&current, osd, set.clone()).await? {
+                Ok(()) => {}
+                Err(ConnError::Remote(e)) if e.code == ErrorCode::NoObject => {
+                    let create = Command::Create {
+                        pid: DATA_PARTITION,
+                        oid: Some(oid),
+                        count: 1,
+                    };
+                    match self.osd_call(&current, osd, create).await? {
+                        Ok(()) => {}
+                        Err(ConnError::Remote(e)) if e.code == ErrorCode::Exists => {}
+                        Err(e) => return Err(osd_err(osd, e)),
+                    }
+                    self.osd_call(&current, osd, set)
+                        .await?
+                        .map_err(|e| osd_err(osd, e))?;
+                }
+                Err(e) => return Err(osd_err(osd, e)),
+            }
+            self.metrics.revocations.inc();
+        }
+        Ok(())
+    }
+
+    pub(super) async fn truncate_objects(&self, l: &Layout, size: u64) -> Result<(), MdsError> {
+        let (map, objs) = self.objects(l)?;
+        for (osd, oid, set, j) in objs {
+            let len = l.spec.object_len(size, set, j);
+            self.osd_run(
+                &map,
+                osd,
+                Command::Truncate {
+                    pid: DATA_PARTITION,
+                    oid,
+                    len,
+                },
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// Removes one queued file's objects (all of them, or an error).
+    pub(super) async fn delete_objects(&self, job: &DeleteJob) -> Result<(), MdsError> {
+        let (map, objs) = self.objects(&job.layout)?;
+        for (osd, oid, _, _) in objs {
+            self.osd_run(
+                &map,
+                osd,
+                Command::Remove {
+                    pid: DATA_PARTITION,
+                    oid,
+                },
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// Entries waiting in the delete queue, oldest first, at most
+    /// [`DELETE_BATCH`] of them (what the worker takes per pass).
+    pub fn delete_queue(&self) -> Result<Vec<(u64, DeleteJob)>, MdsError> {
+        let snap = self.kv.read()?;
+        let mut out = Vec::new();
+        let mut bad = None;
+        snap.scan(
+            T::DeleteQueue,
+            std::ops::Bound::Unbounded,
+            std::ops::Bound::Unbounded,
+            false,
+            &mut |k, v| {
+                let job = queue_seq(k).and_then(|seq| {
+                    postcard::from_bytes::<DeleteJob>(v)
+                        .map(|j| (seq, j))
+                        .map_err(|e| crate::kv::io_err("delete job", e))
+                });
+                match job {
+                    Ok(j) => out.push(j),
+                    Err(e) => bad = Some(e),
+                }
+                bad.is_none() && out.len() < DELETE_BATCH
+            },
+        )?;
+        match bad {
+            Some(e) => Err(e),
+            None => Ok(out),
+        }
+    }
+
+    /// How many entries the delete queue holds, all of them counted (a
+    /// malformed key is an error, never a sequence number).
+    pub fn delete_queue_len(&self) -> Result<u64, MdsError> {
+        let snap = self.kv.read()?;
+        let mut n = 0u64;
+        let mut bad = None;
+        snap.scan(
+            T::DeleteQueue,
+            std::ops::Bound::Unbounded,
+            std::ops::Bound::Unbounded,
+            false,
+            &mut |k, _| {
+                match queue_seq(k) {
+                    Ok(_) => n += 1,
+                    Err(e) => bad = Some(e),
+                }
+                bad.is_none()
+            },
+        )?;
+        match bad {
+            Some(e) => Err(e),
+            None => Ok(n),
+        }
+    }
+
+    /// The delete-queue worker: removes queued objects from the OSDs,
+    /// retrying while an OSD is unreachable; the queue is in the KV, so it
+    /// survives restarts.
+    pub async fn delete_worker(self: Arc<Self>) {
+        loop {
+            let mut pending = false;
+            match self.delete_queue() {
+                Ok(jobs) => {
+                    for (seq, job) in jobs {
+                        match self.delete_objects(&job).await {
+                            Ok(()) => {
+                                let r = self
+                                    .kv
+                                    .write(move |tx| tx.del(T::DeleteQueue, &num_key(seq)))
+                                    .await;
+                                if r.is_ok() {
+                                    self.metrics.objects_deleted.inc();
+                                }
+                            }
+                            Err(e) => {
+                                pending = true;
+                                tracing::debug!(ino = job.ino, error = %e, "delete deferred");
+                            }
+                        }
+                    }
+                }
+                Err(e) => {
+                    pending = true;
+                    tracing::warn!(error = %e, "cannot read the delete queue");
+                }
+            }
+            let wait = if pending {
+                Duration::from_millis(self.cfg.delete_retry_ms)
+            } else {
+                Duration::from_secs(3600)
+            };
+            let _ = tokio::time::timeout(wait, self.delete_wake.notified()).await;
+        }
+    }
+}

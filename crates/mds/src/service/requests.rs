@@ -1,0 +1,372 @@
+//! One function per namespace request: each reads a snapshot or runs one
+//! transaction of [`crate::ns`] through the KV's group commit, and shapes
+//! the reply (with grants and prefetch where the request carries them).
+
+use proto::layout::LayoutSpec;
+use proto::mds::XattrMode;
+
+use super::*;
+
+impl Mds {
+    /// LOOKUP: the entry, its grants and prefetched neighbours.
+    pub(super) fn lookup(
+        &self,
+        c: &Creds,
+        parent: u64,
+        name: &str,
+        pf: u32,
+    ) -> Result<MdsReply, MdsError> {
+        let snap = self.kv.read()?;
+        let i = ns::lookup(&snap, c, parent, name)?;
+        Ok(MdsReply::Found(Box::new(
+            self.found(&snap, c, i, false, pf)?,
+        )))
+    }
+
+    /// GETATTR.
+    pub(super) fn getattr(&self, ino: u64) -> Result<MdsReply, MdsError> {
+        Ok(MdsReply::Attr(self.kv.read()?.live_inode(ino)?.attr))
+    }
+
+    /// OPEN: permission for the access asked, then grants and prefetch.
+    pub(super) fn open_file(
+        &self,
+        c: &Creds,
+        ino: u64,
+        write: bool,
+        pf: u32,
+    ) -> Result<MdsReply, MdsError> {
+        let snap = self.kv.read()?;
+        let i = snap.live_inode(ino)?;
+        if i.attr.kind == FileKind::Dir && write {
+            return Err(err(Errno::IsDir, "cannot open a directory for writing"));
+        }
+        perm::check(&i.attr, c, if write { W } else { R }, "open")?;
+        Ok(MdsReply::Found(Box::new(
+            self.found(&snap, c, i, write, pf)?,
+        )))
+    }
+
+    /// CREATE: a file, opened for writing (grants, no prefetch).
+    pub(super) async fn create(
+        &self,
+        c: Creds,
+        parent: u64,
+        name: String,
+        mode: u32,
+        exclusive: bool,
+    ) -> Result<MdsReply, MdsError> {
+        let (policy, c2) = (self.sb.policy, c.clone());
+        let (i, _) = self
+            .kv
+            .write(move |tx| ns::create(tx, &policy, &c2, parent, &name, mode, exclusive))
+            .await?;
+        let snap = self.kv.read()?;
+        Ok(MdsReply::Found(Box::new(
+            self.found(&snap, &c, i, true, 0)?,
+        )))
+    }
+
+    /// MKDIR.
+    pub(super) async fn mkdir(
+        &self,
+        c: Creds,
+        parent: u64,
+        name: String,
+        mode: u32,
+    ) -> Result<MdsReply, MdsError> {
+        let policy = self.sb.policy;
+        let i = self
+            .kv
+            .write(move |tx| ns::mkdir(tx, &policy, &c, parent, &name, mode))
+            .await?;
+        Ok(MdsReply::Found(Box::new(Self::bare(&i))))
+    }
+
+    /// SYMLINK.
+    pub(super) async fn symlink(
+        &self,
+        c: Creds,
+        parent: u64,
+        name: String,
+        target: String,
+    ) -> Result<MdsReply, MdsError> {
+        let policy = self.sb.policy;
+        let i = self
+            .kv
+            .write(move |tx| ns::symlink(tx, &policy, &c, parent, &name, &target))
+            .await?;
+        Ok(MdsReply::Found(Box::new(Self::bare(&i))))
+    }
+
+    /// LINK.
+    pub(super) async fn link(
+        &self,
+        c: Creds,
+        ino: u64,
+        parent: u64,
+        name: String,
+    ) -> Result<MdsReply, MdsError> {
+        let i = self
+            .kv
+            .write(move |tx| ns::link(tx, &c, ino, parent, &name))
+            .await?;
+        Ok(MdsReply::Found(Box::new(Self::bare(&i))))
+    }
+
+    /// UNLINK: the last link queues the file's objects for deletion.
+    pub(super) async fn unlink(
+        &self,
+        c: Creds,
+        parent: u64,
+        name: String,
+    ) -> Result<MdsReply, MdsError> {
+        let job = self
+            .kv
+            .write(move |tx| ns::unlink(tx, &c, parent, &name))
+            .await?;
+        if job.is_some() {
+            self.delete_wake.notify_one();
+        }
+        Ok(MdsReply::Done)
+    }
+
+    /// RMDIR.
+    pub(super) async fn rmdir(
+        &self,
+        c: Creds,
+        parent: u64,
+        name: String,
+    ) -> Result<MdsReply, MdsError> {
+        self.kv
+            .write(move |tx| ns::rmdir(tx, &c, parent, &name))
+            .await?;
+        Ok(MdsReply::Done)
+    }
+
+    /// RENAME `from` to `to`: a replaced file's objects are queued for deletion.
+    pub(super) async fn rename(
+        &self,
+        c: Creds,
+        from: (u64, String),
+        to: (u64, String),
+        noreplace: bool,
+    ) -> Result<MdsReply, MdsError> {
+        let job = self
+            .kv
+            .write(move |tx| ns::rename(tx, &c, from.0, &from.1, to.0, &to.1, noreplace))
+            .await?;
+        if job.is_some() {
+            self.delete_wake.notify_one();
+        }
+        Ok(MdsReply::Done)
+    }
+
+    /// READLINK.
+    pub(super) fn readlink(&self, ino: u64) -> Result<MdsReply, MdsError> {
+        let i = self.kv.read()?.live_inode(ino)?;
+        i.target
+            .map(MdsReply::Target)
+            .ok_or_else(|| err(Errno::Inval, format!("inode {ino:#x} is not a symlink")))
+    }
+
+    /// READDIR: one page of entries after `after`, with attributes if `plus`.
+    pub(super) fn readdir(
+        &self,
+        c: &Creds,
+        ino: u64,
+        after: Option<&str>,
+        max: u32,
+        plus: bool,
+    ) -> Result<MdsReply, MdsError> {
+        let snap = self.kv.read()?;
+        let dir = snap.dir_inode(ino)?;
+        perm::check(&dir.attr, c, R, "readdir")?;
+        let max = max.clamp(1, READDIR_MAX) as usize;
+        let (list, more) = snap.list_dir(ino, after, max)?;
+        let mut entries = Vec::with_capacity(list.len());
+        for (name, child, kind) in list {
+            let attr = if plus {
+                snap.inode(child)?.map(|i| i.attr)
+            } else {
+                None
+            };
+            entries.push(DirEntry {
+                name,
+                ino: child,
+                kind,
+                attr,
+            });
+        }
+        Ok(MdsReply::Dir { entries, more })
+    }
+
+    pub(super) async fn setattr(
+        self: &Arc<Self>,
+        c: Creds,
+        ino: u64,
+        set: proto::mds::SetAttr,
+    ) -> Result<MdsReply, MdsError> {
+        // Shrinking a file: revoke old capabilities, then cut the objects,
+        // then record the length (so stale bytes can never reappear).
+        if let Some(size) = set.size {
+            let i = self.kv.read()?.live_inode(ino)?;
+            if i.attr.kind == FileKind::File && size < i.attr.size {
+                perm::check(&i.attr, &c, W, "truncate")?;
+                if let Some(l) = &i.layout {
+                    let v = self.bump_version().await?;
+                    self.revoke(l, v).await?;
+                    self.truncate_objects(l, size).await?;
+                }
+            }
+        }
+        let done = self
+            .kv
+            .write(move |tx| ns::setattr(tx, &c, ino, &set))
+            .await?;
+        if done.revoke
+            && let Some(l) = &done.inode.layout
+        {
+            let v = self.bump_version().await?;
+            self.revoke(l, v).await?;
+        }
+        Ok(MdsReply::Attr(done.inode.attr))
+    }
+
+    /// GETXATTR.
+    pub(super) fn getxattr(&self, c: &Creds, ino: u64, name: &str) -> Result<MdsReply, MdsError> {
+        Ok(MdsReply::Xattr(ns::getxattr(
+            &self.kv.read()?,
+            c,
+            ino,
+            name,
+        )?))
+    }
+
+    /// LISTXATTR.
+    pub(super) fn listxattr(&self, ino: u64) -> Result<MdsReply, MdsError> {
+        let snap = self.kv.read()?;
+        snap.live_inode(ino)?;
+        Ok(MdsReply::XattrNames(snap.xattr_names(ino)?))
+    }
+
+    /// SETXATTR.
+    pub(super) async fn setxattr(
+        &self,
+        c: Creds,
+        ino: u64,
+        name: String,
+        value: Vec<u8>,
+        mode: XattrMode,
+    ) -> Result<MdsReply, MdsError> {
+        self.kv
+            .write(move |tx| ns::setxattr(tx, &c, ino, &name, &value, mode))
+            .await?;
+        Ok(MdsReply::Done)
+    }
+
+    /// REMOVEXATTR.
+    pub(super) async fn removexattr(
+        &self,
+        c: Creds,
+        ino: u64,
+        name: String,
+    ) -> Result<MdsReply, MdsError> {
+        self.kv
+            .write(move |tx| ns::removexattr(tx, &c, ino, &name))
+            .await?;
+        Ok(MdsReply::Done)
+    }
+
+    /// COMMIT SIZE: a writer's length and mtime (the length only grows).
+    pub(super) async fn commit_size(
+        &self,
+        c: Creds,
+        ino: u64,
+        size: u64,
+        mtime: i64,
+    ) -> Result<MdsReply, MdsError> {
+        let i = self
+            .kv
+            .write(move |tx| ns::commit_size(tx, &c, ino, size, mtime))
+            .await?;
+        Ok(MdsReply::Attr(i.attr))
+    }
+
+    /// EXTEND LAYOUT: object sets up to `objset`, with write grants.
+    pub(super) async fn extend_layout(
+        &self,
+        c: Creds,
+        ino: u64,
+        objset: u64,
+    ) -> Result<MdsReply, MdsError> {
+        let (policy, c2) = (self.sb.policy, c.clone());
+        let i = self
+            .kv
+            .write(move |tx| ns::extend_layout(tx, &policy, &c2, ino, objset))
+            .await?;
+        let snap = self.kv.read()?;
+        Ok(MdsReply::Found(Box::new(
+            self.found(&snap, &c, i, true, 0)?,
+        )))
+    }
+
+    /// GET LAYOUT: a file's layout, or a directory's default.
+    pub(super) fn get_layout(&self, ino: u64) -> Result<MdsReply, MdsError> {
+        let i = self.kv.read()?.live_inode(ino)?;
+        match (i.layout, i.dir) {
+            (Some(l), _) => Ok(MdsReply::Layout {
+                spec: l.spec,
+                layout: Some(l),
+            }),
+            (None, Some(d)) => Ok(MdsReply::Layout {
+                spec: d.default_layout,
+                layout: None,
+            }),
+            _ => Err(err(Errno::Inval, "symlinks have no layout")),
+        }
+    }
+
+    /// SET LAYOUT: a directory's default or an empty file's layout.
+    pub(super) async fn set_layout(
+        &self,
+        c: Creds,
+        ino: u64,
+        spec: LayoutSpec,
+    ) -> Result<MdsReply, MdsError> {
+        let i = self
+            .kv
+            .write(move |tx| ns::set_layout(tx, &c, ino, spec))
+            .await?;
+        let spec = i
+            .layout
+            .as_ref()
+            .map(|l| l.spec)
+            .or(i.dir.as_ref().map(|d| d.default_layout))
+            .unwrap_or_default();
+        Ok(MdsReply::Layout {
+            spec,
+            layout: i.layout,
+        })
+    }
+
+    /// RESOLVE: every entry along an absolute, normalised path.
+    pub(super) fn resolve(&self, c: &Creds, path: &str) -> Result<MdsReply, MdsError> {
+        let snap = self.kv.read()?;
+        let root = snap.live_inode(ROOT_INO)?;
+        let mut out = vec![Self::entry(&root)];
+        let mut at = ROOT_INO;
+        for comp in path.split('/').filter(|s| !s.is_empty() && *s != ".") {
+            if comp == ".." {
+                return Err(err(
+                    Errno::Inval,
+                    "'..' is not resolved by the MDS; pass a normalised path",
+                ));
+            }
+            let i = ns::lookup(&snap, c, at, comp)?;
+            at = i.attr.ino;
+            out.push(Self::entry(&i));
+        }
+        Ok(MdsReply::Path(out))
+    }
+}
