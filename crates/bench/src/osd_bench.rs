@@ -13,7 +13,7 @@ use bytes::Bytes;
 use net::{ConnConfig, OsdClient};
 use osd::exec::{Ctx, StoreHandle, now_ms};
 use osd::server::{Osd, ServerConfig};
-use proto::{Capability, KeyRing, rights};
+use proto::{KeyRing, rights};
 use serde::Serialize;
 use store::device::{Device, FileDevice};
 use store::{DEFAULT_PARTITION as P, FormatOptions, OpenOptions, Store};
@@ -88,17 +88,15 @@ pub fn run(dir: &Path, ops: u64) -> anyhow::Result<Vec<Pair>> {
         let mut cfg = ConnConfig::new("bench", 1);
         cfg.connections = 4;
         let c = Arc::new(OsdClient::connect(&addr, cfg).await?);
-        let cap = Capability::sign(
-            &KEY,
-            1,
-            1,
-            P,
-            0,
-            u64::MAX,
-            rights::ALL,
-            now_ms() + 3_600_000,
-            u64::MAX,
-        );
+        let cap = proto::CapSpec {
+            partition: P,
+            oid_lo: 0,
+            oid_hi: u64::MAX,
+            rights: rights::ALL,
+            expiry_ms: now_ms() + 3_600_000,
+            version: u64::MAX,
+        }
+        .sign(&KEY, 1, 1);
         let mut out = Vec::new();
         for depth in [1usize, 16] {
             let ids: Vec<u64> = (0..ops)

@@ -2,8 +2,6 @@
 //! clusters, every phase, the charts and the JSON; and the structural
 //! figures that do not drift with the machine (OSD commands per insert).
 
-#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
-
 #[test]
 fn dirops_small_run_reports_every_point_and_one_command_per_atomic_insert() {
     let dir = tempfile::tempdir().unwrap();

@@ -5,7 +5,7 @@
 //! write-back timer; capability renewal after revocation; prefetch saving
 //! MDS requests; an OSD going down mid-read (EIO, never wrong data) and
 //! coming back at a new address.
-#![allow(clippy::unwrap_used)]
+#![expect(clippy::unwrap_used, reason = "tests: a panic is the failure report")]
 
 use std::time::Duration;
 

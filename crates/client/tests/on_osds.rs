@@ -3,7 +3,7 @@
 //! sticky directories, owner-only chmod and chown, setgid inheritance),
 //! close-to-open lengths and truncate through the inode records, a file
 //! unlinked while open, and rename seen by a second client.
-#![allow(clippy::unwrap_used)]
+#![expect(clippy::unwrap_used, reason = "tests: a panic is the failure report")]
 
 use std::time::Duration;
 

@@ -131,17 +131,15 @@ pub fn provision_osd(
 pub fn operator_cap(dir: &Path, ttl_ms: u64) -> Result<proto::Capability, LocalError> {
     let kf = KeyFile::load(&dir.join("key.toml"))?;
     let (version, key) = kf.newest()?;
-    Ok(proto::Capability::sign(
-        &key,
-        version,
-        kf.osd_id,
-        proto::layout::DATA_PARTITION,
-        0,
-        u64::MAX,
-        proto::rights::ALL,
-        proto::clock::now_ms() + ttl_ms,
-        u64::MAX,
-    ))
+    Ok(proto::CapSpec {
+        partition: proto::layout::DATA_PARTITION,
+        oid_lo: 0,
+        oid_hi: u64::MAX,
+        rights: proto::rights::ALL,
+        expiry_ms: proto::clock::now_ms() + ttl_ms,
+        version: u64::MAX,
+    }
+    .sign(&key, version, kf.osd_id))
 }
 
 /// Starts heartbeating OSD `kf.osd_id` (reachable at `addr`, placement

@@ -446,7 +446,6 @@ fn is_ancestor(tx: &Tx, anc: u64, mut ino: u64) -> Result<bool, MdsError> {
 }
 
 /// Renames atomically. Returns the delete job of a replaced file's last link.
-#[allow(clippy::too_many_arguments)]
 pub fn rename(
     tx: &mut Tx,
     c: &Creds,

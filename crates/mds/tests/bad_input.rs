@@ -2,7 +2,7 @@
 //! handshakes, undecodable requests), OSD reports (forged, unknown, replayed),
 //! its config file, its database file, formatting over an existing one.
 //! Each gets a clear error and loses nothing.
-#![allow(clippy::unwrap_used)]
+#![expect(clippy::unwrap_used, reason = "tests: a panic is the failure report")]
 
 mod common;
 

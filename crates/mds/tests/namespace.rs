@@ -1,7 +1,7 @@
 //! The MDS over 127.0.0.1 with real OSDs: every namespace operation and
 //! its errors, capabilities (issue, prefetch ranges, revocation observed at
 //! the OSD), truncation, the delete queue, and a 16-client storm.
-#![allow(clippy::unwrap_used)]
+#![expect(clippy::unwrap_used, reason = "tests: a panic is the failure report")]
 
 mod common;
 

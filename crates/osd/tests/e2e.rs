@@ -2,7 +2,7 @@
 //! command, the capability rejection matrix, concurrent atomics, bad frames,
 //! handshakes.
 
-#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
+#![expect(clippy::unwrap_used, reason = "tests: a panic is the failure report")]
 
 use std::sync::Arc;
 
@@ -56,7 +56,15 @@ async fn start_with(insecure: bool, tweak: impl FnOnce(&mut ServerConfig)) -> Te
 }
 
 fn cap(pid: u64, lo: u64, hi: u64, r: u32) -> Capability {
-    Capability::sign(&K2, 2, OSD, pid, lo, hi, r, now_ms() + 60_000, 1000)
+    proto::CapSpec {
+        partition: pid,
+        oid_lo: lo,
+        oid_hi: hi,
+        rights: r,
+        expiry_ms: now_ms() + 60_000,
+        version: 1000,
+    }
+    .sign(&K2, 2, OSD)
 }
 
 fn all(pid: u64) -> Capability {
@@ -401,17 +409,15 @@ async fn capability_rejection_matrix() {
             .is_ok(),
         "a good capability works"
     );
-    let old_key = Capability::sign(
-        &K1,
-        1,
-        OSD,
-        P,
-        0,
-        u64::MAX,
-        rights::READ,
-        now_ms() + 60_000,
-        1000,
-    );
+    let old_key = proto::CapSpec {
+        partition: P,
+        oid_lo: 0,
+        oid_hi: u64::MAX,
+        rights: rights::READ,
+        expiry_ms: now_ms() + 60_000,
+        version: 1000,
+    }
+    .sign(&K1, 1, OSD);
     assert!(
         read(Some(old_key)).await.is_ok(),
         "the previous key version still verifies"
@@ -423,17 +429,15 @@ async fn capability_rejection_matrix() {
         code(read(Some(forged)).await.unwrap_err()),
         ErrorCode::CapForged
     );
-    let expired = Capability::sign(
-        &K2,
-        2,
-        OSD,
-        P,
-        0,
-        u64::MAX,
-        rights::READ,
-        now_ms() - 1,
-        1000,
-    );
+    let expired = proto::CapSpec {
+        partition: P,
+        oid_lo: 0,
+        oid_hi: u64::MAX,
+        rights: rights::READ,
+        expiry_ms: now_ms() - 1,
+        version: 1000,
+    }
+    .sign(&K2, 2, OSD);
     assert_eq!(
         code(read(Some(expired)).await.unwrap_err()),
         ErrorCode::CapExpired
@@ -462,48 +466,42 @@ async fn capability_rejection_matrix() {
         ),
         ErrorCode::CapRights
     );
-    let unknown = Capability::sign(
-        &K2,
-        9,
-        OSD,
-        P,
-        0,
-        u64::MAX,
-        rights::READ,
-        now_ms() + 60_000,
-        1000,
-    );
+    let unknown = proto::CapSpec {
+        partition: P,
+        oid_lo: 0,
+        oid_hi: u64::MAX,
+        rights: rights::READ,
+        expiry_ms: now_ms() + 60_000,
+        version: 1000,
+    }
+    .sign(&K2, 9, OSD);
     assert_eq!(
         code(read(Some(unknown)).await.unwrap_err()),
         ErrorCode::CapKeyVersion
     );
-    let other_osd = Capability::sign(
-        &K2,
-        2,
-        OSD + 1,
-        P,
-        0,
-        u64::MAX,
-        rights::READ,
-        now_ms() + 60_000,
-        1000,
-    );
+    let other_osd = proto::CapSpec {
+        partition: P,
+        oid_lo: 0,
+        oid_hi: u64::MAX,
+        rights: rights::READ,
+        expiry_ms: now_ms() + 60_000,
+        version: 1000,
+    }
+    .sign(&K2, 2, OSD + 1);
     assert_eq!(
         code(read(Some(other_osd)).await.unwrap_err()),
         ErrorCode::CapForged
     );
     // Revocation (Hendricks et al.): bump the object's version to the capability's.
-    let older = Capability::sign(
-        &K2,
-        2,
-        OSD,
-        P,
-        0,
-        u64::MAX,
-        rights::READ,
-        now_ms() + 60_000,
-        500,
-    );
+    let older = proto::CapSpec {
+        partition: P,
+        oid_lo: 0,
+        oid_hi: u64::MAX,
+        rights: rights::READ,
+        expiry_ms: now_ms() + 60_000,
+        version: 500,
+    }
+    .sign(&K2, 2, OSD);
     assert!(read(Some(older.clone())).await.is_ok());
     c.run(
         Some(&all(P)),
@@ -547,17 +545,15 @@ async fn capability_rejection_matrix() {
         .await
         .unwrap_err();
     assert_eq!(code(e), ErrorCode::CapRights);
-    let old_list = Capability::sign(
-        &K2,
-        2,
-        OSD,
-        P,
-        0,
-        u64::MAX,
-        rights::LIST | rights::GET_ATTR,
-        now_ms() + 60_000,
-        500,
-    );
+    let old_list = proto::CapSpec {
+        partition: P,
+        oid_lo: 0,
+        oid_hi: u64::MAX,
+        rights: rights::LIST | rights::GET_ATTR,
+        expiry_ms: now_ms() + 60_000,
+        version: 500,
+    }
+    .sign(&K2, 2, OSD);
     let r = c.run(Some(&old_list), list, Bytes::new()).await.unwrap();
     let Reply::Listed { entries, .. } = r.reply else {
         panic!()

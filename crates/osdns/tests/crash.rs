@@ -6,7 +6,7 @@
 //! step that broke). Then `fsck` repairs, a second `fsck` must find
 //! nothing, and the operation must have happened wholly or not at all.
 
-#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
+#![expect(clippy::unwrap_used, reason = "tests: a panic is the failure report")]
 
 mod common;
 

@@ -3,7 +3,7 @@
 //! collision chains (a test hash with 4 slots) under concurrent inserts and
 //! removes — for both protocols. Each ends with fsck finding nothing.
 
-#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
+#![expect(clippy::unwrap_used, reason = "tests: a panic is the failure report")]
 
 mod common;
 

@@ -141,28 +141,38 @@ impl Capability {
         b[52..60].copy_from_slice(&self.version.to_le_bytes());
         b
     }
+}
 
-    /// Signs the fields with `key` for OSD `osd_id` (what the MDS does).
-    #[allow(clippy::too_many_arguments)]
-    pub fn sign(
-        key: &[u8; KEY_LEN],
-        key_version: u32,
-        osd_id: u32,
-        partition: u64,
-        oid_lo: u64,
-        oid_hi: u64,
-        rights: u32,
-        expiry_ms: u64,
-        version: u64,
-    ) -> Capability {
+/// What a capability grants, before it is signed: partition, object-id
+/// range, rights, expiry and the object version it was issued at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CapSpec {
+    /// Partition.
+    pub partition: u64,
+    /// First object id covered.
+    pub oid_lo: u64,
+    /// Last object id covered.
+    pub oid_hi: u64,
+    /// Rights bit mask ([`rights`]).
+    pub rights: u32,
+    /// Expiry, ms since the epoch.
+    pub expiry_ms: u64,
+    /// Object version it was issued at (revocation).
+    pub version: u64,
+}
+
+impl CapSpec {
+    /// Signs it with `key` (version `key_version`) for OSD `osd_id`:
+    /// what the MDS does.
+    pub fn sign(&self, key: &[u8; KEY_LEN], key_version: u32, osd_id: u32) -> Capability {
         let mut c = Capability {
             key_version,
-            partition,
-            oid_lo,
-            oid_hi,
-            rights,
-            expiry_ms,
-            version,
+            partition: self.partition,
+            oid_lo: self.oid_lo,
+            oid_hi: self.oid_hi,
+            rights: self.rights,
+            expiry_ms: self.expiry_ms,
+            version: self.version,
             mac: [0; 32],
         };
         c.mac = mac(key, &c.signed_bytes(osd_id));
@@ -326,26 +336,40 @@ mod tests {
     #[test]
     fn every_bad_case_has_its_own_error() {
         let ring = KeyRing::new(vec![(1, K1), (2, K2)]).unwrap();
-        let good = Capability::sign(
-            &K2,
-            2,
-            7,
-            5,
-            0,
-            1000,
-            rights::READ | rights::WRITE,
-            10_000,
-            50,
-        );
+        let good = CapSpec {
+            partition: 5,
+            oid_lo: 0,
+            oid_hi: 1000,
+            rights: rights::READ | rights::WRITE,
+            expiry_ms: 10_000,
+            version: 50,
+        }
+        .sign(&K2, 2, 7);
         assert_eq!(ring.check(Some(&good), 7, 1, &need()), Ok(()));
-        let old = Capability::sign(&K1, 1, 7, 5, 0, 1000, rights::READ, 10_000, 50);
+        let old = CapSpec {
+            partition: 5,
+            oid_lo: 0,
+            oid_hi: 1000,
+            rights: rights::READ,
+            expiry_ms: 10_000,
+            version: 50,
+        }
+        .sign(&K1, 1, 7);
         assert_eq!(
             ring.check(Some(&old), 7, 1, &need()),
             Ok(()),
             "previous key version still verifies"
         );
         assert_eq!(ring.check(None, 7, 1, &need()), Err(CapError::Missing));
-        let unknown = Capability::sign(&K1, 3, 7, 5, 0, 1000, rights::READ, 10_000, 50);
+        let unknown = CapSpec {
+            partition: 5,
+            oid_lo: 0,
+            oid_hi: 1000,
+            rights: rights::READ,
+            expiry_ms: 10_000,
+            version: 50,
+        }
+        .sign(&K1, 3, 7);
         assert_eq!(
             ring.check(Some(&unknown), 7, 1, &need()),
             Err(CapError::UnknownKeyVersion(3))

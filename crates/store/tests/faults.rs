@@ -1,7 +1,11 @@
 //! Bad media and bad input: flipped bits, device errors, damaged metadata,
 //! foreign signatures, newer formats.
 
-#![allow(clippy::unwrap_used, clippy::single_range_in_vec_init)] // tests: a panic is the failure report
+#![expect(clippy::unwrap_used, reason = "tests: a panic is the failure report")]
+#![expect(
+    clippy::single_range_in_vec_init,
+    reason = "fault ranges are lists of one range on purpose"
+)]
 
 use std::sync::Arc;
 

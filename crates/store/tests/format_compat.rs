@@ -3,8 +3,6 @@
 //! kept as a fixture and must open, replay and read back exactly, and pass
 //! fsck. When the format changes, keep this fixture and add one per version.
 
-#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
-
 use std::sync::Arc;
 
 use store::device::MemDevice;

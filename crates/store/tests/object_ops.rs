@@ -1,7 +1,7 @@
 //! The object model end to end on an in-memory device, under both
 //! allocation policies: data paths, attributes, atomics, listing, reopen.
 
-#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
+#![expect(clippy::unwrap_used, reason = "tests: a panic is the failure report")]
 
 use std::sync::Arc;
 

@@ -3,7 +3,7 @@
 //! default (about a minute); run with
 //! `cargo test --release -p tessera-store --test scale -- --ignored --nocapture`.
 
-#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
+#![expect(clippy::unwrap_used, reason = "tests: a panic is the failure report")]
 
 use std::sync::Arc;
 use std::time::Instant;

@@ -2,7 +2,7 @@
 //! rm/stat/attr, fsck (clean and damaged), refusal of foreign signatures,
 //! and the 2,000-cut power-loss test CI requires.
 
-#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
+#![expect(clippy::unwrap_used, reason = "tests: a panic is the failure report")]
 
 use std::path::Path;
 use std::process::{Command, Output};

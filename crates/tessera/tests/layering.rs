@@ -2,7 +2,7 @@
 //! depends (normally, not for its tests) on a workspace crate its layer may
 //! not use, or when the FUSE mount links the MDS's database, the store or a
 //! daemon. `docs/ARCHITECTURE.md` draws the same graph.
-#![allow(clippy::unwrap_used)]
+#![expect(clippy::unwrap_used, reason = "tests: a panic is the failure report")]
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;

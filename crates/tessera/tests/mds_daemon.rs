@@ -3,7 +3,7 @@
 //! resumes and the MDS is killed with SIGKILL mid-storm and restarted;
 //! every acknowledged change must be there, nothing half-done, and once the
 //! delete queue drains no OSD holds an object of a file that is gone.
-#![allow(clippy::unwrap_used)]
+#![expect(clippy::unwrap_used, reason = "tests: a panic is the failure report")]
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;

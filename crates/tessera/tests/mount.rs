@@ -4,7 +4,7 @@
 //! SIGKILL during reads; the prefetch benefit on a real source tree with
 //! each object-id policy. Skipped (with a message) where FUSE cannot be
 //! mounted (not root, or no /dev/fuse).
-#![allow(clippy::unwrap_used)]
+#![expect(clippy::unwrap_used, reason = "tests: a panic is the failure report")]
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};

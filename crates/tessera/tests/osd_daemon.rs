@@ -3,7 +3,7 @@
 //! exact and fsck is clean; SIGTERM stops it cleanly with exit 0; `/metrics`
 //! answers.
 
-#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
+#![expect(clippy::unwrap_used, reason = "tests: a panic is the failure report")]
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use net::keys::KeyFile;
 use net::{ConnConfig, OsdClient};
-use proto::{Capability, rights};
+use proto::rights;
 
 fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_tessera")
@@ -107,17 +107,15 @@ async fn kill_9_loses_no_acknowledged_write_and_sigterm_is_clean() {
     let kf = KeyFile::load(&key).unwrap();
     let ring = kf.ring().unwrap();
     let (kv, secret) = ring.newest().unwrap();
-    let cap = Capability::sign(
-        secret,
-        kv,
-        3,
-        store::DEFAULT_PARTITION,
-        0,
-        u64::MAX,
-        rights::ALL,
-        proto::clock::now_ms() + 600_000,
-        u64::MAX,
-    );
+    let cap = proto::CapSpec {
+        partition: store::DEFAULT_PARTITION,
+        oid_lo: 0,
+        oid_hi: u64::MAX,
+        rights: rights::ALL,
+        expiry_ms: proto::clock::now_ms() + 600_000,
+        version: u64::MAX,
+    }
+    .sign(secret, kv, 3);
     let (port, mport) = free_ports();
     let mut child = spawn_osd(&img, &key, port, mport);
     let c = Arc::new(connect(port, &img.with_extension("log")).await);

@@ -16,17 +16,15 @@ impl Mds {
                 let (kv, key) = ring.newest()?;
                 Some((
                     o.id,
-                    Capability::sign(
-                        key,
-                        kv,
-                        o.id,
-                        DATA_PARTITION,
-                        lo,
-                        hi,
+                    proto::CapSpec {
+                        partition: DATA_PARTITION,
+                        oid_lo: lo,
+                        oid_hi: hi,
                         rights,
                         expiry_ms,
                         version,
-                    ),
+                    }
+                    .sign(key, kv, o.id),
                 ))
             })
             .collect();

@@ -55,17 +55,15 @@ impl Mds {
         let (kv, key) = ring
             .newest()
             .ok_or_else(|| err(Errno::Io, format!("empty key ring for OSD {id}")))?;
-        Ok(Capability::sign(
-            key,
-            kv,
-            id,
-            DATA_PARTITION,
-            0,
-            u64::MAX,
-            rights::ALL,
-            Self::now_ms() + 60_000,
-            u64::MAX,
-        ))
+        Ok(proto::CapSpec {
+            partition: DATA_PARTITION,
+            oid_lo: 0,
+            oid_hi: u64::MAX,
+            rights: rights::ALL,
+            expiry_ms: Self::now_ms() + 60_000,
+            version: u64::MAX,
+        }
+        .sign(key, kv, id))
     }
 
     /// Every (OSD, object id, object set, stripe) of a layout, placed with

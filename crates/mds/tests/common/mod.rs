@@ -1,6 +1,10 @@
 //! A small cluster on 127.0.0.1 for the MDS tests: one MDS, N OSDs on
 //! file-backed stores, all in this process, over real sockets.
-#![allow(dead_code, clippy::unwrap_used)]
+#![expect(clippy::unwrap_used, reason = "tests: a panic is the failure report")]
+#![allow(
+    dead_code,
+    reason = "shared by several test binaries; each uses only part of it"
+)]
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -1,7 +1,11 @@
 //! A real cluster (MDS as authority + OSDs on 127.0.0.1) formatted with the
 //! namespace on the OSDs, and namespace clients for it.
 
-#![allow(dead_code, clippy::unwrap_used)] // tests: a panic is the failure report
+#![expect(clippy::unwrap_used, reason = "tests: a panic is the failure report")]
+#![allow(
+    dead_code,
+    reason = "shared by several test binaries; each uses only part of it"
+)]
 
 use std::sync::Arc;
 use std::time::Duration;
