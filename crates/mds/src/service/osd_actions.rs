@@ -191,56 +191,50 @@ impl Mds {
     /// Entries waiting in the delete queue, oldest first, at most
     /// [`DELETE_BATCH`] of them (what the worker takes per pass).
     pub fn delete_queue(&self) -> Result<Vec<(u64, DeleteJob)>, MdsError> {
-        let snap = self.kv.read()?;
         let mut out = Vec::new();
-        let mut bad = None;
-        snap.scan(
-            T::DeleteQueue,
-            std::ops::Bound::Unbounded,
-            std::ops::Bound::Unbounded,
-            false,
-            &mut |k, v| {
-                let job = queue_seq(k).and_then(|seq| {
-                    postcard::from_bytes::<DeleteJob>(v)
-                        .map(|j| (seq, j))
-                        .map_err(|e| crate::kv::io_err("delete job", e))
-                });
-                match job {
-                    Ok(j) => out.push(j),
-                    Err(e) => bad = Some(e),
-                }
-                bad.is_none() && out.len() < DELETE_BATCH
-            },
-        )?;
-        match bad {
-            Some(e) => Err(e),
-            None => Ok(out),
-        }
+        self.scan_delete_queue(|seq, v| {
+            let job = postcard::from_bytes::<DeleteJob>(v)
+                .map_err(|e| crate::kv::io_err("delete job", e))?;
+            out.push((seq, job));
+            Ok(out.len() < DELETE_BATCH)
+        })?;
+        Ok(out)
     }
 
     /// How many entries the delete queue holds, all of them counted (a
     /// malformed key is an error, never a sequence number).
     pub fn delete_queue_len(&self) -> Result<u64, MdsError> {
-        let snap = self.kv.read()?;
         let mut n = 0u64;
+        self.scan_delete_queue(|_, _| {
+            n += 1;
+            Ok(true)
+        })?;
+        Ok(n)
+    }
+
+    /// Visits the delete queue in order with each entry's sequence number
+    /// (its key checked) and value, while `f` answers `Ok(true)`; the first
+    /// error stops the scan and is returned.
+    fn scan_delete_queue(
+        &self,
+        mut f: impl FnMut(u64, &[u8]) -> Result<bool, MdsError>,
+    ) -> Result<(), MdsError> {
+        let snap = self.kv.read()?;
         let mut bad = None;
         snap.scan(
             T::DeleteQueue,
             std::ops::Bound::Unbounded,
             std::ops::Bound::Unbounded,
             false,
-            &mut |k, _| {
-                match queue_seq(k) {
-                    Ok(_) => n += 1,
-                    Err(e) => bad = Some(e),
+            &mut |k, v| match queue_seq(k).and_then(|seq| f(seq, v)) {
+                Ok(more) => more,
+                Err(e) => {
+                    bad = Some(e);
+                    false
                 }
-                bad.is_none()
             },
         )?;
-        match bad {
-            Some(e) => Err(e),
-            None => Ok(n),
-        }
+        bad.map_or(Ok(()), Err)
     }
 
     /// The delete-queue worker: removes queued objects from the OSDs,
