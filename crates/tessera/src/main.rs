@@ -38,10 +38,10 @@ enum Command {
     #[command(subcommand)]
     Mds(cmd::mds::MdsCmd),
     /// Show the cluster: OSDs up/down, space, MDS request counts.
-    Status(cmd::mds::StatusArgs),
+    Status(cmd::status::StatusArgs),
     /// Show or set file and directory layouts (stripe unit, count, object size).
     #[command(subcommand)]
-    Layout(cmd::mds::LayoutCmd),
+    Layout(cmd::layout::LayoutCmd),
     /// Start a whole local cluster (MDS + OSDs), optionally mounted.
     Up(cmd::up::Args),
     /// Mount a Tessera file system with FUSE.
@@ -96,8 +96,8 @@ fn main() {
         Command::Osd(a) => cmd::osd::run(a),
         Command::Keygen(a) => cmd::osd::keygen(a),
         Command::Mds(c) => cmd::mds::run(c),
-        Command::Status(a) => cmd::mds::status(a),
-        Command::Layout(c) => cmd::mds::layout(c),
+        Command::Status(a) => cmd::status::status(a),
+        Command::Layout(c) => cmd::layout::layout(c),
         Command::Up(a) => cmd::up::run(a),
         Command::Mount(a) => cmd::mount::run(a),
         Command::Put(a) => cmd::files::put(a),

@@ -6,7 +6,6 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::Context;
-use indicatif::{ProgressBar, ProgressStyle};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use store::device::{Device, FileDevice};
@@ -71,11 +70,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     );
 
     let ids: Vec<u64> = (0..a.objects).map(|i| 0x10000 + i).collect();
-    let pb = ProgressBar::new(a.objects);
-    pb.set_style(
-        ProgressStyle::with_template("{msg:6} {bar:40} {pos}/{len} objects")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
+    let pb = super::progress_bar(a.objects, "{msg:6} {bar:40} {pos}/{len} objects");
     pb.set_message("write");
     let started = Instant::now();
     let bytes: u64 = std::thread::scope(|sc| -> anyhow::Result<u64> {

@@ -143,21 +143,13 @@ fn bar(len: u64) -> indicatif::ProgressBar {
     if len < BAR_FROM {
         return indicatif::ProgressBar::hidden();
     }
-    let b = indicatif::ProgressBar::new(len);
-    b.set_style(
-        indicatif::ProgressStyle::with_template(
-            "{bytes}/{total_bytes} [{bar:30}] {bytes_per_sec} eta {eta}",
-        )
-        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-    );
-    b
+    super::progress_bar(
+        len,
+        "{bytes}/{total_bytes} [{bar:30}] {bytes_per_sec} eta {eta}",
+    )
 }
 
-fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    Ok(tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?)
-}
+use super::runtime;
 
 pub fn put(a: PutArgs) -> anyhow::Result<i32> {
     // The local side first: a bad local path fails before touching the cluster.

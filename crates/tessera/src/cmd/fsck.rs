@@ -3,8 +3,6 @@
 
 use std::path::PathBuf;
 
-use indicatif::{ProgressBar, ProgressStyle};
-
 /// Check a store: label, commit slots, checkpoint and journal checksums,
 /// every onode, no block owned twice, free space = complement of used space,
 /// index = onodes, and every data block's checksum. Writes nothing.
@@ -48,11 +46,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         (Some(p), false) => p.clone(),
     };
     let dev = super::open_device(&path)?;
-    let bar = ProgressBar::new(0);
-    bar.set_style(
-        ProgressStyle::with_template("verifying data {bar:40} {pos}/{len} blocks ({eta})")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
+    let bar = super::progress_bar(0, "verifying data {bar:40} {pos}/{len} blocks ({eta})");
     let report = match store::fsck::fsck(dev, |done, total| {
         bar.set_length(total);
         bar.set_position(done);
@@ -97,9 +91,7 @@ fn namespace(a: &Args) -> anyhow::Result<i32> {
         anyhow::bail!("--grace must be a number of seconds ≥ 0");
     }
     let (mds, cluster) = a.target.resolve()?;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
+    let rt = super::runtime()?;
     rt.block_on(async {
         let fs = super::namespace_client(&mds, &cluster).await?;
         let r = match osdns::fsck::fsck(&fs, a.repair, (a.grace * 1000.0) as u64).await {

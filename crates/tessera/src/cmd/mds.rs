@@ -1,15 +1,14 @@
-//! `tessera mds format|serve|fsck`, `tessera status` and `tessera layout`.
+//! `tessera mds format|serve|fsck`: the metadata server's own commands
+//! (`tessera status` and `tessera layout` have their own modules).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use local::LocalMds;
 use mds::FormatOptions;
 use mds::ids::{Geometry, IdPolicy, PolicyKind};
-use net::MdsClient;
 use proto::layout::LayoutSpec;
-use proto::mds::{MdsReply, Op};
 
 /// The metadata server.
 #[derive(clap::Subcommand)]
@@ -78,50 +77,7 @@ pub enum MdsCmd {
     },
 }
 
-/// Show the cluster: OSDs up/down with space, inodes, request counts.
-#[derive(clap::Args)]
-pub struct StatusArgs {
-    #[command(flatten)]
-    pub to: super::cluster::Target,
-    /// Print JSON instead of a table.
-    #[arg(long)]
-    pub json: bool,
-}
-
-/// Show or set a file's layout or a directory's default layout.
-#[derive(clap::Subcommand)]
-pub enum LayoutCmd {
-    /// Print the layout of PATH.
-    Get {
-        /// Path in the file system (absolute).
-        path: String,
-        #[command(flatten)]
-        to: StatusArgs,
-    },
-    /// Set PATH's layout (directories: the default for new files and
-    /// subdirectories; files: only while empty).
-    Set {
-        /// Path in the file system (absolute).
-        path: String,
-        /// Stripe unit (multiple of 4K).
-        #[arg(long, value_parser = crate::args::size)]
-        stripe_unit: Option<u64>,
-        /// Stripe count.
-        #[arg(long)]
-        stripe_count: Option<u32>,
-        /// Largest object (0 = unbounded).
-        #[arg(long, value_parser = crate::args::size)]
-        object_size: Option<u64>,
-        #[command(flatten)]
-        to: StatusArgs,
-    },
-}
-
-fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    Ok(tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?)
-}
+use super::runtime;
 
 pub fn run(c: MdsCmd) -> anyhow::Result<i32> {
     match c {
@@ -212,111 +168,5 @@ pub fn run(c: MdsCmd) -> anyhow::Result<i32> {
                 Ok(1)
             }
         }
-    }
-}
-
-use super::human;
-
-pub fn status(a: StatusArgs) -> anyhow::Result<i32> {
-    runtime()?.block_on(async move {
-        let (mds_addr, cluster) = a.to.resolve()?;
-        let c = MdsClient::new(&mds_addr, &cluster, 1);
-        let s = match c.call(Op::Status).await? {
-            MdsReply::Status(s) => s,
-            r => bail!("unexpected reply {r:?}"),
-        };
-        if a.json {
-            println!("{}", serde_json::to_string_pretty(&*s)?);
-            return Ok(0);
-        }
-        print_status(&s);
-        Ok(if s.osds.iter().all(|o| o.up) { 0 } else { 2 })
-    })
-}
-
-pub fn layout(c: LayoutCmd) -> anyhow::Result<i32> {
-    runtime()?.block_on(async move {
-        let (path, to, set) = match c {
-            LayoutCmd::Get { path, to } => (path, to, None),
-            LayoutCmd::Set {
-                path,
-                stripe_unit,
-                stripe_count,
-                object_size,
-                to,
-            } => (path, to, Some((stripe_unit, stripe_count, object_size))),
-        };
-        let (mds_addr, cluster) = to.to.resolve()?;
-        let cl = MdsClient::new(&mds_addr, &cluster, 1);
-        let e = cl.resolve(&path).await?;
-        let ino = e.attr.ino;
-        let current = match cl.call(Op::GetLayout { ino }).await? {
-            MdsReply::Layout { spec, .. } => spec,
-            r => bail!("unexpected reply {r:?}"),
-        };
-        let reply = match set {
-            None => cl.call(Op::GetLayout { ino }).await?,
-            Some((su, sc, os)) => {
-                let spec = LayoutSpec {
-                    stripe_unit: match su {
-                        Some(v) => u32::try_from(v).context("stripe unit too large")?,
-                        None => current.stripe_unit,
-                    },
-                    stripe_count: sc.unwrap_or(current.stripe_count),
-                    object_size: os.unwrap_or(current.object_size),
-                };
-                cl.call(Op::SetLayout { ino, spec }).await?
-            }
-        };
-        match reply {
-            MdsReply::Layout { spec, layout } => {
-                println!(
-                    "{path}: stripe unit {} B, stripe count {}, object size {}",
-                    spec.stripe_unit,
-                    spec.stripe_count,
-                    if spec.object_size == 0 {
-                        "unbounded".to_string()
-                    } else {
-                        format!("{} B", spec.object_size)
-                    }
-                );
-                if let Some(l) = layout {
-                    println!(
-                        "  placed with OSD map epoch {}, object sets {:x?}",
-                        l.map_epoch, l.objsets
-                    );
-                }
-                Ok(0)
-            }
-            r => bail!("unexpected reply {r:?}"),
-        }
-    })
-}
-
-/// Prints cluster status as a table: map, inodes, MDS request counts, one row per OSD.
-pub fn print_status(s: &proto::mds::ClusterStatus) {
-    println!(
-        "cluster {}  map epoch {}  inodes {}  id policy {}",
-        s.cluster_id, s.epoch, s.inodes, s.id_policy
-    );
-    println!(
-        "MDS requests: {} mandatory, {} non-mandatory; {} files waiting for object deletion",
-        s.mandatory, s.non_mandatory, s.delete_queue
-    );
-    println!(
-        "{:>4}  {:<22} {:>5} {:>7} {:>11} {:>11} {:>9}",
-        "OSD", "address", "state", "weight", "used", "capacity", "objects"
-    );
-    for o in &s.osds {
-        println!(
-            "{:>4}  {:<22} {:>5} {:>7.2} {:>11} {:>11} {:>9}",
-            o.id,
-            o.addr,
-            if o.up { "up" } else { "DOWN" },
-            f64::from(o.weight) / f64::from(proto::placement::WEIGHT_ONE),
-            human(o.used),
-            human(o.capacity),
-            o.objects
-        );
     }
 }

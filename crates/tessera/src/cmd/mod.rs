@@ -5,11 +5,13 @@ pub mod cluster;
 pub mod demo;
 pub mod files;
 pub mod fsck;
+pub mod layout;
 pub mod mds;
 pub mod mkfs;
 pub mod mount;
 pub mod osd;
 pub mod sim;
+pub mod status;
 pub mod store_ops;
 pub mod up;
 
@@ -23,6 +25,24 @@ use store::device::{Device, FileDevice};
 pub fn open_device(path: &Path) -> anyhow::Result<Arc<dyn Device>> {
     let dev = FileDevice::open(path).with_context(|| format!("cannot open {}", path.display()))?;
     Ok(Arc::new(dev))
+}
+
+/// The multi-threaded tokio runtime every networked command runs on.
+pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?)
+}
+
+/// A progress bar of `len` steps drawn with `template` (indicatif's syntax;
+/// a bad template falls back to the plain bar).
+pub fn progress_bar(len: u64, template: &str) -> indicatif::ProgressBar {
+    let b = indicatif::ProgressBar::new(len);
+    b.set_style(
+        indicatif::ProgressStyle::with_template(template)
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    b
 }
 
 /// Human-readable byte count.

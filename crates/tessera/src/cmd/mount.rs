@@ -96,9 +96,7 @@ fn report(ready: &mut Option<OwnedFd>, msg: &str) {
 }
 
 fn serve(a: Args, mut ready: Option<OwnedFd>) -> anyhow::Result<i32> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
+    let rt = super::runtime()?;
     let handle = rt.handle().clone();
     let r = rt.block_on(async {
         let mut cfg = client::ClientConfig::new(&a.mds, &a.cluster);

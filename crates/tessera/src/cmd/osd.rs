@@ -112,9 +112,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     let mut cfg = ServerConfig::new(&kf.cluster_id, kf.osd_id);
     cfg.serve.max_in_flight = a.max_in_flight.max(1);
     cfg.serve.idle_timeout = std::time::Duration::from_secs(a.idle_timeout.max(1));
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
+    let rt = super::runtime()?;
     rt.block_on(async move {
         let listener = tokio::net::TcpListener::bind(a.listen).await.with_context(|| format!("cannot listen on {}", a.listen))?;
         let osd = Osd::new(ctx, cfg);

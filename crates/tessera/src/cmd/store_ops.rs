@@ -5,7 +5,7 @@ use std::io::{Read, Write};
 use std::path::PathBuf;
 
 use anyhow::{Context, bail};
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::ProgressBar;
 use store::{DEFAULT_PARTITION, OpenOptions, Store, StoreError};
 
 use crate::args;
@@ -127,14 +127,10 @@ fn bar(len: u64, what: &str) -> ProgressBar {
     if len <= BAR_ABOVE {
         return ProgressBar::hidden();
     }
-    let b = ProgressBar::new(len);
-    b.set_style(
-        ProgressStyle::with_template(&format!(
-            "{what} {{bar:40}} {{bytes}}/{{total_bytes}} {{bytes_per_sec}} ({{eta}})"
-        ))
-        .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
-    b
+    super::progress_bar(
+        len,
+        &format!("{what} {{bar:40}} {{bytes}}/{{total_bytes}} {{bytes_per_sec}} ({{eta}})"),
+    )
 }
 
 pub fn run(c: StoreCmd) -> anyhow::Result<i32> {
@@ -335,11 +331,7 @@ pub fn run(c: StoreCmd) -> anyhow::Result<i32> {
                 threads,
                 ..Default::default()
             };
-            let pb = ProgressBar::new(cuts);
-            pb.set_style(
-                ProgressStyle::with_template("cuts {bar:40} {pos}/{len} {per_sec} ({eta}) {msg}")
-                    .unwrap_or_else(|_| ProgressStyle::default_bar()),
-            );
+            let pb = super::progress_bar(cuts, "cuts {bar:40} {pos}/{len} {per_sec} ({eta}) {msg}");
             let started = std::time::Instant::now();
             let r = store::crashtest::run(&cfg, |r| {
                 pb.set_position(r.cuts);

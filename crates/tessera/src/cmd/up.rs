@@ -127,9 +127,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         )
         .map_err(anyhow::Error::msg)?;
     }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
+    let rt = super::runtime()?;
     let handle = rt.handle().clone();
     rt.block_on(async move {
         let m = LocalMds::start(&mds_dir, &cf.mds)
@@ -171,7 +169,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             println!("  OSD {} {}", o.id, o.addr);
         }
         if let Ok(s) = m.mds.status() {
-            super::mds::print_status(&s);
+            super::status::print_status(&s);
         }
         let mut client = None;
         let mut session = None;
