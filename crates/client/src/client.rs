@@ -1,24 +1,23 @@
-//! The client: namespace operations through the MDS (answered from the
-//! metadata cache when fresh) — or, for a file system formatted with
-//! `--namespace osd`, on the OSDs themselves (`on_osds`) — open files with
-//! their data path straight to the OSDs, and a timer that writes buffered
-//! data out.
+//! The client: namespace calls through one [`Namespace`] — the MDS, or
+//! for a file system formatted with `--namespace osd` the OSDs themselves —
+//! answered from the metadata cache while fresh; open files with their
+//! data path straight to the OSDs; and a timer that writes buffered data
+//! out. Nothing here depends on which namespace answers.
 //!
 //! Consistency (see `docs/CLIENT.md`): close-to-open. Closing or fsyncing a
 //! file writes its data to the OSDs (durable when they answer) and commits
-//! its length and mtime to the MDS; an open in any client after that sees
-//! them, except that a client answers lookups, getattrs and read-only opens
-//! from entries younger than `attr_timeout` (default 1 s, 0 = always ask).
-//! Within one client every handle sees every write at once.
+//! its length and mtime to the namespace; an open in any client after that
+//! sees them, except that a client answers lookups, getattrs and read-only
+//! opens from entries younger than `attr_timeout` (default 1 s, 0 = always
+//! ask). Within one client every handle sees every write at once.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use net::MdsClient;
-use posix::{R, W, X};
 use proto::layout::{Layout, LayoutSpec, data_oid};
 use proto::mds::{
     Attr, ClusterStatus, Creds, DirEntry, Entry, FileKind, FsStat, Grant, MdsReply, Op, ROOT_INO,
@@ -26,13 +25,15 @@ use proto::mds::{
 };
 use proto::rights;
 
-use crate::cache::{Cached, MetaCache, Segment};
 use crate::config::ClientConfig;
 use crate::error::{Errno, FsError, Result};
 use crate::file::{self, OpenInode};
+use crate::meta::Meta;
+use crate::namespace::Namespace;
+use crate::on_mds::{MdsNamespace, bad_reply};
 use crate::on_osds::OsdNamespace;
 use crate::osds::OsdSet;
-use crate::stats::{ClientStats, Counters};
+use crate::stats::ClientStats;
 
 pub use proto::clock::{now_ms, now_ns};
 
@@ -47,18 +48,17 @@ struct Handle {
 pub struct Inner {
     /// Settings.
     pub cfg: ClientConfig,
-    /// MDS connection (counts mandatory and non-mandatory requests).
-    pub mds: MdsClient,
+    /// MDS connection: maps and status in every mode, the namespace in
+    /// MDS mode (counts mandatory and non-mandatory requests).
+    pub mds: Arc<MdsClient>,
     /// Maps and OSD connections.
     pub osds: OsdSet,
-    /// Counters.
-    pub counters: Counters,
+    /// The metadata cache and counters (shared with the namespace).
+    pub meta: Arc<Meta>,
+    /// Where the namespace lives.
+    pub ns: Arc<dyn Namespace>,
     /// Bytes buffered or being written in the whole client.
     pub dirty_total: AtomicU64,
-    /// The namespace on the OSDs, when the file system keeps it there
-    /// (then the MDS only hands out maps and capabilities).
-    pub ns: Option<Arc<OsdNamespace>>,
-    cache: Mutex<MetaCache>,
     inodes: Mutex<HashMap<u64, Arc<OpenInode>>>,
     handles: Mutex<HashMap<u64, Handle>>,
     next_fh: AtomicU64,
@@ -75,90 +75,8 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// POSIX permission check made in the client (namespace on the OSDs).
-fn check(a: &Attr, c: &Creds, want: u32, what: &str) -> Result<()> {
-    posix::perm::check(a, c, want, what).map_err(|e| FsError::new(e.errno.raw(), e.message))
-}
-
-/// The sticky-directory rule, made in the client.
-fn sticky(dir: &Attr, victim: &Attr, c: &Creds) -> Result<()> {
-    posix::perm::sticky(dir, victim, c).map_err(|e| FsError::new(e.errno.raw(), e.message))
-}
-
-/// Whether the sticky rule can refuse `c` anything in `dir` (so the victim
-/// must be looked up to check it).
-fn sticky_applies(dir: &Attr, c: &Creds) -> bool {
-    dir.mode & 0o1000 != 0 && c.uid != 0 && c.uid != dir.uid
-}
-
-fn bad_reply(what: &str, r: &MdsReply) -> FsError {
-    FsError::new(Errno::Io, format!("{what}: unexpected reply {r:?}"))
-}
-
 impl Inner {
-    fn fresh(&self, c: &Cached) -> bool {
-        c.fetched.elapsed() < self.cfg.attr_timeout
-    }
-
-    fn cache(&self) -> std::sync::MutexGuard<'_, MetaCache> {
-        lock(&self.cache)
-    }
-
-    /// Caches a lookup-style answer: the entry on demand, its neighbours as prefetch.
-    fn absorb(&self, f: &proto::mds::Found) {
-        let now = Instant::now();
-        let mut c = self.cache();
-        c.insert(
-            Cached {
-                entry: f.entry.clone(),
-                grants: f.grants.clone(),
-                fetched: now,
-                layout_known: true,
-            },
-            Segment::Demand,
-        );
-        for e in &f.prefetch {
-            let oid = data_oid(e.attr.ino);
-            let grants: Vec<Grant> = f
-                .prefetch_grants
-                .iter()
-                .filter(|g| g.covers(oid, 0))
-                .cloned()
-                .collect();
-            c.insert(
-                Cached {
-                    entry: e.clone(),
-                    grants,
-                    fetched: now,
-                    layout_known: true,
-                },
-                Segment::Prefetch,
-            );
-        }
-    }
-
-    /// Caches an entry answered from the namespace on the OSDs.
-    fn remember(&self, entry: Entry, grants: Vec<Grant>) {
-        self.cache().insert(
-            Cached {
-                entry,
-                grants,
-                fetched: Instant::now(),
-                layout_known: true,
-            },
-            Segment::Demand,
-        );
-    }
-
-    /// Updates a cached entry's attributes (after an operation returned them).
-    pub fn cache_attr(&self, a: Attr) {
-        self.cache().update(a.ino, |c| {
-            c.entry.attr = a;
-            c.fetched = Instant::now();
-        });
-    }
-
-    /// Asks the MDS for a file's entry and capabilities (OPEN: a
+    /// Asks the namespace for a file's entry and capabilities (OPEN: a
     /// non-mandatory request, also used to renew capabilities).
     pub async fn open_grants(
         &self,
@@ -166,39 +84,10 @@ impl Inner {
         creds: &Creds,
         write: bool,
     ) -> Result<(Entry, Vec<Grant>)> {
-        Counters::add(&self.counters.cache_misses, 1);
-        if let Some(ns) = &self.ns {
-            let i = ns.inode(ino).await?;
-            let a = crate::on_osds::attr(ino, &i);
-            if a.kind == FileKind::Dir && write {
-                return Err(FsError::new(
-                    Errno::IsDir,
-                    "cannot open a directory for writing",
-                ));
-            }
-            check(&a, creds, if write { W } else { R }, "open")?;
-            let parent = self.cache().peek(ino).map_or(ROOT_INO, |c| c.entry.parent);
-            let entry = Entry {
-                parent,
-                name: String::new(),
-                layout: crate::on_osds::layout(ino, &i),
-                attr: a,
-            };
-            let grants = ns.grants().await?;
-            self.remember(entry.clone(), grants.clone());
-            return Ok((entry, grants));
-        }
-        match self
-            .mds
-            .call_as(creds.clone(), Op::Open { ino, write })
-            .await?
-        {
-            MdsReply::Found(f) => {
-                self.absorb(&f);
-                Ok((f.entry, f.grants))
-            }
-            r => Err(bad_reply("open", &r)),
-        }
+        self.meta.miss();
+        let f = self.ns.open(creds, ino, write).await?;
+        self.meta.absorb(&f);
+        Ok((f.entry, f.grants))
     }
 
     /// The size this client knows for an open inode (its writes may not be
@@ -208,23 +97,36 @@ impl Inner {
             .get(&ino)
             .map(|f| f.size.load(Ordering::Relaxed))
     }
+
+    /// Whether this client has `ino` open.
+    fn is_open(&self, ino: u64) -> bool {
+        lock(&self.inodes).contains_key(&ino)
+    }
 }
 
 impl Client {
-    /// A client of the cluster `cfg` names; checks the MDS answers and
-    /// fetches the OSD map.
+    /// A client of the cluster `cfg` names; checks the MDS answers, learns
+    /// where the namespace lives and fetches the OSD map.
     pub async fn connect(cfg: ClientConfig) -> Result<Client> {
         let mut mds = MdsClient::new(&cfg.mds_addr, &cfg.cluster_id, cfg.mds_connections);
         mds.prefetch = cfg.prefetch;
+        let mds = Arc::new(mds);
         let osds = OsdSet::new(&cfg.cluster_id, cfg.osd_connections);
-        let ns = OsdNamespace::probe(&cfg).await?.map(Arc::new);
+        let meta = Arc::new(Meta::new(
+            cfg.cache_demand,
+            cfg.cache_prefetch,
+            cfg.attr_timeout,
+        ));
+        let ns: Arc<dyn Namespace> = match OsdNamespace::probe(&cfg, meta.clone()).await? {
+            Some(ns) => Arc::new(ns),
+            None => Arc::new(MdsNamespace::new(mds.clone())),
+        };
         let inner = Arc::new(Inner {
             ns,
-            cache: Mutex::new(MetaCache::new(cfg.cache_demand, cfg.cache_prefetch)),
+            meta,
             cfg,
             mds,
             osds,
-            counters: Counters::default(),
             dirty_total: AtomicU64::new(0),
             inodes: Mutex::new(HashMap::new()),
             handles: Mutex::new(HashMap::new()),
@@ -265,7 +167,7 @@ impl Client {
 
     /// Counters: MDS requests (mandatory / non-mandatory), cache hits, bytes.
     pub fn stats(&self) -> ClientStats {
-        let c = &self.inner.counters;
+        let c = &self.inner.meta.counters;
         let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
         ClientStats {
             mds_mandatory: l(&self.inner.mds.mandatory),
@@ -279,17 +181,6 @@ impl Client {
         }
     }
 
-    fn hit(&self, first_prefetch_use: bool) {
-        Counters::add(&self.inner.counters.cache_hits, 1);
-        if first_prefetch_use {
-            Counters::add(&self.inner.counters.prefetch_hits, 1);
-        }
-    }
-
-    fn miss(&self) {
-        Counters::add(&self.inner.counters.cache_misses, 1);
-    }
-
     async fn call(&self, c: &Creds, op: Op) -> Result<MdsReply> {
         Ok(self.inner.mds.call_as(c.clone(), op).await?)
     }
@@ -301,79 +192,48 @@ impl Client {
         a
     }
 
+    /// Caches a lookup-style answer and returns its entry with this
+    /// client's view of the size.
+    fn took(&self, f: &proto::mds::Found) -> Entry {
+        self.inner.meta.absorb(f);
+        let mut e = f.entry.clone();
+        e.attr = self.with_local_size(e.attr);
+        e
+    }
+
     /// Finds `name` in directory `parent`.
     pub async fn lookup(&self, c: &Creds, parent: u64, name: &str) -> Result<Entry> {
+        let meta = &self.inner.meta;
         let cached = {
-            let mut cache = self.inner.cache();
+            let mut cache = meta.cache();
             match cache.ino_of(parent, name) {
                 Some(ino) => match cache.peek(ino) {
-                    Some(x) if self.inner.fresh(x) => cache.get(ino),
+                    Some(x) if meta.fresh(x) => cache.get(ino),
                     _ => None,
                 },
                 None => None,
             }
         };
         if let Some((x, first)) = cached {
-            self.hit(first);
+            meta.hit(first);
             let mut e = x.entry;
             e.attr = self.with_local_size(e.attr);
             return Ok(e);
         }
-        self.miss();
-        if let Some(ns) = &self.inner.ns {
-            self.searchable(c, parent, "lookup").await?;
-            let e = ns.lookup(parent, name).await?;
-            self.inner.remember(e.clone(), ns.grants().await?);
-            let mut e = e;
-            e.attr = self.with_local_size(e.attr);
-            return Ok(e);
-        }
-        match self
-            .call(
-                c,
-                Op::Lookup {
-                    parent,
-                    name: name.into(),
-                },
-            )
-            .await?
-        {
-            MdsReply::Found(f) => {
-                self.inner.absorb(&f);
-                let mut e = f.entry;
-                e.attr = self.with_local_size(e.attr);
-                Ok(e)
-            }
-            r => Err(bad_reply("lookup", &r)),
-        }
+        meta.miss();
+        let f = self.inner.ns.lookup(c, parent, name).await?;
+        Ok(self.took(&f))
     }
 
     /// Attributes of `ino`.
     pub async fn getattr(&self, c: &Creds, ino: u64) -> Result<Attr> {
-        let cached = {
-            let mut cache = self.inner.cache();
-            match cache.peek(ino) {
-                Some(x) if self.inner.fresh(x) => cache.get(ino),
-                _ => None,
-            }
-        };
-        if let Some((x, first)) = cached {
-            self.hit(first);
-            return Ok(self.with_local_size(x.entry.attr));
-        }
-        self.miss();
-        if let Some(ns) = &self.inner.ns {
-            let a = ns.getattr(ino).await?;
-            self.inner.cache_attr(a.clone());
+        if let Some(a) = self.inner.meta.fresh_attr(ino) {
             return Ok(self.with_local_size(a));
         }
-        match self.call(c, Op::GetAttr { ino }).await? {
-            MdsReply::Attr(a) => {
-                self.inner.cache_attr(a.clone());
-                Ok(self.with_local_size(a))
-            }
-            r => Err(bad_reply("getattr", &r)),
-        }
+        self.inner.meta.miss();
+        let a = self.inner.ns.getattr(c, ino).await?;
+        self.inner.meta.cache_attr(a.clone());
+        Ok(self.with_local_size(a))
     }
 
     /// chmod, chown, utimens, truncate. A truncate first writes out this
@@ -387,29 +247,12 @@ impl Client {
         if let (Some(st), Some(_)) = (guard.as_mut(), set.size) {
             file::commit(&self.inner, ino, st).await?;
         }
-        let a = match &self.inner.ns {
-            Some(ns) => ns.setattr(c, ino, &set).await?,
-            None => {
-                let r = self
-                    .call(
-                        c,
-                        Op::SetAttr {
-                            ino,
-                            set: set.clone(),
-                        },
-                    )
-                    .await;
-                match r? {
-                    MdsReply::Attr(a) => a,
-                    r => return Err(bad_reply("setattr", &r)),
-                }
-            }
-        };
+        let a = self.inner.ns.setattr(c, ino, &set).await?;
         if let (Some(f), Some(st), Some(size)) = (&open, guard.as_mut(), set.size) {
             file::truncated(f, st, size);
         }
         drop(guard);
-        self.inner.cache_attr(a.clone());
+        self.inner.meta.cache_attr(a.clone());
         Ok(a)
     }
 
@@ -422,139 +265,56 @@ impl Client {
         mode: u32,
         exclusive: bool,
     ) -> Result<(Entry, u64)> {
-        if let Some(ns) = &self.inner.ns {
-            let pa = self.changeable(c, parent, "create").await?;
-            let (e, created) = ns
-                .make(c, parent, &pa, name, FileKind::File, mode, None, exclusive)
-                .await?;
-            if !created {
-                check(&e.attr, c, W, "open for writing")?;
-            }
-            let grants = ns.grants().await?;
-            self.inner.remember(e.clone(), grants.clone());
-            let fh = self.install(c, &e, grants, true).await;
-            return Ok((e, fh));
-        }
-        let op = Op::Create {
-            parent,
-            name: name.into(),
-            mode,
-            exclusive,
-        };
-        match self.call(c, op).await? {
-            MdsReply::Found(f) => {
-                self.inner.absorb(&f);
-                let fh = self.install(c, &f.entry, f.grants.clone(), true).await;
-                Ok((f.entry, fh))
-            }
-            r => Err(bad_reply("create", &r)),
-        }
-    }
-
-    async fn entry_op(&self, c: &Creds, op: Op, what: &str) -> Result<Entry> {
-        match self.call(c, op).await? {
-            MdsReply::Found(f) => {
-                self.inner.absorb(&f);
-                Ok(f.entry)
-            }
-            r => Err(bad_reply(what, &r)),
-        }
+        let f = self
+            .inner
+            .ns
+            .create(c, parent, name, mode, exclusive)
+            .await?;
+        self.inner.meta.absorb(&f);
+        let fh = self.install(c, &f.entry, f.grants.clone(), true).await;
+        Ok((f.entry, fh))
     }
 
     /// Makes a directory.
     pub async fn mkdir(&self, c: &Creds, parent: u64, name: &str, mode: u32) -> Result<Entry> {
-        if self.inner.ns.is_some() {
-            return self
-                .ns_make(c, parent, name, FileKind::Dir, mode, None)
-                .await;
-        }
-        let op = Op::Mkdir {
-            parent,
-            name: name.into(),
-            mode,
-        };
-        self.entry_op(c, op, "mkdir").await
+        let f = self.inner.ns.mkdir(c, parent, name, mode).await?;
+        self.inner.meta.absorb(&f);
+        Ok(f.entry)
     }
 
     /// Makes a symbolic link.
     pub async fn symlink(&self, c: &Creds, parent: u64, name: &str, target: &str) -> Result<Entry> {
-        if self.inner.ns.is_some() {
-            let t = Some(target.to_string());
-            return self
-                .ns_make(c, parent, name, FileKind::Symlink, 0o777, t)
-                .await;
-        }
-        let op = Op::Symlink {
-            parent,
-            name: name.into(),
-            target: target.into(),
-        };
-        self.entry_op(c, op, "symlink").await
+        let f = self.inner.ns.symlink(c, parent, name, target).await?;
+        self.inner.meta.absorb(&f);
+        Ok(f.entry)
     }
 
     /// Adds a hard link.
     pub async fn link(&self, c: &Creds, ino: u64, parent: u64, name: &str) -> Result<Entry> {
-        if let Some(ns) = &self.inner.ns {
-            self.changeable(c, parent, "link").await?;
-            let e = ns.link(ino, parent, name).await?;
-            self.inner.remember(e.clone(), ns.grants().await?);
-            return Ok(e);
-        }
-        let op = Op::Link {
-            ino,
-            parent,
-            name: name.into(),
-        };
-        let e = self.entry_op(c, op, "link").await?;
-        Ok(e)
+        let f = self.inner.ns.link(c, ino, parent, name).await?;
+        self.inner.meta.absorb(&f);
+        Ok(f.entry)
     }
 
     /// Removes a file name.
     pub async fn unlink(&self, c: &Creds, parent: u64, name: &str) -> Result<()> {
-        let ino = self.inner.cache().ino_of(parent, name);
-        self.inner.cache().remove_name(parent, name);
-        let r = match &self.inner.ns {
-            Some(ns) => {
-                self.removable(c, parent, name, "unlink").await?;
-                let open = |i: u64| lock(&self.inner.inodes).contains_key(&i);
-                ns.unlink(parent, name, &open).await.map(|i| {
-                    self.inner.cache().remove(i);
-                    MdsReply::Done
-                })
-            }
-            None => {
-                self.call(
-                    c,
-                    Op::Unlink {
-                        parent,
-                        name: name.into(),
-                    },
-                )
-                .await
-            }
-        };
-        if let Some(i) = ino {
-            self.inner.cache().remove(i);
+        let ino = self.inner.meta.cache().ino_of(parent, name);
+        self.inner.meta.cache().remove_name(parent, name);
+        let open = |i: u64| self.inner.is_open(i);
+        let r = self.inner.ns.unlink(c, parent, name, &open).await;
+        for i in [ino, r.as_ref().ok().copied().flatten()]
+            .into_iter()
+            .flatten()
+        {
+            self.inner.meta.cache().remove(i);
         }
         r.map(|_| ())
     }
 
     /// Removes an empty directory.
     pub async fn rmdir(&self, c: &Creds, parent: u64, name: &str) -> Result<()> {
-        self.inner.cache().remove_name(parent, name);
-        if let Some(ns) = &self.inner.ns {
-            self.removable(c, parent, name, "rmdir").await?;
-            return ns.rmdir(parent, name).await;
-        }
-        self.call(
-            c,
-            Op::Rmdir {
-                parent,
-                name: name.into(),
-            },
-        )
-        .await
-        .map(|_| ())
+        self.inner.meta.cache().remove_name(parent, name);
+        self.inner.ns.rmdir(c, parent, name).await
     }
 
     /// Renames atomically (POSIX replace rules; `noreplace` fails with EEXIST).
@@ -568,79 +328,25 @@ impl Client {
         noreplace: bool,
     ) -> Result<()> {
         {
-            let mut cache = self.inner.cache();
+            let mut cache = self.inner.meta.cache();
             cache.remove_name(parent, name);
             cache.remove_name(new_parent, new_name);
         }
-        if let Some(ns) = &self.inner.ns {
-            self.removable(c, parent, name, "rename (source)").await?;
-            let da = self.changeable(c, new_parent, "rename (target)").await?;
-            if sticky_applies(&da, c)
-                && let Ok(t) = ns.lookup(new_parent, new_name).await
-            {
-                sticky(&da, &t.attr, c)?;
-            }
-            let open = |i: u64| lock(&self.inner.inodes).contains_key(&i);
-            return ns
-                .rename((parent, name), (new_parent, new_name), noreplace, &open)
-                .await;
-        }
-        self.call(
-            c,
-            Op::Rename {
-                parent,
-                name: name.into(),
-                new_parent,
-                new_name: new_name.into(),
-                noreplace,
-            },
-        )
-        .await
-        .map(|_| ())
+        let open = |i: u64| self.inner.is_open(i);
+        self.inner
+            .ns
+            .rename(c, (parent, name), (new_parent, new_name), noreplace, &open)
+            .await
     }
 
     /// A symlink's target.
     pub async fn readlink(&self, c: &Creds, ino: u64) -> Result<String> {
-        if let Some(ns) = &self.inner.ns {
-            return ns.readlink(ino).await;
-        }
-        match self.call(c, Op::Readlink { ino }).await? {
-            MdsReply::Target(t) => Ok(t),
-            r => Err(bad_reply("readlink", &r)),
-        }
+        self.inner.ns.readlink(c, ino).await
     }
 
     /// Every entry of a directory, in name order, with attributes.
     pub async fn readdir(&self, c: &Creds, ino: u64) -> Result<Vec<DirEntry>> {
-        let mut out: Vec<DirEntry> = Vec::new();
-        if let Some(ns) = &self.inner.ns {
-            let a = self.getattr(c, ino).await?;
-            check(&a, c, R, "readdir")?;
-            out = ns.readdir(ino).await?;
-        }
-        while self.inner.ns.is_none() {
-            let after = out.last().map(|e| e.name.clone());
-            match self
-                .call(
-                    c,
-                    Op::Readdir {
-                        ino,
-                        after,
-                        max: 1000,
-                        plus: true,
-                    },
-                )
-                .await?
-            {
-                MdsReply::Dir { entries, more } => {
-                    out.extend(entries);
-                    if !more {
-                        break;
-                    }
-                }
-                r => return Err(bad_reply("readdir", &r)),
-            }
-        }
+        let mut out = self.inner.ns.readdir(c, ino).await?;
         for e in &mut out {
             if let Some(a) = e.attr.take() {
                 e.attr = Some(self.with_local_size(a));
@@ -668,23 +374,7 @@ impl Client {
 
     /// Reads an extended attribute.
     pub async fn getxattr(&self, c: &Creds, ino: u64, name: &str) -> Result<Vec<u8>> {
-        if let Some(ns) = &self.inner.ns {
-            check(&ns.getattr(ino).await?, c, R, "getxattr")?;
-            return ns.getxattr(ino, name).await;
-        }
-        match self
-            .call(
-                c,
-                Op::GetXattr {
-                    ino,
-                    name: name.into(),
-                },
-            )
-            .await?
-        {
-            MdsReply::Xattr(v) => Ok(v),
-            r => Err(bad_reply("getxattr", &r)),
-        }
+        self.inner.ns.getxattr(c, ino, name).await
     }
 
     /// Sets an extended attribute.
@@ -696,127 +386,27 @@ impl Client {
         value: &[u8],
         mode: XattrMode,
     ) -> Result<()> {
-        if let Some(ns) = &self.inner.ns {
-            self.xattr_writable(c, ino, "setxattr").await?;
-            return ns.setxattr(ino, name, Some(value), mode).await;
-        }
-        let op = Op::SetXattr {
-            ino,
-            name: name.into(),
-            value: value.to_vec(),
-            mode,
-        };
-        self.call(c, op).await.map(|_| ())
+        self.inner.ns.setxattr(c, ino, name, value, mode).await
     }
 
     /// Names of the extended attributes.
     pub async fn listxattr(&self, c: &Creds, ino: u64) -> Result<Vec<String>> {
-        if let Some(ns) = &self.inner.ns {
-            return ns.listxattr(ino).await;
-        }
-        match self.call(c, Op::ListXattr { ino }).await? {
-            MdsReply::XattrNames(v) => Ok(v),
-            r => Err(bad_reply("listxattr", &r)),
-        }
+        self.inner.ns.listxattr(c, ino).await
     }
 
     /// Removes an extended attribute.
     pub async fn removexattr(&self, c: &Creds, ino: u64, name: &str) -> Result<()> {
-        if let Some(ns) = &self.inner.ns {
-            self.xattr_writable(c, ino, "removexattr").await?;
-            return ns.setxattr(ino, name, None, XattrMode::Either).await;
-        }
-        let op = Op::RemoveXattr {
-            ino,
-            name: name.into(),
-        };
-        self.call(c, op).await.map(|_| ())
+        self.inner.ns.removexattr(c, ino, name).await
     }
 
     /// Sets a directory's default layout or an empty file's layout.
     pub async fn set_layout(&self, c: &Creds, ino: u64, spec: LayoutSpec) -> Result<()> {
-        if self.inner.ns.is_some() {
-            return Err(FsError::new(
-                Errno::Inval,
-                "layouts cannot be set on a file system whose namespace is on the OSDs: \
-                 new files take the client's default layout",
-            ));
-        }
-        self.call(c, Op::SetLayout { ino, spec }).await.map(|_| ())
+        self.inner.ns.set_layout(c, ino, spec).await
     }
 
     /// A file's layout.
     pub async fn layout(&self, c: &Creds, ino: u64) -> Result<Option<Layout>> {
-        if let Some(ns) = &self.inner.ns {
-            return Ok(crate::on_osds::layout(ino, &ns.inode(ino).await?));
-        }
-        match self.call(c, Op::GetLayout { ino }).await? {
-            MdsReply::Layout { layout, .. } => Ok(layout),
-            r => Err(bad_reply("getlayout", &r)),
-        }
-    }
-
-    /// Namespace on the OSDs: a directory `c` may search (`what` names the
-    /// operation in the error).
-    async fn searchable(&self, c: &Creds, dir: u64, what: &str) -> Result<Attr> {
-        let a = self.getattr(c, dir).await?;
-        if a.kind != FileKind::Dir {
-            return Err(FsError::new(
-                Errno::NotDir,
-                format!("{what}: inode {dir} is not a directory"),
-            ));
-        }
-        check(&a, c, X, what)?;
-        Ok(a)
-    }
-
-    /// Namespace on the OSDs: a directory `c` may add names to.
-    async fn changeable(&self, c: &Creds, dir: u64, what: &str) -> Result<Attr> {
-        let a = self.searchable(c, dir, what).await?;
-        check(&a, c, W | X, what)?;
-        Ok(a)
-    }
-
-    /// Namespace on the OSDs: `c` may remove `name` from `dir` (write and
-    /// search on it, and the sticky rule).
-    async fn removable(&self, c: &Creds, dir: u64, name: &str, what: &str) -> Result<()> {
-        let a = self.changeable(c, dir, what).await?;
-        if sticky_applies(&a, c)
-            && let Some(ns) = &self.inner.ns
-        {
-            let v = ns.lookup(dir, name).await?;
-            sticky(&a, &v.attr, c)?;
-        }
-        Ok(())
-    }
-
-    /// Namespace on the OSDs: `c` may change `ino`'s extended attributes
-    /// (the owner, root, or write permission).
-    async fn xattr_writable(&self, c: &Creds, ino: u64, what: &str) -> Result<()> {
-        let a = self.getattr(c, ino).await?;
-        if c.uid != 0 && c.uid != a.uid {
-            check(&a, c, W, what)?;
-        }
-        Ok(())
-    }
-
-    /// Namespace on the OSDs: mkdir and symlink.
-    async fn ns_make(
-        &self,
-        c: &Creds,
-        parent: u64,
-        name: &str,
-        k: FileKind,
-        mode: u32,
-        target: Option<String>,
-    ) -> Result<Entry> {
-        let Some(ns) = &self.inner.ns else {
-            return Err(FsError::new(Errno::Io, "not a namespace on the OSDs"));
-        };
-        let pa = self.changeable(c, parent, "make").await?;
-        let (e, _) = ns.make(c, parent, &pa, name, k, mode, target, true).await?;
-        self.inner.remember(e.clone(), ns.grants().await?);
-        Ok(e)
+        self.inner.ns.layout(c, ino).await
     }
 
     /// Registers a handle on an inode (sharing the open state of other handles).
@@ -868,9 +458,9 @@ impl Client {
         if !write {
             let margin = self.inner.cfg.cap_margin.as_millis() as u64;
             let cached = {
-                let mut cache = self.inner.cache();
+                let mut cache = self.inner.meta.cache();
                 let usable = cache.peek(ino).is_some_and(|x| {
-                    self.inner.fresh(x)
+                    self.inner.meta.fresh(x)
                         && x.layout_known
                         && (x.entry.attr.kind != FileKind::File
                             || x.grants.iter().any(|g| {
@@ -881,7 +471,7 @@ impl Client {
                 if usable { cache.get(ino) } else { None }
             };
             if let Some((x, first)) = cached {
-                self.hit(first);
+                self.inner.meta.hit(first);
                 return Ok(self.install(c, &x.entry, x.grants, false).await);
             }
         }
@@ -937,20 +527,15 @@ impl Client {
             r
         };
         lock(&self.inner.handles).remove(&fh);
-        if let Some(ns) = &self.inner.ns
-            && !lock(&self.inner.inodes).contains_key(&h.inode.ino)
-        {
-            ns.released(h.inode.ino).await?;
+        if !self.inner.is_open(h.inode.ino) {
+            self.inner.ns.released(h.inode.ino).await?;
         }
         r
     }
 
     /// The parent directory this client last saw for `ino` (the root if unknown).
     pub fn parent_hint(&self, ino: u64) -> u64 {
-        self.inner
-            .cache()
-            .peek(ino)
-            .map_or(ROOT_INO, |c| c.entry.parent)
+        self.inner.meta.parent_of(ino).unwrap_or(ROOT_INO)
     }
 
     /// Resolves an absolute path (each component through the cache).

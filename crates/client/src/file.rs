@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use proto::layout::Layout;
-use proto::mds::{Creds, Grant, MdsReply, Op};
+use proto::mds::{Creds, Found, Grant};
 use proto::rights;
 use tokio::sync::OnceCell;
 use tokio::task::JoinHandle;
@@ -256,7 +256,7 @@ async fn write_extent(
                 .collect();
             match striped::write(ts, data.clone()).await {
                 Ok(done) => {
-                    Counters::add(&inner.counters.bytes_written, len);
+                    Counters::add(&inner.meta.counters.bytes_written, len);
                     return Ok(done);
                 }
                 Err((_, e)) if attempt == 0 && cap_stale(&e) => {
@@ -266,7 +266,7 @@ async fn write_extent(
                     if attempt == 0 && transport(&e) && inner.osds.moved(&inner.mds, osd).await => {
                 }
                 Err(e) => {
-                    Counters::add(&inner.counters.osd_errors, 1);
+                    Counters::add(&inner.meta.counters.osd_errors, 1);
                     return Err(piece_error(e));
                 }
             }
@@ -303,11 +303,8 @@ async fn ensure_caps(
     }
     let have = st.layout.as_ref().map_or(0, |l| l.objsets.len() as u64);
     if write && objset >= have {
-        let r = inner
-            .mds
-            .call_as(st.creds.clone(), Op::ExtendLayout { ino, objset })
-            .await?;
-        let (layout, grants) = extended(ino, objset, r)?;
+        let f = inner.ns.extend_layout(&st.creds, ino, objset).await?;
+        let (layout, grants) = extended(ino, objset, f)?;
         st.layout = Some(layout);
         st.grants = grants;
     }
@@ -315,18 +312,9 @@ async fn ensure_caps(
 }
 
 /// What an answer to EXTEND LAYOUT gives: a layout that reaches `objset`
-/// and its grants, or EIO for any other answer (so a write never goes on
-/// with a layout too short for it).
-fn extended(ino: u64, objset: u64, r: MdsReply) -> Result<(Layout, Vec<Grant>)> {
-    let f = match r {
-        MdsReply::Found(f) => f,
-        other => {
-            return Err(FsError::new(
-                Errno::Io,
-                format!("inode {ino:#x}: EXTEND LAYOUT answered {other:?}, expected the file"),
-            ));
-        }
-    };
+/// and its grants, or EIO (so a write never goes on with a layout too
+/// short for it; an answer of the wrong kind is EIO in the namespace).
+fn extended(ino: u64, objset: u64, f: Found) -> Result<(Layout, Vec<Grant>)> {
     match f.entry.layout {
         Some(l) if l.objsets.len() as u64 > objset => Ok((l, f.grants)),
         l => Err(FsError::new(
@@ -425,29 +413,13 @@ pub async fn flush_all(inner: &Arc<Inner>, ino: u64, st: &mut FileState) -> Resu
 /// [`flush_all`], then tells the MDS the new length and modification time.
 pub async fn commit(inner: &Arc<Inner>, ino: u64, st: &mut FileState) -> Result<()> {
     flush_all(inner, ino, st).await?;
-    if st.modified
-        && let Some(ns) = &inner.ns
-    {
-        let a = ns.commit_size(ino, st.size, now_ns()).await?;
-        st.modified = false;
-        inner.cache_attr(a);
-    }
     if st.modified {
-        let r = inner
-            .mds
-            .call_as(
-                st.creds.clone(),
-                Op::CommitSize {
-                    ino,
-                    size: st.size,
-                    mtime: now_ns(),
-                },
-            )
+        let a = inner
+            .ns
+            .commit_size(&st.creds, ino, st.size, now_ns())
             .await?;
         st.modified = false;
-        if let MdsReply::Attr(a) = r {
-            inner.cache_attr(a);
-        }
+        inner.meta.cache_attr(a);
     }
     Ok(())
 }
@@ -673,7 +645,7 @@ pub async fn read_range(
         };
         match striped::read(ts, len).await {
             Ok(b) => {
-                Counters::add(&inner.counters.bytes_read, len);
+                Counters::add(&inner.meta.counters.bytes_read, len);
                 return Ok(b);
             }
             Err((_, e)) if attempt == 0 && cap_stale(&e) => {
@@ -682,7 +654,7 @@ pub async fn read_range(
             Err((osd, e))
                 if attempt == 0 && transport(&e) && inner.osds.moved(&inner.mds, osd).await => {}
             Err(e) => {
-                Counters::add(&inner.counters.osd_errors, 1);
+                Counters::add(&inner.meta.counters.osd_errors, 1);
                 return Err(piece_error(e));
             }
         }
@@ -737,42 +709,37 @@ mod tests {
     #[test]
     fn a_wrong_answer_to_extend_layout_is_eio() {
         use proto::layout::LayoutSpec;
-        use proto::mds::{Attr, Entry, FileKind, Found};
-        let found = |objsets: Vec<u64>| {
-            MdsReply::Found(Box::new(Found {
-                entry: Entry {
-                    parent: 1,
-                    name: "f".into(),
-                    attr: Attr {
-                        ino: 9,
-                        kind: FileKind::File,
-                        mode: 0o644,
-                        nlink: 1,
-                        uid: 0,
-                        gid: 0,
-                        size: 0,
-                        atime: 0,
-                        mtime: 0,
-                        ctime: 0,
-                    },
-                    layout: Some(Layout {
-                        spec: LayoutSpec::default(),
-                        map_epoch: 1,
-                        objsets,
-                    }),
+        use proto::mds::{Attr, Entry, FileKind};
+        let found = |objsets: Vec<u64>| Found {
+            entry: Entry {
+                parent: 1,
+                name: "f".into(),
+                attr: Attr {
+                    ino: 9,
+                    kind: FileKind::File,
+                    mode: 0o644,
+                    nlink: 1,
+                    uid: 0,
+                    gid: 0,
+                    size: 0,
+                    atime: 0,
+                    mtime: 0,
+                    ctime: 0,
                 },
-                grants: Vec::new(),
-                prefetch: Vec::new(),
-                prefetch_grants: Vec::new(),
-            }))
+                layout: Some(Layout {
+                    spec: LayoutSpec::default(),
+                    map_epoch: 1,
+                    objsets,
+                }),
+            },
+            grants: Vec::new(),
+            prefetch: Vec::new(),
+            prefetch_grants: Vec::new(),
         };
         let (l, _) = extended(9, 1, found(vec![9, 10])).unwrap();
         assert_eq!(l.objsets.len(), 2);
         let e = extended(9, 2, found(vec![9, 10])).unwrap_err();
         assert!(e.is(Errno::Io), "{e}");
         assert!(e.message.contains("answered 2 object sets"), "{e}");
-        let e = extended(9, 1, MdsReply::Done).unwrap_err();
-        assert!(e.is(Errno::Io), "{e}");
-        assert!(e.message.contains("EXTEND LAYOUT answered Done"), "{e}");
     }
 }

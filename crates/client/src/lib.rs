@@ -1,16 +1,19 @@
-//! Tessera's client library: metadata from the MDS through a segmented-LRU
-//! cache fed by the MDS's prefetching (Hendricks et al.), file data straight to the
-//! OSDs with client-side placement, striping, write-back and read-ahead
-//! (OBFS, HustOSD). When the file system keeps its namespace on the OSDs
-//! (Ali et al.) the same calls run the directory protocols of `osdns`
-//! instead, with permission checks made here. The FUSE mount and the
-//! `tessera` CLI sit on top.
+//! Tessera's client library: metadata through a segmented-LRU cache fed by
+//! the MDS's prefetching (Hendricks et al.), file data straight to the OSDs
+//! with client-side placement, striping, write-back and read-ahead (OBFS,
+//! HustOSD). Where the namespace lives is one seam, [`namespace::Namespace`]:
+//! the MDS ([`on_mds`]), or directories kept on the OSDs ([`on_osds`],
+//! after Ali et al., with permission checks made here). The FUSE mount and
+//! the `tessera` CLI sit on top.
 
 pub mod cache;
 pub mod client;
 pub mod config;
 pub mod error;
 pub mod file;
+pub mod meta;
+pub mod namespace;
+pub mod on_mds;
 pub mod on_osds;
 pub mod osds;
 pub mod stats;
@@ -19,4 +22,5 @@ pub mod striped;
 pub use client::Client;
 pub use config::ClientConfig;
 pub use error::{FsError, Result};
+pub use namespace::Namespace;
 pub use stats::ClientStats;

@@ -1,8 +1,10 @@
-//! The client's namespace calls for a file system that keeps its namespace
-//! on the OSDs (Ali et al.; `docs/OSD-NAMESPACE.md`): each call becomes the
-//! short sequence of OSD commands of [`osdns`], with the POSIX permission
-//! checks the MDS would have made done here, in the client, with the same
-//! rules (the `posix` crate: permissions, setattr, setgid inheritance).
+//! The [`Namespace`] of a file system that keeps its namespace on the OSDs
+//! (Ali et al.; `docs/OSD-NAMESPACE.md`): each call becomes the short
+//! sequence of OSD commands of [`osdns`], with the POSIX permission checks
+//! the MDS would have made done here, in the client, with the same rules
+//! (the `posix` crate: permissions, setattr, setgid inheritance). The
+//! attributes those checks read come from the client's metadata cache
+//! while fresh, as the client's own getattr does.
 //!
 //! Inode records live on the OSD that placement chose when the inode was
 //! made; directory entries say which. This client remembers the OSD of
@@ -15,11 +17,16 @@ use std::time::Duration;
 
 use osdns::fs::Owner;
 use osdns::{DirRef, Dirent, Inode, Kind, NsError, OsdFs, Osds};
+use posix::{R, W, X};
 use proto::layout::{DATA_PARTITION, Layout, LayoutSpec, data_oid};
-use proto::mds::{Attr, Creds, DirEntry, Entry, FileKind, Grant, SetAttr, XattrMode};
+use proto::mds::{
+    Attr, Creds, DirEntry, Entry, FileKind, Found, Grant, ROOT_INO, SetAttr, XattrMode,
+};
 
 use crate::config::ClientConfig;
 use crate::error::{Errno, FsError, Result};
+use crate::meta::{Meta, found};
+use crate::namespace::{Namespace, NsFuture, OpenHere};
 
 /// How long this client's directory locks and marks block others if it
 /// dies (Ali et al. leases).
@@ -74,10 +81,22 @@ pub fn layout(ino: u64, i: &Inode) -> Option<Layout> {
     })
 }
 
+/// POSIX permission check made in the client, with the shared rules.
+fn check(a: &Attr, c: &Creds, want: u32, what: &str) -> Result<()> {
+    posix::perm::check(a, c, want, what).map_err(perm_err)
+}
+
+/// Whether the sticky rule can refuse `c` anything in `dir` (so the victim
+/// must be looked up to check it).
+fn sticky_applies(dir: &Attr, c: &Creds) -> bool {
+    dir.mode & 0o1000 != 0 && c.uid != 0 && c.uid != dir.uid
+}
+
 /// A namespace on the OSDs, as one client sees it.
 pub struct OsdNamespace {
     /// The namespace client (maps, capability, connections).
     pub fs: Arc<OsdFs>,
+    meta: Arc<Meta>,
     homes: Mutex<HashMap<u64, u32>>,
     /// Files unlinked while open here: destroyed at the last release.
     doomed: Mutex<HashMap<u64, (u32, Inode)>>,
@@ -87,7 +106,7 @@ impl OsdNamespace {
     /// Asks the MDS which mode the file system is in: `Some` when the
     /// namespace is on the OSDs (connected, root made), `None` when the MDS
     /// keeps it.
-    pub async fn probe(cfg: &ClientConfig) -> Result<Option<OsdNamespace>> {
+    pub async fn probe(cfg: &ClientConfig, meta: Arc<Meta>) -> Result<Option<OsdNamespace>> {
         let auth = Arc::new(osdns::MdsAuthority::new(&cfg.mds_addr, &cfg.cluster_id));
         let osds = match Osds::new(&cfg.cluster_id, auth, cfg.osd_connections).await {
             Ok(o) => o,
@@ -109,6 +128,7 @@ impl OsdNamespace {
         fs.open_or_make_root().await?;
         Ok(Some(OsdNamespace {
             fs,
+            meta,
             homes: Mutex::new(HashMap::new()),
             doomed: Mutex::new(HashMap::new()),
         }))
@@ -173,7 +193,7 @@ impl OsdNamespace {
     }
 
     /// `name` in `parent` (the caller checked search permission).
-    pub async fn lookup(&self, parent: u64, name: &str) -> Result<Entry> {
+    pub async fn lookup_entry(&self, parent: u64, name: &str) -> Result<Entry> {
         let d = self.dir(parent).await?;
         let e = self.fs.lookup(&d, name).await?;
         self.learn(&e);
@@ -216,7 +236,7 @@ impl OsdNamespace {
     }
 
     /// Adds name `name` in `parent` for `ino`.
-    pub async fn link(&self, ino: u64, parent: u64, name: &str) -> Result<Entry> {
+    pub async fn link_entry(&self, ino: u64, parent: u64, name: &str) -> Result<Entry> {
         let d = self.dir(parent).await?;
         let (e, i) = self.fs.link(ino, self.home(ino)?, &d, name).await?;
         self.learn(&e);
@@ -225,7 +245,7 @@ impl OsdNamespace {
 
     /// Removes name `name`; the inode's objects go now, or at the last
     /// release when `open_here` says this client still has it open.
-    pub async fn unlink(
+    pub async fn unlink_name(
         &self,
         parent: u64,
         name: &str,
@@ -254,7 +274,7 @@ impl OsdNamespace {
     }
 
     /// Removes the empty directory `name`.
-    pub async fn rmdir(&self, parent: u64, name: &str) -> Result<()> {
+    pub async fn rmdir_name(&self, parent: u64, name: &str) -> Result<()> {
         let d = self.dir(parent).await?;
         self.fs.rmdir(&d, name).await?;
         Ok(())
@@ -263,7 +283,7 @@ impl OsdNamespace {
     /// Renames (POSIX rules; the caller checked permissions). A file it
     /// replaces that had no other name goes as an unlinked one does: now,
     /// or at the last release when `open_here` says it is open here.
-    pub async fn rename(
+    pub async fn rename_names(
         &self,
         (parent, name): (u64, &str),
         (new_parent, new_name): (u64, &str),
@@ -338,7 +358,7 @@ impl OsdNamespace {
 
     /// Changes attributes with the MDS's POSIX rules; a shrinking truncate
     /// cuts the stripe objects first, then records the length.
-    pub async fn setattr(&self, c: &Creds, ino: u64, set: &SetAttr) -> Result<Attr> {
+    pub async fn setattr_checked(&self, c: &Creds, ino: u64, set: &SetAttr) -> Result<Attr> {
         let osd = self.home(ino)?;
         if let Some(size) = set.size {
             // A truncate is checked before its objects are cut (nothing
@@ -460,5 +480,295 @@ impl OsdNamespace {
     /// Names of `ino`'s extended attributes.
     pub async fn listxattr(&self, ino: u64) -> Result<Vec<String>> {
         Ok(self.fs.listxattr(ino, self.home(ino)?).await?)
+    }
+}
+
+/// The permission checks the MDS makes, made here before each change.
+impl OsdNamespace {
+    /// Attributes of `ino` from the client's cache while fresh, else from
+    /// its record (and cached), counted as the client's getattr counts.
+    async fn cached_attr(&self, ino: u64) -> Result<Attr> {
+        if let Some(a) = self.meta.fresh_attr(ino) {
+            return Ok(a);
+        }
+        self.meta.miss();
+        let a = self.getattr(ino).await?;
+        self.meta.cache_attr(a.clone());
+        Ok(a)
+    }
+
+    /// A directory `c` may search (`what` names the operation in the error).
+    async fn searchable(&self, c: &Creds, dir: u64, what: &str) -> Result<Attr> {
+        let a = self.cached_attr(dir).await?;
+        if a.kind != FileKind::Dir {
+            return Err(FsError::new(
+                Errno::NotDir,
+                format!("{what}: inode {dir} is not a directory"),
+            ));
+        }
+        check(&a, c, X, what)?;
+        Ok(a)
+    }
+
+    /// A directory `c` may add names to.
+    async fn changeable(&self, c: &Creds, dir: u64, what: &str) -> Result<Attr> {
+        let a = self.searchable(c, dir, what).await?;
+        check(&a, c, W | X, what)?;
+        Ok(a)
+    }
+
+    /// `c` may remove `name` from `dir` (write and search on it, and the
+    /// sticky rule).
+    async fn removable(&self, c: &Creds, dir: u64, name: &str, what: &str) -> Result<()> {
+        let a = self.changeable(c, dir, what).await?;
+        if sticky_applies(&a, c) {
+            let v = self.lookup_entry(dir, name).await?;
+            posix::perm::sticky(&a, &v.attr, c).map_err(perm_err)?;
+        }
+        Ok(())
+    }
+
+    /// `c` may change `ino`'s extended attributes (the owner, root, or
+    /// write permission).
+    async fn xattr_writable(&self, c: &Creds, ino: u64, what: &str) -> Result<()> {
+        let a = self.cached_attr(ino).await?;
+        if c.uid != 0 && c.uid != a.uid {
+            check(&a, c, W, what)?;
+        }
+        Ok(())
+    }
+
+    /// A new name in `parent` (checked for write and search): mkdir and symlink.
+    async fn make_checked(
+        &self,
+        c: &Creds,
+        parent: u64,
+        name: &str,
+        (k, mode): (FileKind, u32),
+        target: Option<String>,
+    ) -> Result<Found> {
+        let pa = self.changeable(c, parent, "make").await?;
+        let (e, _) = self
+            .make(c, parent, &pa, name, k, mode, target, true)
+            .await?;
+        Ok(found(e, self.grants().await?))
+    }
+}
+
+impl Namespace for OsdNamespace {
+    fn lookup<'a>(&'a self, c: &'a Creds, parent: u64, name: &'a str) -> NsFuture<'a, Found> {
+        Box::pin(async move {
+            self.searchable(c, parent, "lookup").await?;
+            let e = self.lookup_entry(parent, name).await?;
+            Ok(found(e, self.grants().await?))
+        })
+    }
+
+    fn getattr<'a>(&'a self, _c: &'a Creds, ino: u64) -> NsFuture<'a, Attr> {
+        Box::pin(self.getattr(ino))
+    }
+
+    fn setattr<'a>(&'a self, c: &'a Creds, ino: u64, set: &'a SetAttr) -> NsFuture<'a, Attr> {
+        Box::pin(self.setattr_checked(c, ino, set))
+    }
+
+    fn create<'a>(
+        &'a self,
+        c: &'a Creds,
+        parent: u64,
+        name: &'a str,
+        mode: u32,
+        exclusive: bool,
+    ) -> NsFuture<'a, Found> {
+        Box::pin(async move {
+            let pa = self.changeable(c, parent, "create").await?;
+            let (e, created) = self
+                .make(c, parent, &pa, name, FileKind::File, mode, None, exclusive)
+                .await?;
+            if !created {
+                check(&e.attr, c, W, "open for writing")?;
+            }
+            Ok(found(e, self.grants().await?))
+        })
+    }
+
+    fn mkdir<'a>(
+        &'a self,
+        c: &'a Creds,
+        parent: u64,
+        name: &'a str,
+        mode: u32,
+    ) -> NsFuture<'a, Found> {
+        Box::pin(self.make_checked(c, parent, name, (FileKind::Dir, mode), None))
+    }
+
+    fn symlink<'a>(
+        &'a self,
+        c: &'a Creds,
+        parent: u64,
+        name: &'a str,
+        target: &'a str,
+    ) -> NsFuture<'a, Found> {
+        let kind = (FileKind::Symlink, 0o777);
+        Box::pin(self.make_checked(c, parent, name, kind, Some(target.to_string())))
+    }
+
+    fn link<'a>(
+        &'a self,
+        c: &'a Creds,
+        ino: u64,
+        parent: u64,
+        name: &'a str,
+    ) -> NsFuture<'a, Found> {
+        Box::pin(async move {
+            self.changeable(c, parent, "link").await?;
+            let e = self.link_entry(ino, parent, name).await?;
+            Ok(found(e, self.grants().await?))
+        })
+    }
+
+    fn unlink<'a>(
+        &'a self,
+        c: &'a Creds,
+        parent: u64,
+        name: &'a str,
+        open_here: OpenHere<'a>,
+    ) -> NsFuture<'a, Option<u64>> {
+        Box::pin(async move {
+            self.removable(c, parent, name, "unlink").await?;
+            self.unlink_name(parent, name, open_here).await.map(Some)
+        })
+    }
+
+    fn rmdir<'a>(&'a self, c: &'a Creds, parent: u64, name: &'a str) -> NsFuture<'a, ()> {
+        Box::pin(async move {
+            self.removable(c, parent, name, "rmdir").await?;
+            self.rmdir_name(parent, name).await
+        })
+    }
+
+    fn rename<'a>(
+        &'a self,
+        c: &'a Creds,
+        from: (u64, &'a str),
+        to: (u64, &'a str),
+        noreplace: bool,
+        open_here: OpenHere<'a>,
+    ) -> NsFuture<'a, ()> {
+        Box::pin(async move {
+            self.removable(c, from.0, from.1, "rename (source)").await?;
+            let da = self.changeable(c, to.0, "rename (target)").await?;
+            if sticky_applies(&da, c)
+                && let Ok(t) = self.lookup_entry(to.0, to.1).await
+            {
+                posix::perm::sticky(&da, &t.attr, c).map_err(perm_err)?;
+            }
+            self.rename_names(from, to, noreplace, open_here).await
+        })
+    }
+
+    fn readlink<'a>(&'a self, _c: &'a Creds, ino: u64) -> NsFuture<'a, String> {
+        Box::pin(self.readlink(ino))
+    }
+
+    fn readdir<'a>(&'a self, c: &'a Creds, ino: u64) -> NsFuture<'a, Vec<DirEntry>> {
+        Box::pin(async move {
+            let a = self.cached_attr(ino).await?;
+            check(&a, c, R, "readdir")?;
+            self.readdir(ino).await
+        })
+    }
+
+    fn getxattr<'a>(&'a self, c: &'a Creds, ino: u64, name: &'a str) -> NsFuture<'a, Vec<u8>> {
+        Box::pin(async move {
+            check(&self.getattr(ino).await?, c, R, "getxattr")?;
+            self.getxattr(ino, name).await
+        })
+    }
+
+    fn setxattr<'a>(
+        &'a self,
+        c: &'a Creds,
+        ino: u64,
+        name: &'a str,
+        value: &'a [u8],
+        mode: XattrMode,
+    ) -> NsFuture<'a, ()> {
+        Box::pin(async move {
+            self.xattr_writable(c, ino, "setxattr").await?;
+            self.setxattr(ino, name, Some(value), mode).await
+        })
+    }
+
+    fn listxattr<'a>(&'a self, _c: &'a Creds, ino: u64) -> NsFuture<'a, Vec<String>> {
+        Box::pin(self.listxattr(ino))
+    }
+
+    fn removexattr<'a>(&'a self, c: &'a Creds, ino: u64, name: &'a str) -> NsFuture<'a, ()> {
+        Box::pin(async move {
+            self.xattr_writable(c, ino, "removexattr").await?;
+            self.setxattr(ino, name, None, XattrMode::Either).await
+        })
+    }
+
+    fn layout<'a>(&'a self, _c: &'a Creds, ino: u64) -> NsFuture<'a, Option<Layout>> {
+        Box::pin(async move { Ok(layout(ino, &self.inode(ino).await?)) })
+    }
+
+    fn set_layout<'a>(&'a self, _c: &'a Creds, _ino: u64, _spec: LayoutSpec) -> NsFuture<'a, ()> {
+        Box::pin(async {
+            Err(FsError::new(
+                Errno::Inval,
+                "layouts cannot be set on a file system whose namespace is on the OSDs: \
+                 new files take the client's default layout",
+            ))
+        })
+    }
+
+    fn open<'a>(&'a self, c: &'a Creds, ino: u64, write: bool) -> NsFuture<'a, Found> {
+        Box::pin(async move {
+            let i = self.inode(ino).await?;
+            let a = attr(ino, &i);
+            if a.kind == FileKind::Dir && write {
+                return Err(FsError::new(
+                    Errno::IsDir,
+                    "cannot open a directory for writing",
+                ));
+            }
+            check(&a, c, if write { W } else { R }, "open")?;
+            let entry = Entry {
+                parent: self.meta.parent_of(ino).unwrap_or(ROOT_INO),
+                name: String::new(),
+                layout: layout(ino, &i),
+                attr: a,
+            };
+            Ok(found(entry, self.grants().await?))
+        })
+    }
+
+    fn extend_layout<'a>(&'a self, _c: &'a Creds, ino: u64, objset: u64) -> NsFuture<'a, Found> {
+        Box::pin(async move {
+            Err(FsError::new(
+                Errno::Inval,
+                format!(
+                    "inode {ino:#x}: object set {objset} asked for, but a file on a namespace \
+                     kept on the OSDs has one object set"
+                ),
+            ))
+        })
+    }
+
+    fn commit_size<'a>(
+        &'a self,
+        _c: &'a Creds,
+        ino: u64,
+        size: u64,
+        mtime: i64,
+    ) -> NsFuture<'a, Attr> {
+        Box::pin(self.commit_size(ino, size, mtime))
+    }
+
+    fn released<'a>(&'a self, ino: u64) -> NsFuture<'a, ()> {
+        Box::pin(self.released(ino))
     }
 }

@@ -1,0 +1,128 @@
+//! The metadata this client holds, shared by the client and whichever
+//! namespace answers it: the segmented-LRU cache of entries and
+//! capabilities (fed by the MDS's prefetching), how long an entry counts as
+//! fresh, and the counters of hits and misses.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use proto::layout::data_oid;
+use proto::mds::{Attr, Entry, Found, Grant};
+
+use crate::cache::{Cached, MetaCache, Segment};
+use crate::stats::Counters;
+
+/// The shared metadata cache and counters.
+pub struct Meta {
+    cache: Mutex<MetaCache>,
+    /// Counters (cache hits and misses, bytes, OSD errors).
+    pub counters: Counters,
+    /// How long a cached entry answers without asking again.
+    pub attr_timeout: Duration,
+}
+
+impl Meta {
+    /// An empty cache with `demand` + `prefetch` entries.
+    pub fn new(demand: usize, prefetch: usize, attr_timeout: Duration) -> Meta {
+        Meta {
+            cache: Mutex::new(MetaCache::new(demand, prefetch)),
+            counters: Counters::default(),
+            attr_timeout,
+        }
+    }
+
+    /// The cache, locked.
+    pub fn cache(&self) -> std::sync::MutexGuard<'_, MetaCache> {
+        self.cache.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether `c` is young enough to answer from.
+    pub fn fresh(&self, c: &Cached) -> bool {
+        c.fetched.elapsed() < self.attr_timeout
+    }
+
+    /// Counts an answer from the cache (and a first use of a prefetched entry).
+    pub fn hit(&self, first_prefetch_use: bool) {
+        Counters::add(&self.counters.cache_hits, 1);
+        if first_prefetch_use {
+            Counters::add(&self.counters.prefetch_hits, 1);
+        }
+    }
+
+    /// Counts a question the cache could not answer.
+    pub fn miss(&self) {
+        Counters::add(&self.counters.cache_misses, 1);
+    }
+
+    /// The attributes of `ino` if a fresh entry holds them (counted as a hit).
+    pub fn fresh_attr(&self, ino: u64) -> Option<Attr> {
+        let mut cache = self.cache();
+        let x = match cache.peek(ino) {
+            Some(x) if self.fresh(x) => cache.get(ino),
+            _ => None,
+        };
+        drop(cache);
+        x.map(|(x, first)| {
+            self.hit(first);
+            x.entry.attr
+        })
+    }
+
+    /// Caches a lookup-style answer: the entry on demand, its prefetched
+    /// neighbours (each with the range capabilities that cover it) as prefetch.
+    pub fn absorb(&self, f: &Found) {
+        let now = Instant::now();
+        let mut c = self.cache();
+        c.insert(
+            Cached {
+                entry: f.entry.clone(),
+                grants: f.grants.clone(),
+                fetched: now,
+                layout_known: true,
+            },
+            Segment::Demand,
+        );
+        for e in &f.prefetch {
+            let oid = data_oid(e.attr.ino);
+            let grants: Vec<Grant> = f
+                .prefetch_grants
+                .iter()
+                .filter(|g| g.covers(oid, 0))
+                .cloned()
+                .collect();
+            c.insert(
+                Cached {
+                    entry: e.clone(),
+                    grants,
+                    fetched: now,
+                    layout_known: true,
+                },
+                Segment::Prefetch,
+            );
+        }
+    }
+
+    /// Updates a cached entry's attributes (after an operation returned them).
+    pub fn cache_attr(&self, a: Attr) {
+        self.cache().update(a.ino, |c| {
+            c.entry.attr = a;
+            c.fetched = Instant::now();
+        });
+    }
+
+    /// The parent this client last saw for `ino`, if it has seen it.
+    pub fn parent_of(&self, ino: u64) -> Option<u64> {
+        self.cache().peek(ino).map(|c| c.entry.parent)
+    }
+}
+
+/// A lookup-style answer that carries only an entry and its grants (what a
+/// namespace without prefetch answers).
+pub fn found(entry: Entry, grants: Vec<Grant>) -> Found {
+    Found {
+        entry,
+        grants,
+        prefetch: Vec::new(),
+        prefetch_grants: Vec::new(),
+    }
+}

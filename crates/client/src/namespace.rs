@@ -1,0 +1,152 @@
+//! The one seam between the client and where the namespace lives. The
+//! [`Client`](crate::Client) keeps what is the same in every mode — the
+//! metadata cache, open files, write-back, the data path — and asks a
+//! [`Namespace`] for everything else: the MDS ([`crate::on_mds`]), or the
+//! directories kept on the OSDs ([`crate::on_osds`], which also makes the
+//! POSIX checks the MDS would have made). Replicated I/O and other
+//! namespaces go behind the same trait.
+//!
+//! Answers that name an inode come back as a [`Found`] (the entry, its
+//! capabilities, and any prefetched neighbours); the client caches them.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use proto::layout::{Layout, LayoutSpec};
+use proto::mds::{Attr, Creds, DirEntry, Found, SetAttr, XattrMode};
+
+use crate::error::Result;
+
+/// A namespace call in flight.
+pub type NsFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T>> + Send + 'a>>;
+
+/// Tells a namespace whether this client still has an inode open (so an
+/// inode that loses its last name goes at the last release, not now).
+pub type OpenHere<'a> = &'a (dyn Fn(u64) -> bool + Sync);
+
+/// Where the namespace lives, seen from one client. Every call is made as
+/// the caller `c`; errors carry the POSIX errno the mount returns.
+pub trait Namespace: Send + Sync {
+    /// `name` in directory `parent`.
+    fn lookup<'a>(&'a self, c: &'a Creds, parent: u64, name: &'a str) -> NsFuture<'a, Found>;
+
+    /// Attributes of `ino`.
+    fn getattr<'a>(&'a self, c: &'a Creds, ino: u64) -> NsFuture<'a, Attr>;
+
+    /// chmod, chown, utimens, truncate (the client has written out its
+    /// buffered data before a truncate).
+    fn setattr<'a>(&'a self, c: &'a Creds, ino: u64, set: &'a SetAttr) -> NsFuture<'a, Attr>;
+
+    /// A regular file `name` in `parent`, made (or, unless `exclusive`,
+    /// found) and opened for writing: its entry and write capabilities.
+    fn create<'a>(
+        &'a self,
+        c: &'a Creds,
+        parent: u64,
+        name: &'a str,
+        mode: u32,
+        exclusive: bool,
+    ) -> NsFuture<'a, Found>;
+
+    /// A directory `name` in `parent`.
+    fn mkdir<'a>(
+        &'a self,
+        c: &'a Creds,
+        parent: u64,
+        name: &'a str,
+        mode: u32,
+    ) -> NsFuture<'a, Found>;
+
+    /// A symbolic link `name` in `parent` pointing at `target`.
+    fn symlink<'a>(
+        &'a self,
+        c: &'a Creds,
+        parent: u64,
+        name: &'a str,
+        target: &'a str,
+    ) -> NsFuture<'a, Found>;
+
+    /// A new name `name` in `parent` for `ino`.
+    fn link<'a>(
+        &'a self,
+        c: &'a Creds,
+        ino: u64,
+        parent: u64,
+        name: &'a str,
+    ) -> NsFuture<'a, Found>;
+
+    /// Removes the name; returns the inode it named when the namespace
+    /// knows it (the client drops it from its cache).
+    fn unlink<'a>(
+        &'a self,
+        c: &'a Creds,
+        parent: u64,
+        name: &'a str,
+        open_here: OpenHere<'a>,
+    ) -> NsFuture<'a, Option<u64>>;
+
+    /// Removes the empty directory `name`.
+    fn rmdir<'a>(&'a self, c: &'a Creds, parent: u64, name: &'a str) -> NsFuture<'a, ()>;
+
+    /// Renames `from` to `to` atomically (POSIX replace rules; `noreplace`
+    /// fails with EEXIST).
+    fn rename<'a>(
+        &'a self,
+        c: &'a Creds,
+        from: (u64, &'a str),
+        to: (u64, &'a str),
+        noreplace: bool,
+        open_here: OpenHere<'a>,
+    ) -> NsFuture<'a, ()>;
+
+    /// A symlink's target.
+    fn readlink<'a>(&'a self, c: &'a Creds, ino: u64) -> NsFuture<'a, String>;
+
+    /// Every entry of directory `ino`, in name order, with attributes.
+    fn readdir<'a>(&'a self, c: &'a Creds, ino: u64) -> NsFuture<'a, Vec<DirEntry>>;
+
+    /// Extended attribute `name` of `ino`.
+    fn getxattr<'a>(&'a self, c: &'a Creds, ino: u64, name: &'a str) -> NsFuture<'a, Vec<u8>>;
+
+    /// Sets extended attribute `name` (create-only, replace-only or either).
+    fn setxattr<'a>(
+        &'a self,
+        c: &'a Creds,
+        ino: u64,
+        name: &'a str,
+        value: &'a [u8],
+        mode: XattrMode,
+    ) -> NsFuture<'a, ()>;
+
+    /// Names of `ino`'s extended attributes.
+    fn listxattr<'a>(&'a self, c: &'a Creds, ino: u64) -> NsFuture<'a, Vec<String>>;
+
+    /// Removes extended attribute `name`.
+    fn removexattr<'a>(&'a self, c: &'a Creds, ino: u64, name: &'a str) -> NsFuture<'a, ()>;
+
+    /// A file's layout (`None` for directories and symlinks).
+    fn layout<'a>(&'a self, c: &'a Creds, ino: u64) -> NsFuture<'a, Option<Layout>>;
+
+    /// Sets a directory's default layout or an empty file's layout.
+    fn set_layout<'a>(&'a self, c: &'a Creds, ino: u64, spec: LayoutSpec) -> NsFuture<'a, ()>;
+
+    /// Opens `ino` (permission for reading, or writing if `write`): its
+    /// entry and the capabilities for its objects. Also renews them.
+    fn open<'a>(&'a self, c: &'a Creds, ino: u64, write: bool) -> NsFuture<'a, Found>;
+
+    /// Object sets of file `ino` up to `objset`, with write capabilities.
+    fn extend_layout<'a>(&'a self, c: &'a Creds, ino: u64, objset: u64) -> NsFuture<'a, Found>;
+
+    /// Records the length and mtime this client's writes made (the length
+    /// only grows).
+    fn commit_size<'a>(
+        &'a self,
+        c: &'a Creds,
+        ino: u64,
+        size: u64,
+        mtime: i64,
+    ) -> NsFuture<'a, Attr>;
+
+    /// The last handle of `ino` in this client closed.
+    fn released<'a>(&'a self, ino: u64) -> NsFuture<'a, ()>;
+}
