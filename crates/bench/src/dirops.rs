@@ -13,23 +13,30 @@
 //!   shared directory (the contention Ali et al.'s protocols differ in).
 //! * OSD commands per insert (atomic: one compare-and-swap) and per create.
 //!
-//! Lookup means name → inode, what each mode does in one request (the MDS
-//! also returns attributes; on the OSDs a stat is one more command to the
-//! inode's OSD). Permission checks made by the mount's client from cached
-//! directory attributes are not part of these figures.
+//! Every mode runs through the client's one `Namespace` seam, as the mount
+//! does: lookups return the entry with its attributes (on the OSDs, a stat
+//! of the inode's record after the directory lookup), creates and removes
+//! include the POSIX checks the client makes from cached directory
+//! attributes (free while the cache is warm), and readdir lists names
+//! (`readdir_names`, no attributes). OSD commands per insert are counted on
+//! the namespace's own directory code.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use client::meta::Meta;
+use client::on_mds::MdsNamespace;
+use client::on_osds::OsdNamespace;
+use client::{ClientConfig, Namespace};
 use local::LocalCluster;
 use mds::FormatOptions;
 use mds::ids::{Geometry, IdPolicy, PolicyKind};
 use net::MdsClient;
 use osdns::fs::Owner;
-use osdns::{DirHash, DirRef, Dirent, Kind, MdsAuthority, OsdFs, Osds, Protocol};
+use osdns::{Dirent, Kind, OsdFs, Protocol};
 use proto::layout::LayoutSpec;
-use proto::mds::{MdsReply, NamespaceMode, Op, ROOT_INO};
+use proto::mds::{Creds, MdsReply, NamespaceMode, Op, ROOT_INO};
 use serde::Serialize;
 
 const CLUSTER: &str = "dirops";
@@ -41,7 +48,55 @@ const OWNER: Owner = Owner {
 /// The three namespaces compared, in report order.
 const MODES: [&str; 3] = ["atomic", "lock", "mds"];
 /// The operations measured, in report order.
-pub const OPS: [&str; 6] = ["create", "mkdir", "unlink", "rmdir", "lookup", "readdir"];
+pub const OPS: [&str; 6] = [
+    DirOp::ALL[0].name(),
+    DirOp::ALL[1].name(),
+    DirOp::ALL[2].name(),
+    DirOp::ALL[3].name(),
+    DirOp::ALL[4].name(),
+    DirOp::ALL[5].name(),
+];
+
+/// One directory operation the suite times.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DirOp {
+    /// Create a file (exclusive).
+    Create,
+    /// Make a directory.
+    Mkdir,
+    /// Remove a file name.
+    Unlink,
+    /// Remove an empty directory.
+    Rmdir,
+    /// Name → entry with attributes.
+    Lookup,
+    /// List a directory's names.
+    Readdir,
+}
+
+impl DirOp {
+    /// Every operation, in report order.
+    pub const ALL: [DirOp; 6] = [
+        DirOp::Create,
+        DirOp::Mkdir,
+        DirOp::Unlink,
+        DirOp::Rmdir,
+        DirOp::Lookup,
+        DirOp::Readdir,
+    ];
+
+    /// Its name in the report, the JSON and the charts.
+    pub const fn name(self) -> &'static str {
+        match self {
+            DirOp::Create => "create",
+            DirOp::Mkdir => "mkdir",
+            DirOp::Unlink => "unlink",
+            DirOp::Rmdir => "rmdir",
+            DirOp::Lookup => "lookup",
+            DirOp::Readdir => "readdir",
+        }
+    }
+}
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -136,100 +191,38 @@ pub struct Report {
     pub charts: Vec<PathBuf>,
 }
 
-/// A directory in either namespace.
-#[derive(Debug, Clone, Copy)]
-enum Dir {
-    Osd(DirRef),
-    Mds(u64),
+/// A directory: its inode number, in any namespace.
+type Dir = u64;
+
+/// One client of a namespace (the MDS's, or the one on the OSDs).
+type Ns = Arc<dyn Namespace>;
+
+/// The caller every operation runs as.
+fn root() -> Creds {
+    Creds::root()
 }
 
-/// One client of either namespace.
-#[derive(Clone)]
-enum Ns {
-    Osd(Arc<OsdFs>),
-    Mds(Arc<MdsClient>),
+/// Makes directory `name` in `d`.
+async fn mkdir(ns: &Ns, d: Dir, name: &str) -> anyhow::Result<Dir> {
+    let f = ns
+        .mkdir(&root(), d, name, 0o755)
+        .await
+        .map_err(|e| anyhow::anyhow!("mkdir {name}: {e}"))?;
+    Ok(f.entry.attr.ino)
 }
 
-fn bad(what: &str, r: &MdsReply) -> anyhow::Error {
-    anyhow::anyhow!("{what}: the MDS answered {r:?}")
-}
-
-impl Ns {
-    async fn mkdir(&self, d: Dir, name: &str) -> anyhow::Result<Dir> {
-        match (self, d) {
-            (Ns::Osd(fs), Dir::Osd(d)) => {
-                let (e, ..) = fs
-                    .make(&d, name, Kind::Dir, OWNER, None, true)
-                    .await
-                    .map_err(|e| anyhow::anyhow!("mkdir {name}: {e}"))?;
-                Ok(Dir::Osd(fs.dir(e.ino, e.osd).await?))
-            }
-            (Ns::Mds(c), Dir::Mds(p)) => {
-                let op = Op::Mkdir {
-                    parent: p,
-                    name: name.into(),
-                    mode: 0o755,
-                };
-                match c.call(op).await? {
-                    MdsReply::Found(f) => Ok(Dir::Mds(f.entry.attr.ino)),
-                    r => Err(bad("mkdir", &r)),
-                }
-            }
-            _ => anyhow::bail!("directory of the other namespace"),
-        }
-    }
-
-    async fn op(&self, op: &str, d: Dir, name: &str) -> anyhow::Result<()> {
-        match (self, d) {
-            (Ns::Osd(fs), Dir::Osd(d)) => {
-                let r = match op {
-                    "create" => fs
-                        .make(&d, name, Kind::File, OWNER, None, true)
-                        .await
-                        .map(|_| ()),
-                    "mkdir" => fs
-                        .make(&d, name, Kind::Dir, OWNER, None, true)
-                        .await
-                        .map(|_| ()),
-                    "lookup" => fs.lookup(&d, name).await.map(|_| ()),
-                    "unlink" => match fs.unlink(&d, name).await {
-                        Ok((e, Some(i))) => fs.destroy(e.ino, e.osd, &i).await,
-                        Ok(_) => Ok(()),
-                        Err(e) => Err(e),
-                    },
-                    "rmdir" => fs.rmdir(&d, name).await.map(|_| ()),
-                    _ => fs.readdir_all(&d).await.map(|_| ()),
-                };
-                r.map_err(|e| anyhow::anyhow!("{op} {name}: {e}"))
-            }
-            (Ns::Mds(c), Dir::Mds(p)) => {
-                let name = name.to_string();
-                let o = match op {
-                    "create" => Op::Create {
-                        parent: p,
-                        name,
-                        mode: 0o644,
-                        exclusive: true,
-                    },
-                    "mkdir" => Op::Mkdir {
-                        parent: p,
-                        name,
-                        mode: 0o755,
-                    },
-                    "lookup" => Op::Lookup { parent: p, name },
-                    "unlink" => Op::Unlink { parent: p, name },
-                    "rmdir" => Op::Rmdir { parent: p, name },
-                    _ => {
-                        c.readdir_all(p, false).await?;
-                        return Ok(());
-                    }
-                };
-                c.call(o).await?;
-                Ok(())
-            }
-            _ => anyhow::bail!("directory of the other namespace"),
-        }
-    }
+/// Runs `op` on `name` in `d`.
+async fn run_op(ns: &Ns, op: DirOp, d: Dir, name: &str) -> anyhow::Result<()> {
+    let c = root();
+    let r = match op {
+        DirOp::Create => ns.create(&c, d, name, 0o644, true).await.map(drop),
+        DirOp::Mkdir => ns.mkdir(&c, d, name, 0o755).await.map(drop),
+        DirOp::Lookup => ns.lookup(&c, d, name).await.map(drop),
+        DirOp::Unlink => ns.unlink(&c, d, name, &|_| false).await.map(drop),
+        DirOp::Rmdir => ns.rmdir(&c, d, name).await,
+        DirOp::Readdir => ns.readdir_names(&c, d).await.map(drop),
+    };
+    r.map_err(|e| anyhow::anyhow!("{} {name}: {e}", op.name()))
 }
 
 /// One cluster and its clients.
@@ -237,6 +230,9 @@ struct Mode {
     name: &'static str,
     cluster: LocalCluster,
     clients: Vec<Ns>,
+    /// The first client's directory code, where the namespace is on the
+    /// OSDs (to count OSD commands).
+    osd_fs: Option<Arc<OsdFs>>,
     root: Dir,
 }
 
@@ -265,40 +261,33 @@ async fn start_mode(
         .map_err(anyhow::Error::msg)?;
     let addr = cluster.mds_addr();
     wait_osds(&addr, 2).await?;
-    let mut cs = Vec::new();
+    let mut cs: Vec<Ns> = Vec::new();
+    let mut osd_fs = None;
     for _ in 0..clients {
-        cs.push(match protocol {
+        match protocol {
             Some(_) => {
-                let auth = Arc::new(MdsAuthority::new(&addr, CLUSTER));
-                let osds = Osds::new(CLUSTER, auth, 1).await?;
-                Ns::Osd(Arc::new(OsdFs::new(
-                    Arc::new(osds),
-                    Duration::from_secs(5),
-                    LayoutSpec::default(),
-                )))
+                let mut cfg = ClientConfig::new(&addr, CLUSTER);
+                cfg.osd_connections = 1;
+                let meta = Arc::new(Meta::new(1000, 0, cfg.attr_timeout));
+                let ns = OsdNamespace::probe(&cfg, meta)
+                    .await?
+                    .ok_or_else(|| anyhow::anyhow!("{name}: the MDS keeps the namespace"))?;
+                osd_fs.get_or_insert_with(|| ns.fs.clone());
+                cs.push(Arc::new(ns));
             }
             None => {
                 let mut c = MdsClient::new(&addr, CLUSTER, 1);
                 c.prefetch = 0;
-                Ns::Mds(Arc::new(c))
+                cs.push(Arc::new(MdsNamespace::new(Arc::new(c))));
             }
-        });
-    }
-    let root = match (&cs[0], protocol) {
-        (Ns::Osd(fs), Some(p)) => Dir::Osd(fs.format(p, DirHash::V1).await?),
-        _ => Dir::Mds(ROOT_INO),
-    };
-    // Every client learns where the root is.
-    for c in &cs {
-        if let Ns::Osd(fs) = c {
-            fs.osds.refresh().await?;
         }
     }
     Ok(Mode {
         name,
         cluster,
         clients: cs,
-        root,
+        osd_fs,
+        root: ROOT_INO,
     })
 }
 
@@ -316,14 +305,14 @@ async fn wait_osds(addr: &str, n: usize) -> anyhow::Result<()> {
 }
 
 /// Runs `op` on `names` with one client, each timed alone (µs).
-async fn timed(ns: &Ns, op: &str, d: Dir, names: &[String]) -> anyhow::Result<Vec<f64>> {
-    let (ns, op, names) = (ns.clone(), op.to_string(), names.to_vec());
+async fn timed(ns: &Ns, op: DirOp, d: Dir, names: &[String]) -> anyhow::Result<Vec<f64>> {
+    let (ns, names) = (ns.clone(), names.to_vec());
     // On a runtime worker, as a mount's request would be.
     tokio::spawn(async move {
         let mut v = Vec::with_capacity(names.len());
         for n in &names {
             let t = Instant::now();
-            ns.op(&op, d, n).await?;
+            run_op(&ns, op, d, n).await?;
             v.push(t.elapsed().as_secs_f64() * 1e6);
         }
         Ok::<_, anyhow::Error>(v)
@@ -333,16 +322,16 @@ async fn timed(ns: &Ns, op: &str, d: Dir, names: &[String]) -> anyhow::Result<Ve
 
 /// Runs `op` on `names` split over the clients (client `i` takes every
 /// `k`-th name); returns operations per second.
-async fn spread(clients: &[Ns], op: &str, d: Dir, names: &[String]) -> anyhow::Result<f64> {
+async fn spread(clients: &[Ns], op: DirOp, d: Dir, names: &[String]) -> anyhow::Result<f64> {
     let k = clients.len();
     let t0 = Instant::now();
     let mut set = tokio::task::JoinSet::new();
     for (i, c) in clients.iter().enumerate() {
         let mine: Vec<String> = names.iter().skip(i).step_by(k).cloned().collect();
-        let (c, op) = (c.clone(), op.to_string());
+        let c = c.clone();
         set.spawn(async move {
             for n in &mine {
-                c.op(&op, d, n).await?;
+                run_op(&c, op, d, n).await?;
             }
             Ok::<_, anyhow::Error>(())
         });
@@ -372,14 +361,14 @@ fn plan<'a>(
     lookups: &'a [String],
     dirs: &'a [String],
     reads: &'a [String],
-) -> [(&'static str, Dir, &'a [String]); 6] {
+) -> [(DirOp, Dir, &'a [String]); 6] {
     [
-        ("create", d, files),
-        ("lookup", d, lookups),
-        ("unlink", d, files),
-        ("mkdir", d, dirs),
-        ("rmdir", d, dirs),
-        ("readdir", small, reads),
+        (DirOp::Create, d, files),
+        (DirOp::Lookup, d, lookups),
+        (DirOp::Unlink, d, files),
+        (DirOp::Mkdir, d, dirs),
+        (DirOp::Rmdir, d, dirs),
+        (DirOp::Readdir, small, reads),
     ]
 }
 
@@ -399,9 +388,9 @@ async fn latency_points(
     let mut dirs = Vec::new();
     for m in modes {
         let c0 = &m.clients[0];
-        let big = c0.mkdir(m.root, "big").await?;
-        let small = c0.mkdir(m.root, "small").await?;
-        spread(&m.clients, "create", small, &names("s", 0..100)).await?;
+        let big = mkdir(c0, m.root, "big").await?;
+        let small = mkdir(c0, m.root, "small").await?;
+        spread(&m.clients, DirOp::Create, small, &names("s", 0..100)).await?;
         dirs.push((big, small));
     }
     let mut out = Vec::new();
@@ -409,7 +398,7 @@ async fn latency_points(
     for &level in &cfg.levels {
         pb.set_message(format!("filling to {level} entries"));
         for (m, (big, _)) in modes.iter().zip(&dirs) {
-            spread(&m.clients, "create", *big, &names("e", filled..level)).await?;
+            spread(&m.clients, DirOp::Create, *big, &names("e", filled..level)).await?;
         }
         filled = level;
         pb.set_message(format!("timing at {level} entries"));
@@ -421,11 +410,11 @@ async fn latency_points(
             .map(|k| format!("e{:07}", (k * 7919) % level))
             .collect();
         let reads = vec![String::new(); (cfg.samples / 4).max(10)];
-        let phases: Vec<Vec<(&str, Dir, &[String])>> = dirs
+        let phases: Vec<Vec<(DirOp, Dir, &[String])>> = dirs
             .iter()
             .map(|&(big, small)| plan(big, small, &files, &lookups, &subdirs, &reads).to_vec())
             .collect();
-        let order: Vec<&str> = phases[0].iter().map(|p| p.0).collect();
+        let order: Vec<DirOp> = phases[0].iter().map(|p| p.0).collect();
         for (k, &op) in order.iter().enumerate() {
             let mut samples = vec![Vec::new(); modes.len()];
             for r in 0..ROUNDS {
@@ -440,7 +429,7 @@ async fn latency_points(
                 let (p50, p99) = p50_p99(v);
                 out.push(Latency {
                     mode: m.name.into(),
-                    op: op.into(),
+                    op: op.name().into(),
                     entries: level,
                     p50_us: p50,
                     p99_us: p99,
@@ -458,19 +447,19 @@ async fn throughput_points(
     pb: &indicatif::ProgressBar,
 ) -> anyhow::Result<Vec<Throughput>> {
     let mut out = Vec::new();
-    let small = m.clients[0].mkdir(m.root, "small-tp").await?;
-    spread(&m.clients, "create", small, &names("s", 0..100)).await?;
+    let small = mkdir(&m.clients[0], m.root, "small-tp").await?;
+    spread(&m.clients, DirOp::Create, small, &names("s", 0..100)).await?;
     for &k in &cfg.clients {
         pb.set_message(format!("{}: {k} clients in one directory", m.name));
-        let shared = m.clients[0].mkdir(m.root, &format!("shared{k}")).await?;
+        let shared = mkdir(&m.clients[0], m.root, &format!("shared{k}")).await?;
         let cl = &m.clients[..k.min(m.clients.len())];
         let n = cfg.per_phase as u64;
         let files = names("f", 0..n);
         let dirs = names("d", 0..n / 4);
-        let mut push = |op: &str, v: f64| {
+        let mut push = |op: DirOp, v: f64| {
             out.push(Throughput {
                 mode: m.name.into(),
-                op: op.into(),
+                op: op.name().into(),
                 clients: k,
                 ops_per_sec: v,
             })
@@ -486,12 +475,14 @@ async fn throughput_points(
 
 /// OSD commands per insert and per create, on a fresh directory.
 async fn round_trips(m: &Mode, n: u64) -> anyhow::Result<(f64, f64)> {
-    let Ns::Osd(fs) = &m.clients[0] else {
+    let Some(fs) = &m.osd_fs else {
         return Ok((1.0, 1.0));
     };
-    let Dir::Osd(d) = m.clients[0].mkdir(m.root, "rt").await? else {
-        anyhow::bail!("not an OSD directory");
-    };
+    let ino = mkdir(&m.clients[0], m.root, "rt").await?;
+    let home = fs
+        .lookup(&fs.dir(ROOT_INO, fs.root_osd()?).await?, "rt")
+        .await?;
+    let d = fs.dir(ino, home.osd).await?;
     // Entries naming no object: only the directory's commands count.
     let ents: Vec<Dirent> = (0..n)
         .map(|i| Dirent {

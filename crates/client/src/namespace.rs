@@ -105,6 +105,10 @@ pub trait Namespace: Send + Sync {
     /// Every entry of directory `ino`, in name order, with attributes.
     fn readdir<'a>(&'a self, c: &'a Creds, ino: u64) -> NsFuture<'a, Vec<DirEntry>>;
 
+    /// Every entry of directory `ino` with its name, inode and kind only
+    /// (what `ls` without `-l` needs; no attributes are fetched).
+    fn readdir_names<'a>(&'a self, c: &'a Creds, ino: u64) -> NsFuture<'a, Vec<DirEntry>>;
+
     /// Extended attribute `name` of `ino`.
     fn getxattr<'a>(&'a self, c: &'a Creds, ino: u64, name: &'a str) -> NsFuture<'a, Vec<u8>>;
 

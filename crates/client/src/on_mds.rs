@@ -48,6 +48,29 @@ impl MdsNamespace {
     async fn done(&self, c: &Creds, op: Op) -> Result<()> {
         self.call(c, op).await.map(|_| ())
     }
+
+    /// A whole directory, page by page (with attributes if `plus`).
+    async fn list(&self, c: &Creds, ino: u64, plus: bool) -> Result<Vec<DirEntry>> {
+        let mut out: Vec<DirEntry> = Vec::new();
+        loop {
+            let after = out.last().map(|e| e.name.clone());
+            let op = Op::Readdir {
+                ino,
+                after,
+                max: 1000,
+                plus,
+            };
+            match self.call(c, op).await? {
+                MdsReply::Dir { entries, more } => {
+                    out.extend(entries);
+                    if !more {
+                        return Ok(out);
+                    }
+                }
+                r => return Err(bad_reply("readdir", &r)),
+            }
+        }
+    }
 }
 
 impl Namespace for MdsNamespace {
@@ -185,27 +208,11 @@ impl Namespace for MdsNamespace {
     }
 
     fn readdir<'a>(&'a self, c: &'a Creds, ino: u64) -> NsFuture<'a, Vec<DirEntry>> {
-        Box::pin(async move {
-            let mut out: Vec<DirEntry> = Vec::new();
-            loop {
-                let after = out.last().map(|e| e.name.clone());
-                let op = Op::Readdir {
-                    ino,
-                    after,
-                    max: 1000,
-                    plus: true,
-                };
-                match self.call(c, op).await? {
-                    MdsReply::Dir { entries, more } => {
-                        out.extend(entries);
-                        if !more {
-                            return Ok(out);
-                        }
-                    }
-                    r => return Err(bad_reply("readdir", &r)),
-                }
-            }
-        })
+        Box::pin(self.list(c, ino, true))
+    }
+
+    fn readdir_names<'a>(&'a self, c: &'a Creds, ino: u64) -> NsFuture<'a, Vec<DirEntry>> {
+        Box::pin(self.list(c, ino, false))
     }
 
     fn getxattr<'a>(&'a self, c: &'a Creds, ino: u64, name: &'a str) -> NsFuture<'a, Vec<u8>> {

@@ -679,6 +679,28 @@ impl Namespace for OsdNamespace {
         })
     }
 
+    fn readdir_names<'a>(&'a self, c: &'a Creds, ino: u64) -> NsFuture<'a, Vec<DirEntry>> {
+        Box::pin(async move {
+            let a = self.cached_attr(ino).await?;
+            check(&a, c, R, "readdir")?;
+            let d = self.dir(ino).await?;
+            let mut ents = self.fs.readdir_all(&d).await?;
+            ents.sort_by(|a, b| a.name.cmp(&b.name));
+            Ok(ents
+                .into_iter()
+                .map(|e| {
+                    self.learn(&e);
+                    DirEntry {
+                        name: e.name,
+                        ino: e.ino,
+                        kind: kind(e.kind),
+                        attr: None,
+                    }
+                })
+                .collect())
+        })
+    }
+
     fn getxattr<'a>(&'a self, c: &'a Creds, ino: u64, name: &'a str) -> NsFuture<'a, Vec<u8>> {
         Box::pin(async move {
             check(&self.getattr(ino).await?, c, R, "getxattr")?;
