@@ -11,8 +11,9 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use net::{ConnConfig, OsdClient};
-use osd::exec::{Ctx, StoreHandle, now_ms};
+use osd::exec::{Ctx, StoreHandle};
 use osd::server::{Osd, ServerConfig};
+use proto::clock::now_ms;
 use proto::{KeyRing, rights};
 use serde::Serialize;
 use store::device::{Device, FileDevice};

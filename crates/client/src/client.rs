@@ -27,81 +27,21 @@ use proto::rights;
 
 use crate::config::ClientConfig;
 use crate::error::{Errno, FsError, Result};
-use crate::file::{self, OpenInode};
+use crate::file;
 use crate::meta::Meta;
 use crate::namespace::Namespace;
 use crate::on_mds::{MdsNamespace, bad_reply};
 use crate::on_osds::OsdNamespace;
+use crate::open_file::OpenInode;
 use crate::osds::OsdSet;
+use crate::state::{Handle, Inner, lock};
 use crate::stats::ClientStats;
-
-pub use proto::clock::{now_ms, now_ns};
-
-/// An open file handle.
-#[derive(Clone)]
-struct Handle {
-    inode: Arc<OpenInode>,
-    write: bool,
-}
-
-/// Shared state of a client (what background tasks hold).
-pub struct Inner {
-    /// Settings.
-    pub cfg: ClientConfig,
-    /// MDS connection: maps and status in every mode, the namespace in
-    /// MDS mode (counts mandatory and non-mandatory requests).
-    pub mds: Arc<MdsClient>,
-    /// Maps and OSD connections.
-    pub osds: OsdSet,
-    /// The metadata cache and counters (shared with the namespace).
-    pub meta: Arc<Meta>,
-    /// Where the namespace lives.
-    pub ns: Arc<dyn Namespace>,
-    /// Bytes buffered or being written in the whole client.
-    pub dirty_total: AtomicU64,
-    inodes: Mutex<HashMap<u64, Arc<OpenInode>>>,
-    handles: Mutex<HashMap<u64, Handle>>,
-    next_fh: AtomicU64,
-}
 
 /// A Tessera client. Cheap to clone; all clones share one cache and one set
 /// of connections.
 #[derive(Clone)]
 pub struct Client {
     inner: Arc<Inner>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-impl Inner {
-    /// Asks the namespace for a file's entry and capabilities (OPEN: a
-    /// non-mandatory request, also used to renew capabilities).
-    pub async fn open_grants(
-        &self,
-        ino: u64,
-        creds: &Creds,
-        write: bool,
-    ) -> Result<(Entry, Vec<Grant>)> {
-        self.meta.miss();
-        let f = self.ns.open(creds, ino, write).await?;
-        self.meta.absorb(&f);
-        Ok((f.entry, f.grants))
-    }
-
-    /// The size this client knows for an open inode (its writes may not be
-    /// committed yet).
-    fn local_size(&self, ino: u64) -> Option<u64> {
-        lock(&self.inodes)
-            .get(&ino)
-            .map(|f| f.size.load(Ordering::Relaxed))
-    }
-
-    /// Whether this client has `ino` open.
-    fn is_open(&self, ino: u64) -> bool {
-        lock(&self.inodes).contains_key(&ino)
-    }
 }
 
 impl Client {
@@ -465,7 +405,7 @@ impl Client {
                         && (x.entry.attr.kind != FileKind::File
                             || x.grants.iter().any(|g| {
                                 g.covers(data_oid(ino), rights::READ)
-                                    && g.expiry_ms > now_ms() + margin
+                                    && g.expiry_ms > proto::clock::now_ms() + margin
                             }))
                 });
                 if usable { cache.get(ino) } else { None }

@@ -5,9 +5,9 @@
 //! behind the writer, on fsync, close, memory pressure and a timer), and a
 //! read-ahead window that grows on sequential reads.
 
-use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -15,161 +15,16 @@ use proto::layout::Layout;
 use proto::mds::{Creds, Found, Grant};
 use proto::rights;
 use tokio::sync::OnceCell;
-use tokio::task::JoinHandle;
 
-use crate::client::{Inner, now_ns};
 use crate::error::{Errno, FsError, Result};
+use crate::open_file::{FileState, Flight, OpenInode};
+use crate::state::Inner;
 use crate::stats::Counters;
 use crate::striped::{self, Run, Target, WRITE_NEED, cap_stale, piece_error, transport};
+use proto::clock::{now_ms, now_ns};
 
 /// Write-behind requests in flight per file before a writer waits.
 const MAX_INFLIGHT: usize = 4;
-
-type Flight = (u64, u64, JoinHandle<Result<Vec<(u64, u32)>>>);
-
-/// A read-ahead window being fetched: range, the write generation it was
-/// started at, and where its bytes will be (None if the fetch failed).
-type Pending = (u64, u64, u64, Arc<OnceCell<Option<Bytes>>>);
-
-/// The state of one open inode. Invariants: `dirty` extents never overlap
-/// or touch; `dirty_bytes` is their total; `size` ≥ every dirty extent's
-/// end; `committed` ≤ `size` unless another client truncated.
-pub struct FileState {
-    /// Layout (None until the MDS places the file).
-    pub layout: Option<Layout>,
-    /// Capabilities held.
-    pub grants: Vec<Grant>,
-    /// Whether `grants` carry write rights.
-    pub write_caps: bool,
-    /// Credentials the capabilities were asked with.
-    pub creds: Creds,
-    /// Length as this client knows it.
-    pub size: u64,
-    /// Whether data changed since the last size commit.
-    pub modified: bool,
-    dirty: BTreeMap<u64, Vec<u8>>,
-    dirty_bytes: u64,
-    dirty_since: Option<Instant>,
-    inflight: VecDeque<Flight>,
-    error: Option<FsError>,
-    existing: HashSet<(u64, u32)>,
-    ra: Option<(u64, Bytes)>,
-    pending: Option<Pending>,
-    seq_next: u64,
-    window: u64,
-    gen_: u64,
-    /// Handles open on the inode.
-    pub handles: usize,
-}
-
-/// One inode open in this client.
-pub struct OpenInode {
-    /// Namespace inode number.
-    pub ino: u64,
-    /// Its state.
-    pub st: tokio::sync::Mutex<FileState>,
-    /// `FileState::size`, readable without waiting for the state lock
-    /// (which a flush holds across network round trips); updated with it.
-    pub size: AtomicU64,
-}
-
-impl OpenInode {
-    /// A freshly opened inode.
-    pub fn new(
-        ino: u64,
-        layout: Option<Layout>,
-        grants: Vec<Grant>,
-        write: bool,
-        creds: Creds,
-        size: u64,
-    ) -> OpenInode {
-        OpenInode {
-            ino,
-            size: AtomicU64::new(size),
-            st: tokio::sync::Mutex::new(FileState {
-                layout,
-                grants,
-                write_caps: write,
-                creds,
-                size,
-                modified: false,
-                dirty: BTreeMap::new(),
-                dirty_bytes: 0,
-                dirty_since: None,
-                inflight: VecDeque::new(),
-                error: None,
-                existing: HashSet::new(),
-                ra: None,
-                pending: None,
-                seq_next: 0,
-                window: 0,
-                gen_: 0,
-                handles: 0,
-            }),
-        }
-    }
-}
-
-impl FileState {
-    /// Adds a dirty extent, merging with the extents it overlaps or touches.
-    fn add_dirty(&mut self, off: u64, data: &[u8]) -> i64 {
-        let end = off + data.len() as u64;
-        let mut olds = Vec::new();
-        for (&a, v) in self.dirty.range(..=end).rev() {
-            if a + (v.len() as u64) < off {
-                break;
-            }
-            olds.push(a);
-        }
-        let (mut start, mut stop) = (off, end);
-        let mut parts = Vec::new();
-        let mut freed = 0u64;
-        for a in olds {
-            if let Some(v) = self.dirty.remove(&a) {
-                start = start.min(a);
-                stop = stop.max(a + v.len() as u64);
-                freed += v.len() as u64;
-                parts.push((a, v));
-            }
-        }
-        let mut buf = vec![0u8; (stop - start) as usize];
-        for (a, v) in parts {
-            let at = (a - start) as usize;
-            buf[at..at + v.len()].copy_from_slice(&v);
-        }
-        let at = (off - start) as usize;
-        buf[at..at + data.len()].copy_from_slice(data);
-        let grown = buf.len() as u64;
-        self.dirty.insert(start, buf);
-        self.dirty_bytes = self.dirty_bytes + grown - freed;
-        grown as i64 - freed as i64
-    }
-
-    fn dirty_overlaps(&self, off: u64, len: u64) -> bool {
-        let end = off + len;
-        self.dirty
-            .range(..end)
-            .next_back()
-            .is_some_and(|(&a, v)| a + v.len() as u64 > off)
-            || self
-                .inflight
-                .iter()
-                .any(|(lo, hi, _)| *lo < end && *hi > off)
-    }
-
-    /// Whether anything is buffered or in flight.
-    pub fn busy(&self) -> bool {
-        !self.dirty.is_empty() || !self.inflight.is_empty()
-    }
-
-    /// Reports (and clears) a write-behind failure.
-    fn take_error(&mut self) -> Result<()> {
-        match self.error.take() {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
-    }
-}
 
 /// Resolves runs to OSD targets with `want` rights; `None` when a
 /// capability is missing (the caller renews and tries again).
@@ -291,7 +146,7 @@ async fn ensure_caps(
     objset: u64,
 ) -> Result<()> {
     let margin = inner.cfg.cap_margin.as_millis() as u64;
-    let soon = crate::client::now_ms() + margin;
+    let soon = now_ms() + margin;
     let expiring = st.grants.iter().any(|g| g.expiry_ms < soon);
     if expiring || (write && !st.write_caps) {
         let (entry, grants) = inner
@@ -683,28 +538,6 @@ pub fn truncated(f: &OpenInode, st: &mut FileState, size: u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn dirty_extents_merge_and_keep_the_newest_bytes() {
-        let f = OpenInode::new(1, None, Vec::new(), true, Creds::root(), 0);
-        let mut st = f.st.try_lock().unwrap();
-        st.add_dirty(10, &[1; 10]);
-        st.add_dirty(30, &[2; 10]);
-        assert_eq!(st.dirty.len(), 2);
-        assert_eq!(st.dirty_bytes, 20);
-        // Touching the first and overlapping the second merges all three.
-        st.add_dirty(20, &[3; 15]);
-        assert_eq!(st.dirty.len(), 1);
-        let v = &st.dirty[&10];
-        assert_eq!(v.len(), 30);
-        assert_eq!(&v[0..10], &[1; 10]);
-        assert_eq!(&v[10..25], &[3; 15]);
-        assert_eq!(&v[25..30], &[2; 5]);
-        assert_eq!(st.dirty_bytes, 30);
-        assert!(st.dirty_overlaps(39, 5));
-        assert!(!st.dirty_overlaps(40, 5));
-        assert!(!st.dirty_overlaps(0, 10));
-    }
 
     #[test]
     fn a_wrong_answer_to_extend_layout_is_eio() {

@@ -15,7 +15,9 @@ pub mod meta;
 pub mod namespace;
 pub mod on_mds;
 pub mod on_osds;
+pub mod open_file;
 pub mod osds;
+pub mod state;
 pub mod stats;
 pub mod striped;
 

@@ -370,7 +370,7 @@ impl OsdNamespace {
                 self.cut(ino, &cur, size).await?;
             }
         }
-        let now = crate::client::now_ns();
+        let now = proto::clock::now_ns();
         let c = c.clone();
         let set = set.clone();
         let i = self

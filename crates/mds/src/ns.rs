@@ -17,7 +17,7 @@ use crate::records::{DeleteJob, DirMeta, FsState, Inode, Records, dentry_key, nu
 /// Most hard links to one file.
 pub const LINK_MAX: u32 = 65_000;
 
-pub use proto::clock::now_ns;
+use proto::clock::now_ns;
 
 fn err(e: Errno, m: impl Into<String>) -> MdsError {
     MdsError::new(e, m)

@@ -263,7 +263,7 @@ fn set_list(set: &[(AttrKey, Vec<u8>)]) -> Vec<((u32, u32), Vec<u8>)> {
         .collect()
 }
 
-pub use proto::clock::now_ms;
+use proto::clock::now_ms;
 
 /// Runs one request. Returns the response header and the response payload.
 pub fn execute(ctx: &Ctx, req: &Request, payload: Bytes) -> (Response, Bytes) {

@@ -8,8 +8,9 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use net::{ConnConfig, ConnError, OsdClient};
-use osd::exec::{Ctx, ROOT, StoreHandle, now_ms};
+use osd::exec::{Ctx, ROOT, StoreHandle};
 use osd::server::{Osd, ServerConfig};
+use proto::clock::now_ms;
 use proto::msg::{AttrKey, Command, Reply, Request};
 use proto::{Capability, ErrorCode, KeyRing, rights};
 use store::device::{Device, FileDevice};

@@ -103,7 +103,7 @@ pub fn format(dir: &Path, opts: &FormatOptions) -> Result<(), MdsError> {
             dir_protocol,
             layout,
         })?;
-        ns::format_root(tx, &sb.policy, layout, ns::now_ns())?;
+        ns::format_root(tx, &sb.policy, layout, proto::clock::now_ns())?;
         tx.put_map(&OsdMap::default())
     })?;
     kv.close();

@@ -9,8 +9,8 @@ use std::path::Path;
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
-use super::aging::{Counters, Piece};
 use super::metrics::{Sample, SampleClock};
+use super::model::{Counters, Piece};
 use super::workload::AllocParams;
 
 /// One live object in a checkpoint.

@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 use store::alloc::Allocator;
 
-use super::aging::Obj;
+use super::model::Obj;
 
 /// Histogram buckets: bucket `i` counts extents of `[2^i, 2^(i+1))` 4 KiB
 /// blocks; the last one also holds everything larger.

@@ -5,6 +5,7 @@ mod aging;
 mod checkpoint;
 pub mod files;
 mod metrics;
+mod model;
 mod workload;
 
 pub use aging::{AgingSim, Counters, Outcome, RunResult};

@@ -1,0 +1,78 @@
+//! The state one client shares with its background tasks ([`Inner`]):
+//! settings, connections, the metadata cache, the namespace, and the
+//! inodes and handles open in it. A leaf the client and the file I/O both
+//! build on.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use net::MdsClient;
+use proto::mds::{Creds, Entry, Grant};
+
+use crate::config::ClientConfig;
+use crate::error::Result;
+use crate::meta::Meta;
+use crate::namespace::Namespace;
+use crate::open_file::OpenInode;
+use crate::osds::OsdSet;
+
+/// An open file handle.
+#[derive(Clone)]
+pub(crate) struct Handle {
+    pub(crate) inode: Arc<OpenInode>,
+    pub(crate) write: bool,
+}
+
+/// Shared state of a client (what background tasks hold).
+pub struct Inner {
+    /// Settings.
+    pub cfg: ClientConfig,
+    /// MDS connection: maps and status in every mode, the namespace in
+    /// MDS mode (counts mandatory and non-mandatory requests).
+    pub mds: Arc<MdsClient>,
+    /// Maps and OSD connections.
+    pub osds: OsdSet,
+    /// The metadata cache and counters (shared with the namespace).
+    pub meta: Arc<Meta>,
+    /// Where the namespace lives.
+    pub ns: Arc<dyn Namespace>,
+    /// Bytes buffered or being written in the whole client.
+    pub dirty_total: AtomicU64,
+    pub(crate) inodes: Mutex<HashMap<u64, Arc<OpenInode>>>,
+    pub(crate) handles: Mutex<HashMap<u64, Handle>>,
+    pub(crate) next_fh: AtomicU64,
+}
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Inner {
+    /// Asks the namespace for a file's entry and capabilities (OPEN: a
+    /// non-mandatory request, also used to renew capabilities).
+    pub async fn open_grants(
+        &self,
+        ino: u64,
+        creds: &Creds,
+        write: bool,
+    ) -> Result<(Entry, Vec<Grant>)> {
+        self.meta.miss();
+        let f = self.ns.open(creds, ino, write).await?;
+        self.meta.absorb(&f);
+        Ok((f.entry, f.grants))
+    }
+
+    /// The size this client knows for an open inode (its writes may not be
+    /// committed yet).
+    pub(crate) fn local_size(&self, ino: u64) -> Option<u64> {
+        lock(&self.inodes)
+            .get(&ino)
+            .map(|f| f.size.load(Ordering::Relaxed))
+    }
+
+    /// Whether this client has `ino` open.
+    pub(crate) fn is_open(&self, ino: u64) -> bool {
+        lock(&self.inodes).contains_key(&ino)
+    }
+}
