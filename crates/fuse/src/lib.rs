@@ -7,4 +7,4 @@ pub mod attr;
 pub mod fs;
 pub mod mount;
 
-pub use mount::{MountOptions, mount};
+pub use mount::{MountError, MountOptions, mount};

@@ -46,34 +46,64 @@ pub fn is_mount_point(p: &Path) -> bool {
     })
 }
 
+/// Why a mount could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum MountError {
+    /// The mount point does not exist.
+    #[error("mount point {} does not exist (create it with: mkdir -p {})", .0.display(), .0.display())]
+    Missing(PathBuf),
+    /// The mount point is not a directory.
+    #[error("mount point {} is not a directory", .0.display())]
+    NotADirectory(PathBuf),
+    /// Something is already mounted there.
+    #[error(
+        "mount point {} is busy: something is already mounted there (unmount it with: umount {})",
+        .0.display(),
+        .0.display()
+    )]
+    Busy(PathBuf),
+    /// There is no `/dev/fuse`.
+    #[error("/dev/fuse is missing: load the fuse module (modprobe fuse)")]
+    NoFuseDevice,
+    /// Mounting needs root here.
+    #[error(
+        "cannot mount on {}: permission denied (mounting needs root; /dev/fuse is root-only here)",
+        .0.display()
+    )]
+    PermissionDenied(PathBuf),
+    /// Any other failure, with the path and what the OS said.
+    #[error("cannot mount on {}: {source}", path.display())]
+    Io {
+        /// The mount point.
+        path: PathBuf,
+        /// What the OS said.
+        source: std::io::Error,
+    },
+}
+
 /// Checks `p` can be mounted on; the error says what is wrong.
-pub fn check_mount_point(p: &Path) -> Result<PathBuf, String> {
+pub fn check_mount_point(p: &Path) -> Result<PathBuf, MountError> {
+    let io = |source| MountError::Io {
+        path: p.into(),
+        source,
+    };
     let meta = std::fs::metadata(p).map_err(|e| {
         if e.kind() == std::io::ErrorKind::NotFound {
-            format!(
-                "mount point {} does not exist (create it with: mkdir -p {})",
-                p.display(),
-                p.display()
-            )
+            MountError::Missing(p.into())
         } else {
-            format!("mount point {}: {e}", p.display())
+            io(e)
         }
     })?;
     if !meta.is_dir() {
-        return Err(format!("mount point {} is not a directory", p.display()));
+        return Err(MountError::NotADirectory(p.into()));
     }
     if is_mount_point(p) {
-        return Err(format!(
-            "mount point {} is busy: something is already mounted there (unmount it with: umount {})",
-            p.display(),
-            p.display()
-        ));
+        return Err(MountError::Busy(p.into()));
     }
     if !std::path::Path::new("/dev/fuse").exists() {
-        return Err("/dev/fuse is missing: load the fuse module (modprobe fuse)".into());
+        return Err(MountError::NoFuseDevice);
     }
-    p.canonicalize()
-        .map_err(|e| format!("{}: {e}", p.display()))
+    p.canonicalize().map_err(io)
 }
 
 /// Mounts `client` on `mountpoint` in the background; requests run on `rt`.
@@ -83,7 +113,7 @@ pub fn mount(
     rt: tokio::runtime::Handle,
     mountpoint: &Path,
     opts: &MountOptions,
-) -> Result<BackgroundSession, String> {
+) -> Result<BackgroundSession, MountError> {
     let mp = check_mount_point(mountpoint)?;
     let fs = TesseraFs::new(client, rt, opts.ttl);
     let mut cfg = Config::default();
@@ -98,11 +128,11 @@ pub fn mount(
     cfg.n_threads = Some(opts.threads.max(1));
     cfg.clone_fd = true;
     fuser::spawn_mount(fs, &mp, &cfg).map_err(|e| match e.raw_os_error() {
-        Some(libc::EPERM) | Some(libc::EACCES) => format!(
-            "cannot mount on {}: permission denied (mounting needs root; /dev/fuse is root-only here)",
-            mp.display()
-        ),
-        Some(libc::EBUSY) => format!("cannot mount on {}: busy", mp.display()),
-        _ => format!("cannot mount on {}: {e}", mp.display()),
+        Some(libc::EPERM) | Some(libc::EACCES) => MountError::PermissionDenied(mp.clone()),
+        Some(libc::EBUSY) => MountError::Busy(mp.clone()),
+        _ => MountError::Io {
+            path: mp.clone(),
+            source: e,
+        },
     })
 }

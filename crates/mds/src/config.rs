@@ -39,13 +39,41 @@ impl Default for MdsConfig {
 
 impl MdsConfig {
     /// Reads `path`; a missing file means defaults.
-    pub fn load(path: &Path) -> Result<MdsConfig, String> {
+    pub fn load(path: &Path) -> Result<MdsConfig, ConfigError> {
         match std::fs::read_to_string(path) {
-            Ok(s) => toml::from_str(&s).map_err(|e| format!("{}: {e}", path.display())),
+            Ok(s) => toml::from_str(&s).map_err(|e| ConfigError::Syntax {
+                path: path.into(),
+                message: e.to_string(),
+            }),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(MdsConfig::default()),
-            Err(e) => Err(format!("{}: {e}", path.display())),
+            Err(source) => Err(ConfigError::Io {
+                path: path.into(),
+                source,
+            }),
         }
     }
+}
+
+/// Why `mds.toml` could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What the OS said.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML of the config's shape (unknown fields
+    /// are refused by name).
+    #[error("{}: {message}", path.display())]
+    Syntax {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What the parser said.
+        message: String,
+    },
 }
 
 /// Choices fixed when a file system is formatted.

@@ -55,12 +55,14 @@ impl PolicyKind {
     }
 
     /// Parses a name.
-    pub fn parse(s: &str) -> Result<PolicyKind, String> {
+    pub fn parse(s: &str) -> Result<PolicyKind, proto::UnknownName> {
         PolicyKind::ALL
             .into_iter()
             .find(|p| p.name() == s)
-            .ok_or_else(|| {
-                format!("unknown id policy {s:?}: use create-order, pseudo-random, child-closest or cousin-closest")
+            .ok_or_else(|| proto::UnknownName {
+                what: "id policy",
+                got: s.into(),
+                expected: "create-order, pseudo-random, child-closest or cousin-closest",
             })
     }
 }
@@ -121,38 +123,36 @@ impl Geometry {
         self.body() - self.wide_file_bits
     }
 
-    /// Checks the widths fit together; the message names the problem.
-    pub fn validate(&self) -> Result<(), String> {
+    /// Checks the widths fit together; the error names the problem.
+    pub fn validate(&self) -> Result<(), GeometryError> {
         let g = self;
         if g.id_bits > 64 || g.region_bits < 2 || g.id_bits < g.region_bits + 8 {
-            return Err(format!(
-                "id_bits {} / region_bits {}: need region_bits ≥ 2 and id_bits ≤ 64 with room for a body",
-                g.id_bits, g.region_bits
-            ));
+            return Err(GeometryError::Widths {
+                id_bits: g.id_bits,
+                region_bits: g.region_bits,
+            });
         }
         if g.body() > 60 {
-            return Err(format!(
-                "id_bits - region_bits = {} > 60: ids must stay below 2^62",
-                g.body()
-            ));
+            return Err(GeometryError::BodyTooWide { body: g.body() });
         }
         if !(1..=30).contains(&g.file_bits) || !(1..=16).contains(&g.slot_bits) {
-            return Err("file_bits must be 1..=30 and slot_bits 1..=16".into());
+            return Err(GeometryError::FileOrSlotBits {
+                file_bits: g.file_bits,
+                slot_bits: g.slot_bits,
+            });
         }
         if g.file_bits >= g.body() || g.primary_slots() == 0 {
-            return Err("no room for a directory slot after the file number".into());
+            return Err(GeometryError::NoPrimarySlot);
         }
         if g.deep_slots == 0 || g.file_bits + g.deep_slots * g.slot_bits >= g.body() {
-            return Err(format!(
-                "deep_slots {}: the deep region needs ≥ 1 slot and a prefix",
-                g.deep_slots
-            ));
+            return Err(GeometryError::DeepSlots {
+                deep_slots: g.deep_slots,
+            });
         }
         if g.wide_file_bits == 0 || g.wide_file_bits >= g.body() {
-            return Err(format!(
-                "wide_file_bits {}: the wide region needs a prefix",
-                g.wide_file_bits
-            ));
+            return Err(GeometryError::WideFileBits {
+                wide_file_bits: g.wide_file_bits,
+            });
         }
         Ok(())
     }
@@ -267,9 +267,53 @@ pub fn nearest_by_id<T>(
     out
 }
 
+/// Why a [`Geometry`]'s widths do not fit together.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GeometryError {
+    /// The id or region width is out of range.
+    #[error(
+        "id_bits {id_bits} / region_bits {region_bits}: need region_bits ≥ 2 and id_bits ≤ 64 with room for a body"
+    )]
+    Widths {
+        /// Bits in an id.
+        id_bits: u32,
+        /// Bits naming the region.
+        region_bits: u32,
+    },
+    /// Ids would reach 2^62.
+    #[error("id_bits - region_bits = {body} > 60: ids must stay below 2^62")]
+    BodyTooWide {
+        /// Bits below the region.
+        body: u32,
+    },
+    /// The file or slot width is out of range.
+    #[error("file_bits {file_bits} must be 1..=30 and slot_bits {slot_bits} 1..=16")]
+    FileOrSlotBits {
+        /// Bits of the file number.
+        file_bits: u32,
+        /// Bits of a directory slot.
+        slot_bits: u32,
+    },
+    /// Nothing is left for a directory slot.
+    #[error("no room for a directory slot after the file number")]
+    NoPrimarySlot,
+    /// The deep region has no slot or no prefix.
+    #[error("deep_slots {deep_slots}: the deep region needs ≥ 1 slot and a prefix")]
+    DeepSlots {
+        /// Slots asked for.
+        deep_slots: u32,
+    },
+    /// The wide region has no prefix.
+    #[error("wide_file_bits {wide_file_bits}: the wide region needs a prefix")]
+    WideFileBits {
+        /// File bits asked for.
+        wide_file_bits: u32,
+    },
+}
+
 impl IdPolicy {
     /// A policy; fails if the geometry does not fit.
-    pub fn new(kind: PolicyKind, geo: Geometry) -> Result<IdPolicy, String> {
+    pub fn new(kind: PolicyKind, geo: Geometry) -> Result<IdPolicy, GeometryError> {
         geo.validate()?;
         Ok(IdPolicy { kind, geo })
     }

@@ -634,7 +634,8 @@ pub fn getxattr(v: &impl Records, c: &Creds, ino: u64, name: &str) -> Result<Vec
 /// Sets a directory's default layout (new files in it and new
 /// subdirectories inherit it) or an empty file's layout.
 pub fn set_layout(tx: &mut Tx, c: &Creds, ino: u64, spec: LayoutSpec) -> Result<Inode, MdsError> {
-    spec.validate().map_err(|m| err(Errno::Inval, m))?;
+    spec.validate()
+        .map_err(|m| err(Errno::Inval, m.to_string()))?;
     let mut i = tx.live_inode(ino)?;
     perm::owner(&i.attr, c, "set layout")?;
     match (i.attr.kind, i.dir.as_mut(), i.layout.as_mut()) {

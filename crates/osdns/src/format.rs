@@ -242,13 +242,15 @@ pub enum Protocol {
 
 impl Protocol {
     /// Parses "atomic" or "lock".
-    pub fn parse(s: &str) -> std::result::Result<Protocol, String> {
+    pub fn parse(s: &str) -> std::result::Result<Protocol, proto::UnknownName> {
         match s {
             "atomic" => Ok(Protocol::Atomic),
             "lock" => Ok(Protocol::Lock),
-            _ => Err(format!(
-                "unknown directory protocol {s:?}: use atomic or lock"
-            )),
+            _ => Err(proto::UnknownName {
+                what: "directory protocol",
+                got: s.into(),
+                expected: "atomic or lock",
+            }),
         }
     }
 

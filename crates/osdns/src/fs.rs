@@ -154,7 +154,7 @@ impl OsdFs {
         }
         let p = match c.dir_protocol.as_str() {
             "" => Protocol::Atomic,
-            s => Protocol::parse(s).map_err(|m| NsError::new(Errno::Inval, m))?,
+            s => Protocol::parse(s).map_err(|m| NsError::new(Errno::Inval, m.to_string()))?,
         };
         self.format(p, DirHash::V1).await
     }

@@ -89,3 +89,15 @@ impl From<CapError> for WireError {
         WireError::new(code, e.to_string())
     }
 }
+
+/// A name that is not one of the choices (a mode, a protocol, a policy).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown {what} {got:?}: use {expected}")]
+pub struct UnknownName {
+    /// What was being named ("namespace mode", "directory protocol", …).
+    pub what: &'static str,
+    /// The name given.
+    pub got: String,
+    /// The names accepted, for people.
+    pub expected: &'static str,
+}

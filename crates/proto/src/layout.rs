@@ -53,26 +53,52 @@ impl Default for LayoutSpec {
     }
 }
 
+/// Which invariant of a [`LayoutSpec`] does not hold.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LayoutError {
+    /// The stripe unit is out of range or not 4 KiB-aligned.
+    #[error(
+        "stripe unit {got}: must be a multiple of 4096 between {MIN_STRIPE_UNIT} and {MAX_STRIPE_UNIT}"
+    )]
+    StripeUnit {
+        /// The stripe unit given.
+        got: u32,
+    },
+    /// The stripe count is out of range.
+    #[error("stripe count {got}: must be 1..={MAX_STRIPE_COUNT}")]
+    StripeCount {
+        /// The stripe count given.
+        got: u32,
+    },
+    /// The object size is not a multiple of the stripe unit.
+    #[error(
+        "object size {got}: must be 0 (unbounded) or a multiple of the stripe unit {stripe_unit}"
+    )]
+    ObjectSize {
+        /// The object size given.
+        got: u64,
+        /// The stripe unit it must be a multiple of.
+        stripe_unit: u32,
+    },
+}
+
 impl LayoutSpec {
-    /// Checks the invariants; the message says which one failed.
-    pub fn validate(&self) -> Result<(), String> {
+    /// Checks the invariants; the error says which one failed.
+    pub fn validate(&self) -> Result<(), LayoutError> {
         let su = self.stripe_unit;
         if !(MIN_STRIPE_UNIT..=MAX_STRIPE_UNIT).contains(&su) || !su.is_multiple_of(4096) {
-            return Err(format!(
-                "stripe unit {su}: must be a multiple of 4096 between {MIN_STRIPE_UNIT} and {MAX_STRIPE_UNIT}"
-            ));
+            return Err(LayoutError::StripeUnit { got: su });
         }
         if !(1..=MAX_STRIPE_COUNT).contains(&self.stripe_count) {
-            return Err(format!(
-                "stripe count {}: must be 1..={MAX_STRIPE_COUNT}",
-                self.stripe_count
-            ));
+            return Err(LayoutError::StripeCount {
+                got: self.stripe_count,
+            });
         }
         if self.object_size != 0 && !self.object_size.is_multiple_of(u64::from(su)) {
-            return Err(format!(
-                "object size {}: must be 0 (unbounded) or a multiple of the stripe unit {su}",
-                self.object_size
-            ));
+            return Err(LayoutError::ObjectSize {
+                got: self.object_size,
+                stripe_unit: su,
+            });
         }
         Ok(())
     }

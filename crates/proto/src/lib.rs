@@ -15,7 +15,7 @@ pub mod msg;
 pub mod placement;
 
 pub use cap::{CapError, CapSpec, Capability, KeyRing, rights};
-pub use error::{ErrorCode, WireError};
+pub use error::{ErrorCode, UnknownName, WireError};
 pub use frame::{Frame, FrameError, Kind, Limits, Prefix};
 pub use msg::{AttrKey, Command, Hello, Reply, Request, Response, Welcome};
 

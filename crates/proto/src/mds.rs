@@ -416,11 +416,15 @@ pub enum NamespaceMode {
 
 impl NamespaceMode {
     /// Parses "mds" or "osd".
-    pub fn parse(s: &str) -> Result<NamespaceMode, String> {
+    pub fn parse(s: &str) -> Result<NamespaceMode, crate::UnknownName> {
         match s {
             "mds" => Ok(NamespaceMode::Mds),
             "osd" => Ok(NamespaceMode::Osd),
-            _ => Err(format!("unknown namespace mode {s:?}: use mds or osd")),
+            _ => Err(crate::UnknownName {
+                what: "namespace mode",
+                got: s.into(),
+                expected: "mds or osd",
+            }),
         }
     }
 

@@ -76,11 +76,11 @@ impl MdsPaths {
 pub fn format(dir: &Path, opts: &FormatOptions) -> Result<(), MdsError> {
     opts.layout
         .validate()
-        .map_err(|m| MdsError::new(Errno::Inval, m))?;
+        .map_err(|m| MdsError::new(Errno::Inval, m.to_string()))?;
     opts.policy
         .geo
         .validate()
-        .map_err(|m| MdsError::new(Errno::Inval, m))?;
+        .map_err(|m| MdsError::new(Errno::Inval, m.to_string()))?;
     std::fs::create_dir_all(dir.join("keys"))
         .map_err(|e| MdsError::new(Errno::Io, format!("{}: {e}", dir.display())))?;
     let paths = MdsPaths { dir: dir.into() };
@@ -192,7 +192,7 @@ impl Mds {
     /// Opens the service on a formatted data directory.
     pub fn open(dir: &Path) -> Result<Arc<Mds>, MdsError> {
         let paths = MdsPaths { dir: dir.into() };
-        let cfg = MdsConfig::load(&paths.config()).map_err(|m| err(Errno::Inval, m))?;
+        let cfg = MdsConfig::load(&paths.config()).map_err(|m| err(Errno::Inval, m.to_string()))?;
         let kv = Arc::new(Kv::open(&paths.kv(), cfg.cache_mib << 20)?);
         let sb = kv.read()?.superblock()?;
         if sb.version != RECORDS_VERSION {

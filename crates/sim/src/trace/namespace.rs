@@ -185,7 +185,7 @@ impl Namespace {
     ) -> Result<HashMap<Handle, u64>, String> {
         let mut n = Numbering {
             ns: self,
-            policy: IdPolicy::new(policy, Geometry::default())?,
+            policy: IdPolicy::new(policy, Geometry::default()).map_err(|e| e.to_string())?,
             ids: HashMap::from([(self.root, ROOT_ID)]),
             dirs: HashMap::new(),
             counters: Counters::default(),
