@@ -19,7 +19,8 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use proto::msg::{Hello, Welcome, decode};
@@ -172,27 +173,29 @@ impl<S: Service> Server<S> {
         let (tx, mut rx) =
             mpsc::channel::<(Frame, Permits)>(self.limits.max_in_flight as usize + 4);
         let write_timeout = self.limits.write_timeout;
+        // When the write in progress started (ms since `epoch`, plus one),
+        // or 0 while the writer waits for a reply: a watchdog closes the
+        // connection when one write takes longer than the write timeout.
+        // One atomic store per reply instead of a timer per reply.
+        let epoch = Instant::now();
+        let busy = Arc::new(AtomicU64::new(0));
+        let busy_w = busy.clone();
         let writer = tokio::spawn(async move {
             while let Some((f, permits)) = rx.recv().await {
-                let written = tokio::time::timeout(write_timeout, async {
+                busy_w.store(epoch.elapsed().as_millis() as u64 + 1, Ordering::Relaxed);
+                let written = async {
                     write_frame(&mut wr, &f).await?;
                     if rx.is_empty() {
                         wr.flush().await?;
                     }
                     Ok::<_, std::io::Error>(())
-                })
+                }
                 .await;
+                busy_w.store(0, Ordering::Relaxed);
                 drop(permits);
-                match written {
-                    Ok(Ok(())) => {}
-                    Ok(Err(e)) => {
-                        tracing::debug!(error = %e, "reply not written; closing");
-                        break;
-                    }
-                    Err(_) => {
-                        tracing::debug!(timeout = ?write_timeout, "peer does not take replies; closing");
-                        break;
-                    }
+                if let Err(e) = written {
+                    tracing::debug!(error = %e, "reply not written; closing");
+                    break;
                 }
             }
             // Dropping the receiver makes every further reply fail to send,
@@ -203,6 +206,23 @@ impl<S: Service> Server<S> {
                 let _ = wr.shutdown().await;
             })
             .await;
+        });
+        let watched = writer.abort_handle();
+        tokio::spawn(async move {
+            let limit_ms = write_timeout.as_millis() as u64;
+            let mut tick =
+                tokio::time::interval((write_timeout / 4).max(Duration::from_millis(10)));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            while !watched.is_finished() {
+                tick.tick().await;
+                let started = busy.load(Ordering::Relaxed);
+                let now = epoch.elapsed().as_millis() as u64 + 1;
+                if started != 0 && now.saturating_sub(started) > limit_ms {
+                    tracing::debug!(timeout = ?write_timeout, "peer does not take replies; closing");
+                    watched.abort();
+                    break;
+                }
+            }
         });
         let slots = Arc::new(Semaphore::new(self.limits.max_in_flight as usize));
         let lim = &self.limits;
@@ -219,6 +239,8 @@ impl<S: Service> Server<S> {
             let got = tokio::select! {
                 r = read_prefix(&mut rd, &lim.frame, lim.idle_timeout, lim.io_timeout) => r,
                 _ = shutdown.changed() => break,
+                // The writer gave up (the peer does not take replies).
+                _ = tx.closed() => break,
             };
             // Reserve the body's bytes in the global budget before reading
             // (and allocating) it.

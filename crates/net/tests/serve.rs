@@ -1,0 +1,186 @@
+//! The shared server loop over real sockets, with a small service that
+//! answers each request with as many bytes as it asks for: a client that
+//! never reads its replies cannot hold the byte budget past the write
+//! timeout, and others are served again once its connection is dropped.
+#![expect(clippy::unwrap_used, reason = "tests: a panic is the failure report")]
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use net::frame_io::{frame, read_frame, write_frame};
+use net::serve::{Admitted, ServeLimits, Server, Service};
+use proto::msg::{Hello, Welcome, decode, encode};
+use proto::{ErrorCode, Frame, Kind, Limits, PROTOCOL_VERSION, WireError};
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+
+/// Answers a request whose header is a `u32` n with n bytes of payload.
+struct Bulk;
+
+impl Service for Bulk {
+    type Request = u32;
+
+    fn welcome(&self, _h: &Hello) -> Welcome {
+        Welcome::Ok {
+            version: PROTOCOL_VERSION,
+            cluster_id: "t".into(),
+            osd_id: 0,
+            max_payload: 8 << 20,
+            max_in_flight: 8,
+        }
+    }
+
+    fn admit(&self, f: &Frame) -> Result<Admitted<u32>, WireError> {
+        let n: u32 = decode(&f.header)?;
+        Ok(Admitted {
+            request: n,
+            reply_bytes: u64::from(n),
+        })
+    }
+
+    async fn handle(self: Arc<Self>, n: u32, _f: Frame) -> (Bytes, Bytes) {
+        (
+            Bytes::from(encode(&Ok::<u32, WireError>(n))),
+            Bytes::from(vec![7u8; n as usize]),
+        )
+    }
+
+    fn error_header(&self, err: WireError) -> Bytes {
+        Bytes::from(encode(&Err::<u32, WireError>(err)))
+    }
+}
+
+async fn hello(addr: &str) -> TcpStream {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    let h = Hello {
+        version: PROTOCOL_VERSION,
+        cluster_id: "t".into(),
+        osd_id: 0,
+        client: "test".into(),
+    };
+    write_frame(&mut s, &frame(Kind::Hello, 0, 0, &h, Bytes::new()))
+        .await
+        .unwrap();
+    let lim = Limits {
+        max_header: 4096,
+        max_payload: 0,
+    };
+    let t = Duration::from_secs(5);
+    let f = read_frame(&mut s, &lim, t, t).await.unwrap();
+    assert!(matches!(
+        decode::<Welcome>(&f.header).unwrap(),
+        Welcome::Ok { .. }
+    ));
+    s
+}
+
+async fn ask(s: &mut TcpStream, tag: u64, n: u32) {
+    write_frame(s, &frame(Kind::Request, 1, tag, &n, Bytes::new()))
+        .await
+        .unwrap();
+    s.flush().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_never_reads_cannot_hold_the_byte_budget() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let limits = ServeLimits {
+        frame: Limits {
+            max_header: 4096,
+            max_payload: 8 << 20,
+        },
+        max_connections: 8,
+        max_in_flight: 8,
+        // Room for two 4 MiB replies in all.
+        max_inflight_bytes: 8 << 20,
+        idle_timeout: Duration::from_secs(60),
+        io_timeout: Duration::from_secs(5),
+        write_timeout: Duration::from_millis(400),
+        drain_timeout: Duration::from_secs(1),
+    };
+    let (stop, rx) = tokio::sync::watch::channel(false);
+    let server = tokio::spawn(Server::new(Arc::new(Bulk), limits).serve(listener, rx));
+    // The hog asks for far more than the socket buffers hold and never reads.
+    let mut hog = hello(&addr).await;
+    for tag in 1..=6 {
+        ask(&mut hog, tag, 4 << 20).await;
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Another client is served once the hog's stuck write times out.
+    let mut other = hello(&addr).await;
+    let t0 = Instant::now();
+    ask(&mut other, 99, 4 << 20).await;
+    let lim = Limits {
+        max_header: 4096,
+        max_payload: 8 << 20,
+    };
+    let f = read_frame(
+        &mut other,
+        &lim,
+        Duration::from_secs(10),
+        Duration::from_secs(10),
+    )
+    .await
+    .unwrap();
+    assert_eq!(f.tag, 99);
+    assert_eq!(f.payload.len(), 4 << 20);
+    assert!(
+        t0.elapsed() < Duration::from_secs(5),
+        "served {:?} after asking",
+        t0.elapsed()
+    );
+    // The hog's connection is closed: reading it ends (after whatever the
+    // socket buffers held), it does not block.
+    let drained = tokio::time::timeout(Duration::from_secs(10), async {
+        let mut buf = vec![0u8; 1 << 20];
+        loop {
+            use tokio::io::AsyncReadExt;
+            match hog.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+        }
+    })
+    .await;
+    assert!(drained.is_ok(), "the hog's connection was closed");
+    let _ = stop.send(true);
+    server.await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_request_is_answered_and_the_connection_goes_on() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let (stop, rx) = tokio::sync::watch::channel(false);
+    let limits = ServeLimits {
+        frame: Limits {
+            max_header: 4096,
+            max_payload: 8 << 20,
+        },
+        ..ServeLimits::default()
+    };
+    let server = tokio::spawn(Server::new(Arc::new(Bulk), limits).serve(listener, rx));
+    let mut c = hello(&addr).await;
+    // A header that is not a u32: refused with an error on its tag.
+    write_frame(&mut c, &frame(Kind::Request, 1, 5, &"nope", Bytes::new()))
+        .await
+        .unwrap();
+    ask(&mut c, 6, 16).await;
+    let lim = Limits {
+        max_header: 4096,
+        max_payload: 8 << 20,
+    };
+    let t = Duration::from_secs(5);
+    let f = read_frame(&mut c, &lim, t, t).await.unwrap();
+    assert_eq!(f.tag, 5);
+    let e = decode::<Result<u32, WireError>>(&f.header)
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(e.code, ErrorCode::BadRequest, "{e}");
+    let f = read_frame(&mut c, &lim, t, t).await.unwrap();
+    assert_eq!((f.tag, f.payload.len()), (6, 16));
+    let _ = stop.send(true);
+    server.await.unwrap();
+}
