@@ -65,7 +65,10 @@ struct Front {
 }
 
 impl Service for Front {
-    type Request = MdsRequest;
+    /// Requests are decoded in their own task, not on the connection's
+    /// reader: an MDS reply carries no payload, so nothing needs reserving
+    /// before a request runs.
+    type Request = ();
 
     fn welcome(&self, h: &Hello) -> Welcome {
         let refuse = |why: String| Welcome::Refused(WireError::new(ErrorCode::Handshake, why));
@@ -90,32 +93,38 @@ impl Service for Front {
         }
     }
 
-    fn admit(&self, f: &Frame) -> Result<Admitted<MdsRequest>, WireError> {
-        match decode::<MdsRequest>(&f.header) {
-            Ok(request) => Ok(Admitted {
-                request,
-                reply_bytes: 0,
-            }),
+    fn admit(&self, _f: &Frame) -> Result<Admitted<()>, WireError> {
+        Ok(Admitted {
+            request: (),
+            reply_bytes: 0,
+        })
+    }
+
+    async fn handle(self: Arc<Self>, _: (), f: Frame) -> (Bytes, Bytes) {
+        let started = Instant::now();
+        let result = match decode::<MdsRequest>(&f.header) {
+            Ok(req) => {
+                let (name, mandatory) = (req.op.name(), req.op.mandatory());
+                let result = self.mds.handle(req).await;
+                let errno = result.as_ref().err().map(|e| format!("{:?}", e.errno));
+                self.mds.metrics.count(
+                    name,
+                    mandatory,
+                    started.elapsed().as_secs_f64(),
+                    errno.as_deref(),
+                );
+                result
+            }
             Err(e) => {
                 self.mds
                     .metrics
                     .count("undecodable", false, 0.0, Some("Proto"));
-                Err(e)
+                Err(MdsError::new(
+                    Errno::Proto,
+                    format!("request: {}", e.message),
+                ))
             }
-        }
-    }
-
-    async fn handle(self: Arc<Self>, req: MdsRequest, _f: Frame) -> (Bytes, Bytes) {
-        let started = Instant::now();
-        let (name, mandatory) = (req.op.name(), req.op.mandatory());
-        let result = self.mds.handle(req).await;
-        let errno = result.as_ref().err().map(|e| format!("{:?}", e.errno));
-        self.mds.metrics.count(
-            name,
-            mandatory,
-            started.elapsed().as_secs_f64(),
-            errno.as_deref(),
-        );
+        };
         let resp = MdsResponse { result };
         (Bytes::from(proto::msg::encode(&resp)), Bytes::new())
     }
