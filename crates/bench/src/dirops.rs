@@ -194,8 +194,22 @@ pub struct Report {
 /// A directory: its inode number, in any namespace.
 type Dir = u64;
 
-/// One client of a namespace (the MDS's, or the one on the OSDs).
-type Ns = Arc<dyn Namespace>;
+/// One client of a namespace (the MDS's, or the one on the OSDs) with the
+/// metadata cache a mount's client keeps beside it: every answer naming an
+/// inode is cached, so directory attributes for permission checks come
+/// from the cache while fresh, as they do through the mount.
+#[derive(Clone)]
+struct Ns {
+    ns: Arc<dyn Namespace>,
+    meta: Arc<Meta>,
+}
+
+impl std::ops::Deref for Ns {
+    type Target = dyn Namespace;
+    fn deref(&self) -> &Self::Target {
+        &*self.ns
+    }
+}
 
 /// The caller every operation runs as.
 fn root() -> Creds {
@@ -208,16 +222,18 @@ async fn mkdir(ns: &Ns, d: Dir, name: &str) -> anyhow::Result<Dir> {
         .mkdir(&root(), d, name, 0o755)
         .await
         .map_err(|e| anyhow::anyhow!("mkdir {name}: {e}"))?;
+    ns.meta.absorb(&f);
     Ok(f.entry.attr.ino)
 }
 
 /// Runs `op` on `name` in `d`.
 async fn run_op(ns: &Ns, op: DirOp, d: Dir, name: &str) -> anyhow::Result<()> {
     let c = root();
+    let cache = |f: client::Result<proto::mds::Found>| f.map(|f| ns.meta.absorb(&f));
     let r = match op {
-        DirOp::Create => ns.create(&c, d, name, 0o644, true).await.map(drop),
-        DirOp::Mkdir => ns.mkdir(&c, d, name, 0o755).await.map(drop),
-        DirOp::Lookup => ns.lookup(&c, d, name).await.map(drop),
+        DirOp::Create => cache(ns.create(&c, d, name, 0o644, true).await),
+        DirOp::Mkdir => cache(ns.mkdir(&c, d, name, 0o755).await),
+        DirOp::Lookup => cache(ns.lookup(&c, d, name).await),
         DirOp::Unlink => ns.unlink(&c, d, name, &|_| false).await.map(drop),
         DirOp::Rmdir => ns.rmdir(&c, d, name).await,
         DirOp::Readdir => ns.readdir_names(&c, d).await.map(drop),
@@ -268,17 +284,23 @@ async fn start_mode(
             Some(_) => {
                 let mut cfg = ClientConfig::new(&addr, CLUSTER);
                 cfg.osd_connections = 1;
-                let meta = Arc::new(Meta::new(1000, 0, cfg.attr_timeout));
-                let ns = OsdNamespace::probe(&cfg, meta)
+                let meta = Arc::new(Meta::new(2000, 1000, cfg.attr_timeout));
+                let ns = OsdNamespace::probe(&cfg, meta.clone())
                     .await?
                     .ok_or_else(|| anyhow::anyhow!("{name}: the MDS keeps the namespace"))?;
                 osd_fs.get_or_insert_with(|| ns.fs.clone());
-                cs.push(Arc::new(ns));
+                cs.push(Ns {
+                    ns: Arc::new(ns),
+                    meta,
+                });
             }
             None => {
                 let mut c = MdsClient::new(&addr, CLUSTER, 1);
                 c.prefetch = 0;
-                cs.push(Arc::new(MdsNamespace::new(Arc::new(c))));
+                cs.push(Ns {
+                    ns: Arc::new(MdsNamespace::new(Arc::new(c))),
+                    meta: Arc::new(Meta::new(2000, 1000, Duration::from_secs(1))),
+                });
             }
         }
     }
