@@ -52,11 +52,6 @@ pub struct ClientStats {
 }
 
 impl ClientStats {
-    /// All MDS requests.
-    pub fn mds_total(&self) -> u64 {
-        self.mds_mandatory + self.mds_non_mandatory
-    }
-
     /// Prometheus text exposition of the snapshot.
     pub fn prometheus(&self) -> String {
         let mut s = String::new();

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use crate::alloc::{Extent, coalesce};
 use crate::device::{AlignedBuf, BLOCK, Device};
-use crate::error::{Result, StoreError};
+use crate::error::Result;
 use crate::journal::block_crc;
 use crate::store::open::recover;
 
@@ -134,14 +134,4 @@ pub fn fsck(dev: Arc<dyn Device>, mut progress: impl FnMut(u64, u64)) -> Result<
     }
     report.problems = problems;
     Ok(report)
-}
-
-/// Convenience: fsck that fails with the problems joined when not clean.
-pub fn fsck_strict(dev: Arc<dyn Device>) -> Result<FsckReport> {
-    let r = fsck(dev, |_, _| {})?;
-    if r.is_clean() {
-        Ok(r)
-    } else {
-        Err(StoreError::corrupt(r.problems.join("; ")))
-    }
 }

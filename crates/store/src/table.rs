@@ -291,10 +291,6 @@ impl ObjectTable {
     ) -> impl DoubleEndedIterator<Item = (&Key, Cow<'_, Onode>)> {
         self.map.range(r).map(|(k, s)| (k, view(s)))
     }
-    /// Keys in `r`, in order (no unpacking).
-    pub fn keys_in<R: RangeBounds<Key>>(&self, r: R) -> impl DoubleEndedIterator<Item = &Key> {
-        self.map.range(r).map(|(k, _)| k)
-    }
     /// Every onode, in key order.
     pub fn iter(&self) -> impl Iterator<Item = (&Key, Cow<'_, Onode>)> {
         self.map.iter().map(|(k, s)| (k, view(s)))

@@ -154,11 +154,6 @@ impl FaultDevice {
         img
     }
 
-    /// The current contents (what reads return).
-    pub fn current_image(&self) -> Vec<u8> {
-        self.lock().current.clone()
-    }
-
     /// Flips bits in both images at a byte offset (bit-rot on the medium).
     pub fn corrupt(&self, offset: u64, xor: u8) {
         let mut s = self.lock();

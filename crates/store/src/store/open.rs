@@ -603,9 +603,4 @@ impl Store {
         }
         Ok(store)
     }
-
-    /// Whether `read_only` was requested at open.
-    pub fn is_read_only(&self) -> bool {
-        self.inner.read_only
-    }
 }
