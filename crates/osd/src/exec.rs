@@ -305,9 +305,9 @@ fn run(
     }
     let reply = match &req.cmd {
         Command::Format { policy } => {
-            let p: store::Policy = policy
-                .parse()
-                .map_err(|e: String| WireError::bad("policy", e))?;
+            let p: store::Policy = policy.parse().map_err(|e: store::StoreError| {
+                WireError::new(ErrorCode::BadRequest, e.to_string())
+            })?;
             drop(s);
             ctx.store.format(p)?;
             return Ok(Reply::Done);

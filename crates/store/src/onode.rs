@@ -7,6 +7,7 @@
 //! past `size` inside mapped blocks are zero (so growing an object never
 //! exposes old bytes).
 
+use crate::StoreError;
 use std::collections::BTreeMap;
 
 use crate::alloc::Extent;
@@ -225,17 +226,17 @@ impl Onode {
         large_blocks: u64,
         data_blocks: u64,
         inline_max: u32,
-    ) -> Result<(), String> {
+    ) -> Result<(), StoreError> {
         if let Some(d) = &self.inline {
             if !self.extents.is_empty() {
-                return Err("has both inline data and extents".into());
+                return Err(StoreError::corrupt("has both inline data and extents"));
             }
             if d.len() as u64 != self.size || d.len() > inline_max as usize {
-                return Err(format!(
+                return Err(StoreError::corrupt(format!(
                     "inline data of {} bytes, size {}",
                     d.len(),
                     self.size
-                ));
+                )));
             }
         }
         let end_block = self.size.div_ceil(BLOCK);
@@ -243,31 +244,31 @@ impl Onode {
         let mut prev = 0;
         for e in &self.extents {
             if e.is_empty() || e.lblock < prev {
-                return Err(format!(
+                return Err(StoreError::corrupt(format!(
                     "extent at logical block {} overlaps or is out of order",
                     e.lblock
-                ));
+                )));
             }
             if e.pblock
                 .checked_add(e.len())
                 .is_none_or(|x| x > data_blocks)
             {
-                return Err(format!(
+                return Err(StoreError::corrupt(format!(
                     "extent at logical block {} lies past the data area",
                     e.lblock
-                ));
+                )));
             }
             if e.lblock >= end_block.next_multiple_of(unit) {
-                return Err(format!(
+                return Err(StoreError::corrupt(format!(
                     "block {} mapped past the object size {}",
                     e.lblock, self.size
-                ));
+                )));
             }
             if self.large && (e.lblock % unit != 0 || e.pblock % unit != 0 || e.len() % unit != 0) {
-                return Err(format!(
+                return Err(StoreError::corrupt(format!(
                     "large extent at logical block {} is not large-block aligned",
                     e.lblock
-                ));
+                )));
             }
             prev = e.lend();
         }

@@ -25,7 +25,48 @@ use super::checkpoint::{Checkpoint, ObjectRecord};
 use super::metrics::{Sample, SampleClock};
 pub use super::model::Counters;
 use super::model::{Obj, Piece};
-use super::workload::{AllocParams, SimPolicy};
+use super::workload::{AllocParams, ParamError, SimPolicy};
+
+/// Why the aging engine cannot start, resume or go on.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    /// A knob is out of its domain.
+    #[error(transparent)]
+    Params(#[from] ParamError),
+    /// A checkpoint's object claims blocks the allocator refuses.
+    #[error("checkpoint object {id}: {source}")]
+    CheckpointExtent {
+        /// The object.
+        id: u32,
+        /// What the allocator said.
+        source: AllocError,
+    },
+    /// A checkpoint's object id is beyond its slots.
+    #[error("checkpoint object id {0} out of range")]
+    CheckpointId(u32),
+    /// A checkpoint names an object it does not hold.
+    #[error("checkpoint names object {0}, which it does not hold")]
+    MissingObject(u32),
+    /// The allocator's own invariants fail.
+    #[error("allocator: {0}")]
+    Allocator(#[from] store::StoreError),
+    /// Blocks mapped by objects and blocks in use disagree.
+    #[error("{mapped} blocks mapped by objects, {used} in use")]
+    Mapped {
+        /// Blocks the objects map.
+        mapped: u64,
+        /// Blocks the allocator has in use.
+        used: u64,
+    },
+    /// An allocation failed with nothing left to delete.
+    #[error("op {op}: {source} — the device is too small for this workload")]
+    NoSpace {
+        /// The operation number.
+        op: u64,
+        /// What the allocator said.
+        source: AllocError,
+    },
+}
 
 const BLOCK: u64 = 4096;
 /// Operations between reseeds of the random generator (and possible checkpoints).
@@ -91,7 +132,7 @@ fn new_allocator(p: &AllocParams) -> Box<dyn Allocator> {
 
 impl AgingSim {
     /// A fresh run: an empty device and `streams` new objects in progress.
-    pub fn new(params: AllocParams) -> Result<Self, String> {
+    pub fn new(params: AllocParams) -> Result<Self, SimError> {
         params.validate()?;
         let mut sim = Self::empty(params.clone(), params.seed);
         for _ in 0..params.streams {
@@ -129,7 +170,7 @@ impl AgingSim {
     /// Rebuilds a run from a checkpoint: the allocator gets every mapped
     /// extent reserved, which restores exactly the state it had (both
     /// allocators' state is a function of the set of owned blocks).
-    pub fn resume(cp: Checkpoint) -> Result<Self, String> {
+    pub fn resume(cp: Checkpoint) -> Result<Self, SimError> {
         cp.params.validate()?;
         let mut sim = Self::empty(cp.params, cp.epoch_seed);
         sim.ops = cp.ops;
@@ -144,12 +185,12 @@ impl AgingSim {
             for pc in &o.map {
                 sim.alloc
                     .reserve(Extent::new(pc.p, pc.n), class)
-                    .map_err(|e| format!("checkpoint object {}: {e}", o.id))?;
+                    .map_err(|source| SimError::CheckpointExtent { id: o.id, source })?;
             }
             let slot = sim
                 .objs
                 .get_mut(o.id as usize)
-                .ok_or_else(|| format!("checkpoint object id {} out of range", o.id))?;
+                .ok_or(SimError::CheckpointId(o.id))?;
             *slot = Some(Obj {
                 size: o.size,
                 target: o.target,
@@ -171,11 +212,11 @@ impl AgingSim {
         Ok(sim)
     }
 
-    fn obj_mut(&mut self, id: u32) -> Result<&mut Obj, String> {
+    fn obj_mut(&mut self, id: u32) -> Result<&mut Obj, SimError> {
         self.objs
             .get_mut(id as usize)
             .and_then(|o| o.as_mut())
-            .ok_or_else(|| format!("checkpoint names object {id}, which it does not hold"))
+            .ok_or(SimError::MissingObject(id))
     }
 
     /// The state to write to a checkpoint file. Only valid at an epoch
@@ -247,7 +288,7 @@ impl AgingSim {
 
     /// Verifies the allocator's invariants and that every block is either
     /// free or mapped by exactly one object.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), SimError> {
         self.alloc.check()?;
         let mapped: u64 = self
             .objs
@@ -258,7 +299,7 @@ impl AgingSim {
             .sum();
         let used = self.alloc.total_blocks() - self.alloc.free_blocks();
         if mapped != used {
-            return Err(format!("{mapped} blocks mapped by objects, {used} in use"));
+            return Err(SimError::Mapped { mapped, used });
         }
         Ok(())
     }
@@ -306,7 +347,7 @@ impl AgingSim {
 
     /// One operation: a due young deletion, else a deletion to hold the
     /// utilization target, else one write increment.
-    fn step(&mut self) -> Result<(), String> {
+    fn step(&mut self) -> Result<(), SimError> {
         self.ops += 1;
         if let Some(&Reverse((due, id))) = self.dying.peek()
             && due <= self.ops
@@ -392,7 +433,7 @@ impl AgingSim {
     /// Appends one increment to stream `s`'s object, the way the store
     /// places a write: new blocks first (the old ones still owned), then the
     /// replaced blocks freed.
-    fn write(&mut self, s: usize) -> Result<(), String> {
+    fn write(&mut self, s: usize) -> Result<(), SimError> {
         let id = self.streams[s];
         let obj = self.objs[id as usize]
             .as_ref()
@@ -426,10 +467,10 @@ impl AgingSim {
                     self.delete_random_old();
                 }
                 Err(e) => {
-                    return Err(format!(
-                        "op {}: {e} — the device is too small for this workload",
-                        self.ops
-                    ));
+                    return Err(SimError::NoSpace {
+                        op: self.ops,
+                        source: e,
+                    });
                 }
             }
         };

@@ -8,7 +8,7 @@ mod metrics;
 mod model;
 mod workload;
 
-pub use aging::{AgingSim, Counters, Outcome, RunResult};
+pub use aging::{AgingSim, Counters, Outcome, RunResult, SimError};
 pub use checkpoint::Checkpoint;
 pub use metrics::{HISTOGRAM_BUCKETS, Sample};
-pub use workload::{AllocParams, SimPolicy};
+pub use workload::{AllocParams, ParamError, SimPolicy};

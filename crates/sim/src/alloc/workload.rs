@@ -23,14 +23,84 @@ pub enum SimPolicy {
 }
 
 impl std::str::FromStr for SimPolicy {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = ParamError;
+    fn from_str(s: &str) -> Result<Self, ParamError> {
         match s {
             "extent" => Ok(SimPolicy::Extent),
             "region" => Ok(SimPolicy::Region),
-            other => Err(format!("unknown policy {other:?}: use extent or region")),
+            other => Err(ParamError::UnknownPolicy(other.into())),
         }
     }
+}
+
+/// Which knob of [`AllocParams`] is out of its domain, with its value.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ParamError {
+    /// Not a policy name.
+    #[error("unknown policy {0:?}: use extent or region")]
+    UnknownPolicy(String),
+    /// A fraction out of its range.
+    #[error("{name} must be in [{lo}, {hi}], not {got}")]
+    OutOfRange {
+        /// The knob.
+        name: &'static str,
+        /// Smallest allowed.
+        lo: f64,
+        /// Largest allowed.
+        hi: f64,
+        /// Given.
+        got: f64,
+    },
+    /// The size increment is not a positive multiple of 4 KiB.
+    #[error("increment must be a positive multiple of 4 KiB, not {0}")]
+    Increment(u64),
+    /// Small-object sizes are empty or reversed.
+    #[error("small sizes need 0 < small-min <= small-max, not {min} and {max}")]
+    SmallSizes {
+        /// small-min given.
+        min: u64,
+        /// small-max given.
+        max: u64,
+    },
+    /// Large-object sizes are empty or reversed.
+    #[error("large sizes need 0 < large-min <= large-max, not {min} and {max}")]
+    LargeSizes {
+        /// large-min given.
+        min: u64,
+        /// large-max given.
+        max: u64,
+    },
+    /// No write streams.
+    #[error("streams must be at least 1")]
+    NoStreams,
+    /// Stream spacing out of range.
+    #[error("spacing must be in 1..=32, not {0}")]
+    Spacing(u32),
+    /// The large block is not a multiple of 4 KiB.
+    #[error("large block must be a multiple of 4 KiB, not {0}")]
+    LargeBlock(u64),
+    /// The region size is not a multiple of the large block.
+    #[error("region size {region} must be a multiple of the large block {large}")]
+    RegionSize {
+        /// Region size given.
+        region: u64,
+        /// Large block given.
+        large: u64,
+    },
+    /// The device cannot hold the streams' objects.
+    #[error(
+        "disk of {disk} bytes is too small for {streams} streams of objects up to {largest} bytes (needs {need})"
+    )]
+    DiskTooSmall {
+        /// Disk size given.
+        disk: u64,
+        /// Streams.
+        streams: usize,
+        /// Largest object.
+        largest: u64,
+        /// Bytes needed.
+        need: u64,
+    },
 }
 
 impl std::fmt::Display for SimPolicy {
@@ -107,12 +177,17 @@ impl Default for AllocParams {
 
 impl AllocParams {
     /// Checks every knob; the message names the offending one.
-    pub fn validate(&self) -> Result<(), String> {
-        let frac = |name: &str, v: f64, lo: f64, hi: f64| {
+    pub fn validate(&self) -> Result<(), ParamError> {
+        let frac = |name: &'static str, v: f64, lo: f64, hi: f64| {
             if v.is_finite() && v >= lo && v <= hi {
                 Ok(())
             } else {
-                Err(format!("{name} must be in [{lo}, {hi}], not {v}"))
+                Err(ParamError::OutOfRange {
+                    name,
+                    lo,
+                    hi,
+                    got: v,
+                })
             }
         };
         frac("utilization", self.utilization, 0.05, 0.98)?;
@@ -120,38 +195,44 @@ impl AllocParams {
         frac("temporary fraction", self.temp_fraction, 0.0, 1.0)?;
         let block = 4096;
         if self.increment < block || !self.increment.is_multiple_of(block) {
-            return Err(format!(
-                "increment must be a positive multiple of 4 KiB, not {}",
-                self.increment
-            ));
+            return Err(ParamError::Increment(self.increment));
         }
         if self.small_min == 0 || self.small_min > self.small_max {
-            return Err("small sizes need 0 < small-min <= small-max".into());
+            return Err(ParamError::SmallSizes {
+                min: self.small_min,
+                max: self.small_max,
+            });
         }
         if self.large_min == 0 || self.large_min > self.large_max {
-            return Err("large sizes need 0 < large-min <= large-max".into());
+            return Err(ParamError::LargeSizes {
+                min: self.large_min,
+                max: self.large_max,
+            });
         }
         if self.streams == 0 {
-            return Err("streams must be at least 1".into());
+            return Err(ParamError::NoStreams);
         }
         if self.spacing == 0 || self.spacing > 32 {
-            return Err(format!("spacing must be in 1..=32, not {}", self.spacing));
+            return Err(ParamError::Spacing(self.spacing));
         }
         if self.large_block < block || !self.large_block.is_multiple_of(block) {
-            return Err("large block must be a multiple of 4 KiB".into());
+            return Err(ParamError::LargeBlock(self.large_block));
         }
         if self.region_size < self.large_block || !self.region_size.is_multiple_of(self.large_block)
         {
-            return Err("region size must be a multiple of the large block".into());
+            return Err(ParamError::RegionSize {
+                region: self.region_size,
+                large: self.large_block,
+            });
         }
         let need = self.large_max.max(self.small_max) * self.streams as u64 * 4;
         if self.disk < need || self.disk / block > u64::from(u32::MAX) * 16 {
-            return Err(format!(
-                "disk of {} bytes is too small for {} streams of objects up to {} bytes (needs {need})",
-                self.disk,
-                self.streams,
-                self.large_max.max(self.small_max)
-            ));
+            return Err(ParamError::DiskTooSmall {
+                disk: self.disk,
+                streams: self.streams,
+                largest: self.large_max.max(self.small_max),
+                need,
+            });
         }
         Ok(())
     }
@@ -210,16 +291,21 @@ mod tests {
             utilization: 1.5,
             ..AllocParams::default()
         };
-        assert!(p.validate().unwrap_err().contains("utilization"));
+        assert!(
+            p.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("utilization")
+        );
         let p = AllocParams {
             increment: 1000,
             ..AllocParams::default()
         };
-        assert!(p.validate().unwrap_err().contains("increment"));
+        assert!(p.validate().unwrap_err().to_string().contains("increment"));
         let p = AllocParams {
             disk: 1 << 20,
             ..AllocParams::default()
         };
-        assert!(p.validate().unwrap_err().contains("too small"));
+        assert!(p.validate().unwrap_err().to_string().contains("too small"));
     }
 }

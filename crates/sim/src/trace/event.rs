@@ -4,19 +4,97 @@ use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
+/// Why a trace line was skipped (the report shows the first few).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LineError {
+    /// Fewer fields than the format has; the usage it expects.
+    #[error("expected: {0}")]
+    Fields(&'static str),
+    /// A time that is not a number.
+    #[error("time {0:?} is not a number")]
+    Time(String),
+    /// A time that is infinite or NaN.
+    #[error("time is not finite")]
+    TimeNotFinite,
+    /// A `%XX` / `\XX` escape cut short.
+    #[error("truncated {0}XX escape")]
+    TruncatedEscape(char),
+    /// An escape that is not two hex digits.
+    #[error("bad escape {0}")]
+    BadEscape(String),
+    /// A name that is not UTF-8 once unescaped.
+    #[error("name is not UTF-8")]
+    NotUtf8,
+    /// A path that does not start at the root.
+    #[error("path {0:?} is not absolute")]
+    NotAbsolute(String),
+    /// A path with an empty, `.` or `..` component.
+    #[error("path {0:?} has an empty, . or .. component")]
+    BadComponent(String),
+    /// An operation with the wrong number of paths.
+    #[error("{op} takes {paths} path(s)")]
+    PathCount {
+        /// The operation.
+        op: String,
+        /// Paths it takes.
+        paths: usize,
+    },
+    /// An operation the format does not have.
+    #[error("unknown operation {0:?}")]
+    UnknownOp(String),
+    /// A name that is not in quotes.
+    #[error("name {0} is not quoted")]
+    NotQuoted(String),
+    /// A transport that is neither UDP nor TCP.
+    #[error("transport {0:?} is not U or T")]
+    Transport(String),
+    /// A field that should be hex (xid, proc, status, file handle).
+    #[error("{what} {got:?} is not hex")]
+    NotHex {
+        /// The field.
+        what: &'static str,
+        /// Its text.
+        got: String,
+    },
+    /// A direction other than call or reply.
+    #[error("direction {0:?} is not C3/R3")]
+    Direction(String),
+    /// A key given without a value.
+    #[error("key {0} has no value")]
+    NoValue(String),
+    /// A key the operation needs is missing.
+    #[error("no {0}")]
+    Missing(String),
+    /// An operation on the root that the root cannot take.
+    #[error("cannot {0} /")]
+    OnRoot(&'static str),
+    /// A reply without a status field.
+    #[error("reply without a status")]
+    NoStatus,
+    /// A reply whose procedure differs from its call's.
+    #[error("reply proc {reply:x} does not match its call's {call:x}")]
+    ProcMismatch {
+        /// The reply's procedure.
+        reply: u32,
+        /// The call's procedure.
+        call: u32,
+    },
+}
+
 /// Decodes `<marker>XX` hex escapes (`%20` in the path format, `\20` in
 /// nfsdump) into bytes; a truncated or non-hex escape is an error.
-pub(crate) fn unescape(s: &str, marker: u8) -> Result<Vec<u8>, String> {
+pub(crate) fn unescape(s: &str, marker: u8) -> Result<Vec<u8>, LineError> {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
         if b[i] == marker {
             let m = char::from(marker);
-            let hex = s
-                .get(i + 1..i + 3)
-                .ok_or_else(|| format!("truncated {m}XX escape"))?;
-            out.push(u8::from_str_radix(hex, 16).map_err(|_| format!("bad escape {m}{hex}"))?);
+            let hex = s.get(i + 1..i + 3).ok_or(LineError::TruncatedEscape(m))?;
+            out.push(
+                u8::from_str_radix(hex, 16)
+                    .map_err(|_| LineError::BadEscape(format!("{m}{hex}")))?,
+            );
             i += 3;
         } else {
             out.push(b[i]);
@@ -135,10 +213,10 @@ pub struct ParseStats {
 
 impl ParseStats {
     /// Counts a malformed line, keeping the first few reasons.
-    pub fn malformed(&mut self, line: u64, why: impl Into<String>) {
+    pub fn malformed(&mut self, line: u64, why: &LineError) {
         self.malformed += 1;
         if self.examples.len() < 5 {
-            self.examples.push(format!("line {line}: {}", why.into()));
+            self.examples.push(format!("line {line}: {why}"));
         }
     }
 }

@@ -182,10 +182,10 @@ impl Namespace {
         &self,
         t: &Trace,
         policy: PolicyKind,
-    ) -> Result<HashMap<Handle, u64>, String> {
+    ) -> Result<HashMap<Handle, u64>, StudyError> {
         let mut n = Numbering {
             ns: self,
-            policy: IdPolicy::new(policy, Geometry::default()).map_err(|e| e.to_string())?,
+            policy: IdPolicy::new(policy, Geometry::default())?,
             ids: HashMap::from([(self.root, ROOT_ID)]),
             dirs: HashMap::new(),
             counters: Counters::default(),
@@ -228,9 +228,7 @@ impl Namespace {
                 }
             });
             if rest.len() == before {
-                return Err(
-                    "the reconstructed namespace has a node with no path to the root".into(),
-                );
+                return Err(StudyError::Unrooted);
             }
         }
         Ok(n.ids)
@@ -288,4 +286,15 @@ impl Numbering<'_> {
             );
         }
     }
+}
+
+/// Why a policy study cannot number the reconstructed namespace.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StudyError {
+    /// The id policy's geometry does not fit.
+    #[error(transparent)]
+    Geometry(#[from] mds::ids::GeometryError),
+    /// A node cannot be reached from the root.
+    #[error("the reconstructed namespace has a node with no path to the root")]
+    Unrooted,
 }

@@ -14,7 +14,7 @@
 
 use std::collections::HashMap;
 
-use super::event::{Handle, Kind, Op, Trace};
+use super::event::{Handle, Kind, LineError, Op, Trace};
 
 /// NFS's "no such file", the only error reply the simulator keeps (a
 /// negative lookup still costs an MDS request).
@@ -52,12 +52,20 @@ fn host(addr: &str) -> &str {
     addr.rsplit_once('.').map_or(addr, |(h, _)| h)
 }
 
+/// A field that should be hex and is not.
+fn hex_err(what: &'static str, got: &str) -> LineError {
+    LineError::NotHex {
+        what,
+        got: got.into(),
+    }
+}
+
 /// Decodes a quoted name with `\XX` escapes.
-fn unquote(s: &str) -> Result<String, String> {
+fn unquote(s: &str) -> Result<String, LineError> {
     let inner = s
         .strip_prefix('"')
         .and_then(|x| x.strip_suffix('"'))
-        .ok_or_else(|| format!("name {s} is not quoted"))?;
+        .ok_or_else(|| LineError::NotQuoted(s.into()))?;
     let out = super::event::unescape(inner, b'\\')?;
     Ok(String::from_utf8_lossy(&out).into_owned())
 }
@@ -94,7 +102,7 @@ impl Parser {
         }
         if let Err(why) = self.record(l) {
             let n = self.line;
-            self.t.stats.malformed(n, why);
+            self.t.stats.malformed(n, &why);
         }
     }
 
@@ -104,30 +112,26 @@ impl Parser {
         self.t
     }
 
-    fn record(&mut self, l: &str) -> Result<(), String> {
+    fn record(&mut self, l: &str) -> Result<(), LineError> {
         let f: Vec<&str> = l.split(' ').filter(|s| !s.is_empty()).collect();
         if f.len() < 8 {
-            return Err("too few fields for an nfsdump record".into());
+            return Err(LineError::Fields("an nfsdump record (too few fields)"));
         }
-        let time: f64 = f[0]
-            .parse()
-            .map_err(|_| format!("time {:?} is not a number", f[0]))?;
+        let time: f64 = f[0].parse().map_err(|_| LineError::Time(f[0].into()))?;
         if !time.is_finite() || !f[1].contains('.') || !f[2].contains('.') {
-            return Err("expected: time src.port dst.port …".into());
+            return Err(LineError::Fields("time src.port dst.port …"));
         }
         if !matches!(f[3], "U" | "T") {
-            return Err(format!("transport {:?} is not U or T", f[3]));
+            return Err(LineError::Transport(f[3].into()));
         }
-        let xid =
-            u32::from_str_radix(f[5], 16).map_err(|_| format!("xid {:?} is not hex", f[5]))?;
-        let proc =
-            u32::from_str_radix(f[6], 16).map_err(|_| format!("proc {:?} is not hex", f[6]))?;
+        let xid = u32::from_str_radix(f[5], 16).map_err(|_| hex_err("xid", f[5]))?;
+        let proc = u32::from_str_radix(f[6], 16).map_err(|_| hex_err("proc", f[6]))?;
         let (is_call, v3) = match f[4] {
             "C3" => (true, true),
             "R3" => (false, true),
             "C2" => (true, false),
             "R2" => (false, false),
-            other => return Err(format!("direction {other:?} is not C3/R3")),
+            other => return Err(LineError::Direction(other.into())),
         };
         if !v3 {
             self.t.stats.ignored += 1;
@@ -136,11 +140,11 @@ impl Parser {
         let (status, first) = if is_call {
             (None, 8)
         } else {
-            let s = f.get(8).ok_or("reply without a status")?;
+            let s = f.get(8).ok_or(LineError::NoStatus)?;
             let st = if *s == "OK" {
                 0
             } else {
-                u32::from_str_radix(s, 16).map_err(|_| format!("status {s:?} is not OK or hex"))?
+                u32::from_str_radix(s, 16).map_err(|_| hex_err("status (not OK)", s))?
             };
             (Some(st), 9)
         };
@@ -153,7 +157,7 @@ impl Parser {
             }
             let v = f
                 .get(i + 1)
-                .ok_or_else(|| format!("key {k} has no value"))?;
+                .ok_or_else(|| LineError::NoValue(k.to_string()))?;
             keys.push((k.to_string(), v.to_string()));
             i += 2;
         }
@@ -168,28 +172,33 @@ impl Parser {
             return Ok(());
         };
         if call.proc != proc {
-            return Err(format!(
-                "reply proc {proc:x} does not match its call's {:x}",
-                call.proc
-            ));
+            return Err(LineError::ProcMismatch {
+                reply: proc,
+                call: call.proc,
+            });
         }
         self.event(call, status.unwrap_or(0), &keys)
     }
 
-    fn handle(&mut self, keys: &[(String, String)], k: &str) -> Result<Handle, String> {
-        let fh = get(keys, k).ok_or_else(|| format!("no {k}"))?;
+    fn handle(&mut self, keys: &[(String, String)], k: &str) -> Result<Handle, LineError> {
+        let fh = get(keys, k).ok_or_else(|| LineError::Missing(k.into()))?;
         if fh.is_empty() || !fh.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Err(format!("file handle {fh:?} is not hex"));
+            return Err(hex_err("file handle", fh));
         }
         Ok(self.t.handle(fh))
     }
 
-    fn event(&mut self, call: Call, status: u32, reply: &[(String, String)]) -> Result<(), String> {
+    fn event(
+        &mut self,
+        call: Call,
+        status: u32,
+        reply: &[(String, String)],
+    ) -> Result<(), LineError> {
         let c = call.client;
         let ck = &call.keys;
         let name = |k: &str| {
             get(ck, k)
-                .ok_or_else(|| format!("no {k}"))
+                .ok_or_else(|| LineError::Missing(k.into()))
                 .and_then(unquote)
         };
         let lookup = 3;

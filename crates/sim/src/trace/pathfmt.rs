@@ -19,7 +19,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use super::event::{Handle, Kind, Op, Trace};
+use super::event::{Handle, Kind, LineError, Op, Trace};
 
 /// Parses a trace in the path format. Malformed lines are counted and skipped.
 pub fn parse(text: &str) -> Trace {
@@ -45,7 +45,7 @@ pub fn parse_lines(lines: impl Iterator<Item = std::io::Result<String>>) -> std:
             continue;
         }
         if let Err(why) = p.line(line) {
-            p.t.stats.malformed(n, why);
+            p.t.stats.malformed(n, &why);
         }
     }
     Ok(p.t)
@@ -59,44 +59,45 @@ struct Parser {
     removed: HashSet<String>,
 }
 
-fn unescape(s: &str) -> Result<String, String> {
+fn unescape(s: &str) -> Result<String, LineError> {
     let out = super::event::unescape(s, b'%')?;
-    String::from_utf8(out).map_err(|_| "name is not UTF-8".to_string())
+    String::from_utf8(out).map_err(|_| LineError::NotUtf8)
 }
 
 /// Splits an absolute path into names.
-fn components(path: &str) -> Result<Vec<String>, String> {
+fn components(path: &str) -> Result<Vec<String>, LineError> {
     let rest = path
         .strip_prefix('/')
-        .ok_or_else(|| format!("path {path:?} is not absolute"))?;
+        .ok_or_else(|| LineError::NotAbsolute(path.into()))?;
     if rest.is_empty() {
         return Ok(Vec::new());
     }
     rest.split('/')
         .map(|c| match c {
-            "" | "." | ".." => Err(format!("path {path:?} has an empty, . or .. component")),
+            "" | "." | ".." => Err(LineError::BadComponent(path.into())),
             c => unescape(c),
         })
         .collect()
 }
 
 impl Parser {
-    fn line(&mut self, line: &str) -> Result<(), String> {
+    fn line(&mut self, line: &str) -> Result<(), LineError> {
         let f: Vec<&str> = line.split_whitespace().collect();
         if f.len() < 4 {
-            return Err("expected: time client op path [path2]".into());
+            return Err(LineError::Fields("time client op path [path2]"));
         }
-        let time: f64 = f[0]
-            .parse()
-            .map_err(|_| format!("time {:?} is not a number", f[0]))?;
+        let time: f64 = f[0].parse().map_err(|_| LineError::Time(f[0].into()))?;
         if !time.is_finite() {
-            return Err("time is not finite".into());
+            return Err(LineError::TimeNotFinite);
         }
         let client = self.t.client(f[1]);
         let path = components(f[3])?;
         let want = if f[2] == "rename" { 5 } else { 4 };
         if f.len() != want {
-            return Err(format!("{} takes {} path(s)", f[2], want - 3));
+            return Err(LineError::PathCount {
+                op: f[2].into(),
+                paths: want - 3,
+            });
         }
         match f[2] {
             "stat" | "open" | "lookup" => {
@@ -138,7 +139,7 @@ impl Parser {
                     "symlink" => Kind::Symlink,
                     _ => Kind::File,
                 };
-                let (name, parent) = path.split_last().ok_or("cannot create /")?;
+                let (name, parent) = path.split_last().ok_or(LineError::OnRoot("create"))?;
                 if let Some((dir, _)) = self.walk(client, parent, Some(Kind::Dir)) {
                     let key = path.join("/");
                     let child = self.t.fresh_handle(&format!("/{key}"));
@@ -157,7 +158,7 @@ impl Parser {
                 }
             }
             "unlink" | "rmdir" => {
-                let (name, parent) = path.split_last().ok_or("cannot remove /")?;
+                let (name, parent) = path.split_last().ok_or(LineError::OnRoot("remove"))?;
                 if let Some((dir, _)) = self.walk(client, parent, Some(Kind::Dir)) {
                     let key = path.join("/");
                     self.forget(&key);
@@ -173,8 +174,10 @@ impl Parser {
             }
             "rename" => {
                 let to = components(f[4])?;
-                let (from_name, from_parent) = path.split_last().ok_or("cannot rename /")?;
-                let (to_name, to_parent) = to.split_last().ok_or("cannot rename onto /")?;
+                let (from_name, from_parent) =
+                    path.split_last().ok_or(LineError::OnRoot("rename"))?;
+                let (to_name, to_parent) =
+                    to.split_last().ok_or(LineError::OnRoot("rename onto"))?;
                 let Some((from_dir, _)) = self.walk(client, from_parent, Some(Kind::Dir)) else {
                     return Ok(());
                 };
@@ -200,7 +203,7 @@ impl Parser {
                     },
                 );
             }
-            other => return Err(format!("unknown operation {other:?}")),
+            other => return Err(LineError::UnknownOp(other.into())),
         }
         Ok(())
     }

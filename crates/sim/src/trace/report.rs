@@ -75,7 +75,11 @@ fn sum(v: &[Requests]) -> Requests {
 }
 
 /// Runs the study over `policies`.
-pub fn study(t: &Trace, cfg: &ReplayConfig, policies: &[PolicyKind]) -> Result<Study, String> {
+pub fn study(
+    t: &Trace,
+    cfg: &ReplayConfig,
+    policies: &[PolicyKind],
+) -> Result<Study, super::namespace::StudyError> {
     let ns = Namespace::build(t);
     let no_prefetch = ReplayConfig {
         prefetch: 0,

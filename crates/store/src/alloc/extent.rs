@@ -6,6 +6,7 @@
 //! coalesced); every extent is in exactly the bucket its length maps to;
 //! `free` is the sum of their lengths.
 
+use crate::StoreError;
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::{AllocError, Allocator, Class, Extent, Request};
@@ -238,36 +239,43 @@ impl Allocator for ExtentAllocator {
             .map(|(&s, &l)| Extent::new(s, l))
             .collect()
     }
-    fn check(&self) -> Result<(), String> {
+    fn check(&self) -> Result<(), StoreError> {
         let mut sum = 0;
         let mut prev_end: Option<u64> = None;
         for (&s, &l) in &self.by_start {
             if l == 0 || s + l > self.total {
-                return Err(format!("free extent {s}+{l} is empty or past the end"));
+                return Err(StoreError::corrupt(format!(
+                    "free extent {s}+{l} is empty or past the end"
+                )));
             }
             if let Some(p) = prev_end
                 && p >= s
             {
-                return Err(format!(
+                return Err(StoreError::corrupt(format!(
                     "free extent {s}+{l} overlaps or touches the previous one"
-                ));
+                )));
             }
             if !self.buckets[self.bucket(l)].contains(&s) {
-                return Err(format!("free extent {s}+{l} missing from its size bucket"));
+                return Err(StoreError::corrupt(format!(
+                    "free extent {s}+{l} missing from its size bucket"
+                )));
             }
             prev_end = Some(s + l);
             sum += l;
         }
         let in_buckets: usize = self.buckets.iter().map(|b| b.len()).sum();
         if in_buckets != self.by_start.len() {
-            return Err(format!(
+            return Err(StoreError::corrupt(format!(
                 "{} extents in buckets, {} by position",
                 in_buckets,
                 self.by_start.len()
-            ));
+            )));
         }
         if sum != self.free {
-            return Err(format!("free count {} but extents sum to {sum}", self.free));
+            return Err(StoreError::corrupt(format!(
+                "free count {} but extents sum to {sum}",
+                self.free
+            )));
         }
         Ok(())
     }

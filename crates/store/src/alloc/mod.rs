@@ -112,7 +112,7 @@ pub trait Allocator: Send {
     /// The free space as sorted, maximal (coalesced) runs.
     fn free_extents(&self) -> Vec<Extent>;
     /// Verifies internal invariants; describes the first violation.
-    fn check(&self) -> Result<(), String>;
+    fn check(&self) -> Result<(), crate::error::StoreError>;
     /// Policy name.
     fn name(&self) -> &'static str;
 

@@ -99,7 +99,9 @@ fn run(alloc: &mut dyn Allocator, ops: &[Op], region: bool) -> Result<(), TestCa
                 }
             }
         }
-        alloc.check().map_err(TestCaseError::fail)?;
+        alloc
+            .check()
+            .map_err(|e| TestCaseError::fail(e.to_string()))?;
         let free = alloc.free_extents();
         let mut model_free = vec![false; TOTAL as usize];
         for w in free.windows(2) {

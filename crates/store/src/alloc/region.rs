@@ -12,6 +12,7 @@
 //! agree with the regions, so finding the nearest region with room costs
 //! O(log regions), not a scan of the device.
 
+use crate::StoreError;
 use std::collections::BTreeSet;
 
 use super::{AllocError, Allocator, Class, Extent, Request, coalesce};
@@ -504,7 +505,7 @@ impl Allocator for RegionAllocator {
         }
         coalesce(v)
     }
-    fn check(&self) -> Result<(), String> {
+    fn check(&self) -> Result<(), StoreError> {
         let large = self.large;
         let mut free = 0;
         for (i, reg) in self.regions.iter().enumerate() {
@@ -515,29 +516,35 @@ impl Allocator for RegionAllocator {
                 .sum::<u64>();
             match reg.kind {
                 Kind::Free if reg.used != 0 || counted != 0 => {
-                    return Err(format!("region {i} is free but has used units"));
+                    return Err(StoreError::corrupt(format!(
+                        "region {i} is free but has used units"
+                    )));
                 }
                 Kind::Large if reg.blocks != self.region_blocks => {
-                    return Err(format!("partial region {i} holds large blocks"));
+                    return Err(StoreError::corrupt(format!(
+                        "partial region {i} holds large blocks"
+                    )));
                 }
                 Kind::Small | Kind::Large if counted != reg.used => {
-                    return Err(format!(
+                    return Err(StoreError::corrupt(format!(
                         "region {i}: {counted} bits set, used count {}",
                         reg.used
-                    ));
+                    )));
                 }
                 Kind::Small | Kind::Large if reg.used == 0 => {
-                    return Err(format!("region {i} is empty but not returned to free"));
+                    return Err(StoreError::corrupt(format!(
+                        "region {i} is empty but not returned to free"
+                    )));
                 }
                 _ => {}
             }
             free += reg.free_blocks(large);
         }
         if free != self.free {
-            return Err(format!(
+            return Err(StoreError::corrupt(format!(
                 "free count {} but regions sum to {free}",
                 self.free
-            ));
+            )));
         }
         let mut units = 0;
         for (i, reg) in self.regions.iter().enumerate() {
@@ -553,9 +560,9 @@ impl Allocator for RegionAllocator {
                 self.free_regions.contains(&i),
             );
             if want != have {
-                return Err(format!(
+                return Err(StoreError::corrupt(format!(
                     "region {i} indexed as (small, large, free) = {have:?}, should be {want:?}"
-                ));
+                )));
             }
             units += match reg.kind {
                 Kind::Large => reg.units(large) - reg.used,
@@ -564,10 +571,10 @@ impl Allocator for RegionAllocator {
             };
         }
         if units != self.large_free_units {
-            return Err(format!(
+            return Err(StoreError::corrupt(format!(
                 "{} free large blocks counted, regions hold {units}",
                 self.large_free_units
-            ));
+            )));
         }
         Ok(())
     }

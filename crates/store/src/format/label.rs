@@ -43,12 +43,15 @@ impl Policy {
 }
 
 impl std::str::FromStr for Policy {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = crate::error::StoreError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "extent" => Ok(Policy::Extent),
             "region" => Ok(Policy::Region),
-            _ => Err(format!("unknown policy '{s}' (expected extent or region)")),
+            _ => Err(crate::error::StoreError::invalid(
+                "policy",
+                format!("unknown policy '{s}' (expected extent or region)"),
+            )),
         }
     }
 }

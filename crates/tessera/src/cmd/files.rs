@@ -202,7 +202,7 @@ pub fn put(a: PutArgs) -> anyhow::Result<i32> {
         let mut off = 0u64;
         let res = async {
             loop {
-                let n = read_full(&mut input, &mut buf)?;
+                let n = super::read_full(&mut input, &mut buf)?;
                 if n == 0 {
                     break;
                 }
@@ -220,19 +220,6 @@ pub fn put(a: PutArgs) -> anyhow::Result<i32> {
         println!("{} -> {remote} ({})", a.local.display(), super::human(off));
         Ok(0)
     })
-}
-
-fn read_full(r: &mut dyn Read, buf: &mut [u8]) -> anyhow::Result<usize> {
-    let mut n = 0;
-    while n < buf.len() {
-        match r.read(&mut buf[n..]) {
-            Ok(0) => break,
-            Ok(k) => n += k,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Ok(n)
 }
 
 pub fn get(a: GetArgs) -> anyhow::Result<i32> {

@@ -45,6 +45,21 @@ pub fn progress_bar(len: u64, template: &str) -> indicatif::ProgressBar {
     b
 }
 
+/// Reads until `buf` is full or the input ends; returns the bytes read
+/// (fewer than `buf.len()` only at the end). Retries interrupted reads.
+pub fn read_full(r: &mut dyn std::io::Read, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
+
 /// Human-readable byte count.
 pub fn human(bytes: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];

@@ -159,7 +159,7 @@ pub fn run(c: StoreCmd) -> anyhow::Result<i32> {
             let mut buf = vec![0u8; CHUNK];
             let mut off = 0u64;
             loop {
-                let n = read_full(&mut input, &mut buf)?;
+                let n = super::read_full(&mut input, &mut buf)?;
                 if n == 0 {
                     break;
                 }
@@ -353,17 +353,6 @@ pub fn run(c: StoreCmd) -> anyhow::Result<i32> {
         }
     }
     Ok(0)
-}
-
-fn read_full(r: &mut dyn Read, buf: &mut [u8]) -> std::io::Result<usize> {
-    let mut n = 0;
-    while n < buf.len() {
-        match r.read(&mut buf[n..])? {
-            0 => break,
-            k => n += k,
-        }
-    }
-    Ok(n)
 }
 
 /// Shows a value as text when it is printable, else as hex (8-byte values
