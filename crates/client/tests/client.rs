@@ -306,3 +306,68 @@ async fn osd_down_gives_eio_and_data_returns_after_restart() {
     c.release(fh).await.unwrap();
     cl.stop().await.unwrap();
 }
+
+/// A setattr that shrinks a file and also asks for a change the caller may
+/// not make (chmod by a non-owner with write permission) is refused before
+/// any object is cut: the data and the size are unchanged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_setattr_with_a_shrink_cuts_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let cl = cluster(&dir, PolicyKind::ChildClosest, 4096, 3).await;
+    let c = client(&cl, |c| c.readahead_max = 0).await;
+    let owner = Creds {
+        uid: 1000,
+        gid: 1000,
+        groups: Vec::new(),
+    };
+    let other = Creds {
+        uid: 2000,
+        gid: 2000,
+        groups: Vec::new(),
+    };
+    let data: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+    let (e, fh) = c.create(&root(), 0, "shared", 0o666, true).await.unwrap();
+    c.write(fh, 0, &data).await.unwrap();
+    c.release(fh).await.unwrap();
+    let ino = e.attr.ino;
+    c.setattr(
+        &root(),
+        ino,
+        SetAttr {
+            uid: Some(owner.uid),
+            gid: Some(owner.gid),
+            ..SetAttr::default()
+        },
+    )
+    .await
+    .unwrap();
+    let refused = c
+        .setattr(
+            &other,
+            ino,
+            SetAttr {
+                size: Some(10),
+                mode: Some(0o600),
+                ..SetAttr::default()
+            },
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(refused.errno, proto::mds::Errno::Perm.raw(), "{refused}");
+    // A second client, so nothing is answered from this one's buffers.
+    let d = client(&cl, |c| {
+        c.readahead_max = 0;
+        c.attr_timeout = Duration::ZERO;
+    })
+    .await;
+    assert_eq!(
+        d.getattr(&root(), ino).await.unwrap().size,
+        data.len() as u64
+    );
+    let fh = d.open(&root(), ino, false).await.unwrap();
+    assert!(
+        read_all(&d, fh, data.len() as u64).await == data,
+        "the data is intact"
+    );
+    cl.stop().await.unwrap();
+}

@@ -76,8 +76,9 @@ impl Service for Front {
         if h.version != PROTOCOL_VERSION {
             refuse(format!("protocol version {} not supported", h.version))
         } else if &h.cluster_id != cluster {
+            // The real cluster id is not echoed: a stranger learns nothing.
             refuse(format!(
-                "this MDS serves cluster {cluster:?}, not {:?}",
+                "this MDS does not serve cluster {:?}",
                 h.cluster_id
             ))
         } else if h.osd_id != MDS_ID {

@@ -69,7 +69,13 @@ async fn the_wire_refuses_garbage_and_wrong_peers_and_keeps_serving() {
     assert!(read_frame(&mut g, &limits(), T, T).await.is_err());
     // wrong cluster, and a Hello naming an OSD instead of the MDS
     match hello(&addr, "other", MDS_ID).await.1 {
-        Welcome::Refused(e) => assert!(e.message.contains("cluster"), "{e}"),
+        Welcome::Refused(e) => {
+            assert!(e.message.contains("cluster"), "{e}");
+            assert!(
+                !e.message.contains(CLUSTER),
+                "the real id is not echoed: {e}"
+            );
+        }
         w => panic!("{w:?}"),
     }
     match hello(&addr, CLUSTER, 3).await.1 {

@@ -111,9 +111,10 @@ impl Service for Osd {
                 h.version
             ))
         } else if h.cluster_id != self.cfg.cluster_id {
+            // The real cluster id is not echoed: a stranger learns nothing.
             refuse(format!(
-                "this OSD belongs to cluster {:?}, not {:?}",
-                self.cfg.cluster_id, h.cluster_id
+                "this OSD does not belong to cluster {:?}",
+                h.cluster_id
             ))
         } else if h.osd_id != self.cfg.osd_id {
             refuse(format!("this is OSD {}, not {}", self.cfg.osd_id, h.osd_id))

@@ -788,6 +788,10 @@ async fn handshake_refuses_wrong_cluster_or_osd_and_insecure_mode_needs_no_caps(
         matches!(e, ConnError::Refused(ref w) if w.message.contains("cluster")),
         "{e}"
     );
+    assert!(
+        !e.to_string().contains("\"test\""),
+        "the real cluster id is not echoed: {e}"
+    );
     let e = OsdClient::connect(&t.addr, ConnConfig::new("test", OSD + 1))
         .await
         .err()

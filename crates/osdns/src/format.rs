@@ -352,6 +352,13 @@ impl Inode {
                 i.version
             )));
         }
+        // A layout that would divide by zero or overflow in the data path
+        // (a stripe unit of 0, a stripe count of 0) is damage, not a file.
+        if let Some(l) = &i.layout {
+            l.spec
+                .validate()
+                .map_err(|e| NsError::corrupt(format!("inode record layout: {e}")))?;
+        }
         Ok(i)
     }
 }
@@ -479,5 +486,41 @@ mod tests {
         let mut v = s;
         v.push(b'/');
         assert!(Slot::decode(&v).unwrap_err().message.contains("name"));
+    }
+
+    #[test]
+    fn an_inode_record_with_an_impossible_layout_is_damage_not_a_file() {
+        let mut i = Inode {
+            version: FORMAT_VERSION,
+            kind: Kind::File,
+            mode: 0o644,
+            uid: 0,
+            gid: 0,
+            nlink: 1,
+            size: 0,
+            atime: 0,
+            mtime: 0,
+            ctime: 0,
+            parent: (1, 0),
+            layout: Some(InodeLayout {
+                spec: LayoutSpec::default(),
+                map_epoch: 1,
+            }),
+            target: None,
+        };
+        assert!(Inode::decode(&i.encode()).is_ok());
+        for (su, sc) in [(0, 1), (4096, 0), (1000, 1)] {
+            i.layout = Some(InodeLayout {
+                spec: LayoutSpec {
+                    stripe_unit: su,
+                    stripe_count: sc,
+                    object_size: 0,
+                },
+                map_epoch: 1,
+            });
+            let e = Inode::decode(&i.encode()).unwrap_err();
+            assert_eq!(e.errno, libc::EIO, "{e}");
+            assert!(e.message.contains("layout"), "{e}");
+        }
     }
 }

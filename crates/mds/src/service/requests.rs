@@ -212,7 +212,10 @@ impl Mds {
         if let Some(size) = set.size {
             let i = self.kv.read()?.live_inode(ino)?;
             if i.attr.kind == FileKind::File && size < i.attr.size {
-                perm::check(&i.attr, &c, W, "truncate")?;
+                // Every rule of the whole setattr is checked before any
+                // object is cut: a refused change must leave the data.
+                let mut probe = i.attr.clone();
+                posix::apply_setattr(&mut probe, &c, &set, 0)?;
                 if let Some(l) = &i.layout {
                     let v = self.bump_version().await?;
                     self.revoke(l, v).await?;
