@@ -109,7 +109,7 @@ pub fn provision_osd(
     size: u64,
     mds_keys: &Path,
 ) -> Result<(), LocalError> {
-    std::fs::create_dir_all(dir).map_err(io_at(dir))?;
+    net::files::create_private_dir(dir).map_err(io_at(dir))?;
     let img = dir.join("store.img");
     if !img.exists() {
         let dev: Arc<dyn Device> = Arc::new(FileDevice::create(&img, size).map_err(io_at(&img))?);
@@ -121,8 +121,10 @@ pub fn provision_osd(
             .save(&key)
             .map_err(io_at(&key))?;
     }
-    std::fs::create_dir_all(mds_keys).map_err(io_at(mds_keys))?;
-    std::fs::copy(&key, mds_keys.join(format!("osd-{id}.toml"))).map_err(io_at(&key))?;
+    net::files::create_private_dir(mds_keys).map_err(io_at(mds_keys))?;
+    let text = std::fs::read(&key).map_err(io_at(&key))?;
+    let copy = mds_keys.join(format!("osd-{id}.toml"));
+    net::files::write_private(&copy, &text).map_err(io_at(&copy))?;
     Ok(())
 }
 

@@ -346,6 +346,17 @@ pub fn create(paths: &KvPaths, wal_bytes: u64) -> Result<(), MdsError> {
         }
         dev.flush().map_err(|e| io_err("flush log", e))?;
     }
+    // Owner-only from the start: redb opens the file this makes.
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(&paths.db)
+            .map_err(|e| io_err("create database", e))?;
+    }
     let db = Database::create(&paths.db).map_err(|e| io_err("create database", e))?;
     let txn = db.begin_write().map_err(|e| io_err("begin", e))?;
     {

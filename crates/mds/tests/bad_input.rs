@@ -308,3 +308,45 @@ async fn bad_config_damaged_database_and_format_over_are_clear_errors() {
     check_clean(&cl.mds.as_ref().unwrap().mds);
     cl.stop().await;
 }
+
+/// Whatever the umask, the MDS's directory, log, database, config and key
+/// copies, and an OSD's directory, store image and key file are
+/// owner-only: 0700 directories, 0600 files.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn format_and_provision_make_owner_only_files_and_directories() {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    let dir = tempfile::tempdir().unwrap();
+    let mds_dir = dir.path().join("cluster/mds");
+    let opts = mds::FormatOptions {
+        cluster_id: CLUSTER.into(),
+        policy: IdPolicy::new(PolicyKind::CreateOrder, Geometry::default()).unwrap(),
+        layout: spec(4096, 1),
+        wal_bytes: 1 << 20,
+        namespace: Default::default(),
+        dir_protocol: String::new(),
+    };
+    mds::service::format(&mds_dir, &opts).unwrap();
+    let osd_dir = dir.path().join("cluster/osd-0");
+    local::provision_osd(&osd_dir, 0, CLUSTER, 64 << 20, &mds_dir.join("keys")).unwrap();
+    for d in [
+        dir.path().join("cluster"),
+        mds_dir.clone(),
+        mds_dir.join("keys"),
+        osd_dir.clone(),
+    ] {
+        assert_eq!(mode(&d), 0o700, "{}", d.display());
+    }
+    let mut files = vec![osd_dir.join("store.img"), osd_dir.join("key.toml")];
+    for e in std::fs::read_dir(&mds_dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_file() {
+            files.push(p);
+        }
+    }
+    files.push(mds_dir.join("keys/osd-0.toml"));
+    assert!(files.len() >= 5, "{files:?}");
+    for f in files {
+        assert_eq!(mode(&f), 0o600, "{}", f.display());
+    }
+}

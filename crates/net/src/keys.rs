@@ -175,19 +175,11 @@ impl KeyFile {
         }
     }
 
-    /// Writes the file with owner-only permissions.
+    /// Writes the file owner-only (0600), atomically and durably
+    /// ([`crate::files::write_private`]).
     pub fn save(&self, path: &Path) -> std::io::Result<()> {
-        use std::io::Write;
-        use std::os::unix::fs::OpenOptionsExt;
         let text = toml::to_string(self).map_err(std::io::Error::other)?;
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(path)?;
-        f.write_all(text.as_bytes())?;
-        f.sync_all()
+        crate::files::write_private(path, text.as_bytes())
     }
 }
 

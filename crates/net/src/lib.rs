@@ -2,13 +2,15 @@
 //! meaning. Frames on async streams ([`frame_io`]), pipelined client
 //! connections and pools ([`connection`], [`pool`]), the Rust clients of
 //! the OSD and MDS protocols ([`osd_client`], [`mds_client`]), the OSD's
-//! heartbeat to the MDS ([`heartbeat`]), key files ([`keys`]), and the one
+//! heartbeat to the MDS ([`heartbeat`]), key files ([`keys`]) and other
+//! owner-only files written atomically ([`files`]), and the one
 //! server loop every daemon runs with the same limits and timeouts
 //! ([`accept`], [`serve`]). It knows how requests travel, never what they
 //! mean: the OSD and the MDS plug in through [`serve::Service`].
 
 pub mod accept;
 pub mod connection;
+pub mod files;
 pub mod frame_io;
 pub mod heartbeat;
 pub mod keys;

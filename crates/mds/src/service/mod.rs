@@ -81,7 +81,7 @@ pub fn format(dir: &Path, opts: &FormatOptions) -> Result<(), MdsError> {
         .geo
         .validate()
         .map_err(|m| MdsError::new(Errno::Inval, m.to_string()))?;
-    std::fs::create_dir_all(dir.join("keys"))
+    net::files::create_private_dir(&dir.join("keys"))
         .map_err(|e| MdsError::new(Errno::Io, format!("{}: {e}", dir.display())))?;
     let paths = MdsPaths { dir: dir.into() };
     crate::kv::create(&paths.kv(), opts.wal_bytes)?;
@@ -110,7 +110,7 @@ pub fn format(dir: &Path, opts: &FormatOptions) -> Result<(), MdsError> {
     if !paths.config().exists() {
         let text = toml::to_string_pretty(&MdsConfig::default())
             .map_err(|e| MdsError::new(Errno::Io, e.to_string()))?;
-        std::fs::write(paths.config(), text)
+        net::files::write_private(&paths.config(), text.as_bytes())
             .map_err(|e| MdsError::new(Errno::Io, format!("{}: {e}", paths.config().display())))?;
     }
     Ok(())

@@ -88,11 +88,13 @@ impl FileDevice {
     /// preallocated, then opens it. Refuses to shrink an existing file.
     pub fn create(path: &Path, len: u64) -> io::Result<Self> {
         let len = len - len % BLOCK;
+        // Owner-only: a store image holds every object's bytes.
         let file = OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(false)
+            .mode(0o600)
             .open(path)?;
         let cur = file.metadata()?.len();
         if cur > len {

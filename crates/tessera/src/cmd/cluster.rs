@@ -45,7 +45,7 @@ impl ClusterFile {
     /// Writes it.
     pub fn save(&self, data: &Path) -> anyhow::Result<()> {
         let p = Self::path(data);
-        std::fs::write(&p, toml::to_string(self)?)
+        net::files::write_private(&p, toml::to_string(self)?.as_bytes())
             .with_context(|| format!("cannot write {}", p.display()))
     }
 }

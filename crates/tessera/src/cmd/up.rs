@@ -67,7 +67,7 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
-    std::fs::create_dir_all(&a.data)
+    net::files::create_private_dir(&a.data)
         .with_context(|| format!("cannot create {}", a.data.display()))?;
     let mds_dir = a.data.join("mds");
     let ns_mode = proto::mds::NamespaceMode::parse(&a.namespace).map_err(anyhow::Error::msg)?;
