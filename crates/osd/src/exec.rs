@@ -282,6 +282,12 @@ fn run(
 ) -> Result<Reply, WireError> {
     req.validate(payload.len())?;
     let s = ctx.store.get()?;
+    // The capability is checked before any lock is taken: a forged request
+    // never holds an object's lock (the version check, which reads the
+    // object, comes under the lock below).
+    if let Some(keys) = &ctx.keys {
+        keys.check(req.cap.as_ref(), ctx.osd_id, now_ms(), &need(&req.cmd, req))?;
+    }
     let stripe = target(&req.cmd).or(match req.cmd {
         Command::SetVersion { pid, oid, .. } => Some((pid, oid)),
         _ => None,
@@ -296,12 +302,11 @@ fn run(
         (_, Some(l)) => _shared = Some(l.read().unwrap_or_else(|e| e.into_inner())),
         _ => {}
     }
-    if let Some(keys) = &ctx.keys {
-        keys.check(req.cap.as_ref(), ctx.osd_id, now_ms(), &need(&req.cmd, req))?;
-        if let (Some((pid, oid)), Some(cap)) = (target(&req.cmd), req.cap.as_ref()) {
-            let version = s.stat(pid, oid).map_err(map_err)?.version;
-            KeyRing::check_version(cap, version)?;
-        }
+    if ctx.keys.is_some()
+        && let (Some((pid, oid)), Some(cap)) = (target(&req.cmd), req.cap.as_ref())
+    {
+        let version = s.stat(pid, oid).map_err(map_err)?.version;
+        KeyRing::check_version(cap, version)?;
     }
     let reply = match &req.cmd {
         Command::Format { policy } => {

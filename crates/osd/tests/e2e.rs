@@ -858,3 +858,50 @@ async fn idle_and_slow_connections_are_closed_others_are_not() {
     t.stop.send(true).unwrap();
     t.task.await.unwrap().unwrap();
 }
+
+/// Versions only grow: a revocation that arrives after a newer one (a
+/// retried or reordered SET VERSION) changes nothing, so the capabilities
+/// the newer one revoked stay revoked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_older_revocation_cannot_revive_capabilities() {
+    let t = start(false).await;
+    let c = client(&t.addr, 1).await;
+    c.create_and_write(Some(&all(P)), P, 0x20000, Bytes::from_static(b"x"))
+        .await
+        .unwrap();
+    let issued_at = |version: u64| {
+        proto::CapSpec {
+            partition: P,
+            oid_lo: 0,
+            oid_hi: u64::MAX,
+            rights: rights::READ,
+            expiry_ms: now_ms() + 60_000,
+            version,
+        }
+        .sign(&K2, 2, OSD)
+    };
+    let set = |version: u64| Command::SetVersion {
+        pid: P,
+        oid: 0x20000,
+        version,
+    };
+    c.run(Some(&all(P)), set(500), Bytes::new()).await.unwrap();
+    c.run(Some(&all(P)), set(300), Bytes::new()).await.unwrap();
+    let e = c
+        .read(Some(&issued_at(400)), P, 0x20000, 0, 1)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        code(e),
+        ErrorCode::CapRevoked,
+        "revoked at 500 stays revoked"
+    );
+    assert!(
+        c.read(Some(&issued_at(501)), P, 0x20000, 0, 1)
+            .await
+            .is_ok(),
+        "a capability issued after the newest revocation works"
+    );
+    let _ = t.stop.send(true);
+    t.task.await.unwrap().unwrap();
+}

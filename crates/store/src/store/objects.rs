@@ -569,12 +569,17 @@ impl Store {
         Ok(old)
     }
 
-    /// Sets the object's version (the OSD's capability revocation counter).
+    /// Raises the object's version (the OSD's capability revocation
+    /// counter) to `version`. Versions only grow: an older revocation that
+    /// arrives after a newer one changes nothing, so it cannot revive
+    /// capabilities the newer one revoked.
     pub fn set_version(&self, pid: u64, oid: u64, version: u64) -> Result<()> {
         check_ids(pid, oid)?;
         let mut st = self.inner.lock_ok()?;
-        if !st.meta.objects.contains_key(&(pid, oid)) {
-            return Err(self.missing(&st.meta, pid, oid));
+        match st.meta.objects.get(&(pid, oid)) {
+            None => return Err(self.missing(&st.meta, pid, oid)),
+            Some(o) if o.version >= version => return Ok(()),
+            Some(_) => {}
         }
         let seq = commit::log(
             &self.inner,
