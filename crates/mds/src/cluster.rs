@@ -29,6 +29,10 @@ pub struct Live {
 pub struct LiveMap {
     /// By OSD id.
     pub osds: HashMap<u32, Live>,
+    /// The newest report time accepted per OSD, claimed before its map
+    /// change is written (a replay of it, or of anything older, is
+    /// refused even while that write is in flight).
+    pub claimed: HashMap<u32, u64>,
 }
 
 /// Verifies a report's MAC against the OSD's key ring.

@@ -107,6 +107,9 @@ pub trait Service: Send + Sync + 'static {
     fn bad_frame(&self) {}
 }
 
+/// Bytes of a reply written between two progress stamps of the watchdog.
+const WRITE_CHUNK: usize = 256 << 10;
+
 /// One byte-budget unit: budgets are counted in 4 KiB pages.
 const BYTE_UNIT: u64 = 4096;
 
@@ -155,6 +158,22 @@ impl<S: Service> Server<S> {
         .await
     }
 
+    /// Reserves `bytes` of the global budget (capped at the whole budget),
+    /// or `None` when the server shuts down or the connection's writer has
+    /// given up while waiting.
+    async fn reserve(
+        &self,
+        bytes: u64,
+        shutdown: &mut watch::Receiver<bool>,
+        tx: &mpsc::Sender<(Frame, Permits)>,
+    ) -> Option<OwnedSemaphorePermit> {
+        tokio::select! {
+            p = self.bytes.clone().acquire_many_owned(self.units(bytes)) => p.ok(),
+            _ = shutdown.changed() => None,
+            _ = tx.closed() => None,
+        }
+    }
+
     fn units(&self, bytes: u64) -> u32 {
         let total = (self.limits.max_inflight_bytes / BYTE_UNIT).max(1);
         bytes.div_ceil(BYTE_UNIT).clamp(1, total) as u32
@@ -173,18 +192,25 @@ impl<S: Service> Server<S> {
         let (tx, mut rx) =
             mpsc::channel::<(Frame, Permits)>(self.limits.max_in_flight as usize + 4);
         let write_timeout = self.limits.write_timeout;
-        // When the write in progress started (ms since `epoch`, plus one),
-        // or 0 while the writer waits for a reply: a watchdog closes the
-        // connection when one write takes longer than the write timeout.
-        // One atomic store per reply instead of a timer per reply.
+        // When the write in progress last made progress (ms since `epoch`,
+        // plus one), or 0 while the writer waits for a reply: a watchdog
+        // closes the connection when a write makes no progress for the
+        // write timeout (a slow reader is fine; a stalled one is not). One
+        // atomic store per chunk instead of a timer per reply.
         let epoch = Instant::now();
         let busy = Arc::new(AtomicU64::new(0));
         let busy_w = busy.clone();
         let writer = tokio::spawn(async move {
             while let Some((f, permits)) = rx.recv().await {
-                busy_w.store(epoch.elapsed().as_millis() as u64 + 1, Ordering::Relaxed);
+                let stamp = || epoch.elapsed().as_millis() as u64 + 1;
+                busy_w.store(stamp(), Ordering::Relaxed);
                 let written = async {
-                    write_frame(&mut wr, &f).await?;
+                    wr.write_all(&f.prefix()).await?;
+                    wr.write_all(&f.header).await?;
+                    for chunk in f.payload.chunks(WRITE_CHUNK) {
+                        wr.write_all(chunk).await?;
+                        busy_w.store(stamp(), Ordering::Relaxed);
+                    }
                     if rx.is_empty() {
                         wr.flush().await?;
                     }
@@ -246,13 +272,13 @@ impl<S: Service> Server<S> {
             // (and allocating) it.
             let got = match got {
                 Ok(p) => {
-                    let units = self.units(u64::from(p.header_len) + u64::from(p.payload_len));
-                    match self.bytes.clone().acquire_many_owned(units).await {
-                        Ok(permit) => read_body(&mut rd, &p, lim.io_timeout)
-                            .await
-                            .map(|f| (f, permit)),
-                        Err(_) => break,
-                    }
+                    let body = u64::from(p.header_len) + u64::from(p.payload_len);
+                    let Some(permit) = self.reserve(body, &mut shutdown, &tx).await else {
+                        break;
+                    };
+                    read_body(&mut rd, &p, lim.io_timeout)
+                        .await
+                        .map(|f| (f, permit))
                 }
                 Err(e) => Err(e),
             };
@@ -286,16 +312,16 @@ impl<S: Service> Server<S> {
                 }
             };
             if admitted.reply_bytes > 0 {
-                // The reply's data, too, before the request allocates it.
-                match self
-                    .bytes
-                    .clone()
-                    .acquire_many_owned(self.units(admitted.reply_bytes))
-                    .await
-                {
-                    Ok(p) => bytes_permit.merge(p),
-                    Err(_) => break,
-                }
+                // The reply's data, too, before the request allocates it:
+                // body and reply in one reservation (never hold one share
+                // while waiting for another, which could wait forever).
+                let body = (f.header.len() + f.payload.len()) as u64;
+                drop(bytes_permit);
+                let all = body + admitted.reply_bytes;
+                let Some(p) = self.reserve(all, &mut shutdown, &tx).await else {
+                    break;
+                };
+                bytes_permit = p;
             }
             let service = self.service.clone();
             let tx = tx.clone();

@@ -184,3 +184,34 @@ async fn a_refused_request_is_answered_and_the_connection_goes_on() {
     let _ = stop.send(true);
     server.await.unwrap();
 }
+
+/// A request whose reply takes the whole byte budget is served: its body
+/// and reply are reserved together, never one while waiting for the other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_as_large_as_the_budget_is_served() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let limits = ServeLimits {
+        frame: Limits {
+            max_header: 4096,
+            max_payload: 8 << 20,
+        },
+        max_inflight_bytes: 8 << 20,
+        ..ServeLimits::default()
+    };
+    let (stop, rx) = tokio::sync::watch::channel(false);
+    let server = tokio::spawn(Server::new(Arc::new(Bulk), limits).serve(listener, rx));
+    let mut c = hello(&addr).await;
+    let lim = Limits {
+        max_header: 4096,
+        max_payload: 8 << 20,
+    };
+    for tag in 1..=3 {
+        ask(&mut c, tag, 8 << 20).await;
+        let t = Duration::from_secs(10);
+        let f = read_frame(&mut c, &lim, t, t).await.unwrap();
+        assert_eq!((f.tag, f.payload.len()), (tag, 8 << 20));
+    }
+    let _ = stop.send(true);
+    server.await.unwrap();
+}

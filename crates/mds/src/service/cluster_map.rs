@@ -35,20 +35,15 @@ impl Mds {
         {
             // Check and claim the report's time in one critical section, so
             // of two copies racing here exactly one passes.
+            // Only the time is claimed here; the OSD counts as live once
+            // its map change is durable (below).
             let mut live = self.live.lock().unwrap_or_else(|e| e.into_inner());
-            if live.osds.get(&r.osd_id).is_some_and(|l| l.at_ms >= r.at_ms) {
+            if live.claimed.get(&r.osd_id).is_some_and(|&t| t >= r.at_ms)
+                || live.osds.get(&r.osd_id).is_some_and(|l| l.at_ms >= r.at_ms)
+            {
                 return Err(err(Errno::Access, "stale or replayed report"));
             }
-            live.osds.insert(
-                r.osd_id,
-                Live {
-                    seen: std::time::Instant::now(),
-                    at_ms: r.at_ms,
-                    capacity: r.capacity,
-                    used: r.used,
-                    objects: r.objects,
-                },
-            );
+            live.claimed.insert(r.osd_id, r.at_ms);
         }
         let r2 = r.clone();
         let epoch = self
@@ -64,6 +59,22 @@ impl Mds {
                 Ok(st.map_epoch)
             })
             .await?;
+        {
+            // A newer report that finished first keeps its place.
+            let mut live = self.live.lock().unwrap_or_else(|e| e.into_inner());
+            if live.osds.get(&r.osd_id).is_none_or(|l| l.at_ms < r.at_ms) {
+                live.osds.insert(
+                    r.osd_id,
+                    Live {
+                        seen: std::time::Instant::now(),
+                        at_ms: r.at_ms,
+                        capacity: r.capacity,
+                        used: r.used,
+                        objects: r.objects,
+                    },
+                );
+            }
+        }
         // An OSD coming back may unblock deletions.
         self.delete_wake.notify_one();
         Ok(MdsReply::Reported {
