@@ -132,15 +132,6 @@ impl Client {
         a
     }
 
-    /// Caches a lookup-style answer and returns its entry with this
-    /// client's view of the size.
-    fn took(&self, f: &proto::mds::Found) -> Entry {
-        self.inner.meta.absorb(f);
-        let mut e = f.entry.clone();
-        e.attr = self.with_local_size(e.attr);
-        e
-    }
-
     /// Finds `name` in directory `parent`.
     pub async fn lookup(&self, c: &Creds, parent: u64, name: &str) -> Result<Entry> {
         let meta = &self.inner.meta;
@@ -162,7 +153,10 @@ impl Client {
         }
         meta.miss();
         let f = self.inner.ns.lookup(c, parent, name).await?;
-        Ok(self.took(&f))
+        self.inner.meta.absorb(&f);
+        let mut e = f.entry;
+        e.attr = self.with_local_size(e.attr);
+        Ok(e)
     }
 
     /// Attributes of `ino`.

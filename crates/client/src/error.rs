@@ -47,6 +47,12 @@ impl From<CallError> for FsError {
     }
 }
 
+impl From<osdns::NsError> for FsError {
+    fn from(e: osdns::NsError) -> FsError {
+        FsError::new(e.errno, e.message)
+    }
+}
+
 impl From<MdsError> for FsError {
     fn from(e: MdsError) -> FsError {
         FsError::new(e.errno, e.message)

@@ -35,16 +35,6 @@ pub const LEASE: Duration = Duration::from_secs(5);
 /// Stat requests in flight at once when readdir fetches attributes.
 const READDIR_STATS: usize = 32;
 
-impl From<NsError> for FsError {
-    fn from(e: NsError) -> FsError {
-        FsError::new(e.errno, e.message)
-    }
-}
-
-fn perm_err(e: proto::mds::MdsError) -> FsError {
-    FsError::new(e.errno.raw(), e.message)
-}
-
 fn kind(k: Kind) -> FileKind {
     match k {
         Kind::File => FileKind::File,
@@ -83,7 +73,7 @@ pub fn layout(ino: u64, i: &Inode) -> Option<Layout> {
 
 /// POSIX permission check made in the client, with the shared rules.
 fn check(a: &Attr, c: &Creds, want: u32, what: &str) -> Result<()> {
-    posix::perm::check(a, c, want, what).map_err(perm_err)
+    posix::perm::check(a, c, want, what).map_err(FsError::from)
 }
 
 /// Whether the sticky rule can refuse `c` anything in `dir` (so the victim
@@ -365,7 +355,7 @@ impl OsdNamespace {
             // changes when refused); other changes are checked in the CAS.
             let cur = self.fs.stat(ino, osd).await?;
             let mut probe = attr(ino, &cur);
-            posix::apply_setattr(&mut probe, c, set, 0).map_err(perm_err)?;
+            posix::apply_setattr(&mut probe, c, set, 0).map_err(FsError::from)?;
             if cur.kind == Kind::File && size < cur.size {
                 self.cut(ino, &cur, size).await?;
             }
@@ -377,8 +367,7 @@ impl OsdNamespace {
             .fs
             .update(ino, osd, move |i| {
                 let mut a = attr(ino, i);
-                posix::apply_setattr(&mut a, &c, &set, now)
-                    .map_err(|e| NsError::new(e.errno.raw(), e.message))?;
+                posix::apply_setattr(&mut a, &c, &set, now).map_err(NsError::from)?;
                 i.mode = a.mode;
                 i.uid = a.uid;
                 i.gid = a.gid;
@@ -434,7 +423,7 @@ impl OsdNamespace {
 
     /// Reads extended attribute `name`.
     pub async fn getxattr(&self, ino: u64, name: &str) -> Result<Vec<u8>> {
-        posix::check_xattr_name(name).map_err(perm_err)?;
+        posix::check_xattr_name(name).map_err(FsError::from)?;
         Ok(self.fs.getxattr(ino, self.home(ino)?, name).await?)
     }
 
@@ -446,7 +435,7 @@ impl OsdNamespace {
         value: Option<&[u8]>,
         mode: XattrMode,
     ) -> Result<()> {
-        posix::check_xattr_name(name).map_err(perm_err)?;
+        posix::check_xattr_name(name).map_err(FsError::from)?;
         if let Some(v) = value
             && v.len() > proto::mds::XATTR_VALUE_MAX
         {
@@ -523,7 +512,7 @@ impl OsdNamespace {
         let a = self.changeable(c, dir, what).await?;
         if sticky_applies(&a, c) {
             let v = self.lookup_entry(dir, name).await?;
-            posix::perm::sticky(&a, &v.attr, c).map_err(perm_err)?;
+            posix::perm::sticky(&a, &v.attr, c).map_err(FsError::from)?;
         }
         Ok(())
     }
@@ -661,7 +650,7 @@ impl Namespace for OsdNamespace {
             if sticky_applies(&da, c)
                 && let Ok(t) = self.lookup_entry(to.0, to.1).await
             {
-                posix::perm::sticky(&da, &t.attr, c).map_err(perm_err)?;
+                posix::perm::sticky(&da, &t.attr, c).map_err(FsError::from)?;
             }
             self.rename_names(from, to, noreplace, open_here).await
         })

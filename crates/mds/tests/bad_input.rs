@@ -42,6 +42,18 @@ async fn hello(addr: &str, cluster: &str, id: u32) -> (TcpStream, Welcome) {
     (s, decode::<Welcome>(&f.header).unwrap())
 }
 
+/// A small create-order MDS format for the tests that format by hand.
+fn format_options() -> mds::FormatOptions {
+    mds::FormatOptions {
+        cluster_id: CLUSTER.into(),
+        policy: IdPolicy::new(PolicyKind::CreateOrder, Geometry::default()).unwrap(),
+        layout: spec(4096, 1),
+        wal_bytes: 1 << 20,
+        namespace: Default::default(),
+        dir_protocol: String::new(),
+    }
+}
+
 async fn mkdir_ok(c: &net::MdsClient, name: &str) -> u64 {
     match c
         .call(Op::Mkdir {
@@ -216,14 +228,7 @@ async fn racing_copies_of_one_report_pass_once() {
 async fn status_counts_the_whole_delete_queue_and_refuses_a_bad_key() {
     use mds::kv::T as Table;
     let dir = tempfile::tempdir().unwrap();
-    let opts = mds::FormatOptions {
-        cluster_id: CLUSTER.into(),
-        policy: IdPolicy::new(PolicyKind::CreateOrder, Geometry::default()).unwrap(),
-        layout: spec(4096, 1),
-        wal_bytes: 1 << 20,
-        namespace: Default::default(),
-        dir_protocol: String::new(),
-    };
+    let opts = format_options();
     mds::service::format(dir.path(), &opts).unwrap();
     // No delete worker runs on this MDS: the queue stays as written.
     let m = mds::Mds::open(dir.path()).unwrap();
@@ -267,14 +272,7 @@ async fn bad_config_damaged_database_and_format_over_are_clear_errors() {
     let mut cl = cl;
     cl.mds.take().unwrap().stop().await;
     // formatting over an existing file system is refused
-    let opts = mds::FormatOptions {
-        cluster_id: CLUSTER.into(),
-        policy: IdPolicy::new(PolicyKind::CreateOrder, Geometry::default()).unwrap(),
-        layout: spec(4096, 1),
-        wal_bytes: 1 << 20,
-        namespace: Default::default(),
-        dir_protocol: String::new(),
-    };
+    let opts = format_options();
     let e = mds::service::format(&dir, &opts).unwrap_err();
     assert_eq!(e.errno, Errno::Exist, "{e}");
     // a config with an unknown field names it
@@ -318,14 +316,7 @@ async fn format_and_provision_make_owner_only_files_and_directories() {
     let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
     let dir = tempfile::tempdir().unwrap();
     let mds_dir = dir.path().join("cluster/mds");
-    let opts = mds::FormatOptions {
-        cluster_id: CLUSTER.into(),
-        policy: IdPolicy::new(PolicyKind::CreateOrder, Geometry::default()).unwrap(),
-        layout: spec(4096, 1),
-        wal_bytes: 1 << 20,
-        namespace: Default::default(),
-        dir_protocol: String::new(),
-    };
+    let opts = format_options();
     mds::service::format(&mds_dir, &opts).unwrap();
     let osd_dir = dir.path().join("cluster/osd-0");
     local::provision_osd(&osd_dir, 0, CLUSTER, 64 << 20, &mds_dir.join("keys")).unwrap();

@@ -20,7 +20,7 @@ pub enum CallError {
     #[error("MDS unreachable: {0}")]
     Transport(#[from] ConnError),
     /// The MDS answered with an error.
-    #[error("{0}")]
+    #[error(transparent)]
     Mds(#[from] MdsError),
 }
 

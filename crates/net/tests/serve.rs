@@ -51,6 +51,14 @@ impl Service for Bulk {
     }
 }
 
+/// Frames with up to 8 MiB of payload.
+fn big_frames() -> Limits {
+    Limits {
+        max_header: 4096,
+        max_payload: 8 << 20,
+    }
+}
+
 async fn hello(addr: &str) -> TcpStream {
     let mut s = TcpStream::connect(addr).await.unwrap();
     let h = Hello {
@@ -87,10 +95,7 @@ async fn a_client_that_never_reads_cannot_hold_the_byte_budget() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap().to_string();
     let limits = ServeLimits {
-        frame: Limits {
-            max_header: 4096,
-            max_payload: 8 << 20,
-        },
+        frame: big_frames(),
         max_connections: 8,
         max_in_flight: 8,
         // Room for two 4 MiB replies in all.
@@ -112,10 +117,7 @@ async fn a_client_that_never_reads_cannot_hold_the_byte_budget() {
     let mut other = hello(&addr).await;
     let t0 = Instant::now();
     ask(&mut other, 99, 4 << 20).await;
-    let lim = Limits {
-        max_header: 4096,
-        max_payload: 8 << 20,
-    };
+    let lim = big_frames();
     let f = read_frame(
         &mut other,
         &lim,
@@ -155,10 +157,7 @@ async fn a_refused_request_is_answered_and_the_connection_goes_on() {
     let addr = listener.local_addr().unwrap().to_string();
     let (stop, rx) = tokio::sync::watch::channel(false);
     let limits = ServeLimits {
-        frame: Limits {
-            max_header: 4096,
-            max_payload: 8 << 20,
-        },
+        frame: big_frames(),
         ..ServeLimits::default()
     };
     let server = tokio::spawn(Server::new(Arc::new(Bulk), limits).serve(listener, rx));
@@ -168,10 +167,7 @@ async fn a_refused_request_is_answered_and_the_connection_goes_on() {
         .await
         .unwrap();
     ask(&mut c, 6, 16).await;
-    let lim = Limits {
-        max_header: 4096,
-        max_payload: 8 << 20,
-    };
+    let lim = big_frames();
     let t = Duration::from_secs(5);
     let f = read_frame(&mut c, &lim, t, t).await.unwrap();
     assert_eq!(f.tag, 5);
@@ -192,20 +188,14 @@ async fn a_reply_as_large_as_the_budget_is_served() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap().to_string();
     let limits = ServeLimits {
-        frame: Limits {
-            max_header: 4096,
-            max_payload: 8 << 20,
-        },
+        frame: big_frames(),
         max_inflight_bytes: 8 << 20,
         ..ServeLimits::default()
     };
     let (stop, rx) = tokio::sync::watch::channel(false);
     let server = tokio::spawn(Server::new(Arc::new(Bulk), limits).serve(listener, rx));
     let mut c = hello(&addr).await;
-    let lim = Limits {
-        max_header: 4096,
-        max_payload: 8 << 20,
-    };
+    let lim = big_frames();
     for tag in 1..=3 {
         ask(&mut c, tag, 8 << 20).await;
         let t = Duration::from_secs(10);

@@ -68,6 +68,18 @@ fn cap(pid: u64, lo: u64, hi: u64, r: u32) -> Capability {
     .sign(&K2, 2, OSD)
 }
 
+/// What a capability over every object of partition `pid` grants.
+fn whole(pid: u64, rights: u32, expiry_ms: u64, version: u64) -> proto::CapSpec {
+    proto::CapSpec {
+        partition: pid,
+        oid_lo: 0,
+        oid_hi: u64::MAX,
+        rights,
+        expiry_ms,
+        version,
+    }
+}
+
 fn all(pid: u64) -> Capability {
     cap(pid, 0, u64::MAX, rights::ALL)
 }
@@ -410,15 +422,7 @@ async fn capability_rejection_matrix() {
             .is_ok(),
         "a good capability works"
     );
-    let old_key = proto::CapSpec {
-        partition: P,
-        oid_lo: 0,
-        oid_hi: u64::MAX,
-        rights: rights::READ,
-        expiry_ms: now_ms() + 60_000,
-        version: 1000,
-    }
-    .sign(&K1, 1, OSD);
+    let old_key = whole(P, rights::READ, now_ms() + 60_000, 1000).sign(&K1, 1, OSD);
     assert!(
         read(Some(old_key)).await.is_ok(),
         "the previous key version still verifies"
@@ -430,15 +434,7 @@ async fn capability_rejection_matrix() {
         code(read(Some(forged)).await.unwrap_err()),
         ErrorCode::CapForged
     );
-    let expired = proto::CapSpec {
-        partition: P,
-        oid_lo: 0,
-        oid_hi: u64::MAX,
-        rights: rights::READ,
-        expiry_ms: now_ms() - 1,
-        version: 1000,
-    }
-    .sign(&K2, 2, OSD);
+    let expired = whole(P, rights::READ, now_ms() - 1, 1000).sign(&K2, 2, OSD);
     assert_eq!(
         code(read(Some(expired)).await.unwrap_err()),
         ErrorCode::CapExpired
@@ -467,42 +463,18 @@ async fn capability_rejection_matrix() {
         ),
         ErrorCode::CapRights
     );
-    let unknown = proto::CapSpec {
-        partition: P,
-        oid_lo: 0,
-        oid_hi: u64::MAX,
-        rights: rights::READ,
-        expiry_ms: now_ms() + 60_000,
-        version: 1000,
-    }
-    .sign(&K2, 9, OSD);
+    let unknown = whole(P, rights::READ, now_ms() + 60_000, 1000).sign(&K2, 9, OSD);
     assert_eq!(
         code(read(Some(unknown)).await.unwrap_err()),
         ErrorCode::CapKeyVersion
     );
-    let other_osd = proto::CapSpec {
-        partition: P,
-        oid_lo: 0,
-        oid_hi: u64::MAX,
-        rights: rights::READ,
-        expiry_ms: now_ms() + 60_000,
-        version: 1000,
-    }
-    .sign(&K2, 2, OSD + 1);
+    let other_osd = whole(P, rights::READ, now_ms() + 60_000, 1000).sign(&K2, 2, OSD + 1);
     assert_eq!(
         code(read(Some(other_osd)).await.unwrap_err()),
         ErrorCode::CapForged
     );
     // Revocation (Hendricks et al.): bump the object's version to the capability's.
-    let older = proto::CapSpec {
-        partition: P,
-        oid_lo: 0,
-        oid_hi: u64::MAX,
-        rights: rights::READ,
-        expiry_ms: now_ms() + 60_000,
-        version: 500,
-    }
-    .sign(&K2, 2, OSD);
+    let older = whole(P, rights::READ, now_ms() + 60_000, 500).sign(&K2, 2, OSD);
     assert!(read(Some(older.clone())).await.is_ok());
     c.run(
         Some(&all(P)),
@@ -546,15 +518,8 @@ async fn capability_rejection_matrix() {
         .await
         .unwrap_err();
     assert_eq!(code(e), ErrorCode::CapRights);
-    let old_list = proto::CapSpec {
-        partition: P,
-        oid_lo: 0,
-        oid_hi: u64::MAX,
-        rights: rights::LIST | rights::GET_ATTR,
-        expiry_ms: now_ms() + 60_000,
-        version: 500,
-    }
-    .sign(&K2, 2, OSD);
+    let old_list =
+        whole(P, rights::LIST | rights::GET_ATTR, now_ms() + 60_000, 500).sign(&K2, 2, OSD);
     let r = c.run(Some(&old_list), list, Bytes::new()).await.unwrap();
     let Reply::Listed { entries, .. } = r.reply else {
         panic!()

@@ -25,7 +25,7 @@ impl Mds {
             })?
         };
         verify_report(&r, &self.sb.cluster_id, &ring)?;
-        let now = Self::now_ms();
+        let now = proto::clock::now_ms();
         if r.at_ms + 300_000 < now || r.at_ms > now + 300_000 {
             return Err(err(
                 Errno::Access,

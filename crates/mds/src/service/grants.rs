@@ -6,7 +6,7 @@ use super::*;
 impl Mds {
     /// Capabilities for object ids `[lo, hi]` on every OSD of `map` we hold a key for.
     pub fn grant(&self, map: &OsdMap, lo: u64, hi: u64, rights: u32, version: u64) -> Grant {
-        let expiry_ms = Self::now_ms() + self.cfg.cap_ttl_secs * 1000;
+        let expiry_ms = proto::clock::now_ms() + self.cfg.cap_ttl_secs * 1000;
         let keys = self.keys.lock().unwrap_or_else(|e| e.into_inner());
         let caps = map
             .osds

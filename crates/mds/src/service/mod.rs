@@ -221,10 +221,6 @@ impl Mds {
         }))
     }
 
-    fn now_ms() -> u64 {
-        proto::clock::now_ms()
-    }
-
     /// The current OSD map.
     pub fn current_map(&self) -> Result<OsdMap, MdsError> {
         let snap = self.kv.read()?;

@@ -60,7 +60,7 @@ impl Mds {
             oid_lo: 0,
             oid_hi: u64::MAX,
             rights: rights::ALL,
-            expiry_ms: Self::now_ms() + 60_000,
+            expiry_ms: proto::clock::now_ms() + 60_000,
             version: u64::MAX,
         }
         .sign(key, kv, id))
