@@ -217,6 +217,7 @@ fn run_in(work: &Path, p: FsParams) -> anyhow::Result<Vec<FsRow>> {
             stripe_unit: 512 << 10,
             stripe_count: 3,
             object_size: 0,
+            ..LayoutSpec::default()
         },
         wal_bytes: 64 << 20,
         namespace: Default::default(),

@@ -20,14 +20,14 @@ use crate::error::{Errno, FsError, Result};
 use crate::open_file::{FileState, Flight, OpenInode};
 use crate::state::Inner;
 use crate::stats::Counters;
-use crate::striped::{self, Run, Target, WRITE_NEED, cap_stale, piece_error, transport};
+use crate::striped::{self, Copy, Run, Target, WRITE_NEED, cap_stale, piece_error, transport};
 use proto::clock::{now_ms, now_ns};
 
 /// Write-behind requests in flight per file before a writer waits.
 const MAX_INFLIGHT: usize = 4;
 
-/// Resolves runs to OSD targets with `want` rights; `None` when a
-/// capability is missing (the caller renews and tries again).
+/// Resolves runs to OSD targets (every fresh copy) with `want` rights;
+/// `None` when a capability is missing (the caller renews and tries again).
 async fn targets(
     inner: &Inner,
     layout: &Layout,
@@ -36,28 +36,38 @@ async fn targets(
     want: u32,
 ) -> Result<Option<Vec<(Run, Target)>>> {
     let mut out = Vec::with_capacity(runs.len());
-    let mut placed: Option<(u64, u64, Vec<u32>)> = None;
+    let mut placed: Option<(u64, u64, Vec<Vec<u32>>)> = None;
     for r in runs {
-        let (oid, osds) = match &placed {
-            Some((set, oid, osds)) if *set == r.objset => (*oid, osds.clone()),
+        let (oid, stripes) = match &placed {
+            Some((set, oid, s)) if *set == r.objset => (*oid, s.clone()),
             _ => {
-                let (oid, osds) = inner.osds.place(&inner.mds, layout, r.objset).await?;
-                placed = Some((r.objset, oid, osds.clone()));
-                (oid, osds)
+                let (oid, s) = inner.osds.place(&inner.mds, layout, r.objset).await?;
+                placed = Some((r.objset, oid, s.clone()));
+                (oid, s)
             }
         };
-        let osd = osds[r.stripe as usize];
-        let Some(cap) = striped::cap_for(grants, osd, oid, want) else {
-            return Ok(None);
-        };
-        let client = inner.osds.client(&inner.mds, osd).await?;
+        let fresh = stripes.get(r.stripe as usize).cloned().unwrap_or_default();
+        if fresh.is_empty() {
+            return Err(FsError::new(
+                Errno::Io,
+                format!("object {oid:#x} stripe {} has no fresh copy", r.stripe),
+            ));
+        }
+        let mut copies = Vec::with_capacity(fresh.len());
+        for osd in fresh {
+            let Some(cap) = striped::cap_for(grants, osd, oid, want) else {
+                return Ok(None);
+            };
+            let client = inner.osds.client(&inner.mds, osd).await?;
+            copies.push(Copy { osd, client, cap });
+        }
+        let quorum = layout.spec.min_copies().min(copies.len());
         out.push((
             r,
             Target {
-                osd,
-                client,
                 oid,
-                cap,
+                copies,
+                quorum,
             },
         ));
     }
@@ -73,28 +83,37 @@ struct WriteJob {
     existing: HashSet<(u64, u32)>,
 }
 
-/// Writes one extent (with one renewal of capabilities if the OSD says
-/// they are stale, and one retry if an OSD moved); returns the objects written.
+/// A finished write-behind request: the objects written, and the layout
+/// and capabilities the file must use from now on when they changed (a
+/// copy was recorded stale, or they were renewed).
+pub type WriteDone = (Vec<(u64, u32)>, Option<(Layout, Vec<Grant>)>);
+
+/// Writes one extent to every fresh copy (renewing layout and
+/// capabilities once if an OSD refuses them, and retrying once if an OSD
+/// moved). Copies that missed the write while enough others have it are
+/// recorded stale at the MDS before this returns.
 async fn write_extent(
     inner: Arc<Inner>,
     job: WriteJob,
     off: u64,
     data: Bytes,
-) -> Result<Vec<(u64, u32)>> {
+) -> Result<WriteDone> {
     let WriteJob {
         ino,
         creds,
-        layout,
+        mut layout,
         mut grants,
         existing,
     } = job;
     let len = data.len() as u64;
+    let mut renewed = false;
     let res = async {
-        for attempt in 0..2 {
+        for attempt in 0..3 {
             let rs = striped::runs(&layout, off, len);
             let Some(ts) = targets(&inner, &layout, &grants, rs, WRITE_NEED).await? else {
-                if attempt == 0 {
-                    grants = inner.open_grants(ino, &creds, true).await?.1;
+                if attempt < 2 {
+                    (layout, grants) = renew(&inner, ino, &creds, true, &layout).await?;
+                    renewed = true;
                     continue;
                 }
                 return Err(FsError::new(
@@ -110,12 +129,38 @@ async fn write_extent(
                 })
                 .collect();
             match striped::write(ts, data.clone()).await {
-                Ok(done) => {
+                Ok(w) if w.missed.is_empty() => {
                     Counters::add(&inner.meta.counters.bytes_written, len);
-                    return Ok(done);
+                    return Ok((w.done, renewed.then(|| (layout.clone(), grants.clone()))));
                 }
-                Err((_, e)) if attempt == 0 && cap_stale(&e) => {
-                    grants = inner.open_grants(ino, &creds, true).await?.1;
+                Ok(w) => {
+                    // An OSD that restarted elsewhere gets the write again.
+                    let mut moved = false;
+                    if attempt == 0 {
+                        for (_, _, osd, e) in &w.missed {
+                            if transport(e) && inner.osds.moved(&inner.mds, *osd).await {
+                                moved = true;
+                            }
+                        }
+                    }
+                    if moved {
+                        continue;
+                    }
+                    Counters::add(&inner.meta.counters.osd_errors, w.missed.len() as u64);
+                    for (set, stripe, osd, e) in &w.missed {
+                        tracing::warn!(ino, osd, error = %e, "a copy missed a write; recording it stale");
+                        let f = mark_stale(&inner, &creds, ino, *set, *stripe, *osd).await?;
+                        if let Some(l) = f.entry.layout {
+                            layout = l;
+                            grants = f.grants;
+                        }
+                    }
+                    Counters::add(&inner.meta.counters.bytes_written, len);
+                    return Ok((w.done, Some((layout.clone(), grants.clone()))));
+                }
+                Err((_, e)) if attempt < 2 && cap_stale(&e) => {
+                    (layout, grants) = renew(&inner, ino, &creds, true, &layout).await?;
+                    renewed = true;
                 }
                 Err((osd, e))
                     if attempt == 0 && transport(&e) && inner.osds.moved(&inner.mds, osd).await => {
@@ -134,6 +179,46 @@ async fn write_extent(
     .await;
     inner.dirty_total.fetch_sub(len, Ordering::Relaxed);
     res
+}
+
+/// New capabilities *and* the layout they were issued with (a copy a
+/// newer capability may reach could have been recorded stale meanwhile, so
+/// the two are only ever used together). Keeps `old` when the answer has
+/// no layout.
+async fn renew(
+    inner: &Inner,
+    ino: u64,
+    creds: &Creds,
+    write: bool,
+    old: &Layout,
+) -> Result<(Layout, Vec<Grant>)> {
+    let (entry, grants) = inner.open_grants(ino, creds, write).await?;
+    Ok((entry.layout.unwrap_or_else(|| old.clone()), grants))
+}
+
+/// Asks the MDS to record a copy stale (and fence it); answers the file's
+/// new layout and capabilities.
+async fn mark_stale(
+    inner: &Inner,
+    creds: &Creds,
+    ino: u64,
+    objset: u64,
+    stripe: u32,
+    osd: u32,
+) -> Result<Found> {
+    let op = proto::mds::Op::MarkStale {
+        ino,
+        objset,
+        stripe,
+        osd,
+    };
+    match inner.mds.call_as(creds.clone(), op).await? {
+        proto::mds::MdsReply::Found(f) => Ok(*f),
+        other => Err(FsError::new(
+            Errno::Io,
+            format!("MARK STALE answered {other:?}"),
+        )),
+    }
 }
 
 /// Makes sure the state holds capabilities with `write` rights (and, for
@@ -193,7 +278,13 @@ async fn reap(st: &mut FileState, all: bool, range: Option<(u64, u64)>) {
         let over_limit = n - i >= MAX_INFLIGHT;
         if all || overlaps || over_limit || h.is_finished() {
             match h.await {
-                Ok(Ok(done)) => st.existing.extend(done),
+                Ok(Ok((done, changed))) => {
+                    st.existing.extend(done);
+                    if let Some((l, g)) = changed {
+                        st.layout = Some(l);
+                        st.grants = g;
+                    }
+                }
                 Ok(Err(e)) => {
                     st.error.get_or_insert(e);
                 }
@@ -472,8 +563,10 @@ async fn read_direct(
     Ok(out)
 }
 
-/// Reads `[off, off + len)` from the stripe objects (renewing capabilities
-/// once if the OSD says they are stale).
+/// Reads `[off, off + len)` from the stripe objects, each run from the
+/// first fresh copy that answers (renewing layout and capabilities once if
+/// an OSD refuses them). Copies that failed their checksums while another
+/// copy answered are reported to the MDS, which repairs them.
 pub async fn read_range(
     inner: &Arc<Inner>,
     ino: u64,
@@ -483,14 +576,15 @@ pub async fn read_range(
     off: u64,
     len: u64,
 ) -> Result<Bytes> {
+    let mut layout = layout.clone();
     for attempt in 0..2 {
-        let rs = striped::runs(layout, off, len);
+        let rs = striped::runs(&layout, off, len);
         // Object sets not allocated yet are holes.
         let have = layout.objsets.len() as u64;
         let rs: Vec<Run> = rs.into_iter().filter(|r| r.objset < have).collect();
-        let Some(ts) = targets(inner, layout, &grants, rs, rights::READ).await? else {
+        let Some(ts) = targets(inner, &layout, &grants, rs, rights::READ).await? else {
             if attempt == 0 {
-                grants = inner.open_grants(ino, creds, false).await?.1;
+                (layout, grants) = renew(inner, ino, creds, false, &layout).await?;
                 continue;
             }
             return Err(FsError::new(
@@ -499,12 +593,21 @@ pub async fn read_range(
             ));
         };
         match striped::read(ts, len).await {
-            Ok(b) => {
+            Ok((b, bad)) => {
                 Counters::add(&inner.meta.counters.bytes_read, len);
+                if !bad.is_empty() {
+                    let (inner, creds) = (inner.clone(), creds.clone());
+                    tokio::spawn(async move {
+                        for (set, stripe, osd) in bad {
+                            tracing::warn!(ino, osd, "a copy failed its checksums; reporting it");
+                            let _ = mark_stale(&inner, &creds, ino, set, stripe, osd).await;
+                        }
+                    });
+                }
                 return Ok(b);
             }
             Err((_, e)) if attempt == 0 && cap_stale(&e) => {
-                grants = inner.open_grants(ino, creds, false).await?.1;
+                (layout, grants) = renew(inner, ino, creds, false, &layout).await?;
             }
             Err((osd, e))
                 if attempt == 0 && transport(&e) && inner.osds.moved(&inner.mds, osd).await => {}
@@ -563,6 +666,7 @@ mod tests {
                     spec: LayoutSpec::default(),
                     map_epoch: 1,
                     objsets,
+                    homes: Vec::new(),
                 }),
             },
             grants: Vec::new(),

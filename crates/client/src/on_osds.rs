@@ -68,6 +68,7 @@ pub fn layout(ino: u64, i: &Inode) -> Option<Layout> {
         spec: l.spec,
         map_epoch: l.map_epoch,
         objsets: vec![data_oid(ino)],
+        homes: Vec::new(),
     })
 }
 

@@ -18,7 +18,7 @@ use tokio::task::JoinHandle;
 use crate::error::{FsError, Result};
 
 /// A write-behind request in flight: its byte range and its task.
-pub(crate) type Flight = (u64, u64, JoinHandle<Result<Vec<(u64, u32)>>>);
+pub(crate) type Flight = (u64, u64, JoinHandle<Result<crate::file::WriteDone>>);
 
 /// A read-ahead window being fetched: range, the write generation it was
 /// started at, and where its bytes will be (None if the fetch failed).

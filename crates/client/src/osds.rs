@@ -77,20 +77,34 @@ impl OsdSet {
         self.fetch(mds, Some(epoch)).await
     }
 
-    /// The OSD of each stripe of object set `objset` of `layout`, and the
-    /// object id they share.
+    /// The fresh copies of each stripe of object set `objset` of `layout`
+    /// (the OSDs the MDS recorded, or for a layout without records the one
+    /// OSD its map epoch places it on), and the object id they share.
     pub async fn place(
         &self,
         mds: &MdsClient,
         layout: &Layout,
         objset: u64,
-    ) -> Result<(u64, Vec<u32>)> {
+    ) -> Result<(u64, Vec<Vec<u32>>)> {
         let oid = *layout.objsets.get(objset as usize).ok_or_else(|| {
             FsError::new(
                 Errno::Io,
                 format!("object set {objset} is not allocated yet"),
             )
         })?;
+        if let Some(h) = layout.homes.get(objset as usize) {
+            if h.stripes.len() != layout.spec.stripe_count as usize {
+                return Err(FsError::new(
+                    Errno::Io,
+                    format!(
+                        "object set {objset} records copies of {} stripes, the layout has {}",
+                        h.stripes.len(),
+                        layout.spec.stripe_count
+                    ),
+                ));
+            }
+            return Ok((oid, h.stripes.iter().map(|c| c.fresh.clone()).collect()));
+        }
         let map = self.map(mds, layout.map_epoch).await?;
         let osds = map.place(oid, layout.spec.stripe_count);
         if osds.len() < layout.spec.stripe_count as usize {
@@ -104,7 +118,7 @@ impl OsdSet {
                 ),
             ));
         }
-        Ok((oid, osds))
+        Ok((oid, osds.into_iter().map(|o| vec![o]).collect()))
     }
 
     /// After a transport failure on OSD `id`: fetches the newest map and

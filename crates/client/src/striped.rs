@@ -64,17 +64,28 @@ pub fn runs(layout: &Layout, off: u64, len: u64) -> Vec<Run> {
     by_obj.into_values().flatten().collect()
 }
 
-/// A resolved target: the OSD connection, object id and capability.
+/// One copy of a stripe object: its OSD, the connection pool to it and
+/// the capability for it.
 #[derive(Clone)]
-pub struct Target {
+pub struct Copy {
     /// OSD id.
     pub osd: u32,
     /// Pool to it.
     pub client: Arc<OsdClient>,
+    /// Capability for the object there.
+    pub cap: Capability,
+}
+
+/// A resolved target: the object id and its fresh copies (read in order;
+/// written all at once), and how many copies a write needs.
+#[derive(Clone)]
+pub struct Target {
     /// Object id.
     pub oid: u64,
-    /// Capability for it.
-    pub cap: Capability,
+    /// Fresh copies, the preferred one first.
+    pub copies: Vec<Copy>,
+    /// Fewest copies a write may succeed on.
+    pub quorum: usize,
 }
 
 /// Finds a capability with `want` rights for `oid` on `osd` in `grants`.
@@ -101,39 +112,74 @@ pub fn transport(e: &ConnError) -> bool {
     )
 }
 
+/// Whether the OSD says it has no lease yet (starting): worth a short wait.
+fn not_ready(e: &ConnError) -> bool {
+    matches!(e, ConnError::Remote(w) if w.code == ErrorCode::NotReady)
+}
+
+/// Whether an error says the copy's bytes are bad (a block failed its checksum).
+pub fn corrupt(e: &ConnError) -> bool {
+    matches!(e, ConnError::Remote(w) if matches!(w.code, ErrorCode::Checksum | ErrorCode::Io))
+}
+
+/// Runs `cmd` on one copy, waiting out a starting OSD's missing lease for
+/// up to about two seconds.
+async fn run_copy(
+    c: &Copy,
+    cmd: Command,
+    data: Bytes,
+) -> std::result::Result<net::Answer, ConnError> {
+    let mut wait = std::time::Duration::from_millis(20);
+    let mut r = c.client.run(Some(&c.cap), cmd.clone(), data.clone()).await;
+    for _ in 0..7 {
+        match &r {
+            Err(e) if not_ready(e) => {}
+            _ => return r,
+        }
+        tokio::time::sleep(wait).await;
+        wait *= 2;
+        r = c.client.run(Some(&c.cap), cmd.clone(), data.clone()).await;
+    }
+    r
+}
+
 /// A failed piece: the OSD and the error.
 pub type PieceError = (u32, ConnError);
 
-/// Reads every run into one buffer of `len` bytes (holes are zeros).
-pub async fn read(targets: Vec<(Run, Target)>, len: u64) -> std::result::Result<Bytes, PieceError> {
+/// A copy found bad while reading: (object set, stripe, OSD).
+pub type BadCopy = (u64, u32, u32);
+
+/// Reads every run into one buffer of `len` bytes (holes are zeros); also
+/// says which copies failed their checksums (another copy answered).
+pub async fn read(
+    targets: Vec<(Run, Target)>,
+    len: u64,
+) -> std::result::Result<(Bytes, Vec<BadCopy>), PieceError> {
     // One request (a small read): no task hop.
     if let [(r, t)] = &targets[..] {
-        let data = read_one(r, t).await.map_err(|e| (t.osd, e))?;
+        let (data, bad) = read_one(r, t).await?;
         if r.buf_offset == 0 && data.len() as u64 == len {
-            return Ok(data);
+            return Ok((data, bad));
         }
         let mut buf = BytesMut::zeroed(len as usize);
         let n = data.len().min(r.len as usize);
         let at = r.buf_offset as usize;
         buf[at..at + n].copy_from_slice(&data[..n]);
-        return Ok(buf.freeze());
+        return Ok((buf.freeze(), bad));
     }
     let mut set = JoinSet::new();
     for (r, t) in targets {
-        set.spawn(async move {
-            read_one(&r, &t)
-                .await
-                .map(|d| (r, d))
-                .map_err(|e| (t.osd, e))
-        });
+        set.spawn(async move { read_one(&r, &t).await.map(|d| (r, d)) });
     }
     let mut buf = BytesMut::zeroed(len as usize);
-    for (r, data) in join_all(set).await? {
+    let mut bad = Vec::new();
+    for (r, (data, b)) in join_all(set).await? {
         let n = data.len().min(r.len as usize);
         let at = r.buf_offset as usize;
         buf[at..at + n].copy_from_slice(&data[..n]);
+        bad.extend(b);
     }
-    Ok(buf.freeze())
+    Ok((buf.freeze(), bad))
 }
 
 /// Waits for every request of a range; the first failure wins.
@@ -159,86 +205,175 @@ async fn join_all<T: 'static>(
     }
 }
 
-/// Reads one run (a missing object is a hole: no bytes).
-async fn read_one(r: &Run, t: &Target) -> std::result::Result<Bytes, ConnError> {
+/// Reads one run from the first copy that answers (a missing object is a
+/// hole: no bytes). A capability the OSD refuses ends the read (the caller
+/// renews its layout and capabilities); any other failure tries the next copy.
+async fn read_one(r: &Run, t: &Target) -> std::result::Result<(Bytes, Vec<BadCopy>), PieceError> {
     let cmd = Command::Read {
         pid: DATA_PARTITION,
         oid: t.oid,
         offset: r.obj_offset,
         len: r.len as u32,
     };
-    match t.client.run(Some(&t.cap), cmd, Bytes::new()).await {
-        Ok(a) => Ok(a.data),
-        Err(ConnError::Remote(w)) if w.code == ErrorCode::NoObject => Ok(Bytes::new()),
-        Err(e) => Err(e),
+    let mut first: Option<PieceError> = None;
+    let mut bad = Vec::new();
+    // A copy without the object is a hole only if no other copy has it
+    // (a copy that lost the object, say to a torn journal, must not read
+    // as zeros while another holds the bytes).
+    let mut missing = Vec::new();
+    for c in &t.copies {
+        match run_copy(c, cmd.clone(), Bytes::new()).await {
+            Ok(a) => {
+                bad.extend(missing.iter().map(|&o| (r.objset, r.stripe, o)));
+                return Ok((a.data, bad));
+            }
+            Err(ConnError::Remote(w)) if w.code == ErrorCode::NoObject => missing.push(c.osd),
+            Err(e) if cap_stale(&e) => return Err((c.osd, e)),
+            Err(e) => {
+                if corrupt(&e) {
+                    bad.push((r.objset, r.stripe, c.osd));
+                }
+                first.get_or_insert((c.osd, e));
+            }
+        }
     }
+    if missing.len() == t.copies.len() || (first.is_none() && !missing.is_empty()) {
+        return Ok((Bytes::new(), bad));
+    }
+    Err(first.unwrap_or((
+        u32::MAX,
+        ConnError::Protocol(format!("object {:#x} has no fresh copy", t.oid)),
+    )))
 }
 
-/// Writes one run's bytes to its object, creating the object if needed:
+/// Writes one run's bytes to one copy, creating the object if needed:
 /// at object offset 0 with CREATE-AND-WRITE (one round trip for a new
 /// object), else WRITE, falling back to CREATE + WRITE when the object is
 /// missing. `known` says the object is known to exist.
-pub async fn write_one(
-    t: &Target,
+pub async fn write_copy(
+    c: &Copy,
+    oid: u64,
     obj_offset: u64,
     data: Bytes,
     known: bool,
 ) -> std::result::Result<(), ConnError> {
     let pid = DATA_PARTITION;
     if !known && obj_offset == 0 {
-        let cmd = Command::CreateAndWrite { pid, oid: t.oid };
-        match t.client.run(Some(&t.cap), cmd, data.clone()).await {
+        let cmd = Command::CreateAndWrite { pid, oid };
+        match run_copy(c, cmd, data.clone()).await {
             Err(ConnError::Remote(w)) if w.code == ErrorCode::Exists => {}
             other => return other.map(|_| ()),
         }
     }
     let cmd = Command::Write {
         pid,
-        oid: t.oid,
+        oid,
         offset: obj_offset,
     };
-    match t.client.run(Some(&t.cap), cmd.clone(), data.clone()).await {
+    match run_copy(c, cmd.clone(), data.clone()).await {
         Err(ConnError::Remote(w)) if w.code == ErrorCode::NoObject => {
             let create = Command::Create {
                 pid,
-                oid: Some(t.oid),
+                oid: Some(oid),
                 count: 1,
             };
-            match t.client.run(Some(&t.cap), create, Bytes::new()).await {
+            match run_copy(c, create, Bytes::new()).await {
                 Ok(_) => {}
                 Err(ConnError::Remote(w)) if w.code == ErrorCode::Exists => {}
                 Err(e) => return Err(e),
             }
-            t.client.run(Some(&t.cap), cmd, data).await.map(|_| ())
+            run_copy(c, cmd, data).await.map(|_| ())
         }
         other => other.map(|_| ()),
     }
 }
 
-/// Writes runs of `data` in parallel; returns the objects written (so the
-/// caller remembers they exist) or the first failure.
+/// What a write did: the objects written (object set, stripe) and the
+/// copies that failed while enough others succeeded (object set, stripe,
+/// OSD, error) — the caller must have those recorded stale before it
+/// acknowledges the write.
+#[derive(Default)]
+pub struct Written {
+    /// Objects written (on at least their quorum of copies).
+    pub done: Vec<(u64, u32)>,
+    /// Copies that missed the write.
+    pub missed: Vec<(u64, u32, u32, ConnError)>,
+}
+
+/// Writes one run to every copy at once. A refused capability on any copy
+/// fails the run (the layout is out of date); otherwise it succeeds when
+/// at least the quorum of copies has the bytes.
+async fn write_run(
+    r: Run,
+    t: Target,
+    part: Bytes,
+    known: bool,
+) -> std::result::Result<Written, PieceError> {
+    let mut results = Vec::with_capacity(t.copies.len());
+    if let [c] = &t.copies[..] {
+        results.push((c.osd, write_copy(c, t.oid, r.obj_offset, part, known).await));
+    } else {
+        let mut set = JoinSet::new();
+        for c in t.copies.iter().cloned() {
+            let part = part.clone();
+            let oid = t.oid;
+            set.spawn(async move {
+                let res = write_copy(&c, oid, r.obj_offset, part, known).await;
+                (c.osd, res)
+            });
+        }
+        while let Some(j) = set.join_next().await {
+            match j {
+                Ok(x) => results.push(x),
+                Err(e) => results.push((u32::MAX, Err(ConnError::Protocol(e.to_string())))),
+            }
+        }
+    }
+    let ok = results.iter().filter(|(_, r)| r.is_ok()).count();
+    let mut out = Written::default();
+    let mut first = None;
+    for (osd, res) in results {
+        if let Err(e) = res {
+            if cap_stale(&e) {
+                return Err((osd, e));
+            }
+            if first.is_none() {
+                first = Some((osd, e.clone()));
+            }
+            out.missed.push((r.objset, r.stripe, osd, e));
+        }
+    }
+    if ok < t.quorum.max(1) {
+        return Err(first.unwrap_or((
+            u32::MAX,
+            ConnError::Protocol(format!("object {:#x} has no fresh copy to write", t.oid)),
+        )));
+    }
+    out.done.push((r.objset, r.stripe));
+    Ok(out)
+}
+
+/// Writes runs of `data` in parallel, each to all its copies.
 pub async fn write(
     targets: Vec<(Run, Target, bool)>,
     data: Bytes,
-) -> std::result::Result<Vec<(u64, u32)>, PieceError> {
-    if let [(r, t, known)] = &targets[..] {
+) -> std::result::Result<Written, PieceError> {
+    if targets.len() == 1 {
+        let (r, t, known) = targets.into_iter().next().expect("one target");
         let part = data.slice(r.buf_offset as usize..(r.buf_offset + r.len) as usize);
-        return write_one(t, r.obj_offset, part, *known)
-            .await
-            .map(|()| vec![(r.objset, r.stripe)])
-            .map_err(|e| (t.osd, e));
+        return write_run(r, t, part, known).await;
     }
     let mut set = JoinSet::new();
     for (r, t, known) in targets {
         let part = data.slice(r.buf_offset as usize..(r.buf_offset + r.len) as usize);
-        set.spawn(async move {
-            write_one(&t, r.obj_offset, part, known)
-                .await
-                .map(|()| (r.objset, r.stripe))
-                .map_err(|e| (t.osd, e))
-        });
+        set.spawn(write_run(r, t, part, known));
     }
-    join_all(set).await
+    let mut out = Written::default();
+    for w in join_all(set).await? {
+        out.done.extend(w.done);
+        out.missed.extend(w.missed);
+    }
+    Ok(out)
 }
 
 /// The rights a writer needs.
@@ -263,9 +398,11 @@ mod tests {
                 stripe_unit: su,
                 stripe_count: sc,
                 object_size: os,
+                ..LayoutSpec::default()
             },
             map_epoch: 1,
             objsets: vec![1, 2, 3],
+            homes: Vec::new(),
         }
     }
 

@@ -25,6 +25,7 @@ fn opts(policy: PolicyKind, su: u32, sc: u32) -> FormatOptions {
             stripe_unit: su,
             stripe_count: sc,
             object_size: 0,
+            ..LayoutSpec::default()
         },
         wal_bytes: 8 << 20,
         namespace: Default::default(),

@@ -26,6 +26,7 @@ async fn cluster(dir: &tempfile::TempDir, protocol: &str) -> LocalCluster {
             stripe_unit: 4096,
             stripe_count: 3,
             object_size: 0,
+            ..LayoutSpec::default()
         },
         wal_bytes: 8 << 20,
         namespace: NamespaceMode::Osd,

@@ -144,15 +144,36 @@ pub fn operator_cap(dir: &Path, ttl_ms: u64) -> Result<proto::Capability, LocalE
     .sign(&key, version, kf.osd_id))
 }
 
-/// Starts heartbeating OSD `kf.osd_id` (reachable at `addr`, placement
-/// `weight`, space from `store`) to the MDS at `mds`, signed with the key
-/// file's newest key.
+/// This machine's host name (the default failure domain of its OSDs).
+pub fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "localhost".into())
+}
+
+/// Where and how an OSD registers: its address for clients, placement
+/// weight and failure domain.
+#[derive(Debug, Clone)]
+pub struct Registration {
+    /// Address clients use.
+    pub addr: String,
+    /// Placement weight (16.16 fixed point).
+    pub weight: u32,
+    /// Failure domain (host name).
+    pub host: String,
+}
+
+/// Starts heartbeating OSD `kf.osd_id` (registered as `reg`, space from
+/// `store`) to the MDS at `mds`, signed with the key file's newest key;
+/// every accepted report renews `lease`.
 pub fn spawn_reporter(
     mds: String,
     kf: &KeyFile,
-    addr: String,
-    weight: u32,
+    reg: Registration,
     store: Arc<StoreHandle>,
+    lease: Arc<net::Lease>,
 ) -> Result<JoinHandle<()>, KeyError> {
     let (version, key) = kf.newest()?;
     Ok(tokio::spawn(report_loop(
@@ -160,8 +181,9 @@ pub fn spawn_reporter(
         ReportSource {
             cluster_id: kf.cluster_id.clone(),
             osd_id: kf.osd_id,
-            addr,
-            weight,
+            addr: reg.addr,
+            weight: reg.weight,
+            host: reg.host,
             key: (version, key),
             space: Box::new(move || match store.get() {
                 Ok(s) => {
@@ -171,6 +193,7 @@ pub fn spawn_reporter(
                 Err(_) => (0, 0, 0),
             }),
         },
+        lease,
     )))
 }
 
@@ -187,7 +210,11 @@ impl LocalOsd {
         let dev: Arc<dyn Device> = Arc::new(FileDevice::open(&img).map_err(io_at(&img))?);
         let s = Store::open(dev, &OpenOptions::default()).map_err(store_at(&img))?;
         let handle = Arc::new(StoreHandle::new(img, s));
-        let ctx = Ctx::new(handle.clone(), Some(kf.ring()?), kf.osd_id);
+        let mut ctx = Ctx::new(handle.clone(), Some(kf.ring()?), kf.osd_id);
+        let lease = Arc::new(net::Lease::default());
+        if mds.is_some() {
+            ctx.lease = Some(lease.clone());
+        }
         let (listener, addr) = bind(listen).await?;
         let osd = Osd::new(ctx, ServerConfig::new(&kf.cluster_id, kf.osd_id));
         let (stop, rx) = watch::channel(false);
@@ -196,9 +223,13 @@ impl LocalOsd {
             Some(m) => Some(spawn_reporter(
                 m,
                 &kf,
-                addr.to_string(),
-                proto::placement::WEIGHT_ONE,
+                Registration {
+                    addr: addr.to_string(),
+                    weight: proto::placement::WEIGHT_ONE,
+                    host: host_name(),
+                },
                 handle.clone(),
+                lease,
             )?),
             None => None,
         };
@@ -232,6 +263,7 @@ pub struct LocalMds {
     stop: watch::Sender<bool>,
     task: JoinHandle<()>,
     worker: JoinHandle<()>,
+    recovery: JoinHandle<()>,
 }
 
 impl LocalMds {
@@ -248,18 +280,21 @@ impl LocalMds {
         let (stop, rx) = watch::channel(false);
         let task = tokio::spawn(mds::server::serve(mds.clone(), listener, rx));
         let worker = tokio::spawn(mds.clone().delete_worker());
+        let recovery = tokio::spawn(mds.clone().recovery_worker());
         Ok(LocalMds {
             addr,
             mds,
             stop,
             task,
             worker,
+            recovery,
         })
     }
 
     /// Stops cleanly: drains requests and checkpoints the KV.
     pub async fn stop(self) {
         self.worker.abort();
+        self.recovery.abort();
         let _ = self.stop.send(true);
         let _ = self.task.await;
     }

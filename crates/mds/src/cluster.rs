@@ -53,7 +53,7 @@ pub fn verify_report(r: &OsdReport, cluster_id: &str, ring: &KeyRing) -> Result<
 /// changed (address and weight the same).
 pub fn map_after(current: &OsdMap, r: &OsdReport) -> Option<OsdMap> {
     match current.osds.iter().find(|o| o.id == r.osd_id) {
-        Some(o) if o.addr == r.addr && o.weight == r.weight => None,
+        Some(o) if o.addr == r.addr && o.weight == r.weight && o.host == r.host => None,
         _ => {
             let mut m = current.clone();
             m.epoch += 1;
@@ -62,11 +62,14 @@ pub fn map_after(current: &OsdMap, r: &OsdReport) -> Option<OsdMap> {
                 Some(o) => {
                     o.addr = r.addr.clone();
                     o.weight = r.weight;
+                    o.host = r.host.clone();
                 }
                 None => m.osds.push(OsdEntry {
                     id: r.osd_id,
                     addr: r.addr.clone(),
                     weight: r.weight,
+                    host: r.host.clone(),
+                    out: false,
                 }),
             }
             m.osds.sort_by_key(|o| o.id);
@@ -87,6 +90,8 @@ impl LiveMap {
                     addr: o.addr.clone(),
                     weight: o.weight,
                     up: l.is_some_and(|l| l.seen.elapsed() < down_after),
+                    is_in: !o.out,
+                    host: o.host.clone(),
                     last_seen_ms: l.map(|l| l.seen.elapsed().as_millis() as u64),
                     capacity: l.map_or(0, |l| l.capacity),
                     used: l.map_or(0, |l| l.used),

@@ -22,6 +22,18 @@ pub struct MdsConfig {
     pub cache_mib: usize,
     /// Delete-queue retry interval while an OSD is unreachable, in ms.
     pub delete_retry_ms: u64,
+    /// An OSD down this long is marked out (a new map epoch) and its copies
+    /// are re-made on the others; 0 = never automatically.
+    pub out_after_ms: u64,
+    /// How often recovery checks every object's copies when nothing woke
+    /// it (a write failure, an OSD coming back or going out wakes it at once).
+    pub recovery_interval_ms: u64,
+    /// Recovery's copying rate limit in MiB/s (0 = unlimited).
+    pub recovery_mib_per_sec: u64,
+    /// Seconds between scheduled light scrubs (sizes and versions); 0 = never.
+    pub scrub_interval_secs: u64,
+    /// Seconds between scheduled deep scrubs (every byte); 0 = never.
+    pub deep_scrub_interval_secs: u64,
 }
 
 impl Default for MdsConfig {
@@ -33,6 +45,11 @@ impl Default for MdsConfig {
             down_after_ms: 6000,
             cache_mib: 256,
             delete_retry_ms: 2000,
+            out_after_ms: 600_000,
+            recovery_interval_ms: 5000,
+            recovery_mib_per_sec: 512,
+            scrub_interval_secs: 86_400,
+            deep_scrub_interval_secs: 7 * 86_400,
         }
     }
 }

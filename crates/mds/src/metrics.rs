@@ -36,6 +36,13 @@ pub struct ErrLabel {
     pub errno: String,
 }
 
+/// Label: a state of stripe objects.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StateLabel {
+    /// degraded, misplaced, unfound, inconsistent, recovering, total.
+    pub state: String,
+}
+
 /// All MDS metrics.
 pub struct MdsMetrics {
     registry: Registry,
@@ -51,6 +58,15 @@ pub struct MdsMetrics {
     pub objects_deleted: Counter,
     mandatory: Counter,
     non_mandatory: Counter,
+    /// Bytes recovery copied.
+    pub recovered_bytes: Counter,
+    /// Stripe objects recovery copied.
+    pub recovered_objects: Counter,
+    /// Copies recorded stale (a write to them failed, or a scrub found them wrong).
+    pub copies_marked_stale: Counter,
+    /// Copies scrubs found inconsistent.
+    pub scrub_inconsistent: Counter,
+    redundancy: Family<StateLabel, Gauge>,
     kv_batches: Gauge,
     kv_jobs: Gauge,
     kv_checkpoints: Gauge,
@@ -76,6 +92,34 @@ impl MdsMetrics {
         let objects_deleted = Counter::default();
         let mandatory = Counter::default();
         let non_mandatory = Counter::default();
+        let (recovered_bytes, recovered_objects) = (Counter::default(), Counter::default());
+        let (copies_marked_stale, scrub_inconsistent) = (Counter::default(), Counter::default());
+        let redundancy = Family::<StateLabel, Gauge>::default();
+        registry.register(
+            "recovered_bytes",
+            "Bytes copied by recovery",
+            recovered_bytes.clone(),
+        );
+        registry.register(
+            "recovered_objects",
+            "Stripe objects copied by recovery",
+            recovered_objects.clone(),
+        );
+        registry.register(
+            "copies_marked_stale",
+            "Copies recorded stale after a failed write or scrub",
+            copies_marked_stale.clone(),
+        );
+        registry.register(
+            "scrub_inconsistent",
+            "Copies scrubs found inconsistent",
+            scrub_inconsistent.clone(),
+        );
+        registry.register(
+            "objects",
+            "Stripe objects by redundancy state, as of the last recovery pass",
+            redundancy.clone(),
+        );
         let (kv_batches, kv_jobs, kv_checkpoints, kv_wal_bytes) = (
             Gauge::default(),
             Gauge::default(),
@@ -128,12 +172,35 @@ impl MdsMetrics {
             latency,
             revocations,
             objects_deleted,
+            recovered_bytes,
+            recovered_objects,
+            copies_marked_stale,
+            scrub_inconsistent,
+            redundancy,
             mandatory,
             non_mandatory,
             kv_batches,
             kv_jobs,
             kv_checkpoints,
             kv_wal_bytes,
+        }
+    }
+
+    /// Publishes the counts of a recovery pass.
+    pub fn set_redundancy(&self, r: &proto::mds::Redundancy) {
+        for (state, n) in [
+            ("total", r.objects),
+            ("degraded", r.degraded),
+            ("misplaced", r.misplaced),
+            ("unfound", r.unfound),
+            ("inconsistent", r.inconsistent),
+            ("recovering", r.objects_left),
+        ] {
+            self.redundancy
+                .get_or_create(&StateLabel {
+                    state: state.into(),
+                })
+                .set(n as i64);
         }
     }
 

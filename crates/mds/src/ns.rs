@@ -5,10 +5,11 @@
 
 use posix::perm::{self, R, W, X};
 use posix::{apply_setattr, check_name, check_xattr_name, new_attr};
-use proto::layout::{Layout, LayoutSpec, data_oid};
+use proto::layout::{Copies, Homes, Layout, LayoutSpec, data_oid};
 use proto::mds::{
     Attr, Creds, Errno, FileKind, MdsError, PATH_MAX, ROOT_INO, SetAttr, XATTR_VALUE_MAX, XattrMode,
 };
+use proto::placement::OsdMap;
 
 use crate::ids::IdPolicy;
 use crate::kv::{T, Tx, View};
@@ -158,7 +159,7 @@ pub fn create(
         }
         id
     };
-    spec.stripe_count = spec.stripe_count.min(map.placeable() as u32).max(1);
+    spec.stripe_count = capped_stripes(&spec, &map);
     let now = now_ns();
     let inode = Inode {
         attr: new_attr(ino, FileKind::File, mode, c, &dir.attr, now),
@@ -168,6 +169,7 @@ pub fn create(
             spec,
             map_epoch: map.epoch,
             objsets: vec![data_oid(ino)],
+            homes: vec![homes_for(&map, &spec, data_oid(ino))],
         }),
         target: None,
         dir: None,
@@ -647,15 +649,19 @@ pub fn set_layout(tx: &mut Tx, c: &Creds, ino: u64, spec: LayoutSpec) -> Result<
                     "a file's layout can only change while it is empty",
                 ));
             }
-            let n = tx
-                .map(l.map_epoch)?
-                .map(|m| m.placeable())
-                .unwrap_or(1)
-                .max(1);
+            let st = tx.state()?;
+            let map = tx.map(st.map_epoch)?.unwrap_or_default();
             l.spec = LayoutSpec {
-                stripe_count: spec.stripe_count.min(n as u32),
+                stripe_count: capped_stripes(&spec, &map),
                 ..spec
             };
+            // Empty: no data to move, so the copies are placed afresh.
+            l.map_epoch = map.epoch;
+            l.homes = l
+                .objsets
+                .iter()
+                .map(|&oid| homes_for(&map, &l.spec, oid))
+                .collect();
         }
         _ => return Err(err(Errno::Inval, "only directories and files have layouts")),
     }
@@ -690,6 +696,7 @@ pub fn extend_layout(
         ));
     }
     let mut st = tx.state()?;
+    let map = tx.map(st.map_epoch)?.unwrap_or_default();
     let mut added = Vec::new();
     let have = l.objsets.len() as u64;
     for _ in have..=objset {
@@ -698,9 +705,36 @@ pub fn extend_layout(
         added.push(data_oid(id));
     }
     if let Some(l) = i.layout.as_mut() {
+        if l.homes.len() == l.objsets.len() {
+            let spec = l.spec;
+            l.homes
+                .extend(added.iter().map(|&oid| homes_for(&map, &spec, oid)));
+        }
         l.objsets.extend(added);
     }
     tx.put_state(&st)?;
     tx.put_inode(&i)?;
     Ok(i)
+}
+
+/// The stripe count a new file gets: what its spec asks, but no more than
+/// the OSDs can hold with every stripe's copies on distinct OSDs (at least 1).
+pub fn capped_stripes(spec: &LayoutSpec, map: &OsdMap) -> u32 {
+    let per = map.placeable() as u32 / u32::from(spec.replicas.max(1));
+    spec.stripe_count.min(per).max(1)
+}
+
+/// Where the copies of object set `oid` go under `map` (see
+/// [`OsdMap::place_copies`]); all fresh.
+pub fn homes_for(map: &OsdMap, spec: &LayoutSpec, oid: u64) -> Homes {
+    Homes {
+        stripes: map
+            .place_copies(oid, spec.stripe_count, u32::from(spec.replicas.max(1)))
+            .into_iter()
+            .map(|fresh| Copies {
+                fresh,
+                stale: Vec::new(),
+            })
+            .collect(),
+    }
 }

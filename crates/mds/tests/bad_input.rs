@@ -145,6 +145,7 @@ async fn forged_unknown_and_replayed_osd_reports_are_refused() {
         key_version: 1,
         at_ms: proto::clock::now_ms() + 1000,
         mac: [0; 32],
+        host: "test-host".into(),
     };
     // forged: signed with the wrong key
     r.sign(CLUSTER, &[7; 32]);
@@ -200,6 +201,7 @@ async fn racing_copies_of_one_report_pass_once() {
             key_version: 1,
             at_ms: proto::clock::now_ms() + 60_000 + round,
             mac: [0; 32],
+            host: "test-host".into(),
         };
         r.sign(CLUSTER, &key);
         let clients: Vec<_> = (0..16).map(|_| std::sync::Arc::new(cl.client())).collect();
@@ -238,6 +240,7 @@ async fn status_counts_the_whole_delete_queue_and_refuses_a_bad_key() {
             spec: spec(4096, 1),
             map_epoch: 1,
             objsets: vec![7],
+            homes: Vec::new(),
         },
     })
     .unwrap();

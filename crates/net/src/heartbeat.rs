@@ -1,7 +1,9 @@
 //! The OSD side of registration: [`report_loop`] signs and sends the OSD's
-//! report to the MDS every interval the MDS asks for.
+//! report to the MDS every interval the MDS asks for, and keeps the
+//! [`Lease`] each accepted report grants.
 
-use std::time::Duration;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use proto::mds::{MdsReply, Op, OsdReport};
 
@@ -17,15 +19,46 @@ pub struct ReportSource {
     pub addr: String,
     /// Placement weight (16.16 fixed point).
     pub weight: u32,
+    /// Failure domain (host name).
+    pub host: String,
     /// Key version and key to sign with.
     pub key: (u32, [u8; 32]),
     /// Current (capacity, used, objects).
     pub space: Box<dyn Fn() -> (u64, u64, u64) + Send + Sync>,
 }
 
-/// Registers an OSD with the MDS and heartbeats until the task is dropped.
-/// Failures are logged and retried (the MDS may start later or restart).
-pub async fn report_loop(mds_addr: String, src: ReportSource) {
+/// The MDS's permission to serve clients, renewed by every accepted
+/// report: it runs from when the report was *sent* for the lease the MDS
+/// names, so it always ends before the MDS (which counts from when it
+/// received the report) stops waiting for it.
+#[derive(Debug, Default)]
+pub struct Lease {
+    until: Mutex<Option<Instant>>,
+}
+
+impl Lease {
+    /// Whether the lease is current.
+    pub fn current(&self) -> bool {
+        self.until
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some_and(|u| Instant::now() < u)
+    }
+
+    /// Extends the lease to `sent + len` (never shortens it).
+    pub fn renew(&self, sent: Instant, len: Duration) {
+        let mut u = self.until.lock().unwrap_or_else(|e| e.into_inner());
+        let new = sent + len;
+        if u.is_none_or(|old| old < new) {
+            *u = Some(new);
+        }
+    }
+}
+
+/// Registers an OSD with the MDS and heartbeats until the task is dropped,
+/// renewing `lease` with every accepted report. Failures are logged and
+/// retried (the MDS may start later or restart).
+pub async fn report_loop(mds_addr: String, src: ReportSource, lease: std::sync::Arc<Lease>) {
     let client = MdsClient::new(&mds_addr, &src.cluster_id, 1);
     let mut interval = Duration::from_secs(2);
     let mut registered = false;
@@ -35,6 +68,7 @@ pub async fn report_loop(mds_addr: String, src: ReportSource) {
             osd_id: src.osd_id,
             addr: src.addr.clone(),
             weight: src.weight,
+            host: src.host.clone(),
             capacity,
             used,
             objects,
@@ -43,8 +77,14 @@ pub async fn report_loop(mds_addr: String, src: ReportSource) {
             mac: [0; 32],
         };
         r.sign(&src.cluster_id, &src.key.1);
+        let sent = Instant::now();
         match client.call(Op::Report(r)).await {
-            Ok(MdsReply::Reported { epoch, interval_ms }) => {
+            Ok(MdsReply::Reported {
+                epoch,
+                interval_ms,
+                lease_ms,
+            }) => {
+                lease.renew(sent, Duration::from_millis(lease_ms));
                 if !registered {
                     tracing::info!(mds = %mds_addr, epoch, "registered with the MDS");
                     registered = true;

@@ -20,6 +20,7 @@ pub mod pool;
 pub mod serve;
 
 pub use connection::{ConnConfig, ConnError, Connection};
+pub use heartbeat::Lease;
 pub use mds_client::{CallError, MdsClient};
 pub use osd_client::{Answer, OsdClient};
 pub use pool::Pool;

@@ -121,6 +121,9 @@ pub struct Ctx {
     pub osd_id: u32,
     /// Per-object locks that make revocation atomic with operations.
     pub locks: ObjectLocks,
+    /// The MDS's lease, when this OSD belongs to a cluster: without a
+    /// current one it serves only the MDS (capabilities with REVOKE).
+    pub lease: Option<Arc<net::Lease>>,
 }
 
 impl Ctx {
@@ -131,8 +134,37 @@ impl Ctx {
             keys,
             osd_id,
             locks: ObjectLocks::default(),
+            lease: None,
         }
     }
+}
+
+/// Bytes a deep digest reads at a time.
+const DIGEST_CHUNK: u64 = 4 << 20;
+
+/// Size, version and (deep) the xxh3 of an object's whole content, read
+/// through the store so every block's checksum is verified.
+fn digest(s: &Store, pid: u64, oid: u64, deep: bool) -> Result<Reply, StoreError> {
+    let st = s.stat(pid, oid)?;
+    let mut hash = 0;
+    if deep {
+        let mut h = xxhash_rust::xxh3::Xxh3::new();
+        let mut at = 0;
+        while at < st.size {
+            let n = DIGEST_CHUNK.min(st.size - at);
+            let mut data = s.read(pid, oid, at, n)?;
+            // A hole at the end reads short: hash it as the zeros it is.
+            data.resize(n as usize, 0);
+            h.update(&data);
+            at += n;
+        }
+        hash = h.digest();
+    }
+    Ok(Reply::Digest {
+        size: st.size,
+        version: st.version,
+        hash,
+    })
 }
 
 /// Maps store errors to wire errors, keeping each kind distinct.
@@ -224,6 +256,7 @@ fn need(cmd: &Command, req: &Request) -> Need {
                     rights::GET_ATTR
                 },
         },
+        Command::Digest { pid, oid, .. } => one(pid, oid, rights::READ),
         Command::GetAttributes { pid, oid } | Command::GetPage { pid, oid, .. } => {
             one(pid, oid, rights::GET_ATTR)
         }
@@ -248,6 +281,7 @@ fn target(cmd: &Command) -> Option<(u64, u64)> {
         | Command::Append { pid, oid }
         | Command::GetAttributes { pid, oid }
         | Command::GetPage { pid, oid, .. }
+        | Command::Digest { pid, oid, .. }
         | Command::SetAttributes { pid, oid }
         | Command::Cas { pid, oid, .. }
         | Command::FetchAdd { pid, oid, .. }
@@ -287,6 +321,18 @@ fn run(
     // object, comes under the lock below).
     if let Some(keys) = &ctx.keys {
         keys.check(req.cap.as_ref(), ctx.osd_id, now_ms(), &need(&req.cmd, req))?;
+    }
+    if let Some(lease) = &ctx.lease
+        && !lease.current()
+        && req
+            .cap
+            .as_ref()
+            .is_none_or(|c| c.rights & rights::REVOKE == 0)
+    {
+        return Err(WireError::new(
+            ErrorCode::NotReady,
+            "no current lease from the MDS: serving only the MDS until a report is accepted",
+        ));
     }
     let stripe = target(&req.cmd).or(match req.cmd {
         Command::SetVersion { pid, oid, .. } => Some((pid, oid)),
@@ -434,6 +480,7 @@ fn run(
         Command::SetVersion { pid, oid, version } => {
             s.set_version(*pid, *oid, *version).map(|()| Reply::Done)
         }
+        Command::Digest { pid, oid, deep } => digest(&s, *pid, *oid, *deep),
         Command::Statfs => {
             let f = s.statfs();
             Ok(Reply::Statfs {

@@ -12,7 +12,7 @@ use crate::error::{NsError, Result};
 use crate::hash::DirHash;
 
 /// Version byte of every value below.
-pub const FORMAT_VERSION: u8 = 1;
+pub const FORMAT_VERSION: u8 = 2;
 
 /// Page of an inode's own attributes (on the file's first object).
 pub const PAGE_INODE: u32 = 0x100;
@@ -515,6 +515,7 @@ mod tests {
                     stripe_unit: su,
                     stripe_count: sc,
                     object_size: 0,
+                    ..LayoutSpec::default()
                 },
                 map_epoch: 1,
             });

@@ -46,6 +46,11 @@ pub enum ErrorCode {
     Failed = 32,
     /// The peer speaks another protocol version or cluster.
     Handshake = 40,
+    /// The OSD has no current lease from the MDS (starting, or cut off
+    /// from it): it serves only the MDS until a report is accepted, so a
+    /// copy the MDS recorded as stale is never read. Retry, or use
+    /// another copy.
+    NotReady = 41,
 }
 
 /// An error reply.

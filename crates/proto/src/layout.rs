@@ -31,6 +31,8 @@ pub const MIN_STRIPE_UNIT: u32 = 4096;
 pub const MAX_STRIPE_UNIT: u32 = 64 << 20;
 /// Most stripes per object set.
 pub const MAX_STRIPE_COUNT: u32 = 256;
+/// Most copies of an object.
+pub const MAX_REPLICAS: u8 = 5;
 
 /// Layout parameters, as set on a directory (inherited) or a new file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -41,6 +43,11 @@ pub struct LayoutSpec {
     pub stripe_count: u32,
     /// Largest object in bytes, a multiple of `stripe_unit`; 0 = unbounded.
     pub object_size: u64,
+    /// Copies of every stripe object, on distinct OSDs (1..=[`MAX_REPLICAS`]).
+    pub replicas: u8,
+    /// Fewest fresh copies a write may be acknowledged with; 0 = the
+    /// default, `replicas - 1` but at least 1 (see [`LayoutSpec::min_copies`]).
+    pub min_replicas: u8,
 }
 
 impl Default for LayoutSpec {
@@ -49,6 +56,8 @@ impl Default for LayoutSpec {
             stripe_unit: DEFAULT_STRIPE_UNIT,
             stripe_count: DEFAULT_STRIPE_COUNT,
             object_size: 0,
+            replicas: 1,
+            min_replicas: 0,
         }
     }
 }
@@ -80,9 +89,32 @@ pub enum LayoutError {
         /// The stripe unit it must be a multiple of.
         stripe_unit: u32,
     },
+    /// The replica count is out of range.
+    #[error("replicas {got}: must be 1..={MAX_REPLICAS}")]
+    Replicas {
+        /// The replica count given.
+        got: u8,
+    },
+    /// The write quorum is larger than the replica count.
+    #[error("min replicas {got}: must be 0 (default) or 1..={replicas}, the replica count")]
+    MinReplicas {
+        /// The quorum given.
+        got: u8,
+        /// The replica count.
+        replicas: u8,
+    },
 }
 
 impl LayoutSpec {
+    /// Fewest fresh copies a write needs: `min_replicas`, or by default
+    /// `replicas - 1` but at least 1.
+    pub fn min_copies(&self) -> usize {
+        match self.min_replicas {
+            0 => usize::from(self.replicas.saturating_sub(1)).max(1),
+            m => usize::from(m),
+        }
+    }
+
     /// Checks the invariants; the error says which one failed.
     pub fn validate(&self) -> Result<(), LayoutError> {
         let su = self.stripe_unit;
@@ -100,6 +132,15 @@ impl LayoutSpec {
                 stripe_unit: su,
             });
         }
+        if !(1..=MAX_REPLICAS).contains(&self.replicas) {
+            return Err(LayoutError::Replicas { got: self.replicas });
+        }
+        if self.min_replicas > self.replicas {
+            return Err(LayoutError::MinReplicas {
+                got: self.min_replicas,
+                replicas: self.replicas,
+            });
+        }
         Ok(())
     }
 }
@@ -114,6 +155,37 @@ pub struct Layout {
     pub map_epoch: u64,
     /// Object id per object set; `objsets[0]` is the file's id.
     pub objsets: Vec<u64>,
+    /// Where each object set's copies are (one entry per object set), as
+    /// the MDS recorded them at placement and after every recovery; empty
+    /// for a layout placed by the map of `map_epoch` alone (one copy).
+    pub homes: Vec<Homes>,
+}
+
+/// The copies of one object set: per stripe, the OSDs holding a fresh copy
+/// (the first is read first) and those holding a stale one (missed writes;
+/// never read, caught up by recovery).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Homes {
+    /// One entry per stripe.
+    pub stripes: Vec<Copies>,
+}
+
+/// The copies of one stripe object.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Copies {
+    /// OSDs with every acknowledged write.
+    pub fresh: Vec<u32>,
+    /// OSDs that missed a write (recorded before the write was acknowledged).
+    pub stale: Vec<u32>,
+}
+
+impl Homes {
+    /// Every OSD holding any copy of any stripe of the set.
+    pub fn osds(&self) -> impl Iterator<Item = u32> + '_ {
+        self.stripes
+            .iter()
+            .flat_map(|c| c.fresh.iter().chain(c.stale.iter()).copied())
+    }
 }
 
 /// Where one byte range of a file lives: object set, stripe index, offset
@@ -208,6 +280,7 @@ mod tests {
             stripe_unit: su,
             stripe_count: sc,
             object_size: os,
+            ..LayoutSpec::default()
         }
     }
 
@@ -268,5 +341,30 @@ mod tests {
         assert!(spec(1000, 1, 0).validate().is_err());
         assert!(spec(4096, 0, 0).validate().is_err());
         assert!(spec(4096, 2, 6000).validate().is_err());
+        let mut s = spec(4096, 1, 0);
+        for (r, m, ok, quorum) in [
+            (1, 0, true, 1),
+            (2, 0, true, 1),
+            (3, 0, true, 2),
+            (5, 5, true, 5),
+        ] {
+            s.replicas = r;
+            s.min_replicas = m;
+            assert_eq!(s.validate().is_ok(), ok);
+            assert_eq!(s.min_copies(), quorum, "R={r}");
+        }
+        s.replicas = 0;
+        assert_eq!(s.validate(), Err(LayoutError::Replicas { got: 0 }));
+        s.replicas = 6;
+        assert!(s.validate().is_err());
+        s.replicas = 2;
+        s.min_replicas = 3;
+        assert_eq!(
+            s.validate(),
+            Err(LayoutError::MinReplicas {
+                got: 3,
+                replicas: 2
+            })
+        );
     }
 }

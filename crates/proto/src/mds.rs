@@ -165,6 +165,8 @@ pub struct OsdReport {
     pub addr: String,
     /// Placement weight asked for (16.16 fixed point; 0 = take no new data).
     pub weight: u32,
+    /// Failure domain: the host it runs on.
+    pub host: String,
     /// Bytes of capacity.
     pub capacity: u64,
     /// Bytes in use.
@@ -182,8 +184,12 @@ pub struct OsdReport {
 impl OsdReport {
     /// The bytes the MAC covers.
     pub fn signed_bytes(&self, cluster_id: &str) -> Vec<u8> {
-        let mut b = b"TSREPORT1".to_vec();
-        for part in [cluster_id.as_bytes(), self.addr.as_bytes()] {
+        let mut b = b"TSREPORT2".to_vec();
+        for part in [
+            cluster_id.as_bytes(),
+            self.addr.as_bytes(),
+            self.host.as_bytes(),
+        ] {
             b.extend_from_slice(&(part.len() as u32).to_le_bytes());
             b.extend_from_slice(part);
         }
@@ -402,6 +408,39 @@ pub enum Op {
         /// OSD holding the root directory object.
         osd: u32,
     },
+    /// A write to a copy failed: record the copy as stale (durably, and
+    /// fenced from readers) before the write is acknowledged. Answers the
+    /// file's entry with its new layout.
+    MarkStale {
+        /// Inode.
+        ino: u64,
+        /// Object set.
+        objset: u64,
+        /// Stripe.
+        stripe: u32,
+        /// OSD whose copy missed the write.
+        osd: u32,
+    },
+    /// Operator: mark an OSD out (its copies are re-made elsewhere) or
+    /// back in. Refused when it would leave an object without a fresh
+    /// copy, unless `force`.
+    SetOsdOut {
+        /// OSD id.
+        osd: u32,
+        /// Out (true) or in (false).
+        out: bool,
+        /// Even if objects would have no fresh copy left.
+        force: bool,
+    },
+    /// Compare every copy of the objects under `ino` (a file, or a
+    /// directory's whole subtree; the root = everything) and repair
+    /// those that differ.
+    Scrub {
+        /// Where to start.
+        ino: u64,
+        /// Compare every block's content (else sizes and versions).
+        deep: bool,
+    },
 }
 
 /// Where a file system's namespace lives, fixed at format time.
@@ -505,6 +544,9 @@ impl Op {
             Op::Resolve { .. } => "resolve",
             Op::NamespaceGrant => "namespacegrant",
             Op::NamespaceRoot { .. } => "namespaceroot",
+            Op::MarkStale { .. } => "markstale",
+            Op::SetOsdOut { .. } => "setosdout",
+            Op::Scrub { .. } => "scrub",
         }
     }
 
@@ -576,6 +618,10 @@ pub struct OsdStatus {
     pub weight: u32,
     /// Heartbeating.
     pub up: bool,
+    /// Taking placements (not marked out).
+    pub is_in: bool,
+    /// Failure domain.
+    pub host: String,
     /// Ms since the last report (None: never, since this MDS started).
     pub last_seen_ms: Option<u64>,
     /// Capacity in bytes.
@@ -605,6 +651,127 @@ pub struct ClusterStatus {
     pub non_mandatory: u64,
     /// Objects waiting in the delete queue.
     pub delete_queue: u64,
+    /// Copies and recovery, as of the last recovery pass.
+    pub redundancy: Redundancy,
+}
+
+/// The state of the copies, counted in stripe objects, from the MDS's
+/// last recovery pass, and recovery's progress.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Redundancy {
+    /// Stripe objects checked.
+    pub objects: u64,
+    /// Fewer fresh copies on up OSDs than the layout asks for.
+    pub degraded: u64,
+    /// A copy on an OSD that is out (to be moved).
+    pub misplaced: u64,
+    /// No fresh copy on any up OSD: reads of it wait or fail.
+    pub unfound: u64,
+    /// Copies found to differ by a scrub and not yet repaired.
+    pub inconsistent: u64,
+    /// Objects recovery still has to copy.
+    pub objects_left: u64,
+    /// Bytes recovery still has to copy (an estimate: the fresh copies' sizes).
+    pub bytes_left: u64,
+    /// Bytes copied by recovery since the MDS started.
+    pub bytes_recovered: u64,
+    /// Recent recovery rate in bytes per second.
+    pub rate_bps: u64,
+    /// Whether a recovery pass has finished since the MDS started (before
+    /// that the counts are not known).
+    pub checked: bool,
+    /// OSDs in the map.
+    pub osds: u32,
+    /// Most copies any layout asks for (the root default included).
+    pub max_replicas: u32,
+}
+
+/// How healthy the cluster is, with the reasons.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Health {
+    /// `HEALTH_OK`, `HEALTH_WARN` or `HEALTH_ERR`.
+    pub level: &'static str,
+    /// Why it is not OK.
+    pub reasons: Vec<String>,
+}
+
+impl ClusterStatus {
+    /// The one-line health summary: ERR when objects are unfound (no fresh
+    /// copy reachable), WARN when degraded, misplaced, inconsistent,
+    /// OSDs down or fewer OSDs than copies asked for.
+    pub fn health(&self) -> Health {
+        let r = &self.redundancy;
+        let mut err = Vec::new();
+        let mut warn = Vec::new();
+        if r.unfound > 0 {
+            err.push(format!(
+                "{} objects unfound (no fresh copy on an up OSD)",
+                r.unfound
+            ));
+        }
+        if r.inconsistent > 0 {
+            err.push(format!("{} objects inconsistent", r.inconsistent));
+        }
+        // An OSD that is out holds nothing placement counts on: down is
+        // its normal state, not a warning.
+        let down: Vec<String> = self
+            .osds
+            .iter()
+            .filter(|o| !o.up && o.is_in)
+            .map(|o| o.id.to_string())
+            .collect();
+        if !down.is_empty() {
+            warn.push(format!("{} OSDs down ({})", down.len(), down.join(", ")));
+        }
+        if r.degraded > 0 {
+            warn.push(format!("{} objects degraded", r.degraded));
+        }
+        if r.misplaced > 0 {
+            warn.push(format!("{} objects misplaced", r.misplaced));
+        }
+        let placeable = self.osds.iter().filter(|o| o.is_in).count() as u32;
+        if r.max_replicas > placeable {
+            warn.push(format!(
+                "degraded: layouts ask for {} copies but only {placeable} OSDs are in",
+                r.max_replicas
+            ));
+        }
+        if !r.checked && !self.osds.is_empty() {
+            warn.push("copies not checked yet (first recovery pass running)".into());
+        }
+        if self.osds.is_empty() {
+            err.push("no OSDs".into());
+        }
+        let level = if !err.is_empty() {
+            "HEALTH_ERR"
+        } else if !warn.is_empty() {
+            "HEALTH_WARN"
+        } else {
+            "HEALTH_OK"
+        };
+        err.extend(warn);
+        Health {
+            level,
+            reasons: err,
+        }
+    }
+}
+
+/// What a scrub compared and repaired.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScrubReport {
+    /// Stripe objects compared.
+    pub objects: u64,
+    /// Copies compared.
+    pub copies: u64,
+    /// Bytes read to compare (deep scrub).
+    pub bytes: u64,
+    /// Copies that differed from the chosen good copy (or failed to read).
+    pub inconsistent: u64,
+    /// Of those, repaired.
+    pub repaired: u64,
+    /// One line per problem found.
+    pub problems: Vec<String>,
 }
 
 /// Successful answers.
@@ -644,7 +811,13 @@ pub enum MdsReply {
         epoch: u64,
         /// Heartbeat interval.
         interval_ms: u64,
+        /// How long, from sending this report, the OSD may serve clients
+        /// without another accepted report (the MDS waits this long before
+        /// it counts a silent OSD's copies as fenced).
+        lease_ms: u64,
     },
+    /// What a scrub found and did.
+    Scrubbed(ScrubReport),
     /// Status.
     Status(Box<ClusterStatus>),
     /// Resolved path: one entry per component (root first).

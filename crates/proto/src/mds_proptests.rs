@@ -75,7 +75,8 @@ fn op() -> impl Strategy<Value = Op> {
                 spec: LayoutSpec {
                     stripe_unit,
                     stripe_count,
-                    object_size
+                    object_size,
+                    ..LayoutSpec::default()
                 }
             }
         ),
@@ -98,7 +99,8 @@ fn op() -> impl Strategy<Value = Op> {
                     objects: 0,
                     key_version,
                     at_ms,
-                    mac
+                    mac,
+                    host: "test-host".into(),
                 })
             ),
         Just(Op::Status),

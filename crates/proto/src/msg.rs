@@ -230,6 +230,17 @@ pub enum Command {
         /// Most attributes.
         max: u32,
     },
+    /// An object's size and version, and with `deep` a digest of its
+    /// whole content read through the store's block checksums (right
+    /// READ): how scrub compares copies.
+    Digest {
+        /// Partition.
+        pid: u64,
+        /// Object.
+        oid: u64,
+        /// Read every byte (else size and version only).
+        deep: bool,
+    },
 }
 
 impl Command {
@@ -255,6 +266,7 @@ impl Command {
             Command::Statfs => 17,
             Command::Truncate { .. } => 18,
             Command::GetPage { .. } => 19,
+            Command::Digest { .. } => 20,
         }
     }
 
@@ -280,6 +292,7 @@ impl Command {
             Command::Statfs => "statfs",
             Command::Truncate { .. } => "truncate",
             Command::GetPage { .. } => "get_page",
+            Command::Digest { .. } => "digest",
         }
     }
 
@@ -294,6 +307,7 @@ impl Command {
                 | Command::Statfs
                 | Command::Truncate { .. }
                 | Command::GetPage { .. }
+                | Command::Digest { .. }
         )
     }
 
@@ -370,6 +384,15 @@ pub enum Reply {
         free_bytes: u64,
         /// Objects.
         objects: u64,
+    },
+    /// An object's size, version and (deep) content digest.
+    Digest {
+        /// Logical size.
+        size: u64,
+        /// Capability version.
+        version: u64,
+        /// xxh3-64 of the content (zeros for holes); 0 when not deep.
+        hash: u64,
     },
 }
 

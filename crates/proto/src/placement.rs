@@ -28,6 +28,19 @@ pub struct OsdEntry {
     pub addr: String,
     /// Relative weight, 16.16 fixed point; 0 = takes no new placements.
     pub weight: u32,
+    /// Failure domain (the host it runs on): copies of one object go to
+    /// distinct hosts when the map has enough of them.
+    pub host: String,
+    /// Marked out (by the operator, or by the MDS after it was down longer
+    /// than `out_after`): takes no placements, its copies are re-made elsewhere.
+    pub out: bool,
+}
+
+impl OsdEntry {
+    /// Whether placement may choose it (weight > 0 and not out).
+    pub fn placeable(&self) -> bool {
+        self.weight > 0 && !self.out
+    }
 }
 
 /// The cluster's OSD map at one epoch: a few numbers per OSD, not a list of
@@ -70,9 +83,58 @@ pub fn draw_hash(oid: u64, osd: u32) -> u64 {
 }
 
 impl OsdMap {
-    /// OSDs that take placements (weight > 0).
+    /// OSDs that take placements (weight > 0, not out).
     pub fn placeable(&self) -> usize {
-        self.osds.iter().filter(|o| o.weight > 0).count()
+        self.osds.iter().filter(|o| o.placeable()).count()
+    }
+
+    /// The entry of OSD `id`.
+    pub fn osd(&self, id: u32) -> Option<&OsdEntry> {
+        self.osds.iter().find(|o| o.id == id)
+    }
+
+    /// Every placeable OSD ranked for object set `oid` (smallest draw first).
+    pub fn ranking(&self, oid: u64) -> Vec<&OsdEntry> {
+        let mut draws: Vec<(u128, &OsdEntry)> = self
+            .osds
+            .iter()
+            .filter(|o| o.placeable())
+            .map(|o| {
+                let l = u128::from(neg_log2_fraction(draw_hash(oid, o.id)));
+                ((l << 32) / u128::from(o.weight), o)
+            })
+            .collect();
+        draws.sort_unstable_by_key(|d| (d.0, d.1.id));
+        draws.into_iter().map(|d| d.1).collect()
+    }
+
+    /// The copies of object set `oid`: for each of `stripes` stripes, up to
+    /// `replicas` OSDs. Walks the ranking: no OSD holds two copies of one
+    /// set (its stripe objects share the id); the copies of one stripe go
+    /// to distinct hosts while the ranking has a host not yet used for that
+    /// stripe. With fewer placeable OSDs than `stripes × replicas`, later
+    /// stripes get fewer copies (the set is *degraded* until OSDs are added).
+    /// With one copy and one host this is [`OsdMap::place`].
+    pub fn place_copies(&self, oid: u64, stripes: u32, replicas: u32) -> Vec<Vec<u32>> {
+        let ranking = self.ranking(oid);
+        let mut used = vec![false; ranking.len()];
+        let mut out = Vec::with_capacity(stripes as usize);
+        for _ in 0..stripes {
+            let mut copies: Vec<u32> = Vec::new();
+            let mut hosts: Vec<&str> = Vec::new();
+            for _ in 0..replicas {
+                let fresh_host = (0..ranking.len())
+                    .find(|&i| !used[i] && !hosts.contains(&ranking[i].host.as_str()));
+                let Some(i) = fresh_host.or_else(|| (0..ranking.len()).find(|&i| !used[i])) else {
+                    break;
+                };
+                used[i] = true;
+                hosts.push(&ranking[i].host);
+                copies.push(ranking[i].id);
+            }
+            out.push(copies);
+        }
+        out
     }
 
     /// OSD ids for `count` stripe objects of object set `oid`, in stripe
@@ -82,7 +144,7 @@ impl OsdMap {
         let mut draws: Vec<(u128, u32)> = self
             .osds
             .iter()
-            .filter(|o| o.weight > 0)
+            .filter(|o| o.placeable())
             .map(|o| {
                 let l = u128::from(neg_log2_fraction(draw_hash(oid, o.id)));
                 ((l << 32) / u128::from(o.weight), o.id)
@@ -120,6 +182,8 @@ mod tests {
                     id,
                     addr: format!("127.0.0.1:{}", 7000 + id),
                     weight: WEIGHT_ONE,
+                    host: String::new(),
+                    out: false,
                 })
                 .collect(),
         }
@@ -202,6 +266,55 @@ mod tests {
         let m = map(4);
         let got: Vec<Vec<u32>> = (0..4).map(|oid| m.place(oid, 4)).collect();
         assert_eq!(got, PINNED.to_vec());
+    }
+
+    #[test]
+    fn copies_are_distinct_and_spread_over_hosts() {
+        let mut m = map(6);
+        // hosts a, a, b, b, c, c
+        for o in &mut m.osds {
+            o.host = ["a", "b", "c"][o.id as usize / 2].into();
+        }
+        for oid in 0..2000u64 {
+            let c = m.place_copies(oid, 2, 3);
+            assert_eq!(c.len(), 2);
+            let all: Vec<u32> = c.iter().flatten().copied().collect();
+            let mut s = all.clone();
+            s.sort_unstable();
+            s.dedup();
+            assert_eq!(s.len(), 6, "oid {oid}: {c:?} repeats an OSD");
+            for stripe in &c {
+                let mut hosts: Vec<&str> = stripe
+                    .iter()
+                    .map(|&id| m.osd(id).unwrap().host.as_str())
+                    .collect();
+                hosts.sort_unstable();
+                hosts.dedup();
+                // first stripe always finds three hosts; the second takes what is left
+                assert!(hosts.len() >= 2 || stripe.len() < 2, "oid {oid}: {c:?}");
+            }
+            assert_eq!(
+                c[0].iter()
+                    .map(|&id| m.osd(id).unwrap().host.clone())
+                    .collect::<std::collections::BTreeSet<_>>()
+                    .len(),
+                3,
+                "oid {oid}: first stripe not on three hosts: {c:?}"
+            );
+        }
+        // one copy on one host: the same answer as `place`
+        let m = map(5);
+        for oid in 0..500u64 {
+            let c: Vec<u32> = m.place_copies(oid, 3, 1).into_iter().flatten().collect();
+            assert_eq!(c, m.place(oid, 3));
+        }
+        // too few OSDs: later stripes come up short, never a repeat
+        let c = map(3).place_copies(9, 2, 2);
+        assert_eq!((c[0].len(), c[1].len()), (2, 1));
+        // out OSDs are never chosen
+        let mut m = map(4);
+        m.osds[1].out = true;
+        assert!((0..500).all(|oid| m.place_copies(oid, 1, 3)[0].iter().all(|&o| o != 1)));
     }
 
     const PINNED: [[u32; 4]; 4] = [[0, 2, 1, 3], [1, 2, 0, 3], [1, 2, 0, 3], [3, 1, 2, 0]];

@@ -30,16 +30,19 @@ enum Command {
     Store(cmd::store_ops::StoreCmd),
     /// Make a store in a file, write, read back, verify and print figures.
     Demo(cmd::demo::Args),
-    /// Run an object storage device daemon on a store.
+    /// Run an object storage device daemon on a store; `osd out|in ID`
+    /// for operators.
     Osd(cmd::osd::Args),
     /// Make an OSD key file.
     Keygen(cmd::osd::KeygenArgs),
     /// The metadata server: format a file system, serve it, check it.
     #[command(subcommand)]
     Mds(cmd::mds::MdsCmd),
-    /// Show the cluster: OSDs up/down, space, MDS request counts.
+    /// Show the cluster: health first, recovery, OSDs up/down and in/out, space.
     Status(cmd::status::StatusArgs),
-    /// Show or set file and directory layouts (stripe unit, count, object size).
+    /// Compare every copy of the objects under a path and repair those that differ.
+    Scrub(cmd::redundancy::ScrubArgs),
+    /// Show or set file and directory layouts (stripe unit, count, object size, replicas).
     #[command(subcommand)]
     Layout(cmd::layout::LayoutCmd),
     /// Start a whole local cluster (MDS + OSDs), optionally mounted.
@@ -97,6 +100,7 @@ fn main() {
         Command::Keygen(a) => cmd::osd::keygen(a),
         Command::Mds(c) => cmd::mds::run(c),
         Command::Status(a) => cmd::status::status(a),
+        Command::Scrub(a) => cmd::redundancy::scrub(a),
         Command::Layout(c) => cmd::layout::layout(c),
         Command::Up(a) => cmd::up::run(a),
         Command::Mount(a) => cmd::mount::run(a),

@@ -519,6 +519,9 @@ async fn mds_osd_status_layout_and_metrics_as_processes() {
         "cli",
         "--stripe-unit",
         "64K",
+        // One OSD: one copy, so the status can be HEALTH_OK.
+        "--replicas",
+        "1",
     ]);
     ok(&["mkfs", &p("osd0.img"), "--size", "64M"]);
     ok(&[

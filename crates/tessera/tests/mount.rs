@@ -617,7 +617,8 @@ done"#,
         "the removal is visible in the mount after the cache window"
     );
     let status = cli(&["status"]);
-    assert_eq!(status.matches(" up ").count(), 3, "{status}");
+    assert_eq!(status.matches(" up,in ").count(), 3, "{status}");
+    assert!(status.starts_with("HEALTH_OK"), "{status}");
     // Bad requests get a clear error and change nothing.
     let fail = |args: &[&str], want: &str| {
         let mut a = args.to_vec();
@@ -784,8 +785,19 @@ fn osd_killed_during_reads_gives_eio_then_data_returns() {
     let d = dir.path();
     let p = |x: &str| d.join(x).to_str().unwrap().to_string();
     let cluster = "killtest";
-    let (mds, mut osds, addrs, mds_addr) =
-        daemons(d, cluster, &["--stripe-unit", "64K", "--stripe-count", "3"]);
+    let (mds, mut osds, addrs, mds_addr) = daemons(
+        d,
+        cluster,
+        // One copy of each object: this test is about a read with no copy left.
+        &[
+            "--stripe-unit",
+            "64K",
+            "--stripe-count",
+            "3",
+            "--replicas",
+            "1",
+        ],
+    );
     // Clear messages for a missing mount point, then a busy one.
     let o = Command::new(BIN)
         .args(["mount", &mds_addr, &p("nowhere"), "--cluster", cluster])

@@ -25,6 +25,15 @@ impl Mds {
             })?
         };
         verify_report(&r, &self.sb.cluster_id, &ring)?;
+        if r.host.is_empty() || r.host.len() > 255 || r.addr.len() > 255 {
+            return Err(err(
+                Errno::Inval,
+                format!(
+                    "OSD {} report: host and address must be 1 to 255 bytes",
+                    r.osd_id
+                ),
+            ));
+        }
         let now = proto::clock::now_ms();
         if r.at_ms + 300_000 < now || r.at_ms > now + 300_000 {
             return Err(err(
@@ -45,6 +54,7 @@ impl Mds {
             }
             live.claimed.insert(r.osd_id, r.at_ms);
         }
+        let was_up = self.up_osds().contains(&r.osd_id);
         let r2 = r.clone();
         let epoch = self
             .kv
@@ -59,6 +69,8 @@ impl Mds {
                 Ok(st.map_epoch)
             })
             .await?;
+        // Stale copies on it are fenced before it gets a lease.
+        self.fence_osd(r.osd_id).await?;
         {
             // A newer report that finished first keeps its place.
             let mut live = self.live.lock().unwrap_or_else(|e| e.into_inner());
@@ -75,11 +87,16 @@ impl Mds {
                 );
             }
         }
-        // An OSD coming back may unblock deletions.
+        // An OSD coming back may unblock deletions and recovery.
         self.delete_wake.notify_one();
+        if !was_up {
+            tracing::info!(osd = r.osd_id, addr = %r.addr, host = %r.host, epoch, "OSD up");
+            self.recovery_wake.notify_one();
+        }
         Ok(MdsReply::Reported {
             epoch,
             interval_ms: self.cfg.heartbeat_ms,
+            lease_ms: self.cfg.down_after_ms,
         })
     }
 
@@ -108,6 +125,7 @@ impl Mds {
             mandatory: self.metrics.mandatory(),
             non_mandatory: self.metrics.non_mandatory(),
             delete_queue: self.delete_queue_len()?,
+            redundancy: self.redundancy(),
         })
     }
 

@@ -33,7 +33,12 @@ impl Mds {
             Op::NamespaceRoot { osd } => self.namespace_root(osd).await,
             Op::Lookup { parent, name } => self.lookup(&c, parent, &name, pf),
             Op::GetAttr { ino } => self.getattr(ino),
-            Op::Open { ino, write } => self.open_file(&c, ino, write, pf),
+            Op::Open { ino, write } => {
+                if write {
+                    self.wait_not_recovering(ino).await;
+                }
+                self.open_file(&c, ino, write, pf)
+            }
             Op::Create {
                 parent,
                 name,
@@ -78,13 +83,24 @@ impl Mds {
             } => self.setxattr(c, ino, name, value, mode).await,
             Op::RemoveXattr { ino, name } => self.removexattr(c, ino, name).await,
             Op::CommitSize { ino, size, mtime } => self.commit_size(c, ino, size, mtime).await,
-            Op::ExtendLayout { ino, objset } => self.extend_layout(c, ino, objset).await,
+            Op::ExtendLayout { ino, objset } => {
+                self.wait_not_recovering(ino).await;
+                self.extend_layout(c, ino, objset).await
+            }
             Op::GetLayout { ino } => self.get_layout(ino),
             Op::SetLayout { ino, spec } => self.set_layout(c, ino, spec).await,
             Op::GetMap { epoch } => self.get_map(epoch),
             Op::Report(r) => self.report(r).await,
             Op::Status => Ok(MdsReply::Status(Box::new(self.status()?))),
             Op::Resolve { path } => self.resolve(&c, &path),
+            Op::MarkStale {
+                ino,
+                objset,
+                stripe,
+                osd,
+            } => self.mark_stale(&c, ino, objset, stripe, osd).await,
+            Op::SetOsdOut { osd, out, force } => self.set_osd_out(&c, osd, out, force).await,
+            Op::Scrub { ino, deep } => self.scrub_op(&c, ino, deep).await,
         }
     }
 }

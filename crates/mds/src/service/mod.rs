@@ -10,13 +10,18 @@
 //! - [`osd_actions`]: what the MDS does on the OSDs itself (revocation,
 //!   truncation, the delete queue and its worker);
 //! - [`cluster_map`]: OSD reports, the map, status, statfs, and the grants
-//!   of the namespace kept on the OSDs.
+//!   of the namespace kept on the OSDs;
+//! - [`redundancy`]: stale copies and their fencing, recovery, OSD out/in,
+//!   scrub.
 
 mod cluster_map;
 mod dispatch;
 mod grants;
 mod osd_actions;
+mod redundancy;
 mod requests;
+
+pub use redundancy::RecoveryState;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -77,6 +82,16 @@ pub fn format(dir: &Path, opts: &FormatOptions) -> Result<(), MdsError> {
     opts.layout
         .validate()
         .map_err(|m| MdsError::new(Errno::Inval, m.to_string()))?;
+    if opts.namespace == NamespaceMode::Osd && opts.layout.replicas > 1 {
+        return Err(MdsError::new(
+            Errno::Inval,
+            format!(
+                "replicas {}: a namespace kept on the OSDs keeps one copy of each object \
+                 (replication covers namespaces kept in the MDS); use --replicas 1",
+                opts.layout.replicas
+            ),
+        ));
+    }
     opts.policy
         .geo
         .validate()
@@ -176,6 +191,10 @@ pub struct Mds {
     pub metrics: Arc<MdsMetrics>,
     /// Wakes the delete-queue worker.
     pub delete_wake: tokio::sync::Notify,
+    /// Recovery's state (stale copies, counts, files being copied).
+    recovery: Mutex<RecoveryState>,
+    /// Wakes the recovery worker.
+    pub recovery_wake: tokio::sync::Notify,
     /// Where the namespace lives (fixed at format time).
     pub namespace: proto::mds::NamespaceMode,
 }
@@ -207,7 +226,7 @@ impl Mds {
         let keys = load_keys(&paths.keys(), &sb.cluster_id)
             .map_err(|m| err(Errno::Inval, m.to_string()))?;
         let namespace = kv.read()?.namespace()?.mode;
-        Ok(Arc::new(Mds {
+        let mds = Arc::new(Mds {
             namespace,
             kv,
             sb,
@@ -218,7 +237,11 @@ impl Mds {
             osds: Mutex::new(HashMap::new()),
             metrics: Arc::new(MdsMetrics::new()),
             delete_wake: tokio::sync::Notify::new(),
-        }))
+            recovery: Mutex::new(RecoveryState::default()),
+            recovery_wake: tokio::sync::Notify::new(),
+        });
+        mds.index_stale_copies()?;
+        Ok(mds)
     }
 
     /// The current OSD map.

@@ -66,18 +66,30 @@ impl Mds {
         .sign(key, kv, id))
     }
 
-    /// Every (OSD, object id, object set, stripe) of a layout, placed with
-    /// the layout's map epoch, and the current map (for addresses).
+    /// Every (OSD, object id, object set, stripe) of a layout — each copy
+    /// the layout records (fresh or stale), or for a layout without
+    /// records, placed with its map epoch — and the current map (for
+    /// addresses).
     pub(super) fn objects(&self, l: &Layout) -> Result<(OsdMap, Vec<ObjectAt>), MdsError> {
         let snap = self.kv.read()?;
+        let current = snap.map(snap.state()?.map_epoch)?.unwrap_or_default();
+        let mut out = Vec::new();
+        if l.homes.len() == l.objsets.len() {
+            for (set, (h, &oid)) in l.homes.iter().zip(&l.objsets).enumerate() {
+                for (j, c) in h.stripes.iter().enumerate() {
+                    for &osd in c.fresh.iter().chain(&c.stale) {
+                        out.push((osd, oid, set as u64, j as u32));
+                    }
+                }
+            }
+            return Ok((current, out));
+        }
         let placed = snap.map(l.map_epoch)?.ok_or_else(|| {
             err(
                 Errno::Io,
                 format!("OSD map epoch {} is missing", l.map_epoch),
             )
         })?;
-        let current = snap.map(snap.state()?.map_epoch)?.unwrap_or_default();
-        let mut out = Vec::new();
         for (set, &oid) in l.objsets.iter().enumerate() {
             for (j, osd) in placed
                 .place(oid, l.spec.stripe_count)
@@ -88,6 +100,19 @@ impl Mds {
             }
         }
         Ok((current, out))
+    }
+
+    /// Whether copy `(set, stripe)` on `osd` may be passed over when it
+    /// cannot be reached: it is stale already (never read, fenced), or
+    /// another fresh copy of the stripe exists (it is then recorded stale).
+    fn may_pass_over(l: &Layout, set: u64, stripe: u32, osd: u32) -> bool {
+        l.homes
+            .get(set as usize)
+            .and_then(|h| h.stripes.get(stripe as usize))
+            .is_some_and(|c| {
+                c.stale.contains(&osd)
+                    || (c.fresh.contains(&osd) && c.fresh.iter().any(|&o| o != osd))
+            })
     }
 
     /// Runs `cmd` on OSD `osd` with the MDS's own capability: `Ok(Err(_))`
@@ -120,53 +145,62 @@ impl Mds {
 
     /// Revokes every capability for a file's objects issued before version
     /// `v` (sets each object's version to `v`; creates missing objects so a
-    /// stale capability cannot create them either).
-    pub async fn revoke(&self, l: &Layout, v: u64) -> Result<(), MdsError> {
+    /// stale capability cannot create them either). A copy that cannot be
+    /// reached while its stripe has another fresh copy is recorded stale
+    /// (and so fenced) instead; copies on OSDs that are out are skipped.
+    pub async fn revoke(&self, ino: u64, l: &Layout, v: u64) -> Result<(), MdsError> {
         let (current, objs) = self.objects(l)?;
-        for (osd, oid, _, _) in objs {
-            let set = Command::SetVersion {
-                pid: DATA_PARTITION,
-                oid,
-                version: v,
-            };
-            match self.osd_call(&current, osd, set.clone()).await? {
-                Ok(()) => {}
-                Err(ConnError::Remote(e)) if e.code == ErrorCode::NoObject => {
-                    let create = Command::Create {
-                        pid: DATA_PARTITION,
-                        oid: Some(oid),
-                        count: 1,
-                    };
-                    match self.osd_call(&current, osd, create).await? {
-                        Ok(()) => {}
-                        Err(ConnError::Remote(e)) if e.code == ErrorCode::Exists => {}
-                        Err(e) => return Err(osd_err(osd, e)),
-                    }
-                    self.osd_call(&current, osd, set)
-                        .await?
-                        .map_err(|e| osd_err(osd, e))?;
-                }
-                Err(e) => return Err(osd_err(osd, e)),
+        let mut missed = Vec::new();
+        for (osd, oid, set, j) in objs {
+            if current.osd(osd).is_some_and(|o| o.out) {
+                continue;
             }
-            self.metrics.revocations.inc();
+            match self.set_version_creating(&current, osd, oid, v).await {
+                Ok(()) => {}
+                Err(e) if Self::may_pass_over(l, set, j, osd) => {
+                    tracing::warn!(ino, osd, error = %e, "revocation missed a copy; recording it stale");
+                    missed.push((set, j, osd));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        if !missed.is_empty() {
+            self.record_stale(ino, missed).await?;
         }
         Ok(())
     }
 
-    pub(super) async fn truncate_objects(&self, l: &Layout, size: u64) -> Result<(), MdsError> {
+    /// Cuts (or extends) every copy of a file's objects to `size`; a copy
+    /// that cannot be reached while another fresh copy can is recorded stale.
+    pub(super) async fn truncate_objects(
+        &self,
+        ino: u64,
+        l: &Layout,
+        size: u64,
+    ) -> Result<(), MdsError> {
         let (map, objs) = self.objects(l)?;
+        let mut missed = Vec::new();
         for (osd, oid, set, j) in objs {
+            if map.osd(osd).is_some_and(|o| o.out) {
+                continue;
+            }
             let len = l.spec.object_len(size, set, j);
-            self.osd_run(
-                &map,
-                osd,
-                Command::Truncate {
-                    pid: DATA_PARTITION,
-                    oid,
-                    len,
-                },
-            )
-            .await?;
+            let cmd = Command::Truncate {
+                pid: DATA_PARTITION,
+                oid,
+                len,
+            };
+            match self.osd_run(&map, osd, cmd).await {
+                Ok(()) => {}
+                Err(e) if Self::may_pass_over(l, set, j, osd) => {
+                    tracing::warn!(ino, osd, error = %e, "truncation missed a copy; recording it stale");
+                    missed.push((set, j, osd));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        if !missed.is_empty() {
+            self.record_stale(ino, missed).await?;
         }
         Ok(())
     }
@@ -175,6 +209,11 @@ impl Mds {
     pub(super) async fn delete_objects(&self, job: &DeleteJob) -> Result<(), MdsError> {
         let (map, objs) = self.objects(&job.layout)?;
         for (osd, oid, _, _) in objs {
+            // A copy on an OSD that is out is gone with it (or removed by
+            // recovery when it comes back in).
+            if map.osd(osd).is_some_and(|o| o.out) {
+                continue;
+            }
             self.osd_run(
                 &map,
                 osd,

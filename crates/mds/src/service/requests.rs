@@ -57,11 +57,18 @@ impl Mds {
         exclusive: bool,
     ) -> Result<MdsReply, MdsError> {
         let (policy, c2) = (self.sb.policy, c.clone());
-        let (i, _) = self
+        let (mut i, created) = self
             .kv
             .write(move |tx| ns::create(tx, &policy, &c2, parent, &name, mode, exclusive))
             .await?;
+        if !created {
+            // Opening an existing file for writing waits out its recovery.
+            self.wait_not_recovering(i.attr.ino).await;
+        }
         let snap = self.kv.read()?;
+        if !created && let Some(now) = snap.inode(i.attr.ino)? {
+            i = now;
+        }
         Ok(MdsReply::Found(Box::new(
             self.found(&snap, &c, i, true, 0)?,
         )))
@@ -218,8 +225,8 @@ impl Mds {
                 posix::apply_setattr(&mut probe, &c, &set, 0)?;
                 if let Some(l) = &i.layout {
                     let v = self.bump_version().await?;
-                    self.revoke(l, v).await?;
-                    self.truncate_objects(l, size).await?;
+                    self.revoke(ino, l, v).await?;
+                    self.truncate_objects(ino, l, size).await?;
                 }
             }
         }
@@ -231,7 +238,7 @@ impl Mds {
             && let Some(l) = &done.inode.layout
         {
             let v = self.bump_version().await?;
-            self.revoke(l, v).await?;
+            self.revoke(ino, l, v).await?;
         }
         Ok(MdsReply::Attr(done.inode.attr))
     }

@@ -135,6 +135,7 @@ pub fn spec(su: u32, sc: u32) -> LayoutSpec {
         stripe_unit: su,
         stripe_count: sc,
         object_size: 0,
+        ..LayoutSpec::default()
     }
 }
 

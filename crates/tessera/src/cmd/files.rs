@@ -436,7 +436,7 @@ pub fn stat(a: StatArgs) -> anyhow::Result<i32> {
         );
         if let Some(l) = &e.layout {
             println!(
-                "layout: stripe unit {} B, stripe count {}, object size {}; OSD map epoch {}",
+                "layout: stripe unit {} B, stripe count {}, object size {}, replicas {} (writes need {}); OSD map epoch {}",
                 l.spec.stripe_unit,
                 l.spec.stripe_count,
                 if l.spec.object_size == 0 {
@@ -444,16 +444,35 @@ pub fn stat(a: StatArgs) -> anyhow::Result<i32> {
                 } else {
                     format!("{} B", l.spec.object_size)
                 },
+                l.spec.replicas,
+                l.spec.min_copies(),
                 l.map_epoch
             );
             for (set, oid) in l.objsets.iter().enumerate() {
-                let (_, osds) = c
-                    .inner()
-                    .osds
-                    .place(&c.inner().mds, l, set as u64)
-                    .await
-                    .map_err(fs_err(&a.remote))?;
-                println!("  object set {set}: object {oid:#x} on OSDs {osds:?}");
+                match l.homes.get(set) {
+                    Some(h) => {
+                        for (j, cp) in h.stripes.iter().enumerate() {
+                            let stale = if cp.stale.is_empty() {
+                                String::new()
+                            } else {
+                                format!(", stale on {:?}", cp.stale)
+                            };
+                            println!(
+                                "  object set {set} stripe {j}: object {oid:#x} fresh on OSDs {:?}{stale}",
+                                cp.fresh
+                            );
+                        }
+                    }
+                    None => {
+                        let (_, osds) = c
+                            .inner()
+                            .osds
+                            .place(&c.inner().mds, l, set as u64)
+                            .await
+                            .map_err(fs_err(&a.remote))?;
+                        println!("  object set {set}: object {oid:#x} on OSDs {osds:?}");
+                    }
+                }
             }
         }
         Ok(0)

@@ -1,5 +1,5 @@
 //! `tessera layout get|set PATH`: a file's layout or a directory's default
-//! layout (stripe unit, stripe count, object size).
+//! layout (stripe unit, stripe count, object size, replicas).
 
 use anyhow::{Context, bail};
 use net::MdsClient;
@@ -33,6 +33,13 @@ pub enum LayoutCmd {
         /// Largest object (0 = unbounded).
         #[arg(long, value_parser = crate::args::size)]
         object_size: Option<u64>,
+        /// Copies of every object, on distinct OSDs (and hosts when there
+        /// are enough): 1 to 5.
+        #[arg(long)]
+        replicas: Option<u8>,
+        /// Fewest copies a write may be acknowledged with (default: replicas - 1, at least 1).
+        #[arg(long)]
+        min_replicas: Option<u8>,
         #[command(flatten)]
         to: StatusArgs,
     },
@@ -48,8 +55,14 @@ pub fn layout(c: LayoutCmd) -> anyhow::Result<i32> {
                 stripe_unit,
                 stripe_count,
                 object_size,
+                replicas,
+                min_replicas,
                 to,
-            } => (path, to, Some((stripe_unit, stripe_count, object_size))),
+            } => (
+                path,
+                to,
+                Some((stripe_unit, stripe_count, object_size, replicas, min_replicas)),
+            ),
         };
         let (mds_addr, cluster) = to.to.resolve()?;
         let cl = MdsClient::new(&mds_addr, &cluster, 1);
@@ -61,7 +74,7 @@ pub fn layout(c: LayoutCmd) -> anyhow::Result<i32> {
         };
         let reply = match set {
             None => cl.call(Op::GetLayout { ino }).await?,
-            Some((su, sc, os)) => {
+            Some((su, sc, os, r, mr)) => {
                 let spec = LayoutSpec {
                     stripe_unit: match su {
                         Some(v) => u32::try_from(v).context("stripe unit too large")?,
@@ -69,21 +82,29 @@ pub fn layout(c: LayoutCmd) -> anyhow::Result<i32> {
                     },
                     stripe_count: sc.unwrap_or(current.stripe_count),
                     object_size: os.unwrap_or(current.object_size),
+                    replicas: r.unwrap_or(current.replicas),
+                    // A new replica count resets the quorum to its default.
+                    min_replicas: mr.unwrap_or(if r.is_some() { 0 } else { current.min_replicas }),
                 };
+                if let Err(e) = spec.validate() {
+                    bail!("{path}: {e}");
+                }
                 cl.call(Op::SetLayout { ino, spec }).await?
             }
         };
         match reply {
             MdsReply::Layout { spec, layout } => {
                 println!(
-                    "{path}: stripe unit {} B, stripe count {}, object size {}",
+                    "{path}: stripe unit {} B, stripe count {}, object size {}, replicas {} (writes need {})",
                     spec.stripe_unit,
                     spec.stripe_count,
                     if spec.object_size == 0 {
                         "unbounded".to_string()
                     } else {
                         format!("{} B", spec.object_size)
-                    }
+                    },
+                    spec.replicas,
+                    spec.min_copies()
                 );
                 if let Some(l) = layout {
                     println!(

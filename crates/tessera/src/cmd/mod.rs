@@ -10,6 +10,7 @@ pub mod mds;
 pub mod mkfs;
 pub mod mount;
 pub mod osd;
+pub mod redundancy;
 pub mod sim;
 pub mod status;
 pub mod store_ops;

@@ -18,19 +18,26 @@ use store::{OpenOptions, Store};
 /// or Ctrl-C: it stops accepting, finishes requests in flight, flushes the
 /// store and exits 0.
 ///
+/// `tessera osd out ID` and `tessera osd in ID` mark an OSD out of (or
+/// back into) placement; see their --help.
+///
 /// Example: tessera keygen --out osd0.key --cluster demo --osd-id 0
-///          tessera osd --store osd0.img --listen 0.0.0.0:7000 --key-file osd0.key --metrics 127.0.0.1:9100
+///          tessera osd --store osd0.img --listen 0.0.0.0:7000 --key-file osd0.key --metrics 127.0.0.1:9100 --host rack1-node4
 #[derive(clap::Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 pub struct Args {
+    /// Operator actions (instead of running a daemon).
+    #[command(subcommand)]
+    action: Option<super::redundancy::OsdAction>,
     /// The store (block device or file made by `tessera mkfs`).
-    #[arg(long)]
-    store: PathBuf,
+    #[arg(long, required = true)]
+    store: Option<PathBuf>,
     /// Address to serve the protocol on.
     #[arg(long, default_value = "127.0.0.1:7000")]
     listen: SocketAddr,
     /// Key file (TOML: cluster_id, osd_id, one or two keys); see `tessera keygen`.
-    #[arg(long)]
-    key_file: PathBuf,
+    #[arg(long, required = true)]
+    key_file: Option<PathBuf>,
     /// Address for the Prometheus `/metrics` endpoint.
     #[arg(long)]
     metrics: Option<SocketAddr>,
@@ -55,6 +62,10 @@ pub struct Args {
     /// 0 takes no new data. Changing it changes where new files go.
     #[arg(long, default_value_t = 1.0)]
     weight: f64,
+    /// Failure domain: copies of one object go to OSDs of distinct hosts
+    /// when the cluster has enough. Default: this machine's host name.
+    #[arg(long)]
+    host: Option<String>,
 }
 
 /// Make an OSD key file with a fresh random secret (key version 1).
@@ -94,10 +105,16 @@ pub fn keygen(a: KeygenArgs) -> anyhow::Result<i32> {
 }
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
-    let kf = KeyFile::load(&a.key_file).map_err(anyhow::Error::msg)?;
-    let dev = super::open_device(&a.store)?;
+    if let Some(action) = a.action {
+        return super::redundancy::osd_action(action);
+    }
+    let (Some(store_path), Some(key_file)) = (a.store.clone(), a.key_file.clone()) else {
+        bail!("--store and --key-file are required to run an OSD");
+    };
+    let kf = KeyFile::load(&key_file).map_err(anyhow::Error::msg)?;
+    let dev = super::open_device(&store_path)?;
     let store = Store::open(dev, &OpenOptions::default())
-        .with_context(|| format!("cannot open the store on {}", a.store.display()))?;
+        .with_context(|| format!("cannot open the store on {}", store_path.display()))?;
     let keys = if a.insecure {
         tracing::warn!(
             "INSECURE MODE: capabilities are not checked; anyone who can connect can read, change and format this OSD"
@@ -107,8 +124,13 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     } else {
         Some(kf.ring().map_err(anyhow::Error::msg)?)
     };
-    let handle = Arc::new(StoreHandle::new(a.store.clone(), store));
-    let ctx = Ctx::new(handle.clone(), keys, kf.osd_id);
+    let handle = Arc::new(StoreHandle::new(store_path.clone(), store));
+    let mut ctx = Ctx::new(handle.clone(), keys, kf.osd_id);
+    // A cluster member serves clients only under a current MDS lease.
+    let lease = Arc::new(net::Lease::default());
+    if a.mds.is_some() {
+        ctx.lease = Some(lease.clone());
+    }
     let mut cfg = ServerConfig::new(&kf.cluster_id, kf.osd_id);
     cfg.serve.max_in_flight = a.max_in_flight.max(1);
     cfg.serve.idle_timeout = std::time::Duration::from_secs(a.idle_timeout.max(1));
@@ -138,11 +160,16 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
                 bail!("--weight {}: must be between 0 and 65535", a.weight);
             }
             let weight = (a.weight * f64::from(proto::placement::WEIGHT_ONE)).round() as u32;
-            local::spawn_reporter(m, &kf, addr, weight, handle.clone())
+            let host = a.host.clone().unwrap_or_else(local::host_name);
+            if host.is_empty() || host.len() > 255 {
+                bail!("--host: must be 1 to 255 bytes");
+            }
+            let reg = local::Registration { addr, weight, host };
+            local::spawn_reporter(m, &kf, reg, handle.clone(), lease)
                 .map_err(anyhow::Error::msg)?;
         }
         tracing::info!(listen = %a.listen, osd = kf.osd_id, cluster = %kf.cluster_id, "OSD serving");
-        println!("OSD {} of cluster {} serving {} on {}", kf.osd_id, kf.cluster_id, a.store.display(), listener.local_addr()?);
+        println!("OSD {} of cluster {} serving {} on {}", kf.osd_id, kf.cluster_id, store_path.display(), listener.local_addr()?);
         osd.serve(listener, rx).await?;
         println!("OSD stopped cleanly");
         Ok::<_, anyhow::Error>(())

@@ -1,13 +1,17 @@
-//! `tessera status`: the cluster at a glance — map epoch, inodes, MDS
-//! requests, one row per OSD (exit status 2 while an OSD is down).
+//! `tessera status`: the cluster at a glance — one health line first
+//! (`HEALTH_OK`, or `HEALTH_WARN` / `HEALTH_ERR` with the reasons), then
+//! recovery's progress, map epoch, inodes, MDS requests and one row per
+//! OSD (up/down, in/out). Exit status 0 when healthy, 2 otherwise.
+
+use std::time::Duration;
 
 use anyhow::bail;
 use net::MdsClient;
-use proto::mds::{MdsReply, Op};
+use proto::mds::{ClusterStatus, MdsReply, Op};
 
 use super::{human, runtime};
 
-/// Show the cluster: OSDs up/down with space, inodes, request counts.
+/// Show the cluster: health, recovery, OSDs up/down and in/out with space.
 #[derive(clap::Args)]
 pub struct StatusArgs {
     #[command(flatten)]
@@ -15,6 +19,9 @@ pub struct StatusArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Redraw every 2 seconds until interrupted.
+    #[arg(long)]
+    pub watch: bool,
 }
 
 /// Runs `tessera status`.
@@ -22,21 +29,64 @@ pub fn status(a: StatusArgs) -> anyhow::Result<i32> {
     runtime()?.block_on(async move {
         let (mds_addr, cluster) = a.to.resolve()?;
         let c = MdsClient::new(&mds_addr, &cluster, 1);
-        let s = match c.call(Op::Status).await? {
-            MdsReply::Status(s) => s,
-            r => bail!("unexpected reply {r:?}"),
-        };
-        if a.json {
-            println!("{}", serde_json::to_string_pretty(&*s)?);
-            return Ok(0);
+        loop {
+            let s = match c.call(Op::Status).await? {
+                MdsReply::Status(s) => s,
+                r => bail!("unexpected reply {r:?}"),
+            };
+            if a.json {
+                println!("{}", serde_json::to_string_pretty(&*s)?);
+            } else {
+                if a.watch {
+                    // Clear the screen and go home, then redraw.
+                    print!("\x1b[2J\x1b[H");
+                }
+                print_status(&s);
+            }
+            if !a.watch {
+                return Ok(if s.health().level == "HEALTH_OK" {
+                    0
+                } else {
+                    2
+                });
+            }
+            tokio::time::sleep(Duration::from_secs(2)).await;
         }
-        print_status(&s);
-        Ok(if s.osds.iter().all(|o| o.up) { 0 } else { 2 })
     })
 }
 
-/// Prints cluster status as a table: map, inodes, MDS request counts, one row per OSD.
-pub fn print_status(s: &proto::mds::ClusterStatus) {
+/// Prints cluster status: the health line, recovery, map, inodes, MDS
+/// request counts, one row per OSD.
+pub fn print_status(s: &ClusterStatus) {
+    let h = s.health();
+    if h.reasons.is_empty() {
+        println!("{}", h.level);
+    } else {
+        println!("{}: {}", h.level, h.reasons.join("; "));
+    }
+    let r = &s.redundancy;
+    println!(
+        "objects: {} stripe objects; {} degraded, {} misplaced, {} unfound, {} inconsistent",
+        r.objects, r.degraded, r.misplaced, r.unfound, r.inconsistent
+    );
+    if r.objects_left > 0 {
+        let eta = match r.bytes_left.checked_div(r.rate_bps) {
+            Some(s) => format!("ETA {s}s"),
+            None => "ETA unknown".into(),
+        };
+        println!(
+            "recovery: {} objects / {} left at {}/s, {eta}; {} copied since the MDS started",
+            r.objects_left,
+            human(r.bytes_left),
+            human(r.rate_bps),
+            human(r.bytes_recovered)
+        );
+    } else {
+        println!(
+            "recovery: idle; {} copied since the MDS started",
+            human(r.bytes_recovered)
+        );
+    }
     println!(
         "cluster {}  map epoch {}  inodes {}  id policy {}",
         s.cluster_id, s.epoch, s.inodes, s.id_policy
@@ -46,15 +96,21 @@ pub fn print_status(s: &proto::mds::ClusterStatus) {
         s.mandatory, s.non_mandatory, s.delete_queue
     );
     println!(
-        "{:>4}  {:<22} {:>5} {:>7} {:>11} {:>11} {:>9}",
-        "OSD", "address", "state", "weight", "used", "capacity", "objects"
+        "{:>4}  {:<22} {:<12} {:>8} {:>7} {:>11} {:>11} {:>9}",
+        "OSD", "address", "host", "state", "weight", "used", "capacity", "objects"
     );
     for o in &s.osds {
+        let state = format!(
+            "{},{}",
+            if o.up { "up" } else { "DOWN" },
+            if o.is_in { "in" } else { "OUT" }
+        );
         println!(
-            "{:>4}  {:<22} {:>5} {:>7.2} {:>11} {:>11} {:>9}",
+            "{:>4}  {:<22} {:<12} {:>8} {:>7.2} {:>11} {:>11} {:>9}",
             o.id,
             o.addr,
-            if o.up { "up" } else { "DOWN" },
+            o.host,
+            state,
             f64::from(o.weight) / f64::from(proto::placement::WEIGHT_ONE),
             human(o.used),
             human(o.capacity),

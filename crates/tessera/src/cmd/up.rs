@@ -44,6 +44,11 @@ pub struct Args {
     /// Stripe count of the root directory (first run; default: the number of OSDs, at most 4).
     #[arg(long)]
     pub stripe_count: Option<u32>,
+    /// Copies of every object (first run; 1 to 5; default: the number of
+    /// OSDs, at most 3). Writes need all up copies, and at least
+    /// replicas - 1 of them.
+    #[arg(long)]
+    pub replicas: Option<u8>,
     /// Stripe unit of the root directory (first run).
     #[arg(long, default_value = "512K", value_parser = crate::args::size)]
     pub stripe_unit: u64,
@@ -86,6 +91,12 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             }
             let kind = PolicyKind::parse(&a.policy).map_err(anyhow::Error::msg)?;
             let sc = a.stripe_count.unwrap_or(a.osds.min(4));
+            let default_r = if ns_mode == proto::mds::NamespaceMode::Osd {
+                1
+            } else {
+                a.osds.min(3) as u8
+            };
+            let replicas = a.replicas.unwrap_or(default_r);
             let opts = FormatOptions {
                 cluster_id: a.cluster.clone(),
                 policy: IdPolicy::new(kind, Geometry::default()).map_err(anyhow::Error::msg)?,
@@ -93,6 +104,8 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
                     stripe_unit: u32::try_from(a.stripe_unit).context("stripe unit too large")?,
                     stripe_count: sc,
                     object_size: 0,
+                    replicas,
+                    min_replicas: 0,
                 },
                 wal_bytes: 64 << 20,
                 namespace: ns_mode,
@@ -107,7 +120,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             };
             cf.save(&a.data)?;
             println!(
-                "made cluster {} in {} ({} OSDs of {}, id policy {}, stripe count {sc})",
+                "made cluster {} in {} ({} OSDs of {}, id policy {}, stripe count {sc}, {replicas} replicas)",
                 cf.cluster_id,
                 a.data.display(),
                 cf.osds,

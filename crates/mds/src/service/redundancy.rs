@@ -1,0 +1,1108 @@
+//! Redundancy: the MDS is the authority on where every copy of a stripe
+//! object is and whether it is fresh (the layout's `homes`). Here:
+//!
+//! - MARK STALE: a client's write to a copy failed; the copy is recorded
+//!   stale (durably) and *fenced* before the write may be acknowledged —
+//!   its object's version is raised so every capability issued before is
+//!   refused there, or, when its OSD cannot be reached, the MDS waits until
+//!   that OSD's lease has run out (an OSD without a lease serves only the
+//!   MDS, and the MDS fences an OSD's stale copies before it renews one);
+//! - the recovery worker: marks OSDs out after `out_after`, and in passes
+//!   over every layout re-copies stale copies and makes new copies where an
+//!   object has fewer than its replica count on OSDs that are in, then
+//!   drops the copies left on OSDs that are out;
+//! - OSD OUT / IN for operators, and the counts behind `tessera status`.
+//!
+//! While recovery copies a file's object, write capabilities for the file
+//! are not handed out and the ones out there are revoked (the sources'
+//! versions raised), so no write can land on the source after it was read
+//! and be missing from the new copy.
+
+use std::collections::{HashMap, HashSet};
+use std::time::Instant;
+
+use proto::layout::{Copies, Homes};
+use proto::mds::{Redundancy, ScrubReport};
+
+use super::*;
+
+/// Bytes recovery copies per request.
+const COPY_CHUNK: u64 = 4 << 20;
+/// How long MARK STALE tries to reach a copy's OSD before it waits out its lease.
+const FENCE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// What recovery knows between passes (in memory; rebuilt from the
+/// layouts at start, so nothing here needs to be durable).
+#[derive(Debug, Default)]
+pub struct RecoveryState {
+    /// Counts of the last pass and progress.
+    pub counts: Redundancy,
+    /// Inodes whose objects are being copied: no write grants meanwhile.
+    busy: HashSet<u64>,
+    /// Stale copies per OSD: object id → fenced since this MDS started.
+    stale_on: HashMap<u32, HashMap<u64, bool>>,
+    /// When each OSD was first seen down (or this MDS started).
+    down_since: HashMap<u32, Instant>,
+    /// Recent (time, bytes recovered) samples for the rate.
+    samples: Vec<(Instant, u64)>,
+    /// Inconsistent copies found by scrubs and not yet repaired.
+    inconsistent: HashSet<(u64, u64, u32)>,
+}
+
+/// One stripe object's copies, as a recovery step sees them.
+struct Stripe {
+    oid: u64,
+    set: usize,
+    stripe: usize,
+    copies: Copies,
+}
+
+impl Mds {
+    fn rec(&self) -> std::sync::MutexGuard<'_, RecoveryState> {
+        self.recovery.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// OSDs heartbeating now.
+    pub(super) fn up_osds(&self) -> HashSet<u32> {
+        let down_after = Duration::from_millis(self.cfg.down_after_ms);
+        self.live
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .osds
+            .iter()
+            .filter(|(_, l)| l.seen.elapsed() < down_after)
+            .map(|(&id, _)| id)
+            .collect()
+    }
+
+    /// Rebuilds the index of stale copies from every layout (at start: none
+    /// of them is known to be fenced, so each OSD's first report fences its own).
+    pub(super) fn index_stale_copies(&self) -> Result<(), MdsError> {
+        let snap = self.kv.read()?;
+        let mut index: HashMap<u32, HashMap<u64, bool>> = HashMap::new();
+        let mut bad = None;
+        snap.scan(
+            T::Inodes,
+            std::ops::Bound::Unbounded,
+            std::ops::Bound::Unbounded,
+            false,
+            &mut |_, v| match postcard::from_bytes::<Inode>(v) {
+                Ok(i) => {
+                    if let Some(l) = &i.layout {
+                        for (set, h) in l.homes.iter().enumerate() {
+                            let oid = l.objsets.get(set).copied().unwrap_or(0);
+                            for c in &h.stripes {
+                                for &osd in &c.stale {
+                                    index.entry(osd).or_default().insert(oid, false);
+                                }
+                            }
+                        }
+                    }
+                    true
+                }
+                Err(e) => {
+                    bad = Some(crate::kv::io_err("inode", e));
+                    false
+                }
+            },
+        )?;
+        if let Some(e) = bad {
+            return Err(e);
+        }
+        self.rec().stale_on = index;
+        Ok(())
+    }
+
+    /// Raises the version of every not-yet-fenced stale copy on `osd`
+    /// (called before its report is answered, so before it gets a lease).
+    pub(super) async fn fence_osd(&self, osd: u32) -> Result<(), MdsError> {
+        let todo: Vec<u64> = self
+            .rec()
+            .stale_on
+            .get(&osd)
+            .map(|m| m.iter().filter(|(_, f)| !**f).map(|(&o, _)| o).collect())
+            .unwrap_or_default();
+        if todo.is_empty() {
+            return Ok(());
+        }
+        let v = self.bump_version().await?;
+        let map = self.current_map()?;
+        for oid in todo {
+            self.set_version_creating(&map, osd, oid, v).await?;
+            if let Some(f) = self
+                .rec()
+                .stale_on
+                .get_mut(&osd)
+                .and_then(|m| m.get_mut(&oid))
+            {
+                *f = true;
+            }
+        }
+        tracing::info!(osd, "fenced the OSD's stale copies before its lease");
+        Ok(())
+    }
+
+    /// SET VERSION on one copy, creating the object when it is missing (so
+    /// an old capability cannot create it either).
+    pub(super) async fn set_version_creating(
+        &self,
+        map: &OsdMap,
+        osd: u32,
+        oid: u64,
+        v: u64,
+    ) -> Result<(), MdsError> {
+        let set = Command::SetVersion {
+            pid: DATA_PARTITION,
+            oid,
+            version: v,
+        };
+        match self.osd_call(map, osd, set.clone()).await? {
+            Ok(()) => {}
+            Err(ConnError::Remote(e)) if e.code == ErrorCode::NoObject => {
+                let create = Command::Create {
+                    pid: DATA_PARTITION,
+                    oid: Some(oid),
+                    count: 1,
+                };
+                match self.osd_call(map, osd, create).await? {
+                    Ok(()) => {}
+                    Err(ConnError::Remote(e)) if e.code == ErrorCode::Exists => {}
+                    Err(e) => return Err(osd_err(osd, e)),
+                }
+                self.osd_call(map, osd, set)
+                    .await?
+                    .map_err(|e| osd_err(osd, e))?;
+            }
+            Err(e) => return Err(osd_err(osd, e)),
+        }
+        self.metrics.revocations.inc();
+        Ok(())
+    }
+
+    /// MARK STALE (see the module comment). The caller must be allowed to
+    /// read the file (a reader reports a copy that failed its checksums).
+    pub(super) async fn mark_stale(
+        &self,
+        c: &Creds,
+        ino: u64,
+        objset: u64,
+        stripe: u32,
+        osd: u32,
+    ) -> Result<MdsReply, MdsError> {
+        {
+            let snap = self.kv.read()?;
+            let i = snap.live_inode(ino)?;
+            perm::check(&i.attr, c, R, "mark a copy stale")?;
+        }
+        let stale = vec![(objset, stripe, osd)];
+        self.record_stale(ino, stale).await?;
+        let snap = self.kv.read()?;
+        let i = snap.live_inode(ino)?;
+        let write = perm::allowed(&i.attr, c, W);
+        Ok(MdsReply::Found(Box::new(
+            self.found(&snap, c, i, write, 0)?,
+        )))
+    }
+
+    /// Records copies (object set, stripe, OSD) of `ino` as stale and fences
+    /// each: durably first, then its version raised, or its OSD's lease
+    /// waited out. The last fresh copy of a stripe is never made stale (EIO).
+    pub(super) async fn record_stale(
+        &self,
+        ino: u64,
+        copies: Vec<(u64, u32, u32)>,
+    ) -> Result<(), MdsError> {
+        let todo = copies.clone();
+        let (changed, v) = self
+            .kv
+            .write(move |tx| {
+                let mut i = tx.live_inode(ino)?;
+                let Some(l) = i.layout.as_mut() else {
+                    return Err(err(Errno::Inval, "only files have copies"));
+                };
+                let mut changed = Vec::new();
+                for &(set, stripe, osd) in &todo {
+                    let oid = *l.objsets.get(set as usize).ok_or_else(|| {
+                        err(Errno::Inval, format!("no object set {set}"))
+                    })?;
+                    let c = l
+                        .homes
+                        .get_mut(set as usize)
+                        .and_then(|h| h.stripes.get_mut(stripe as usize))
+                        .ok_or_else(|| {
+                            err(
+                                Errno::Inval,
+                                format!("object set {set} stripe {stripe} has no recorded copies"),
+                            )
+                        })?;
+                    let Some(at) = c.fresh.iter().position(|&o| o == osd) else {
+                        continue; // already stale, or not a copy any more
+                    };
+                    if c.fresh.len() == 1 {
+                        return Err(err(
+                            Errno::Io,
+                            format!(
+                                "OSD {osd} holds the last fresh copy of object {oid:#x} stripe {stripe}: \
+                                 it cannot be set aside"
+                            ),
+                        ));
+                    }
+                    c.fresh.remove(at);
+                    c.stale.push(osd);
+                    changed.push((osd, oid));
+                }
+                let mut st = tx.state()?;
+                let v = st.cap_version;
+                if !changed.is_empty() {
+                    st.cap_version += 1;
+                    tx.put_state(&st)?;
+                    tx.put_inode(&i)?;
+                }
+                Ok((changed, v))
+            })
+            .await?;
+        for &(osd, oid) in &changed {
+            self.rec()
+                .stale_on
+                .entry(osd)
+                .or_default()
+                .insert(oid, false);
+            tracing::warn!(
+                ino,
+                osd,
+                oid = format_args!("{oid:#x}"),
+                "copy marked stale"
+            );
+            self.metrics.copies_marked_stale.inc();
+        }
+        for (osd, oid) in changed {
+            self.fence_copy(osd, oid, v).await;
+        }
+        self.recovery_wake.notify_one();
+        Ok(())
+    }
+
+    /// Fences one stale copy: raises its version, or waits until its OSD's
+    /// lease has certainly run out (or a report fenced it meanwhile).
+    async fn fence_copy(&self, osd: u32, oid: u64, v: u64) {
+        let map = self.current_map().unwrap_or_default();
+        let tried =
+            tokio::time::timeout(FENCE_TIMEOUT, self.set_version_creating(&map, osd, oid, v)).await;
+        if matches!(tried, Ok(Ok(()))) {
+            if let Some(f) = self
+                .rec()
+                .stale_on
+                .get_mut(&osd)
+                .and_then(|m| m.get_mut(&oid))
+            {
+                *f = true;
+            }
+            return;
+        }
+        let lease = Duration::from_millis(self.cfg.down_after_ms);
+        loop {
+            let fenced = self
+                .rec()
+                .stale_on
+                .get(&osd)
+                .and_then(|m| m.get(&oid))
+                .is_none_or(|&f| f);
+            let lapsed = self
+                .live
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .osds
+                .get(&osd)
+                .is_none_or(|l| l.seen.elapsed() >= lease);
+            if fenced || lapsed {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Waits while recovery copies `ino`'s objects (write grants wait).
+    pub(super) async fn wait_not_recovering(&self, ino: u64) {
+        while self.rec().busy.contains(&ino) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// OSD OUT / IN (operator). Out is refused when an object would be left
+    /// with no fresh copy on an OSD that is in and up, unless `force`.
+    pub(super) async fn set_osd_out(
+        &self,
+        c: &Creds,
+        osd: u32,
+        out: bool,
+        force: bool,
+    ) -> Result<MdsReply, MdsError> {
+        if c.uid != 0 {
+            return Err(err(Errno::Perm, "only root may mark OSDs out or in"));
+        }
+        let map = self.current_map()?;
+        let Some(entry) = map.osd(osd) else {
+            let known: Vec<String> = map.osds.iter().map(|o| o.id.to_string()).collect();
+            return Err(err(
+                Errno::NoEnt,
+                format!(
+                    "OSD {osd} is not in the map (OSDs: {})",
+                    if known.is_empty() {
+                        "none".to_string()
+                    } else {
+                        known.join(", ")
+                    }
+                ),
+            ));
+        };
+        if entry.out == out {
+            return Ok(MdsReply::Done);
+        }
+        if out && !force {
+            let up = self.up_osds();
+            let usable = |o: u32| o != osd && up.contains(&o) && map.osd(o).is_some_and(|e| !e.out);
+            let mut orphans = 0u64;
+            self.for_each_stripe(|_, s| {
+                if s.copies.fresh.contains(&osd) && !s.copies.fresh.iter().any(|&o| usable(o)) {
+                    orphans += 1;
+                }
+            })?;
+            if orphans > 0 {
+                return Err(err(
+                    Errno::Busy,
+                    format!(
+                        "OSD {osd} holds the only fresh copy on an up OSD of {orphans} objects; \
+                         marking it out would leave them without one until recovery copies \
+                         them (pass --force to do it anyway)"
+                    ),
+                ));
+            }
+        }
+        self.set_out(osd, out, if out { "operator" } else { "operator (in)" })
+            .await?;
+        Ok(MdsReply::Done)
+    }
+
+    /// Marks `osd` out or in: a new map epoch.
+    async fn set_out(&self, osd: u32, out: bool, why: &'static str) -> Result<u64, MdsError> {
+        let epoch = self
+            .kv
+            .write(move |tx| {
+                let mut st = tx.state()?;
+                let mut m = tx.map(st.map_epoch)?.unwrap_or_default();
+                if let Some(o) = m.osds.iter_mut().find(|o| o.id == osd) {
+                    o.out = out;
+                }
+                m.epoch += 1;
+                st.map_epoch = m.epoch;
+                tx.put_map(&m)?;
+                tx.put_state(&st)?;
+                Ok(m.epoch)
+            })
+            .await?;
+        tracing::warn!(
+            osd,
+            out,
+            epoch,
+            why,
+            "OSD marked {}",
+            if out { "out" } else { "in" }
+        );
+        self.recovery_wake.notify_one();
+        Ok(epoch)
+    }
+
+    /// Visits every stripe object with recorded copies: (inode, stripe).
+    fn for_each_stripe(&self, mut f: impl FnMut(&Inode, Stripe)) -> Result<(), MdsError> {
+        let snap = self.kv.read()?;
+        let mut bad = None;
+        snap.scan(
+            T::Inodes,
+            std::ops::Bound::Unbounded,
+            std::ops::Bound::Unbounded,
+            false,
+            &mut |_, v| match postcard::from_bytes::<Inode>(v) {
+                Ok(i) => {
+                    if let Some(l) = &i.layout {
+                        for (set, h) in l.homes.iter().enumerate() {
+                            for (j, c) in h.stripes.iter().enumerate() {
+                                let s = Stripe {
+                                    oid: l.objsets.get(set).copied().unwrap_or(0),
+                                    set,
+                                    stripe: j,
+                                    copies: c.clone(),
+                                };
+                                f(&i, s);
+                            }
+                        }
+                    }
+                    true
+                }
+                Err(e) => {
+                    bad = Some(crate::kv::io_err("inode", e));
+                    false
+                }
+            },
+        )?;
+        bad.map_or(Ok(()), Err)
+    }
+
+    /// Marks out every OSD down longer than `out_after`.
+    async fn mark_out_overdue(&self) {
+        if self.cfg.out_after_ms == 0 {
+            return;
+        }
+        let Ok(map) = self.current_map() else { return };
+        let up = self.up_osds();
+        let mut overdue = Vec::new();
+        {
+            let mut rec = self.rec();
+            for o in &map.osds {
+                if up.contains(&o.id) {
+                    rec.down_since.remove(&o.id);
+                    continue;
+                }
+                let since = *rec.down_since.entry(o.id).or_insert_with(Instant::now);
+                if !o.out && since.elapsed() >= Duration::from_millis(self.cfg.out_after_ms) {
+                    overdue.push(o.id);
+                }
+            }
+        }
+        for osd in overdue {
+            if let Err(e) = self.set_out(osd, true, "down longer than out_after").await {
+                tracing::warn!(osd, error = %e, "cannot mark the OSD out");
+            }
+        }
+    }
+
+    /// The recovery worker: runs until the process ends.
+    pub async fn recovery_worker(self: Arc<Self>) {
+        let (mut last_light, mut last_deep) = (Instant::now(), Instant::now());
+        loop {
+            self.mark_out_overdue().await;
+            let more = match self.recovery_pass().await {
+                Ok(more) => more,
+                Err(e) => {
+                    tracing::warn!(error = %e, "recovery pass failed");
+                    true
+                }
+            };
+            let due = |last: Instant, secs: u64| secs > 0 && last.elapsed().as_secs() >= secs;
+            if due(last_deep, self.cfg.deep_scrub_interval_secs) {
+                last_deep = Instant::now();
+                last_light = last_deep;
+                self.scheduled_scrub(true).await;
+            } else if due(last_light, self.cfg.scrub_interval_secs) {
+                last_light = Instant::now();
+                self.scheduled_scrub(false).await;
+            }
+            let wait = if more {
+                Duration::from_millis(500)
+            } else {
+                Duration::from_millis(self.cfg.recovery_interval_ms.max(100))
+            };
+            let _ = tokio::time::timeout(wait, self.recovery_wake.notified()).await;
+        }
+    }
+
+    async fn scheduled_scrub(&self, deep: bool) {
+        match self.scrub(ROOT_INO, deep).await {
+            Ok(r) => tracing::info!(
+                deep,
+                objects = r.objects,
+                inconsistent = r.inconsistent,
+                repaired = r.repaired,
+                "scheduled scrub done"
+            ),
+            Err(e) => tracing::warn!(deep, error = %e, "scheduled scrub failed"),
+        }
+    }
+
+    /// One pass: counts every stripe object's copies and repairs what it
+    /// can. Returns whether work is left that could not be done yet.
+    pub async fn recovery_pass(&self) -> Result<bool, MdsError> {
+        let map = self.current_map()?;
+        let up = self.up_osds();
+        let is_in = |o: u32| map.osd(o).is_some_and(|e| !e.out);
+        let mut counts = Redundancy {
+            osds: map.osds.len() as u32,
+            ..Redundancy::default()
+        };
+        let root_default = self
+            .kv
+            .read()?
+            .live_inode(ROOT_INO)?
+            .dir
+            .map_or(1, |d| u32::from(d.default_layout.replicas));
+        counts.max_replicas = root_default;
+        let mut todo: Vec<u64> = Vec::new();
+        let inconsistent = self.rec().inconsistent.clone();
+        self.for_each_stripe(|i, s| {
+            let Some(l) = &i.layout else { return };
+            let r = usize::from(l.spec.replicas.max(1));
+            counts.max_replicas = counts.max_replicas.max(r as u32);
+            counts.objects += 1;
+            let fresh_up: Vec<u32> = s
+                .copies
+                .fresh
+                .iter()
+                .copied()
+                .filter(|o| up.contains(o))
+                .collect();
+            let fresh_ok = fresh_up.iter().filter(|&&o| is_in(o)).count();
+            let on_out = s
+                .copies
+                .fresh
+                .iter()
+                .chain(&s.copies.stale)
+                .any(|&o| !is_in(o));
+            if fresh_up.is_empty() {
+                counts.unfound += 1;
+            } else if fresh_ok < r {
+                counts.degraded += 1;
+            }
+            if on_out {
+                counts.misplaced += 1;
+            }
+            if inconsistent.contains(&(i.attr.ino, s.set as u64, s.stripe as u32)) {
+                counts.inconsistent += 1;
+            }
+            let in_copies = s
+                .copies
+                .fresh
+                .iter()
+                .chain(&s.copies.stale)
+                .filter(|&&o| is_in(o))
+                .count();
+            let stale_up = s.copies.stale.iter().any(|o| up.contains(o) && is_in(*o));
+            let needs = stale_up || in_copies < r.min(map.placeable()) || on_out;
+            if needs && !fresh_up.is_empty() {
+                counts.objects_left += 1;
+                counts.bytes_left += l
+                    .spec
+                    .object_len(i.attr.size, s.set as u64, s.stripe as u32);
+                if todo.last() != Some(&i.attr.ino) {
+                    todo.push(i.attr.ino);
+                }
+            }
+        })?;
+        {
+            let mut rec = self.rec();
+            counts.bytes_recovered = rec.counts.bytes_recovered;
+            counts.rate_bps = rate(&mut rec.samples);
+            counts.checked = true;
+            rec.counts = counts.clone();
+        }
+        self.metrics.set_redundancy(&counts);
+        let mut more = false;
+        for ino in todo {
+            match self.recover_inode(ino, &map, &up).await {
+                Ok(left) => more |= left,
+                Err(e) => {
+                    more = true;
+                    tracing::warn!(ino, error = %e, "recovery of the file failed; will retry");
+                }
+            }
+        }
+        Ok(more)
+    }
+
+    /// Brings every stripe object of `ino` to its replica count on OSDs
+    /// that are in (see the module comment for why writes pause).
+    async fn recover_inode(
+        &self,
+        ino: u64,
+        map: &OsdMap,
+        up: &HashSet<u32>,
+    ) -> Result<bool, MdsError> {
+        let _busy = Busy::acquire(self, ino).await;
+        let Some(i) = self.kv.read()?.inode(ino)? else {
+            return Ok(false);
+        };
+        let Some(l) = i.layout.clone() else {
+            return Ok(false);
+        };
+        let r = usize::from(l.spec.replicas.max(1)).min(map.placeable());
+        let is_in = |o: u32| map.osd(o).is_some_and(|e| !e.out);
+        let mut v = None;
+        let mut left = false;
+        for (set, h) in l.homes.iter().enumerate() {
+            let oid = l.objsets[set];
+            for (j, c) in h.stripes.iter().enumerate() {
+                let sources: Vec<u32> =
+                    c.fresh.iter().copied().filter(|o| up.contains(o)).collect();
+                let Some(&src) = sources.first() else {
+                    left = true;
+                    continue;
+                };
+                let mut targets: Vec<u32> = c
+                    .stale
+                    .iter()
+                    .copied()
+                    .filter(|&o| up.contains(&o) && is_in(o))
+                    .collect();
+                let in_copies = c
+                    .fresh
+                    .iter()
+                    .chain(&c.stale)
+                    .filter(|&&o| is_in(o))
+                    .count();
+                if in_copies < r {
+                    targets.extend(new_homes(map, up, h, c, oid, r - in_copies));
+                }
+                let fresh_in = c.fresh.iter().filter(|&&o| is_in(o)).count();
+                let drop_out = c.fresh.iter().chain(&c.stale).any(|&o| !is_in(o));
+                if targets.is_empty() && !(drop_out && fresh_in >= r) {
+                    if drop_out || in_copies < r {
+                        left = true;
+                    }
+                    continue;
+                }
+                let version = match v {
+                    Some(v) => v,
+                    None => {
+                        let n = self.bump_version().await?;
+                        v = Some(n);
+                        n
+                    }
+                };
+                // Writers out: raise the sources' versions first.
+                for &s in &sources {
+                    self.set_version_creating(map, s, oid, version).await?;
+                }
+                let mut made = Vec::new();
+                for t in targets {
+                    match self.copy_object(map, src, t, oid, version).await {
+                        Ok(bytes) => {
+                            made.push(t);
+                            self.recovered(bytes);
+                        }
+                        Err(e) => {
+                            left = true;
+                            tracing::warn!(ino, osd = t, error = %e, "copy failed; will retry");
+                        }
+                    }
+                }
+                let s = Stripe {
+                    oid,
+                    set,
+                    stripe: j,
+                    copies: c.clone(),
+                };
+                let dropped = self.commit_copies(ino, &s, src, made, map, r).await?;
+                for osd in dropped {
+                    if up.contains(&osd) {
+                        let rm = Command::Remove {
+                            pid: DATA_PARTITION,
+                            oid,
+                        };
+                        if let Err(e) = self.osd_run(map, osd, rm).await {
+                            tracing::debug!(osd, error = %e, "misplaced copy not removed");
+                        }
+                    }
+                }
+            }
+        }
+        Ok(left)
+    }
+
+    /// Records the copies made as fresh (if the source is still fresh and
+    /// the stripe's copies are as they were read), then drops the copies on
+    /// OSDs that are out once enough fresh ones are in. Returns the dropped OSDs.
+    async fn commit_copies(
+        &self,
+        ino: u64,
+        s: &Stripe,
+        src: u32,
+        made: Vec<u32>,
+        map: &OsdMap,
+        r: usize,
+    ) -> Result<Vec<u32>, MdsError> {
+        let (set, j, seen) = (s.set, s.stripe, s.copies.clone());
+        let outs: HashSet<u32> = map.osds.iter().filter(|o| o.out).map(|o| o.id).collect();
+        let made2 = made.clone();
+        let dropped = self
+            .kv
+            .write(move |tx| {
+                let Some(mut i) = tx.inode(ino)? else {
+                    return Ok(Vec::new());
+                };
+                let Some(c) = i
+                    .layout
+                    .as_mut()
+                    .and_then(|l| l.homes.get_mut(set))
+                    .and_then(|h| h.stripes.get_mut(j))
+                else {
+                    return Ok(Vec::new());
+                };
+                if *c != seen || !c.fresh.contains(&src) {
+                    return Ok(Vec::new()); // changed meanwhile: the next pass looks again
+                }
+                for t in &made2 {
+                    c.stale.retain(|o| o != t);
+                    if !c.fresh.contains(t) {
+                        c.fresh.push(*t);
+                    }
+                }
+                let fresh_in = c.fresh.iter().filter(|o| !outs.contains(o)).count();
+                let mut dropped = Vec::new();
+                if fresh_in >= r {
+                    for o in c.fresh.iter().chain(&c.stale) {
+                        if outs.contains(o) {
+                            dropped.push(*o);
+                        }
+                    }
+                    c.fresh.retain(|o| !outs.contains(o));
+                    c.stale.retain(|o| !outs.contains(o));
+                }
+                tx.put_inode(&i)?;
+                Ok(dropped)
+            })
+            .await?;
+        let mut rec = self.rec();
+        for t in made.iter().chain(&dropped) {
+            if let Some(m) = rec.stale_on.get_mut(t) {
+                m.remove(&s.oid);
+            }
+        }
+        if !made.is_empty() {
+            tracing::info!(ino, oid = format_args!("{:#x}", s.oid), stripe = j, copies = ?made, "copies made fresh");
+        }
+        Ok(dropped)
+    }
+
+    fn recovered(&self, bytes: u64) {
+        let mut rec = self.rec();
+        rec.counts.bytes_recovered += bytes;
+        let total = rec.counts.bytes_recovered;
+        rec.samples.push((Instant::now(), total));
+        rec.counts.objects_left = rec.counts.objects_left.saturating_sub(1);
+        rec.counts.bytes_left = rec.counts.bytes_left.saturating_sub(bytes);
+        rec.counts.rate_bps = rate(&mut rec.samples);
+        self.metrics.recovered_bytes.inc_by(bytes);
+        self.metrics.recovered_objects.inc();
+    }
+
+    /// Copies object `oid` from OSD `src` to OSD `dst` (replacing what
+    /// `dst` held), keeps holes as holes, and leaves it at version `v`.
+    /// Throttled to `recovery_mib_per_sec`. Returns the bytes copied.
+    pub(super) async fn copy_object(
+        &self,
+        map: &OsdMap,
+        src: u32,
+        dst: u32,
+        oid: u64,
+        v: u64,
+    ) -> Result<u64, MdsError> {
+        let from = self.osd_client(map, src)?;
+        let to = self.osd_client(map, dst)?;
+        let (scap, dcap) = (self.admin_cap(src)?, self.admin_cap(dst)?);
+        let pid = DATA_PARTITION;
+        let rm = Command::Remove { pid, oid };
+        match to.run(Some(&dcap), rm, Bytes::new()).await {
+            Ok(_) => {}
+            Err(ConnError::Remote(e)) if e.code == ErrorCode::NoObject => {}
+            Err(e) => return Err(osd_err(dst, e)),
+        }
+        let create = Command::Create {
+            pid,
+            oid: Some(oid),
+            count: 1,
+        };
+        to.run(Some(&dcap), create, Bytes::new())
+            .await
+            .map_err(|e| osd_err(dst, e))?;
+        let started = Instant::now();
+        let limit = self.cfg.recovery_mib_per_sec << 20;
+        let (mut at, mut size, mut copied) = (0u64, u64::MAX, 0u64);
+        while at < size {
+            let read = Command::Read {
+                pid,
+                oid,
+                offset: at,
+                len: COPY_CHUNK as u32,
+            };
+            let a = match from.run(Some(&scap), read, Bytes::new()).await {
+                Ok(a) => a,
+                Err(ConnError::Remote(e)) if e.code == ErrorCode::NoObject => break,
+                Err(e) => return Err(osd_err(src, e)),
+            };
+            if let proto::msg::Reply::Read { size: s } = a.reply {
+                size = s;
+            }
+            if a.data.is_empty() {
+                break;
+            }
+            let n = a.data.len() as u64;
+            if a.data.iter().any(|&b| b != 0) {
+                let w = Command::Write {
+                    pid,
+                    oid,
+                    offset: at,
+                };
+                to.run(Some(&dcap), w, a.data)
+                    .await
+                    .map_err(|e| osd_err(dst, e))?;
+                copied += n;
+            }
+            at += n;
+            if limit > 0 {
+                let due = Duration::from_secs_f64(at as f64 / limit as f64);
+                if let Some(wait) = due.checked_sub(started.elapsed()) {
+                    tokio::time::sleep(wait).await;
+                }
+            }
+        }
+        if size != u64::MAX {
+            let t = Command::Truncate {
+                pid,
+                oid,
+                len: size,
+            };
+            to.run(Some(&dcap), t, Bytes::new())
+                .await
+                .map_err(|e| osd_err(dst, e))?;
+        }
+        let sv = Command::SetVersion {
+            pid,
+            oid,
+            version: v,
+        };
+        to.run(Some(&dcap), sv, Bytes::new())
+            .await
+            .map_err(|e| osd_err(dst, e))?;
+        Ok(copied.max(size.min(at)))
+    }
+
+    /// The redundancy counts of the last pass.
+    pub fn redundancy(&self) -> Redundancy {
+        self.rec().counts.clone()
+    }
+
+    /// Compares the copies of every stripe object under `ino` (a file or a
+    /// whole subtree) and repairs the ones that differ from the majority
+    /// (by size, and with `deep` by content digest): they are marked stale
+    /// and re-copied at once.
+    pub async fn scrub(&self, ino: u64, deep: bool) -> Result<ScrubReport, MdsError> {
+        let files = self.files_under(ino)?;
+        let map = self.current_map()?;
+        let up = self.up_osds();
+        let mut rep = ScrubReport::default();
+        for f in files {
+            let Some(i) = self.kv.read()?.inode(f)? else {
+                continue;
+            };
+            let Some(l) = i.layout.clone() else { continue };
+            let mut bad_copies = Vec::new();
+            for (set, h) in l.homes.iter().enumerate() {
+                let oid = l.objsets[set];
+                for (j, c) in h.stripes.iter().enumerate() {
+                    rep.objects += 1;
+                    let mut seen: Vec<(u32, Option<(u64, u64)>)> = Vec::new();
+                    for &osd in c.fresh.iter().filter(|o| up.contains(o)) {
+                        rep.copies += 1;
+                        let d = self.digest(&map, osd, oid, deep).await;
+                        if let Some((size, _)) = d
+                            && deep
+                        {
+                            rep.bytes += size;
+                        }
+                        seen.push((osd, d));
+                    }
+                    // The majority answer among the copies that could be read.
+                    let mut votes: HashMap<(u64, u64), usize> = HashMap::new();
+                    for (_, d) in &seen {
+                        if let Some(d) = d {
+                            *votes.entry(*d).or_default() += 1;
+                        }
+                    }
+                    let good = votes
+                        .iter()
+                        .max_by_key(|(d, n)| (**n, d.0))
+                        .map(|(d, _)| *d);
+                    for (osd, d) in &seen {
+                        if *d != good || good.is_none() {
+                            rep.inconsistent += 1;
+                            let what = match d {
+                                None => "unreadable (I/O or checksum error)".to_string(),
+                                Some((size, hash)) => format!("size {size} digest {hash:#018x}"),
+                            };
+                            rep.problems.push(format!(
+                                "inode {f:#x} object {oid:#x} stripe {j}: copy on OSD {osd} is {what}, others agree on {}",
+                                good.map_or("nothing".into(), |(s, h)| format!("size {s} digest {h:#018x}"))
+                            ));
+                            if good.is_some() {
+                                bad_copies.push((set as u64, j as u32, *osd));
+                            } else {
+                                self.rec().inconsistent.insert((f, set as u64, j as u32));
+                            }
+                        }
+                    }
+                }
+            }
+            if bad_copies.is_empty() {
+                continue;
+            }
+            for &(set, j, _) in &bad_copies {
+                self.rec().inconsistent.insert((f, set, j));
+            }
+            let n = bad_copies.len() as u64;
+            let keys: Vec<(u64, u32)> = bad_copies.iter().map(|&(s, j, _)| (s, j)).collect();
+            self.record_stale(f, bad_copies).await?;
+            let left = self.recover_inode(f, &map, &up).await?;
+            if !left {
+                rep.repaired += n;
+                let mut rec = self.rec();
+                for (s, j) in keys {
+                    rec.inconsistent.remove(&(f, s, j));
+                }
+            }
+        }
+        self.metrics.scrub_inconsistent.inc_by(rep.inconsistent);
+        Ok(rep)
+    }
+
+    /// SCRUB (root only).
+    pub(super) async fn scrub_op(
+        &self,
+        c: &Creds,
+        ino: u64,
+        deep: bool,
+    ) -> Result<MdsReply, MdsError> {
+        if c.uid != 0 {
+            return Err(err(Errno::Perm, "only root may scrub"));
+        }
+        Ok(MdsReply::Scrubbed(self.scrub(ino, deep).await?))
+    }
+
+    /// Size and (deep) digest of one copy; `None` when it cannot be read.
+    async fn digest(&self, map: &OsdMap, osd: u32, oid: u64, deep: bool) -> Option<(u64, u64)> {
+        let client = self.osd_client(map, osd).ok()?;
+        let cap = self.admin_cap(osd).ok()?;
+        let cmd = Command::Digest {
+            pid: DATA_PARTITION,
+            oid,
+            deep,
+        };
+        match client.run(Some(&cap), cmd, Bytes::new()).await {
+            Ok(a) => match a.reply {
+                proto::msg::Reply::Digest { size, hash, .. } => Some((size, hash)),
+                _ => None,
+            },
+            Err(ConnError::Remote(e)) if e.code == ErrorCode::NoObject => {
+                Some((0, empty_hash(deep)))
+            }
+            Err(_) => None,
+        }
+    }
+
+    /// Files at or under `ino`.
+    fn files_under(&self, ino: u64) -> Result<Vec<u64>, MdsError> {
+        let snap = self.kv.read()?;
+        let mut out = Vec::new();
+        let mut stack = vec![ino];
+        while let Some(d) = stack.pop() {
+            let Some(i) = snap.inode(d)? else { continue };
+            match i.attr.kind {
+                FileKind::Dir => {
+                    let mut after: Option<String> = None;
+                    loop {
+                        let (entries, more) = snap.list_dir(d, after.as_deref(), 1024)?;
+                        for (name, child, kind) in &entries {
+                            match kind {
+                                FileKind::Dir => stack.push(*child),
+                                FileKind::File => out.push(*child),
+                                _ => {}
+                            }
+                            after = Some(name.clone());
+                        }
+                        if !more {
+                            break;
+                        }
+                    }
+                }
+                FileKind::File => out.push(d),
+                _ => {}
+            }
+        }
+        out.sort_unstable();
+        out.dedup();
+        Ok(out)
+    }
+}
+
+/// A missing object's digest: an empty content.
+fn empty_hash(deep: bool) -> u64 {
+    if deep {
+        xxhash_rust::xxh3::xxh3_64(&[])
+    } else {
+        0
+    }
+}
+
+/// Bytes per second over the last 30 s of samples (old ones dropped).
+fn rate(samples: &mut Vec<(Instant, u64)>) -> u64 {
+    samples.retain(|(t, _)| t.elapsed() < Duration::from_secs(30));
+    match (samples.first(), samples.last()) {
+        (Some(a), Some(b)) if b.0 > a.0 => ((b.1 - a.1) as f64 / (b.0 - a.0).as_secs_f64()) as u64,
+        _ => 0,
+    }
+}
+
+/// Up to `n` new OSDs for a stripe of object set `oid`: in placement order,
+/// up, holding no copy of any stripe of the set, preferring hosts the
+/// stripe's copies are not on.
+fn new_homes(
+    map: &OsdMap,
+    up: &HashSet<u32>,
+    h: &Homes,
+    c: &Copies,
+    oid: u64,
+    n: usize,
+) -> Vec<u32> {
+    let taken: HashSet<u32> = h.osds().collect();
+    let mut hosts: Vec<String> = c
+        .fresh
+        .iter()
+        .chain(&c.stale)
+        .filter_map(|&o| map.osd(o).filter(|e| !e.out).map(|e| e.host.clone()))
+        .collect();
+    let candidates: Vec<&proto::placement::OsdEntry> = map
+        .ranking(oid)
+        .into_iter()
+        .filter(|e| up.contains(&e.id) && !taken.contains(&e.id))
+        .collect();
+    let mut out: Vec<u32> = Vec::new();
+    while out.len() < n {
+        let pick = candidates
+            .iter()
+            .find(|e| !out.contains(&e.id) && !hosts.contains(&e.host))
+            .or_else(|| candidates.iter().find(|e| !out.contains(&e.id)));
+        let Some(e) = pick else { break };
+        hosts.push(e.host.clone());
+        out.push(e.id);
+    }
+    out
+}
+
+/// Marks an inode busy (write grants wait) for as long as it lives.
+struct Busy<'a> {
+    mds: &'a Mds,
+    ino: u64,
+}
+
+impl<'a> Busy<'a> {
+    /// Waits until no other recovery step holds `ino`, then holds it.
+    async fn acquire(mds: &'a Mds, ino: u64) -> Busy<'a> {
+        while !mds.rec().busy.insert(ino) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Busy { mds, ino }
+    }
+}
+
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        self.mds.rec().busy.remove(&self.ino);
+    }
+}

@@ -1,0 +1,615 @@
+//! Redundancy with real daemons: an MDS process and OSD processes (each on
+//! its own "host"), clients over real sockets. An OSD killed with SIGKILL
+//! during a write storm loses no acknowledged write and catches up when it
+//! comes back; OSDs whose disks are gone are marked out and recovery
+//! restores every copy; a flipped byte in one copy's store image is found
+//! by a deep scrub and repaired, and reads never return it; the MDS killed
+//! during recovery finishes it after a restart; operators' mistakes get
+//! specific errors.
+#![expect(clippy::unwrap_used, reason = "tests: a panic is the failure report")]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use client::{Client, ClientConfig};
+use proto::layout::Layout;
+use proto::mds::{ClusterStatus, Creds, MdsReply, Op, ROOT_INO};
+use rand::{Rng, SeedableRng};
+
+const BIN: &str = env!("CARGO_BIN_EXE_tessera");
+const CLUSTER: &str = "redundancy";
+
+fn free_port() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().to_string()
+}
+
+/// An MDS process and OSD processes 1..=n under one directory.
+struct Cluster {
+    dir: PathBuf,
+    mds_addr: String,
+    mds: Option<Child>,
+    osd_addrs: Vec<String>,
+    osds: Vec<Option<Child>>,
+}
+
+impl Cluster {
+    /// Formats (root default `replicas`) and starts `n` OSDs. `settings`
+    /// are extra lines for mds.toml.
+    fn start(dir: &Path, n: u32, replicas: u8, settings: &str) -> Cluster {
+        let mds_dir = dir.join("mds");
+        let out = Command::new(BIN)
+            .args(["mds", "format", "--data"])
+            .arg(&mds_dir)
+            .args(["--cluster", CLUSTER, "--replicas", &replicas.to_string()])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        // Fast heartbeats so the test's failures are noticed in seconds.
+        let cfg = mds_dir.join("mds.toml");
+        let text = std::fs::read_to_string(&cfg).unwrap();
+        let mut keep: Vec<String> = text
+            .lines()
+            .filter(|l| {
+                !["heartbeat_ms", "down_after_ms", "recovery_interval_ms"]
+                    .iter()
+                    .chain(
+                        settings
+                            .lines()
+                            .filter_map(|s| s.split('=').next())
+                            .map(str::trim)
+                            .collect::<Vec<_>>()
+                            .iter(),
+                    )
+                    .any(|k| l.starts_with(&format!("{k} ")))
+            })
+            .map(String::from)
+            .collect();
+        keep.push("heartbeat_ms = 300".into());
+        keep.push("down_after_ms = 1500".into());
+        keep.push("recovery_interval_ms = 300".into());
+        keep.extend(settings.lines().map(String::from));
+        std::fs::write(&cfg, keep.join("\n")).unwrap();
+        let mut c = Cluster {
+            dir: dir.into(),
+            mds_addr: free_port(),
+            mds: None,
+            osd_addrs: Vec::new(),
+            osds: Vec::new(),
+        };
+        c.start_mds();
+        for id in 1..=n {
+            local::provision_osd(
+                &c.osd_dir(id),
+                id,
+                CLUSTER,
+                256 << 20,
+                &mds_dir.join("keys"),
+            )
+            .unwrap();
+            c.osd_addrs.push(free_port());
+            c.osds.push(None);
+            c.start_osd(id);
+        }
+        c
+    }
+
+    fn osd_dir(&self, id: u32) -> PathBuf {
+        self.dir.join(format!("osd-{id}"))
+    }
+
+    fn start_mds(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join("mds.log"))
+            .unwrap();
+        self.mds = Some(
+            Command::new(BIN)
+                .args(["mds", "serve", "--data"])
+                .arg(self.dir.join("mds"))
+                .args(["--listen", &self.mds_addr])
+                .env("TESSERA_LOG", "info")
+                .stdout(Stdio::null())
+                .stderr(Stdio::from(log))
+                .spawn()
+                .unwrap(),
+        );
+    }
+
+    fn kill_mds(&mut self) {
+        if let Some(mut m) = self.mds.take() {
+            m.kill().unwrap();
+            m.wait().unwrap();
+        }
+    }
+
+    fn start_osd(&mut self, id: u32) {
+        let d = self.osd_dir(id);
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(d.join("osd.log"))
+            .unwrap();
+        let child = Command::new(BIN)
+            .arg("osd")
+            .arg("--store")
+            .arg(d.join("store.img"))
+            .arg("--key-file")
+            .arg(d.join("key.toml"))
+            .args(["--listen", &self.osd_addrs[id as usize - 1]])
+            .args(["--mds", &self.mds_addr, "--host", &format!("host{id}")])
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(log))
+            .spawn()
+            .unwrap();
+        self.osds[id as usize - 1] = Some(child);
+    }
+
+    /// SIGKILL, as a crash.
+    fn kill_osd(&mut self, id: u32) {
+        if let Some(mut c) = self.osds[id as usize - 1].take() {
+            c.kill().unwrap();
+            c.wait().unwrap();
+        }
+    }
+
+    fn cli(&self, args: &[&str]) -> std::process::Output {
+        Command::new(BIN)
+            .args(args)
+            .args(["--mds", &self.mds_addr, "--cluster", CLUSTER])
+            .output()
+            .unwrap()
+    }
+
+    async fn client(&self) -> Client {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let mut cfg = ClientConfig::new(&self.mds_addr, CLUSTER);
+            cfg.attr_timeout = Duration::ZERO;
+            match Client::connect(cfg).await {
+                Ok(c) => return c,
+                Err(e) if Instant::now() < deadline => {
+                    let _ = e;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => panic!("cannot connect: {e}"),
+            }
+        }
+    }
+
+    async fn status(&self) -> Option<ClusterStatus> {
+        let m = net::MdsClient::new(&self.mds_addr, CLUSTER, 1);
+        match m.call(Op::Status).await {
+            Ok(MdsReply::Status(s)) => Some(*s),
+            _ => None,
+        }
+    }
+
+    /// Waits until `ok(status)` holds (`secs` at most).
+    async fn wait_for(
+        &self,
+        what: &str,
+        secs: u64,
+        ok: impl Fn(&ClusterStatus) -> bool,
+    ) -> ClusterStatus {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        let mut last = None;
+        while Instant::now() < deadline {
+            if let Some(s) = self.status().await {
+                if ok(&s) {
+                    return s;
+                }
+                last = Some(s);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!(
+            "timed out waiting for {what}; last status: {:?}\nMDS log tail:\n{}",
+            last.map(|s| (s.health(), s.redundancy)),
+            tail(&self.dir.join("mds.log"))
+        );
+    }
+
+    async fn wait_healthy(&self, secs: u64) -> ClusterStatus {
+        self.wait_for("HEALTH_OK", secs, |s| {
+            s.health().level == "HEALTH_OK" && s.redundancy.checked
+        })
+        .await
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for c in self.osds.iter_mut().flatten() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        if let Some(m) = self.mds.as_mut() {
+            let _ = m.kill();
+            let _ = m.wait();
+        }
+    }
+}
+
+fn tail(p: &Path) -> String {
+    let t = std::fs::read_to_string(p).unwrap_or_default();
+    let lines: Vec<&str> = t.lines().collect();
+    lines[lines.len().saturating_sub(30)..].join("\n")
+}
+
+fn root() -> Creds {
+    Creds {
+        uid: 0,
+        gid: 0,
+        groups: Vec::new(),
+    }
+}
+
+/// Deterministic content of file `k`.
+fn content(k: u64, len: usize) -> Vec<u8> {
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(k);
+    let mut v = vec![0u8; len];
+    rng.fill(&mut v[..]);
+    v
+}
+
+/// Writes a whole file and closes it (an acknowledged write).
+async fn write_file(c: &Client, name: &str, data: &[u8]) -> client::Result<()> {
+    let (_, fh) = c.create(&root(), ROOT_INO, name, 0o644, false).await?;
+    let mut at = 0;
+    while at < data.len() {
+        let n = (data.len() - at).min(1 << 20);
+        c.write(fh, at as u64, &data[at..at + n]).await?;
+        at += n;
+    }
+    c.fsync(fh).await?;
+    c.release(fh).await
+}
+
+async fn read_file(c: &Client, name: &str) -> Vec<u8> {
+    let e = c.lookup(&root(), ROOT_INO, name).await.unwrap();
+    let fh = c.open(&root(), e.attr.ino, false).await.unwrap();
+    let mut out = Vec::new();
+    loop {
+        let b = c.read(fh, out.len() as u64, 1 << 20).await.unwrap();
+        if b.is_empty() {
+            break;
+        }
+        out.extend_from_slice(&b);
+    }
+    c.release(fh).await.unwrap();
+    out
+}
+
+async fn layout_of(c: &Client, name: &str) -> Layout {
+    let e = c.lookup(&root(), ROOT_INO, name).await.unwrap();
+    c.layout(&root(), e.attr.ino).await.unwrap().unwrap()
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn an_osd_killed_mid_storm_loses_no_acknowledged_write_and_catches_up() {
+    let dir = tempfile::tempdir().unwrap();
+    runtime().block_on(async {
+        let mut cl = Cluster::start(dir.path(), 4, 2, "");
+        cl.wait_healthy(30).await;
+        let c = std::sync::Arc::new(cl.client().await);
+        // Four writers; each file is acknowledged when its close returns.
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut tasks = Vec::new();
+        for w in 0..4u64 {
+            let (c, stop) = (c.clone(), stop.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut done = Vec::new();
+                let mut k = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let id = w * 1_000_000 + k;
+                    let len = 4096 + (id as usize * 7919) % (700 << 10);
+                    let name = format!("w{id}");
+                    write_file(&c, &name, &content(id, len))
+                        .await
+                        .unwrap_or_else(|e| panic!("write {name} failed with one OSD down: {e}"));
+                    done.push((name, id, len));
+                    k += 1;
+                }
+                done
+            }));
+        }
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        cl.kill_osd(2);
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let mut files = Vec::new();
+        for t in tasks {
+            files.extend(t.await.unwrap());
+        }
+        assert!(files.len() > 20, "only {} files written", files.len());
+        // Every acknowledged file reads back exactly with the OSD down.
+        for (name, id, len) in &files {
+            assert_eq!(read_file(&c, name).await, content(*id, *len), "{name}");
+        }
+        let s = cl
+            .wait_for("degraded", 20, |s| {
+                s.health().level != "HEALTH_OK" && s.redundancy.degraded > 0
+            })
+            .await;
+        assert!(s.osds.iter().any(|o| o.id == 2 && !o.up));
+        // Some file written after the kill has OSD 2 recorded stale.
+        let mut stale = 0;
+        for (name, _, _) in &files {
+            let l = layout_of(&c, name).await;
+            stale += l.homes[0]
+                .stripes
+                .iter()
+                .filter(|s| s.stale.contains(&2))
+                .count();
+        }
+        assert!(stale > 0, "no copy on the killed OSD was recorded stale");
+        // It comes back and catches up: HEALTH_OK, no stale copy left.
+        cl.start_osd(2);
+        let s = cl.wait_healthy(60).await;
+        assert!(s.redundancy.bytes_recovered > 0, "nothing was copied");
+        for (name, id, len) in &files {
+            let l = layout_of(&c, name).await;
+            for st in &l.homes[0].stripes {
+                assert!(st.stale.is_empty(), "{name}: {st:?}");
+                assert_eq!(st.fresh.len(), 2, "{name}: {st:?}");
+            }
+            assert_eq!(read_file(&c, name).await, content(*id, *len), "{name}");
+        }
+        // Every copy agrees, byte for byte.
+        let out = cl.cli(&["scrub", "--deep"]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(text.contains("0 inconsistent"), "{text}");
+    });
+}
+
+#[test]
+fn two_lost_disks_with_three_copies_are_recovered_on_the_others() {
+    let dir = tempfile::tempdir().unwrap();
+    runtime().block_on(async {
+        let mut cl = Cluster::start(dir.path(), 5, 3, "");
+        cl.wait_healthy(30).await;
+        let c = cl.client().await;
+        let mut files = Vec::new();
+        for k in 0..24u64 {
+            let len = (k as usize * 37_337) % (900 << 10) + 1;
+            write_file(&c, &format!("f{k}"), &content(k, len))
+                .await
+                .unwrap();
+            files.push((format!("f{k}"), k, len));
+        }
+        // Two disks lost at once: processes killed, images deleted.
+        for id in [1, 4] {
+            cl.kill_osd(id);
+            std::fs::remove_file(cl.osd_dir(id).join("store.img")).unwrap();
+        }
+        cl.wait_for("two OSDs down", 20, |s| {
+            s.osds.iter().filter(|o| !o.up).count() == 2
+        })
+        .await;
+        // Operator errors first: an unknown OSD, nothing changed.
+        let out = cl.cli(&["osd", "out", "99"]);
+        assert!(!out.status.success());
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("OSD 99 is not in the map"),
+            "{out:?}"
+        );
+        for id in ["1", "4"] {
+            let out = cl.cli(&["osd", "out", id]);
+            assert!(out.status.success(), "{out:?}");
+        }
+        let s = cl.wait_healthy(90).await;
+        assert!(s.osds.iter().filter(|o| !o.is_in).count() == 2);
+        for (name, k, len) in &files {
+            let l = layout_of(&c, name).await;
+            for st in &l.homes[0].stripes {
+                assert_eq!(st.fresh.len(), 3, "{name}: {st:?}");
+                assert!(st.stale.is_empty(), "{name}: {st:?}");
+                assert!(
+                    !st.fresh.contains(&1) && !st.fresh.contains(&4),
+                    "{name}: {st:?}"
+                );
+                // three distinct hosts (one OSD per host here)
+                let mut f = st.fresh.clone();
+                f.sort_unstable();
+                f.dedup();
+                assert_eq!(f.len(), 3);
+            }
+            assert_eq!(read_file(&c, name).await, content(*k, *len), "{name}");
+        }
+    });
+}
+
+/// Flips a byte in the middle of every place `needle` is found in the file
+/// at `path` (the journal's copy and the data's); says whether it found any.
+fn flip_in_image(path: &Path, needle: &[u8]) -> bool {
+    let mut img = std::fs::read(path).unwrap();
+    let mut found = false;
+    let mut from = 0;
+    while let Some(at) = img[from..].windows(needle.len()).position(|w| w == needle) {
+        let at = from + at;
+        img[at + needle.len() / 2] ^= 0x40;
+        found = true;
+        from = at + needle.len();
+    }
+    std::fs::write(path, img).unwrap();
+    found
+}
+
+#[test]
+fn a_flipped_byte_is_never_read_and_deep_scrub_repairs_it() {
+    let dir = tempfile::tempdir().unwrap();
+    runtime().block_on(async {
+        let mut cl = Cluster::start(dir.path(), 3, 2, "");
+        cl.wait_healthy(30).await;
+        let c = cl.client().await;
+        let data = content(77, 256 << 10);
+        write_file(&c, "precious", &data).await.unwrap();
+        let l = layout_of(&c, "precious").await;
+        let victim = l.homes[0].stripes[0].fresh[0];
+        // Let the store make the data durable in place, then corrupt one copy.
+        cl.kill_osd(victim);
+        let needle = &data[100_000..100_064];
+        assert!(
+            flip_in_image(&cl.osd_dir(victim).join("store.img"), needle),
+            "the data is not in OSD {victim}'s image"
+        );
+        cl.start_osd(victim);
+        cl.wait_for("OSD back", 30, |s| s.osds.iter().all(|o| o.up))
+            .await;
+        // A deep scrub finds the bad copy and repairs it from the good one.
+        let out = cl.cli(&["scrub", "/precious", "--deep"]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(text.contains("1 inconsistent, 1 repaired"), "{text}");
+        assert!(text.contains(&format!("OSD {victim}")), "{text}");
+        let out = cl.cli(&["scrub", "--deep"]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("0 inconsistent"), "{text}");
+        // Corrupt the preferred copy again: reads still return the right
+        // bytes (from the other copy), and the bad copy gets repaired.
+        let l = layout_of(&c, "precious").await;
+        let victim = l.homes[0].stripes[0].fresh[0];
+        cl.kill_osd(victim);
+        assert!(flip_in_image(&cl.osd_dir(victim).join("store.img"), needle));
+        cl.start_osd(victim);
+        cl.wait_for("OSD back", 30, |s| s.osds.iter().all(|o| o.up))
+            .await;
+        let before = cl.status().await.unwrap().redundancy.bytes_recovered;
+        let c2 = cl.client().await;
+        assert_eq!(read_file(&c2, "precious").await, data);
+        // The read reported the bad copy; recovery re-copies it.
+        cl.wait_for("the bad copy re-copied", 30, |s| {
+            s.redundancy.bytes_recovered >= before + data.len() as u64
+        })
+        .await;
+        let out = cl.cli(&["scrub", "--deep"]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.contains("0 inconsistent"),
+            "read did not get the copy repaired: {text}"
+        );
+    });
+}
+
+#[test]
+fn recovery_finishes_after_the_mds_is_killed_during_it() {
+    let dir = tempfile::tempdir().unwrap();
+    runtime().block_on(async {
+        // Slow recovery, so the MDS dies in the middle of it.
+        let mut cl = Cluster::start(dir.path(), 4, 2, "recovery_mib_per_sec = 4");
+        cl.wait_healthy(30).await;
+        let c = cl.client().await;
+        let mut files = Vec::new();
+        for k in 0..12u64 {
+            let len = 1 << 20;
+            write_file(&c, &format!("g{k}"), &content(1000 + k, len))
+                .await
+                .unwrap();
+            files.push((format!("g{k}"), 1000 + k, len));
+        }
+        cl.kill_osd(3);
+        let out = cl.cli(&["osd", "out", "3"]);
+        assert!(out.status.success(), "{out:?}");
+        cl.wait_for("recovery under way", 30, |s| {
+            s.redundancy.bytes_recovered > 0
+        })
+        .await;
+        cl.kill_mds();
+        cl.start_mds();
+        let s = cl.wait_healthy(120).await;
+        assert_eq!(s.redundancy.degraded, 0);
+        let c = cl.client().await;
+        for (name, k, len) in &files {
+            let l = layout_of(&c, name).await;
+            assert_eq!(l.homes[0].stripes[0].fresh.len(), 2, "{name}");
+            assert!(!l.homes[0].stripes[0].fresh.contains(&3), "{name}");
+            assert_eq!(read_file(&c, name).await, content(*k, *len), "{name}");
+        }
+    });
+}
+
+#[test]
+fn bad_replica_settings_and_unsafe_outs_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    runtime().block_on(async {
+        let cl = Cluster::start(dir.path(), 2, 1, "");
+        cl.wait_healthy(30).await;
+        for (args, says) in [
+            (
+                vec!["layout", "set", "/", "--replicas", "0"],
+                "replicas 0: must be 1..=5",
+            ),
+            (
+                vec!["layout", "set", "/", "--replicas", "6"],
+                "replicas 6: must be 1..=5",
+            ),
+            (
+                vec![
+                    "layout",
+                    "set",
+                    "/",
+                    "--replicas",
+                    "2",
+                    "--min-replicas",
+                    "3",
+                ],
+                "min replicas 3",
+            ),
+        ] {
+            let out = cl.cli(&args);
+            assert!(!out.status.success(), "{args:?}");
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(err.contains(says), "{args:?}: {err}");
+        }
+        // More replicas than OSDs: accepted, and the status says why it is degraded.
+        let out = cl.cli(&["layout", "set", "/", "--replicas", "3"]);
+        assert!(out.status.success(), "{out:?}");
+        let s = cl
+            .wait_for("degraded warning", 20, |s| {
+                s.health()
+                    .reasons
+                    .iter()
+                    .any(|r| r.contains("ask for 3 copies but only 2 OSDs are in"))
+            })
+            .await;
+        assert_eq!(s.health().level, "HEALTH_WARN");
+        // A file with one copy: its OSD cannot go out without --force.
+        let out = cl.cli(&["layout", "set", "/", "--replicas", "1"]);
+        assert!(out.status.success(), "{out:?}");
+        let c = cl.client().await;
+        write_file(&c, "single", b"only copy").await.unwrap();
+        let osd = layout_of(&c, "single").await.homes[0].stripes[0].fresh[0];
+        let out = cl.cli(&["osd", "out", &osd.to_string()]);
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("only fresh copy") && err.contains("--force"),
+            "{err}"
+        );
+        let s = cl.status().await.unwrap();
+        assert!(
+            s.osds.iter().all(|o| o.is_in),
+            "refused, yet something changed"
+        );
+    });
+}
