@@ -13,6 +13,7 @@ pub mod meta_bench;
 pub mod mix;
 pub mod osd_bench;
 pub mod plot;
+pub mod replication;
 pub mod stats;
 pub mod store_bench;
 pub mod target;

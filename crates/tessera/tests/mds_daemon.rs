@@ -572,7 +572,10 @@ async fn mds_osd_status_layout_and_metrics_as_processes() {
     wait_ready(&c, 1).await;
     let status = ok(&["status", "--mds", &mds_addr, "--cluster", "cli"]);
     assert!(
-        status.contains(&osd_addr) && status.contains(" up ") && status.contains("2.50"),
+        status.starts_with("HEALTH_OK")
+            && status.contains(&osd_addr)
+            && status.contains(" up,in ")
+            && status.contains("2.50"),
         "{status}"
     );
     c.call(Op::Mkdir {

@@ -916,10 +916,13 @@ impl Mds {
                             *votes.entry(*d).or_default() += 1;
                         }
                     }
-                    let good = votes
-                        .iter()
-                        .max_by_key(|(d, n)| (**n, d.0))
-                        .map(|(d, _)| *d);
+                    // A tie (two copies that disagree) has no winner: reported, not repaired.
+                    let top = votes.values().copied().max().unwrap_or(0);
+                    let mut winners = votes.iter().filter(|(_, n)| **n == top).map(|(d, _)| *d);
+                    let good = match (winners.next(), winners.next()) {
+                        (Some(d), None) => Some(d),
+                        _ => None,
+                    };
                     for (osd, d) in &seen {
                         if *d != good || good.is_none() {
                             rep.inconsistent += 1;

@@ -85,6 +85,23 @@ pub enum BenchCmd {
         #[arg(long, default_value = "./tessera-data/bench")]
         dir: PathBuf,
     },
+    /// Replication: write MB/s with 1, 2 and 3 copies (one disk: the ideal
+    /// for R copies is 1/R), cold read healthy and with the preferred
+    /// copy's OSD stopped, and recovery of an OSD's loss (1 GiB of
+    /// two-copy data on four OSDs; the OSD marked out at once) — its
+    /// time to HEALTH_OK and its rate against fio's sequential write of
+    /// the same disk, in one run. Needs root (a loop device for fio).
+    Replication {
+        /// 256 MiB per write test (default 1 GiB); the recovery is 1 GiB either way.
+        #[arg(long)]
+        quick: bool,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// Where the cluster and the loop device's file go.
+        #[arg(long, default_value = "./tessera-data/bench")]
+        dir: PathBuf,
+    },
     /// The OSD over loopback TCP against the same store in-process: 512 KiB
     /// writes and reads and 4 KiB create-and-writes at queue depth 1 and 16,
     /// in one run. Prints both and the ratio.
@@ -143,6 +160,15 @@ pub fn run(c: BenchCmd) -> anyhow::Result<i32> {
                 bench::dirops::Config::full(dir)
             };
             emit(json, &bench::dirops::run(&cfg)?, bench::dirops::print)
+        }
+        BenchCmd::Replication { quick, json, dir } => {
+            let p = bench::replication::ReplParams {
+                write: if quick { 256 << 20 } else { 1 << 30 },
+                recover: 1 << 30,
+            };
+            emit(json, &bench::replication::run(&dir, p)?, |r| {
+                bench::replication::print(r, p)
+            })
         }
         BenchCmd::Osd { quick, json, dir } => emit(
             json,
