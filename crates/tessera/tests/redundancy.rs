@@ -487,7 +487,8 @@ fn a_flipped_byte_is_never_read_and_deep_scrub_repairs_it() {
         assert!(text.contains("0 inconsistent"), "{text}");
         // Corrupt the preferred copy again: reads still return the right
         // bytes (from the other copy), and the bad copy gets repaired.
-        let l = layout_of(&c, "precious").await;
+        // (A new client: the first one may still hold the layout of before the repair.)
+        let l = layout_of(&cl.client().await, "precious").await;
         let victim = l.homes[0].stripes[0].fresh[0];
         cl.kill_osd(victim);
         assert!(flip_in_image(&cl.osd_dir(victim).join("store.img"), needle));
@@ -612,4 +613,119 @@ fn bad_replica_settings_and_unsafe_outs_are_refused() {
             "refused, yet something changed"
         );
     });
+}
+
+/// Mounts the cluster with `tessera mount --foreground`; unmounted on drop.
+struct MountGuard {
+    mp: PathBuf,
+    child: Child,
+}
+
+impl MountGuard {
+    fn new(cl: &Cluster, mp: &Path) -> MountGuard {
+        use std::io::BufRead;
+        std::fs::create_dir_all(mp).unwrap();
+        let mut child = Command::new(BIN)
+            .args(["mount", &cl.mds_addr])
+            .arg(mp)
+            .args(["--foreground", "--cluster", CLUSTER])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let out = child.stdout.take().unwrap();
+        let mut line = String::new();
+        let mut r = std::io::BufReader::new(out);
+        while r.read_line(&mut line).unwrap() > 0 {
+            if line.contains("mounted") {
+                break;
+            }
+            line.clear();
+        }
+        assert!(line.contains("mounted"), "mount did not come up: {line}");
+        MountGuard {
+            mp: mp.into(),
+            child,
+        }
+    }
+}
+
+impl Drop for MountGuard {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.mp).status();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn a_write_storm_through_the_mount_survives_an_osd_kill() {
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 || !Path::new("/dev/fuse").exists() {
+        eprintln!("SKIPPED: FUSE mounts need root and /dev/fuse");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let rt = runtime();
+    let mut cl = Cluster::start(dir.path(), 4, 2, "");
+    rt.block_on(cl.wait_healthy(30));
+    let m = MountGuard::new(&cl, &dir.path().join("mnt"));
+    let mp = m.mp.clone();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writers: Vec<_> = (0..3u64)
+        .map(|w| {
+            let (mp, stop) = (mp.clone(), stop.clone());
+            std::thread::spawn(move || {
+                use std::io::Write;
+                let mut done = Vec::new();
+                let mut k = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let id = 7_000_000 + w * 100_000 + k;
+                    let len = 1 + (id as usize * 104_729) % (600 << 10);
+                    let p = mp.join(format!("m{id}"));
+                    let mut f = std::fs::File::create(&p).unwrap();
+                    f.write_all(&content(id, len)).unwrap();
+                    f.sync_all().unwrap_or_else(|e| {
+                        panic!("fsync of {} with one OSD down: {e}", p.display())
+                    });
+                    drop(f);
+                    done.push((p, id, len));
+                    k += 1;
+                }
+                done
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(1500));
+    cl.kill_osd(3);
+    std::thread::sleep(Duration::from_millis(3000));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let files: Vec<_> = writers
+        .into_iter()
+        .flat_map(|w| w.join().unwrap())
+        .collect();
+    assert!(files.len() > 10, "only {} files", files.len());
+    for (p, id, len) in &files {
+        assert_eq!(
+            std::fs::read(p).unwrap(),
+            content(*id, *len),
+            "{}",
+            p.display()
+        );
+    }
+    let out = cl.cli(&["status"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.starts_with("HEALTH_WARN"), "{text}");
+    assert!(text.contains("OSDs down (3)"), "{text}");
+    cl.start_osd(3);
+    rt.block_on(cl.wait_healthy(60));
+    for (p, id, len) in &files {
+        assert_eq!(
+            std::fs::read(p).unwrap(),
+            content(*id, *len),
+            "{}",
+            p.display()
+        );
+    }
+    drop(m);
 }

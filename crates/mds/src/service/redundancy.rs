@@ -28,6 +28,8 @@ use super::*;
 
 /// Bytes recovery copies per request.
 const COPY_CHUNK: u64 = 4 << 20;
+/// Files recovery copies at once.
+const RECOVERY_PARALLEL: usize = 4;
 /// How long MARK STALE tries to reach a copy's OSD before it waits out its lease.
 const FENCE_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -47,6 +49,11 @@ pub struct RecoveryState {
     samples: Vec<(Instant, u64)>,
     /// Inconsistent copies found by scrubs and not yet repaired.
     inconsistent: HashSet<(u64, u64, u32)>,
+    /// The rate limit's window: when it started and bytes copied since.
+    throttle: Option<(Instant, u64)>,
+    /// Copies dropped from layouts, removed once every capability that
+    /// could reach them has expired: (when, OSD, object id, tries left).
+    removals: Vec<(Instant, u32, u64, u8)>,
 }
 
 /// One stripe object's copies, as a recovery step sees them.
@@ -475,11 +482,48 @@ impl Mds {
         }
     }
 
+    /// Removes the dropped copies whose time has come (from OSDs that are
+    /// up; one that is not is tried once a minute for an hour, then left).
+    async fn remove_dropped(&self) {
+        let due: Vec<(Instant, u32, u64, u8)> = {
+            let mut rec = self.rec();
+            let now = Instant::now();
+            let (due, keep) = rec.removals.drain(..).partition(|r| r.0 <= now);
+            rec.removals = keep;
+            due
+        };
+        if due.is_empty() {
+            return;
+        }
+        let Ok(map) = self.current_map() else { return };
+        let up = self.up_osds();
+        for (_, osd, oid, tries) in due {
+            let rm = Command::Remove {
+                pid: DATA_PARTITION,
+                oid,
+            };
+            if up.contains(&osd) && self.osd_run(&map, osd, rm).await.is_ok() {
+                continue;
+            }
+            if tries > 0 {
+                let next = Instant::now() + Duration::from_secs(60);
+                self.rec().removals.push((next, osd, oid, tries - 1));
+            } else {
+                tracing::info!(
+                    osd,
+                    oid = format_args!("{oid:#x}"),
+                    "dropped copy left on its OSD"
+                );
+            }
+        }
+    }
+
     /// The recovery worker: runs until the process ends.
     pub async fn recovery_worker(self: Arc<Self>) {
         let (mut last_light, mut last_deep) = (Instant::now(), Instant::now());
         loop {
             self.mark_out_overdue().await;
+            self.remove_dropped().await;
             let more = match self.recovery_pass().await {
                 Ok(more) => more,
                 Err(e) => {
@@ -520,7 +564,7 @@ impl Mds {
 
     /// One pass: counts every stripe object's copies and repairs what it
     /// can. Returns whether work is left that could not be done yet.
-    pub async fn recovery_pass(&self) -> Result<bool, MdsError> {
+    pub async fn recovery_pass(self: &Arc<Self>) -> Result<bool, MdsError> {
         let map = self.current_map()?;
         let up = self.up_osds();
         let is_in = |o: u32| map.osd(o).is_some_and(|e| !e.out);
@@ -594,15 +638,37 @@ impl Mds {
             rec.counts = counts.clone();
         }
         self.metrics.set_redundancy(&counts);
+        let (map, up) = (Arc::new(map), Arc::new(up));
         let mut more = false;
-        for ino in todo {
-            match self.recover_inode(ino, &map, &up).await {
-                Ok(left) => more |= left,
+        let mut failed = 0u64;
+        let mut last_error = None;
+        let mut set = tokio::task::JoinSet::new();
+        let mut todo = todo.into_iter();
+        loop {
+            while set.len() < RECOVERY_PARALLEL {
+                let Some(ino) = todo.next() else { break };
+                let (me, map, up) = (self.clone(), map.clone(), up.clone());
+                set.spawn(async move { (ino, me.recover_inode(ino, &map, &up).await) });
+            }
+            let Some(done) = set.join_next().await else {
+                break;
+            };
+            match done {
+                Ok((_, Ok(left))) => more |= left,
+                Ok((ino, Err(e))) => {
+                    more = true;
+                    failed += 1;
+                    tracing::debug!(ino, error = %e, "recovery of the file failed; will retry");
+                    last_error = Some(e.to_string());
+                }
                 Err(e) => {
                     more = true;
-                    tracing::warn!(ino, error = %e, "recovery of the file failed; will retry");
+                    last_error = Some(e.to_string());
                 }
             }
+        }
+        if let Some(e) = last_error {
+            tracing::warn!(files = failed, last_error = %e, "recovery pass left files to retry");
         }
         Ok(more)
     }
@@ -666,9 +732,19 @@ impl Mds {
                         n
                     }
                 };
-                // Writers out: raise the sources' versions first.
+                // Writers out: raise the sources' versions first (a source
+                // that cannot be reached: try this stripe again next pass).
+                let mut fenced = true;
                 for &s in &sources {
-                    self.set_version_creating(map, s, oid, version).await?;
+                    if let Err(e) = self.set_version_creating(map, s, oid, version).await {
+                        tracing::debug!(ino, osd = s, error = %e, "source not reachable");
+                        fenced = false;
+                        break;
+                    }
+                }
+                if !fenced {
+                    left = true;
+                    continue;
                 }
                 let mut made = Vec::new();
                 for t in targets {
@@ -690,17 +766,12 @@ impl Mds {
                     copies: c.clone(),
                 };
                 let dropped = self.commit_copies(ino, &s, src, made, map, r).await?;
-                for osd in dropped {
-                    if up.contains(&osd) {
-                        let rm = Command::Remove {
-                            pid: DATA_PARTITION,
-                            oid,
-                        };
-                        if let Err(e) = self.osd_run(map, osd, rm).await {
-                            tracing::debug!(osd, error = %e, "misplaced copy not removed");
-                        }
-                    }
-                }
+                // A client may still hold the old layout with capabilities
+                // for the dropped copy: it is removed once they expired.
+                let when = Instant::now() + Duration::from_secs(self.cfg.cap_ttl_secs + 5);
+                self.rec()
+                    .removals
+                    .extend(dropped.into_iter().map(|osd| (when, osd, oid, 60)));
             }
         }
         Ok(left)
@@ -812,17 +883,24 @@ impl Mds {
         to.run(Some(&dcap), create, Bytes::new())
             .await
             .map_err(|e| osd_err(dst, e))?;
-        let started = Instant::now();
         let limit = self.cfg.recovery_mib_per_sec << 20;
+        let read_at = |offset: u64| {
+            let (from, scap) = (from.clone(), scap.clone());
+            async move {
+                let read = Command::Read {
+                    pid,
+                    oid,
+                    offset,
+                    len: COPY_CHUNK as u32,
+                };
+                from.run(Some(&scap), read, Bytes::new()).await
+            }
+        };
+        // The next chunk is read while the current one is written.
         let (mut at, mut size, mut copied) = (0u64, u64::MAX, 0u64);
-        while at < size {
-            let read = Command::Read {
-                pid,
-                oid,
-                offset: at,
-                len: COPY_CHUNK as u32,
-            };
-            let a = match from.run(Some(&scap), read, Bytes::new()).await {
+        let mut pending = read_at(0).await;
+        loop {
+            let a = match pending {
                 Ok(a) => a,
                 Err(ConnError::Remote(e)) if e.code == ErrorCode::NoObject => break,
                 Err(e) => return Err(osd_err(src, e)),
@@ -834,23 +912,32 @@ impl Mds {
                 break;
             }
             let n = a.data.len() as u64;
-            if a.data.iter().any(|&b| b != 0) {
-                let w = Command::Write {
-                    pid,
-                    oid,
-                    offset: at,
-                };
-                to.run(Some(&dcap), w, a.data)
-                    .await
-                    .map_err(|e| osd_err(dst, e))?;
-                copied += n;
-            }
-            at += n;
-            if limit > 0 {
-                let due = Duration::from_secs_f64(at as f64 / limit as f64);
-                if let Some(wait) = due.checked_sub(started.elapsed()) {
-                    tokio::time::sleep(wait).await;
+            let data = a.data;
+            let write = async {
+                if data.iter().any(|&b| b != 0) {
+                    let w = Command::Write {
+                        pid,
+                        oid,
+                        offset: at,
+                    };
+                    to.run(Some(&dcap), w, data).await.map(|_| n)
+                } else {
+                    Ok(0)
                 }
+            };
+            let next = at + n;
+            if next < size {
+                let (w, r) = tokio::join!(write, read_at(next));
+                copied += w.map_err(|e| osd_err(dst, e))?;
+                pending = r;
+            } else {
+                copied += write.await.map_err(|e| osd_err(dst, e))?;
+                at = next;
+                break;
+            }
+            at = next;
+            if limit > 0 {
+                self.throttle(n, limit).await;
             }
         }
         if size != u64::MAX {
@@ -872,6 +959,27 @@ impl Mds {
             .await
             .map_err(|e| osd_err(dst, e))?;
         Ok(copied.max(size.min(at)))
+    }
+
+    /// Waits so that all copying together stays under `limit` bytes per
+    /// second (a window that restarts after a second of quiet).
+    async fn throttle(&self, n: u64, limit: u64) {
+        let wait = {
+            let mut rec = self.rec();
+            let (start, bytes) = match rec.throttle {
+                Some((t, b))
+                    if t.elapsed() < Duration::from_secs_f64(b as f64 / limit as f64 + 1.0) =>
+                {
+                    (t, b + n)
+                }
+                _ => (Instant::now(), n),
+            };
+            rec.throttle = Some((start, bytes));
+            Duration::from_secs_f64(bytes as f64 / limit as f64).checked_sub(start.elapsed())
+        };
+        if let Some(w) = wait {
+            tokio::time::sleep(w).await;
+        }
     }
 
     /// The redundancy counts of the last pass.
@@ -916,12 +1024,26 @@ impl Mds {
                             *votes.entry(*d).or_default() += 1;
                         }
                     }
-                    // A tie (two copies that disagree) has no winner: reported, not repaired.
+                    // A tie (two copies that disagree) is broken by the length
+                    // the file's size gives the object; failing that it has no
+                    // winner and is reported, not repaired.
                     let top = votes.values().copied().max().unwrap_or(0);
-                    let mut winners = votes.iter().filter(|(_, n)| **n == top).map(|(d, _)| *d);
-                    let good = match (winners.next(), winners.next()) {
-                        (Some(d), None) => Some(d),
-                        _ => None,
+                    let tied: Vec<(u64, u64)> = votes
+                        .iter()
+                        .filter(|(_, n)| **n == top)
+                        .map(|(d, _)| *d)
+                        .collect();
+                    let expected = l.spec.object_len(i.attr.size, set as u64, j as u32);
+                    let good = match &tied[..] {
+                        [d] => Some(*d),
+                        many => {
+                            let fit: Vec<&(u64, u64)> =
+                                many.iter().filter(|d| d.0 == expected).collect();
+                            match &fit[..] {
+                                [d] => Some(**d),
+                                _ => None,
+                            }
+                        }
                     };
                     for (osd, d) in &seen {
                         if *d != good || good.is_none() {
