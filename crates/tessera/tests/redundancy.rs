@@ -84,7 +84,7 @@ impl Cluster {
                 &c.osd_dir(id),
                 id,
                 CLUSTER,
-                256 << 20,
+                512 << 20,
                 &mds_dir.join("keys"),
             )
             .unwrap();
@@ -145,6 +145,15 @@ impl Cluster {
             .spawn()
             .unwrap();
         self.osds[id as usize - 1] = Some(child);
+    }
+
+    /// SIGTERM: the OSD flushes its store and exits.
+    fn stop_osd(&mut self, id: u32) {
+        if let Some(mut c) = self.osds[id as usize - 1].take() {
+            // SAFETY: signalling our own child.
+            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+            assert!(c.wait().unwrap().success(), "OSD {id} did not stop cleanly");
+        }
     }
 
     /// SIGKILL, as a crash.
@@ -313,7 +322,7 @@ fn an_osd_killed_mid_storm_loses_no_acknowledged_write_and_catches_up() {
                 let mut k = 0u64;
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                     let id = w * 1_000_000 + k;
-                    let len = 4096 + (id as usize * 7919) % (700 << 10);
+                    let len = 4096 + (id as usize * 7919) % (300 << 10);
                     let name = format!("w{id}");
                     write_file(&c, &name, &content(id, len))
                         .await
@@ -462,8 +471,9 @@ fn a_flipped_byte_is_never_read_and_deep_scrub_repairs_it() {
         write_file(&c, "precious", &data).await.unwrap();
         let l = layout_of(&c, "precious").await;
         let victim = l.homes[0].stripes[0].fresh[0];
-        // Let the store make the data durable in place, then corrupt one copy.
-        cl.kill_osd(victim);
+        // Rot on a quiet disk: the OSD stops cleanly (its store checkpointed),
+        // then a byte of its copy flips.
+        cl.stop_osd(victim);
         let needle = &data[100_000..100_064];
         assert!(
             flip_in_image(&cl.osd_dir(victim).join("store.img"), needle),
@@ -490,7 +500,7 @@ fn a_flipped_byte_is_never_read_and_deep_scrub_repairs_it() {
         // (A new client: the first one may still hold the layout of before the repair.)
         let l = layout_of(&cl.client().await, "precious").await;
         let victim = l.homes[0].stripes[0].fresh[0];
-        cl.kill_osd(victim);
+        cl.stop_osd(victim);
         assert!(flip_in_image(&cl.osd_dir(victim).join("store.img"), needle));
         cl.start_osd(victim);
         cl.wait_for("OSD back", 30, |s| s.osds.iter().all(|o| o.up))
