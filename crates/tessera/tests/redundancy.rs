@@ -95,6 +95,23 @@ impl Cluster {
         c
     }
 
+    /// Provisions and starts one more OSD (the next id).
+    fn add_osd(&mut self) -> u32 {
+        let id = self.osds.len() as u32 + 1;
+        local::provision_osd(
+            &self.osd_dir(id),
+            id,
+            CLUSTER,
+            512 << 20,
+            &self.dir.join("mds").join("keys"),
+        )
+        .unwrap();
+        self.osd_addrs.push(free_port());
+        self.osds.push(None);
+        self.start_osd(id);
+        id
+    }
+
     fn osd_dir(&self, id: u32) -> PathBuf {
         self.dir.join(format!("osd-{id}"))
     }
@@ -738,4 +755,95 @@ fn a_write_storm_through_the_mount_survives_an_osd_kill() {
         );
     }
     drop(m);
+}
+
+#[test]
+fn an_added_osd_gets_its_share_and_copies_follow_out_and_in() {
+    let dir = tempfile::tempdir().unwrap();
+    runtime().block_on(async {
+        let mut cl = Cluster::start(dir.path(), 3, 2, "");
+        cl.wait_healthy(30).await;
+        let c = cl.client().await;
+        let mut files = Vec::new();
+        for k in 0..40u64 {
+            let len = 1 + (k as usize * 7717) % (200 << 10);
+            write_file(&c, &format!("b{k}"), &content(500 + k, len))
+                .await
+                .unwrap();
+            files.push((format!("b{k}"), 500 + k, len));
+        }
+        let on = |ls: &[Layout], osd: u32| {
+            ls.iter()
+                .filter(|l| l.homes[0].stripes[0].fresh.contains(&osd))
+                .count()
+        };
+        let layouts = |c: Client, names: Vec<String>| async move {
+            let mut out = Vec::new();
+            for n in names {
+                out.push(layout_of(&c, &n).await);
+            }
+            out
+        };
+        let names: Vec<String> = files.iter().map(|f| f.0.clone()).collect();
+        // A fourth OSD joins: backfill gives it its share (about half of
+        // the files have a copy there with two copies on four OSDs).
+        let four = cl.add_osd();
+        cl.wait_for("the new OSD up", 30, |s| {
+            s.osds.len() == 4 && s.osds.iter().all(|o| o.up)
+        })
+        .await;
+        // Recovery passes run every 300 ms here: wait until one has moved
+        // copies and the cluster is healthy again.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let ls = loop {
+            let ls = layouts(cl.client().await, names.clone()).await;
+            let s = cl.status().await.unwrap();
+            if on(&ls, four) > 0 && s.health().level == "HEALTH_OK" && s.redundancy.misplaced == 0 {
+                break ls;
+            }
+            assert!(Instant::now() < deadline, "no backfill: {:?}", s.health());
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
+        let n4 = on(&ls, four);
+        assert!(
+            (8..=32).contains(&n4),
+            "OSD {four} holds copies of {n4} of 40 files"
+        );
+        for l in &ls {
+            assert_eq!(l.homes[0].stripes[0].fresh.len(), 2, "{l:?}");
+        }
+        for (name, k, len) in &files {
+            assert_eq!(read_file(&c, name).await, content(*k, *len), "{name}");
+        }
+        // Out: its copies move away; in: they come back.
+        let settle = |want: usize| {
+            let (cl, names) = (&cl, names.clone());
+            async move {
+                let deadline = Instant::now() + Duration::from_secs(60);
+                loop {
+                    let ls = layouts(cl.client().await, names.clone()).await;
+                    let s = cl.status().await.unwrap();
+                    if on(&ls, four) == want && s.health().level == "HEALTH_OK" {
+                        return;
+                    }
+                    assert!(
+                        Instant::now() < deadline,
+                        "OSD {four} holds {} copies, want {want}: {:?}",
+                        on(&ls, four),
+                        s.health()
+                    );
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+        };
+        assert!(cl.cli(&["osd", "out", &four.to_string()]).status.success());
+        settle(0).await;
+        assert!(cl.cli(&["osd", "in", &four.to_string()]).status.success());
+        // The same share comes back (placement is a function of the map).
+        settle(n4).await;
+        let c = cl.client().await;
+        for (name, k, len) in &files {
+            assert_eq!(read_file(&c, name).await, content(*k, *len), "{name}");
+        }
+    });
 }

@@ -21,7 +21,7 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
-use proto::layout::{Copies, Homes};
+use proto::layout::{Copies, Homes, Layout};
 use proto::mds::{Redundancy, ScrubReport};
 
 use super::*;
@@ -619,7 +619,11 @@ impl Mds {
                 .filter(|&&o| is_in(o))
                 .count();
             let stale_up = s.copies.stale.iter().any(|o| up.contains(o) && is_in(*o));
-            let needs = stale_up || in_copies < r.min(map.placeable()) || on_out;
+            let moved = !on_out && !backfill(&map, &up, l, s.set, s.stripe).is_empty();
+            if moved {
+                counts.misplaced += 1;
+            }
+            let needs = stale_up || in_copies < r.min(map.placeable()) || on_out || moved;
             if needs && !fresh_up.is_empty() {
                 counts.objects_left += 1;
                 counts.bytes_left += l
@@ -718,6 +722,24 @@ impl Mds {
                 }
                 let fresh_in = c.fresh.iter().filter(|&&o| is_in(o)).count();
                 let drop_out = c.fresh.iter().chain(&c.stale).any(|&o| !is_in(o));
+                // Healthy but not where placement now puts it (an OSD was
+                // added or came back in): copy to the new home first, drop
+                // the surplus after.
+                let mut desired = None;
+                if targets.is_empty() && !drop_out && c.stale.is_empty() {
+                    let moves = backfill(map, up, &l, set, j);
+                    if !moves.is_empty() {
+                        targets = moves;
+                        desired = map
+                            .place_copies(
+                                oid,
+                                l.spec.stripe_count,
+                                u32::from(l.spec.replicas.max(1)),
+                            )
+                            .into_iter()
+                            .nth(j);
+                    }
+                }
                 if targets.is_empty() && !(drop_out && fresh_in >= r) {
                     if drop_out || in_copies < r {
                         left = true;
@@ -765,7 +787,9 @@ impl Mds {
                     stripe: j,
                     copies: c.clone(),
                 };
-                let dropped = self.commit_copies(ino, &s, src, made, map, r).await?;
+                let dropped = self
+                    .commit_copies(ino, &s, src, made, map, r, desired)
+                    .await?;
                 // A client may still hold the old layout with capabilities
                 // for the dropped copy: it is removed once they expired.
                 let when = Instant::now() + Duration::from_secs(self.cfg.cap_ttl_secs + 5);
@@ -780,6 +804,10 @@ impl Mds {
     /// Records the copies made as fresh (if the source is still fresh and
     /// the stripe's copies are as they were read), then drops the copies on
     /// OSDs that are out once enough fresh ones are in. Returns the dropped OSDs.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "one recovery step's whole context"
+    )]
     async fn commit_copies(
         &self,
         ino: u64,
@@ -788,6 +816,7 @@ impl Mds {
         made: Vec<u32>,
         map: &OsdMap,
         r: usize,
+        desired: Option<Vec<u32>>,
     ) -> Result<Vec<u32>, MdsError> {
         let (set, j, seen) = (s.set, s.stripe, s.copies.clone());
         let outs: HashSet<u32> = map.osds.iter().filter(|o| o.out).map(|o| o.id).collect();
@@ -825,6 +854,16 @@ impl Mds {
                     }
                     c.fresh.retain(|o| !outs.contains(o));
                     c.stale.retain(|o| !outs.contains(o));
+                }
+                // Backfill: beyond `r` fresh copies, drop those placement
+                // no longer names.
+                if let Some(want) = &desired {
+                    while c.fresh.len() > r {
+                        let Some(at) = c.fresh.iter().position(|o| !want.contains(o)) else {
+                            break;
+                        };
+                        dropped.push(c.fresh.remove(at));
+                    }
                 }
                 tx.put_inode(&i)?;
                 Ok(dropped)
@@ -1172,6 +1211,37 @@ fn rate(samples: &mut Vec<(Instant, u64)>) -> u64 {
         (Some(a), Some(b)) if b.0 > a.0 => ((b.1 - a.1) as f64 / (b.0 - a.0).as_secs_f64()) as u64,
         _ => 0,
     }
+}
+
+/// Backfill moves for stripe `j` of object set `set`: the OSDs placement
+/// now names for it that are up and hold no copy of the set yet — when the
+/// stripe is healthy (its copies fresh, on OSDs that are in) and placement
+/// names a full set of copies for it.
+fn backfill(map: &OsdMap, up: &HashSet<u32>, l: &Layout, set: usize, j: usize) -> Vec<u32> {
+    let (Some(h), Some(&oid)) = (l.homes.get(set), l.objsets.get(set)) else {
+        return Vec::new();
+    };
+    let Some(c) = h.stripes.get(j) else {
+        return Vec::new();
+    };
+    let r = usize::from(l.spec.replicas.max(1));
+    if !c.stale.is_empty()
+        || c.fresh.len() < r
+        || c.fresh
+            .iter()
+            .any(|&o| map.osd(o).is_none_or(|e| e.out) || !up.contains(&o))
+    {
+        return Vec::new();
+    }
+    let desired = map.place_copies(oid, l.spec.stripe_count, r as u32);
+    let Some(want) = desired.get(j).filter(|w| w.len() == r) else {
+        return Vec::new();
+    };
+    let taken: HashSet<u32> = h.osds().collect();
+    want.iter()
+        .copied()
+        .filter(|o| !c.fresh.contains(o) && up.contains(o) && !taken.contains(o))
+        .collect()
 }
 
 /// Up to `n` new OSDs for a stripe of object set `oid`: in placement order,
