@@ -155,6 +155,16 @@ async fn write_extent(
                             grants = f.grants;
                         }
                     }
+                    if !w.short.is_empty() {
+                        return Err(FsError::new(
+                            Errno::Io,
+                            format!(
+                                "inode {ino:#x}: fewer than {} copies could be written; \
+                                 the copies that missed the write are recorded stale",
+                                layout.spec.min_copies()
+                            ),
+                        ));
+                    }
                     Counters::add(&inner.meta.counters.bytes_written, len);
                     return Ok((w.done, Some((layout.clone(), grants.clone()))));
                 }

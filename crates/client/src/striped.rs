@@ -298,6 +298,10 @@ pub struct Written {
     pub done: Vec<(u64, u32)>,
     /// Copies that missed the write.
     pub missed: Vec<(u64, u32, u32, ConnError)>,
+    /// Objects written on some copies but fewer than their quorum: the
+    /// write must fail (EIO) once the copies that missed it are recorded
+    /// stale (so the copies that have the bytes are the fresh ones).
+    pub short: Vec<(u64, u32)>,
 }
 
 /// Writes one run to every copy at once. A refused capability on any copy
@@ -343,13 +347,17 @@ async fn write_run(
             out.missed.push((r.objset, r.stripe, osd, e));
         }
     }
-    if ok < t.quorum.max(1) {
+    if ok == 0 {
         return Err(first.unwrap_or((
             u32::MAX,
             ConnError::Protocol(format!("object {:#x} has no fresh copy to write", t.oid)),
         )));
     }
-    out.done.push((r.objset, r.stripe));
+    if ok < t.quorum.max(1) {
+        out.short.push((r.objset, r.stripe));
+    } else {
+        out.done.push((r.objset, r.stripe));
+    }
     Ok(out)
 }
 
@@ -372,6 +380,7 @@ pub async fn write(
     for w in join_all(set).await? {
         out.done.extend(w.done);
         out.missed.extend(w.missed);
+        out.short.extend(w.short);
     }
     Ok(out)
 }

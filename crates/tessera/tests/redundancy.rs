@@ -238,9 +238,11 @@ impl Cluster {
         );
     }
 
+    /// Waits for HEALTH_OK with every OSD this test started in the map.
     async fn wait_healthy(&self, secs: u64) -> ClusterStatus {
+        let n = self.osds.len();
         self.wait_for("HEALTH_OK", secs, |s| {
-            s.health().level == "HEALTH_OK" && s.redundancy.checked
+            s.health().level == "HEALTH_OK" && s.redundancy.checked && s.osds.len() == n
         })
         .await
     }
@@ -523,13 +525,24 @@ fn a_flipped_byte_is_never_read_and_deep_scrub_repairs_it() {
         cl.wait_for("OSD back", 30, |s| s.osds.iter().all(|o| o.up))
             .await;
         let before = cl.status().await.unwrap().redundancy.bytes_recovered;
-        let c2 = cl.client().await;
-        assert_eq!(read_file(&c2, "precious").await, data);
-        // The read reported the bad copy; recovery re-copies it.
-        cl.wait_for("the bad copy re-copied", 30, |s| {
-            s.redundancy.bytes_recovered >= before + data.len() as u64
-        })
-        .await;
+        // The read reports the bad copy and recovery re-copies it. (Until the
+        // restarted OSD has its lease it answers NotReady and the read just
+        // uses the other copy: read again until the repair shows.)
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let c2 = cl.client().await;
+            assert_eq!(read_file(&c2, "precious").await, data);
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let now = cl.status().await.unwrap().redundancy.bytes_recovered;
+            if now >= before + data.len() as u64 {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "reads never got the bad copy repaired\n{}",
+                tail(&cl.dir.join("mds.log"))
+            );
+        }
         let out = cl.cli(&["scrub", "--deep"]);
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(
@@ -845,5 +858,40 @@ fn an_added_osd_gets_its_share_and_copies_follow_out_and_in() {
         for (name, k, len) in &files {
             assert_eq!(read_file(&c, name).await, content(*k, *len), "{name}");
         }
+    });
+}
+
+#[test]
+fn too_few_copies_fail_the_write_with_eio_and_nothing_reads_stale() {
+    let dir = tempfile::tempdir().unwrap();
+    runtime().block_on(async {
+        // Three copies, writes need two (the default R - 1).
+        let mut cl = Cluster::start(dir.path(), 3, 3, "");
+        cl.wait_healthy(30).await;
+        let c = cl.client().await;
+        let first = content(900, 300 << 10);
+        write_file(&c, "q", &first).await.unwrap();
+        // One OSD down: writes go on (two copies), the third is recorded stale.
+        cl.kill_osd(1);
+        let second = content(901, 300 << 10);
+        write_file(&c, "q", &second).await.unwrap();
+        let l = layout_of(&c, "q").await;
+        assert_eq!(l.homes[0].stripes[0].stale, vec![1], "{l:?}");
+        // Two down: below the quorum, the write fails with EIO.
+        cl.kill_osd(2);
+        let third = content(902, 300 << 10);
+        let e = write_file(&c, "q", &third).await.unwrap_err();
+        assert!(e.is(proto::mds::Errno::Io), "{e}");
+        // The OSDs come back: never the stale copy's old bytes; recovery
+        // brings every copy to one content and HEALTH_OK.
+        cl.start_osd(1);
+        cl.start_osd(2);
+        cl.wait_healthy(60).await;
+        let c2 = cl.client().await;
+        let got = read_file(&c2, "q").await;
+        assert_ne!(got, first, "a stale copy was read");
+        let out = cl.cli(&["scrub", "--deep"]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("0 inconsistent"), "{text}");
     });
 }
