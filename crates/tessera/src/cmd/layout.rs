@@ -7,7 +7,7 @@ use proto::layout::LayoutSpec;
 use proto::mds::{MdsReply, Op};
 
 use super::runtime;
-use super::status::StatusArgs;
+use super::status::ClusterArgs;
 
 /// Show or set a file's layout or a directory's default layout.
 #[derive(clap::Subcommand)]
@@ -17,7 +17,7 @@ pub enum LayoutCmd {
         /// Path in the file system (absolute).
         path: String,
         #[command(flatten)]
-        to: StatusArgs,
+        to: ClusterArgs,
     },
     /// Set PATH's layout (directories: the default for new files and
     /// subdirectories; files: only while empty).
@@ -41,7 +41,7 @@ pub enum LayoutCmd {
         #[arg(long)]
         min_replicas: Option<u8>,
         #[command(flatten)]
-        to: StatusArgs,
+        to: ClusterArgs,
     },
 }
 

@@ -6,7 +6,7 @@ use net::MdsClient;
 use proto::mds::{MdsReply, Op, ROOT_INO};
 
 use super::runtime;
-use super::status::StatusArgs;
+use super::status::ClusterArgs;
 
 /// Operator actions on an OSD.
 #[derive(clap::Subcommand)]
@@ -23,7 +23,7 @@ pub enum OsdAction {
         #[arg(long)]
         force: bool,
         #[command(flatten)]
-        to: StatusArgs,
+        to: ClusterArgs,
     },
     /// Mark an OSD back in: it takes placements again.
     ///
@@ -32,7 +32,7 @@ pub enum OsdAction {
         /// OSD id.
         id: u32,
         #[command(flatten)]
-        to: StatusArgs,
+        to: ClusterArgs,
     },
 }
 
@@ -81,7 +81,7 @@ pub struct ScrubArgs {
     #[arg(long)]
     deep: bool,
     #[command(flatten)]
-    to: StatusArgs,
+    to: ClusterArgs,
 }
 
 /// Runs `tessera scrub`.

@@ -11,6 +11,16 @@ use proto::mds::{ClusterStatus, MdsReply, Op};
 
 use super::{human, runtime};
 
+/// Which cluster a command talks to, and whether it prints JSON.
+#[derive(clap::Args)]
+pub struct ClusterArgs {
+    #[command(flatten)]
+    pub to: super::cluster::Target,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
 /// Show the cluster: health, recovery, OSDs up/down and in/out with space.
 #[derive(clap::Args)]
 pub struct StatusArgs {
