@@ -951,3 +951,76 @@ async fn delete_queue_survives_an_osd_down_and_an_mds_restart() {
     check_clean(&m);
     cl.stop().await;
 }
+
+/// Security finding 4: a prefetch range capability covers only the ids of
+/// the entries it came with, split where the caller may not read a file
+/// and wherever ids are not consecutive.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prefetch_ranges_never_cover_what_the_caller_may_not_read() {
+    let cl = Cluster::start(2, spec(4096, 1), PolicyKind::ChildClosest).await;
+    let c = cl.client();
+    let dir = mkdir(&c, ROOT_INO, "mixed").await;
+    let mut inos = Vec::new();
+    for i in 0..12 {
+        inos.push(create(&c, dir, &format!("m{i:02}")).await.entry.attr.ino);
+    }
+    // m05 is the owner's only; m08 is removed (a hole in the ids).
+    c.call(Op::SetAttr {
+        ino: inos[5],
+        set: SetAttr {
+            mode: Some(0o600),
+            ..Default::default()
+        },
+    })
+    .await
+    .unwrap();
+    c.call(Op::Unlink {
+        parent: dir,
+        name: "m08".into(),
+    })
+    .await
+    .unwrap();
+    let user = Creds {
+        uid: 1000,
+        gid: 1000,
+        groups: vec![],
+    };
+    let got = found(
+        c.call_as(
+            user,
+            Op::Lookup {
+                parent: dir,
+                name: "m02".into(),
+            },
+        )
+        .await
+        .unwrap(),
+    );
+    assert!(!got.prefetch_grants.is_empty());
+    let readable: Vec<u64> = got
+        .prefetch
+        .iter()
+        .chain(std::iter::once(&got.entry))
+        .filter(|e| e.attr.mode & 0o004 != 0)
+        .map(|e| proto::layout::data_oid(e.attr.ino))
+        .collect();
+    for g in &got.prefetch_grants {
+        for oid in g.lo..=g.hi {
+            assert!(
+                readable.contains(&oid),
+                "range {:#x}..={:#x} covers {oid:#x}, which is not a readable prefetched entry",
+                g.lo,
+                g.hi
+            );
+        }
+    }
+    let covered = |ino: u64| {
+        let oid = proto::layout::data_oid(ino);
+        got.prefetch_grants
+            .iter()
+            .any(|g| g.covers(oid, proto::rights::READ))
+    };
+    assert!(!covered(inos[5]), "the unreadable file is covered");
+    assert!(!covered(inos[8]), "the removed file's id is covered");
+    assert!(covered(inos[3]) && covered(inos[10]));
+}

@@ -105,18 +105,34 @@ impl Mds {
         let grants = self.file_grants(&map, &i, rights, st.cap_version);
         let mut near = v.neighbours(i.attr.ino, n)?;
         near.sort_by_key(|x| x.attr.ino);
-        // One range capability per run of files whose read rights agree
-        // (directories and symlinks have no objects and join any run).
+        // The entry itself joins the runs (its own grants come separately):
+        // an unbroken run of neighbours goes through it when its rights agree.
+        let mut runs: Vec<&Inode> = near.iter().collect();
+        let at = runs.partition_point(|x| x.attr.ino < i.attr.ino);
+        runs.insert(at, &i);
+        // One range capability per run of files whose read rights agree and
+        // whose ids are consecutive: a range never covers an id that is not
+        // one of these entries (a file not prefetched, another file's extra
+        // object set from the same id space, or a file made later — ids are
+        // never reused, so a run with no gap cannot gain one). Directories
+        // and symlinks have no objects: an unbroken run goes through them.
         let mut prefetch_grants = Vec::new();
         let mut run: Option<(u64, u64, u32)> = None;
-        for x in &near {
+        for x in runs {
+            let oid = data_oid(x.attr.ino);
             if x.layout.is_none() {
+                if let Some((lo, hi, r)) = run
+                    && hi.checked_add(1) == Some(oid)
+                {
+                    run = Some((lo, oid, r));
+                }
                 continue;
             }
             let r = Self::rights_for(x, c, false);
-            let oid = data_oid(x.attr.ino);
             run = match run {
-                Some((lo, _, rr)) if rr == r => Some((lo, oid, r)),
+                Some((lo, hi, rr)) if rr == r && hi.checked_add(1) == Some(oid) => {
+                    Some((lo, oid, r))
+                }
                 Some((lo, hi, rr)) => {
                     if rr != 0 {
                         prefetch_grants.push(self.grant(&map, lo, hi, rr, st.cap_version));
