@@ -48,10 +48,13 @@ pub enum T {
     DeleteQueue = 5,
     /// extra object-set id (BE) → owning ino (LE).
     Objsets = 6,
+    /// ino (BE) → capability version (LE) a committed revocation must
+    /// still reach the OSDs with.
+    Revocations = 7,
 }
 
-const NAMES: [&str; 7] = [
-    "inodes", "dentries", "xattrs", "meta", "maps", "delq", "objsets",
+const NAMES: [&str; 8] = [
+    "inodes", "dentries", "xattrs", "meta", "maps", "delq", "objsets", "revoke",
 ];
 const N: usize = NAMES.len();
 

@@ -895,3 +895,83 @@ fn too_few_copies_fail_the_write_with_eio_and_nothing_reads_stale() {
         assert!(text.contains("0 inconsistent"), "{text}");
     });
 }
+
+/// Security (issue 20, finding 3): a chmod whose revocation cannot reach
+/// an OSD — down, and the MDS itself restarted before it comes back — still
+/// revokes every older capability there before that OSD serves anyone.
+#[test]
+fn a_revocation_that_misses_a_down_osd_is_applied_before_it_serves_again() {
+    let dir = tempfile::tempdir().unwrap();
+    runtime().block_on(async {
+        let mut cl = Cluster::start(dir.path(), 2, 1, "");
+        cl.wait_healthy(30).await;
+        let c = cl.client().await;
+        write_file(&c, "secret", b"top secret").await.unwrap();
+        let ino = c
+            .lookup(&root(), ROOT_INO, "secret")
+            .await
+            .unwrap()
+            .attr
+            .ino;
+        let l = layout_of(&c, "secret").await;
+        let (oid, osd) = (l.objsets[0], l.homes[0].stripes[0].fresh[0]);
+        // A user may read it now and holds a capability.
+        let user = Creds {
+            uid: 1000,
+            gid: 1000,
+            groups: vec![],
+        };
+        let m = net::MdsClient::new(&cl.mds_addr, CLUSTER, 1);
+        let f = match m
+            .call_as(user, Op::Open { ino, write: false })
+            .await
+            .unwrap()
+        {
+            MdsReply::Found(f) => f,
+            other => panic!("{other:?}"),
+        };
+        let cap = f.grants[0].cap_for(osd).unwrap().clone();
+        let osd_addr = cl.osd_addrs[osd as usize - 1].clone();
+        let read = || async {
+            let mut cfg = net::ConnConfig::new(CLUSTER, osd);
+            cfg.timeout = Duration::from_secs(5);
+            let oc = net::OsdClient::new(&osd_addr, cfg);
+            let cmd = proto::Command::Read {
+                pid: proto::layout::DATA_PARTITION,
+                oid,
+                offset: 0,
+                len: 64,
+            };
+            oc.run(Some(&cap), cmd, bytes::Bytes::new()).await
+        };
+        assert_eq!(&read().await.unwrap().data[..], b"top secret");
+        // Its OSD goes down; the owner takes the right away.
+        cl.kill_osd(osd);
+        let chmod = m
+            .call(Op::SetAttr {
+                ino,
+                set: proto::mds::SetAttr {
+                    mode: Some(0o600),
+                    ..Default::default()
+                },
+            })
+            .await;
+        assert!(chmod.is_ok(), "the chmod is committed: {chmod:?}");
+        // The MDS restarts before the OSD comes back: the pending revocation
+        // is in its database, and applied before the OSD gets a lease.
+        cl.kill_mds();
+        cl.start_mds();
+        cl.start_osd(osd);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            match read().await {
+                Err(net::ConnError::Remote(e)) if e.code == proto::ErrorCode::CapRevoked => break,
+                Err(net::ConnError::Remote(e)) if e.code == proto::ErrorCode::NotReady => {}
+                Err(net::ConnError::Connect { .. }) => {}
+                other => panic!("the old capability still works: {other:?}"),
+            }
+            assert!(Instant::now() < deadline, "the OSD never came back");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+}

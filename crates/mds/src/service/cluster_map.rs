@@ -69,8 +69,10 @@ impl Mds {
                 Ok(st.map_epoch)
             })
             .await?;
-        // Stale copies on it are fenced before it gets a lease.
+        // Stale copies on it are fenced, and revocations it missed applied,
+        // before it gets a lease.
         self.fence_osd(r.osd_id).await?;
+        self.retry_revocations(Some(r.osd_id)).await?;
         {
             // A newer report that finished first keeps its place.
             let mut live = self.live.lock().unwrap_or_else(|e| e.into_inner());

@@ -172,6 +172,130 @@ impl Mds {
 
     /// Cuts (or extends) every copy of a file's objects to `size`; a copy
     /// that cannot be reached while another fresh copy can is recorded stale.
+    /// Carries a committed revocation to the OSDs and clears its pending
+    /// record. A copy that cannot be reached while its stripe has another
+    /// fresh copy is recorded stale (and so fenced); for any other, the
+    /// record stays (retried by the recovery worker, and applied to that
+    /// OSD before its next lease) and the caller waits until that OSD's
+    /// current lease has run out — so once this returns, no capability
+    /// older than `v` is honoured anywhere.
+    pub(super) async fn finish_revocation(&self, ino: u64, l: &Layout, v: u64) {
+        let Ok((map, objs)) = self.objects(l) else {
+            return;
+        };
+        let mut missed = Vec::new();
+        let mut unreached = std::collections::HashSet::new();
+        for (osd, oid, set, j) in objs {
+            if map.osd(osd).is_some_and(|o| o.out) {
+                continue;
+            }
+            if let Err(e) = self.set_version_creating(&map, osd, oid, v).await {
+                tracing::warn!(ino, osd, version = v, error = %e, "revocation did not reach a copy");
+                if Self::may_pass_over(l, set, j, osd) {
+                    missed.push((set, j, osd));
+                } else {
+                    unreached.insert(osd);
+                }
+            }
+        }
+        if !missed.is_empty()
+            && let Err(e) = self.record_stale(ino, missed).await
+        {
+            tracing::warn!(ino, error = %e, "cannot record unreachable copies stale");
+        }
+        if unreached.is_empty() {
+            let r = self
+                .kv
+                .write(move |tx| match tx.get(T::Revocations, &num_key(ino))? {
+                    // Only this revocation's record: a newer one stays.
+                    Some(b) if b == v.to_le_bytes() => tx.del(T::Revocations, &num_key(ino)),
+                    _ => Ok(()),
+                })
+                .await;
+            if let Err(e) = r {
+                tracing::warn!(ino, error = %e, "cannot clear a finished revocation");
+            }
+            return;
+        }
+        self.recovery_wake.notify_one();
+        let lease = Duration::from_millis(self.cfg.down_after_ms);
+        loop {
+            let lapsed = {
+                let live = self.live.lock().unwrap_or_else(|e| e.into_inner());
+                unreached
+                    .iter()
+                    .all(|o| live.osds.get(o).is_none_or(|x| x.seen.elapsed() >= lease))
+            };
+            if lapsed || self.pending_revocation(ino) != Some(v) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// The pending revocation of `ino`, if any.
+    pub(super) fn pending_revocation(&self, ino: u64) -> Option<u64> {
+        let snap = self.kv.read().ok()?;
+        let b = snap.get(T::Revocations, &num_key(ino)).ok()??;
+        Some(u64::from_le_bytes(b.as_slice().try_into().ok()?))
+    }
+
+    /// Every pending revocation: (ino, version).
+    pub(super) fn pending_revocations(&self) -> Result<Vec<(u64, u64)>, MdsError> {
+        let snap = self.kv.read()?;
+        let mut out = Vec::new();
+        snap.scan(
+            T::Revocations,
+            std::ops::Bound::Unbounded,
+            std::ops::Bound::Unbounded,
+            false,
+            &mut |k, v| {
+                if let (Ok(k), Ok(v)) = (<[u8; 8]>::try_from(k), <[u8; 8]>::try_from(v)) {
+                    out.push((u64::from_be_bytes(k), u64::from_le_bytes(v)));
+                }
+                true
+            },
+        )?;
+        Ok(out)
+    }
+
+    /// Retries every pending revocation (recovery worker); with `osd`, only
+    /// its copies and before it gets a lease (report).
+    pub(super) async fn retry_revocations(&self, osd: Option<u32>) -> Result<(), MdsError> {
+        for (ino, v) in self.pending_revocations()? {
+            let Some(i) = self.kv.read()?.inode(ino)? else {
+                let _ = self
+                    .kv
+                    .write(move |tx| tx.del(T::Revocations, &num_key(ino)))
+                    .await;
+                continue;
+            };
+            let Some(l) = i.layout else { continue };
+            match osd {
+                None => {
+                    if self.revoke(ino, &l, v).await.is_ok() {
+                        let _ = self
+                            .kv
+                            .write(move |tx| match tx.get(T::Revocations, &num_key(ino))? {
+                                Some(b) if b == v.to_le_bytes() => {
+                                    tx.del(T::Revocations, &num_key(ino))
+                                }
+                                _ => Ok(()),
+                            })
+                            .await;
+                    }
+                }
+                Some(o) => {
+                    let (map, objs) = self.objects(&l)?;
+                    for (osd, oid, _, _) in objs.into_iter().filter(|x| x.0 == o) {
+                        self.set_version_creating(&map, osd, oid, v).await?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
     pub(super) async fn truncate_objects(
         &self,
         ino: u64,

@@ -524,6 +524,9 @@ impl Mds {
         loop {
             self.mark_out_overdue().await;
             self.remove_dropped().await;
+            if let Err(e) = self.retry_revocations(None).await {
+                tracing::debug!(error = %e, "pending revocations not finished");
+            }
             let more = match self.recovery_pass().await {
                 Ok(more) => more,
                 Err(e) => {

@@ -230,15 +230,28 @@ impl Mds {
                 }
             }
         }
-        let done = self
+        // A change that takes rights away commits with its revocation: the
+        // version every older capability is refused at is taken and
+        // recorded as pending in the same transaction, so an MDS crash
+        // before the OSDs are reached leaves it to be retried, not lost.
+        let (done, pending) = self
             .kv
-            .write(move |tx| ns::setattr(tx, &c, ino, &set))
+            .write(move |tx| {
+                let done = ns::setattr(tx, &c, ino, &set)?;
+                let mut pending = None;
+                if done.revoke && done.inode.layout.is_some() {
+                    let mut st = tx.state()?;
+                    let v = st.cap_version;
+                    st.cap_version += 1;
+                    tx.put_state(&st)?;
+                    tx.put(T::Revocations, &num_key(ino), &v.to_le_bytes())?;
+                    pending = Some(v);
+                }
+                Ok((done, pending))
+            })
             .await?;
-        if done.revoke
-            && let Some(l) = &done.inode.layout
-        {
-            let v = self.bump_version().await?;
-            self.revoke(ino, l, v).await?;
+        if let (Some(v), Some(l)) = (pending, &done.inode.layout) {
+            self.finish_revocation(ino, l, v).await;
         }
         Ok(MdsReply::Attr(done.inode.attr))
     }
