@@ -62,6 +62,11 @@ fn def(t: usize) -> TableDefinition<'static, &'static [u8], &'static [u8]> {
     TableDefinition::new(NAMES[t])
 }
 
+/// Most write jobs async callers may have queued for the committer at
+/// once (each holds its closure's captures; the server's in-flight limits
+/// bound callers, this bounds the queue whatever calls it).
+pub const MAX_QUEUED_WRITES: usize = 4096;
+
 /// One change in a write set (what the log records).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum Write {
@@ -321,6 +326,8 @@ impl KvPaths {
 pub struct Kv {
     db: Arc<Database>,
     jobs: std::sync::Mutex<Option<mpsc::Sender<Job>>>,
+    /// Places in the committer's queue for async writers.
+    queued: Arc<tokio::sync::Semaphore>,
     committer: std::sync::Mutex<Option<std::thread::JoinHandle<()>>>,
     failed: Arc<AtomicBool>,
     /// Counters.
@@ -445,6 +452,7 @@ impl Kv {
         Ok(Kv {
             db,
             jobs: std::sync::Mutex::new(Some(tx)),
+            queued: Arc::new(tokio::sync::Semaphore::new(MAX_QUEUED_WRITES)),
             committer: std::sync::Mutex::new(Some(committer)),
             failed,
             stats,
@@ -465,8 +473,17 @@ impl Kv {
         &self,
         f: impl FnOnce(&mut Tx) -> Result<R, MdsError> + Send + 'static,
     ) -> Result<R, MdsError> {
+        // The committer's queue is bounded: a writer beyond
+        // [`MAX_QUEUED_WRITES`] waits here (asynchronously) for a place.
+        let permit = self
+            .queued
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| io_err("committer", "stopped"))?;
         let (done, rx) = tokio::sync::oneshot::channel();
         self.submit(f, move |r| {
+            drop(permit);
             let _ = done.send(r);
         })?;
         rx.await

@@ -670,6 +670,10 @@ pub fn set_layout(tx: &mut Tx, c: &Creds, ino: u64, spec: LayoutSpec) -> Result<
     Ok(i)
 }
 
+/// Most object sets a file may have: every open signs a grant per object
+/// set, so this bounds an open's work and reply (security finding 8).
+pub const MAX_OBJSETS: u64 = 4096;
+
 /// Allocates object sets of a file up to `objset` (bounded object size).
 pub fn extend_layout(
     tx: &mut Tx,
@@ -689,10 +693,17 @@ pub fn extend_layout(
             "this file's objects are unbounded: it has one object set",
         ));
     }
-    if objset > 1 << 20 {
+    if objset >= MAX_OBJSETS {
+        let set_bytes = l.spec.object_size * u64::from(l.spec.stripe_count);
         return Err(err(
             Errno::FBig,
-            format!("object set {objset} is beyond the limit of 2^20"),
+            format!(
+                "object set {objset} is beyond a file's {MAX_OBJSETS} object sets ({} bytes with \
+                 object size {} × stripe count {}); give the file a larger object size",
+                set_bytes.saturating_mul(MAX_OBJSETS),
+                l.spec.object_size,
+                l.spec.stripe_count
+            ),
         ));
     }
     let mut st = tx.state()?;

@@ -10,7 +10,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use common::*;
 use mds::ids::PolicyKind;
-use proto::layout::DATA_PARTITION;
+use proto::layout::{DATA_PARTITION, LayoutSpec};
 use proto::mds::{
     Creds, Errno, FileKind, Found, MdsReply, Op, ROOT_INO, SetAttr, SetTime, XattrMode,
 };
@@ -1023,4 +1023,39 @@ async fn prefetch_ranges_never_cover_what_the_caller_may_not_read() {
     assert!(!covered(inos[5]), "the unreadable file is covered");
     assert!(!covered(inos[8]), "the removed file's id is covered");
     assert!(covered(inos[3]) && covered(inos[10]));
+}
+
+/// Security finding 8: one EXTEND LAYOUT cannot give a file more object
+/// sets than an open can reasonably sign grants for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extend_layout_is_bounded() {
+    let bounded = LayoutSpec {
+        object_size: 4096,
+        ..spec(4096, 1)
+    };
+    let cl = Cluster::start(1, bounded, PolicyKind::ChildClosest).await;
+    let c = cl.client();
+    let f = create(&c, ROOT_INO, "sparse").await;
+    let ino = f.entry.attr.ino;
+    let big = mds::ns::MAX_OBJSETS;
+    assert_eq!(
+        errno(&c, Op::ExtendLayout { ino, objset: big }).await,
+        Errno::FBig
+    );
+    assert_eq!(
+        errno(
+            &c,
+            Op::ExtendLayout {
+                ino,
+                objset: 1 << 20
+            }
+        )
+        .await,
+        Errno::FBig
+    );
+    let got = found(c.call(Op::ExtendLayout { ino, objset: 63 }).await.unwrap());
+    assert_eq!(got.entry.layout.as_ref().unwrap().objsets.len(), 64);
+    assert_eq!(got.grants.len(), 64, "one grant per object set");
+    let open = found(c.call(Op::Open { ino, write: false }).await.unwrap());
+    assert_eq!(open.grants.len(), 64);
 }
