@@ -299,6 +299,29 @@ fn set_list(set: &[(AttrKey, Vec<u8>)]) -> Vec<((u32, u32), Vec<u8>)> {
 
 use proto::clock::now_ms;
 
+/// The checks that need no store: the capability (MAC, expiry, rights,
+/// range) and the MDS lease. The server runs them before it reserves
+/// memory for a reply, so a request with a bad capability never holds
+/// any of the byte budget for its answer.
+pub fn precheck(ctx: &Ctx, req: &Request) -> Result<(), WireError> {
+    if let Some(keys) = &ctx.keys {
+        keys.check(req.cap.as_ref(), ctx.osd_id, now_ms(), &need(&req.cmd, req))?;
+    }
+    if let Some(lease) = &ctx.lease
+        && !lease.current()
+        && req
+            .cap
+            .as_ref()
+            .is_none_or(|c| c.rights & rights::REVOKE == 0)
+    {
+        return Err(WireError::new(
+            ErrorCode::NotReady,
+            "no current lease from the MDS: serving only the MDS until a report is accepted",
+        ));
+    }
+    Ok(())
+}
+
 /// Runs one request. Returns the response header and the response payload.
 pub fn execute(ctx: &Ctx, req: &Request, payload: Bytes) -> (Response, Bytes) {
     let mut attrs = Vec::new();
@@ -319,21 +342,7 @@ fn run(
     // The capability is checked before any lock is taken: a forged request
     // never holds an object's lock (the version check, which reads the
     // object, comes under the lock below).
-    if let Some(keys) = &ctx.keys {
-        keys.check(req.cap.as_ref(), ctx.osd_id, now_ms(), &need(&req.cmd, req))?;
-    }
-    if let Some(lease) = &ctx.lease
-        && !lease.current()
-        && req
-            .cap
-            .as_ref()
-            .is_none_or(|c| c.rights & rights::REVOKE == 0)
-    {
-        return Err(WireError::new(
-            ErrorCode::NotReady,
-            "no current lease from the MDS: serving only the MDS until a report is accepted",
-        ));
-    }
+    precheck(ctx, req)?;
     let stripe = target(&req.cmd).or(match req.cmd {
         Command::SetVersion { pid, oid, .. } => Some((pid, oid)),
         _ => None,

@@ -131,6 +131,8 @@ impl Service for Osd {
 
     fn admit(&self, f: &Frame) -> Result<Admitted<Request>, WireError> {
         let req: Request = decode(&f.header)?;
+        // A bad capability is refused before any reply memory is reserved.
+        crate::exec::precheck(&self.ctx, &req)?;
         let read_len = match req.cmd {
             proto::Command::Read { len, .. } => u64::from(len),
             _ => 0,
