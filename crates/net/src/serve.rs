@@ -115,7 +115,18 @@ const BYTE_UNIT: u64 = 4096;
 
 /// A request's slot on its connection and its share of the byte budget,
 /// released when its reply has been written.
-type Permits = Option<(OwnedSemaphorePermit, OwnedSemaphorePermit)>;
+type Permits = Option<(Budget, OwnedSemaphorePermit)>;
+
+/// A reservation in the byte budget: the connection's share and the
+/// server's whole budget, both given back when it is dropped.
+struct Budget {
+    _connection: OwnedSemaphorePermit,
+    _server: OwnedSemaphorePermit,
+}
+
+/// The part of the byte budget one connection may hold at once (so a
+/// single peer that never reads its replies cannot take all of it).
+const CONNECTION_SHARE: u64 = 4;
 
 /// A server: a service and the limits it is served under.
 pub struct Server<S: Service> {
@@ -163,15 +174,35 @@ impl<S: Service> Server<S> {
     /// given up while waiting.
     async fn reserve(
         &self,
+        share: &Arc<Semaphore>,
         bytes: u64,
         shutdown: &mut watch::Receiver<bool>,
         tx: &mpsc::Sender<(Frame, Permits)>,
-    ) -> Option<OwnedSemaphorePermit> {
+    ) -> Option<Budget> {
+        // The connection's share first (capped at the share, so one large
+        // request can never wait for more than the share holds), then the
+        // server's budget.
+        let units = self.units(bytes);
+        let mine = units.min(self.share_units());
+        let both = async {
+            let c = share.clone().acquire_many_owned(mine).await.ok()?;
+            let s = self.bytes.clone().acquire_many_owned(units).await.ok()?;
+            Some(Budget {
+                _connection: c,
+                _server: s,
+            })
+        };
         tokio::select! {
-            p = self.bytes.clone().acquire_many_owned(self.units(bytes)) => p.ok(),
+            b = both => b,
             _ = shutdown.changed() => None,
             _ = tx.closed() => None,
         }
+    }
+
+    /// Budget units one connection may hold: a quarter of the budget.
+    fn share_units(&self) -> u32 {
+        let total = (self.limits.max_inflight_bytes / BYTE_UNIT).max(1);
+        (total / CONNECTION_SHARE).max(1) as u32
     }
 
     fn units(&self, bytes: u64) -> u32 {
@@ -251,6 +282,7 @@ impl<S: Service> Server<S> {
             }
         });
         let slots = Arc::new(Semaphore::new(self.limits.max_in_flight as usize));
+        let share = Arc::new(Semaphore::new(self.share_units() as usize));
         let lim = &self.limits;
         let reply = |opcode: u16, tag: u64, err: WireError| {
             frame_raw(opcode, tag, self.service.error_header(err), Bytes::new())
@@ -273,7 +305,7 @@ impl<S: Service> Server<S> {
             let got = match got {
                 Ok(p) => {
                     let body = u64::from(p.header_len) + u64::from(p.payload_len);
-                    let Some(permit) = self.reserve(body, &mut shutdown, &tx).await else {
+                    let Some(permit) = self.reserve(&share, body, &mut shutdown, &tx).await else {
                         break;
                     };
                     read_body(&mut rd, &p, lim.io_timeout)
@@ -318,7 +350,7 @@ impl<S: Service> Server<S> {
                 let body = (f.header.len() + f.payload.len()) as u64;
                 drop(bytes_permit);
                 let all = body + admitted.reply_bytes;
-                let Some(p) = self.reserve(all, &mut shutdown, &tx).await else {
+                let Some(p) = self.reserve(&share, all, &mut shutdown, &tx).await else {
                     break;
                 };
                 bytes_permit = p;

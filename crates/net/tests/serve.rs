@@ -205,3 +205,53 @@ async fn a_reply_as_large_as_the_budget_is_served() {
     let _ = stop.send(true);
     server.await.unwrap();
 }
+
+/// Security finding 1: one connection holds at most its share (a quarter)
+/// of the byte budget, so others are served at once even while its stuck
+/// replies have not timed out yet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_connection_holds_only_its_share_of_the_budget() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let limits = ServeLimits {
+        frame: big_frames(),
+        max_connections: 8,
+        max_in_flight: 8,
+        max_inflight_bytes: 8 << 20,
+        idle_timeout: Duration::from_secs(60),
+        io_timeout: Duration::from_secs(5),
+        // Far longer than the test: only the share can let others in.
+        write_timeout: Duration::from_secs(60),
+        drain_timeout: Duration::from_secs(1),
+    };
+    let (stop, rx) = tokio::sync::watch::channel(false);
+    let server = tokio::spawn(Server::new(Arc::new(Bulk), limits).serve(listener, rx));
+    let mut hog = hello(&addr).await;
+    // 3 MiB replies: the hog's first holds 3 MiB of the 8 MiB budget and
+    // the connection's whole 2 MiB share, so its next ones wait.
+    for tag in 1..=6 {
+        ask(&mut hog, tag, 3 << 20).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut other = hello(&addr).await;
+    let t0 = Instant::now();
+    ask(&mut other, 99, 3 << 20).await;
+    let lim = big_frames();
+    let f = read_frame(
+        &mut other,
+        &lim,
+        Duration::from_secs(5),
+        Duration::from_secs(5),
+    )
+    .await
+    .unwrap();
+    assert_eq!((f.tag, f.payload.len()), (99, 3 << 20));
+    assert!(
+        t0.elapsed() < Duration::from_secs(2),
+        "served only {:?} after asking",
+        t0.elapsed()
+    );
+    drop(hog);
+    let _ = stop.send(true);
+    server.await.unwrap();
+}
