@@ -870,3 +870,49 @@ async fn an_older_revocation_cannot_revive_capabilities() {
     let _ = t.stop.send(true);
     t.task.await.unwrap().unwrap();
 }
+
+/// Security finding 1: a READ whose capability does not verify is refused
+/// when it is admitted, before the server reserves budget for its reply;
+/// a good one is admitted with its reply's size.
+#[test]
+fn a_bad_capability_is_refused_before_reply_memory_is_reserved() {
+    use net::serve::Service;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("osd.img");
+    let dev: Arc<dyn Device> = Arc::new(FileDevice::create(&path, 64 << 20).unwrap());
+    store::format(dev.clone(), &FormatOptions::default()).unwrap();
+    let s = Store::open(dev, &OpenOptions::default()).unwrap();
+    let keys = KeyRing::new(vec![(1, K1), (2, K2)]).unwrap();
+    let ctx = Ctx::new(Arc::new(StoreHandle::new(path, s)), Some(keys), OSD);
+    let osd = Osd::new(ctx, ServerConfig::new("test", OSD));
+    let read = |c: Capability| {
+        let req = Request {
+            cap: Some(c),
+            cmd: Command::Read {
+                pid: P,
+                oid: 0x10000,
+                offset: 0,
+                len: 4 << 20,
+            },
+            get: vec![],
+            set: vec![],
+        };
+        proto::Frame {
+            kind: proto::Kind::Request,
+            opcode: 6,
+            tag: 1,
+            header: Bytes::from(proto::msg::encode(&req)),
+            payload: Bytes::new(),
+        }
+    };
+    let mut forged = cap(P, 0, u64::MAX, rights::READ);
+    forged.mac[0] ^= 1;
+    match osd.admit(&read(forged)) {
+        Err(e) => assert_eq!(e.code, ErrorCode::CapForged, "{e}"),
+        Ok(a) => panic!("admitted with {} reply bytes to reserve", a.reply_bytes),
+    }
+    let a = osd
+        .admit(&read(cap(P, 0, u64::MAX, rights::READ)))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(a.reply_bytes, 4 << 20);
+}
