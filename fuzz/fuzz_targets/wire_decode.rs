@@ -1,6 +1,8 @@
-//! Fuzzes the OSD protocol decoders: frames, then every header type. Any
-//! input must give a value or an error, never a panic or an unbounded
-//! allocation. Run: cargo +nightly fuzz run wire_decode
+//! Fuzzes the protocol decoders: frames, then every header type — the
+//! handshake (Hello, Welcome), OSD requests and responses, MDS requests
+//! (OSD reports included) and responses. Any input must give a value or an
+//! error, never a panic or an unbounded allocation.
+//! Run: cargo +nightly fuzz run wire_decode
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -18,4 +20,8 @@ fuzz_target!(|data: &[u8]| {
     }
     let _ = decode::<Request>(data);
     let _ = decode::<Response>(data);
+    let _ = decode::<Hello>(data);
+    let _ = decode::<Welcome>(data);
+    let _ = decode::<proto::mds::MdsRequest>(data);
+    let _ = decode::<proto::mds::MdsResponse>(data);
 });

@@ -69,17 +69,42 @@ fn op() -> impl Strategy<Value = Op> {
                 mode: XattrMode::Create
             }
         ),
-        (u(), any::<u32>(), any::<u32>(), u()).prop_map(
-            |(ino, stripe_unit, stripe_count, object_size)| Op::SetLayout {
-                ino,
-                spec: LayoutSpec {
-                    stripe_unit,
-                    stripe_count,
-                    object_size,
-                    ..LayoutSpec::default()
+        (
+            u(),
+            any::<u32>(),
+            any::<u32>(),
+            u(),
+            any::<u8>(),
+            any::<u8>()
+        )
+            .prop_map(
+                |(ino, stripe_unit, stripe_count, object_size, replicas, min_replicas)| {
+                    Op::SetLayout {
+                        ino,
+                        spec: LayoutSpec {
+                            stripe_unit,
+                            stripe_count,
+                            object_size,
+                            replicas,
+                            min_replicas,
+                        },
+                    }
                 }
+            ),
+        (u(), u(), any::<u32>(), any::<u32>()).prop_map(|(ino, objset, stripe, osd)| {
+            Op::MarkStale {
+                ino,
+                objset,
+                stripe,
+                osd,
             }
-        ),
+        }),
+        (any::<u32>(), any::<bool>(), any::<bool>()).prop_map(|(osd, out, force)| Op::SetOsdOut {
+            osd,
+            out,
+            force
+        }),
+        (u(), any::<bool>()).prop_map(|(ino, deep)| Op::Scrub { ino, deep }),
         (
             any::<u32>(),
             name(),
@@ -100,7 +125,7 @@ fn op() -> impl Strategy<Value = Op> {
                     key_version,
                     at_ms,
                     mac,
-                    host: "test-host".into(),
+                    host: format!("host-{osd_id}"),
                 })
             ),
         Just(Op::Status),

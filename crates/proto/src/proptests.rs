@@ -186,6 +186,7 @@ proptest! {
         let _ = decode::<Request>(&bytes);
         let _ = decode::<Response>(&bytes);
         let _ = decode::<Hello>(&bytes);
+        let _ = decode::<Welcome>(&bytes);
     }
 
     #[test]
