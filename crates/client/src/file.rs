@@ -61,7 +61,15 @@ async fn targets(
             let client = inner.osds.client(&inner.mds, osd).await?;
             copies.push(Copy { osd, client, cap });
         }
-        let quorum = layout.spec.min_copies().min(copies.len());
+        // The quorum counts against the copies placed (fresh and stale),
+        // not only the fresh ones left: a stripe whose other copies went
+        // stale cannot take writes on fewer than `min_replicas` copies.
+        let placed = layout
+            .homes
+            .get(r.objset as usize)
+            .and_then(|h| h.stripes.get(r.stripe as usize))
+            .map_or(copies.len(), |c| c.fresh.len() + c.stale.len());
+        let quorum = layout.spec.min_copies().min(placed);
         out.push((
             r,
             Target {
@@ -83,10 +91,15 @@ struct WriteJob {
     existing: HashSet<(u64, u32)>,
 }
 
-/// A finished write-behind request: the objects written, and the layout
-/// and capabilities the file must use from now on when they changed (a
-/// copy was recorded stale, or they were renewed).
-pub type WriteDone = (Vec<(u64, u32)>, Option<(Layout, Vec<Grant>)>);
+/// A finished write-behind request: the objects written, the layout and
+/// capabilities the file must use from now on when they changed (a copy
+/// was recorded stale, or they were renewed), and the error the write
+/// ends with even so (fewer copies than the quorum took it).
+pub type WriteDone = (
+    Vec<(u64, u32)>,
+    Option<(Layout, Vec<Grant>)>,
+    Option<FsError>,
+);
 
 /// Writes one extent to every fresh copy (renewing layout and
 /// capabilities once if an OSD refuses them, and retrying once if an OSD
@@ -129,9 +142,13 @@ async fn write_extent(
                 })
                 .collect();
             match striped::write(ts, data.clone()).await {
-                Ok(w) if w.missed.is_empty() => {
+                Ok(w) if w.missed.is_empty() && w.short.is_empty() => {
                     Counters::add(&inner.meta.counters.bytes_written, len);
-                    return Ok((w.done, renewed.then(|| (layout.clone(), grants.clone()))));
+                    return Ok((
+                        w.done,
+                        renewed.then(|| (layout.clone(), grants.clone())),
+                        None,
+                    ));
                 }
                 Ok(w) => {
                     // An OSD that restarted elsewhere gets the write again.
@@ -155,18 +172,20 @@ async fn write_extent(
                             grants = f.grants;
                         }
                     }
-                    if !w.short.is_empty() {
-                        return Err(FsError::new(
+                    let short = (!w.short.is_empty()).then(|| {
+                        FsError::new(
                             Errno::Io,
                             format!(
                                 "inode {ino:#x}: fewer than {} copies could be written; \
                                  the copies that missed the write are recorded stale",
                                 layout.spec.min_copies()
                             ),
-                        ));
+                        )
+                    });
+                    if short.is_none() {
+                        Counters::add(&inner.meta.counters.bytes_written, len);
                     }
-                    Counters::add(&inner.meta.counters.bytes_written, len);
-                    return Ok((w.done, Some((layout.clone(), grants.clone()))));
+                    return Ok((w.done, Some((layout.clone(), grants.clone())), short));
                 }
                 Err((_, e)) if attempt < 2 && cap_stale(&e) => {
                     (layout, grants) = renew(&inner, ino, &creds, true, &layout).await?;
@@ -288,11 +307,14 @@ async fn reap(st: &mut FileState, all: bool, range: Option<(u64, u64)>) {
         let over_limit = n - i >= MAX_INFLIGHT;
         if all || overlaps || over_limit || h.is_finished() {
             match h.await {
-                Ok(Ok((done, changed))) => {
+                Ok(Ok((done, changed, failed))) => {
                     st.existing.extend(done);
                     if let Some((l, g)) = changed {
                         st.layout = Some(l);
                         st.grants = g;
+                    }
+                    if let Some(e) = failed {
+                        st.error.get_or_insert(e);
                     }
                 }
                 Ok(Err(e)) => {

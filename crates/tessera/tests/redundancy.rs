@@ -882,6 +882,15 @@ fn too_few_copies_fail_the_write_with_eio_and_nothing_reads_stale() {
         let third = content(902, 300 << 10);
         let e = write_file(&c, "q", &third).await.unwrap_err();
         assert!(e.is(proto::mds::Errno::Io), "{e}");
+        // That failure recorded the second copy stale: one fresh copy is
+        // left, and a write still needs two (the quorum counts the copies
+        // placed, not the fresh ones left) — also from another client.
+        let l = layout_of(&cl.client().await, "q").await;
+        assert_eq!(l.homes[0].stripes[0].fresh, vec![3], "{l:?}");
+        for client in [&c, &cl.client().await] {
+            let e = write_file(client, "q", &third).await.unwrap_err();
+            assert!(e.is(proto::mds::Errno::Io), "acknowledged on one copy: {e}");
+        }
         // The OSDs come back: never the stale copy's old bytes; recovery
         // brings every copy to one content and HEALTH_OK.
         cl.start_osd(1);

@@ -89,6 +89,10 @@ impl Mds {
                 );
             }
         }
+        // A copy marked stale while this report was in flight (after the
+        // fence above, before the OSD counted as live) is fenced too before
+        // the answer grants the lease.
+        self.fence_osd(r.osd_id).await?;
         // An OSD coming back may unblock deletions and recovery.
         self.delete_wake.notify_one();
         if !was_up {

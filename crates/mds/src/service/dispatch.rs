@@ -35,9 +35,11 @@ impl Mds {
             Op::GetAttr { ino } => self.getattr(ino),
             Op::Open { ino, write } => {
                 if write {
-                    self.wait_not_recovering(ino).await;
+                    self.outside_recovery(ino, || self.open_file(&c, ino, write, pf))
+                        .await
+                } else {
+                    self.open_file(&c, ino, write, pf)
                 }
-                self.open_file(&c, ino, write, pf)
             }
             Op::Create {
                 parent,
@@ -85,7 +87,15 @@ impl Mds {
             Op::CommitSize { ino, size, mtime } => self.commit_size(c, ino, size, mtime).await,
             Op::ExtendLayout { ino, objset } => {
                 self.wait_not_recovering(ino).await;
-                self.extend_layout(c, ino, objset).await
+                self.extend_layout(c.clone(), ino, objset).await?;
+                self.outside_recovery(ino, || {
+                    let snap = self.kv.read()?;
+                    let i = snap.live_inode(ino)?;
+                    Ok(MdsReply::Found(Box::new(
+                        self.found(&snap, &c, i, true, 0)?,
+                    )))
+                })
+                .await
             }
             Op::GetLayout { ino } => self.get_layout(ino),
             Op::SetLayout { ino, spec } => self.set_layout(c, ino, spec).await,

@@ -195,6 +195,9 @@ pub struct Mds {
     recovery: Mutex<RecoveryState>,
     /// Wakes the recovery worker.
     pub recovery_wake: tokio::sync::Notify,
+    /// When this MDS started: an OSD it has not heard from yet may hold a
+    /// lease from the previous MDS until `down_after_ms` after this.
+    started: std::time::Instant,
     /// Where the namespace lives (fixed at format time).
     pub namespace: proto::mds::NamespaceMode,
 }
@@ -239,9 +242,22 @@ impl Mds {
             delete_wake: tokio::sync::Notify::new(),
             recovery: Mutex::new(RecoveryState::default()),
             recovery_wake: tokio::sync::Notify::new(),
+            started: std::time::Instant::now(),
         });
         mds.index_stale_copies()?;
         Ok(mds)
+    }
+
+    /// Whether OSD `osd`'s lease has certainly run out: its last accepted
+    /// report (or this MDS's start, if none since) is older than a lease.
+    pub(super) fn lease_lapsed(&self, osd: u32) -> bool {
+        let lease = Duration::from_millis(self.cfg.down_after_ms);
+        let live = self.live.lock().unwrap_or_else(|e| e.into_inner());
+        live.osds
+            .get(&osd)
+            .map_or(self.started, |l| l.seen)
+            .elapsed()
+            >= lease
     }
 
     /// The current OSD map.

@@ -151,10 +151,9 @@ impl Mds {
     pub async fn revoke(&self, ino: u64, l: &Layout, v: u64) -> Result<(), MdsError> {
         let (current, objs) = self.objects(l)?;
         let mut missed = Vec::new();
+        // Copies on OSDs that are out get it too while they are listed (an
+        // out OSD may still be up and serving).
         for (osd, oid, set, j) in objs {
-            if current.osd(osd).is_some_and(|o| o.out) {
-                continue;
-            }
             match self.set_version_creating(&current, osd, oid, v).await {
                 Ok(()) => {}
                 Err(e) if Self::may_pass_over(l, set, j, osd) => {
@@ -186,9 +185,6 @@ impl Mds {
         let mut missed = Vec::new();
         let mut unreached = std::collections::HashSet::new();
         for (osd, oid, set, j) in objs {
-            if map.osd(osd).is_some_and(|o| o.out) {
-                continue;
-            }
             if let Err(e) = self.set_version_creating(&map, osd, oid, v).await {
                 tracing::warn!(ino, osd, version = v, error = %e, "revocation did not reach a copy");
                 if Self::may_pass_over(l, set, j, osd) {
@@ -199,9 +195,11 @@ impl Mds {
             }
         }
         if !missed.is_empty()
-            && let Err(e) = self.record_stale(ino, missed).await
+            && let Err(e) = self.record_stale(ino, missed.clone()).await
         {
+            // Not set aside (say, the last fresh copies): they stay pending.
             tracing::warn!(ino, error = %e, "cannot record unreachable copies stale");
+            unreached.extend(missed.iter().map(|m| m.2));
         }
         if unreached.is_empty() {
             let r = self
@@ -218,14 +216,8 @@ impl Mds {
             return;
         }
         self.recovery_wake.notify_one();
-        let lease = Duration::from_millis(self.cfg.down_after_ms);
         loop {
-            let lapsed = {
-                let live = self.live.lock().unwrap_or_else(|e| e.into_inner());
-                unreached
-                    .iter()
-                    .all(|o| live.osds.get(o).is_none_or(|x| x.seen.elapsed() >= lease))
-            };
+            let lapsed = unreached.iter().all(|&o| self.lease_lapsed(o));
             if lapsed || self.pending_revocation(ino) != Some(v) {
                 return;
             }
@@ -305,9 +297,6 @@ impl Mds {
         let (map, objs) = self.objects(l)?;
         let mut missed = Vec::new();
         for (osd, oid, set, j) in objs {
-            if map.osd(osd).is_some_and(|o| o.out) {
-                continue;
-            }
             let len = l.spec.object_len(size, set, j);
             let cmd = Command::Truncate {
                 pid: DATA_PARTITION,

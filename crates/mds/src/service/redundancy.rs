@@ -52,8 +52,8 @@ pub struct RecoveryState {
     /// The rate limit's window: when it started and bytes copied since.
     throttle: Option<(Instant, u64)>,
     /// Copies dropped from layouts, removed once every capability that
-    /// could reach them has expired: (when, OSD, object id, tries left).
-    removals: Vec<(Instant, u32, u64, u8)>,
+    /// could reach them has expired: (when, OSD, object id, inode, tries left).
+    removals: Vec<(Instant, u32, u64, u64, u8)>,
 }
 
 /// One stripe object's copies, as a recovery step sees them.
@@ -203,12 +203,15 @@ impl Mds {
         }
         let stale = vec![(objset, stripe, osd)];
         self.record_stale(ino, stale).await?;
-        let snap = self.kv.read()?;
-        let i = snap.live_inode(ino)?;
-        let write = perm::allowed(&i.attr, c, W);
-        Ok(MdsReply::Found(Box::new(
-            self.found(&snap, c, i, write, 0)?,
-        )))
+        self.outside_recovery(ino, || {
+            let snap = self.kv.read()?;
+            let i = snap.live_inode(ino)?;
+            let write = perm::allowed(&i.attr, c, W);
+            Ok(MdsReply::Found(Box::new(
+                self.found(&snap, c, i, write, 0)?,
+            )))
+        })
+        .await
     }
 
     /// Records copies (object set, stripe, OSD) of `ino` as stale and fences
@@ -306,7 +309,6 @@ impl Mds {
             }
             return;
         }
-        let lease = Duration::from_millis(self.cfg.down_after_ms);
         loop {
             let fenced = self
                 .rec()
@@ -314,14 +316,7 @@ impl Mds {
                 .get(&osd)
                 .and_then(|m| m.get(&oid))
                 .is_none_or(|&f| f);
-            let lapsed = self
-                .live
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .osds
-                .get(&osd)
-                .is_none_or(|l| l.seen.elapsed() >= lease);
-            if fenced || lapsed {
+            if fenced || self.lease_lapsed(osd) {
                 return;
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -330,9 +325,39 @@ impl Mds {
 
     /// Waits while recovery copies `ino`'s objects (write grants wait).
     pub(super) async fn wait_not_recovering(&self, ino: u64) {
-        while self.rec().busy.contains(&ino) {
+        while self.recovering(ino) {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+    }
+
+    /// Whether recovery holds `ino` now.
+    pub(super) fn recovering(&self, ino: u64) -> bool {
+        self.rec().busy.contains(&ino)
+    }
+
+    /// An answer that may carry write capabilities for `ino`, made outside
+    /// any recovery of it: made after waiting, and made again if recovery
+    /// took the file meanwhile (recovery marks the file before it takes
+    /// the version it fences with, so an answer made while it was not
+    /// marked carries capabilities that fence revokes).
+    pub(super) async fn outside_recovery(
+        &self,
+        ino: u64,
+        answer: impl Fn() -> Result<MdsReply, MdsError>,
+    ) -> Result<MdsReply, MdsError> {
+        loop {
+            self.wait_not_recovering(ino).await;
+            let r = answer()?;
+            if !self.recovering(ino) {
+                return Ok(r);
+            }
+        }
+    }
+
+    /// Holds `ino` against recovery (for changes to its objects that must
+    /// not interleave with a copy: truncation, revocation).
+    pub(super) async fn hold(&self, ino: u64) -> Busy<'_> {
+        Busy::acquire(self, ino).await
     }
 
     /// OSD OUT / IN (operator). Out is refused when an object would be left
@@ -485,7 +510,7 @@ impl Mds {
     /// Removes the dropped copies whose time has come (from OSDs that are
     /// up; one that is not is tried once a minute for an hour, then left).
     async fn remove_dropped(&self) {
-        let due: Vec<(Instant, u32, u64, u8)> = {
+        let due: Vec<(Instant, u32, u64, u64, u8)> = {
             let mut rec = self.rec();
             let now = Instant::now();
             let (due, keep) = rec.removals.drain(..).partition(|r| r.0 <= now);
@@ -497,17 +522,38 @@ impl Mds {
         }
         let Ok(map) = self.current_map() else { return };
         let up = self.up_osds();
-        for (_, osd, oid, tries) in due {
+        for (_, osd, oid, ino, tries) in due {
+            // A copy placed there again since (out, then back in) stays.
+            let listed = self
+                .kv
+                .read()
+                .ok()
+                .and_then(|s| s.inode(ino).ok().flatten())
+                .is_some_and(|i| {
+                    i.layout.is_some_and(|l| {
+                        l.objsets
+                            .iter()
+                            .zip(&l.homes)
+                            .any(|(&o, h)| o == oid && h.osds().any(|x| x == osd))
+                    })
+                });
+            if listed {
+                continue;
+            }
             let rm = Command::Remove {
                 pid: DATA_PARTITION,
                 oid,
             };
             if up.contains(&osd) && self.osd_run(&map, osd, rm).await.is_ok() {
+                // Gone: nothing left there to fence.
+                if let Some(m) = self.rec().stale_on.get_mut(&osd) {
+                    m.remove(&oid);
+                }
                 continue;
             }
             if tries > 0 {
                 let next = Instant::now() + Duration::from_secs(60);
-                self.rec().removals.push((next, osd, oid, tries - 1));
+                self.rec().removals.push((next, osd, oid, ino, tries - 1));
             } else {
                 tracing::info!(
                     osd,
@@ -791,14 +837,14 @@ impl Mds {
                     copies: c.clone(),
                 };
                 let dropped = self
-                    .commit_copies(ino, &s, src, made, map, r, desired)
+                    .commit_copies(ino, &s, src, made, map, r, desired, up)
                     .await?;
                 // A client may still hold the old layout with capabilities
                 // for the dropped copy: it is removed once they expired.
                 let when = Instant::now() + Duration::from_secs(self.cfg.cap_ttl_secs + 5);
                 self.rec()
                     .removals
-                    .extend(dropped.into_iter().map(|osd| (when, osd, oid, 60)));
+                    .extend(dropped.into_iter().map(|osd| (when, osd, oid, ino, 60)));
             }
         }
         Ok(left)
@@ -820,7 +866,9 @@ impl Mds {
         map: &OsdMap,
         r: usize,
         desired: Option<Vec<u32>>,
+        up: &HashSet<u32>,
     ) -> Result<Vec<u32>, MdsError> {
+        let up = up.clone();
         let (set, j, seen) = (s.set, s.stripe, s.copies.clone());
         let outs: HashSet<u32> = map.osds.iter().filter(|o| o.out).map(|o| o.id).collect();
         let made2 = made.clone();
@@ -847,7 +895,12 @@ impl Mds {
                         c.fresh.push(*t);
                     }
                 }
-                let fresh_in = c.fresh.iter().filter(|o| !outs.contains(o)).count();
+                // Only copies that are in and up count towards dropping others.
+                let fresh_in = c
+                    .fresh
+                    .iter()
+                    .filter(|o| !outs.contains(o) && up.contains(o))
+                    .count();
                 let mut dropped = Vec::new();
                 if fresh_in >= r {
                     for o in c.fresh.iter().chain(&c.stale) {
@@ -873,10 +926,17 @@ impl Mds {
             })
             .await?;
         let mut rec = self.rec();
-        for t in made.iter().chain(&dropped) {
+        for t in &made {
             if let Some(m) = rec.stale_on.get_mut(t) {
                 m.remove(&s.oid);
             }
+            // A removal queued for an earlier copy there must not take this one.
+            rec.removals.retain(|r| !(r.1 == *t && r.2 == s.oid));
+        }
+        // A dropped copy stays to be fenced (its OSD may come back within
+        // the capability lifetime) until its object is removed.
+        for d in &dropped {
+            rec.stale_on.entry(*d).or_default().insert(s.oid, false);
         }
         if !made.is_empty() {
             tracing::info!(ino, oid = format_args!("{:#x}", s.oid), stripe = j, copies = ?made, "copies made fresh");
@@ -911,18 +971,33 @@ impl Mds {
         let to = self.osd_client(map, dst)?;
         let (scap, dcap) = (self.admin_cap(src)?, self.admin_cap(dst)?);
         let pid = DATA_PARTITION;
-        let rm = Command::Remove { pid, oid };
-        match to.run(Some(&dcap), rm, Bytes::new()).await {
+        // Keep the target's object and with it its fence (a stale copy's
+        // raised version): cut it to nothing rather than remove it; a new
+        // one is made and fenced at `v` before any byte lands in it, so no
+        // capability older than this copy can read a half-made copy.
+        let cut = Command::Truncate { pid, oid, len: 0 };
+        match to.run(Some(&dcap), cut, Bytes::new()).await {
             Ok(_) => {}
-            Err(ConnError::Remote(e)) if e.code == ErrorCode::NoObject => {}
+            Err(ConnError::Remote(e)) if e.code == ErrorCode::NoObject => {
+                let create = Command::Create {
+                    pid,
+                    oid: Some(oid),
+                    count: 1,
+                };
+                match to.run(Some(&dcap), create, Bytes::new()).await {
+                    Ok(_) => {}
+                    Err(ConnError::Remote(e)) if e.code == ErrorCode::Exists => {}
+                    Err(e) => return Err(osd_err(dst, e)),
+                }
+            }
             Err(e) => return Err(osd_err(dst, e)),
         }
-        let create = Command::Create {
+        let fence = Command::SetVersion {
             pid,
-            oid: Some(oid),
-            count: 1,
+            oid,
+            version: v,
         };
-        to.run(Some(&dcap), create, Bytes::new())
+        to.run(Some(&dcap), fence, Bytes::new())
             .await
             .map_err(|e| osd_err(dst, e))?;
         let limit = self.cfg.recovery_mib_per_sec << 20;
@@ -1050,8 +1125,16 @@ impl Mds {
                     rep.objects += 1;
                     let mut seen: Vec<(u32, Option<(u64, u64)>)> = Vec::new();
                     for &osd in c.fresh.iter().filter(|o| up.contains(o)) {
+                        let d = match self.digest(&map, osd, oid, deep).await {
+                            Ok(d) => d,
+                            Err(e) => {
+                                rep.problems.push(format!(
+                                    "inode {f:#x} object {oid:#x} stripe {j}: copy on OSD {osd} not compared: {e}"
+                                ));
+                                continue;
+                            }
+                        };
                         rep.copies += 1;
-                        let d = self.digest(&map, osd, oid, deep).await;
                         if let Some((size, _)) = d
                             && deep
                         {
@@ -1087,6 +1170,11 @@ impl Mds {
                             }
                         }
                     };
+                    // Every compared copy agrees: whatever an earlier scrub
+                    // found here is over.
+                    if good.is_some() && seen.iter().all(|(_, d)| *d == good) {
+                        self.rec().inconsistent.remove(&(f, set as u64, j as u32));
+                    }
                     for (osd, d) in &seen {
                         if *d != good || good.is_none() {
                             rep.inconsistent += 1;
@@ -1143,9 +1231,18 @@ impl Mds {
     }
 
     /// Size and (deep) digest of one copy; `None` when it cannot be read.
-    async fn digest(&self, map: &OsdMap, osd: u32, oid: u64, deep: bool) -> Option<(u64, u64)> {
-        let client = self.osd_client(map, osd).ok()?;
-        let cap = self.admin_cap(osd).ok()?;
+    /// `Ok(Some(size, digest))`, `Ok(None)` when the copy's bytes are bad
+    /// (a checksum or device error), or `Err` when it could not be asked
+    /// (unreachable, timed out, no lease): then it is not compared at all.
+    async fn digest(
+        &self,
+        map: &OsdMap,
+        osd: u32,
+        oid: u64,
+        deep: bool,
+    ) -> Result<Option<(u64, u64)>, String> {
+        let client = self.osd_client(map, osd).map_err(|e| e.to_string())?;
+        let cap = self.admin_cap(osd).map_err(|e| e.to_string())?;
         let cmd = Command::Digest {
             pid: DATA_PARTITION,
             oid,
@@ -1153,13 +1250,21 @@ impl Mds {
         };
         match client.run(Some(&cap), cmd, Bytes::new()).await {
             Ok(a) => match a.reply {
-                proto::msg::Reply::Digest { size, hash, .. } => Some((size, hash)),
-                _ => None,
+                proto::msg::Reply::Digest { size, hash, .. } => Ok(Some((size, hash))),
+                other => Err(format!("DIGEST answered {other:?}")),
             },
             Err(ConnError::Remote(e)) if e.code == ErrorCode::NoObject => {
-                Some((0, empty_hash(deep)))
+                Ok(Some((0, empty_hash(deep))))
             }
-            Err(_) => None,
+            Err(ConnError::Remote(e))
+                if matches!(
+                    e.code,
+                    ErrorCode::Checksum | ErrorCode::Io | ErrorCode::Failed
+                ) =>
+            {
+                Ok(None)
+            }
+            Err(e) => Err(e.to_string()),
         }
     }
 
@@ -1284,7 +1389,7 @@ fn new_homes(
 }
 
 /// Marks an inode busy (write grants wait) for as long as it lives.
-struct Busy<'a> {
+pub(super) struct Busy<'a> {
     mds: &'a Mds,
     ino: u64,
 }

@@ -57,18 +57,24 @@ impl Mds {
         exclusive: bool,
     ) -> Result<MdsReply, MdsError> {
         let (policy, c2) = (self.sb.policy, c.clone());
-        let (mut i, created) = self
+        let (i, created) = self
             .kv
             .write(move |tx| ns::create(tx, &policy, &c2, parent, &name, mode, exclusive))
             .await?;
         if !created {
-            // Opening an existing file for writing waits out its recovery.
-            self.wait_not_recovering(i.attr.ino).await;
+            // Opening an existing file for writing: outside its recovery.
+            let ino = i.attr.ino;
+            return self
+                .outside_recovery(ino, || {
+                    let snap = self.kv.read()?;
+                    let now = snap.live_inode(ino)?;
+                    Ok(MdsReply::Found(Box::new(
+                        self.found(&snap, &c, now, true, 0)?,
+                    )))
+                })
+                .await;
         }
         let snap = self.kv.read()?;
-        if !created && let Some(now) = snap.inode(i.attr.ino)? {
-            i = now;
-        }
         Ok(MdsReply::Found(Box::new(
             self.found(&snap, &c, i, true, 0)?,
         )))
@@ -214,6 +220,8 @@ impl Mds {
         ino: u64,
         set: proto::mds::SetAttr,
     ) -> Result<MdsReply, MdsError> {
+        // No recovery copy interleaves with what this does to the objects.
+        let _held = self.hold(ino).await;
         // Shrinking a file: revoke old capabilities, then cut the objects,
         // then record the length (so stale bytes can never reappear).
         if let Some(size) = set.size {
