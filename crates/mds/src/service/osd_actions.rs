@@ -3,6 +3,15 @@
 //! queue with its worker.
 use super::*;
 
+/// What [`Mds::on_every_copy`] does to each copy.
+#[derive(Debug, Clone, Copy)]
+enum CopyOp {
+    /// Raise the version to this (revocation).
+    Revoke(u64),
+    /// Cut or extend to this file size.
+    Truncate(u64),
+}
+
 impl Mds {
     /// Takes the next capability version (durably); objects revoked at the
     /// returned value refuse every capability issued before.
@@ -143,21 +152,30 @@ impl Mds {
         }
     }
 
-    /// Revokes every capability for a file's objects issued before version
-    /// `v` (sets each object's version to `v`; creates missing objects so a
-    /// stale capability cannot create them either). A copy that cannot be
-    /// reached while its stripe has another fresh copy is recorded stale
-    /// (and so fenced) instead; copies on OSDs that are out are skipped.
-    pub async fn revoke(&self, ino: u64, l: &Layout, v: u64) -> Result<(), MdsError> {
-        let (current, objs) = self.objects(l)?;
+    /// Runs `op` on every copy of a file's objects; a copy it fails on is
+    /// recorded stale when that is allowed (it is stale already, or its
+    /// stripe has another fresh copy), else the error is returned. Copies
+    /// on OSDs that are out are included while they are listed (an out OSD
+    /// may still be up and serving).
+    async fn on_every_copy(&self, ino: u64, l: &Layout, op: CopyOp) -> Result<(), MdsError> {
+        let (map, objs) = self.objects(l)?;
         let mut missed = Vec::new();
-        // Copies on OSDs that are out get it too while they are listed (an
-        // out OSD may still be up and serving).
         for (osd, oid, set, j) in objs {
-            match self.set_version_creating(&current, osd, oid, v).await {
+            let done = match op {
+                CopyOp::Revoke(v) => self.set_version_creating(&map, osd, oid, v).await,
+                CopyOp::Truncate(size) => {
+                    let cmd = Command::Truncate {
+                        pid: DATA_PARTITION,
+                        oid,
+                        len: l.spec.object_len(size, set, j),
+                    };
+                    self.osd_run(&map, osd, cmd).await
+                }
+            };
+            match done {
                 Ok(()) => {}
                 Err(e) if Self::may_pass_over(l, set, j, osd) => {
-                    tracing::warn!(ino, osd, error = %e, "revocation missed a copy; recording it stale");
+                    tracing::warn!(ino, osd, error = %e, ?op, "a copy was missed; recording it stale");
                     missed.push((set, j, osd));
                 }
                 Err(e) => return Err(e),
@@ -169,8 +187,14 @@ impl Mds {
         Ok(())
     }
 
-    /// Cuts (or extends) every copy of a file's objects to `size`; a copy
-    /// that cannot be reached while another fresh copy can is recorded stale.
+    /// Revokes every capability for a file's objects issued before version
+    /// `v` (sets each object's version to `v`; creates missing objects so a
+    /// stale capability cannot create them either); see [`Mds::on_every_copy`]
+    /// for copies that cannot be reached.
+    pub async fn revoke(&self, ino: u64, l: &Layout, v: u64) -> Result<(), MdsError> {
+        self.on_every_copy(ino, l, CopyOp::Revoke(v)).await
+    }
+
     /// Carries a committed revocation to the OSDs and clears its pending
     /// record. A copy that cannot be reached while its stripe has another
     /// fresh copy is recorded stale (and so fenced); for any other, the
@@ -288,34 +312,15 @@ impl Mds {
         Ok(())
     }
 
+    /// Cuts (or extends) every copy of a file's objects to `size` (see
+    /// [`Mds::on_every_copy`] for copies that cannot be reached).
     pub(super) async fn truncate_objects(
         &self,
         ino: u64,
         l: &Layout,
         size: u64,
     ) -> Result<(), MdsError> {
-        let (map, objs) = self.objects(l)?;
-        let mut missed = Vec::new();
-        for (osd, oid, set, j) in objs {
-            let len = l.spec.object_len(size, set, j);
-            let cmd = Command::Truncate {
-                pid: DATA_PARTITION,
-                oid,
-                len,
-            };
-            match self.osd_run(&map, osd, cmd).await {
-                Ok(()) => {}
-                Err(e) if Self::may_pass_over(l, set, j, osd) => {
-                    tracing::warn!(ino, osd, error = %e, "truncation missed a copy; recording it stale");
-                    missed.push((set, j, osd));
-                }
-                Err(e) => return Err(e),
-            }
-        }
-        if !missed.is_empty() {
-            self.record_stale(ino, missed).await?;
-        }
-        Ok(())
+        self.on_every_copy(ino, l, CopyOp::Truncate(size)).await
     }
 
     /// Removes one queued file's objects (all of them, or an error).

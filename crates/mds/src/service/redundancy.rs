@@ -85,37 +85,12 @@ impl Mds {
     /// Rebuilds the index of stale copies from every layout (at start: none
     /// of them is known to be fenced, so each OSD's first report fences its own).
     pub(super) fn index_stale_copies(&self) -> Result<(), MdsError> {
-        let snap = self.kv.read()?;
         let mut index: HashMap<u32, HashMap<u64, bool>> = HashMap::new();
-        let mut bad = None;
-        snap.scan(
-            T::Inodes,
-            std::ops::Bound::Unbounded,
-            std::ops::Bound::Unbounded,
-            false,
-            &mut |_, v| match postcard::from_bytes::<Inode>(v) {
-                Ok(i) => {
-                    if let Some(l) = &i.layout {
-                        for (set, h) in l.homes.iter().enumerate() {
-                            let oid = l.objsets.get(set).copied().unwrap_or(0);
-                            for c in &h.stripes {
-                                for &osd in &c.stale {
-                                    index.entry(osd).or_default().insert(oid, false);
-                                }
-                            }
-                        }
-                    }
-                    true
-                }
-                Err(e) => {
-                    bad = Some(crate::kv::io_err("inode", e));
-                    false
-                }
-            },
-        )?;
-        if let Some(e) = bad {
-            return Err(e);
-        }
+        self.for_each_stripe(|_, s| {
+            for &osd in &s.copies.stale {
+                index.entry(osd).or_default().insert(s.oid, false);
+            }
+        })?;
         self.rec().stale_on = index;
         Ok(())
     }
