@@ -311,6 +311,32 @@ async fn read_file(c: &Client, name: &str) -> Vec<u8> {
     out
 }
 
+/// Written files: (name, content seed, length).
+type Files = Vec<(String, u64, usize)>;
+
+/// Writes a file `PREFIX{seed}` for each seed, `len(seed)` bytes long.
+async fn write_many(
+    c: &Client,
+    prefix: &str,
+    seeds: std::ops::Range<u64>,
+    len: impl Fn(u64) -> usize,
+) -> Files {
+    let mut files = Vec::new();
+    for k in seeds {
+        let (name, n) = (format!("{prefix}{k}"), len(k));
+        write_file(c, &name, &content(k, n)).await.unwrap();
+        files.push((name, k, n));
+    }
+    files
+}
+
+/// Every file reads back exactly.
+async fn check_all(c: &Client, files: &Files) {
+    for (name, k, len) in files {
+        assert_eq!(read_file(c, name).await, content(*k, *len), "{name}");
+    }
+}
+
 async fn layout_of(c: &Client, name: &str) -> Layout {
     let e = c.lookup(&root(), ROOT_INO, name).await.unwrap();
     c.layout(&root(), e.attr.ino).await.unwrap().unwrap()
@@ -362,9 +388,7 @@ fn an_osd_killed_mid_storm_loses_no_acknowledged_write_and_catches_up() {
         }
         assert!(files.len() > 20, "only {} files written", files.len());
         // Every acknowledged file reads back exactly with the OSD down.
-        for (name, id, len) in &files {
-            assert_eq!(read_file(&c, name).await, content(*id, *len), "{name}");
-        }
+        check_all(&c, &files).await;
         let s = cl
             .wait_for("degraded", 20, |s| {
                 s.health().level != "HEALTH_OK" && s.redundancy.degraded > 0
@@ -413,14 +437,7 @@ fn two_lost_disks_with_three_copies_are_recovered_on_the_others() {
         let mut cl = Cluster::start(dir.path(), 5, 3, "");
         cl.wait_healthy(30).await;
         let c = cl.client().await;
-        let mut files = Vec::new();
-        for k in 0..24u64 {
-            let len = (k as usize * 37_337) % (900 << 10) + 1;
-            write_file(&c, &format!("f{k}"), &content(k, len))
-                .await
-                .unwrap();
-            files.push((format!("f{k}"), k, len));
-        }
+        let files = write_many(&c, "f", 0..24, |k| (k as usize * 37_337) % (900 << 10) + 1).await;
         // Two disks lost at once: processes killed, images deleted.
         for id in [1, 4] {
             cl.kill_osd(id);
@@ -560,14 +577,7 @@ fn recovery_finishes_after_the_mds_is_killed_during_it() {
         let mut cl = Cluster::start(dir.path(), 4, 2, "recovery_mib_per_sec = 4");
         cl.wait_healthy(30).await;
         let c = cl.client().await;
-        let mut files = Vec::new();
-        for k in 0..12u64 {
-            let len = 1 << 20;
-            write_file(&c, &format!("g{k}"), &content(1000 + k, len))
-                .await
-                .unwrap();
-            files.push((format!("g{k}"), 1000 + k, len));
-        }
+        let files = write_many(&c, "g", 1000..1012, |_| 1 << 20).await;
         cl.kill_osd(3);
         let out = cl.cli(&["osd", "out", "3"]);
         assert!(out.status.success(), "{out:?}");
@@ -777,14 +787,7 @@ fn an_added_osd_gets_its_share_and_copies_follow_out_and_in() {
         let mut cl = Cluster::start(dir.path(), 3, 2, "");
         cl.wait_healthy(30).await;
         let c = cl.client().await;
-        let mut files = Vec::new();
-        for k in 0..40u64 {
-            let len = 1 + (k as usize * 7717) % (200 << 10);
-            write_file(&c, &format!("b{k}"), &content(500 + k, len))
-                .await
-                .unwrap();
-            files.push((format!("b{k}"), 500 + k, len));
-        }
+        let files = write_many(&c, "b", 500..540, |k| 1 + (k as usize * 7717) % (200 << 10)).await;
         let on = |ls: &[Layout], osd: u32| {
             ls.iter()
                 .filter(|l| l.homes[0].stripes[0].fresh.contains(&osd))
@@ -825,9 +828,7 @@ fn an_added_osd_gets_its_share_and_copies_follow_out_and_in() {
         for l in &ls {
             assert_eq!(l.homes[0].stripes[0].fresh.len(), 2, "{l:?}");
         }
-        for (name, k, len) in &files {
-            assert_eq!(read_file(&c, name).await, content(*k, *len), "{name}");
-        }
+        check_all(&c, &files).await;
         // Out: its copies move away; in: they come back.
         let settle = |want: usize| {
             let (cl, names) = (&cl, names.clone());
@@ -855,9 +856,7 @@ fn an_added_osd_gets_its_share_and_copies_follow_out_and_in() {
         // The same share comes back (placement is a function of the map).
         settle(n4).await;
         let c = cl.client().await;
-        for (name, k, len) in &files {
-            assert_eq!(read_file(&c, name).await, content(*k, *len), "{name}");
-        }
+        check_all(&c, &files).await;
     });
 }
 
