@@ -83,6 +83,32 @@ async fn hello(addr: &str) -> TcpStream {
     s
 }
 
+/// A `Bulk` server with an 8 MiB byte budget and `write_timeout`: its
+/// address, its stop switch and its task.
+async fn serve_bulk(
+    write_timeout: Duration,
+) -> (
+    String,
+    tokio::sync::watch::Sender<bool>,
+    tokio::task::JoinHandle<bool>,
+) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let limits = ServeLimits {
+        frame: big_frames(),
+        max_connections: 8,
+        max_in_flight: 8,
+        max_inflight_bytes: 8 << 20,
+        idle_timeout: Duration::from_secs(60),
+        io_timeout: Duration::from_secs(5),
+        write_timeout,
+        drain_timeout: Duration::from_secs(1),
+    };
+    let (stop, rx) = tokio::sync::watch::channel(false);
+    let server = tokio::spawn(Server::new(Arc::new(Bulk), limits).serve(listener, rx));
+    (addr, stop, server)
+}
+
 async fn ask(s: &mut TcpStream, tag: u64, n: u32) {
     write_frame(s, &frame(Kind::Request, 1, tag, &n, Bytes::new()))
         .await
@@ -92,21 +118,8 @@ async fn ask(s: &mut TcpStream, tag: u64, n: u32) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_never_reads_cannot_hold_the_byte_budget() {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
-    let limits = ServeLimits {
-        frame: big_frames(),
-        max_connections: 8,
-        max_in_flight: 8,
-        // Room for two 4 MiB replies in all.
-        max_inflight_bytes: 8 << 20,
-        idle_timeout: Duration::from_secs(60),
-        io_timeout: Duration::from_secs(5),
-        write_timeout: Duration::from_millis(400),
-        drain_timeout: Duration::from_secs(1),
-    };
-    let (stop, rx) = tokio::sync::watch::channel(false);
-    let server = tokio::spawn(Server::new(Arc::new(Bulk), limits).serve(listener, rx));
+    // Room for two 4 MiB replies in all.
+    let (addr, stop, server) = serve_bulk(Duration::from_millis(400)).await;
     // The hog asks for far more than the socket buffers hold and never reads.
     let mut hog = hello(&addr).await;
     for tag in 1..=6 {
@@ -211,21 +224,8 @@ async fn a_reply_as_large_as_the_budget_is_served() {
 /// replies have not timed out yet.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_connection_holds_only_its_share_of_the_budget() {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
-    let limits = ServeLimits {
-        frame: big_frames(),
-        max_connections: 8,
-        max_in_flight: 8,
-        max_inflight_bytes: 8 << 20,
-        idle_timeout: Duration::from_secs(60),
-        io_timeout: Duration::from_secs(5),
-        // Far longer than the test: only the share can let others in.
-        write_timeout: Duration::from_secs(60),
-        drain_timeout: Duration::from_secs(1),
-    };
-    let (stop, rx) = tokio::sync::watch::channel(false);
-    let server = tokio::spawn(Server::new(Arc::new(Bulk), limits).serve(listener, rx));
+    // A write timeout far longer than the test: only the share lets others in.
+    let (addr, stop, server) = serve_bulk(Duration::from_secs(60)).await;
     let mut hog = hello(&addr).await;
     // 3 MiB replies: the hog's first holds 3 MiB of the 8 MiB budget and
     // the connection's whole 2 MiB share, so its next ones wait.
