@@ -141,7 +141,24 @@ async fn write_extent(
                     (r, t, known)
                 })
                 .collect();
-            match striped::write(ts, data.clone()).await {
+            let written = match striped::write(ts, data.clone()).await {
+                (w, None) => Ok(w),
+                (w, Some(e)) => {
+                    // Part of the write reached no copy: it fails, but the
+                    // copies other parts missed are recorded stale first.
+                    if !cap_stale(&e.1) {
+                        for (set, stripe, osd, _) in &w.missed {
+                            let f = mark_stale(&inner, &creds, ino, *set, *stripe, *osd).await?;
+                            if let Some(l) = f.entry.layout {
+                                layout = l;
+                                grants = f.grants;
+                            }
+                        }
+                    }
+                    Err(e)
+                }
+            };
+            match written {
                 Ok(w) if w.missed.is_empty() && w.short.is_empty() => {
                     Counters::add(&inner.meta.counters.bytes_written, len);
                     return Ok((

@@ -361,15 +361,21 @@ async fn write_run(
     Ok(out)
 }
 
-/// Writes runs of `data` in parallel, each to all its copies.
+/// Writes runs of `data` in parallel, each to all its copies. Returns
+/// what every run that reached a copy did, and the first failure of a run
+/// that reached none (the copies the others missed must be recorded stale
+/// even then: the write fails, but its copies must not differ silently).
 pub async fn write(
     targets: Vec<(Run, Target, bool)>,
     data: Bytes,
-) -> std::result::Result<Written, PieceError> {
+) -> (Written, Option<PieceError>) {
     if targets.len() == 1 {
         let (r, t, known) = targets.into_iter().next().expect("one target");
         let part = data.slice(r.buf_offset as usize..(r.buf_offset + r.len) as usize);
-        return write_run(r, t, part, known).await;
+        return match write_run(r, t, part, known).await {
+            Ok(w) => (w, None),
+            Err(e) => (Written::default(), Some(e)),
+        };
     }
     let mut set = JoinSet::new();
     for (r, t, known) in targets {
@@ -377,12 +383,23 @@ pub async fn write(
         set.spawn(write_run(r, t, part, known));
     }
     let mut out = Written::default();
-    for w in join_all(set).await? {
-        out.done.extend(w.done);
-        out.missed.extend(w.missed);
-        out.short.extend(w.short);
+    let mut first = None;
+    while let Some(j) = set.join_next().await {
+        match j {
+            Ok(Ok(w)) => {
+                out.done.extend(w.done);
+                out.missed.extend(w.missed);
+                out.short.extend(w.short);
+            }
+            Ok(Err(e)) => {
+                first.get_or_insert(e);
+            }
+            Err(e) => {
+                first.get_or_insert((u32::MAX, ConnError::Protocol(e.to_string())));
+            }
+        }
     }
-    Ok(out)
+    (out, first)
 }
 
 /// The rights a writer needs.

@@ -89,6 +89,21 @@ fn main() {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
+    // A short-lived command whose output is piped (`tessera status | head`)
+    // ends quietly when the reader goes away, as other tools do; daemons
+    // keep Rust's default (a peer closing a socket is an error, not a kill).
+    let daemon = matches!(
+        &cli.command,
+        Command::Osd(_)
+            | Command::Up(_)
+            | Command::Mount(_)
+            | Command::Mds(cmd::mds::MdsCmd::Serve { .. })
+    );
+    if !daemon {
+        // SAFETY: restoring the default disposition of SIGPIPE before any
+        // thread is started.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
     let result = match cli.command {
         Command::Mkfs(a) => cmd::mkfs::run(a),
         Command::Fsck(a) => cmd::fsck::run(a),
