@@ -13,7 +13,6 @@ use anyhow::Context;
 use client::{Client, ClientConfig};
 use local::LocalCluster;
 use mds::FormatOptions;
-use mds::ids::{Geometry, IdPolicy, PolicyKind};
 use proto::layout::LayoutSpec;
 use proto::mds::Creds;
 use rand::{Rng, SeedableRng};
@@ -209,20 +208,15 @@ fn run_in(work: &Path, p: FsParams) -> anyhow::Result<Vec<FsRow>> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    let opts = FormatOptions {
-        cluster_id: "fsbench".into(),
-        policy: IdPolicy::new(PolicyKind::ChildClosest, Geometry::default())
-            .map_err(anyhow::Error::msg)?,
-        layout: LayoutSpec {
+    let opts = FormatOptions::new(
+        "fsbench",
+        LayoutSpec {
             stripe_unit: 512 << 10,
             stripe_count: 3,
             object_size: 0,
             ..LayoutSpec::default()
         },
-        wal_bytes: 64 << 20,
-        namespace: Default::default(),
-        dir_protocol: String::new(),
-    };
+    );
     let osd_size = (p.file * 2 / 3).max(256 << 20) + (512 << 20);
     let cl = rt
         .block_on(LocalCluster::start(

@@ -9,7 +9,6 @@ use std::time::Instant;
 
 use local::{LocalMds, LocalOsd, osd_dir, provision_osd};
 use mds::FormatOptions;
-use mds::ids::{Geometry, IdPolicy, PolicyKind};
 use net::MdsClient;
 use proto::layout::LayoutSpec;
 use proto::mds::{MdsReply, Op, ROOT_INO};
@@ -132,15 +131,7 @@ async fn start_cluster(work: &Path) -> anyhow::Result<(LocalMds, LocalOsd, Strin
     let mds_dir = work.join("mds");
     mds::service::format(
         &mds_dir,
-        &FormatOptions {
-            cluster_id: CLUSTER.into(),
-            policy: IdPolicy::new(PolicyKind::ChildClosest, Geometry::default())
-                .map_err(anyhow::Error::msg)?,
-            layout: LayoutSpec::default(),
-            wal_bytes: 64 << 20,
-            namespace: Default::default(),
-            dir_protocol: String::new(),
-        },
+        &FormatOptions::new(CLUSTER, LayoutSpec::default()),
     )?;
     provision_osd(
         &osd_dir(work, 0),

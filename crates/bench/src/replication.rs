@@ -19,7 +19,6 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use client::{Client, ClientConfig};
 use local::LocalCluster;
-use mds::ids::{Geometry, IdPolicy, PolicyKind};
 use mds::{FormatOptions, MdsConfig};
 use proto::layout::LayoutSpec;
 use proto::mds::{ClusterStatus, Creds, MdsReply, Op, ROOT_INO};
@@ -70,14 +69,6 @@ pub struct ReplReport {
 
 const IO: usize = 1 << 20;
 
-fn root() -> Creds {
-    Creds {
-        uid: 0,
-        gid: 0,
-        groups: Vec::new(),
-    }
-}
-
 fn e(x: client::FsError) -> anyhow::Error {
     anyhow::anyhow!("{x}")
 }
@@ -86,7 +77,10 @@ fn e(x: client::FsError) -> anyhow::Error {
 async fn write_file(c: &Client, dir: u64, name: &str, size: u64) -> anyhow::Result<f64> {
     let buf: Vec<u8> = (0..IO).map(|i| (i * 31 + 7) as u8).collect();
     let t = Instant::now();
-    let (_, fh) = c.create(&root(), dir, name, 0o644, true).await.map_err(e)?;
+    let (_, fh) = c
+        .create(&Creds::root(), dir, name, 0o644, true)
+        .await
+        .map_err(e)?;
     let mut off = 0;
     while off < size {
         let n = (size - off).min(IO as u64) as usize;
@@ -103,8 +97,11 @@ async fn read_file(cfg: &ClientConfig, dir: u64, name: &str) -> anyhow::Result<f
     drop_caches();
     let c = Client::connect(cfg.clone()).await.map_err(e)?;
     let t = Instant::now();
-    let ent = c.lookup(&root(), dir, name).await.map_err(e)?;
-    let fh = c.open(&root(), ent.attr.ino, false).await.map_err(e)?;
+    let ent = c.lookup(&Creds::root(), dir, name).await.map_err(e)?;
+    let fh = c
+        .open(&Creds::root(), ent.attr.ino, false)
+        .await
+        .map_err(e)?;
     let mut off = 0u64;
     loop {
         let b = c.read(fh, off, IO as u32).await.map_err(e)?;
@@ -167,15 +164,7 @@ async fn cluster_part(work: &Path, p: ReplParams, fio: [f64; 2]) -> anyhow::Resu
         ..MdsConfig::default()
     };
     std::fs::write(mds_dir.join("mds.toml"), toml::to_string_pretty(&cfg)?)?;
-    let opts = FormatOptions {
-        cluster_id: "replbench".into(),
-        policy: IdPolicy::new(PolicyKind::ChildClosest, Geometry::default())
-            .map_err(anyhow::Error::msg)?,
-        layout: LayoutSpec::default(),
-        wal_bytes: 64 << 20,
-        namespace: Default::default(),
-        dir_protocol: String::new(),
-    };
+    let opts = FormatOptions::new("replbench", LayoutSpec::default());
     let osd_size = (p.write * 6 + p.recover * 2) / 4 + (1 << 30);
     let mut cl = LocalCluster::start(&root_dir, 4, osd_size, &opts)
         .await
@@ -185,14 +174,16 @@ async fn cluster_part(work: &Path, p: ReplParams, fio: [f64; 2]) -> anyhow::Resu
     let mut dirs = [0u64; 3];
     for r in 1..=3u8 {
         let d = c
-            .mkdir(&root(), ROOT_INO, &format!("r{r}"), 0o755)
+            .mkdir(&Creds::root(), ROOT_INO, &format!("r{r}"), 0o755)
             .await
             .map_err(e)?;
         let spec = LayoutSpec {
             replicas: r,
             ..LayoutSpec::default()
         };
-        c.set_layout(&root(), d.attr.ino, spec).await.map_err(e)?;
+        c.set_layout(&Creds::root(), d.attr.ino, spec)
+            .await
+            .map_err(e)?;
         dirs[r as usize - 1] = d.attr.ino;
     }
     // Writes: 1, 2, 3 copies (and 1 again, to see drift).
@@ -210,9 +201,9 @@ async fn cluster_part(work: &Path, p: ReplParams, fio: [f64; 2]) -> anyhow::Resu
     }
     // Reads of a two-copy file, healthy then with its preferred copy's OSD stopped.
     let healthy = read_file(&ccfg, dirs[1], "big").await?;
-    let ent = c.lookup(&root(), dirs[1], "big").await.map_err(e)?;
+    let ent = c.lookup(&Creds::root(), dirs[1], "big").await.map_err(e)?;
     let layout = c
-        .layout(&root(), ent.attr.ino)
+        .layout(&Creds::root(), ent.attr.ino)
         .await
         .map_err(e)?
         .context("no layout")?;

@@ -110,3 +110,21 @@ pub struct FormatOptions {
     /// directory) is made with, "atomic" or "lock" (empty = atomic).
     pub dir_protocol: String,
 }
+
+impl FormatOptions {
+    /// The usual choices: child-closest ids with the default geometry,
+    /// `layout` at the root, a 64 MiB log, the namespace in the MDS.
+    pub fn new(cluster_id: &str, layout: LayoutSpec) -> FormatOptions {
+        FormatOptions {
+            cluster_id: cluster_id.into(),
+            policy: crate::ids::IdPolicy {
+                kind: crate::ids::PolicyKind::ChildClosest,
+                geo: crate::ids::Geometry::default(),
+            },
+            layout,
+            wal_bytes: 64 << 20,
+            namespace: proto::mds::NamespaceMode::Mds,
+            dir_protocol: String::new(),
+        }
+    }
+}

@@ -85,18 +85,7 @@ impl Mds {
             } => self.setxattr(c, ino, name, value, mode).await,
             Op::RemoveXattr { ino, name } => self.removexattr(c, ino, name).await,
             Op::CommitSize { ino, size, mtime } => self.commit_size(c, ino, size, mtime).await,
-            Op::ExtendLayout { ino, objset } => {
-                self.wait_not_recovering(ino).await;
-                self.extend_layout(c.clone(), ino, objset).await?;
-                self.outside_recovery(ino, || {
-                    let snap = self.kv.read()?;
-                    let i = snap.live_inode(ino)?;
-                    Ok(MdsReply::Found(Box::new(
-                        self.found(&snap, &c, i, true, 0)?,
-                    )))
-                })
-                .await
-            }
+            Op::ExtendLayout { ino, objset } => self.extend_layout(c, ino, objset).await,
             Op::GetLayout { ino } => self.get_layout(ino),
             Op::SetLayout { ino, spec } => self.set_layout(c, ino, spec).await,
             Op::GetMap { epoch } => self.get_map(epoch),

@@ -85,6 +85,23 @@ impl Mds {
         }
     }
 
+    /// A file's entry with its grants, from a fresh snapshot, no prefetch:
+    /// with write rights when `write` says so, or (`None`) when the caller
+    /// may write it.
+    pub(super) fn file_answer(
+        &self,
+        c: &Creds,
+        ino: u64,
+        write: Option<bool>,
+    ) -> Result<MdsReply, MdsError> {
+        let snap = self.kv.read()?;
+        let i = snap.live_inode(ino)?;
+        let write = write.unwrap_or_else(|| perm::allowed(&i.attr, c, W));
+        Ok(MdsReply::Found(Box::new(
+            self.found(&snap, c, i, write, 0)?,
+        )))
+    }
+
     /// A lookup-style answer with prefetched neighbours.
     pub(super) fn found(
         &self,

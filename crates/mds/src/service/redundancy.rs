@@ -178,15 +178,8 @@ impl Mds {
         }
         let stale = vec![(objset, stripe, osd)];
         self.record_stale(ino, stale).await?;
-        self.outside_recovery(ino, || {
-            let snap = self.kv.read()?;
-            let i = snap.live_inode(ino)?;
-            let write = perm::allowed(&i.attr, c, W);
-            Ok(MdsReply::Found(Box::new(
-                self.found(&snap, c, i, write, 0)?,
-            )))
-        })
-        .await
+        self.outside_recovery(ino, || self.file_answer(c, ino, None))
+            .await
     }
 
     /// Records copies (object set, stripe, OSD) of `ino` as stale and fences
@@ -932,7 +925,8 @@ impl Mds {
     }
 
     /// Copies object `oid` from OSD `src` to OSD `dst` (replacing what
-    /// `dst` held), keeps holes as holes, and leaves it at version `v`.
+    /// `dst` held), keeps holes as holes; the copy is at version `v` from
+    /// before its first byte.
     /// Throttled to `recovery_mib_per_sec`. Returns the bytes copied.
     pub(super) async fn copy_object(
         &self,
@@ -953,28 +947,11 @@ impl Mds {
         let cut = Command::Truncate { pid, oid, len: 0 };
         match to.run(Some(&dcap), cut, Bytes::new()).await {
             Ok(_) => {}
-            Err(ConnError::Remote(e)) if e.code == ErrorCode::NoObject => {
-                let create = Command::Create {
-                    pid,
-                    oid: Some(oid),
-                    count: 1,
-                };
-                match to.run(Some(&dcap), create, Bytes::new()).await {
-                    Ok(_) => {}
-                    Err(ConnError::Remote(e)) if e.code == ErrorCode::Exists => {}
-                    Err(e) => return Err(osd_err(dst, e)),
-                }
-            }
+            Err(ConnError::Remote(e)) if e.code == ErrorCode::NoObject => {}
             Err(e) => return Err(osd_err(dst, e)),
         }
-        let fence = Command::SetVersion {
-            pid,
-            oid,
-            version: v,
-        };
-        to.run(Some(&dcap), fence, Bytes::new())
-            .await
-            .map_err(|e| osd_err(dst, e))?;
+        // Versions only grow, so the copy stays at `v` to the end.
+        self.set_version_creating(map, dst, oid, v).await?;
         let limit = self.cfg.recovery_mib_per_sec << 20;
         let read_at = |offset: u64| {
             let (from, scap) = (from.clone(), scap.clone());
@@ -1042,14 +1019,6 @@ impl Mds {
                 .await
                 .map_err(|e| osd_err(dst, e))?;
         }
-        let sv = Command::SetVersion {
-            pid,
-            oid,
-            version: v,
-        };
-        to.run(Some(&dcap), sv, Bytes::new())
-            .await
-            .map_err(|e| osd_err(dst, e))?;
         Ok(copied.max(size.min(at)))
     }
 

@@ -65,13 +65,7 @@ impl Mds {
             // Opening an existing file for writing: outside its recovery.
             let ino = i.attr.ino;
             return self
-                .outside_recovery(ino, || {
-                    let snap = self.kv.read()?;
-                    let now = snap.live_inode(ino)?;
-                    Ok(MdsReply::Found(Box::new(
-                        self.found(&snap, &c, now, true, 0)?,
-                    )))
-                })
+                .outside_recovery(ino, || self.file_answer(&c, ino, Some(true)))
                 .await;
         }
         let snap = self.kv.read()?;
@@ -331,15 +325,14 @@ impl Mds {
         ino: u64,
         objset: u64,
     ) -> Result<MdsReply, MdsError> {
+        self.wait_not_recovering(ino).await;
         let (policy, c2) = (self.sb.policy, c.clone());
-        let i = self
-            .kv
+        self.kv
             .write(move |tx| ns::extend_layout(tx, &policy, &c2, ino, objset))
             .await?;
-        let snap = self.kv.read()?;
-        Ok(MdsReply::Found(Box::new(
-            self.found(&snap, &c, i, true, 0)?,
-        )))
+        // Its grants, outside any recovery of the file.
+        self.outside_recovery(ino, || self.file_answer(&c, ino, Some(true)))
+            .await
     }
 
     /// GET LAYOUT: a file's layout, or a directory's default.
