@@ -344,3 +344,112 @@ async fn format_and_provision_make_owner_only_files_and_directories() {
         assert_eq!(mode(&f), 0o600, "{}", f.display());
     }
 }
+
+/// The redundancy operations refuse bad input with a specific errno and
+/// change nothing: MARK STALE of what a file does not have, of its last
+/// fresh copy or by someone who may not read it; OSD OUT/IN and SCRUB by
+/// anyone but root or of an unknown OSD; a report with an empty host.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redundancy_operations_refuse_bad_input() {
+    let cl = Cluster::start(1, spec(4096, 1), PolicyKind::ChildClosest).await;
+    let c = cl.client();
+    let f = match c
+        .call(Op::Create {
+            parent: ROOT_INO,
+            name: "f".into(),
+            mode: 0o600,
+            exclusive: true,
+        })
+        .await
+        .unwrap()
+    {
+        MdsReply::Found(f) => f,
+        r => panic!("{r:?}"),
+    };
+    let ino = f.entry.attr.ino;
+    let layout = f.entry.layout.clone().unwrap();
+    let osd = layout.homes[0].stripes[0].fresh[0];
+    let errno = |r: Result<MdsReply, net::CallError>| r.unwrap_err().errno();
+    let stale = |objset, stripe, osd| Op::MarkStale {
+        ino,
+        objset,
+        stripe,
+        osd,
+    };
+    assert_eq!(errno(c.call(stale(5, 0, osd)).await), Errno::Inval.raw());
+    assert_eq!(errno(c.call(stale(0, 9, osd)).await), Errno::Inval.raw());
+    // The only fresh copy cannot be set aside.
+    assert_eq!(errno(c.call(stale(0, 0, osd)).await), Errno::Io.raw());
+    let user = Creds {
+        uid: 1000,
+        gid: 1000,
+        groups: vec![],
+    };
+    assert_eq!(
+        errno(c.call_as(user.clone(), stale(0, 0, osd)).await),
+        Errno::Access.raw()
+    );
+    let not_a_file = Op::MarkStale {
+        ino: ROOT_INO,
+        objset: 0,
+        stripe: 0,
+        osd,
+    };
+    assert_eq!(errno(c.call(not_a_file).await), Errno::Inval.raw());
+    for op in [
+        Op::SetOsdOut {
+            osd,
+            out: true,
+            force: true,
+        },
+        Op::Scrub {
+            ino: ROOT_INO,
+            deep: true,
+        },
+    ] {
+        assert_eq!(errno(c.call_as(user.clone(), op).await), Errno::Perm.raw());
+    }
+    let e = c
+        .call(Op::SetOsdOut {
+            osd: 99,
+            out: true,
+            force: false,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.errno(), Errno::NoEnt.raw());
+    assert!(e.to_string().contains("OSD 99 is not in the map"), "{e}");
+    // A report with an empty host is refused (after its MAC checks out).
+    let key = {
+        let kf =
+            net::keys::KeyFile::load(&local::osd_dir(cl.dir.path(), 0).join("key.toml")).unwrap();
+        *kf.ring().unwrap().newest().unwrap().1
+    };
+    let mut r = OsdReport {
+        osd_id: 0,
+        addr: cl.osds[0].as_ref().unwrap().addr.to_string(),
+        weight: proto::placement::WEIGHT_ONE,
+        capacity: 1,
+        used: 0,
+        objects: 0,
+        key_version: 1,
+        at_ms: proto::clock::now_ms() + 60_000,
+        mac: [0; 32],
+        host: String::new(),
+    };
+    r.sign(CLUSTER, &key);
+    let e = c.call(Op::Report(r)).await.unwrap_err();
+    assert_eq!(e.errno(), Errno::Inval.raw());
+    assert!(e.to_string().contains("host"), "{e}");
+    // Nothing changed: the copy is still fresh, the OSD still in.
+    let now = match c.call(Op::GetLayout { ino }).await.unwrap() {
+        MdsReply::Layout { layout, .. } => layout.unwrap(),
+        r => panic!("{r:?}"),
+    };
+    assert_eq!(now.homes, layout.homes);
+    match c.call(Op::Status).await.unwrap() {
+        MdsReply::Status(s) => assert!(s.osds.iter().all(|o| o.is_in)),
+        r => panic!("{r:?}"),
+    }
+    cl.stop().await;
+}
