@@ -276,16 +276,17 @@ async fn start_mode(
         .await
         .map_err(anyhow::Error::msg)?;
     let addr = cluster.mds_addr();
-    wait_osds(&addr, 2).await?;
+    let admin = cluster.admin()?;
+    wait_osds(&cluster.mds_client(1)?, 2).await?;
     let mut cs: Vec<Ns> = Vec::new();
     let mut osd_fs = None;
     for _ in 0..clients {
         match protocol {
             Some(_) => {
-                let mut cfg = ClientConfig::new(&addr, CLUSTER);
+                let mut cfg = ClientConfig::new(&addr, CLUSTER, admin.clone());
                 cfg.osd_connections = 1;
                 let meta = Arc::new(Meta::new(2000, 1000, cfg.attr_timeout));
-                let ns = OsdNamespace::probe(&cfg, meta.clone())
+                let ns = OsdNamespace::probe(&cfg, Arc::new(cluster.mds_client(1)?), meta.clone())
                     .await?
                     .ok_or_else(|| anyhow::anyhow!("{name}: the MDS keeps the namespace"))?;
                 osd_fs.get_or_insert_with(|| ns.fs.clone());
@@ -295,7 +296,7 @@ async fn start_mode(
                 });
             }
             None => {
-                let mut c = MdsClient::new(&addr, CLUSTER, 1);
+                let mut c = MdsClient::new(&addr, CLUSTER, admin.clone(), 1);
                 c.prefetch = 0;
                 cs.push(Ns {
                     ns: Arc::new(MdsNamespace::new(Arc::new(c))),
@@ -313,8 +314,7 @@ async fn start_mode(
     })
 }
 
-async fn wait_osds(addr: &str, n: usize) -> anyhow::Result<()> {
-    let c = MdsClient::new(addr, CLUSTER, 1);
+async fn wait_osds(c: &MdsClient, n: usize) -> anyhow::Result<()> {
     for _ in 0..400 {
         if let Ok(MdsReply::Status(s)) = c.call(Op::Status).await
             && s.osds.iter().filter(|o| o.up).count() >= n

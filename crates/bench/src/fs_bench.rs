@@ -226,7 +226,7 @@ fn run_in(work: &Path, p: FsParams) -> anyhow::Result<Vec<FsRow>> {
             &opts,
         ))
         .map_err(anyhow::Error::msg)?;
-    let cfg = ClientConfig::new(&cl.mds_addr(), "fsbench");
+    let cfg = ClientConfig::new(&cl.mds_addr(), "fsbench", cl.admin()?);
     let lib = rt.block_on(async {
         let cfg = cfg.clone();
         tokio::spawn(library_suite(cfg, p)).await?

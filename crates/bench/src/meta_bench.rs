@@ -36,8 +36,21 @@ impl MetaResult {
 
 const CLUSTER: &str = "bench";
 
+/// Where the bench's MDS listens and who it connects as.
+#[derive(Clone)]
+struct Target {
+    addr: String,
+    id: net::auth::Identity,
+}
+
+impl Target {
+    fn client(&self) -> MdsClient {
+        MdsClient::new(&self.addr, CLUSTER, self.id.clone(), 1)
+    }
+}
+
 async fn tessera_phase(
-    addr: &str,
+    addr: &Target,
     tasks: usize,
     per: usize,
     dirs: &[u64],
@@ -46,10 +59,10 @@ async fn tessera_phase(
     let t0 = Instant::now();
     let mut js = Vec::new();
     for (t, &d) in dirs.iter().enumerate().take(tasks) {
-        let addr = addr.to_string();
+        let addr = addr.clone();
         let op = op.to_string();
         js.push(tokio::spawn(async move {
-            let mut c = MdsClient::new(&addr, CLUSTER, 1);
+            let mut c = addr.client();
             // Raw MDS rates: prefetch is a client-cache optimisation measured elsewhere.
             c.prefetch = 0;
             if op == "readdir" {
@@ -127,7 +140,7 @@ fn local_phase(root: &Path, tasks: usize, per: usize, op: &str) -> anyhow::Resul
 
 /// Formats and starts an MDS and one OSD under `work`; returns them and
 /// the MDS address once the OSD is up.
-async fn start_cluster(work: &Path) -> anyhow::Result<(LocalMds, LocalOsd, String)> {
+async fn start_cluster(work: &Path) -> anyhow::Result<(LocalMds, LocalOsd, Target)> {
     let mds_dir = work.join("mds");
     mds::service::format(
         &mds_dir,
@@ -148,7 +161,11 @@ async fn start_cluster(work: &Path) -> anyhow::Result<(LocalMds, LocalOsd, Strin
     let o = LocalOsd::start(&osd_dir(work, 0), "127.0.0.1:0", Some(addr.clone()))
         .await
         .map_err(anyhow::Error::msg)?;
-    let c = MdsClient::new(&addr, CLUSTER, 1);
+    let addr = Target {
+        addr,
+        id: m.admin.clone(),
+    };
+    let c = addr.client();
     for _ in 0..400 {
         if let Ok(MdsReply::Status(s)) = c.call(Op::Status).await
             && s.osds.iter().any(|o| o.up)
@@ -169,7 +186,7 @@ pub fn run(dir: &Path, per_task: usize) -> anyhow::Result<Vec<MetaResult>> {
         .build()?;
     let res = rt.block_on(async {
         let (m, o, addr) = start_cluster(&work).await?;
-        let c = MdsClient::new(&addr, CLUSTER, 1);
+        let c = addr.client();
         let mut out = Vec::new();
         for tasks in [1usize, 4, 16] {
             let per = (per_task * 4 / tasks).max(50);
@@ -305,14 +322,14 @@ async fn lookup_latencies(
     Ok(out)
 }
 
-async fn fill(addr: &str, dir: u64, n: u64) -> anyhow::Result<f64> {
+async fn fill(addr: &Target, dir: u64, n: u64) -> anyhow::Result<f64> {
     let t0 = Instant::now();
     let tasks = 16u64;
     let mut js = Vec::new();
     for t in 0..tasks {
-        let addr = addr.to_string();
+        let addr = addr.clone();
         js.push(tokio::spawn(async move {
-            let mut c = MdsClient::new(&addr, CLUSTER, 1);
+            let mut c = addr.client();
             c.prefetch = 0;
             let mut i = t;
             while i < n {
@@ -357,7 +374,7 @@ pub fn big_dir(dir: &Path, n: u64) -> anyhow::Result<BigDirResult> {
 
 async fn big_dir_on(work: &Path, n: u64) -> anyhow::Result<BigDirResult> {
     let (m, o, addr) = start_cluster(work).await?;
-    let mut c = MdsClient::new(&addr, CLUSTER, 1);
+    let mut c = addr.client();
     c.prefetch = 0;
     let mk = |name: &'static str| Op::Mkdir {
         parent: ROOT_INO,
@@ -378,7 +395,7 @@ async fn big_dir_on(work: &Path, n: u64) -> anyhow::Result<BigDirResult> {
     pb.finish_and_clear();
     // Restart the MDS so its cache starts cold, then look everything up.
     let mds_dir = work.join("mds");
-    let listen = addr.clone();
+    let listen = addr.addr.clone();
     m.stop().await;
     let m = LocalMds::start(&mds_dir, &listen)
         .await

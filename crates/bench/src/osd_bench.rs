@@ -1,8 +1,10 @@
 //! `tessera bench osd`: what the network costs. The same operations (512 KiB
 //! writes and reads, 4 KiB create-and-writes) at queue depth 1 and 16, first
 //! on the store in-process, then through an OSD over loopback TCP (real
-//! sockets, capabilities checked), in one run on one store; reports both and
-//! the ratio.
+//! sockets, capabilities checked) with no authentication (an `--insecure`
+//! OSD), authenticated (tickets, capabilities bound to them, every frame
+//! tagged) and encrypted, in one run on one store; reports each and its
+//! ratio to the store in-process.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -28,6 +30,8 @@ pub struct Pair {
     pub op: String,
     /// Queue depth.
     pub depth: usize,
+    /// How the connection is secured: "no auth", "authenticated", "encrypted".
+    pub mode: String,
     /// In-process figures.
     pub local: PhaseResult,
     /// Over-the-network figures.
@@ -43,7 +47,7 @@ pub fn run(dir: &Path, ops: u64) -> anyhow::Result<Vec<Pair>> {
     std::fs::create_dir_all(dir)?;
     let path: PathBuf = dir.join("osd-bench.img");
     let per_run = ops * (512 << 10) * 2 + ops * 8192;
-    crate::loopdev::write_zeros(&path, (per_run * 3).max(1 << 30))?;
+    crate::loopdev::write_zeros(&path, (per_run * 5).max(1 << 30))?;
     let dev: Arc<dyn Device> = Arc::new(FileDevice::open(&path)?);
     store::format(
         dev.clone(),
@@ -79,94 +83,147 @@ pub fn run(dir: &Path, ops: u64) -> anyhow::Result<Vec<Pair>> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    let remote = rt.block_on(async {
-        let ctx = Ctx::new(handle.clone(), Some(KeyRing::new(vec![(1, KEY)])?), 1);
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let addr = listener.local_addr()?.to_string();
-        let server = Osd::new(ctx, ServerConfig::new("bench", 1));
-        let (stop, rx) = tokio::sync::watch::channel(false);
-        let task = tokio::spawn(server.serve(listener, rx));
-        let mut cfg = ConnConfig::new("bench", 1);
-        cfg.connections = 4;
-        let c = Arc::new(OsdClient::connect(&addr, cfg).await?);
-        let cap = proto::CapSpec {
-            partition: P,
-            oid_lo: 0,
-            oid_hi: u64::MAX,
-            rights: rights::ALL,
-            expiry_ms: now_ms() + 3_600_000,
-            version: u64::MAX,
-        }
-        .sign(&KEY, 1, 1);
-        let mut out = Vec::new();
-        for depth in [1usize, 16] {
-            let ids: Vec<u64> = (0..ops)
-                .map(|_| next.fetch_add(1, Ordering::Relaxed))
-                .collect();
-            let (c1, cap1, b1) = (c.clone(), cap.clone(), big.clone());
-            out.push(
-                tasks("write-512k", depth, ids.clone(), move |id| {
-                    let (c, cap, b) = (c1.clone(), cap1.clone(), b1.clone());
-                    async move {
-                        c.create_and_write(Some(&cap), P, id, b)
-                            .await
-                            .map(|()| 512 << 10)
-                    }
-                })
-                .await?,
-            );
-            let (c2, cap2) = (c.clone(), cap.clone());
-            out.push(
-                tasks("read-512k", depth, ids, move |id| {
-                    let (c, cap) = (c2.clone(), cap2.clone());
-                    async move {
-                        c.read(Some(&cap), P, id, 0, 512 << 10)
-                            .await
-                            .map(|d| d.len() as u64)
-                    }
-                })
-                .await?,
-            );
-            let small_ids: Vec<u64> = (0..ops)
-                .map(|_| next.fetch_add(1, Ordering::Relaxed))
-                .collect();
-            let (c3, cap3, s3) = (c.clone(), cap.clone(), small.clone());
-            out.push(
-                tasks("create-write-4k", depth, small_ids, move |id| {
-                    let (c, cap, b) = (c3.clone(), cap3.clone(), s3.clone());
-                    async move {
-                        c.create_and_write(Some(&cap), P, id, b)
-                            .await
-                            .map(|()| 4096)
-                    }
-                })
-                .await?,
-            );
-        }
-        drop(c);
-        let _ = stop.send(true);
-        task.await??;
-        Ok::<_, anyhow::Error>(out)
-    })?;
+    let mut remote = Vec::new();
+    for mode in [Mode::Plain, Mode::Authenticated, Mode::Encrypted] {
+        remote.push((
+            mode,
+            rt.block_on(remote_run(
+                mode,
+                handle.clone(),
+                ops,
+                next.clone(),
+                big.clone(),
+                small.clone(),
+            ))?,
+        ));
+    }
     let _ = std::fs::remove_file(&path);
-    Ok(local
-        .into_iter()
-        .zip(remote)
-        .map(|(l, r)| {
+    let mut pairs = Vec::new();
+    for (mode, rows) in remote {
+        for (l, r) in local.iter().zip(rows) {
             let ratio = if l.phase.contains("4k") {
                 r.ops_per_s / l.ops_per_s.max(1e-9)
             } else {
                 r.mb_per_s / l.mb_per_s.max(1e-9)
             };
-            Pair {
+            pairs.push(Pair {
                 op: l.phase.clone(),
                 depth: l.workers,
-                local: l,
+                mode: mode.name().into(),
+                local: l.clone(),
                 remote: r,
                 ratio,
-            }
-        })
-        .collect())
+            });
+        }
+    }
+    Ok(pairs)
+}
+
+/// How the bench's connection is secured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// An `--insecure` OSD: no authentication, no capabilities checked.
+    Plain,
+    /// A ticket, capabilities bound to it, every frame tagged (HMAC-SHA256).
+    Authenticated,
+    /// As authenticated, and every frame encrypted (AES-256-GCM).
+    Encrypted,
+}
+
+impl Mode {
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Plain => "no auth",
+            Mode::Authenticated => "authenticated",
+            Mode::Encrypted => "encrypted",
+        }
+    }
+}
+
+/// The remote phases against an OSD serving `handle` in `mode`.
+async fn remote_run(
+    mode: Mode,
+    handle: Arc<StoreHandle>,
+    ops: u64,
+    next: Arc<AtomicU64>,
+    big: Bytes,
+    small: Bytes,
+) -> anyhow::Result<Vec<PhaseResult>> {
+    let ring = KeyRing::new(vec![(1, KEY)])?;
+    let keys = (mode != Mode::Plain).then(|| ring.clone());
+    let ctx = Ctx::new(handle.clone(), keys, 1);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?.to_string();
+    let server = Osd::new(ctx, ServerConfig::new("bench", 1));
+    let (stop, rx) = tokio::sync::watch::channel(false);
+    let task = tokio::spawn(server.serve(listener, rx));
+    let identity: Arc<dyn net::auth::IdentitySource> = match mode {
+        Mode::Plain => Arc::new(net::auth::Identity::anonymous()),
+        _ => net::auth::MintWithOsdKeys::one(ring),
+    };
+    let mut cfg = ConnConfig::new("bench", 1, identity);
+    cfg.connections = 4;
+    cfg.encrypt = mode == Mode::Encrypted;
+    let c = Arc::new(OsdClient::connect(&addr, cfg).await?);
+    let cap = proto::CapSpec {
+        partition: P,
+        oid_lo: 0,
+        oid_hi: u64::MAX,
+        rights: rights::ALL,
+        expiry_ms: now_ms() + 3_600_000,
+        version: u64::MAX,
+        holder: proto::auth::MDS_PRINCIPAL,
+    }
+    .sign(&KEY, 1, 1);
+    let mut out = Vec::new();
+    for depth in [1usize, 16] {
+        let ids: Vec<u64> = (0..ops)
+            .map(|_| next.fetch_add(1, Ordering::Relaxed))
+            .collect();
+        let (c1, cap1, b1) = (c.clone(), cap.clone(), big.clone());
+        out.push(
+            tasks("write-512k", depth, ids.clone(), move |id| {
+                let (c, cap, b) = (c1.clone(), cap1.clone(), b1.clone());
+                async move {
+                    c.create_and_write(Some(&cap), P, id, b)
+                        .await
+                        .map(|()| 512 << 10)
+                }
+            })
+            .await?,
+        );
+        let (c2, cap2) = (c.clone(), cap.clone());
+        out.push(
+            tasks("read-512k", depth, ids, move |id| {
+                let (c, cap) = (c2.clone(), cap2.clone());
+                async move {
+                    c.read(Some(&cap), P, id, 0, 512 << 10)
+                        .await
+                        .map(|d| d.len() as u64)
+                }
+            })
+            .await?,
+        );
+        let small_ids: Vec<u64> = (0..ops)
+            .map(|_| next.fetch_add(1, Ordering::Relaxed))
+            .collect();
+        let (c3, cap3, s3) = (c.clone(), cap.clone(), small.clone());
+        out.push(
+            tasks("create-write-4k", depth, small_ids, move |id| {
+                let (c, cap, b) = (c3.clone(), cap3.clone(), s3.clone());
+                async move {
+                    c.create_and_write(Some(&cap), P, id, b)
+                        .await
+                        .map(|()| 4096)
+                }
+            })
+            .await?,
+        );
+    }
+    drop(c);
+    let _ = stop.send(true);
+    task.await??;
+    Ok(out)
 }
 
 fn threads<E: std::fmt::Display>(
@@ -248,14 +305,15 @@ fn collect(
 /// Prints the comparison.
 pub fn print(pairs: &[Pair]) {
     println!(
-        "{:<16} {:>3} {:>12} {:>12} {:>10} {:>10} {:>8}",
-        "op", "qd", "local MB/s", "OSD MB/s", "local op/s", "OSD op/s", "ratio"
+        "{:<16} {:>3} {:<14} {:>12} {:>12} {:>10} {:>10} {:>8}",
+        "op", "qd", "connection", "local MB/s", "OSD MB/s", "local op/s", "OSD op/s", "ratio"
     );
     for p in pairs {
         println!(
-            "{:<16} {:>3} {:>12.1} {:>12.1} {:>10.0} {:>10.0} {:>7.2}x",
+            "{:<16} {:>3} {:<14} {:>12.1} {:>12.1} {:>10.0} {:>10.0} {:>7.2}x",
             p.op,
             p.depth,
+            p.mode,
             p.local.mb_per_s,
             p.remote.mb_per_s,
             p.local.ops_per_s,
@@ -263,11 +321,30 @@ pub fn print(pairs: &[Pair]) {
             p.ratio
         );
     }
-    if let Some(p) = pairs.iter().find(|p| p.op == "write-512k" && p.depth == 16) {
+    for p in pairs
+        .iter()
+        .filter(|p| p.op == "write-512k" && p.depth == 16)
+    {
         println!(
-            "512 KiB writes at depth 16 over loopback: {:.2} of in-process (target ≥ 0.85: {})",
+            "512 KiB writes at depth 16 over loopback, {}: {:.2} of in-process (target ≥ 0.85: {})",
+            p.mode,
             p.ratio,
             if p.ratio >= 0.85 { "met" } else { "NOT met" }
         );
+    }
+    // What authentication and encryption cost, against no authentication.
+    for p in pairs.iter().filter(|p| p.mode != "no auth") {
+        if let Some(base) = pairs
+            .iter()
+            .find(|b| b.mode == "no auth" && b.op == p.op && b.depth == p.depth)
+        {
+            println!(
+                "{} {} qd {}: {:.2} of no auth",
+                p.mode,
+                p.op,
+                p.depth,
+                p.remote.ops_per_s / base.remote.ops_per_s.max(1e-9)
+            );
+        }
     }
 }

@@ -169,7 +169,7 @@ async fn cluster_part(work: &Path, p: ReplParams, fio: [f64; 2]) -> anyhow::Resu
     let mut cl = LocalCluster::start(&root_dir, 4, osd_size, &opts)
         .await
         .context("cannot start the cluster")?;
-    let ccfg = ClientConfig::new(&cl.mds_addr(), "replbench");
+    let ccfg = ClientConfig::new(&cl.mds_addr(), "replbench", cl.admin()?);
     let c = Client::connect(ccfg.clone()).await.map_err(e)?;
     let mut dirs = [0u64; 3];
     for r in 1..=3u8 {
@@ -218,7 +218,7 @@ async fn cluster_part(work: &Path, p: ReplParams, fio: [f64; 2]) -> anyhow::Resu
     cl.stop_osd(victim).await.map_err(anyhow::Error::msg)?;
     let degraded = read_file(&ccfg, dirs[1], "big").await?;
     // The loss: marked out at once (the operator's `tessera osd out`).
-    let m = net::MdsClient::new(&cl.mds_addr(), "replbench", 1);
+    let m = cl.mds_client(1)?;
     match m
         .call(Op::SetOsdOut {
             osd: victim,

@@ -20,8 +20,8 @@ use bytes::Bytes;
 use net::MdsClient;
 use proto::layout::{Layout, LayoutSpec, data_oid};
 use proto::mds::{
-    Attr, ClusterStatus, Creds, DirEntry, Entry, FileKind, FsStat, Grant, MdsReply, Op, ROOT_INO,
-    SetAttr, XattrMode,
+    Attr, ClusterStatus, Creds, DirEntry, Entry, FileKind, FsStat, Grant, MdsReply, Op, SetAttr,
+    XattrMode,
 };
 use proto::rights;
 
@@ -48,19 +48,52 @@ impl Client {
     /// A client of the cluster `cfg` names; checks the MDS answers, learns
     /// where the namespace lives and fetches the OSD map.
     pub async fn connect(cfg: ClientConfig) -> Result<Client> {
-        let mut mds = MdsClient::new(&cfg.mds_addr, &cfg.cluster_id, cfg.mds_connections);
+        let mut mds = MdsClient::with_encryption(
+            &cfg.mds_addr,
+            &cfg.cluster_id,
+            cfg.identity.clone(),
+            cfg.mds_connections,
+            cfg.encrypt,
+        );
         mds.prefetch = cfg.prefetch;
         let mds = Arc::new(mds);
-        let osds = OsdSet::new(&cfg.cluster_id, cfg.osd_connections);
+        // Who this client is, and where its root is (a principal confined
+        // to a subtree sees that directory as its root).
+        let me = match mds.call(Op::Whoami).await {
+            Ok(MdsReply::Principal(p)) => p,
+            Ok(r) => {
+                return Err(FsError::new(
+                    Errno::Io,
+                    format!("the MDS answered Whoami with {r:?}"),
+                ));
+            }
+            Err(e) => {
+                return Err(FsError::new(
+                    e.errno(),
+                    format!("cannot reach the MDS at {}: {e}", cfg.mds_addr),
+                ));
+            }
+        };
+        // An MDS that requires encryption encrypts this client's OSD
+        // connections too.
+        let encrypt = cfg.encrypt || mds.encrypted().await;
+        let tickets = net::auth::TicketsFromMds::new(mds.clone());
+        let osds = OsdSet::new(
+            &cfg.cluster_id,
+            cfg.osd_connections,
+            tickets.clone(),
+            encrypt,
+        );
         let meta = Arc::new(Meta::new(
             cfg.cache_demand,
             cfg.cache_prefetch,
             cfg.attr_timeout,
         ));
-        let ns: Arc<dyn Namespace> = match OsdNamespace::probe(&cfg, meta.clone()).await? {
-            Some(ns) => Arc::new(ns),
-            None => Arc::new(MdsNamespace::new(mds.clone())),
-        };
+        let ns: Arc<dyn Namespace> =
+            match OsdNamespace::probe(&cfg, mds.clone(), meta.clone()).await? {
+                Some(ns) => Arc::new(ns),
+                None => Arc::new(MdsNamespace::new(mds.clone())),
+            };
         let inner = Arc::new(Inner {
             ns,
             meta,
@@ -71,6 +104,8 @@ impl Client {
             inodes: Mutex::new(HashMap::new()),
             handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
+            root: me.root_ino,
+            principal: *me,
         });
         inner.osds.refresh(&inner.mds).await.map_err(|e| {
             FsError::new(
@@ -95,9 +130,14 @@ impl Client {
         &self.inner
     }
 
-    /// The root directory's inode number.
+    /// The root directory's inode number (a confined principal's own root).
     pub fn root(&self) -> u64 {
-        ROOT_INO
+        self.inner.root
+    }
+
+    /// The principal this client is.
+    pub fn principal(&self) -> &proto::mds::PrincipalInfo {
+        &self.inner.principal
     }
 
     /// Default credentials (root), for tools.
@@ -469,13 +509,14 @@ impl Client {
 
     /// The parent directory this client last saw for `ino` (the root if unknown).
     pub fn parent_hint(&self, ino: u64) -> u64 {
-        self.inner.meta.parent_of(ino).unwrap_or(ROOT_INO)
+        self.inner.meta.parent_of(ino).unwrap_or(self.root())
     }
 
     /// Resolves an absolute path (each component through the cache).
     pub async fn resolve(&self, c: &Creds, path: &str) -> Result<Entry> {
         let mut cur: Option<Entry> = None;
-        let mut ino = ROOT_INO;
+        let root = self.root();
+        let mut ino = root;
         for part in path.split('/').filter(|p| !p.is_empty() && *p != ".") {
             let e = self.lookup(c, ino, part).await?;
             ino = e.attr.ino;
@@ -484,9 +525,9 @@ impl Client {
         match cur {
             Some(e) => Ok(e),
             None => Ok(Entry {
-                parent: ROOT_INO,
+                parent: root,
                 name: String::new(),
-                attr: self.getattr(c, ROOT_INO).await?,
+                attr: self.getattr(c, root).await?,
                 layout: None,
             }),
         }

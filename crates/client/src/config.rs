@@ -32,11 +32,16 @@ pub struct ClientConfig {
     pub mds_connections: usize,
     /// Connections per OSD.
     pub osd_connections: usize,
+    /// Who this client authenticates as (a principal's key).
+    pub identity: net::auth::Identity,
+    /// Encrypt every connection's frames (the MDS may require it anyway).
+    pub encrypt: bool,
 }
 
 impl ClientConfig {
-    /// Defaults for a cluster at `mds_addr` named `cluster_id`.
-    pub fn new(mds_addr: &str, cluster_id: &str) -> ClientConfig {
+    /// Defaults for a cluster at `mds_addr` named `cluster_id`, as the
+    /// principal `identity` proves.
+    pub fn new(mds_addr: &str, cluster_id: &str, identity: net::auth::Identity) -> ClientConfig {
         ClientConfig {
             mds_addr: mds_addr.into(),
             cluster_id: cluster_id.into(),
@@ -51,6 +56,8 @@ impl ClientConfig {
             cap_margin: Duration::from_secs(30),
             mds_connections: 2,
             osd_connections: 2,
+            identity,
+            encrypt: false,
         }
     }
 }

@@ -97,8 +97,12 @@ impl OsdNamespace {
     /// Asks the MDS which mode the file system is in: `Some` when the
     /// namespace is on the OSDs (connected, root made), `None` when the MDS
     /// keeps it.
-    pub async fn probe(cfg: &ClientConfig, meta: Arc<Meta>) -> Result<Option<OsdNamespace>> {
-        let auth = Arc::new(osdns::MdsAuthority::new(&cfg.mds_addr, &cfg.cluster_id));
+    pub async fn probe(
+        cfg: &ClientConfig,
+        mds: Arc<net::MdsClient>,
+        meta: Arc<Meta>,
+    ) -> Result<Option<OsdNamespace>> {
+        let auth = Arc::new(osdns::MdsAuthority::new(mds));
         let osds = match Osds::new(&cfg.cluster_id, auth, cfg.osd_connections).await {
             Ok(o) => o,
             // The MDS refuses the namespace grant exactly when it keeps

@@ -19,17 +19,27 @@ use crate::error::{Errno, FsError, Result};
 pub struct OsdSet {
     cluster_id: String,
     connections: usize,
+    identity: Arc<dyn net::auth::IdentitySource>,
+    encrypt: bool,
     maps: Mutex<HashMap<u64, Arc<OsdMap>>>,
     newest: Mutex<Arc<OsdMap>>,
     clients: Mutex<HashMap<u32, (String, Arc<OsdClient>)>>,
 }
 
 impl OsdSet {
-    /// An empty set for `cluster_id`, `connections` per OSD.
-    pub fn new(cluster_id: &str, connections: usize) -> OsdSet {
+    /// An empty set for `cluster_id`, `connections` per OSD, each
+    /// authenticated as `identity` gives (encrypted when `encrypt`).
+    pub fn new(
+        cluster_id: &str,
+        connections: usize,
+        identity: Arc<dyn net::auth::IdentitySource>,
+        encrypt: bool,
+    ) -> OsdSet {
         OsdSet {
             cluster_id: cluster_id.into(),
             connections: connections.max(1),
+            identity,
+            encrypt,
             maps: Mutex::new(HashMap::new()),
             newest: Mutex::new(Arc::new(OsdMap::default())),
             clients: Mutex::new(HashMap::new()),
@@ -158,7 +168,8 @@ impl OsdSet {
         {
             return Ok(cl.clone());
         }
-        let mut cfg = ConnConfig::new(&self.cluster_id, id);
+        let mut cfg = ConnConfig::new(&self.cluster_id, id, self.identity.clone());
+        cfg.encrypt = self.encrypt;
         cfg.name = "tessera-client".into();
         cfg.connections = self.connections;
         let cl = Arc::new(OsdClient::new(&addr, cfg));

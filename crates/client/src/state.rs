@@ -42,6 +42,10 @@ pub struct Inner {
     pub(crate) inodes: Mutex<HashMap<u64, Arc<OpenInode>>>,
     pub(crate) handles: Mutex<HashMap<u64, Handle>>,
     pub(crate) next_fh: AtomicU64,
+    /// The principal this client authenticated as.
+    pub principal: proto::mds::PrincipalInfo,
+    /// Its root directory (ROOT_INO unless confined to a subtree).
+    pub root: u64,
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

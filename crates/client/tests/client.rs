@@ -40,7 +40,7 @@ async fn cluster(dir: &tempfile::TempDir, policy: PolicyKind, su: u32, sc: u32) 
 }
 
 async fn client(c: &LocalCluster, f: impl FnOnce(&mut ClientConfig)) -> Client {
-    let mut cfg = ClientConfig::new(&c.mds_addr(), &c.cluster_id);
+    let mut cfg = ClientConfig::new(&c.mds_addr(), &c.cluster_id, c.admin().unwrap());
     f(&mut cfg);
     Client::connect(cfg).await.unwrap()
 }

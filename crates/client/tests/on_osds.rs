@@ -36,7 +36,7 @@ async fn cluster(dir: &tempfile::TempDir, protocol: &str) -> LocalCluster {
         .await
         .unwrap();
     // Placement needs the OSDs registered before the root is made.
-    let m = net::MdsClient::new(&c.mds_addr(), "onosds", 1);
+    let m = c.mds_client(1).unwrap();
     for _ in 0..400 {
         if let Ok(proto::mds::MdsReply::Status(s)) = m.call(proto::mds::Op::Status).await
             && s.osds.iter().filter(|o| o.up).count() == 3
@@ -49,7 +49,7 @@ async fn cluster(dir: &tempfile::TempDir, protocol: &str) -> LocalCluster {
 }
 
 async fn client(c: &LocalCluster, attr_timeout: Duration) -> Client {
-    let mut cfg = ClientConfig::new(&c.mds_addr(), &c.cluster_id);
+    let mut cfg = ClientConfig::new(&c.mds_addr(), &c.cluster_id, c.admin().unwrap());
     cfg.attr_timeout = attr_timeout;
     Client::connect(cfg).await.unwrap()
 }

@@ -1,5 +1,6 @@
 //! Conversions between Tessera's metadata and the kernel's: inode numbers
-//! (FUSE's root is 1, Tessera's is 0, so FUSE = Tessera + 1), attributes,
+//! (FUSE's root is 1, Tessera's is 0, so FUSE = Tessera + 1; a principal
+//! confined to a subtree sees that directory as FUSE's root), attributes,
 //! file types, times.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -10,14 +11,37 @@ use proto::mds::{Attr, FileKind};
 /// Block size reported to programs (their preferred I/O size).
 pub const BLKSIZE: u32 = 128 << 10;
 
-/// The kernel's inode number for a Tessera inode.
-pub fn to_fuse(ino: u64) -> INodeNo {
-    INodeNo(ino + 1)
+/// The mapping between Tessera's inode numbers and the kernel's: the
+/// mount's root (the principal's root directory) is the kernel's 1, and
+/// Tessera's root (never seen by a confined principal) takes the number
+/// the mount's root would have had.
+#[derive(Debug, Clone, Copy)]
+pub struct Inodes {
+    /// The Tessera inode the mount shows as its root.
+    pub root: u64,
 }
 
-/// The Tessera inode for a kernel inode number.
-pub fn from_fuse(ino: INodeNo) -> u64 {
-    ino.0.saturating_sub(1)
+impl Inodes {
+    /// The kernel's inode number for a Tessera inode.
+    pub fn to_fuse(&self, ino: u64) -> INodeNo {
+        let n = if ino == self.root {
+            0
+        } else if ino == 0 {
+            self.root
+        } else {
+            ino
+        };
+        INodeNo(n + 1)
+    }
+
+    /// The Tessera inode for a kernel inode number.
+    pub fn from_fuse(&self, ino: INodeNo) -> u64 {
+        match ino.0.saturating_sub(1) {
+            0 => self.root,
+            n if n == self.root => 0,
+            n => n,
+        }
+    }
 }
 
 /// The kernel's file type.
@@ -42,9 +66,9 @@ pub fn ns(t: SystemTime) -> i64 {
 }
 
 /// The kernel's attributes for `a`.
-pub fn file_attr(a: &Attr) -> FileAttr {
+pub fn file_attr(inos: &Inodes, a: &Attr) -> FileAttr {
     FileAttr {
-        ino: to_fuse(a.ino),
+        ino: inos.to_fuse(a.ino),
         size: a.size,
         blocks: a.size.div_ceil(512),
         atime: time(a.atime),
@@ -68,8 +92,14 @@ mod tests {
 
     #[test]
     fn inode_numbers_and_times_round_trip() {
-        assert_eq!(to_fuse(0), INodeNo(1));
-        assert_eq!(from_fuse(to_fuse(41)), 41);
+        let whole = Inodes { root: 0 };
+        assert_eq!(whole.to_fuse(0), INodeNo(1));
+        assert_eq!(whole.from_fuse(whole.to_fuse(41)), 41);
+        let confined = Inodes { root: 41 };
+        assert_eq!(confined.to_fuse(41), INodeNo(1));
+        for i in [0, 1, 5, 41, 42, 1 << 40] {
+            assert_eq!(confined.from_fuse(confined.to_fuse(i)), i);
+        }
         let t = 1_700_000_000_123_456_789;
         assert_eq!(ns(time(t)), t);
         let a = Attr {
@@ -84,7 +114,7 @@ mod tests {
             mtime: t,
             ctime: t,
         };
-        let f = file_attr(&a);
+        let f = file_attr(&Inodes { root: 0 }, &a);
         assert_eq!((f.perm, f.kind, f.blocks), (0o755, FileType::Directory, 2));
     }
 }

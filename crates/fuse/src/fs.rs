@@ -18,7 +18,7 @@ use fuser::{
 use proto::mds::{Attr, Creds, DirEntry, FileKind, SetAttr, SetTime, XattrMode};
 use tokio::runtime::Handle as Rt;
 
-use crate::attr::{file_attr, from_fuse, kind, ns, to_fuse};
+use crate::attr::{Inodes, file_attr, kind, ns};
 
 /// A directory listing taken at opendir, served by offset.
 struct Listing {
@@ -29,6 +29,7 @@ struct Listing {
 
 /// Tessera behind FUSE.
 pub struct TesseraFs {
+    inos: Inodes,
     client: Client,
     rt: Rt,
     ttl: Duration,
@@ -115,6 +116,9 @@ impl TesseraFs {
     /// caches entries and attributes for `ttl` (the client's window).
     pub fn new(client: Client, rt: Rt, ttl: Duration) -> TesseraFs {
         TesseraFs {
+            inos: Inodes {
+                root: client.root(),
+            },
             client,
             rt,
             ttl,
@@ -169,7 +173,7 @@ impl TesseraFs {
 
     fn entry(&self, reply: ReplyEntry, r: Result<Attr, Errno>) {
         match r {
-            Ok(a) => reply.entry(&self.ttl, &file_attr(&a), Generation(0)),
+            Ok(a) => reply.entry(&self.ttl, &file_attr(&self.inos, &a), Generation(0)),
             Err(e) => reply.error(e),
         }
     }
@@ -199,7 +203,7 @@ impl Filesystem for TesseraFs {
     fn lookup(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEntry) {
         let c = self.creds(req);
         let r = name(n).and_then(|n| {
-            self.run(self.client.lookup(&c, from_fuse(parent), n))
+            self.run(self.client.lookup(&c, self.inos.from_fuse(parent), n))
                 .map(|e| e.attr)
         });
         self.entry(reply, r);
@@ -207,8 +211,8 @@ impl Filesystem for TesseraFs {
 
     fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         let c = self.creds(req);
-        match self.run(self.client.getattr(&c, from_fuse(ino))) {
-            Ok(a) => reply.attr(&self.ttl, &file_attr(&a)),
+        match self.run(self.client.getattr(&c, self.inos.from_fuse(ino))) {
+            Ok(a) => reply.attr(&self.ttl, &file_attr(&self.inos, &a)),
             Err(e) => reply.error(e),
         }
     }
@@ -240,15 +244,15 @@ impl Filesystem for TesseraFs {
             atime: atime.map(set_time),
             mtime: mtime.map(set_time),
         };
-        match self.run(self.client.setattr(&c, from_fuse(ino), set)) {
-            Ok(a) => reply.attr(&self.ttl, &file_attr(&a)),
+        match self.run(self.client.setattr(&c, self.inos.from_fuse(ino), set)) {
+            Ok(a) => reply.attr(&self.ttl, &file_attr(&self.inos, &a)),
             Err(e) => reply.error(e),
         }
     }
 
     fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
         let c = self.creds(req);
-        match self.run(self.client.readlink(&c, from_fuse(ino))) {
+        match self.run(self.client.readlink(&c, self.inos.from_fuse(ino))) {
             Ok(t) => reply.data(t.as_bytes()),
             Err(e) => reply.error(e),
         }
@@ -274,7 +278,7 @@ impl Filesystem for TesseraFs {
                 let perm = mode & !umask & 0o7777;
                 let (e, fh) = self
                     .client
-                    .create(&c, from_fuse(parent), n, perm, true)
+                    .create(&c, self.inos.from_fuse(parent), n, perm, true)
                     .await?;
                 self.client.release(fh).await?;
                 Ok(e.attr)
@@ -296,7 +300,7 @@ impl Filesystem for TesseraFs {
         let r = name(n).and_then(|n| {
             self.run(
                 self.client
-                    .mkdir(&c, from_fuse(parent), n, mode & !umask & 0o7777),
+                    .mkdir(&c, self.inos.from_fuse(parent), n, mode & !umask & 0o7777),
             )
             .map(|e| e.attr)
         });
@@ -307,7 +311,7 @@ impl Filesystem for TesseraFs {
         let c = self.creds(req);
         done(
             reply,
-            name(n).and_then(|n| self.run(self.client.unlink(&c, from_fuse(parent), n))),
+            name(n).and_then(|n| self.run(self.client.unlink(&c, self.inos.from_fuse(parent), n))),
         );
     }
 
@@ -315,7 +319,7 @@ impl Filesystem for TesseraFs {
         let c = self.creds(req);
         done(
             reply,
-            name(n).and_then(|n| self.run(self.client.rmdir(&c, from_fuse(parent), n))),
+            name(n).and_then(|n| self.run(self.client.rmdir(&c, self.inos.from_fuse(parent), n))),
         );
     }
 
@@ -330,7 +334,7 @@ impl Filesystem for TesseraFs {
         let c = self.creds(req);
         let r = name(link_name).and_then(|n| {
             let t = target.to_str().ok_or(Errno::from_i32(libc::EINVAL))?;
-            self.run(self.client.symlink(&c, from_fuse(parent), n, t))
+            self.run(self.client.symlink(&c, self.inos.from_fuse(parent), n, t))
                 .map(|e| e.attr)
         });
         self.entry(reply, r);
@@ -357,9 +361,9 @@ impl Filesystem for TesseraFs {
             let b = name(newname)?;
             self.run(self.client.rename(
                 &c,
-                from_fuse(parent),
+                self.inos.from_fuse(parent),
                 a,
-                from_fuse(newparent),
+                self.inos.from_fuse(newparent),
                 b,
                 noreplace,
             ))
@@ -377,10 +381,12 @@ impl Filesystem for TesseraFs {
     ) {
         let c = self.creds(req);
         let r = name(newname).and_then(|n| {
-            self.run(
-                self.client
-                    .link(&c, from_fuse(ino), from_fuse(newparent), n),
-            )
+            self.run(self.client.link(
+                &c,
+                self.inos.from_fuse(ino),
+                self.inos.from_fuse(newparent),
+                n,
+            ))
             .map(|e| e.attr)
         });
         self.entry(reply, r);
@@ -389,7 +395,7 @@ impl Filesystem for TesseraFs {
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let c = self.creds(req);
         let write = flags.acc_mode() != OpenAccMode::O_RDONLY;
-        match self.run(self.client.open(&c, from_fuse(ino), write)) {
+        match self.run(self.client.open(&c, self.inos.from_fuse(ino), write)) {
             Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
             Err(e) => reply.error(e),
         }
@@ -467,7 +473,7 @@ impl Filesystem for TesseraFs {
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         let c = self.creds(req);
-        let dir = from_fuse(ino);
+        let dir = self.inos.from_fuse(ino);
         let r = self.run(async {
             let a = self.client.getattr(&c, dir).await?;
             if a.kind != FileKind::Dir {
@@ -512,10 +518,10 @@ impl Filesystem for TesseraFs {
         for i in offset..total {
             let full = if i < 2 {
                 let (ino, n) = dots[i as usize];
-                reply.add(to_fuse(ino), i + 1, FileType::Directory, n)
+                reply.add(self.inos.to_fuse(ino), i + 1, FileType::Directory, n)
             } else {
                 let e = &l.entries[(i - 2) as usize];
-                reply.add(to_fuse(e.ino), i + 1, kind(e.kind), &e.name)
+                reply.add(self.inos.to_fuse(e.ino), i + 1, kind(e.kind), &e.name)
             };
             if full {
                 break;
@@ -546,23 +552,30 @@ impl Filesystem for TesseraFs {
                 };
                 let n = if i == 0 { "." } else { ".." };
                 reply.add(
-                    to_fuse(ino),
+                    self.inos.to_fuse(ino),
                     i + 1,
                     n,
                     &self.ttl,
-                    &file_attr(&a),
+                    &file_attr(&self.inos, &a),
                     Generation(0),
                 )
             } else {
                 let e = &l.entries[(i - 2) as usize];
                 let a: FileAttr = match &e.attr {
-                    Some(a) => file_attr(a),
+                    Some(a) => file_attr(&self.inos, a),
                     None => match self.run(self.client.getattr(&c, e.ino)) {
-                        Ok(a) => file_attr(&a),
+                        Ok(a) => file_attr(&self.inos, &a),
                         Err(_) => continue,
                     },
                 };
-                reply.add(to_fuse(e.ino), i + 1, &e.name, &self.ttl, &a, Generation(0))
+                reply.add(
+                    self.inos.to_fuse(e.ino),
+                    i + 1,
+                    &e.name,
+                    &self.ttl,
+                    &a,
+                    Generation(0),
+                )
             };
             if full {
                 break;
@@ -626,14 +639,19 @@ impl Filesystem for TesseraFs {
         } else {
             XattrMode::Either
         };
-        let r = name(n)
-            .and_then(|n| self.run(self.client.setxattr(&c, from_fuse(ino), n, value, mode)));
+        let r = name(n).and_then(|n| {
+            self.run(
+                self.client
+                    .setxattr(&c, self.inos.from_fuse(ino), n, value, mode),
+            )
+        });
         done(reply, r);
     }
 
     fn getxattr(&self, req: &Request, ino: INodeNo, n: &OsStr, size: u32, reply: ReplyXattr) {
         let c = self.creds(req);
-        match name(n).and_then(|n| self.run(self.client.getxattr(&c, from_fuse(ino), n))) {
+        match name(n).and_then(|n| self.run(self.client.getxattr(&c, self.inos.from_fuse(ino), n)))
+        {
             Ok(v) if size == 0 => reply.size(v.len() as u32),
             Ok(v) if v.len() > size as usize => reply.error(Errno::from_i32(libc::ERANGE)),
             Ok(v) => reply.data(&v),
@@ -643,7 +661,7 @@ impl Filesystem for TesseraFs {
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
         let c = self.creds(req);
-        match self.run(self.client.listxattr(&c, from_fuse(ino))) {
+        match self.run(self.client.listxattr(&c, self.inos.from_fuse(ino))) {
             Ok(names) => {
                 let mut buf = Vec::new();
                 for n in names {
@@ -666,13 +684,14 @@ impl Filesystem for TesseraFs {
         let c = self.creds(req);
         done(
             reply,
-            name(n).and_then(|n| self.run(self.client.removexattr(&c, from_fuse(ino), n))),
+            name(n)
+                .and_then(|n| self.run(self.client.removexattr(&c, self.inos.from_fuse(ino), n))),
         );
     }
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
         let c = self.creds(req);
-        match self.run(self.client.getattr(&c, from_fuse(ino))) {
+        match self.run(self.client.getattr(&c, self.inos.from_fuse(ino))) {
             Ok(a) if may(&a, &c, mask) => reply.ok(),
             Ok(_) => reply.error(Errno::from_i32(libc::EACCES)),
             Err(e) => reply.error(e),
@@ -694,7 +713,7 @@ impl Filesystem for TesseraFs {
         let r = name(n).and_then(|n| {
             self.run(self.client.create(
                 &c,
-                from_fuse(parent),
+                self.inos.from_fuse(parent),
                 n,
                 mode & !umask & 0o7777,
                 exclusive,
@@ -703,7 +722,7 @@ impl Filesystem for TesseraFs {
         match r {
             Ok((e, fh)) => reply.created(
                 &self.ttl,
-                &file_attr(&e.attr),
+                &file_attr(&self.inos, &e.attr),
                 Generation(0),
                 FileHandle(fh),
                 FopenFlags::empty(),

@@ -140,8 +140,19 @@ pub fn operator_cap(dir: &Path, ttl_ms: u64) -> Result<proto::Capability, LocalE
         rights: proto::rights::ALL,
         expiry_ms: proto::clock::now_ms() + ttl_ms,
         version: u64::MAX,
+        holder: proto::auth::MDS_PRINCIPAL,
     }
     .sign(&key, version, kf.osd_id))
+}
+
+/// Who an operator's tool connects to the OSD provisioned in `dir` as: the
+/// MDS principal, with tickets minted with the OSD's key (the holder of
+/// [`operator_cap`]'s capabilities).
+pub fn operator_identity(
+    dir: &Path,
+) -> Result<std::sync::Arc<dyn net::auth::IdentitySource>, LocalError> {
+    let kf = KeyFile::load(&dir.join("key.toml"))?;
+    Ok(net::auth::MintWithOsdKeys::one(kf.ring()?))
 }
 
 /// This machine's host name (the default failure domain of its OSDs).
@@ -258,6 +269,8 @@ impl LocalOsd {
 pub struct LocalMds {
     /// Where it listens.
     pub addr: SocketAddr,
+    /// The admin principal's identity (its key file, written at format).
+    pub admin: net::auth::Identity,
     /// The service.
     pub mds: Arc<Mds>,
     stop: watch::Sender<bool>,
@@ -276,6 +289,7 @@ impl LocalMds {
                 path: dir.into(),
                 source,
             })?;
+        let admin = admin_identity(dir)?;
         let (listener, addr) = bind(listen).await?;
         let (stop, rx) = watch::channel(false);
         let task = tokio::spawn(mds::server::serve(mds.clone(), listener, rx));
@@ -283,6 +297,7 @@ impl LocalMds {
         let recovery = tokio::spawn(mds.clone().recovery_worker());
         Ok(LocalMds {
             addr,
+            admin,
             mds,
             stop,
             task,
@@ -298,6 +313,13 @@ impl LocalMds {
         let _ = self.stop.send(true);
         let _ = self.task.await;
     }
+}
+
+/// The identity of `client.admin` of the MDS formatted in `mds_dir`.
+pub fn admin_identity(mds_dir: &Path) -> Result<net::auth::Identity, LocalError> {
+    let p = mds::principals::admin_key_path(mds_dir);
+    let k = net::auth::ClientKey::load(&p)?;
+    Ok(k.identity()?)
 }
 
 /// Waits until the MDS's map has OSD `o` at its current address (10 s at most).
@@ -362,6 +384,21 @@ impl LocalCluster {
             c.start_osd(i).await?;
         }
         Ok(c)
+    }
+
+    /// The admin principal's identity.
+    pub fn admin(&self) -> Result<net::auth::Identity, LocalError> {
+        admin_identity(&self.root.join("mds"))
+    }
+
+    /// An MDS client as `client.admin` with `connections` connections.
+    pub fn mds_client(&self, connections: usize) -> Result<net::MdsClient, LocalError> {
+        Ok(net::MdsClient::new(
+            &self.mds_addr(),
+            &self.cluster_id,
+            self.admin()?,
+            connections,
+        ))
     }
 
     /// The MDS's address.

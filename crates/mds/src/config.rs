@@ -34,6 +34,10 @@ pub struct MdsConfig {
     pub scrub_interval_secs: u64,
     /// Seconds between scheduled deep scrubs (every byte); 0 = never.
     pub deep_scrub_interval_secs: u64,
+    /// Encrypt every connection's frames (AES-256-GCM), not only those
+    /// whose client asks (`tessera mds format --encrypt` sets it); clients
+    /// then encrypt their OSD connections too.
+    pub require_encryption: bool,
 }
 
 impl Default for MdsConfig {
@@ -50,6 +54,7 @@ impl Default for MdsConfig {
             recovery_mib_per_sec: 512,
             scrub_interval_secs: 86_400,
             deep_scrub_interval_secs: 7 * 86_400,
+            require_encryption: false,
         }
     }
 }

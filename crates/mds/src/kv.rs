@@ -51,10 +51,20 @@ pub enum T {
     /// ino (BE) → capability version (LE) a committed revocation must
     /// still reach the OSDs with.
     Revocations = 7,
+    /// principal name → principal record (with its key).
+    Principals = 8,
 }
 
-const NAMES: [&str; 8] = [
-    "inodes", "dentries", "xattrs", "meta", "maps", "delq", "objsets", "revoke",
+const NAMES: [&str; 9] = [
+    "inodes",
+    "dentries",
+    "xattrs",
+    "meta",
+    "maps",
+    "delq",
+    "objsets",
+    "revoke",
+    "principals",
 ];
 const N: usize = NAMES.len();
 

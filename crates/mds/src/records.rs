@@ -53,7 +53,7 @@ pub struct Superblock {
 }
 
 /// Current format version of the records.
-pub const RECORDS_VERSION: u32 = 2;
+pub const RECORDS_VERSION: u32 = 3;
 
 /// Counters that change with operations.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

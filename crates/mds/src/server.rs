@@ -10,13 +10,14 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use net::serve::{Admitted, ServeLimits, Server, Service};
+use proto::auth::Secret;
 use proto::mds::{Errno, MDS_ID, MdsError, MdsRequest, MdsResponse};
 use proto::msg::{Hello, Welcome, decode};
-use proto::{ErrorCode, Frame, Limits, PROTOCOL_VERSION, WireError};
+use proto::{Frame, Limits, PROTOCOL_VERSION, WireError};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::service::Mds;
+use crate::service::{Caller, Mds};
 
 /// The MDS's limits: requests carry no payload and headers up to 1 MiB;
 /// 256 requests in flight per connection, 1,024 connections, 64 MiB of
@@ -69,44 +70,39 @@ impl Service for Front {
     /// reader: an MDS reply carries no payload, so nothing needs reserving
     /// before a request runs.
     type Request = ();
+    type Peer = Caller;
 
-    fn welcome(&self, h: &Hello) -> Welcome {
-        let refuse = |why: String| Welcome::Refused(WireError::new(ErrorCode::Handshake, why));
-        let cluster = &self.mds.sb.cluster_id;
-        if h.version != PROTOCOL_VERSION {
-            refuse(format!("protocol version {} not supported", h.version))
-        } else if &h.cluster_id != cluster {
-            // The real cluster id is not echoed: a stranger learns nothing.
-            refuse(format!(
-                "this MDS does not serve cluster {:?}",
-                h.cluster_id
-            ))
-        } else if h.osd_id != MDS_ID {
-            refuse(format!("this is the MDS, not OSD {}", h.osd_id))
-        } else {
-            Welcome::Ok {
-                version: PROTOCOL_VERSION,
-                cluster_id: cluster.clone(),
-                osd_id: MDS_ID,
-                max_payload: 0,
-                max_in_flight: self.max_in_flight,
-            }
+    fn authenticate(&self, h: &Hello) -> Result<(Option<Secret>, Caller), WireError> {
+        self.mds.authenticate(h)
+    }
+
+    fn requires_encryption(&self) -> bool {
+        self.mds.cfg.require_encryption
+    }
+
+    fn welcome(&self) -> Welcome {
+        Welcome::Ok {
+            version: PROTOCOL_VERSION,
+            cluster_id: self.mds.sb.cluster_id.clone(),
+            osd_id: MDS_ID,
+            max_payload: 0,
+            max_in_flight: self.max_in_flight,
         }
     }
 
-    fn admit(&self, _f: &Frame) -> Result<Admitted<()>, WireError> {
+    fn admit(&self, _peer: &Caller, _f: &Frame) -> Result<Admitted<()>, WireError> {
         Ok(Admitted {
             request: (),
             reply_bytes: 0,
         })
     }
 
-    async fn handle(self: Arc<Self>, _: (), f: Frame) -> (Bytes, Bytes) {
+    async fn handle(self: Arc<Self>, caller: Arc<Caller>, _: (), f: Frame) -> (Bytes, Bytes) {
         let started = Instant::now();
         let result = match decode::<MdsRequest>(&f.header) {
             Ok(req) => {
                 let (name, mandatory) = (req.op.name(), req.op.mandatory());
-                let result = self.mds.handle(req).await;
+                let result = self.mds.serve_request(&caller, req).await;
                 let errno = result.as_ref().err().map(|e| format!("{:?}", e.errno));
                 self.mds.metrics.count(
                     name,

@@ -34,11 +34,14 @@ async fn hello(addr: &str, cluster: &str, id: u32) -> (TcpStream, Welcome) {
         cluster_id: cluster.into(),
         osd_id: id,
         client: "raw".into(),
+        credential: proto::auth::Credential::None,
+        nonce: [1; 16],
+        encrypt: false,
     };
     write_frame(&mut s, &frame(Kind::Hello, 0, 0, &h, Bytes::new()))
         .await
         .unwrap();
-    let f = read_frame(&mut s, &limits(), T, T).await.unwrap();
+    let f = read_frame(&mut s, &limits(), T, T, None).await.unwrap();
     (s, decode::<Welcome>(&f.header).unwrap())
 }
 
@@ -78,7 +81,7 @@ async fn the_wire_refuses_garbage_and_wrong_peers_and_keeps_serving() {
     g.write_all(b"GET / HTTP/1.1\r\n\r\nnot a frame at all")
         .await
         .unwrap();
-    assert!(read_frame(&mut g, &limits(), T, T).await.is_err());
+    assert!(read_frame(&mut g, &limits(), T, T, None).await.is_err());
     // wrong cluster, and a Hello naming an OSD instead of the MDS
     match hello(&addr, "other", MDS_ID).await.1 {
         Welcome::Refused(e) => {
@@ -94,9 +97,19 @@ async fn the_wire_refuses_garbage_and_wrong_peers_and_keeps_serving() {
         Welcome::Refused(e) => assert!(e.message.contains("not OSD 3"), "{e}"),
         w => panic!("{w:?}"),
     }
+    // no credential: refused, naming what to pass
+    match hello(&addr, CLUSTER, MDS_ID).await.1 {
+        Welcome::Refused(e) => {
+            assert_eq!(e.code, proto::ErrorCode::Unauthenticated);
+            assert!(e.message.contains("--key-file"), "{e}");
+        }
+        w => panic!("{w:?}"),
+    }
     // an undecodable request gets EPROTO, and the connection keeps working
-    let (mut s, w) = hello(&addr, CLUSTER, MDS_ID).await;
-    assert!(matches!(w, Welcome::Ok { .. }));
+    let cfg = net::ConnConfig::new(CLUSTER, MDS_ID, std::sync::Arc::new(cl.admin()));
+    let mut s = net::raw::RawSession::open(&addr, &cfg, &cl.admin())
+        .await
+        .unwrap();
     let junk = proto::Frame {
         kind: Kind::Request,
         opcode: 0x100,
@@ -104,8 +117,8 @@ async fn the_wire_refuses_garbage_and_wrong_peers_and_keeps_serving() {
         header: Bytes::from_static(&[0xff, 0xff, 0xff, 0x01, 0x02]),
         payload: Bytes::new(),
     };
-    write_frame(&mut s, &junk).await.unwrap();
-    let f = read_frame(&mut s, &limits(), T, T).await.unwrap();
+    s.send(junk).await.unwrap();
+    let f = s.recv(T).await.unwrap();
     assert_eq!(f.tag, 7);
     let r: MdsResponse = decode(&f.header).unwrap();
     assert_eq!(r.result.unwrap_err().errno, Errno::Proto);
@@ -114,10 +127,10 @@ async fn the_wire_refuses_garbage_and_wrong_peers_and_keeps_serving() {
         prefetch: 0,
         op: Op::GetAttr { ino: ROOT_INO },
     };
-    write_frame(&mut s, &frame(Kind::Request, 0x100, 8, &good, Bytes::new()))
+    s.send(frame(Kind::Request, 0x100, 8, &good, Bytes::new()))
         .await
         .unwrap();
-    let f = read_frame(&mut s, &limits(), T, T).await.unwrap();
+    let f = s.recv(T).await.unwrap();
     let r: MdsResponse = decode(&f.header).unwrap();
     assert!(matches!(r.result, Ok(MdsReply::Attr(_))));
     // and ordinary clients were never disturbed

@@ -9,13 +9,15 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
+use proto::auth::{FrameSeal, HandshakeKeys, Proof, same};
 use proto::msg::{Hello, Request, Response, Welcome, decode};
-use proto::{Frame, Kind, Limits, PROTOCOL_VERSION, WireError};
+use proto::{ErrorCode, Frame, Kind, Limits, PROTOCOL_VERSION, WireError};
 use tokio::io::{AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::frame_io::{frame, read_frame, write_frame};
+use crate::auth::{IdentitySource, random_bytes};
+use crate::frame_io::{frame, read_frame, write_frame, write_sealed};
 
 /// Why a call over a connection failed.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -46,7 +48,7 @@ pub enum ConnError {
 }
 
 /// How a client connects.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ConnConfig {
     /// Cluster the OSD must belong to.
     pub cluster_id: String,
@@ -58,19 +60,159 @@ pub struct ConnConfig {
     pub timeout: Duration,
     /// Connections in the pool.
     pub connections: usize,
+    /// Who the connection speaks for (asked at every connect).
+    pub identity: Arc<dyn IdentitySource>,
+    /// Ask for encrypted frames.
+    pub encrypt: bool,
+}
+
+impl std::fmt::Debug for ConnConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConnConfig")
+            .field("cluster_id", &self.cluster_id)
+            .field("osd_id", &self.osd_id)
+            .field("name", &self.name)
+            .field("timeout", &self.timeout)
+            .field("connections", &self.connections)
+            .field("encrypt", &self.encrypt)
+            .finish_non_exhaustive()
+    }
 }
 
 impl ConnConfig {
-    /// Defaults: 30 s timeout, 2 connections.
-    pub fn new(cluster_id: &str, osd_id: u32) -> Self {
+    /// Defaults: 30 s timeout, 2 connections, frames authenticated but
+    /// not encrypted.
+    pub fn new(cluster_id: &str, osd_id: u32, identity: Arc<dyn IdentitySource>) -> Self {
         ConnConfig {
             cluster_id: cluster_id.into(),
             osd_id,
             name: "tessera-client".into(),
             timeout: Duration::from_secs(30),
             connections: 2,
+            identity,
+            encrypt: false,
         }
     }
+}
+
+/// The client's side of the handshake on a fresh stream: sends the Hello
+/// for `id`, checks the server's proof, sends the client's, and returns
+/// the server's payload limit and the frame seals (send, receive) of an
+/// authenticated connection (`None` for an `--insecure` OSD).
+pub async fn handshake<R, W>(
+    rd: &mut R,
+    wr: &mut W,
+    id: &crate::auth::Identity,
+    cfg: &ConnConfig,
+    cerr: impl Fn(std::io::Error) -> ConnError,
+) -> Result<(u32, Option<(FrameSeal, FrameSeal)>), ConnError>
+where
+    R: tokio::io::AsyncRead + Unpin,
+    W: tokio::io::AsyncWrite + Unpin,
+{
+    let hello = Hello {
+        version: PROTOCOL_VERSION,
+        cluster_id: cfg.cluster_id.clone(),
+        osd_id: cfg.osd_id,
+        client: cfg.name.clone(),
+        credential: id.credential.clone(),
+        nonce: random_bytes(),
+        encrypt: cfg.encrypt,
+    };
+    let hello_bytes = Bytes::from(proto::msg::encode(&hello));
+    let limits = Limits {
+        max_header: 16 << 20,
+        max_payload: u32::MAX,
+    };
+    send_now(
+        wr,
+        Frame {
+            kind: Kind::Hello,
+            opcode: 0,
+            tag: 0,
+            header: hello_bytes.clone(),
+            payload: Bytes::new(),
+        },
+    )
+    .await
+    .map_err(|e| cerr(std::io::Error::other(e.to_string())))?;
+    let welcome =
+        |f: Frame| decode::<Welcome>(&f.header).map_err(|e| ConnError::Protocol(e.to_string()));
+    let f = read_frame(rd, &limits, cfg.timeout, cfg.timeout, None)
+        .await
+        .map_err(|e| cerr(std::io::Error::other(e.to_string())))?;
+    let unauthenticated =
+        |why: &str| ConnError::Refused(WireError::new(ErrorCode::Unauthenticated, why));
+    let (max_payload, seals) = match welcome(f)? {
+        Welcome::Refused(e) => return Err(ConnError::Refused(e)),
+        Welcome::Ok { max_payload, .. } => {
+            if id.key.is_some() {
+                return Err(unauthenticated(
+                    "the server did not authenticate itself (an --insecure OSD, or not a \
+                         Tessera server of this cluster): refusing to use it",
+                ));
+            }
+            (max_payload, None)
+        }
+        Welcome::Challenge {
+            nonce,
+            proof,
+            encrypt,
+        } => {
+            let key = id.key.ok_or_else(|| {
+                unauthenticated("the server asks for a key and this client has none")
+            })?;
+            if cfg.encrypt && !encrypt {
+                return Err(unauthenticated(
+                    "the server answered without the encryption asked for",
+                ));
+            }
+            let keys = HandshakeKeys::derive(&key, &hello_bytes, &nonce, encrypt);
+            if !same(&keys.server_proof, &proof) {
+                return Err(unauthenticated(
+                    "the server could not prove it holds this key: not the real server, or \
+                         the key was rotated",
+                ));
+            }
+            send_now(
+                wr,
+                frame(
+                    Kind::Hello,
+                    0,
+                    0,
+                    &Proof {
+                        proof: keys.client_proof,
+                    },
+                    Bytes::new(),
+                ),
+            )
+            .await
+            .map_err(|e| cerr(std::io::Error::other(e.to_string())))?;
+            let f = read_frame(rd, &limits, cfg.timeout, cfg.timeout, None)
+                .await
+                .map_err(|e| cerr(std::io::Error::other(e.to_string())))?;
+            match welcome(f)? {
+                Welcome::Ok { max_payload, .. } => (
+                    max_payload,
+                    Some((
+                        FrameSeal::new(&keys.client_to_server, encrypt),
+                        FrameSeal::new(&keys.server_to_client, encrypt),
+                    )),
+                ),
+                Welcome::Refused(e) => return Err(ConnError::Refused(e)),
+                Welcome::Challenge { .. } => {
+                    return Err(ConnError::Protocol("a second challenge".into()));
+                }
+            }
+        }
+    };
+    Ok((max_payload, seals))
+}
+
+/// Writes one handshake frame and flushes it.
+async fn send_now<W: tokio::io::AsyncWrite + Unpin>(wr: &mut W, f: Frame) -> std::io::Result<()> {
+    write_frame(wr, &f).await?;
+    wr.flush().await
 }
 
 type Waiters = Arc<Mutex<HashMap<u64, oneshot::Sender<Result<Frame, ConnError>>>>>;
@@ -84,6 +226,8 @@ pub struct Connection {
     timeout: Duration,
     /// Largest payload the OSD accepts.
     pub max_payload: u32,
+    /// Whether frames are encrypted.
+    pub encrypted: bool,
 }
 
 fn lock(
@@ -107,28 +251,18 @@ impl Connection {
         let (rd, wr) = sock.into_split();
         let mut rd = BufReader::with_capacity(256 << 10, rd);
         let mut wr = BufWriter::with_capacity(256 << 10, wr);
-        let hello = Hello {
-            version: PROTOCOL_VERSION,
-            cluster_id: cfg.cluster_id.clone(),
-            osd_id: cfg.osd_id,
-            client: cfg.name.clone(),
-        };
-        write_frame(&mut wr, &frame(Kind::Hello, 0, 0, &hello, Bytes::new()))
-            .await
-            .map_err(|e| cerr(e.to_string()))?;
-        wr.flush().await.map_err(|e| cerr(e.to_string()))?;
+        let id = cfg.identity.identity(cfg.osd_id).await?;
+        let (max_payload, mut seals) =
+            handshake(&mut rd, &mut wr, &id, cfg, |e| cerr(e.to_string())).await?;
         let limits = Limits {
             max_header: 16 << 20,
             max_payload: u32::MAX,
         };
-        let f = read_frame(&mut rd, &limits, cfg.timeout, cfg.timeout)
-            .await
-            .map_err(|e| cerr(e.to_string()))?;
-        let max_payload =
-            match decode::<Welcome>(&f.header).map_err(|e| ConnError::Protocol(e.to_string()))? {
-                Welcome::Ok { max_payload, .. } => max_payload,
-                Welcome::Refused(e) => return Err(ConnError::Refused(e)),
-            };
+        let encrypted = seals.as_ref().is_some_and(|(s, _)| s.encrypts());
+        let (mut send_seal, mut recv_seal) = match seals.take() {
+            Some((s, r)) => (Some(s), Some(r)),
+            None => (None, None),
+        };
         let (tx, mut rx) = mpsc::channel::<Frame>(256);
         let waiters: Waiters = Arc::new(Mutex::new(HashMap::new()));
         let alive = Arc::new(AtomicBool::new(true));
@@ -140,6 +274,7 @@ impl Connection {
                     &limits,
                     Duration::from_secs(u64::MAX >> 20),
                     Duration::from_secs(60),
+                    recv_seal.as_mut(),
                 )
                 .await
                 {
@@ -159,7 +294,7 @@ impl Connection {
         let a3 = alive.clone();
         tokio::spawn(async move {
             while let Some(f) = rx.recv().await {
-                if write_frame(&mut wr, &f).await.is_err()
+                if write_sealed(&mut wr, f, send_seal.as_mut()).await.is_err()
                     || (rx.is_empty() && wr.flush().await.is_err())
                 {
                     break;
@@ -175,6 +310,7 @@ impl Connection {
             alive,
             timeout: cfg.timeout,
             max_payload,
+            encrypted,
         })
     }
 

@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
+use proto::auth::{FrameSeal, TAG_LEN};
 use proto::frame::{PREFIX_LEN, Prefix};
 use proto::{Frame, FrameError, Limits};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -36,15 +37,17 @@ pub enum ReadError {
     Io(#[from] std::io::Error),
 }
 
-/// Reads one frame: waits up to `idle` for it to start, then `io` for the rest.
+/// Reads one frame: waits up to `idle` for it to start, then `io` for the
+/// rest; on an authenticated connection `seal` checks (and decrypts) it.
 pub async fn read_frame<R: AsyncRead + Unpin>(
     r: &mut R,
     limits: &Limits,
     idle: Duration,
     io: Duration,
+    seal: Option<&mut FrameSeal>,
 ) -> Result<Frame, ReadError> {
     let p = read_prefix(r, limits, idle, io).await?;
-    read_body(r, &p, io).await
+    read_body(r, &p, io, seal).await
 }
 
 /// Reads and checks a frame's prefix only, so a server can reserve memory
@@ -78,34 +81,49 @@ pub async fn read_prefix<R: AsyncRead + Unpin>(
     })
 }
 
-/// Reads the header and payload a prefix announced and checks their crcs.
+/// Reads the header and payload a prefix announced and checks their crcs;
+/// with a `seal` (an authenticated connection) also the tag that follows
+/// them, decrypting in the encrypted mode. A frame that fails its tag
+/// leaves the stream out of sync (the connection must close).
 pub async fn read_body<R: AsyncRead + Unpin>(
     r: &mut R,
     p: &Prefix,
     io: Duration,
+    seal: Option<&mut FrameSeal>,
 ) -> Result<Frame, ReadError> {
+    let sealed = seal.is_some();
+    let hlen = p.header_len as usize;
     let body = async {
-        let header = read_n(r, p.header_len as usize).await?;
-        let payload = read_n(r, p.payload_len as usize).await?;
-        Ok::<_, std::io::Error>((header, payload))
+        let body = read_n(r, hlen + p.payload_len as usize).await?;
+        let mut tag = [0u8; TAG_LEN];
+        if sealed {
+            r.read_exact(&mut tag).await?;
+        }
+        Ok::<_, std::io::Error>((body, tag))
     };
-    let (header, payload) = match tokio::time::timeout(io, body).await {
+    let (mut body, tag) = match tokio::time::timeout(io, body).await {
         Err(_) => return Err(ReadError::Slow(io)),
         Ok(r) => r?,
     };
-    if let Err(err) = p.verify(&header, &payload) {
-        return Err(ReadError::Bad {
-            err,
-            tag: Some(p.tag),
-            in_sync: true,
-        });
+    let bad = |err| ReadError::Bad {
+        err,
+        tag: Some(p.tag),
+        in_sync: !sealed,
+    };
+    let (h, pl) = body.split_at(hlen);
+    p.verify(h, pl).map_err(bad)?;
+    if let Some(s) = seal {
+        body = s
+            .open(&p.head_bytes(), hlen, body, &tag)
+            .map_err(|e| bad(FrameError::Unauthentic(e)))?;
     }
+    let header = body.split_to(hlen);
     Ok(Frame {
         kind: p.kind,
         opcode: p.opcode,
         tag: p.tag,
         header: header.freeze(),
-        payload: payload.freeze(),
+        payload: body.freeze(),
     })
 }
 
@@ -129,6 +147,38 @@ pub async fn write_frame<W: AsyncWrite + Unpin>(w: &mut W, f: &Frame) -> std::io
         w.write_all(&f.payload).await?;
     }
     Ok(())
+}
+
+/// Seals `f` for an authenticated connection: the frame as it goes on the
+/// wire (encrypted in the encrypted mode) and the tag to write after it.
+pub fn seal_frame(seal: &mut FrameSeal, f: Frame) -> (Frame, [u8; TAG_LEN]) {
+    let head = f.head();
+    let (header, payload, tag) = seal.seal(&head, f.header, f.payload);
+    (
+        Frame {
+            header,
+            payload,
+            ..f
+        },
+        tag,
+    )
+}
+
+/// Writes one frame, sealed when `seal` is given (prefix, header, payload,
+/// then the tag).
+pub async fn write_sealed<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    f: Frame,
+    seal: Option<&mut FrameSeal>,
+) -> std::io::Result<()> {
+    match seal {
+        None => write_frame(w, &f).await,
+        Some(s) => {
+            let (f, tag) = seal_frame(s, f);
+            write_frame(w, &f).await?;
+            w.write_all(&tag).await
+        }
+    }
 }
 
 /// A frame with an encoded header.

@@ -59,7 +59,10 @@ impl Lease {
 /// renewing `lease` with every accepted report. Failures are logged and
 /// retried (the MDS may start later or restart).
 pub async fn report_loop(mds_addr: String, src: ReportSource, lease: std::sync::Arc<Lease>) {
-    let client = MdsClient::new(&mds_addr, &src.cluster_id, 1);
+    // The OSD authenticates to the MDS as `osd.N` with its own key.
+    let identity =
+        crate::auth::Identity::principal(&format!("osd.{}", src.osd_id), src.key.0, src.key.1);
+    let client = MdsClient::new(&mds_addr, &src.cluster_id, identity, 1);
     let mut interval = Duration::from_secs(2);
     let mut registered = false;
     loop {

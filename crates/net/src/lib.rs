@@ -9,6 +9,7 @@
 //! mean: the OSD and the MDS plug in through [`serve::Service`].
 
 pub mod accept;
+pub mod auth;
 pub mod connection;
 pub mod files;
 pub mod frame_io;
@@ -17,6 +18,7 @@ pub mod keys;
 pub mod mds_client;
 pub mod osd_client;
 pub mod pool;
+pub mod raw;
 pub mod serve;
 
 pub use connection::{ConnConfig, ConnError, Connection};

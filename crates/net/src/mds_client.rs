@@ -5,6 +5,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::auth::Identity;
 use crate::connection::{ConnConfig, ConnError};
 use crate::pool::Pool;
 use bytes::Bytes;
@@ -37,6 +38,7 @@ impl CallError {
 /// A connection pool to one MDS.
 pub struct MdsClient {
     pool: Pool,
+    identity: Identity,
     /// Identity sent with every request.
     pub creds: Creds,
     /// Entries to ask prefetched with lookups and opens.
@@ -48,17 +50,46 @@ pub struct MdsClient {
 }
 
 impl MdsClient {
-    /// A client of the MDS at `addr` in `cluster_id` (connects on first use).
-    pub fn new(addr: &str, cluster_id: &str, connections: usize) -> MdsClient {
-        let mut cfg = ConnConfig::new(cluster_id, MDS_ID);
+    /// A client of the MDS at `addr` in `cluster_id` that authenticates
+    /// as `identity` (connects on first use).
+    pub fn new(addr: &str, cluster_id: &str, identity: Identity, connections: usize) -> MdsClient {
+        Self::with_encryption(addr, cluster_id, identity, connections, false)
+    }
+
+    /// Like [`MdsClient::new`], asking for encrypted frames when `encrypt`.
+    pub fn with_encryption(
+        addr: &str,
+        cluster_id: &str,
+        identity: Identity,
+        connections: usize,
+        encrypt: bool,
+    ) -> MdsClient {
+        let mut cfg = ConnConfig::new(cluster_id, MDS_ID, std::sync::Arc::new(identity.clone()));
         cfg.name = "tessera-client".into();
         cfg.connections = connections.max(1);
+        cfg.encrypt = encrypt;
         MdsClient {
             pool: Pool::new(addr, cfg),
+            identity,
             creds: Creds::root(),
             prefetch: 32,
             mandatory: AtomicU64::new(0),
             non_mandatory: AtomicU64::new(0),
+        }
+    }
+
+    /// The identity this client authenticates as (its key unwraps the
+    /// session keys of the tickets the MDS hands it).
+    pub fn identity(&self) -> &Identity {
+        &self.identity
+    }
+
+    /// Whether this client's connections to the MDS are encrypted (asked,
+    /// or required by the MDS); connects if needed.
+    pub async fn encrypted(&self) -> bool {
+        match self.pool.conn(0).await {
+            Ok(c) => c.encrypted,
+            Err(_) => false,
         }
     }
 

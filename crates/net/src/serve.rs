@@ -23,13 +23,17 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use proto::auth::{FrameSeal, HandshakeKeys, Proof, Secret, same};
 use proto::msg::{Hello, Welcome, decode};
 use proto::{ErrorCode, Frame, Kind, Limits, WireError};
 use tokio::io::{AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 
-use crate::frame_io::{ReadError, frame, read_body, read_frame, read_prefix, write_frame};
+use crate::auth::random_bytes;
+use crate::frame_io::{
+    ReadError, frame, read_body, read_frame, read_prefix, seal_frame, write_frame,
+};
 
 /// What every server connection may cost; the same knobs for every daemon.
 #[derive(Debug, Clone)]
@@ -77,22 +81,37 @@ pub struct Admitted<R> {
     pub reply_bytes: u64,
 }
 
-/// What a daemon plugs into the loop: the meaning of a handshake and of a
-/// request. Everything else (limits, timeouts, ordering) is the loop's.
+/// What a daemon plugs into the loop: who may connect and the meaning of
+/// a request. Everything else (the handshake's proofs, sealed frames,
+/// limits, timeouts, ordering) is the loop's.
 pub trait Service: Send + Sync + 'static {
     /// A request decoded by [`Service::admit`].
     type Request: Send + 'static;
+    /// Who a connection speaks for, once authenticated.
+    type Peer: Send + Sync + 'static;
 
-    /// The answer to a peer's Hello: `Welcome::Ok` to serve it.
-    fn welcome(&self, hello: &Hello) -> Welcome;
+    /// Checks a peer's Hello (version, cluster, server id, credential):
+    /// the key the peer must prove and who it then is, or why not. A
+    /// `None` key accepts the peer unauthenticated (only an `--insecure`
+    /// OSD does that).
+    fn authenticate(&self, hello: &Hello) -> Result<(Option<Secret>, Self::Peer), WireError>;
+
+    /// Whether every connection must be encrypted (else only those that ask).
+    fn requires_encryption(&self) -> bool {
+        false
+    }
+
+    /// The `Welcome::Ok` an authenticated peer gets (the limits it must respect).
+    fn welcome(&self) -> Welcome;
 
     /// Decodes and checks a request frame before any work or reply memory
     /// is committed to it; an error is answered at once.
-    fn admit(&self, f: &Frame) -> Result<Admitted<Self::Request>, WireError>;
+    fn admit(&self, peer: &Self::Peer, f: &Frame) -> Result<Admitted<Self::Request>, WireError>;
 
     /// Runs one admitted request; returns the reply's header and payload.
     fn handle(
         self: Arc<Self>,
+        peer: Arc<Self::Peer>,
         request: Self::Request,
         f: Frame,
     ) -> impl Future<Output = (Bytes, Bytes)> + Send;
@@ -215,10 +234,22 @@ impl<S: Service> Server<S> {
         let (rd, wr) = sock.into_split();
         let mut rd = BufReader::with_capacity(256 << 10, rd);
         let mut wr = BufWriter::with_capacity(256 << 10, wr);
-        if let Err(e) = self.handshake(&mut rd, &mut wr).await {
-            tracing::debug!(error = %e, "handshake failed");
-            return;
-        }
+        let (peer, seals) = match self.handshake(&mut rd, &mut wr).await {
+            Ok(p) => p,
+            Err(HandshakeError::Refused(e)) if e.code == ErrorCode::Unauthenticated => {
+                tracing::warn!(error = %e, "authentication refused");
+                return;
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "handshake failed");
+                return;
+            }
+        };
+        let peer = Arc::new(peer);
+        let (mut send_seal, mut recv_seal) = match seals {
+            Some((s, r)) => (Some(s), Some(r)),
+            None => (None, None),
+        };
         self.service.connection_event(true);
         let (tx, mut rx) =
             mpsc::channel::<(Frame, Permits)>(self.limits.max_in_flight as usize + 4);
@@ -235,12 +266,22 @@ impl<S: Service> Server<S> {
             while let Some((f, permits)) = rx.recv().await {
                 let stamp = || epoch.elapsed().as_millis() as u64 + 1;
                 busy_w.store(stamp(), Ordering::Relaxed);
+                let (f, tag) = match send_seal.as_mut() {
+                    Some(s) => {
+                        let (f, t) = seal_frame(s, f);
+                        (f, Some(t))
+                    }
+                    None => (f, None),
+                };
                 let written = async {
                     wr.write_all(&f.prefix()).await?;
                     wr.write_all(&f.header).await?;
                     for chunk in f.payload.chunks(WRITE_CHUNK) {
                         wr.write_all(chunk).await?;
                         busy_w.store(stamp(), Ordering::Relaxed);
+                    }
+                    if let Some(t) = tag {
+                        wr.write_all(&t).await?;
                     }
                     if rx.is_empty() {
                         wr.flush().await?;
@@ -308,7 +349,7 @@ impl<S: Service> Server<S> {
                     let Some(permit) = self.reserve(&share, body, &mut shutdown, &tx).await else {
                         break;
                     };
-                    read_body(&mut rd, &p, lim.io_timeout)
+                    read_body(&mut rd, &p, lim.io_timeout, recv_seal.as_mut())
                         .await
                         .map(|f| (f, permit))
                 }
@@ -336,7 +377,7 @@ impl<S: Service> Server<S> {
                 let _ = tx.send((reply(f.opcode, f.tag, err), None)).await;
                 break;
             }
-            let admitted = match self.service.admit(&f) {
+            let admitted = match self.service.admit(&peer, &f) {
                 Ok(a) => a,
                 Err(err) => {
                     let _ = tx.send((reply(f.opcode, f.tag, err), None)).await;
@@ -356,11 +397,13 @@ impl<S: Service> Server<S> {
                 bytes_permit = p;
             }
             let service = self.service.clone();
+            let peer = peer.clone();
             let tx = tx.clone();
             let max_header = lim.frame.max_header as usize;
             tokio::spawn(async move {
                 let (opcode, tag) = (f.opcode, f.tag);
-                let (mut header, mut payload) = service.clone().handle(admitted.request, f).await;
+                let (mut header, mut payload) =
+                    service.clone().handle(peer, admitted.request, f).await;
                 if header.len() > max_header {
                     header = service.error_header(WireError::bad(
                         "reply",
@@ -382,42 +425,97 @@ impl<S: Service> Server<S> {
         self.service.connection_event(false);
     }
 
-    async fn handshake<R, W>(&self, rd: &mut R, wr: &mut W) -> Result<(), HandshakeError>
+    /// Reads the Hello, asks the service who the peer is, and — for a
+    /// peer with a key — sends a challenge with the server's proof and
+    /// checks the client's proof. Returns the peer and the frame seals
+    /// (send, receive) of an authenticated connection.
+    async fn handshake<R, W>(
+        &self,
+        rd: &mut R,
+        wr: &mut W,
+    ) -> Result<(S::Peer, Option<(FrameSeal, FrameSeal)>), HandshakeError>
     where
         R: tokio::io::AsyncRead + Unpin,
         W: tokio::io::AsyncWrite + Unpin,
     {
-        // Before a peer has said who it is, it gets no room for big frames.
+        // Before a peer has proved who it is, it gets no room for big frames.
         let hello_limits = Limits {
             max_header: 4096,
             max_payload: 0,
         };
         let io = self.limits.io_timeout;
-        let f = read_frame(rd, &hello_limits, io, io).await?;
-        let refuse = |why: String| Welcome::Refused(WireError::new(ErrorCode::Handshake, why));
-        let answer = if f.kind != Kind::Hello {
-            refuse(format!("expected Hello, got {:?}", f.kind))
+        let wt = self.limits.write_timeout;
+        let refuse = |code: ErrorCode, why: String| WireError::new(code, why);
+        let f = read_frame(rd, &hello_limits, io, io, None).await?;
+        let who = if f.kind != Kind::Hello {
+            Err(refuse(
+                ErrorCode::Handshake,
+                format!("expected Hello, got {:?}", f.kind),
+            ))
         } else {
-            match decode::<Hello>(&f.header) {
-                Err(e) => refuse(e.to_string()),
-                Ok(h) => self.service.welcome(&h),
+            decode::<Hello>(&f.header)
+                .map_err(|e| refuse(ErrorCode::Handshake, e.to_string()))
+                .and_then(|h| Ok((h.encrypt, self.service.authenticate(&h)?)))
+        };
+        let (asked, (key, peer)) = match who {
+            Ok(w) => w,
+            Err(e) => {
+                answer(wr, f.tag, Welcome::Refused(e.clone()), wt).await?;
+                return Err(HandshakeError::Refused(e));
             }
         };
-        let refused = match &answer {
-            Welcome::Ok { .. } => None,
-            Welcome::Refused(e) => Some(e.clone()),
+        let Some(key) = key else {
+            answer(wr, f.tag, self.service.welcome(), wt).await?;
+            return Ok((peer, None));
         };
-        tokio::time::timeout(self.limits.write_timeout, async {
-            write_frame(wr, &frame(Kind::Welcome, 0, f.tag, &answer, Bytes::new())).await?;
-            wr.flush().await
-        })
-        .await
-        .map_err(|_| HandshakeError::WriteTimeout(self.limits.write_timeout))??;
-        match refused {
-            None => Ok(()),
-            Some(e) => Err(HandshakeError::Refused(e)),
+        let encrypt = asked || self.service.requires_encryption();
+        let nonce = random_bytes();
+        let keys = HandshakeKeys::derive(&key, &f.header, &nonce, encrypt);
+        let challenge = Welcome::Challenge {
+            nonce,
+            proof: keys.server_proof,
+            encrypt,
+        };
+        answer(wr, f.tag, challenge, wt).await?;
+        let p = read_frame(rd, &hello_limits, io, io, None).await?;
+        let proved = p.kind == Kind::Hello
+            && decode::<Proof>(&p.header).is_ok_and(|pr| same(&pr.proof, &keys.client_proof));
+        if !proved {
+            let e = refuse(
+                ErrorCode::Unauthenticated,
+                "the client could not prove it holds the key it names (wrong, rotated or \
+                 removed key)"
+                    .into(),
+            );
+            answer(wr, p.tag, Welcome::Refused(e.clone()), wt).await?;
+            return Err(HandshakeError::Refused(e));
         }
+        answer(wr, p.tag, self.service.welcome(), wt).await?;
+        Ok((
+            peer,
+            Some((
+                FrameSeal::new(&keys.server_to_client, encrypt),
+                FrameSeal::new(&keys.client_to_server, encrypt),
+            )),
+        ))
     }
+}
+
+/// Writes one handshake answer within the write timeout.
+async fn answer<W: tokio::io::AsyncWrite + Unpin>(
+    w: &mut W,
+    tag: u64,
+    welcome: Welcome,
+    wt: Duration,
+) -> Result<(), HandshakeError> {
+    let f = frame(Kind::Welcome, 0, tag, &welcome, Bytes::new());
+    tokio::time::timeout(wt, async {
+        write_frame(w, &f).await?;
+        w.flush().await
+    })
+    .await
+    .map_err(|_| HandshakeError::WriteTimeout(wt))?
+    .map_err(HandshakeError::Write)
 }
 
 /// Why a handshake did not open a connection.

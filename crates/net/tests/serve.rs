@@ -20,8 +20,14 @@ struct Bulk;
 
 impl Service for Bulk {
     type Request = u32;
+    type Peer = ();
 
-    fn welcome(&self, _h: &Hello) -> Welcome {
+    /// Everyone, unauthenticated: this loop test sends frames by hand.
+    fn authenticate(&self, _h: &Hello) -> Result<(Option<proto::auth::Secret>, ()), WireError> {
+        Ok((None, ()))
+    }
+
+    fn welcome(&self) -> Welcome {
         Welcome::Ok {
             version: PROTOCOL_VERSION,
             cluster_id: "t".into(),
@@ -31,7 +37,7 @@ impl Service for Bulk {
         }
     }
 
-    fn admit(&self, f: &Frame) -> Result<Admitted<u32>, WireError> {
+    fn admit(&self, _peer: &(), f: &Frame) -> Result<Admitted<u32>, WireError> {
         let n: u32 = decode(&f.header)?;
         Ok(Admitted {
             request: n,
@@ -39,7 +45,7 @@ impl Service for Bulk {
         })
     }
 
-    async fn handle(self: Arc<Self>, n: u32, _f: Frame) -> (Bytes, Bytes) {
+    async fn handle(self: Arc<Self>, _peer: Arc<()>, n: u32, _f: Frame) -> (Bytes, Bytes) {
         (
             Bytes::from(encode(&Ok::<u32, WireError>(n))),
             Bytes::from(vec![7u8; n as usize]),
@@ -66,6 +72,9 @@ async fn hello(addr: &str) -> TcpStream {
         cluster_id: "t".into(),
         osd_id: 0,
         client: "test".into(),
+        credential: proto::auth::Credential::None,
+        nonce: [0; 16],
+        encrypt: false,
     };
     write_frame(&mut s, &frame(Kind::Hello, 0, 0, &h, Bytes::new()))
         .await
@@ -75,7 +84,7 @@ async fn hello(addr: &str) -> TcpStream {
         max_payload: 0,
     };
     let t = Duration::from_secs(5);
-    let f = read_frame(&mut s, &lim, t, t).await.unwrap();
+    let f = read_frame(&mut s, &lim, t, t, None).await.unwrap();
     assert!(matches!(
         decode::<Welcome>(&f.header).unwrap(),
         Welcome::Ok { .. }
@@ -136,6 +145,7 @@ async fn a_client_that_never_reads_cannot_hold_the_byte_budget() {
         &lim,
         Duration::from_secs(10),
         Duration::from_secs(10),
+        None,
     )
     .await
     .unwrap();
@@ -182,13 +192,13 @@ async fn a_refused_request_is_answered_and_the_connection_goes_on() {
     ask(&mut c, 6, 16).await;
     let lim = big_frames();
     let t = Duration::from_secs(5);
-    let f = read_frame(&mut c, &lim, t, t).await.unwrap();
+    let f = read_frame(&mut c, &lim, t, t, None).await.unwrap();
     assert_eq!(f.tag, 5);
     let e = decode::<Result<u32, WireError>>(&f.header)
         .unwrap()
         .unwrap_err();
     assert_eq!(e.code, ErrorCode::BadRequest, "{e}");
-    let f = read_frame(&mut c, &lim, t, t).await.unwrap();
+    let f = read_frame(&mut c, &lim, t, t, None).await.unwrap();
     assert_eq!((f.tag, f.payload.len()), (6, 16));
     let _ = stop.send(true);
     server.await.unwrap();
@@ -212,7 +222,7 @@ async fn a_reply_as_large_as_the_budget_is_served() {
     for tag in 1..=3 {
         ask(&mut c, tag, 8 << 20).await;
         let t = Duration::from_secs(10);
-        let f = read_frame(&mut c, &lim, t, t).await.unwrap();
+        let f = read_frame(&mut c, &lim, t, t, None).await.unwrap();
         assert_eq!((f.tag, f.payload.len()), (tag, 8 << 20));
     }
     let _ = stop.send(true);
@@ -242,6 +252,7 @@ async fn one_connection_holds_only_its_share_of_the_budget() {
         &lim,
         Duration::from_secs(5),
         Duration::from_secs(5),
+        None,
     )
     .await
     .unwrap();

@@ -299,13 +299,19 @@ fn set_list(set: &[(AttrKey, Vec<u8>)]) -> Vec<((u32, u32), Vec<u8>)> {
 
 use proto::clock::now_ms;
 
-/// The checks that need no store: the capability (MAC, expiry, rights,
-/// range) and the MDS lease. The server runs them before it reserves
+/// The checks that need no store: the capability (MAC, holder — the
+/// connection's principal —, expiry, rights, range) and the MDS lease. The server runs them before it reserves
 /// memory for a reply, so a request with a bad capability never holds
 /// any of the byte budget for its answer.
-pub fn precheck(ctx: &Ctx, req: &Request) -> Result<(), WireError> {
+pub fn precheck(ctx: &Ctx, holder: u64, req: &Request) -> Result<(), WireError> {
     if let Some(keys) = &ctx.keys {
-        keys.check(req.cap.as_ref(), ctx.osd_id, now_ms(), &need(&req.cmd, req))?;
+        keys.check(
+            req.cap.as_ref(),
+            ctx.osd_id,
+            holder,
+            now_ms(),
+            &need(&req.cmd, req),
+        )?;
     }
     if let Some(lease) = &ctx.lease
         && !lease.current()
@@ -322,16 +328,18 @@ pub fn precheck(ctx: &Ctx, req: &Request) -> Result<(), WireError> {
     Ok(())
 }
 
-/// Runs one request. Returns the response header and the response payload.
-pub fn execute(ctx: &Ctx, req: &Request, payload: Bytes) -> (Response, Bytes) {
+/// Runs one request from a connection authenticated as principal
+/// `holder`. Returns the response header and the response payload.
+pub fn execute(ctx: &Ctx, holder: u64, req: &Request, payload: Bytes) -> (Response, Bytes) {
     let mut attrs = Vec::new();
     let mut out = Bytes::new();
-    let result = run(ctx, req, payload, &mut attrs, &mut out);
+    let result = run(ctx, holder, req, payload, &mut attrs, &mut out);
     (Response { result, attrs }, out)
 }
 
 fn run(
     ctx: &Ctx,
+    holder: u64,
     req: &Request,
     payload: Bytes,
     attrs: &mut Vec<(AttrKey, Vec<u8>)>,
@@ -342,7 +350,7 @@ fn run(
     // The capability is checked before any lock is taken: a forged request
     // never holds an object's lock (the version check, which reads the
     // object, comes under the lock below).
-    precheck(ctx, req)?;
+    precheck(ctx, holder, req)?;
     let stripe = target(&req.cmd).or(match req.cmd {
         Command::SetVersion { pid, oid, .. } => Some((pid, oid)),
         _ => None,

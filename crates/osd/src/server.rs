@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use net::serve::{Admitted, ServeLimits, Server, Service};
+use proto::auth::{Credential, MDS_PRINCIPAL, Secret, Ticket};
 use proto::msg::{Hello, Request, Response, Welcome, decode};
 use proto::{ErrorCode, Frame, PROTOCOL_VERSION, WireError};
 use tokio::net::TcpListener;
@@ -100,39 +101,87 @@ impl Osd {
     }
 }
 
+/// Who an OSD connection speaks for: the principal its ticket names.
+#[derive(Debug, Clone)]
+pub struct Peer {
+    /// Capabilities must name this holder.
+    pub principal_id: u64,
+    /// For logs.
+    pub name: String,
+}
+
 impl Service for Osd {
     type Request = Request;
+    type Peer = Peer;
 
-    fn welcome(&self, h: &Hello) -> Welcome {
-        let refuse = |why: String| Welcome::Refused(WireError::new(ErrorCode::Handshake, why));
+    fn authenticate(&self, h: &Hello) -> Result<(Option<Secret>, Peer), WireError> {
+        let refuse = |why: String| Err(WireError::new(ErrorCode::Handshake, why));
         if h.version != PROTOCOL_VERSION {
-            refuse(format!(
+            return refuse(format!(
                 "protocol version {} not supported (this OSD speaks {PROTOCOL_VERSION})",
                 h.version
-            ))
-        } else if h.cluster_id != self.cfg.cluster_id {
+            ));
+        }
+        if h.cluster_id != self.cfg.cluster_id {
             // The real cluster id is not echoed: a stranger learns nothing.
-            refuse(format!(
+            return refuse(format!(
                 "this OSD does not belong to cluster {:?}",
                 h.cluster_id
-            ))
-        } else if h.osd_id != self.cfg.osd_id {
-            refuse(format!("this is OSD {}, not {}", self.cfg.osd_id, h.osd_id))
-        } else {
-            Welcome::Ok {
-                version: PROTOCOL_VERSION,
-                cluster_id: self.cfg.cluster_id.clone(),
-                osd_id: self.cfg.osd_id,
-                max_payload: self.cfg.serve.frame.max_payload,
-                max_in_flight: self.cfg.serve.max_in_flight,
-            }
+            ));
+        }
+        if h.osd_id != self.cfg.osd_id {
+            return refuse(format!("this is OSD {}, not {}", self.cfg.osd_id, h.osd_id));
+        }
+        let Some(keys) = &self.ctx.keys else {
+            // --insecure: no capabilities are checked, so no one is either.
+            return Ok((
+                None,
+                Peer {
+                    principal_id: MDS_PRINCIPAL,
+                    name: h.client.clone(),
+                },
+            ));
+        };
+        let unauthenticated = |why: String| Err(WireError::new(ErrorCode::Unauthenticated, why));
+        let Credential::Ticket(t) = &h.credential else {
+            return unauthenticated(
+                "this OSD accepts only tickets the MDS issued (connect through the MDS with a \
+                 principal's key)"
+                    .into(),
+            );
+        };
+        let Some(key) = keys.key(t.key_version) else {
+            return unauthenticated(format!(
+                "ticket sealed with key version {}, which this OSD does not hold",
+                t.key_version
+            ));
+        };
+        match Ticket::open(t, key, self.cfg.osd_id, proto::clock::now_ms()) {
+            Ok(tk) => Ok((
+                Some(tk.session_key),
+                Peer {
+                    principal_id: tk.principal_id,
+                    name: tk.principal,
+                },
+            )),
+            Err(e) => unauthenticated(e.to_string()),
         }
     }
 
-    fn admit(&self, f: &Frame) -> Result<Admitted<Request>, WireError> {
+    fn welcome(&self) -> Welcome {
+        Welcome::Ok {
+            version: PROTOCOL_VERSION,
+            cluster_id: self.cfg.cluster_id.clone(),
+            osd_id: self.cfg.osd_id,
+            max_payload: self.cfg.serve.frame.max_payload,
+            max_in_flight: self.cfg.serve.max_in_flight,
+        }
+    }
+
+    fn admit(&self, peer: &Peer, f: &Frame) -> Result<Admitted<Request>, WireError> {
         let req: Request = decode(&f.header)?;
         // A bad capability is refused before any reply memory is reserved.
-        crate::exec::precheck(&self.ctx, &req)?;
+        crate::exec::precheck(&self.ctx, peer.principal_id, &req)?;
         let read_len = match req.cmd {
             proto::Command::Read { len, .. } => u64::from(len),
             _ => 0,
@@ -150,7 +199,7 @@ impl Service for Osd {
         })
     }
 
-    async fn handle(self: Arc<Self>, req: Request, f: Frame) -> (Bytes, Bytes) {
+    async fn handle(self: Arc<Self>, peer: Arc<Peer>, req: Request, f: Frame) -> (Bytes, Bytes) {
         let started = Instant::now();
         let in_bytes = f.payload.len() as u64;
         let ctx = self.ctx.clone();
@@ -158,7 +207,7 @@ impl Service for Osd {
         // this worker and let tokio hand its other tasks to another worker;
         // one thread hop fewer per request than spawn_blocking.
         let (resp, out) = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            tokio::task::block_in_place(|| execute(&ctx, &req, f.payload))
+            tokio::task::block_in_place(|| execute(&ctx, peer.principal_id, &req, f.payload))
         })) {
             Ok(r) => r,
             Err(_) => (

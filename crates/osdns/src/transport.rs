@@ -51,6 +51,8 @@ pub trait Authority: Send + Sync {
     /// Records the root directory's OSD once the namespace is made; returns
     /// the recorded one (another client may have won).
     fn set_root(&self, osd: u32) -> BoxFuture<'_, Result<u32>>;
+    /// Who the client's OSD connections authenticate as.
+    fn identity(&self) -> Arc<dyn net::auth::IdentitySource>;
 }
 
 /// Renew the capability this long before it expires.
@@ -169,7 +171,7 @@ impl Osds {
         {
             return Ok(cl.clone());
         }
-        let mut cfg = ConnConfig::new(&self.cluster_id, id);
+        let mut cfg = ConnConfig::new(&self.cluster_id, id, self.authority.identity());
         cfg.name = "tessera-osdns".into();
         cfg.connections = self.connections;
         cfg.timeout = Duration::from_secs(30);
@@ -389,14 +391,17 @@ pub fn pick(attrs: &AttrList, key: AttrKey) -> Vec<u8> {
 /// and the map and hands out capabilities; it answers no metadata
 /// operation.
 pub struct MdsAuthority {
-    mds: net::MdsClient,
+    mds: Arc<net::MdsClient>,
+    tickets: Arc<net::auth::TicketsFromMds>,
 }
 
 impl MdsAuthority {
-    /// An authority at MDS address `addr` of cluster `cluster_id`.
-    pub fn new(addr: &str, cluster_id: &str) -> MdsAuthority {
+    /// The MDS `mds` connects to as authority; OSD connections use the
+    /// tickets it hands out.
+    pub fn new(mds: Arc<net::MdsClient>) -> MdsAuthority {
         MdsAuthority {
-            mds: net::MdsClient::new(addr, cluster_id, 1),
+            tickets: net::auth::TicketsFromMds::new(mds.clone()),
+            mds,
         }
     }
 
@@ -421,6 +426,10 @@ impl Authority for MdsAuthority {
                 layout: g.layout,
             })
         })
+    }
+
+    fn identity(&self) -> Arc<dyn net::auth::IdentitySource> {
+        self.tickets.clone()
     }
 
     fn set_root(&self, osd: u32) -> BoxFuture<'_, Result<u32>> {

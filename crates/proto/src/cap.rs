@@ -66,6 +66,9 @@ pub struct Capability {
     pub expiry_ms: u64,
     /// Valid only for objects whose stored version is below this.
     pub version: u64,
+    /// The principal it was issued to: an OSD accepts it only on a
+    /// connection authenticated as that principal.
+    pub holder: u64,
     /// HMAC-SHA256 over [`Capability::signed_bytes`].
     pub mac: [u8; 32],
 }
@@ -116,6 +119,16 @@ pub enum CapError {
         /// Needed.
         need: u32,
     },
+    /// Issued to another principal than the connection's.
+    #[error(
+        "capability was issued to principal {cap}, this connection is principal {connection}: a capability works only for its holder"
+    )]
+    WrongHolder {
+        /// The capability's holder.
+        cap: u64,
+        /// The connection's principal.
+        connection: u64,
+    },
     /// Revoked by a version bump.
     #[error("capability version {cap} is not above the object's version {object}: revoked")]
     Revoked {
@@ -128,9 +141,9 @@ pub enum CapError {
 
 impl Capability {
     /// The exact bytes the MAC covers (documented in PROTOCOL.md).
-    pub fn signed_bytes(&self, osd_id: u32) -> [u8; 60] {
-        let mut b = [0u8; 60];
-        b[..8].copy_from_slice(b"TSCAP001");
+    pub fn signed_bytes(&self, osd_id: u32) -> [u8; 68] {
+        let mut b = [0u8; 68];
+        b[..8].copy_from_slice(b"TSCAP002");
         b[8..12].copy_from_slice(&osd_id.to_le_bytes());
         b[12..16].copy_from_slice(&self.key_version.to_le_bytes());
         b[16..24].copy_from_slice(&self.partition.to_le_bytes());
@@ -139,6 +152,7 @@ impl Capability {
         b[40..44].copy_from_slice(&self.rights.to_le_bytes());
         b[44..52].copy_from_slice(&self.expiry_ms.to_le_bytes());
         b[52..60].copy_from_slice(&self.version.to_le_bytes());
+        b[60..68].copy_from_slice(&self.holder.to_le_bytes());
         b
     }
 }
@@ -159,6 +173,8 @@ pub struct CapSpec {
     pub expiry_ms: u64,
     /// Object version it was issued at (revocation).
     pub version: u64,
+    /// Principal it is issued to ([`crate::auth::MDS_PRINCIPAL`] for the MDS).
+    pub holder: u64,
 }
 
 impl CapSpec {
@@ -173,6 +189,7 @@ impl CapSpec {
             rights: self.rights,
             expiry_ms: self.expiry_ms,
             version: self.version,
+            holder: self.holder,
             mac: [0; 32],
         };
         c.mac = mac(key, &c.signed_bytes(osd_id));
@@ -257,11 +274,13 @@ impl KeyRing {
     }
 
     /// Checks everything but the object version (which needs the store):
-    /// key version, MAC, expiry, partition, range, rights.
+    /// key version, MAC, holder (the connection's principal), expiry,
+    /// partition, range, rights.
     pub fn check(
         &self,
         cap: Option<&Capability>,
         osd_id: u32,
+        holder: u64,
         now_ms: u64,
         need: &Need,
     ) -> Result<(), CapError> {
@@ -271,6 +290,12 @@ impl KeyRing {
             .ok_or(CapError::UnknownKeyVersion(cap.key_version))?;
         if !mac_ok(key, &cap.signed_bytes(osd_id), &cap.mac) {
             return Err(CapError::Forged);
+        }
+        if cap.holder != holder {
+            return Err(CapError::WrongHolder {
+                cap: cap.holder,
+                connection: holder,
+            });
         }
         if now_ms >= cap.expiry_ms {
             return Err(CapError::Expired {
@@ -343,9 +368,10 @@ mod tests {
             rights: rights::READ | rights::WRITE,
             expiry_ms: 10_000,
             version: 50,
+            holder: 4,
         }
         .sign(&K2, 2, 7);
-        assert_eq!(ring.check(Some(&good), 7, 1, &need()), Ok(()));
+        assert_eq!(ring.check(Some(&good), 7, 4, 1, &need()), Ok(()));
         let old = CapSpec {
             partition: 5,
             oid_lo: 0,
@@ -353,14 +379,15 @@ mod tests {
             rights: rights::READ,
             expiry_ms: 10_000,
             version: 50,
+            holder: 4,
         }
         .sign(&K1, 1, 7);
         assert_eq!(
-            ring.check(Some(&old), 7, 1, &need()),
+            ring.check(Some(&old), 7, 4, 1, &need()),
             Ok(()),
             "previous key version still verifies"
         );
-        assert_eq!(ring.check(None, 7, 1, &need()), Err(CapError::Missing));
+        assert_eq!(ring.check(None, 7, 4, 1, &need()), Err(CapError::Missing));
         let unknown = CapSpec {
             partition: 5,
             oid_lo: 0,
@@ -368,25 +395,34 @@ mod tests {
             rights: rights::READ,
             expiry_ms: 10_000,
             version: 50,
+            holder: 4,
         }
         .sign(&K1, 3, 7);
         assert_eq!(
-            ring.check(Some(&unknown), 7, 1, &need()),
+            ring.check(Some(&unknown), 7, 4, 1, &need()),
             Err(CapError::UnknownKeyVersion(3))
         );
         let mut forged = good.clone();
         forged.rights = rights::ALL;
         assert_eq!(
-            ring.check(Some(&forged), 7, 1, &need()),
+            ring.check(Some(&forged), 7, 4, 1, &need()),
             Err(CapError::Forged)
         );
         assert_eq!(
-            ring.check(Some(&good), 8, 1, &need()),
+            ring.check(Some(&good), 8, 4, 1, &need()),
             Err(CapError::Forged),
             "another OSD's capability"
         );
+        assert_eq!(
+            ring.check(Some(&good), 7, 5, 1, &need()),
+            Err(CapError::WrongHolder {
+                cap: 4,
+                connection: 5
+            }),
+            "another principal's capability"
+        );
         assert!(matches!(
-            ring.check(Some(&good), 7, 10_000, &need()),
+            ring.check(Some(&good), 7, 4, 10_000, &need()),
             Err(CapError::Expired { .. })
         ));
         let other = Need {
@@ -394,7 +430,7 @@ mod tests {
             ..need()
         };
         assert!(matches!(
-            ring.check(Some(&good), 7, 1, &other),
+            ring.check(Some(&good), 7, 4, 1, &other),
             Err(CapError::WrongPartition { .. })
         ));
         let far = Need {
@@ -403,7 +439,7 @@ mod tests {
             ..need()
         };
         assert!(matches!(
-            ring.check(Some(&good), 7, 1, &far),
+            ring.check(Some(&good), 7, 4, 1, &far),
             Err(CapError::OutOfRange { .. })
         ));
         let rm = Need {
@@ -411,7 +447,7 @@ mod tests {
             ..need()
         };
         assert!(matches!(
-            ring.check(Some(&good), 7, 1, &rm),
+            ring.check(Some(&good), 7, 4, 1, &rm),
             Err(CapError::Rights { .. })
         ));
         assert_eq!(KeyRing::check_version(&good, 49), Ok(()));

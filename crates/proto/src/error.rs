@@ -51,6 +51,9 @@ pub enum ErrorCode {
     /// copy the MDS recorded as stale is never read. Retry, or use
     /// another copy.
     NotReady = 41,
+    /// The peer is not who it claims, its key or ticket is unknown,
+    /// rotated or expired, or a frame failed its authentication tag.
+    Unauthenticated = 42,
 }
 
 /// An error reply.
@@ -83,7 +86,7 @@ impl From<CapError> for WireError {
         let code = match e {
             CapError::Missing => ErrorCode::CapMissing,
             CapError::UnknownKeyVersion(_) => ErrorCode::CapKeyVersion,
-            CapError::Forged => ErrorCode::CapForged,
+            CapError::Forged | CapError::WrongHolder { .. } => ErrorCode::CapForged,
             CapError::Expired { .. } => ErrorCode::CapExpired,
             CapError::WrongPartition { .. } | CapError::OutOfRange { .. } => {
                 ErrorCode::CapOutOfRange

@@ -94,6 +94,9 @@ pub enum FrameError {
     /// Payload bytes do not match their crc.
     #[error("payload checksum mismatch")]
     PayloadChecksum,
+    /// The frame fails its authentication tag.
+    #[error("{0}")]
+    Unauthentic(#[from] crate::auth::Unauthentic),
 }
 
 /// The decoded fixed prefix.
@@ -151,7 +154,9 @@ impl Prefix {
         Ok(p)
     }
 
-    fn head_bytes(&self) -> [u8; 24] {
+    /// The fixed fields (prefix bytes 0..24): what a frame's
+    /// authentication tag covers besides its header and payload.
+    pub fn head_bytes(&self) -> [u8; 24] {
         let mut b = [0u8; 24];
         b[..4].copy_from_slice(&MAGIC);
         b[4] = FRAME_VERSION;
@@ -210,6 +215,20 @@ impl Frame {
         b[24..28].copy_from_slice(&p.header_crc.to_le_bytes());
         b[28..32].copy_from_slice(&p.payload_crc.to_le_bytes());
         b
+    }
+
+    /// The fixed fields its authentication tag covers (prefix bytes 0..24).
+    pub fn head(&self) -> [u8; 24] {
+        Prefix {
+            kind: self.kind,
+            opcode: self.opcode,
+            tag: self.tag,
+            header_len: self.header.len() as u32,
+            payload_len: self.payload.len() as u32,
+            header_crc: 0,
+            payload_crc: 0,
+        }
+        .head_bytes()
     }
 
     /// Prefix, header and payload in one buffer (tests and fuzzing).

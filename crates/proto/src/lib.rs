@@ -5,6 +5,7 @@
 //! with their MAC; the metadata-server messages, file layouts and the
 //! placement function clients share with the MDS. `docs/PROTOCOL.md` describes the same bytes for people.
 
+pub mod auth;
 pub mod cap;
 pub mod clock;
 pub mod error;
@@ -21,7 +22,7 @@ pub use msg::{AttrKey, Command, Hello, Reply, Request, Response, Welcome};
 
 /// Protocol version spoken by this build. A peer with another major version
 /// is refused at the handshake.
-pub const PROTOCOL_VERSION: u16 = 1;
+pub const PROTOCOL_VERSION: u16 = 2;
 
 #[cfg(test)]
 mod mds_proptests;

@@ -441,6 +441,138 @@ pub enum Op {
         /// Compare every block's content (else sizes and versions).
         deep: bool,
     },
+    /// A ticket for OSD `osd`: what the caller presents there to connect.
+    Ticket {
+        /// The OSD.
+        osd: u32,
+    },
+    /// Who the caller is: its principal, root, access and uid mapping.
+    Whoami,
+    /// Add a principal (admin only); the reply carries its key, wrapped
+    /// with the caller's key.
+    AuthAdd(PrincipalSpec),
+    /// List principals (admin only).
+    AuthList,
+    /// Remove a principal (admin only): its connections stop at once.
+    AuthRemove {
+        /// Principal name.
+        name: String,
+    },
+    /// Give a principal a new key (admin only): the old one stops working
+    /// at once at the MDS, at the OSDs when its tickets expire.
+    AuthRotate {
+        /// Principal name.
+        name: String,
+    },
+}
+
+/// What a principal may do, as an operator asks for it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PrincipalSpec {
+    /// `client.NAME`.
+    pub name: String,
+    /// Absolute path of the subtree it is confined to (`/` = everything).
+    pub path: String,
+    /// Read-only or read-write.
+    pub access: Access,
+    /// How its claimed uids are treated.
+    pub uids: UidMap,
+    /// May manage principals and OSDs (out/in, scrub).
+    pub admin: bool,
+}
+
+/// Read-only or read-write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Access {
+    /// Every change refused with EROFS.
+    ReadOnly,
+    /// Changes allowed (as permissions allow).
+    ReadWrite,
+}
+
+/// How the MDS treats the uid and gids a principal's requests claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum UidMap {
+    /// As claimed (root included): for trusted hosts.
+    Trusted,
+    /// As claimed, but uid 0 and gid 0 become nobody (65534).
+    SquashRoot,
+    /// Always this uid and gid, whatever is claimed.
+    Fixed {
+        /// User id.
+        uid: u32,
+        /// Group id.
+        gid: u32,
+    },
+}
+
+impl UidMap {
+    /// The credentials the MDS acts with when a request claims `c`.
+    pub fn apply(&self, c: Creds) -> Creds {
+        const NOBODY: u32 = 65534;
+        match *self {
+            UidMap::Trusted => c,
+            UidMap::SquashRoot => {
+                let sq = |x: u32| if x == 0 { NOBODY } else { x };
+                Creds {
+                    uid: sq(c.uid),
+                    gid: sq(c.gid),
+                    groups: c.groups.into_iter().map(sq).collect(),
+                }
+            }
+            UidMap::Fixed { uid, gid } => Creds {
+                uid,
+                gid,
+                groups: Vec::new(),
+            },
+        }
+    }
+
+    /// Parses `trusted`, `squash-root` or `fixed:UID:GID`.
+    pub fn parse(s: &str) -> Result<UidMap, String> {
+        match s {
+            "trusted" => Ok(UidMap::Trusted),
+            "squash-root" => Ok(UidMap::SquashRoot),
+            _ => {
+                let bad = || {
+                    format!(
+                        "uid mapping {s:?}: use trusted, squash-root or fixed:UID:GID (numbers)"
+                    )
+                };
+                let rest = s.strip_prefix("fixed:").ok_or_else(bad)?;
+                let (u, g) = rest.split_once(':').ok_or_else(bad)?;
+                Ok(UidMap::Fixed {
+                    uid: u.parse().map_err(|_| bad())?,
+                    gid: g.parse().map_err(|_| bad())?,
+                })
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for UidMap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            UidMap::Trusted => write!(f, "trusted"),
+            UidMap::SquashRoot => write!(f, "squash-root"),
+            UidMap::Fixed { uid, gid } => write!(f, "fixed:{uid}:{gid}"),
+        }
+    }
+}
+
+/// A principal as the MDS reports it (never with its key).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PrincipalInfo {
+    /// Its id (capabilities name it as their holder).
+    pub id: u64,
+    /// What it may do.
+    pub spec: PrincipalSpec,
+    /// Inode of its root directory.
+    pub root_ino: u64,
+    /// Current key version.
+    pub key_version: u32,
+    /// When it was added (ms since the epoch).
+    pub created_ms: u64,
 }
 
 /// Where a file system's namespace lives, fixed at format time.
@@ -547,6 +679,12 @@ impl Op {
             Op::MarkStale { .. } => "markstale",
             Op::SetOsdOut { .. } => "setosdout",
             Op::Scrub { .. } => "scrub",
+            Op::Ticket { .. } => "ticket",
+            Op::Whoami => "whoami",
+            Op::AuthAdd(_) => "authadd",
+            Op::AuthList => "authlist",
+            Op::AuthRemove { .. } => "authremove",
+            Op::AuthRotate { .. } => "authrotate",
         }
     }
 
@@ -824,6 +962,27 @@ pub enum MdsReply {
     Path(Vec<Entry>),
     /// Namespace-on-OSDs credentials.
     Namespace(Box<NamespaceGrant>),
+    /// A ticket for one OSD and its session key, wrapped with the
+    /// caller's key ([`crate::auth::wrap_session_key`]).
+    Ticket {
+        /// What to present to the OSD.
+        ticket: crate::auth::SealedTicket,
+        /// The session key, wrapped.
+        wrapped_key: Vec<u8>,
+        /// When the ticket stops being accepted (ms since the epoch).
+        expires_ms: u64,
+    },
+    /// One principal.
+    Principal(Box<PrincipalInfo>),
+    /// A principal with its new key, wrapped with the caller's key.
+    PrincipalKey {
+        /// The principal.
+        info: Box<PrincipalInfo>,
+        /// Its key, wrapped ([`crate::auth::wrap_session_key`]).
+        wrapped_key: Vec<u8>,
+    },
+    /// Principals.
+    Principals(Vec<PrincipalInfo>),
     /// Done, nothing to return.
     Done,
 }
@@ -875,6 +1034,8 @@ pub enum Errno {
     BadF,
     /// EOPNOTSUPP (not supported by this namespace).
     OpNotSupp,
+    /// EROFS (a read-only principal asked for a change).
+    RoFs,
 }
 
 impl Errno {
@@ -903,6 +1064,7 @@ impl Errno {
             Errno::Stale => 116,
             Errno::BadF => 9,
             Errno::OpNotSupp => 95,
+            Errno::RoFs => 30,
         }
     }
 }

@@ -105,6 +105,24 @@ fn op() -> impl Strategy<Value = Op> {
             force
         }),
         (u(), any::<bool>()).prop_map(|(ino, deep)| Op::Scrub { ino, deep }),
+        any::<u32>().prop_map(|osd| Op::Ticket { osd }),
+        Just(Op::Whoami),
+        Just(Op::AuthList),
+        name().prop_map(|name| Op::AuthRemove { name }),
+        name().prop_map(|name| Op::AuthRotate { name }),
+        (name(), name(), any::<bool>(), any::<u32>(), any::<u32>()).prop_map(
+            |(name, path, ro, uid, gid)| Op::AuthAdd(crate::mds::PrincipalSpec {
+                name,
+                path,
+                access: if ro {
+                    crate::mds::Access::ReadOnly
+                } else {
+                    crate::mds::Access::ReadWrite
+                },
+                uids: crate::mds::UidMap::Fixed { uid, gid },
+                admin: ro,
+            })
+        ),
         (
             any::<u32>(),
             name(),

@@ -33,11 +33,29 @@ pub struct Hello {
     pub osd_id: u32,
     /// Free-form client name for logs.
     pub client: String,
+    /// Who the peer is ([`crate::auth`]).
+    pub credential: crate::auth::Credential,
+    /// The peer's fresh random nonce.
+    pub nonce: [u8; crate::auth::NONCE_LEN],
+    /// Whether the peer asks for encrypted frames.
+    pub encrypt: bool,
 }
 
-/// Server's answer to [`Hello`].
+/// Server's answer to [`Hello`] (and, after a challenge, to the
+/// client's [`crate::auth::Proof`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Welcome {
+    /// The credential is known: the server proves it holds the key and
+    /// waits for the client's proof.
+    Challenge {
+        /// The server's fresh random nonce.
+        nonce: [u8; crate::auth::NONCE_LEN],
+        /// HMAC-SHA256 with the key over the transcript, labelled "server".
+        proof: [u8; 32],
+        /// Whether frames will be encrypted (asked by the client or
+        /// required by the server).
+        encrypt: bool,
+    },
     /// Accepted: the limits the client must respect.
     Ok {
         /// Protocol version the server speaks.

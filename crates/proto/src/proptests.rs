@@ -38,6 +38,7 @@ fn cap() -> impl Strategy<Value = Capability> {
                     rights,
                     expiry_ms,
                     version,
+                    holder: version ^ expiry_ms,
                     mac,
                 }
             },
@@ -174,7 +175,7 @@ proptest! {
 
     #[test]
     fn handshakes_round_trip(cluster in "[a-z0-9-]{0,20}", osd in any::<u32>(), v in any::<u16>()) {
-        let h = Hello { version: v, cluster_id: cluster.clone(), osd_id: osd, client: "c".into() };
+        let h = Hello { version: v, cluster_id: cluster.clone(), osd_id: osd, client: "c".into(), credential: crate::auth::Credential::Key { principal: cluster.clone(), key_version: osd }, nonce: [osd as u8; 16], encrypt: osd % 2 == 0 };
         prop_assert_eq!(decode::<Hello>(&encode(&h)).unwrap(), h);
         let w = Welcome::Ok { version: v, cluster_id: cluster, osd_id: osd, max_payload: 1, max_in_flight: 2 };
         prop_assert_eq!(decode::<Welcome>(&encode(&w)).unwrap(), w);

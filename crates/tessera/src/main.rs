@@ -42,6 +42,9 @@ enum Command {
     Status(cmd::status::StatusArgs),
     /// Compare every copy of the objects under a path and repair those that differ.
     Scrub(cmd::redundancy::ScrubArgs),
+    /// Manage principals: who may mount, confined where, with which rights.
+    #[command(subcommand)]
+    Auth(cmd::auth::AuthCmd),
     /// Show or set file and directory layouts (stripe unit, count, object size, replicas).
     #[command(subcommand)]
     Layout(cmd::layout::LayoutCmd),
@@ -117,6 +120,7 @@ fn main() {
         Command::Status(a) => cmd::status::status(a),
         Command::Scrub(a) => cmd::redundancy::scrub(a),
         Command::Layout(c) => cmd::layout::layout(c),
+        Command::Auth(c) => cmd::auth::auth(c),
         Command::Up(a) => cmd::up::run(a),
         Command::Mount(a) => cmd::mount::run(a),
         Command::Put(a) => cmd::files::put(a),

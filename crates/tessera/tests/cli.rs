@@ -222,8 +222,19 @@ fn file_commands_refuse_bad_input_clearly() {
         .local_addr()
         .unwrap()
         .to_string();
+    // No key at all: refused before connecting, saying what to pass.
+    fail(&["put", s(&f), "/x", "--mds", &port], "pass --key-file");
+    let key = dir.path().join("k.key");
+    std::fs::write(
+        &key,
+        format!(
+            "cluster_id = \"tessera\"\nprincipal = \"client.x\"\nkey_version = 1\nsecret = \"{}\"\n",
+            "ab".repeat(32)
+        ),
+    )
+    .unwrap();
     fail(
-        &["put", s(&f), "/x", "--mds", &port],
+        &["put", s(&f), "/x", "--mds", &port, "--key-file", s(&key)],
         "cannot reach the MDS",
     );
     fail(
@@ -243,7 +254,10 @@ fn file_commands_refuse_bad_input_clearly() {
         &["mount", &port, s(dir.path()), "--attr-timeout", "nan"],
         "--attr-timeout",
     );
-    fail(&["mount", &port, s(dir.path())], "cannot reach the MDS");
+    fail(
+        &["mount", &port, s(dir.path()), "--key-file", s(&key)],
+        "cannot reach the MDS",
+    );
 }
 
 fn refused(args: &[&str]) -> String {

@@ -79,8 +79,10 @@ async fn storm_client(
     model: Arc<Mutex<Model>>,
     osds: Arc<HashMap<u32, String>>,
     stop: Arc<std::sync::atomic::AtomicBool>,
+    id: net::auth::Identity,
 ) {
-    let c = MdsClient::new(&addr, CLUSTER, 1);
+    let c = Arc::new(MdsClient::new(&addr, CLUSTER, id, 1));
+    let tickets = net::auth::TicketsFromMds::new(c.clone());
     let mut rng = rand::rngs::SmallRng::seed_from_u64(k as u64);
     // Names are unique across phases too: a rename onto an existing link of
     // the same file is a POSIX no-op the model does not track.
@@ -222,7 +224,8 @@ async fn storm_client(
                         _ => continue,
                     };
                     let o = map.place(l.objsets[0], 1)[0];
-                    let oc = OsdClient::new(&osds[&o], ConnConfig::new(CLUSTER, o));
+                    let oc =
+                        OsdClient::new(&osds[&o], ConnConfig::new(CLUSTER, o, tickets.clone()));
                     oc.run(
                         f.grants[0].cap_for(o),
                         proto::Command::CreateAndWrite {
@@ -320,8 +323,12 @@ async fn check(c: &MdsClient, models: &[Arc<Mutex<Model>>], all_osd_objects: &[u
 async fn osd_objects(osds: &[LocalOsd], root: &Path) -> Vec<u64> {
     let mut out = Vec::new();
     for o in osds {
-        let c = OsdClient::new(&o.addr.to_string(), ConnConfig::new(CLUSTER, o.id));
-        let cap = operator_cap(&osd_dir(root, o.id), 60_000).unwrap();
+        let dir = osd_dir(root, o.id);
+        let c = OsdClient::new(
+            &o.addr.to_string(),
+            ConnConfig::new(CLUSTER, o.id, local::operator_identity(&dir).unwrap()),
+        );
+        let cap = operator_cap(&dir, 60_000).unwrap();
         out.extend(
             c.list_all(Some(&cap), DATA_PARTITION, 0, u64::MAX)
                 .await
@@ -387,7 +394,8 @@ async fn storm_of_16_clients_then_kill_9_mid_storm() {
     }
     let osd_addrs: Arc<HashMap<u32, String>> =
         Arc::new(osds.iter().map(|o| (o.id, o.addr.to_string())).collect());
-    let c = MdsClient::new(&addr, CLUSTER, 1);
+    let admin = local::admin_identity(&data).unwrap();
+    let c = MdsClient::new(&addr, CLUSTER, admin.clone(), 1);
     wait_ready(&c, 2).await;
     let mut dirs = Vec::new();
     for i in 0..4 {
@@ -421,6 +429,7 @@ async fn storm_of_16_clients_then_kill_9_mid_storm() {
                     models[k].clone(),
                     osd_addrs.clone(),
                     stop.clone(),
+                    admin.clone(),
                 ))
             })
             .collect();
@@ -491,6 +500,18 @@ fn cli_refuses_bad_arguments_with_clear_messages() {
     assert_eq!(code, Some(1));
     assert!(err.contains("refusing to format over it"), "{err}");
     let (code, err) = run(&["status", "--mds", &free_port(), "--cluster", "c"]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("pass --key-file"), "{err}");
+    let key = dir.path().join("mds").join("client.admin.key");
+    let (code, err) = run(&[
+        "status",
+        "--mds",
+        &free_port(),
+        "--cluster",
+        "c",
+        "--key-file",
+        key.to_str().unwrap(),
+    ]);
     assert_eq!(code, Some(1));
     assert!(err.contains("MDS unreachable"), "{err}");
 }
@@ -568,9 +589,23 @@ async fn mds_osd_status_layout_and_metrics_as_processes() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let c = MdsClient::new(&mds_addr, "cli", 1);
+    let key = p("mds/client.admin.key");
+    let c = MdsClient::new(
+        &mds_addr,
+        "cli",
+        local::admin_identity(&dir.path().join("mds")).unwrap(),
+        1,
+    );
     wait_ready(&c, 1).await;
-    let status = ok(&["status", "--mds", &mds_addr, "--cluster", "cli"]);
+    let status = ok(&[
+        "status",
+        "--mds",
+        &mds_addr,
+        "--cluster",
+        "cli",
+        "--key-file",
+        &key,
+    ]);
     assert!(
         status.starts_with("HEALTH_OK")
             && status.contains(&osd_addr)
@@ -595,12 +630,24 @@ async fn mds_osd_status_layout_and_metrics_as_processes() {
         &mds_addr,
         "--cluster",
         "cli",
+        "--key-file",
+        &key,
     ]);
     assert!(
         set.contains("stripe unit 1048576 B, stripe count 1"),
         "{set}"
     );
-    let got = ok(&["layout", "get", "/", "--mds", &mds_addr, "--cluster", "cli"]);
+    let got = ok(&[
+        "layout",
+        "get",
+        "/",
+        "--mds",
+        &mds_addr,
+        "--cluster",
+        "cli",
+        "--key-file",
+        &key,
+    ]);
     assert!(got.contains("stripe unit 65536 B"), "{got}");
     let MdsReply::Found(f) = c
         .call(Op::Create {

@@ -31,8 +31,22 @@ fn free_port() -> String {
     l.local_addr().unwrap().to_string()
 }
 
+std::thread_local! {
+    /// The admin key of the cluster this test (thread) formatted.
+    static KEY: std::cell::RefCell<Option<std::path::PathBuf>> = const { std::cell::RefCell::new(None) };
+}
+
+/// The binary, speaking as this test's cluster admin once it has one.
+fn bin() -> Command {
+    let mut c = Command::new(BIN);
+    if let Some(k) = KEY.with(|k| k.borrow().clone()) {
+        c.env("TESSERA_KEY_FILE", k);
+    }
+    c
+}
+
 fn ok(args: &[&str]) -> String {
-    let o = Command::new(BIN).args(args).output().unwrap();
+    let o = bin().args(args).output().unwrap();
     assert!(
         o.status.success(),
         "tessera {args:?}: {}{}",
@@ -96,7 +110,7 @@ impl Up {
             mp.to_str().unwrap(),
         ];
         args.extend_from_slice(extra);
-        let mut child = Command::new(BIN)
+        let mut child = bin()
             .args(&args)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -623,7 +637,7 @@ done"#,
     let fail = |args: &[&str], want: &str| {
         let mut a = args.to_vec();
         a.extend_from_slice(&tgt);
-        let o = Command::new(BIN).args(&a).output().unwrap();
+        let o = bin().args(&a).output().unwrap();
         let err = String::from_utf8_lossy(&o.stderr).into_owned();
         assert!(
             !o.status.success() && err.contains(want),
@@ -663,7 +677,7 @@ fn mount_fg(mds: &str, cluster: &str, mp: &Path, extra: &[&str]) -> Child {
         cluster,
     ];
     args.extend_from_slice(extra);
-    let mut c = Command::new(BIN)
+    let mut c = bin()
         .args(&args)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -684,7 +698,7 @@ fn drop_caches() {
 }
 
 fn start_osd(dir: &Path, i: u32, addr: &str, mds: &str) -> Child {
-    Command::new(BIN)
+    bin()
         .args([
             "osd",
             "--store",
@@ -704,7 +718,7 @@ fn start_osd(dir: &Path, i: u32, addr: &str, mds: &str) -> Child {
 
 fn wait_osds_up(mds: &str, cluster: &str, n: usize) {
     for _ in 0..200 {
-        let o = Command::new(BIN)
+        let o = bin()
             .args(["status", "--mds", mds, "--cluster", cluster, "--json"])
             .output()
             .unwrap();
@@ -737,8 +751,9 @@ fn daemons(
     ];
     args.extend_from_slice(format_extra);
     ok(&args);
+    KEY.with(|k| *k.borrow_mut() = Some(d.join("mds").join("client.admin.key")));
     let mds_addr = free_port();
-    let mds = Command::new(BIN)
+    let mds = bin()
         .args(["mds", "serve", "--data", &p("mds"), "--listen", &mds_addr])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -799,7 +814,7 @@ fn osd_killed_during_reads_gives_eio_then_data_returns() {
         ],
     );
     // Clear messages for a missing mount point, then a busy one.
-    let o = Command::new(BIN)
+    let o = bin()
         .args(["mount", &mds_addr, &p("nowhere"), "--cluster", cluster])
         .output()
         .unwrap();
@@ -811,7 +826,7 @@ fn osd_killed_during_reads_gives_eio_then_data_returns() {
     );
     let mp = d.join("mnt");
     let mut m = mount_fg(&mds_addr, cluster, &mp, &[]);
-    let o = Command::new(BIN)
+    let o = bin()
         .args([
             "mount",
             &mds_addr,
@@ -984,7 +999,7 @@ fn mount_with_the_namespace_on_the_osds() {
         ],
     );
     // The first client to connect (here `tessera ls`) makes the root.
-    let o = Command::new(BIN)
+    let o = bin()
         .args(["ls", "/", "--mds", &mds_addr, "--cluster", cluster])
         .output()
         .unwrap();

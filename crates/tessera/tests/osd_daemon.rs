@@ -53,10 +53,10 @@ fn spawn_osd(img: &Path, key: &Path, port: u16, mport: u16) -> Child {
         .unwrap()
 }
 
-async fn connect(port: u16, log: &Path) -> OsdClient {
+async fn connect(port: u16, log: &Path, ring: &proto::KeyRing) -> OsdClient {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        let mut cfg = ConnConfig::new("ci", 3);
+        let mut cfg = ConnConfig::new("ci", 3, net::auth::MintWithOsdKeys::one(ring.clone()));
         cfg.connections = 4;
         cfg.timeout = Duration::from_secs(10);
         match OsdClient::connect(&format!("127.0.0.1:{port}"), cfg).await {
@@ -114,11 +114,12 @@ async fn kill_9_loses_no_acknowledged_write_and_sigterm_is_clean() {
         rights: rights::ALL,
         expiry_ms: proto::clock::now_ms() + 600_000,
         version: u64::MAX,
+        holder: proto::auth::MDS_PRINCIPAL,
     }
     .sign(secret, kv, 3);
     let (port, mport) = free_ports();
     let mut child = spawn_osd(&img, &key, port, mport);
-    let c = Arc::new(connect(port, &img.with_extension("log")).await);
+    let c = Arc::new(connect(port, &img.with_extension("log"), &ring).await);
 
     // /metrics answers while serving.
     let body = tokio::task::spawn_blocking(move || {
@@ -178,7 +179,7 @@ async fn kill_9_loses_no_acknowledged_write_and_sigterm_is_clean() {
 
     // Restart: every acknowledged write is there, exact.
     let child = spawn_osd(&img, &key, port, mport);
-    let c = connect(port, &img.with_extension("log")).await;
+    let c = connect(port, &img.with_extension("log"), &ring).await;
     for (id, len) in &acked {
         let got = c
             .read(Some(&cap), store::DEFAULT_PARTITION, *id, 0, 1 << 20)

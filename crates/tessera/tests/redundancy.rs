@@ -35,6 +35,19 @@ struct Cluster {
 }
 
 impl Cluster {
+    /// The admin key file `mds format` wrote.
+    fn key_file(&self) -> PathBuf {
+        self.dir.join("mds").join("client.admin.key")
+    }
+
+    /// The admin's identity.
+    fn admin(&self) -> net::auth::Identity {
+        net::auth::ClientKey::load(&self.key_file())
+            .unwrap()
+            .identity()
+            .unwrap()
+    }
+
     /// Formats (root default `replicas`) and starts `n` OSDs. `settings`
     /// are extra lines for mds.toml.
     fn start(dir: &Path, n: u32, replicas: u8, settings: &str) -> Cluster {
@@ -185,6 +198,8 @@ impl Cluster {
         Command::new(BIN)
             .args(args)
             .args(["--mds", &self.mds_addr, "--cluster", CLUSTER])
+            .arg("--key-file")
+            .arg(self.key_file())
             .output()
             .unwrap()
     }
@@ -192,7 +207,7 @@ impl Cluster {
     async fn client(&self) -> Client {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            let mut cfg = ClientConfig::new(&self.mds_addr, CLUSTER);
+            let mut cfg = ClientConfig::new(&self.mds_addr, CLUSTER, self.admin());
             cfg.attr_timeout = Duration::ZERO;
             match Client::connect(cfg).await {
                 Ok(c) => return c,
@@ -206,7 +221,7 @@ impl Cluster {
     }
 
     async fn status(&self) -> Option<ClusterStatus> {
-        let m = net::MdsClient::new(&self.mds_addr, CLUSTER, 1);
+        let m = net::MdsClient::new(&self.mds_addr, CLUSTER, self.admin(), 1);
         match m.call(Op::Status).await {
             Ok(MdsReply::Status(s)) => Some(*s),
             _ => None,
@@ -929,7 +944,8 @@ fn a_revocation_that_misses_a_down_osd_is_applied_before_it_serves_again() {
             gid: 1000,
             groups: vec![],
         };
-        let m = net::MdsClient::new(&cl.mds_addr, CLUSTER, 1);
+        let m = std::sync::Arc::new(net::MdsClient::new(&cl.mds_addr, CLUSTER, cl.admin(), 1));
+        let tickets = net::auth::TicketsFromMds::new(m.clone());
         let f = match m
             .call_as(user, Op::Open { ino, write: false })
             .await
@@ -941,7 +957,7 @@ fn a_revocation_that_misses_a_down_osd_is_applied_before_it_serves_again() {
         let cap = f.grants[0].cap_for(osd).unwrap().clone();
         let osd_addr = cl.osd_addrs[osd as usize - 1].clone();
         let read = || async {
-            let mut cfg = net::ConnConfig::new(CLUSTER, osd);
+            let mut cfg = net::ConnConfig::new(CLUSTER, osd, tickets.clone());
             cfg.timeout = Duration::from_secs(5);
             let oc = net::OsdClient::new(&osd_addr, cfg);
             let cmd = proto::Command::Read {

@@ -137,7 +137,11 @@ impl Mds {
 
     /// NAMESPACE GRANT: the map and the capability a client of a namespace
     /// kept on the OSDs works with.
-    pub(super) fn namespace_grant(&self) -> Result<MdsReply, MdsError> {
+    /// NAMESPACE GRANT: capabilities over every namespace object, all
+    /// rights when `full` (a read-write principal whose uids are trusted:
+    /// in this mode clients check POSIX permissions themselves), else
+    /// read rights only.
+    pub(super) fn namespace_grant_for(&self, full: bool) -> Result<MdsReply, MdsError> {
         if self.namespace != NamespaceMode::Osd {
             return Err(err(
                 Errno::Inval,
@@ -147,7 +151,11 @@ impl Mds {
         let snap = self.kv.read()?;
         let st = snap.state()?;
         let map = snap.map(st.map_epoch)?.unwrap_or_default();
-        let rights = rights::ALL & !(rights::FORMAT | rights::PARTITION | rights::REVOKE);
+        let rights = if full {
+            rights::ALL & !(rights::FORMAT | rights::PARTITION | rights::REVOKE)
+        } else {
+            rights::READ | rights::GET_ATTR | rights::LIST
+        };
         let grant = self.grant(&map, DATA_OID_TAG, u64::MAX, rights, st.cap_version);
         let n = snap.namespace()?;
         Ok(MdsReply::Namespace(Box::new(NamespaceGrant {

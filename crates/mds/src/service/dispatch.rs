@@ -17,6 +17,12 @@ impl Mds {
                 | Op::Statfs
                 | Op::NamespaceGrant
                 | Op::NamespaceRoot { .. }
+                | Op::Ticket { .. }
+                | Op::Whoami
+                | Op::AuthAdd(_)
+                | Op::AuthList
+                | Op::AuthRemove { .. }
+                | Op::AuthRotate { .. }
         );
         if self.namespace == NamespaceMode::Osd && !cluster_op {
             return Err(err(
@@ -29,7 +35,7 @@ impl Mds {
             ));
         }
         match req.op {
-            Op::NamespaceGrant => self.namespace_grant(),
+            Op::NamespaceGrant => self.namespace_grant_for(true),
             Op::NamespaceRoot { osd } => self.namespace_root(osd).await,
             Op::Lookup { parent, name } => self.lookup(&c, parent, &name, pf),
             Op::GetAttr { ino } => self.getattr(ino),
@@ -100,6 +106,15 @@ impl Mds {
             } => self.mark_stale(&c, ino, objset, stripe, osd).await,
             Op::SetOsdOut { osd, out, force } => self.set_osd_out(&c, osd, out, force).await,
             Op::Scrub { ino, deep } => self.scrub_op(&c, ino, deep).await,
+            op @ (Op::Ticket { .. }
+            | Op::Whoami
+            | Op::AuthAdd(_)
+            | Op::AuthList
+            | Op::AuthRemove { .. }
+            | Op::AuthRotate { .. }) => Err(err(
+                Errno::Inval,
+                format!("{}: needs an authenticated caller", op.name()),
+            )),
         }
     }
 }

@@ -4,7 +4,9 @@
 use super::*;
 
 impl Mds {
-    /// Capabilities for object ids `[lo, hi]` on every OSD of `map` we hold a key for.
+    /// Capabilities for object ids `[lo, hi]` on every OSD of `map` we
+    /// hold a key for, issued to the principal of the request being
+    /// answered ([`super::auth::holder`]).
     pub fn grant(&self, map: &OsdMap, lo: u64, hi: u64, rights: u32, version: u64) -> Grant {
         let expiry_ms = proto::clock::now_ms() + self.cfg.cap_ttl_secs * 1000;
         let keys = self.keys.lock().unwrap_or_else(|e| e.into_inner());
@@ -23,6 +25,7 @@ impl Mds {
                         rights,
                         expiry_ms,
                         version,
+                        holder: super::auth::holder(),
                     }
                     .sign(key, kv, o.id),
                 ))

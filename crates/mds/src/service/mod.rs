@@ -14,6 +14,7 @@
 //! - [`redundancy`]: stale copies and their fencing, recovery, OSD out/in,
 //!   scrub.
 
+mod auth;
 mod cluster_map;
 mod dispatch;
 mod grants;
@@ -21,6 +22,7 @@ mod osd_actions;
 mod redundancy;
 mod requests;
 
+pub use auth::Caller;
 pub use redundancy::RecoveryState;
 
 use std::collections::HashMap;
@@ -101,6 +103,7 @@ pub fn format(dir: &Path, opts: &FormatOptions) -> Result<(), MdsError> {
     let paths = MdsPaths { dir: dir.into() };
     crate::kv::create(&paths.kv(), opts.wal_bytes)?;
     let kv = Kv::open(&paths.kv(), 16 << 20)?;
+    crate::principals::format_admin(&kv, dir, &opts.cluster_id)?;
     let sb = Superblock {
         version: RECORDS_VERSION,
         cluster_id: opts.cluster_id.clone(),
@@ -200,6 +203,8 @@ pub struct Mds {
     started: std::time::Instant,
     /// Where the namespace lives (fixed at format time).
     pub namespace: proto::mds::NamespaceMode,
+    /// Who may connect, with which key, to do what.
+    pub principals: crate::principals::Principals,
 }
 
 fn err(e: Errno, m: impl Into<String>) -> MdsError {
@@ -229,7 +234,9 @@ impl Mds {
         let keys = load_keys(&paths.keys(), &sb.cluster_id)
             .map_err(|m| err(Errno::Inval, m.to_string()))?;
         let namespace = kv.read()?.namespace()?.mode;
+        let principals = crate::principals::Principals::load(&kv)?;
         let mds = Arc::new(Mds {
+            principals,
             namespace,
             kv,
             sb,

@@ -43,7 +43,22 @@ impl Mds {
         {
             return Ok(c.clone());
         }
-        let mut cfg = ConnConfig::new(&self.sb.cluster_id, id);
+        let ring = {
+            let keys = self.keys.lock().unwrap_or_else(|e| e.into_inner());
+            keys.get(&id).cloned()
+        }
+        .ok_or_else(|| {
+            err(
+                Errno::Io,
+                format!("no key for OSD {id} in {}", self.keys_dir.display()),
+            )
+        })?;
+        // The MDS connects as itself, with tickets it mints with the OSD's key.
+        let mut cfg = ConnConfig::new(
+            &self.sb.cluster_id,
+            id,
+            net::auth::MintWithOsdKeys::one(ring),
+        );
         cfg.name = "tessera-mds".into();
         cfg.timeout = Duration::from_secs(10);
         cfg.connections = 1;
@@ -71,6 +86,7 @@ impl Mds {
             rights: rights::ALL,
             expiry_ms: proto::clock::now_ms() + 60_000,
             version: u64::MAX,
+            holder: proto::auth::MDS_PRINCIPAL,
         }
         .sign(key, kv, id))
     }

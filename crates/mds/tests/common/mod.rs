@@ -90,14 +90,28 @@ impl Cluster {
         panic!("OSDs did not come up");
     }
 
+    /// The admin principal's identity.
+    pub fn admin(&self) -> net::auth::Identity {
+        local::admin_identity(&self.dir.path().join("mds")).unwrap()
+    }
+
     pub fn client(&self) -> MdsClient {
-        MdsClient::new(&self.mds_addr, CLUSTER, 2)
+        MdsClient::new(
+            &self.mds_addr,
+            CLUSTER,
+            local::admin_identity(&self.dir.path().join("mds")).unwrap(),
+            2,
+        )
     }
 
     /// An OSD client and an all-powerful capability for it (as an operator would have).
     pub fn osd_client(&self, osd: u32) -> (OsdClient, Capability) {
         let o = self.osds[osd as usize].as_ref().unwrap();
-        let c = OsdClient::new(&o.addr.to_string(), ConnConfig::new(CLUSTER, osd));
+        let dir = osd_dir(self.dir.path(), osd);
+        let c = OsdClient::new(
+            &o.addr.to_string(),
+            ConnConfig::new(CLUSTER, osd, local::operator_identity(&dir).unwrap()),
+        );
         (
             c,
             operator_cap(&osd_dir(self.dir.path(), osd), 600_000).unwrap(),

@@ -41,7 +41,7 @@ pub async fn cluster(osds: u32) -> Cluster {
 impl Cluster {
     /// A new namespace client (its own connections and lease owner id).
     pub async fn client(&self) -> Arc<OsdFs> {
-        let auth = Arc::new(MdsAuthority::new(&self.c.mds_addr(), "nsx"));
+        let auth = Arc::new(MdsAuthority::new(Arc::new(self.c.mds_client(1).unwrap())));
         let osds = Arc::new(Osds::new("nsx", auth, 1).await.unwrap());
         Arc::new(OsdFs::new(
             osds,

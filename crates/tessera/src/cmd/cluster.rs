@@ -1,6 +1,8 @@
-//! Finding the cluster a command talks to: `--mds ADDR` (with `--cluster`),
-//! or the `cluster.toml` that `tessera up` writes in its data directory
-//! (`--data DIR`, default `./tessera-data`).
+//! Finding the cluster a command talks to and who it speaks as: a key
+//! file (`--key-file F`, naming the cluster and perhaps the MDS), `--mds
+//! ADDR` (with `--cluster`), or the `cluster.toml` and `client.admin.key`
+//! that `tessera up` writes in its data directory (`--data DIR`, default
+//! `./tessera-data`).
 
 use std::path::{Path, PathBuf};
 
@@ -62,24 +64,69 @@ pub struct Target {
     /// Data directory of a `tessera up` cluster.
     #[arg(long, global = true, default_value = DEFAULT_DATA)]
     pub data: PathBuf,
+    /// The principal's key file (default: $TESSERA_KEY_FILE, else the
+    /// admin key of --data's cluster).
+    #[arg(long, global = true, env = "TESSERA_KEY_FILE")]
+    pub key_file: Option<PathBuf>,
+}
+
+/// Where the MDS is, which cluster, and who to speak as.
+pub struct Resolved {
+    /// MDS address.
+    pub mds: String,
+    /// Cluster id.
+    pub cluster: String,
+    /// The principal's identity.
+    pub identity: net::auth::Identity,
+}
+
+/// The admin key `tessera up` writes in its data directory.
+pub fn admin_key(data: &Path) -> PathBuf {
+    data.join("client.admin.key")
+}
+
+/// Loads a key file with an error that says what to do.
+pub fn load_key(p: &Path) -> anyhow::Result<net::auth::ClientKey> {
+    net::auth::ClientKey::load(p).map_err(|e| {
+        anyhow::anyhow!("{e}\n(a key file comes from `tessera auth add`, or `tessera up` writes DATA/client.admin.key)")
+    })
 }
 
 impl Target {
-    /// (MDS address, cluster id).
-    pub fn resolve(&self) -> anyhow::Result<(String, String)> {
-        if let Some(m) = &self.mds {
-            return Ok((
-                m.clone(),
-                self.cluster.clone().unwrap_or_else(|| "tessera".into()),
-            ));
-        }
-        match ClusterFile::load(&self.data)? {
-            Some(f) => Ok((f.mds, self.cluster.clone().unwrap_or(f.cluster_id))),
-            None => bail!(
-                "no cluster found in {}: start one with `tessera up --data {}`, or pass --mds ADDR",
+    /// The MDS address, cluster id and identity to use.
+    pub fn resolve(&self) -> anyhow::Result<Resolved> {
+        let file = ClusterFile::load(&self.data)?;
+        let key_path = match (&self.key_file, &file) {
+            (Some(k), _) => k.clone(),
+            (None, _) if admin_key(&self.data).exists() => admin_key(&self.data),
+            (None, None) if self.mds.is_none() => bail!(
+                "no cluster found in {}: start one with `tessera up --data {}`, or pass --mds ADDR and --key-file F",
                 self.data.display(),
                 self.data.display()
             ),
-        }
+            (None, _) => bail!(
+                "no key: pass --key-file F (from `tessera auth add`), or --data DIR of a `tessera up` cluster ({} has no client.admin.key)",
+                self.data.display()
+            ),
+        };
+        let key = load_key(&key_path)?;
+        let mds = match (&self.mds, &key.mds, &file) {
+            (Some(m), _, _) => m.clone(),
+            (None, Some(m), _) => m.clone(),
+            (None, None, Some(f)) => f.mds.clone(),
+            (None, None, None) => bail!(
+                "no MDS address: pass --mds ADDR ({} names none, and {} has no cluster.toml)",
+                key_path.display(),
+                self.data.display()
+            ),
+        };
+        Ok(Resolved {
+            mds,
+            cluster: self
+                .cluster
+                .clone()
+                .unwrap_or_else(|| key.cluster_id.clone()),
+            identity: key.identity()?,
+        })
     }
 }

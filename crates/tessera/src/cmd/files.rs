@@ -101,8 +101,8 @@ fn creds() -> Creds {
 }
 
 async fn connect(to: &Target) -> anyhow::Result<Client> {
-    let (mds, cluster) = to.resolve()?;
-    let mut cfg = client::ClientConfig::new(&mds, &cluster);
+    let r = to.resolve()?;
+    let mut cfg = client::ClientConfig::new(&r.mds, &r.cluster, r.identity);
     cfg.attr_timeout = std::time::Duration::ZERO;
     Client::connect(cfg)
         .await

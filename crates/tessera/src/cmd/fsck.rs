@@ -90,10 +90,11 @@ fn namespace(a: &Args) -> anyhow::Result<i32> {
     if !(a.grace >= 0.0 && a.grace.is_finite()) {
         anyhow::bail!("--grace must be a number of seconds ≥ 0");
     }
-    let (mds, cluster) = a.target.resolve()?;
+    let r = a.target.resolve()?;
+    let mds = r.mds.clone();
     let rt = super::runtime()?;
     rt.block_on(async {
-        let fs = super::namespace_client(&mds, &cluster).await?;
+        let fs = super::namespace_client(&r).await?;
         let r = match osdns::fsck::fsck(&fs, a.repair, (a.grace * 1000.0) as u64).await {
             Ok(r) => r,
             Err(e) => {

@@ -64,8 +64,8 @@ pub fn layout(c: LayoutCmd) -> anyhow::Result<i32> {
                 Some((stripe_unit, stripe_count, object_size, replicas, min_replicas)),
             ),
         };
-        let (mds_addr, cluster) = to.to.resolve()?;
-        let cl = MdsClient::new(&mds_addr, &cluster, 1);
+        let r = to.to.resolve()?;
+        let cl = MdsClient::new(&r.mds, &r.cluster, r.identity, 1);
         let e = cl.resolve(&path).await?;
         let ino = e.attr.ino;
         let current = match cl.call(Op::GetLayout { ino }).await? {

@@ -55,6 +55,10 @@ pub enum MdsCmd {
         /// object, no MDS in the metadata path).
         #[arg(long, default_value = "mds")]
         namespace: String,
+        /// Encrypt every connection's frames (AES-256-GCM), not only
+        /// those of clients that ask (`require_encryption` in mds.toml).
+        #[arg(long)]
+        encrypt: bool,
         /// With --namespace osd: how directory entries are inserted and
         /// removed, atomic (one compare-and-swap) or lock.
         #[arg(long, default_value = "atomic")]
@@ -96,6 +100,7 @@ pub fn run(c: MdsCmd) -> anyhow::Result<i32> {
             log_size,
             namespace,
             dir_protocol,
+            encrypt,
         } => {
             let kind = PolicyKind::parse(&policy).map_err(anyhow::Error::msg)?;
             let namespace =
@@ -120,10 +125,21 @@ pub fn run(c: MdsCmd) -> anyhow::Result<i32> {
                 dir_protocol: dir_protocol.clone(),
             };
             mds::service::format(&data, &opts)?;
+            if encrypt {
+                let p = data.join("mds.toml");
+                let mut cfg = mds::MdsConfig::load(&p).map_err(anyhow::Error::msg)?;
+                cfg.require_encryption = true;
+                net::files::write_private(&p, toml::to_string_pretty(&cfg)?.as_bytes())
+                    .with_context(|| format!("cannot write {}", p.display()))?;
+            }
             println!(
                 "formatted {} for cluster {cluster} (id policy {policy}); put OSD keys in {}",
                 data.display(),
                 data.join("keys").display()
+            );
+            println!(
+                "admin key: {} (add --mds ADDR to it, or pass --mds; `tessera auth add` makes keys for other clients)",
+                mds::principals::admin_key_path(&data).display()
             );
             if namespace == proto::mds::NamespaceMode::Osd {
                 println!(

@@ -1,5 +1,6 @@
 //! One module per subcommand.
 
+pub mod auth;
 pub mod bench;
 pub mod cluster;
 pub mod demo;
@@ -93,11 +94,17 @@ pub async fn wait_for_signal() {
 
 /// A namespace-on-OSDs client of the cluster whose MDS (acting as map and
 /// capability authority) is at `mds`.
-pub async fn namespace_client(mds: &str, cluster: &str) -> anyhow::Result<osdns::OsdFs> {
-    let auth = std::sync::Arc::new(osdns::MdsAuthority::new(mds, cluster));
-    let osds = osdns::Osds::new(cluster, auth, 2)
+pub async fn namespace_client(r: &cluster::Resolved) -> anyhow::Result<osdns::OsdFs> {
+    let mds = std::sync::Arc::new(net::MdsClient::new(
+        &r.mds,
+        &r.cluster,
+        r.identity.clone(),
+        1,
+    ));
+    let auth = std::sync::Arc::new(osdns::MdsAuthority::new(mds));
+    let osds = osdns::Osds::new(&r.cluster, auth, 2)
         .await
-        .map_err(|e| anyhow::anyhow!("cannot reach the MDS at {mds}: {e}"))?;
+        .map_err(|e| anyhow::anyhow!("cannot reach the MDS at {}: {e}", r.mds))?;
     let layout = osds.creds().layout;
     Ok(osdns::OsdFs::new(
         std::sync::Arc::new(osds),

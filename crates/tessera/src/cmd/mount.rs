@@ -25,9 +25,17 @@ pub struct Args {
     /// Stay in the foreground (logs to stderr) instead of detaching.
     #[arg(long)]
     pub foreground: bool,
-    /// Cluster id.
-    #[arg(long, default_value = "tessera")]
-    pub cluster: String,
+    /// Cluster id (default: the key file's).
+    #[arg(long)]
+    pub cluster: Option<String>,
+    /// The principal's key file (`tessera auth add` writes one; default:
+    /// $TESSERA_KEY_FILE, else ./tessera-data/client.admin.key, the admin
+    /// key `tessera up` writes).
+    #[arg(long, env = "TESSERA_KEY_FILE")]
+    pub key_file: Option<PathBuf>,
+    /// Encrypt every connection's frames (AES-256-GCM).
+    #[arg(long)]
+    pub encrypt: bool,
     /// Neighbours the MDS prefetches per lookup or open (Hendricks et al.: 32; 0 disables).
     #[arg(long, default_value_t = 32)]
     pub prefetch: u32,
@@ -99,7 +107,13 @@ fn serve(a: Args, mut ready: Option<OwnedFd>) -> anyhow::Result<i32> {
     let rt = super::runtime()?;
     let handle = rt.handle().clone();
     let r = rt.block_on(async {
-        let mut cfg = client::ClientConfig::new(&a.mds, &a.cluster);
+        let key_path = a.key_file.clone().unwrap_or_else(|| {
+            super::cluster::admin_key(std::path::Path::new(super::cluster::DEFAULT_DATA))
+        });
+        let key = super::cluster::load_key(&key_path)?;
+        let cluster = a.cluster.clone().unwrap_or_else(|| key.cluster_id.clone());
+        let mut cfg = client::ClientConfig::new(&a.mds, &cluster, key.identity()?);
+        cfg.encrypt = a.encrypt;
         cfg.prefetch = a.prefetch;
         cfg.attr_timeout = Duration::from_secs_f64(a.attr_timeout);
         let c = client::Client::connect(cfg)
@@ -123,10 +137,11 @@ fn serve(a: Args, mut ready: Option<OwnedFd>) -> anyhow::Result<i32> {
             ));
         }
         let line = format!(
-            "mounted {} (cluster {}) on {}\n",
+            "mounted {} (cluster {}) on {} as {}\n",
             a.mds,
-            a.cluster,
-            a.mountpoint.display()
+            cluster,
+            a.mountpoint.display(),
+            c.principal().spec.name
         );
         if ready.is_some() {
             report(&mut ready, &format!("ok {line}"));

@@ -43,8 +43,8 @@ pub fn osd_action(a: OsdAction) -> anyhow::Result<i32> {
         OsdAction::In { id, to } => (id, false, false, to),
     };
     runtime()?.block_on(async move {
-        let (mds_addr, cluster) = to.to.resolve()?;
-        let c = MdsClient::new(&mds_addr, &cluster, 1);
+        let r = to.to.resolve()?;
+        let c = MdsClient::new(&r.mds, &r.cluster, r.identity, 1);
         match c
             .call(Op::SetOsdOut {
                 osd: id,
@@ -87,8 +87,8 @@ pub struct ScrubArgs {
 /// Runs `tessera scrub`.
 pub fn scrub(a: ScrubArgs) -> anyhow::Result<i32> {
     runtime()?.block_on(async move {
-        let (mds_addr, cluster) = a.to.to.resolve()?;
-        let c = MdsClient::new(&mds_addr, &cluster, 1);
+        let r = a.to.to.resolve()?;
+        let c = MdsClient::new(&r.mds, &r.cluster, r.identity, 1);
         let ino = match &a.path {
             Some(p) if p != "/" => c.resolve(p).await?.attr.ino,
             _ => ROOT_INO,

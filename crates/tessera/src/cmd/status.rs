@@ -37,8 +37,8 @@ pub struct StatusArgs {
 /// Runs `tessera status`.
 pub fn status(a: StatusArgs) -> anyhow::Result<i32> {
     runtime()?.block_on(async move {
-        let (mds_addr, cluster) = a.to.resolve()?;
-        let c = MdsClient::new(&mds_addr, &cluster, 1);
+        let r = a.to.resolve()?;
+        let c = MdsClient::new(&r.mds, &r.cluster, r.identity, 1);
         loop {
             let s = match c.call(Op::Status).await? {
                 MdsReply::Status(s) => s,

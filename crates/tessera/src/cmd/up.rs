@@ -146,6 +146,19 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         let m = LocalMds::start(&mds_dir, &cf.mds)
             .await
             .map_err(|e| anyhow::anyhow!("MDS: {e}"))?;
+        // The admin's key, with the MDS address, where this cluster's
+        // other commands look for it.
+        let key_path = super::cluster::admin_key(&a.data);
+        let mut admin = super::cluster::load_key(&mds::principals::admin_key_path(&mds_dir))?;
+        admin.mds = Some(m.addr.to_string());
+        admin
+            .save(&key_path)
+            .with_context(|| format!("cannot write {}", key_path.display()))?;
+        let resolved = super::cluster::Resolved {
+            mds: m.addr.to_string(),
+            cluster: cf.cluster_id.clone(),
+            identity: m.admin.clone(),
+        };
         let mut osds = Vec::new();
         for id in 1..=cf.osds {
             let o = LocalOsd::start(
@@ -161,7 +174,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             wait_registered(&m, o).await.map_err(anyhow::Error::msg)?;
         }
         if m.mds.namespace == proto::mds::NamespaceMode::Osd {
-            let fs = super::namespace_client(&m.addr.to_string(), &cf.cluster_id).await?;
+            let fs = super::namespace_client(&resolved).await?;
             let root = fs
                 .open_or_make_root()
                 .await
@@ -187,7 +200,8 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         let mut client = None;
         let mut session = None;
         if let Some(mp) = a.mount.as_ref() {
-            let mut cfg = client::ClientConfig::new(&m.addr.to_string(), &cf.cluster_id);
+            let mut cfg =
+                client::ClientConfig::new(&m.addr.to_string(), &cf.cluster_id, m.admin.clone());
             cfg.prefetch = a.prefetch;
             let c = client::Client::connect(cfg)
                 .await
@@ -204,8 +218,10 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             session = Some(s);
         } else {
             println!(
-                "mount it with:  tessera mount {} /mnt/tessera --cluster {}",
-                m.addr, cf.cluster_id
+                "mount it with:  tessera mount {} /mnt/tessera --cluster {} --key-file {}",
+                m.addr,
+                cf.cluster_id,
+                key_path.display()
             );
         }
         if let Some(ma) = a.metrics {

@@ -1,0 +1,421 @@
+//! Who is asking, and what they may ask: the handshake's key lookup
+//! (principals and OSDs), the gate every request passes (read-only
+//! principals, subtrees, uid mapping, admin-only and OSD-only requests),
+//! tickets for the OSDs, and the principal-management requests.
+
+use super::*;
+
+use net::keys::random_key;
+use proto::WireError;
+use proto::auth::{Credential, Secret, wrap_session_key};
+use proto::mds::{Access, PrincipalSpec};
+use proto::msg::Hello;
+
+use crate::principals::{self, PrincipalRecord};
+
+tokio::task_local! {
+    /// The principal the request being answered comes from: the holder
+    /// every capability signed while answering it names. Outside a
+    /// request (the MDS's own work) capabilities name the MDS.
+    pub(super) static HOLDER: u64;
+}
+
+/// The holder for capabilities signed now.
+pub(super) fn holder() -> u64 {
+    HOLDER
+        .try_with(|h| *h)
+        .unwrap_or(proto::auth::MDS_PRINCIPAL)
+}
+
+/// Who a connection to the MDS speaks for.
+#[derive(Debug, Clone)]
+pub enum Caller {
+    /// A client principal (checked again at every request: a removed or
+    /// rotated principal's connections stop at once).
+    Client {
+        /// Name.
+        name: String,
+        /// Id.
+        id: u64,
+        /// Key version it proved.
+        key_version: u32,
+    },
+    /// An OSD, with its own key.
+    Osd(u32),
+}
+
+fn denied(e: Errno, m: impl Into<String>) -> MdsError {
+    MdsError::new(e, m)
+}
+
+/// Inodes a request names (each must be inside a restricted principal's subtree).
+fn inodes_named(op: &Op) -> Vec<u64> {
+    match op {
+        Op::Lookup { parent, .. }
+        | Op::Create { parent, .. }
+        | Op::Mkdir { parent, .. }
+        | Op::Symlink { parent, .. }
+        | Op::Unlink { parent, .. }
+        | Op::Rmdir { parent, .. } => vec![*parent],
+        Op::Link { ino, parent, .. } => vec![*ino, *parent],
+        Op::Rename {
+            parent, new_parent, ..
+        } => vec![*parent, *new_parent],
+        Op::GetAttr { ino }
+        | Op::Open { ino, .. }
+        | Op::Readlink { ino }
+        | Op::Readdir { ino, .. }
+        | Op::SetAttr { ino, .. }
+        | Op::GetXattr { ino, .. }
+        | Op::ListXattr { ino }
+        | Op::SetXattr { ino, .. }
+        | Op::RemoveXattr { ino, .. }
+        | Op::CommitSize { ino, .. }
+        | Op::ExtendLayout { ino, .. }
+        | Op::GetLayout { ino }
+        | Op::SetLayout { ino, .. }
+        | Op::MarkStale { ino, .. }
+        | Op::Scrub { ino, .. } => vec![*ino],
+        _ => Vec::new(),
+    }
+}
+
+/// Whether a read-only principal must be refused `op`.
+fn changes_something(op: &Op) -> bool {
+    op.mandatory() || matches!(op, Op::Open { write: true, .. } | Op::NamespaceRoot { .. })
+}
+
+impl Mds {
+    /// The key the peer of `h` must prove, and who it then is.
+    pub fn authenticate(&self, h: &Hello) -> Result<(Option<Secret>, Caller), WireError> {
+        let refuse = |why: String| Err(WireError::new(ErrorCode::Handshake, why));
+        let cluster = &self.sb.cluster_id;
+        if h.version != proto::PROTOCOL_VERSION {
+            return refuse(format!("protocol version {} not supported", h.version));
+        }
+        if &h.cluster_id != cluster {
+            // The real cluster id is not echoed: a stranger learns nothing.
+            return refuse(format!(
+                "this MDS does not serve cluster {:?}",
+                h.cluster_id
+            ));
+        }
+        if h.osd_id != proto::mds::MDS_ID {
+            return refuse(format!("this is the MDS, not OSD {}", h.osd_id));
+        }
+        let unauthenticated = |why: String| Err(WireError::new(ErrorCode::Unauthenticated, why));
+        let Credential::Key {
+            principal,
+            key_version,
+        } = &h.credential
+        else {
+            return unauthenticated(
+                "the MDS needs a principal's key: pass --key-file (the admin makes one with \
+                 `tessera auth add`)"
+                    .into(),
+            );
+        };
+        if let Some(n) = principal.strip_prefix("osd.") {
+            let Ok(id) = n.parse::<u32>() else {
+                return unauthenticated(format!("unknown principal {principal:?}"));
+            };
+            let keys = self.keys.lock().unwrap_or_else(|e| e.into_inner());
+            return match keys.get(&id).and_then(|r| r.key(*key_version)) {
+                Some(k) => Ok((Some(*k), Caller::Osd(id))),
+                None => unauthenticated(format!(
+                    "no key version {key_version} for OSD {id} in {}",
+                    self.keys_dir.display()
+                )),
+            };
+        }
+        let Some(p) = self.principals.get(principal) else {
+            return unauthenticated(format!("unknown principal {principal:?}"));
+        };
+        if p.info.key_version != *key_version {
+            return unauthenticated(format!(
+                "key version {key_version} of {principal} was rotated (current: {}): use its new key file",
+                p.info.key_version
+            ));
+        }
+        Ok((
+            Some(p.secret),
+            Caller::Client {
+                name: principal.clone(),
+                id: p.info.id,
+                key_version: *key_version,
+            },
+        ))
+    }
+
+    /// The principal a client caller still is (removed or rotated: refused).
+    fn current(
+        &self,
+        name: &str,
+        id: u64,
+        key_version: u32,
+    ) -> Result<Arc<PrincipalRecord>, MdsError> {
+        match self.principals.get(name) {
+            Some(p) if p.info.id == id && p.info.key_version == key_version => Ok(p),
+            Some(_) => Err(denied(
+                Errno::Access,
+                format!("the key of {name} was rotated: reconnect with its new key file"),
+            )),
+            None => Err(denied(
+                Errno::Access,
+                format!("principal {name} was removed"),
+            )),
+        }
+    }
+
+    /// Whether `ino` is `root` or below it (following each inode's parent).
+    fn within(&self, ino: u64, root: u64) -> Result<bool, MdsError> {
+        if root == ROOT_INO || ino == root {
+            return Ok(true);
+        }
+        let snap = self.kv.read()?;
+        let mut at = ino;
+        for _ in 0..4096 {
+            if at == root {
+                return Ok(true);
+            }
+            if at == ROOT_INO {
+                return Ok(false);
+            }
+            let Some(i) = snap.inode(at)? else {
+                return Ok(false);
+            };
+            if i.parent == at {
+                return Ok(false);
+            }
+            at = i.parent;
+        }
+        Ok(false)
+    }
+
+    /// Answers one request from `caller`: checks what the caller may ask,
+    /// maps its claimed uid, and signs every capability for it.
+    pub async fn serve_request(
+        self: &Arc<Self>,
+        caller: &Caller,
+        mut req: MdsRequest,
+    ) -> Result<MdsReply, MdsError> {
+        let (name, id, key_version) = match caller {
+            Caller::Osd(osd) => {
+                return match &req.op {
+                    Op::Report(r) if r.osd_id == *osd => self.handle(req).await,
+                    Op::Report(r) => Err(denied(
+                        Errno::Access,
+                        format!("OSD {osd} may not report for OSD {}", r.osd_id),
+                    )),
+                    Op::GetMap { .. } | Op::Status => self.handle(req).await,
+                    op => Err(denied(
+                        Errno::Access,
+                        format!("{}: an OSD's key allows only reports and maps", op.name()),
+                    )),
+                };
+            }
+            Caller::Client {
+                name,
+                id,
+                key_version,
+            } => (name, *id, *key_version),
+        };
+        let p = self.current(name, id, key_version)?;
+        let spec = &p.info.spec;
+        if matches!(req.op, Op::Report(_)) {
+            return Err(denied(Errno::Access, "only OSDs report"));
+        }
+        let admin_only = matches!(
+            req.op,
+            Op::AuthAdd(_)
+                | Op::AuthList
+                | Op::AuthRemove { .. }
+                | Op::AuthRotate { .. }
+                | Op::SetOsdOut { .. }
+                | Op::Scrub { .. }
+        );
+        if admin_only && !spec.admin {
+            return Err(denied(
+                Errno::Perm,
+                format!(
+                    "{}: only an admin principal may ask this; {name} is not one",
+                    req.op.name()
+                ),
+            ));
+        }
+        if spec.access == Access::ReadOnly && changes_something(&req.op) {
+            return Err(denied(
+                Errno::RoFs,
+                format!("{}: {name} has read-only access", req.op.name()),
+            ));
+        }
+        let root = p.info.root_ino;
+        if root != ROOT_INO {
+            if matches!(req.op, Op::NamespaceGrant | Op::NamespaceRoot { .. }) {
+                return Err(denied(
+                    Errno::Access,
+                    format!(
+                        "{name} is confined to {}; a namespace on the OSDs cannot confine it",
+                        spec.path
+                    ),
+                ));
+            }
+            for ino in inodes_named(&req.op) {
+                if !self.within(ino, root)? {
+                    return Err(denied(
+                        Errno::Access,
+                        format!(
+                            "inode {ino:#x} is outside {}, where {name} is confined",
+                            spec.path
+                        ),
+                    ));
+                }
+            }
+            if let Op::Resolve { path } = &req.op {
+                req.op = Op::Resolve {
+                    path: format!("{}/{}", spec.path.trim_end_matches('/'), path),
+                };
+            }
+        }
+        req.creds = spec.uids.apply(req.creds);
+        let op = std::mem::replace(&mut req.op, Op::Statfs);
+        let reply = match op {
+            Op::Whoami => Ok(MdsReply::Principal(Box::new(p.info.clone()))),
+            Op::Ticket { osd } => self.ticket(&p, osd),
+            Op::AuthAdd(spec) => self.auth_add(&p, spec).await,
+            Op::AuthList => Ok(MdsReply::Principals(self.principals.list())),
+            Op::AuthRemove { name } => self.auth_remove(&name).await,
+            Op::AuthRotate { name } => self.auth_rotate(&p, &name).await,
+            Op::NamespaceGrant => {
+                let full =
+                    spec.access == Access::ReadWrite && spec.uids == proto::mds::UidMap::Trusted;
+                HOLDER.sync_scope(id, || self.namespace_grant_for(full))
+            }
+            op => {
+                req.op = op;
+                HOLDER.scope(id, self.handle(req)).await
+            }
+        };
+        // A restricted principal's resolved path starts at its own root.
+        match reply {
+            Ok(MdsReply::Path(v)) if root != ROOT_INO => Ok(MdsReply::Path(
+                v.into_iter().skip_while(|e| e.attr.ino != root).collect(),
+            )),
+            r => r,
+        }
+    }
+
+    /// A ticket for OSD `osd` for principal `p`, its session key wrapped
+    /// with `p`'s key.
+    fn ticket(&self, p: &PrincipalRecord, osd: u32) -> Result<MdsReply, MdsError> {
+        let ring = {
+            let keys = self.keys.lock().unwrap_or_else(|e| e.into_inner());
+            keys.get(&osd).cloned()
+        }
+        .ok_or_else(|| denied(Errno::NoEnt, format!("no OSD {osd} (no key for it)")))?;
+        let (identity, expires_ms) =
+            net::auth::mint_ticket(&ring, osd, p.info.id, &p.info.spec.name)
+                .ok_or_else(|| denied(Errno::Io, format!("empty key ring for OSD {osd}")))?;
+        let (Credential::Ticket(ticket), Some(session)) = (identity.credential, identity.key)
+        else {
+            return Err(denied(Errno::Io, "minting a ticket gave no ticket"));
+        };
+        Ok(MdsReply::Ticket {
+            ticket,
+            wrapped_key: wrap_session_key(&p.secret, &session, net::auth::random_bytes()),
+            expires_ms,
+        })
+    }
+
+    async fn auth_add(
+        &self,
+        caller: &PrincipalRecord,
+        spec: PrincipalSpec,
+    ) -> Result<MdsReply, MdsError> {
+        principals::check_name(&spec.name)?;
+        if self.principals.get(&spec.name).is_some() {
+            return Err(denied(
+                Errno::Exist,
+                format!("{} exists (rotate its key, or remove it first)", spec.name),
+            ));
+        }
+        if !spec.path.starts_with('/') {
+            return Err(denied(
+                Errno::Inval,
+                format!("path {:?} must be absolute", spec.path),
+            ));
+        }
+        // The subtree is the directory the path names now (it follows a rename).
+        let root = match self.resolve(&Creds::root(), &spec.path)? {
+            MdsReply::Path(v) => v.last().map(|e| (e.attr.ino, e.attr.kind)),
+            _ => None,
+        };
+        let Some((root_ino, FileKind::Dir)) = root else {
+            return Err(denied(
+                Errno::NotDir,
+                format!("{} is not a directory", spec.path),
+            ));
+        };
+        let mut spec = spec;
+        spec.path = if spec.path.len() > 1 {
+            spec.path.trim_end_matches('/').to_string()
+        } else {
+            spec.path
+        };
+        let secret = random_key();
+        let rec = self
+            .kv
+            .write(move |tx| {
+                let id = principals::next_id(tx)?;
+                let rec = principals::new_record(id, spec, root_ino, secret);
+                principals::put(tx, &rec)?;
+                Ok(rec)
+            })
+            .await?;
+        tracing::info!(principal = %rec.info.spec.name, id = rec.info.id, path = %rec.info.spec.path, "principal added");
+        let info = Box::new(rec.info.clone());
+        let wrapped_key = wrap_session_key(&caller.secret, &rec.secret, net::auth::random_bytes());
+        self.principals.set(&rec.info.spec.name.clone(), Some(rec));
+        Ok(MdsReply::PrincipalKey { info, wrapped_key })
+    }
+
+    async fn auth_remove(&self, name: &str) -> Result<MdsReply, MdsError> {
+        if name == principals::ADMIN {
+            return Err(denied(
+                Errno::Perm,
+                "client.admin cannot be removed (rotate its key instead)",
+            ));
+        }
+        if self.principals.get(name).is_none() {
+            return Err(denied(Errno::NoEnt, format!("no principal {name}")));
+        }
+        let n = name.to_string();
+        self.kv.write(move |tx| principals::del(tx, &n)).await?;
+        self.principals.set(name, None);
+        tracing::info!(principal = %name, "principal removed");
+        Ok(MdsReply::Done)
+    }
+
+    async fn auth_rotate(
+        &self,
+        caller: &PrincipalRecord,
+        name: &str,
+    ) -> Result<MdsReply, MdsError> {
+        let Some(old) = self.principals.get(name) else {
+            return Err(denied(Errno::NoEnt, format!("no principal {name}")));
+        };
+        let mut rec = (*old).clone();
+        rec.secret = random_key();
+        rec.info.key_version += 1;
+        let stored = rec.clone();
+        self.kv
+            .write(move |tx| principals::put(tx, &stored))
+            .await?;
+        tracing::info!(principal = %name, key_version = rec.info.key_version, "principal key rotated");
+        // The caller may be rotating its own key: wrap with the key it proved.
+        let wrapped_key = wrap_session_key(&caller.secret, &rec.secret, net::auth::random_bytes());
+        let info = Box::new(rec.info.clone());
+        self.principals.set(name, Some(rec));
+        Ok(MdsReply::PrincipalKey { info, wrapped_key })
+    }
+}
