@@ -376,22 +376,9 @@ impl Mds {
         &self,
         mut f: impl FnMut(u64, &[u8]) -> Result<bool, MdsError>,
     ) -> Result<(), MdsError> {
-        let snap = self.kv.read()?;
-        let mut bad = None;
-        snap.scan(
-            T::DeleteQueue,
-            std::ops::Bound::Unbounded,
-            std::ops::Bound::Unbounded,
-            false,
-            &mut |k, v| match queue_seq(k).and_then(|seq| f(seq, v)) {
-                Ok(more) => more,
-                Err(e) => {
-                    bad = Some(e);
-                    false
-                }
-            },
-        )?;
-        bad.map_or(Ok(()), Err)
+        self.kv
+            .read()?
+            .try_scan_all(T::DeleteQueue, &mut |k, v| f(queue_seq(k)?, v))
     }
 
     /// The delete-queue worker: removes queued objects from the OSDs,

@@ -414,37 +414,23 @@ impl Mds {
 
     /// Visits every stripe object with recorded copies: (inode, stripe).
     fn for_each_stripe(&self, mut f: impl FnMut(&Inode, Stripe)) -> Result<(), MdsError> {
-        let snap = self.kv.read()?;
-        let mut bad = None;
-        snap.scan(
-            T::Inodes,
-            std::ops::Bound::Unbounded,
-            std::ops::Bound::Unbounded,
-            false,
-            &mut |_, v| match postcard::from_bytes::<Inode>(v) {
-                Ok(i) => {
-                    if let Some(l) = &i.layout {
-                        for (set, h) in l.homes.iter().enumerate() {
-                            for (j, c) in h.stripes.iter().enumerate() {
-                                let s = Stripe {
-                                    oid: l.objsets.get(set).copied().unwrap_or(0),
-                                    set,
-                                    stripe: j,
-                                    copies: c.clone(),
-                                };
-                                f(&i, s);
-                            }
-                        }
+        self.kv.read()?.try_scan_all(T::Inodes, &mut |_, v| {
+            let i = postcard::from_bytes::<Inode>(v).map_err(|e| crate::kv::io_err("inode", e))?;
+            if let Some(l) = &i.layout {
+                for (set, h) in l.homes.iter().enumerate() {
+                    for (j, c) in h.stripes.iter().enumerate() {
+                        let s = Stripe {
+                            oid: l.objsets.get(set).copied().unwrap_or(0),
+                            set,
+                            stripe: j,
+                            copies: c.clone(),
+                        };
+                        f(&i, s);
                     }
-                    true
                 }
-                Err(e) => {
-                    bad = Some(crate::kv::io_err("inode", e));
-                    false
-                }
-            },
-        )?;
-        bad.map_or(Ok(()), Err)
+            }
+            Ok(true)
+        })
     }
 
     /// Marks out every OSD down longer than `out_after`.
