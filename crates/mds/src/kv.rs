@@ -100,11 +100,7 @@ pub trait View {
 
     /// Visits every entry of `t` in key order until `f` says stop or
     /// fails; returns `f`'s error, if any.
-    fn try_scan_all(
-        &self,
-        t: T,
-        f: &mut EntryVisitor<'_>,
-    ) -> Result<(), MdsError> {
+    fn try_scan_all(&self, t: T, f: &mut EntryVisitor<'_>) -> Result<(), MdsError> {
         let mut bad = None;
         self.scan(t, Bound::Unbounded, Bound::Unbounded, false, &mut |k, v| {
             f(k, v).unwrap_or_else(|e| {

@@ -584,6 +584,7 @@ impl Mds {
         counts.max_replicas = root_default;
         let mut todo: Vec<u64> = Vec::new();
         let inconsistent = self.rec().inconsistent.clone();
+        let mut placed = Placed::default();
         self.for_each_stripe(|i, s| {
             let Some(l) = &i.layout else { return };
             let r = usize::from(l.spec.replicas.max(1));
@@ -622,7 +623,7 @@ impl Mds {
                 .filter(|&&o| is_in(o))
                 .count();
             let stale_up = s.copies.stale.iter().any(|o| up.contains(o) && is_in(*o));
-            let moved = !on_out && !backfill(&map, &up, l, s.set, s.stripe).is_empty();
+            let moved = !on_out && !backfill(&map, &up, l, s.set, s.stripe, &mut placed).is_empty();
             if moved {
                 counts.misplaced += 1;
             }
@@ -699,6 +700,7 @@ impl Mds {
         let is_in = |o: u32| map.osd(o).is_some_and(|e| !e.out);
         let mut v = None;
         let mut left = false;
+        let mut placed = Placed::default();
         for (set, h) in l.homes.iter().enumerate() {
             let oid = l.objsets[set];
             for (j, c) in h.stripes.iter().enumerate() {
@@ -730,17 +732,18 @@ impl Mds {
                 // the surplus after.
                 let mut desired = None;
                 if targets.is_empty() && !drop_out && c.stale.is_empty() {
-                    let moves = backfill(map, up, &l, set, j);
+                    let moves = backfill(map, up, &l, set, j, &mut placed);
                     if !moves.is_empty() {
                         targets = moves;
-                        desired = map
-                            .place_copies(
+                        desired = placed
+                            .row(
+                                map,
                                 oid,
                                 l.spec.stripe_count,
                                 u32::from(l.spec.replicas.max(1)),
+                                j,
                             )
-                            .into_iter()
-                            .nth(j);
+                            .map(<[u32]>::to_vec);
                     }
                 }
                 if targets.is_empty() && !(drop_out && fresh_in >= r) {
@@ -1255,7 +1258,14 @@ fn rate(samples: &mut Vec<(Instant, u64)>) -> u64 {
 /// now names for it that are up and hold no copy of the set yet — when the
 /// stripe is healthy (its copies fresh, on OSDs that are in) and placement
 /// names a full set of copies for it.
-fn backfill(map: &OsdMap, up: &HashSet<u32>, l: &Layout, set: usize, j: usize) -> Vec<u32> {
+fn backfill(
+    map: &OsdMap,
+    up: &HashSet<u32>,
+    l: &Layout,
+    set: usize,
+    j: usize,
+    placed: &mut Placed,
+) -> Vec<u32> {
     let (Some(h), Some(&oid)) = (l.homes.get(set), l.objsets.get(set)) else {
         return Vec::new();
     };
@@ -1271,8 +1281,10 @@ fn backfill(map: &OsdMap, up: &HashSet<u32>, l: &Layout, set: usize, j: usize) -
     {
         return Vec::new();
     }
-    let desired = map.place_copies(oid, l.spec.stripe_count, r as u32);
-    let Some(want) = desired.get(j).filter(|w| w.len() == r) else {
+    let Some(want) = placed
+        .row(map, oid, l.spec.stripe_count, r as u32, j)
+        .filter(|w| w.len() == r)
+    else {
         return Vec::new();
     };
     let taken: HashSet<u32> = h.osds().collect();
@@ -1280,6 +1292,25 @@ fn backfill(map: &OsdMap, up: &HashSet<u32>, l: &Layout, set: usize, j: usize) -
         .copied()
         .filter(|o| !c.fresh.contains(o) && up.contains(o) && !taken.contains(o))
         .collect()
+}
+
+/// Where placement puts the copies of one object set, computed once for
+/// all its stripes (a pass visits them one after another).
+#[derive(Default)]
+struct Placed {
+    key: Option<(u64, u32, u32)>,
+    rows: Vec<Vec<u32>>,
+}
+
+impl Placed {
+    /// Stripe `j`'s copies of object set `oid` (`stripes` stripes of `r` copies).
+    fn row(&mut self, map: &OsdMap, oid: u64, stripes: u32, r: u32, j: usize) -> Option<&[u32]> {
+        if self.key != Some((oid, stripes, r)) {
+            self.rows = map.place_copies(oid, stripes, r);
+            self.key = Some((oid, stripes, r));
+        }
+        self.rows.get(j).map(Vec::as_slice)
+    }
 }
 
 /// Up to `n` new OSDs for a stripe of object set `oid`: in placement order,
