@@ -16,15 +16,7 @@ impl Mds {
     /// Takes the next capability version (durably); objects revoked at the
     /// returned value refuse every capability issued before.
     pub(super) async fn bump_version(&self) -> Result<u64, MdsError> {
-        self.kv
-            .write(|tx| {
-                let mut st = tx.state()?;
-                let v = st.cap_version;
-                st.cap_version += 1;
-                tx.put_state(&st)?;
-                Ok(v)
-            })
-            .await
+        self.kv.write(|tx| tx.take_cap_version()).await
     }
 
     /// A client for OSD `id` at its address in `current` (the newest map:

@@ -229,13 +229,11 @@ impl Mds {
                     c.stale.push(osd);
                     changed.push((osd, oid));
                 }
-                let mut st = tx.state()?;
-                let v = st.cap_version;
-                if !changed.is_empty() {
-                    st.cap_version += 1;
-                    tx.put_state(&st)?;
-                    tx.put_inode(&i)?;
+                if changed.is_empty() {
+                    return Ok((changed, tx.state()?.cap_version));
                 }
+                let v = tx.take_cap_version()?;
+                tx.put_inode(&i)?;
                 Ok((changed, v))
             })
             .await?;
