@@ -126,62 +126,55 @@ fn posix_suite(root: &Path, p: FsParams) -> anyhow::Result<[f64; 4]> {
     Ok([w, r, rr, c])
 }
 
-fn e(x: client::FsError) -> anyhow::Error {
-    anyhow::anyhow!("{x}")
-}
-
 /// The same four measures through the client library.
 async fn library_suite(cfg: ClientConfig, p: FsParams) -> anyhow::Result<[f64; 4]> {
     let cr = Creds::root();
-    let c = Client::connect(cfg.clone()).await.map_err(e)?;
-    let d = c.mkdir(&cr, 0, "lib", 0o755).await.map_err(e)?.attr.ino;
+    let c = Client::connect(cfg.clone()).await?;
+    let d = c.mkdir(&cr, 0, "lib", 0o755).await?.attr.ino;
     let buf = pattern(IO, 1);
     let t = Instant::now();
-    let (ent, fh) = c.create(&cr, d, "seq.bin", 0o644, true).await.map_err(e)?;
+    let (ent, fh) = c.create(&cr, d, "seq.bin", 0o644, true).await?;
     let mut off = 0u64;
     while off < p.file {
         let n = (p.file - off).min(IO as u64) as usize;
-        c.write(fh, off, &buf[..n]).await.map_err(e)?;
+        c.write(fh, off, &buf[..n]).await?;
         off += n as u64;
     }
-    c.fsync(fh).await.map_err(e)?;
-    c.release(fh).await.map_err(e)?;
+    c.fsync(fh).await?;
+    c.release(fh).await?;
     let w = p.file as f64 / t.elapsed().as_secs_f64() / 1e6;
     drop_caches();
     // A fresh client: nothing cached.
-    let c = Client::connect(cfg).await.map_err(e)?;
+    let c = Client::connect(cfg).await?;
     let ino = ent.attr.ino;
     let t = Instant::now();
-    let fh = c.open(&cr, ino, false).await.map_err(e)?;
+    let fh = c.open(&cr, ino, false).await?;
     let mut off = 0u64;
     loop {
-        let got = c.read(fh, off, IO as u32).await.map_err(e)?;
+        let got = c.read(fh, off, IO as u32).await?;
         if got.is_empty() {
             break;
         }
         off += got.len() as u64;
     }
     let r = off as f64 / t.elapsed().as_secs_f64() / 1e6;
-    c.release(fh).await.map_err(e)?;
+    c.release(fh).await?;
     drop_caches();
-    let fh = c.open(&cr, ino, false).await.map_err(e)?;
+    let fh = c.open(&cr, ino, false).await?;
     let mut rng = rand::rngs::SmallRng::seed_from_u64(9);
     let blocks = p.file / 4096;
     let t = Instant::now();
     for _ in 0..p.random_reads {
         let off = rng.random_range(0..blocks) * 4096;
-        c.read(fh, off, 4096).await.map_err(e)?;
+        c.read(fh, off, 4096).await?;
     }
     let rr = p.random_reads as f64 / t.elapsed().as_secs_f64();
-    c.release(fh).await.map_err(e)?;
-    let cd = c.mkdir(&cr, d, "creates", 0o755).await.map_err(e)?.attr.ino;
+    c.release(fh).await?;
+    let cd = c.mkdir(&cr, d, "creates", 0o755).await?.attr.ino;
     let t = Instant::now();
     for i in 0..p.creates {
-        let (_, fh) = c
-            .create(&cr, cd, &format!("f{i}"), 0o644, true)
-            .await
-            .map_err(e)?;
-        c.release(fh).await.map_err(e)?;
+        let (_, fh) = c.create(&cr, cd, &format!("f{i}"), 0o644, true).await?;
+        c.release(fh).await?;
     }
     let cr_s = p.creates as f64 / t.elapsed().as_secs_f64();
     Ok([w, r, rr, cr_s])
@@ -231,7 +224,7 @@ fn run_in(work: &Path, p: FsParams) -> anyhow::Result<Vec<FsRow>> {
         let cfg = cfg.clone();
         tokio::spawn(library_suite(cfg, p)).await?
     })?;
-    let client = rt.block_on(Client::connect(cfg)).map_err(e)?;
+    let client = rt.block_on(Client::connect(cfg))?;
     let mp: PathBuf = work.join("mnt");
     std::fs::create_dir_all(&mp)?;
     let session = tessera_fuse::mount(

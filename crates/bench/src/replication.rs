@@ -69,53 +69,43 @@ pub struct ReplReport {
 
 const IO: usize = 1 << 20;
 
-fn e(x: client::FsError) -> anyhow::Error {
-    anyhow::anyhow!("{x}")
-}
-
 /// Writes `size` bytes to a new file `name` in directory `dir` with fsync; MB/s.
 async fn write_file(c: &Client, dir: u64, name: &str, size: u64) -> anyhow::Result<f64> {
     let buf: Vec<u8> = (0..IO).map(|i| (i * 31 + 7) as u8).collect();
     let t = Instant::now();
-    let (_, fh) = c
-        .create(&Creds::root(), dir, name, 0o644, true)
-        .await
-        .map_err(e)?;
+    let (_, fh) = c.create(&Creds::root(), dir, name, 0o644, true).await?;
     let mut off = 0;
     while off < size {
         let n = (size - off).min(IO as u64) as usize;
-        c.write(fh, off, &buf[..n]).await.map_err(e)?;
+        c.write(fh, off, &buf[..n]).await?;
         off += n as u64;
     }
-    c.fsync(fh).await.map_err(e)?;
-    c.release(fh).await.map_err(e)?;
+    c.fsync(fh).await?;
+    c.release(fh).await?;
     Ok(size as f64 / t.elapsed().as_secs_f64() / 1e6)
 }
 
 /// Reads a whole file with a fresh client (cold caches); MB/s.
 async fn read_file(cfg: &ClientConfig, dir: u64, name: &str) -> anyhow::Result<f64> {
     drop_caches();
-    let c = Client::connect(cfg.clone()).await.map_err(e)?;
+    let c = Client::connect(cfg.clone()).await?;
     let t = Instant::now();
-    let ent = c.lookup(&Creds::root(), dir, name).await.map_err(e)?;
-    let fh = c
-        .open(&Creds::root(), ent.attr.ino, false)
-        .await
-        .map_err(e)?;
+    let ent = c.lookup(&Creds::root(), dir, name).await?;
+    let fh = c.open(&Creds::root(), ent.attr.ino, false).await?;
     let mut off = 0u64;
     loop {
-        let b = c.read(fh, off, IO as u32).await.map_err(e)?;
+        let b = c.read(fh, off, IO as u32).await?;
         if b.is_empty() {
             break;
         }
         off += b.len() as u64;
     }
-    c.release(fh).await.map_err(e)?;
+    c.release(fh).await?;
     Ok(off as f64 / t.elapsed().as_secs_f64() / 1e6)
 }
 
 async fn status(c: &Client) -> anyhow::Result<ClusterStatus> {
-    c.status().await.map_err(e)
+    Ok(c.status().await?)
 }
 
 /// Runs the suite under `dir` (needs root: a loop device for fio).
@@ -170,20 +160,17 @@ async fn cluster_part(work: &Path, p: ReplParams, fio: [f64; 2]) -> anyhow::Resu
         .await
         .context("cannot start the cluster")?;
     let ccfg = ClientConfig::new(&cl.mds_addr(), "replbench", cl.admin()?);
-    let c = Client::connect(ccfg.clone()).await.map_err(e)?;
+    let c = Client::connect(ccfg.clone()).await?;
     let mut dirs = [0u64; 3];
     for r in 1..=3u8 {
         let d = c
             .mkdir(&Creds::root(), ROOT_INO, &format!("r{r}"), 0o755)
-            .await
-            .map_err(e)?;
+            .await?;
         let spec = LayoutSpec {
             replicas: r,
             ..LayoutSpec::default()
         };
-        c.set_layout(&Creds::root(), d.attr.ino, spec)
-            .await
-            .map_err(e)?;
+        c.set_layout(&Creds::root(), d.attr.ino, spec).await?;
         dirs[r as usize - 1] = d.attr.ino;
     }
     // Writes: 1, 2, 3 copies (and 1 again, to see drift).
@@ -201,11 +188,10 @@ async fn cluster_part(work: &Path, p: ReplParams, fio: [f64; 2]) -> anyhow::Resu
     }
     // Reads of a two-copy file, healthy then with its preferred copy's OSD stopped.
     let healthy = read_file(&ccfg, dirs[1], "big").await?;
-    let ent = c.lookup(&Creds::root(), dirs[1], "big").await.map_err(e)?;
+    let ent = c.lookup(&Creds::root(), dirs[1], "big").await?;
     let layout = c
         .layout(&Creds::root(), ent.attr.ino)
-        .await
-        .map_err(e)?
+        .await?
         .context("no layout")?;
     let victim = *layout
         .homes

@@ -91,6 +91,9 @@ pub fn io_err(what: &str, e: impl std::fmt::Display) -> MdsError {
     MdsError::new(Errno::Io, format!("metadata store: {what}: {e}"))
 }
 
+/// A visitor of (key, value) entries that may fail; `Ok(false)` stops.
+pub type EntryVisitor<'a> = dyn FnMut(&[u8], &[u8]) -> Result<bool, MdsError> + 'a;
+
 /// Read access, shared by transactions and snapshots.
 pub trait View {
     /// The value under `key`.
@@ -104,6 +107,19 @@ pub trait View {
         rev: bool,
         f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<(), MdsError>;
+
+    /// Visits every entry of `t` in key order until `f` says stop or
+    /// fails; returns `f`'s error, if any.
+    fn try_scan_all(&self, t: T, f: &mut EntryVisitor<'_>) -> Result<(), MdsError> {
+        let mut bad = None;
+        self.scan(t, Bound::Unbounded, Bound::Unbounded, false, &mut |k, v| {
+            f(k, v).unwrap_or_else(|e| {
+                bad = Some(e);
+                false
+            })
+        })?;
+        bad.map_or(Ok(()), Err)
+    }
 }
 
 fn get_table<R: ReadableTable<&'static [u8], &'static [u8]>>(

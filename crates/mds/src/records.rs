@@ -349,6 +349,16 @@ impl Tx<'_> {
         self.put(T::Meta, STATE_KEY, &encode(s)?)
     }
 
+    /// Takes the next capability version in this transaction: objects
+    /// revoked at the returned value refuse every capability issued before.
+    pub fn take_cap_version(&mut self) -> Result<u64, MdsError> {
+        let mut st = self.state()?;
+        let v = st.cap_version;
+        st.cap_version += 1;
+        self.put_state(&st)?;
+        Ok(v)
+    }
+
     /// Stores the namespace record.
     pub fn put_namespace(&mut self, n: &NamespaceRecord) -> Result<(), MdsError> {
         self.put(T::Meta, NAMESPACE_KEY, &encode(n)?)

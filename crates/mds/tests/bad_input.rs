@@ -12,7 +12,7 @@ use bytes::Bytes;
 use common::*;
 use mds::ids::{Geometry, IdPolicy, PolicyKind};
 use net::frame_io::{frame, read_frame, write_frame};
-use proto::mds::{Creds, Errno, MDS_ID, MdsReply, MdsResponse, Op, OsdReport, ROOT_INO};
+use proto::mds::{Creds, Errno, MDS_ID, MdsReply, MdsResponse, Op, ROOT_INO};
 use proto::msg::{Hello, Welcome, decode};
 use proto::{Kind, Limits, PROTOCOL_VERSION};
 use tokio::io::AsyncWriteExt;
@@ -148,18 +148,7 @@ async fn forged_unknown_and_replayed_osd_reports_are_refused() {
         r => panic!("{r:?}"),
     };
     let before = epoch(c.call(Op::Status).await.unwrap());
-    let mut r = OsdReport {
-        osd_id: 0,
-        addr: "10.9.9.9:1".into(),
-        weight: proto::placement::WEIGHT_ONE,
-        capacity: 1,
-        used: 0,
-        objects: 0,
-        key_version: 1,
-        at_ms: proto::clock::now_ms() + 1000,
-        mac: [0; 32],
-        host: "test-host".into(),
-    };
+    let mut r = cl.report("10.9.9.9:1", proto::clock::now_ms() + 1000, "test-host");
     // forged: signed with the wrong key
     r.sign(CLUSTER, &[7; 32]);
     let e = c.call(Op::Report(r.clone())).await.unwrap_err();
@@ -171,13 +160,9 @@ async fn forged_unknown_and_replayed_osd_reports_are_refused() {
     let e = c.call(Op::Report(u)).await.unwrap_err();
     assert!(e.to_string().contains("put its key file"), "{e}");
     // replayed: a correctly signed report older than one already seen
-    let key = {
-        let kf =
-            net::keys::KeyFile::load(&local::osd_dir(cl.dir.path(), 0).join("key.toml")).unwrap();
-        *kf.ring().unwrap().newest().unwrap().1
-    };
+    let key = cl.osd_key(0);
     let mut old = r.clone();
-    old.addr = cl.osds[0].as_ref().unwrap().addr.to_string();
+    old.addr = cl.osd0_addr();
     old.at_ms = proto::clock::now_ms() - 10_000;
     old.sign(CLUSTER, &key);
     let e = c.call(Op::Report(old.clone())).await.unwrap_err();
@@ -198,24 +183,13 @@ async fn forged_unknown_and_replayed_osd_reports_are_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn racing_copies_of_one_report_pass_once() {
     let cl = Cluster::start(1, spec(4096, 1), PolicyKind::ChildClosest).await;
-    let key = {
-        let kf =
-            net::keys::KeyFile::load(&local::osd_dir(cl.dir.path(), 0).join("key.toml")).unwrap();
-        kf.newest().unwrap().1
-    };
+    let key = cl.osd_key(0);
     for round in 0..5u64 {
-        let mut r = OsdReport {
-            osd_id: 0,
-            addr: cl.osds[0].as_ref().unwrap().addr.to_string(),
-            weight: proto::placement::WEIGHT_ONE,
-            capacity: 1,
-            used: 0,
-            objects: 0,
-            key_version: 1,
-            at_ms: proto::clock::now_ms() + 60_000 + round,
-            mac: [0; 32],
-            host: "test-host".into(),
-        };
+        let mut r = cl.report(
+            &cl.osd0_addr(),
+            proto::clock::now_ms() + 60_000 + round,
+            "test-host",
+        );
         r.sign(CLUSTER, &key);
         let clients: Vec<_> = (0..16).map(|_| std::sync::Arc::new(cl.client())).collect();
         let tasks: Vec<_> = clients
@@ -433,23 +407,8 @@ async fn redundancy_operations_refuse_bad_input() {
     assert_eq!(e.errno(), Errno::NoEnt.raw());
     assert!(e.to_string().contains("OSD 99 is not in the map"), "{e}");
     // A report with an empty host is refused (after its MAC checks out).
-    let key = {
-        let kf =
-            net::keys::KeyFile::load(&local::osd_dir(cl.dir.path(), 0).join("key.toml")).unwrap();
-        *kf.ring().unwrap().newest().unwrap().1
-    };
-    let mut r = OsdReport {
-        osd_id: 0,
-        addr: cl.osds[0].as_ref().unwrap().addr.to_string(),
-        weight: proto::placement::WEIGHT_ONE,
-        capacity: 1,
-        used: 0,
-        objects: 0,
-        key_version: 1,
-        at_ms: proto::clock::now_ms() + 60_000,
-        mac: [0; 32],
-        host: String::new(),
-    };
+    let key = cl.osd_key(0);
+    let mut r = cl.report(&cl.osd0_addr(), proto::clock::now_ms() + 60_000, "");
     r.sign(CLUSTER, &key);
     let e = c.call(Op::Report(r)).await.unwrap_err();
     assert_eq!(e.errno(), Errno::Inval.raw());

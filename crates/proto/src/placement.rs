@@ -93,17 +93,22 @@ impl OsdMap {
         self.osds.iter().find(|o| o.id == id)
     }
 
-    /// Every placeable OSD ranked for object set `oid` (smallest draw first).
-    pub fn ranking(&self, oid: u64) -> Vec<&OsdEntry> {
-        let mut draws: Vec<(u128, &OsdEntry)> = self
-            .osds
+    /// Each placeable OSD's weighted straw2 draw for object set `oid`
+    /// (the smallest wins).
+    fn draws(&self, oid: u64) -> Vec<(u128, &OsdEntry)> {
+        self.osds
             .iter()
             .filter(|o| o.placeable())
             .map(|o| {
                 let l = u128::from(neg_log2_fraction(draw_hash(oid, o.id)));
                 ((l << 32) / u128::from(o.weight), o)
             })
-            .collect();
+            .collect()
+    }
+
+    /// Every placeable OSD ranked for object set `oid` (smallest draw first).
+    pub fn ranking(&self, oid: u64) -> Vec<&OsdEntry> {
+        let mut draws = self.draws(oid);
         draws.sort_unstable_by_key(|d| (d.0, d.1.id));
         draws.into_iter().map(|d| d.1).collect()
     }
@@ -142,13 +147,9 @@ impl OsdMap {
     /// there). Empty when no OSD is placeable.
     pub fn place(&self, oid: u64, count: u32) -> Vec<u32> {
         let mut draws: Vec<(u128, u32)> = self
-            .osds
-            .iter()
-            .filter(|o| o.placeable())
-            .map(|o| {
-                let l = u128::from(neg_log2_fraction(draw_hash(oid, o.id)));
-                ((l << 32) / u128::from(o.weight), o.id)
-            })
+            .draws(oid)
+            .into_iter()
+            .map(|(d, o)| (d, o.id))
             .collect();
         let n = (count as usize).min(draws.len());
         if n == 0 {
@@ -162,10 +163,7 @@ impl OsdMap {
 
     /// The address of OSD `id`.
     pub fn addr(&self, id: u32) -> Option<&str> {
-        self.osds
-            .iter()
-            .find(|o| o.id == id)
-            .map(|o| o.addr.as_str())
+        self.osd(id).map(|o| o.addr.as_str())
     }
 }
 

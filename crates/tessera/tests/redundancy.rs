@@ -204,6 +204,23 @@ impl Cluster {
             .unwrap()
     }
 
+    /// Runs a CLI command; asserts it succeeds and returns its stdout.
+    fn cli_ok(&self, args: &[&str]) -> String {
+        let out = self.cli(args);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "{args:?}: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        text
+    }
+
+    /// Runs a CLI command and returns its stdout, whatever its exit status.
+    fn cli_text(&self, args: &[&str]) -> String {
+        String::from_utf8_lossy(&self.cli(args).stdout).into_owned()
+    }
+
     async fn client(&self) -> Client {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
@@ -434,13 +451,7 @@ fn an_osd_killed_mid_storm_loses_no_acknowledged_write_and_catches_up() {
             assert_eq!(read_file(&c, name).await, content(*id, *len), "{name}");
         }
         // Every copy agrees, byte for byte.
-        let out = cl.cli(&["scrub", "--deep"]);
-        let text = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "{text}{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let text = cl.cli_ok(&["scrub", "--deep"]);
         assert!(text.contains("0 inconsistent"), "{text}");
     });
 }
@@ -534,17 +545,10 @@ fn a_flipped_byte_is_never_read_and_deep_scrub_repairs_it() {
         cl.wait_for("OSD back", 30, |s| s.osds.iter().all(|o| o.up))
             .await;
         // A deep scrub finds the bad copy and repairs it from the good one.
-        let out = cl.cli(&["scrub", "/precious", "--deep"]);
-        let text = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "{text}{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let text = cl.cli_ok(&["scrub", "/precious", "--deep"]);
         assert!(text.contains("1 inconsistent, 1 repaired"), "{text}");
         assert!(text.contains(&format!("OSD {victim}")), "{text}");
-        let out = cl.cli(&["scrub", "--deep"]);
-        let text = String::from_utf8_lossy(&out.stdout);
+        let text = cl.cli_text(&["scrub", "--deep"]);
         assert!(text.contains("0 inconsistent"), "{text}");
         // Corrupt the preferred copy again: reads still return the right
         // bytes (from the other copy), and the bad copy gets repaired.
@@ -575,8 +579,7 @@ fn a_flipped_byte_is_never_read_and_deep_scrub_repairs_it() {
                 tail(&cl.dir.join("mds.log"))
             );
         }
-        let out = cl.cli(&["scrub", "--deep"]);
-        let text = String::from_utf8_lossy(&out.stdout);
+        let text = cl.cli_text(&["scrub", "--deep"]);
         assert!(
             text.contains("0 inconsistent"),
             "read did not get the copy repaired: {text}"
@@ -778,8 +781,7 @@ fn a_write_storm_through_the_mount_survives_an_osd_kill() {
             p.display()
         );
     }
-    let out = cl.cli(&["status"]);
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = cl.cli_text(&["status"]);
     assert!(text.starts_with("HEALTH_WARN"), "{text}");
     assert!(text.contains("OSDs down (3)"), "{text}");
     cl.start_osd(3);
@@ -913,8 +915,7 @@ fn too_few_copies_fail_the_write_with_eio_and_nothing_reads_stale() {
         let c2 = cl.client().await;
         let got = read_file(&c2, "q").await;
         assert_ne!(got, first, "a stale copy was read");
-        let out = cl.cli(&["scrub", "--deep"]);
-        let text = String::from_utf8_lossy(&out.stdout);
+        let text = cl.cli_text(&["scrub", "--deep"]);
         assert!(text.contains("0 inconsistent"), "{text}");
     });
 }

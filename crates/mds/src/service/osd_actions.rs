@@ -16,15 +16,7 @@ impl Mds {
     /// Takes the next capability version (durably); objects revoked at the
     /// returned value refuse every capability issued before.
     pub(super) async fn bump_version(&self) -> Result<u64, MdsError> {
-        self.kv
-            .write(|tx| {
-                let mut st = tx.state()?;
-                let v = st.cap_version;
-                st.cap_version += 1;
-                tx.put_state(&st)?;
-                Ok(v)
-            })
-            .await
+        self.kv.write(|tx| tx.take_cap_version()).await
     }
 
     /// A client for OSD `id` at its address in `current` (the newest map:
@@ -392,22 +384,9 @@ impl Mds {
         &self,
         mut f: impl FnMut(u64, &[u8]) -> Result<bool, MdsError>,
     ) -> Result<(), MdsError> {
-        let snap = self.kv.read()?;
-        let mut bad = None;
-        snap.scan(
-            T::DeleteQueue,
-            std::ops::Bound::Unbounded,
-            std::ops::Bound::Unbounded,
-            false,
-            &mut |k, v| match queue_seq(k).and_then(|seq| f(seq, v)) {
-                Ok(more) => more,
-                Err(e) => {
-                    bad = Some(e);
-                    false
-                }
-            },
-        )?;
-        bad.map_or(Ok(()), Err)
+        self.kv
+            .read()?
+            .try_scan_all(T::DeleteQueue, &mut |k, v| f(queue_seq(k)?, v))
     }
 
     /// The delete-queue worker: removes queued objects from the OSDs,

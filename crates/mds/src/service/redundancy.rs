@@ -229,13 +229,11 @@ impl Mds {
                     c.stale.push(osd);
                     changed.push((osd, oid));
                 }
-                let mut st = tx.state()?;
-                let v = st.cap_version;
-                if !changed.is_empty() {
-                    st.cap_version += 1;
-                    tx.put_state(&st)?;
-                    tx.put_inode(&i)?;
+                if changed.is_empty() {
+                    return Ok((changed, tx.state()?.cap_version));
                 }
+                let v = tx.take_cap_version()?;
+                tx.put_inode(&i)?;
                 Ok((changed, v))
             })
             .await?;
@@ -414,37 +412,23 @@ impl Mds {
 
     /// Visits every stripe object with recorded copies: (inode, stripe).
     fn for_each_stripe(&self, mut f: impl FnMut(&Inode, Stripe)) -> Result<(), MdsError> {
-        let snap = self.kv.read()?;
-        let mut bad = None;
-        snap.scan(
-            T::Inodes,
-            std::ops::Bound::Unbounded,
-            std::ops::Bound::Unbounded,
-            false,
-            &mut |_, v| match postcard::from_bytes::<Inode>(v) {
-                Ok(i) => {
-                    if let Some(l) = &i.layout {
-                        for (set, h) in l.homes.iter().enumerate() {
-                            for (j, c) in h.stripes.iter().enumerate() {
-                                let s = Stripe {
-                                    oid: l.objsets.get(set).copied().unwrap_or(0),
-                                    set,
-                                    stripe: j,
-                                    copies: c.clone(),
-                                };
-                                f(&i, s);
-                            }
-                        }
+        self.kv.read()?.try_scan_all(T::Inodes, &mut |_, v| {
+            let i = postcard::from_bytes::<Inode>(v).map_err(|e| crate::kv::io_err("inode", e))?;
+            if let Some(l) = &i.layout {
+                for (set, h) in l.homes.iter().enumerate() {
+                    for (j, c) in h.stripes.iter().enumerate() {
+                        let s = Stripe {
+                            oid: l.objsets.get(set).copied().unwrap_or(0),
+                            set,
+                            stripe: j,
+                            copies: c.clone(),
+                        };
+                        f(&i, s);
                     }
-                    true
                 }
-                Err(e) => {
-                    bad = Some(crate::kv::io_err("inode", e));
-                    false
-                }
-            },
-        )?;
-        bad.map_or(Ok(()), Err)
+            }
+            Ok(true)
+        })
     }
 
     /// Marks out every OSD down longer than `out_after`.
@@ -598,6 +582,7 @@ impl Mds {
         counts.max_replicas = root_default;
         let mut todo: Vec<u64> = Vec::new();
         let inconsistent = self.rec().inconsistent.clone();
+        let mut placed = Placed::default();
         self.for_each_stripe(|i, s| {
             let Some(l) = &i.layout else { return };
             let r = usize::from(l.spec.replicas.max(1));
@@ -636,7 +621,7 @@ impl Mds {
                 .filter(|&&o| is_in(o))
                 .count();
             let stale_up = s.copies.stale.iter().any(|o| up.contains(o) && is_in(*o));
-            let moved = !on_out && !backfill(&map, &up, l, s.set, s.stripe).is_empty();
+            let moved = !on_out && !backfill(&map, &up, l, s.set, s.stripe, &mut placed).is_empty();
             if moved {
                 counts.misplaced += 1;
             }
@@ -713,6 +698,7 @@ impl Mds {
         let is_in = |o: u32| map.osd(o).is_some_and(|e| !e.out);
         let mut v = None;
         let mut left = false;
+        let mut placed = Placed::default();
         for (set, h) in l.homes.iter().enumerate() {
             let oid = l.objsets[set];
             for (j, c) in h.stripes.iter().enumerate() {
@@ -744,17 +730,18 @@ impl Mds {
                 // the surplus after.
                 let mut desired = None;
                 if targets.is_empty() && !drop_out && c.stale.is_empty() {
-                    let moves = backfill(map, up, &l, set, j);
+                    let moves = backfill(map, up, &l, set, j, &mut placed);
                     if !moves.is_empty() {
                         targets = moves;
-                        desired = map
-                            .place_copies(
+                        desired = placed
+                            .row(
+                                map,
                                 oid,
                                 l.spec.stripe_count,
                                 u32::from(l.spec.replicas.max(1)),
+                                j,
                             )
-                            .into_iter()
-                            .nth(j);
+                            .map(<[u32]>::to_vec);
                     }
                 }
                 if targets.is_empty() && !(drop_out && fresh_in >= r) {
@@ -1269,7 +1256,14 @@ fn rate(samples: &mut Vec<(Instant, u64)>) -> u64 {
 /// now names for it that are up and hold no copy of the set yet — when the
 /// stripe is healthy (its copies fresh, on OSDs that are in) and placement
 /// names a full set of copies for it.
-fn backfill(map: &OsdMap, up: &HashSet<u32>, l: &Layout, set: usize, j: usize) -> Vec<u32> {
+fn backfill(
+    map: &OsdMap,
+    up: &HashSet<u32>,
+    l: &Layout,
+    set: usize,
+    j: usize,
+    placed: &mut Placed,
+) -> Vec<u32> {
     let (Some(h), Some(&oid)) = (l.homes.get(set), l.objsets.get(set)) else {
         return Vec::new();
     };
@@ -1285,8 +1279,10 @@ fn backfill(map: &OsdMap, up: &HashSet<u32>, l: &Layout, set: usize, j: usize) -
     {
         return Vec::new();
     }
-    let desired = map.place_copies(oid, l.spec.stripe_count, r as u32);
-    let Some(want) = desired.get(j).filter(|w| w.len() == r) else {
+    let Some(want) = placed
+        .row(map, oid, l.spec.stripe_count, r as u32, j)
+        .filter(|w| w.len() == r)
+    else {
         return Vec::new();
     };
     let taken: HashSet<u32> = h.osds().collect();
@@ -1294,6 +1290,25 @@ fn backfill(map: &OsdMap, up: &HashSet<u32>, l: &Layout, set: usize, j: usize) -
         .copied()
         .filter(|o| !c.fresh.contains(o) && up.contains(o) && !taken.contains(o))
         .collect()
+}
+
+/// Where placement puts the copies of one object set, computed once for
+/// all its stripes (a pass visits them one after another).
+#[derive(Default)]
+struct Placed {
+    key: Option<(u64, u32, u32)>,
+    rows: Vec<Vec<u32>>,
+}
+
+impl Placed {
+    /// Stripe `j`'s copies of object set `oid` (`stripes` stripes of `r` copies).
+    fn row(&mut self, map: &OsdMap, oid: u64, stripes: u32, r: u32, j: usize) -> Option<&[u32]> {
+        if self.key != Some((oid, stripes, r)) {
+            self.rows = map.place_copies(oid, stripes, r);
+            self.key = Some((oid, stripes, r));
+        }
+        self.rows.get(j).map(Vec::as_slice)
+    }
 }
 
 /// Up to `n` new OSDs for a stripe of object set `oid`: in placement order,

@@ -242,10 +242,7 @@ impl Mds {
                 let done = ns::setattr(tx, &c, ino, &set)?;
                 let mut pending = None;
                 if done.revoke && done.inode.layout.is_some() {
-                    let mut st = tx.state()?;
-                    let v = st.cap_version;
-                    st.cap_version += 1;
-                    tx.put_state(&st)?;
+                    let v = tx.take_cap_version()?;
                     tx.put(T::Revocations, &num_key(ino), &v.to_le_bytes())?;
                     pending = Some(v);
                 }

@@ -104,6 +104,33 @@ impl Cluster {
         )
     }
 
+    /// OSD `osd`'s newest key (what it signs its reports with).
+    pub fn osd_key(&self, osd: u32) -> [u8; 32] {
+        let kf = net::keys::KeyFile::load(&osd_dir(self.dir.path(), osd).join("key.toml")).unwrap();
+        kf.newest().unwrap().1
+    }
+
+    /// An unsigned report from OSD 0 at `addr`, sent at `at_ms`, from `host`.
+    pub fn report(&self, addr: &str, at_ms: u64, host: &str) -> proto::mds::OsdReport {
+        proto::mds::OsdReport {
+            osd_id: 0,
+            addr: addr.into(),
+            weight: proto::placement::WEIGHT_ONE,
+            capacity: 1,
+            used: 0,
+            objects: 0,
+            key_version: 1,
+            at_ms,
+            mac: [0; 32],
+            host: host.into(),
+        }
+    }
+
+    /// OSD 0's address.
+    pub fn osd0_addr(&self) -> String {
+        self.osds[0].as_ref().unwrap().addr.to_string()
+    }
+
     /// An OSD client and an all-powerful capability for it (as an operator would have).
     pub fn osd_client(&self, osd: u32) -> (OsdClient, Capability) {
         let o = self.osds[osd as usize].as_ref().unwrap();

@@ -25,10 +25,7 @@ pub struct ClusterArgs {
 #[derive(clap::Args)]
 pub struct StatusArgs {
     #[command(flatten)]
-    pub to: super::cluster::Target,
-    /// Print JSON instead of a table.
-    #[arg(long)]
-    pub json: bool,
+    pub cluster: ClusterArgs,
     /// Redraw every 2 seconds until interrupted.
     #[arg(long)]
     pub watch: bool,
@@ -37,14 +34,14 @@ pub struct StatusArgs {
 /// Runs `tessera status`.
 pub fn status(a: StatusArgs) -> anyhow::Result<i32> {
     runtime()?.block_on(async move {
-        let r = a.to.resolve()?;
+        let r = a.cluster.to.resolve()?;
         let c = MdsClient::new(&r.mds, &r.cluster, r.identity, 1);
         loop {
             let s = match c.call(Op::Status).await? {
                 MdsReply::Status(s) => s,
                 r => bail!("unexpected reply {r:?}"),
             };
-            if a.json {
+            if a.cluster.json {
                 println!("{}", serde_json::to_string_pretty(&*s)?);
             } else {
                 if a.watch {
