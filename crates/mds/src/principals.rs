@@ -64,27 +64,13 @@ pub struct Principals {
 impl Principals {
     /// Loads every principal from the KV.
     pub fn load(kv: &Kv) -> Result<Principals, MdsError> {
-        let snap = kv.read()?;
         let mut by_name = HashMap::new();
-        let mut bad = None;
-        snap.scan(
-            T::Principals,
-            std::ops::Bound::Unbounded,
-            std::ops::Bound::Unbounded,
-            false,
-            &mut |_, v| {
-                match postcard::from_bytes::<PrincipalRecord>(v) {
-                    Ok(r) => {
-                        by_name.insert(r.info.spec.name.clone(), Arc::new(r));
-                    }
-                    Err(e) => bad = Some(io_err("decode principal", e)),
-                }
-                true
-            },
-        )?;
-        if let Some(e) = bad {
-            return Err(e);
-        }
+        kv.read()?.try_scan_all(T::Principals, &mut |_, v| {
+            let r: PrincipalRecord =
+                postcard::from_bytes(v).map_err(|e| io_err("decode principal", e))?;
+            by_name.insert(r.info.spec.name.clone(), Arc::new(r));
+            Ok(true)
+        })?;
         Ok(Principals {
             by_name: RwLock::new(by_name),
         })

@@ -151,6 +151,11 @@ async fn forged_unknown_and_replayed_osd_reports_are_refused() {
     let mut r = cl.report("10.9.9.9:1", proto::clock::now_ms() + 1000, "test-host");
     // forged: signed with the wrong key
     r.sign(CLUSTER, &[7; 32]);
+    // a client principal may not report at all
+    let e = c.call(Op::Report(r.clone())).await.unwrap_err();
+    assert!(e.to_string().contains("only OSDs report"), "{e}");
+    // reports come over a connection authenticated as that OSD
+    let c = cl.osd_mds_client(0);
     let e = c.call(Op::Report(r.clone())).await.unwrap_err();
     assert_eq!(e.errno(), 13, "{e}");
     assert!(e.to_string().contains("MAC"), "{e}");
@@ -158,7 +163,16 @@ async fn forged_unknown_and_replayed_osd_reports_are_refused() {
     let mut u = r.clone();
     u.osd_id = 42;
     let e = c.call(Op::Report(u)).await.unwrap_err();
-    assert!(e.to_string().contains("put its key file"), "{e}");
+    assert!(e.to_string().contains("may not report for OSD 42"), "{e}");
+    // an OSD whose key the MDS does not hold cannot even connect
+    let stranger = net::MdsClient::new(
+        &cl.mds_addr,
+        CLUSTER,
+        net::auth::Identity::principal("osd.42", 1, [7; 32]),
+        1,
+    );
+    let e = stranger.call(Op::Status).await.unwrap_err();
+    assert!(e.to_string().contains("no key version 1 for OSD 42"), "{e}");
     // replayed: a correctly signed report older than one already seen
     let key = cl.osd_key(0);
     let mut old = r.clone();
@@ -191,7 +205,9 @@ async fn racing_copies_of_one_report_pass_once() {
             "test-host",
         );
         r.sign(CLUSTER, &key);
-        let clients: Vec<_> = (0..16).map(|_| std::sync::Arc::new(cl.client())).collect();
+        let clients: Vec<_> = (0..16)
+            .map(|_| std::sync::Arc::new(cl.osd_mds_client(0)))
+            .collect();
         let tasks: Vec<_> = clients
             .iter()
             .map(|c| {
@@ -410,7 +426,7 @@ async fn redundancy_operations_refuse_bad_input() {
     let key = cl.osd_key(0);
     let mut r = cl.report(&cl.osd0_addr(), proto::clock::now_ms() + 60_000, "");
     r.sign(CLUSTER, &key);
-    let e = c.call(Op::Report(r)).await.unwrap_err();
+    let e = cl.osd_mds_client(0).call(Op::Report(r)).await.unwrap_err();
     assert_eq!(e.errno(), Errno::Inval.raw());
     assert!(e.to_string().contains("host"), "{e}");
     // Nothing changed: the copy is still fresh, the OSD still in.

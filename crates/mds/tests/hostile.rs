@@ -21,24 +21,21 @@ use proto::{ErrorCode, Kind};
 
 const T: Duration = Duration::from_secs(5);
 
-async fn write(c: &OsdClient, cap: proto::Capability, oid: u64) -> Result<net::Answer, ConnError> {
+async fn write(
+    c: &OsdClient,
+    cap: proto::Capability,
+    oid: u64,
+    data: &'static [u8],
+) -> Result<net::Answer, ConnError> {
     c.run(
         Some(&cap),
         proto::Command::CreateAndWrite {
             pid: proto::layout::DATA_PARTITION,
             oid,
         },
-        Bytes::from_static(b"mine now"),
+        Bytes::from_static(data),
     )
     .await
-}
-
-fn user(uid: u32) -> Creds {
-    Creds {
-        uid,
-        gid: uid,
-        groups: vec![],
-    }
 }
 
 /// Adds a principal as admin; returns its identity.
@@ -249,7 +246,12 @@ async fn hostile_clients_are_refused_and_change_nothing() {
         ),
     );
     let oid = l.objsets[0];
-    match write(&bob_osd, admin_cap.clone(), oid).await {
+    // The admin's own bytes, through its own ticket.
+    let admin_osd = cl.admin_osd_client(osd);
+    write(&admin_osd, admin_cap.clone(), oid, b"admin's")
+        .await
+        .unwrap();
+    match write(&bob_osd, admin_cap.clone(), oid, b"mine now").await {
         Err(ConnError::Remote(e)) => {
             assert_eq!(e.code, ErrorCode::CapForged, "{e}");
             assert!(e.message.contains("issued to principal"), "{e}");
@@ -262,8 +264,30 @@ async fn hostile_clients_are_refused_and_change_nothing() {
         ConnConfig::new(CLUSTER, osd, Arc::new(Identity::anonymous())),
     );
     assert!(
-        matches!(write(&anon, admin_cap.clone(), oid).await, Err(ConnError::Refused(e)) if e.code == ErrorCode::Unauthenticated)
+        matches!(write(&anon, admin_cap.clone(), oid, b"mine now").await, Err(ConnError::Refused(e)) if e.code == ErrorCode::Unauthenticated)
     );
+
+    // An expired ticket (sealed with the right key): refused, saying so.
+    let stale = proto::auth::Ticket {
+        principal_id: 1,
+        principal: "client.admin".into(),
+        osd_id: osd,
+        expires_ms: proto::clock::now_ms() - 1,
+        session_key: [3; 32],
+    }
+    .seal(&cl.osd_key(osd), 1, [5; 12]);
+    let expired = Identity {
+        credential: proto::auth::Credential::Ticket(stale),
+        key: Some([3; 32]),
+    };
+    let late = OsdClient::new(&osd_addr, ConnConfig::new(CLUSTER, osd, Arc::new(expired)));
+    match write(&late, admin_cap.clone(), oid, b"mine now").await {
+        Err(ConnError::Refused(e)) => {
+            assert_eq!(e.code, ErrorCode::Unauthenticated);
+            assert!(e.message.contains("expired"), "{e}");
+        }
+        r => panic!("an expired ticket was accepted: {r:?}"),
+    }
 
     // A frame altered in flight (its crcs fixed up, as a proxy could):
     // the tag fails, the connection closes, nothing runs.
@@ -293,14 +317,12 @@ async fn hostile_clients_are_refused_and_change_nothing() {
     let crc = crc32c::crc32c_append(crc32c::crc32c(&head), &bytes[32..32 + hlen]);
     bytes[24..28].copy_from_slice(&crc.to_le_bytes());
     raw.send_bytes(&bytes).await.unwrap();
-    match raw.recv(T).await {
-        Ok(f) => {
-            let r: MdsResponse = proto::msg::decode(&f.header).unwrap();
-            let e = r.result.unwrap_err();
-            assert!(e.message.contains("authentication tag"), "{e}");
-        }
-        Err(_) => {} // closed
-    }
+    // The server answers with an error naming the tag, then closes.
+    let f = raw.recv(T).await.unwrap();
+    let r: MdsResponse = proto::msg::decode(&f.header).unwrap();
+    let e = r.result.unwrap_err();
+    assert!(e.message.contains("authentication tag"), "{e}");
+    assert!(raw.recv(T).await.is_err(), "the connection is closed");
     // A captured frame replayed on a new connection: it fails there too.
     let mut raw2 = net::raw::RawSession::open(
         &cl.mds_addr,
@@ -395,6 +417,15 @@ async fn hostile_clients_are_refused_and_change_nothing() {
         ..bad
     };
     assert_eq!(errno(admin.call(Op::AuthAdd(not_dir)).await), Errno::NotDir);
-    let _ = user(0);
+    // Nothing the attacks tried changed anything: the admin's bytes are
+    // intact and the namespace checks clean.
+    assert_eq!(
+        &admin_osd
+            .read(Some(&admin_cap), proto::layout::DATA_PARTITION, oid, 0, 100)
+            .await
+            .unwrap()[..],
+        b"admin's"
+    );
+    check_clean(&cl.mds.as_ref().unwrap().mds);
     cl.stop().await;
 }

@@ -698,7 +698,7 @@ async fn write_stripe(
 ) -> Result<(), net::ConnError> {
     let oid = f.entry.layout.as_ref().unwrap().objsets[0];
     let cap = f.grants[0].cap_for(osd).unwrap();
-    let (c, _) = cl.osd_client(osd);
+    let c = cl.admin_osd_client(osd);
     c.run(
         Some(cap),
         Command::CreateAndWrite {
@@ -753,7 +753,7 @@ async fn capabilities_revocation_truncation_and_deletion_at_the_osds() {
     })
     .await
     .unwrap();
-    let (oc, _) = cl.osd_client(osds[0]);
+    let oc = cl.admin_osd_client(osds[0]);
     let old = f.grants[0].cap_for(osds[0]).unwrap();
     let e = oc
         .run(
@@ -810,7 +810,7 @@ async fn capabilities_revocation_truncation_and_deletion_at_the_osds() {
         .unwrap(),
     );
     for (j, &o) in osds.iter().enumerate() {
-        let (oc, _) = cl.osd_client(o);
+        let oc = cl.admin_osd_client(o);
         let got = oc
             .read(
                 r.grants[0].cap_for(o),
@@ -861,7 +861,7 @@ async fn capabilities_revocation_truncation_and_deletion_at_the_osds() {
     let oid = other.layout.as_ref().unwrap().objsets[0];
     assert!(g.covers(oid, proto::rights::READ));
     let o = map.place(oid, 3)[0];
-    let (oc, _) = cl.osd_client(o);
+    let oc = cl.admin_osd_client(o);
     assert_eq!(
         &oc.read(g.cap_for(o), DATA_PARTITION, oid, 0, 100)
             .await

@@ -74,14 +74,13 @@ struct Model {
 async fn storm_client(
     k: usize,
     first_n: u32,
-    addr: String,
+    mds: MdsClient,
     dirs: Arc<Vec<u64>>,
     model: Arc<Mutex<Model>>,
     osds: Arc<HashMap<u32, String>>,
     stop: Arc<std::sync::atomic::AtomicBool>,
-    id: net::auth::Identity,
 ) {
-    let c = Arc::new(MdsClient::new(&addr, CLUSTER, id, 1));
+    let c = Arc::new(mds);
     let tickets = net::auth::TicketsFromMds::new(c.clone());
     let mut rng = rand::rngs::SmallRng::seed_from_u64(k as u64);
     // Names are unique across phases too: a rename onto an existing link of
@@ -424,12 +423,11 @@ async fn storm_of_16_clients_then_kill_9_mid_storm() {
                 tokio::spawn(storm_client(
                     k,
                     phase * 1_000_000,
-                    addr.clone(),
+                    MdsClient::new(&addr, CLUSTER, admin.clone(), 1),
                     dirs.clone(),
                     models[k].clone(),
                     osd_addrs.clone(),
                     stop.clone(),
-                    admin.clone(),
                 ))
             })
             .collect();

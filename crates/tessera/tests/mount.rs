@@ -93,6 +93,9 @@ struct Up {
 impl Up {
     fn start(dir: &Path, extra: &[&str]) -> Up {
         let data = dir.join("data");
+        // `tessera up` writes its admin key here; later commands of this
+        // test speak with it.
+        KEY.with(|k| *k.borrow_mut() = Some(data.join("client.admin.key")));
         let mp = dir.join("mnt");
         std::fs::create_dir_all(&mp).unwrap();
         let port = free_port();

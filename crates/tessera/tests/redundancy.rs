@@ -697,6 +697,8 @@ impl MountGuard {
             .args(["mount", &cl.mds_addr])
             .arg(mp)
             .args(["--foreground", "--cluster", CLUSTER])
+            .arg("--key-file")
+            .arg(cl.key_file())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()

@@ -119,8 +119,8 @@ impl Mds {
             let Ok(id) = n.parse::<u32>() else {
                 return unauthenticated(format!("unknown principal {principal:?}"));
             };
-            let keys = self.keys.lock().unwrap_or_else(|e| e.into_inner());
-            return match keys.get(&id).and_then(|r| r.key(*key_version)) {
+            let ring = self.osd_ring(id, Some(*key_version));
+            return match ring.as_ref().and_then(|r| r.key(*key_version)) {
                 Some(k) => Ok((Some(*k), Caller::Osd(id))),
                 None => unauthenticated(format!(
                     "no key version {key_version} for OSD {id} in {}",
@@ -308,11 +308,9 @@ impl Mds {
     /// A ticket for OSD `osd` for principal `p`, its session key wrapped
     /// with `p`'s key.
     fn ticket(&self, p: &PrincipalRecord, osd: u32) -> Result<MdsReply, MdsError> {
-        let ring = {
-            let keys = self.keys.lock().unwrap_or_else(|e| e.into_inner());
-            keys.get(&osd).cloned()
-        }
-        .ok_or_else(|| denied(Errno::NoEnt, format!("no OSD {osd} (no key for it)")))?;
+        let ring = self
+            .osd_ring(osd, None)
+            .ok_or_else(|| denied(Errno::NoEnt, format!("no OSD {osd} (no key for it)")))?;
         let (identity, expires_ms) =
             net::auth::mint_ticket(&ring, osd, p.info.id, &p.info.spec.name)
                 .ok_or_else(|| denied(Errno::Io, format!("empty key ring for OSD {osd}")))?;

@@ -4,16 +4,25 @@
 use super::*;
 
 impl Mds {
+    /// OSD `id`'s key ring (with key `version` in it, when given), reading
+    /// the key directory again when it is missing (a key file may have
+    /// been added or rotated since start).
+    pub(super) fn osd_ring(&self, id: u32, version: Option<u32>) -> Option<KeyRing> {
+        let mut keys = self.keys.lock().unwrap_or_else(|e| e.into_inner());
+        if keys
+            .get(&id)
+            .is_none_or(|r| version.is_some_and(|v| r.key(v).is_none()))
+            && let Ok(k) = load_keys(&self.keys_dir, &self.sb.cluster_id)
+        {
+            *keys = k;
+        }
+        keys.get(&id).cloned()
+    }
+
     pub(super) async fn report(self: &Arc<Self>, r: OsdReport) -> Result<MdsReply, MdsError> {
-        let ring = {
-            let mut keys = self.keys.lock().unwrap_or_else(|e| e.into_inner());
-            if !keys.contains_key(&r.osd_id) {
-                // A key file may have been added since start.
-                if let Ok(k) = load_keys(&self.keys_dir, &self.sb.cluster_id) {
-                    *keys = k;
-                }
-            }
-            keys.get(&r.osd_id).cloned().ok_or_else(|| {
+        let ring = self
+            .osd_ring(r.osd_id, Some(r.key_version))
+            .ok_or_else(|| {
                 err(
                     Errno::Access,
                     format!(
@@ -22,8 +31,7 @@ impl Mds {
                         self.keys_dir.display()
                     ),
                 )
-            })?
-        };
+            })?;
         verify_report(&r, &self.sb.cluster_id, &ring)?;
         if r.host.is_empty() || r.host.len() > 255 || r.addr.len() > 255 {
             return Err(err(

@@ -35,11 +35,7 @@ impl Mds {
         {
             return Ok(c.clone());
         }
-        let ring = {
-            let keys = self.keys.lock().unwrap_or_else(|e| e.into_inner());
-            keys.get(&id).cloned()
-        }
-        .ok_or_else(|| {
+        let ring = self.osd_ring(id, None).ok_or_else(|| {
             err(
                 Errno::Io,
                 format!("no key for OSD {id} in {}", self.keys_dir.display()),

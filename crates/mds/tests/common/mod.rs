@@ -126,6 +126,21 @@ impl Cluster {
         }
     }
 
+    /// An MDS client authenticated as OSD `osd` (what its heartbeat uses).
+    pub fn osd_mds_client(&self, osd: u32) -> MdsClient {
+        let id = net::auth::Identity::principal(&format!("osd.{osd}"), 1, self.osd_key(osd));
+        MdsClient::new(&self.mds_addr, CLUSTER, id, 1)
+    }
+
+    /// A client of OSD `osd` authenticated as the admin principal (with
+    /// tickets from the MDS): what uses the capabilities the admin's
+    /// requests are granted.
+    pub fn admin_osd_client(&self, osd: u32) -> OsdClient {
+        let o = self.osds[osd as usize].as_ref().unwrap();
+        let tickets = net::auth::TicketsFromMds::new(Arc::new(self.client()));
+        OsdClient::new(&o.addr.to_string(), ConnConfig::new(CLUSTER, osd, tickets))
+    }
+
     /// OSD 0's address.
     pub fn osd0_addr(&self) -> String {
         self.osds[0].as_ref().unwrap().addr.to_string()
