@@ -1076,3 +1076,129 @@ fn up_mounts_a_namespace_on_the_osds() {
     assert!(out.contains("namespace is consistent"), "{out}");
     up.stop();
 }
+
+/// The README's restricted client: `tessera auth add` a key confined to a
+/// subtree with root squashed, mount with it: the subtree is its root,
+/// what it writes lands there owned by nobody, nothing outside is
+/// reachable; a read-only key's writes fail with EROFS; a rotated key
+/// stops the mount that used it.
+#[test]
+fn a_confined_key_mounts_its_subtree_only() {
+    if !can_mount() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let up = Up::start(dir.path(), &[]);
+    let data = up.data.to_str().unwrap().to_string();
+    ok(&["mkdir", "-p", "/projects/lab", "--data", &data]);
+    std::fs::set_permissions(
+        up.mp.join("projects/lab"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    std::fs::write(up.mp.join("secret"), b"admin only").unwrap();
+    let lab_key = dir.path().join("lab.key");
+    let ro_key = dir.path().join("ro.key");
+    ok(&[
+        "auth",
+        "add",
+        "client.lab",
+        "--path",
+        "/projects/lab",
+        "--uids",
+        "squash-root",
+        "--out",
+        lab_key.to_str().unwrap(),
+        "--data",
+        &data,
+    ]);
+    ok(&[
+        "auth",
+        "add",
+        "client.ro",
+        "--access",
+        "ro",
+        "--out",
+        ro_key.to_str().unwrap(),
+        "--data",
+        &data,
+    ]);
+    let listed = ok(&["auth", "ls", "--data", &data]);
+    assert!(
+        listed.contains("client.lab") && listed.contains("/projects/lab"),
+        "{listed}"
+    );
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&lab_key).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    let cf = std::fs::read_to_string(up.data.join("cluster.toml")).unwrap();
+    let mds = cf
+        .lines()
+        .find_map(|l| l.strip_prefix("mds = "))
+        .unwrap()
+        .trim_matches('"')
+        .to_string();
+    let lab = dir.path().join("lab");
+    let mut m = mount_fg(
+        &mds,
+        "tessera",
+        &lab,
+        &["--key-file", lab_key.to_str().unwrap()],
+    );
+    std::fs::write(lab.join("mine.txt"), b"lab data").unwrap();
+    std::fs::create_dir(lab.join("d")).unwrap();
+    // It landed in /projects/lab, owned by nobody (root squashed).
+    let there = up.mp.join("projects/lab/mine.txt");
+    assert_eq!(std::fs::read(&there).unwrap(), b"lab data");
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(std::fs::metadata(&there).unwrap().uid(), 65534);
+    // Its root is the subtree: the admin's file is not there to find.
+    assert!(!lab.join("secret").exists());
+    let mut names: Vec<String> = std::fs::read_dir(&lab)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["d", "mine.txt"]);
+    // Its CLI view is the same subtree.
+    let ls = ok(&[
+        "ls",
+        "/",
+        "--mds",
+        &mds,
+        "--key-file",
+        lab_key.to_str().unwrap(),
+    ]);
+    assert!(ls.contains("mine.txt") && !ls.contains("secret"), "{ls}");
+    // A read-only key reads everything it may and changes nothing.
+    let ro = dir.path().join("ro");
+    let mut r = mount_fg(
+        &mds,
+        "tessera",
+        &ro,
+        &["--key-file", ro_key.to_str().unwrap()],
+    );
+    assert_eq!(
+        std::fs::read(ro.join("projects/lab/mine.txt")).unwrap(),
+        b"lab data"
+    );
+    let e = std::fs::write(ro.join("new"), b"x").unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EROFS), "{e}");
+    sigint_wait(&mut r);
+    // Rotating the lab's key stops the mount that used the old one.
+    ok(&[
+        "auth",
+        "rotate",
+        "client.lab",
+        "--out",
+        dir.path().join("lab2.key").to_str().unwrap(),
+        "--data",
+        &data,
+    ]);
+    let e = std::fs::read_dir(lab.join("d")).map(|_| ()).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EACCES), "{e}");
+    sigint_wait(&mut m);
+    up.stop();
+}

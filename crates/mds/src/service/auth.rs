@@ -251,7 +251,9 @@ impl Mds {
         }
         let root = p.info.root_ino;
         if root != ROOT_INO {
-            if matches!(req.op, Op::NamespaceGrant | Op::NamespaceRoot { .. }) {
+            if self.namespace == NamespaceMode::Osd
+                && matches!(req.op, Op::NamespaceGrant | Op::NamespaceRoot { .. })
+            {
                 return Err(denied(
                     Errno::Access,
                     format!(
