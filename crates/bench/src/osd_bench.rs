@@ -94,6 +94,7 @@ pub fn run(dir: &Path, ops: u64) -> anyhow::Result<Vec<Pair>> {
                 next.clone(),
                 big.clone(),
                 small.clone(),
+                mode == Mode::Encrypted,
             ))?,
         ));
     }
@@ -140,7 +141,8 @@ impl Mode {
     }
 }
 
-/// The remote phases against an OSD serving `handle` in `mode`.
+/// The remote phases against an OSD serving `handle` in `mode`; the
+/// `last` run closes the store.
 async fn remote_run(
     mode: Mode,
     handle: Arc<StoreHandle>,
@@ -148,6 +150,7 @@ async fn remote_run(
     next: Arc<AtomicU64>,
     big: Bytes,
     small: Bytes,
+    last: bool,
 ) -> anyhow::Result<Vec<PhaseResult>> {
     let ring = KeyRing::new(vec![(1, KEY)])?;
     let keys = (mode != Mode::Plain).then(|| ring.clone());
@@ -221,8 +224,15 @@ async fn remote_run(
         );
     }
     drop(c);
-    let _ = stop.send(true);
-    task.await??;
+    if last {
+        // Drains and closes the store.
+        let _ = stop.send(true);
+        task.await??;
+    } else {
+        // The next mode serves the same store: stop serving, keep it open.
+        task.abort();
+        let _ = task.await;
+    }
     Ok(out)
 }
 

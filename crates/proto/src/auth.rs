@@ -8,10 +8,9 @@
 //! - Both sides prove knowledge of the key with HMAC-SHA256 over a
 //!   transcript of the handshake (the Hello's bytes, the server's nonce,
 //!   the mode); the same transcript derives one key per direction.
-//! - Every later frame carries a 16-byte tag over an implicit sequence
-//!   number, the frame's fixed fields, header and payload: HMAC-SHA256 in
-//!   the default mode, AES-256-GCM (which also encrypts header and
-//!   payload) in the encrypted mode. A frame altered, replayed, dropped or
+//! - Every later frame carries a 16-byte AES-256-GCM tag over an implicit
+//!   sequence number, the frame's fixed fields, header and payload; the
+//!   encrypted mode also encrypts header and payload. A frame altered, replayed, dropped or
 //!   reordered fails its tag and closes the connection.
 //!
 //! Only well-known constructions from vetted crates (`hmac`/`sha2`,
@@ -269,16 +268,23 @@ pub fn same(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-enum SealMode {
-    Mac(Hmac<Sha256>),
-    Encrypt(Box<Aes256Gcm>),
-}
-
 /// One direction of a connection after the handshake: tags (and in the
 /// encrypted mode encrypts) each frame with the direction's key and the
 /// next sequence number. The sender and the receiver each keep one.
+///
+/// Both modes are AES-256-GCM under the direction's key, nonce = mode ‖
+/// sequence number:
+/// - authenticated (default): the payload is the associated data and the
+///   fixed fields ‖ header the (discarded) plaintext, so the tag covers
+///   all of it while the bulk data is only hashed (GHASH), not encrypted;
+/// - encrypted: fixed fields are the associated data, header ‖ payload the
+///   plaintext.
+///
+/// Measured here on 512 KiB: HMAC-SHA256 1.7–1.8 GB/s, AES-256-GCM with
+/// the data as associated data 4.7–6.0 GB/s, encrypting 2.4–3.5 GB/s.
 pub struct FrameSeal {
-    mode: SealMode,
+    cipher: Box<Aes256Gcm>,
+    encrypt: bool,
     seq: u64,
 }
 
@@ -291,37 +297,37 @@ pub struct Unauthentic {
 }
 
 impl FrameSeal {
-    /// A seal for one direction with `key`; `encrypt` chooses AES-256-GCM.
+    /// A seal for one direction with `key`; `encrypt` also encrypts.
     pub fn new(key: &Secret, encrypt: bool) -> FrameSeal {
-        let mode = if encrypt {
-            SealMode::Encrypt(Box::new(Aes256Gcm::new(key.into())))
-        } else {
-            SealMode::Mac(
-                <Hmac<Sha256> as KeyInit>::new_from_slice(key)
-                    .unwrap_or_else(|_| unreachable!("HMAC takes any key length")),
-            )
-        };
-        FrameSeal { mode, seq: 0 }
+        FrameSeal {
+            cipher: Box::new(Aes256Gcm::new(key.into())),
+            encrypt,
+            seq: 0,
+        }
     }
 
     /// Whether frames are encrypted.
     pub fn encrypts(&self) -> bool {
-        matches!(self.mode, SealMode::Encrypt(_))
+        self.encrypt
     }
 
-    fn nonce(seq: u64) -> Nonce<aes_gcm::aead::consts::U12> {
+    fn nonce(&self, seq: u64) -> Nonce<aes_gcm::aead::consts::U12> {
         let mut n = [0u8; 12];
+        n[0] = if self.encrypt { 2 } else { 1 };
         n[4..].copy_from_slice(&seq.to_le_bytes());
         Nonce::from(n)
     }
 
-    fn mac(m: &Hmac<Sha256>, seq: u64, head: &[u8; 24], header: &[u8], payload: &[u8]) -> [u8; 32] {
-        let mut m = m.clone();
-        m.update(&seq.to_le_bytes());
-        m.update(head);
-        m.update(header);
-        m.update(payload);
-        m.finalize().into_bytes().into()
+    /// The authenticated mode's tag: payload as associated data, fixed
+    /// fields ‖ header as the plaintext (its ciphertext is not sent).
+    fn tag(&self, seq: u64, head: &[u8; 24], header: &[u8], payload: &[u8]) -> [u8; TAG_LEN] {
+        let mut small = Vec::with_capacity(24 + header.len());
+        small.extend_from_slice(head);
+        small.extend_from_slice(header);
+        self.cipher
+            .encrypt_inout_detached(&self.nonce(seq), payload, (&mut small[..]).into())
+            .unwrap_or_else(|_| unreachable!("frames are far below AES-GCM's limit"))
+            .into()
     }
 
     /// Seals the next outgoing frame: returns its (possibly encrypted)
@@ -336,25 +342,20 @@ impl FrameSeal {
     ) -> (Bytes, Bytes, [u8; TAG_LEN]) {
         let seq = self.seq;
         self.seq += 1;
-        match &self.mode {
-            SealMode::Mac(m) => {
-                let full = Self::mac(m, seq, head, &header, &payload);
-                let mut tag = [0u8; TAG_LEN];
-                tag.copy_from_slice(&full[..TAG_LEN]);
-                (header, payload, tag)
-            }
-            SealMode::Encrypt(c) => {
-                let mut buf = BytesMut::with_capacity(header.len() + payload.len());
-                buf.extend_from_slice(&header);
-                buf.extend_from_slice(&payload);
-                let tag = c
-                    .encrypt_inout_detached(&Self::nonce(seq), head, (&mut buf[..]).into())
-                    .unwrap_or_else(|_| unreachable!("frames are far below AES-GCM's limit"));
-                let mut all = buf.freeze();
-                let h = all.split_to(header.len());
-                (h, all, tag.into())
-            }
+        if !self.encrypt {
+            let tag = self.tag(seq, head, &header, &payload);
+            return (header, payload, tag);
         }
+        let mut buf = BytesMut::with_capacity(header.len() + payload.len());
+        buf.extend_from_slice(&header);
+        buf.extend_from_slice(&payload);
+        let tag = self
+            .cipher
+            .encrypt_inout_detached(&self.nonce(seq), head, (&mut buf[..]).into())
+            .unwrap_or_else(|_| unreachable!("frames are far below AES-GCM's limit"));
+        let mut all = buf.freeze();
+        let h = all.split_to(header.len());
+        (h, all, tag.into())
     }
 
     /// Opens the next incoming frame, whose header and payload arrived as
@@ -369,27 +370,23 @@ impl FrameSeal {
     ) -> Result<BytesMut, Unauthentic> {
         let seq = self.seq;
         self.seq += 1;
-        match &self.mode {
-            SealMode::Mac(m) => {
-                let (h, p) = body.split_at(header_len.min(body.len()));
-                let full = Self::mac(m, seq, head, h, p);
-                if same(&full[..TAG_LEN], tag) {
-                    Ok(body)
-                } else {
-                    Err(Unauthentic { seq })
-                }
-            }
-            SealMode::Encrypt(c) => {
-                c.decrypt_inout_detached(
-                    &Self::nonce(seq),
-                    head,
-                    (&mut body[..]).into(),
-                    &(*tag).into(),
-                )
-                .map_err(|_| Unauthentic { seq })?;
+        if !self.encrypt {
+            let (h, p) = body.split_at(header_len.min(body.len()));
+            return if same(&self.tag(seq, head, h, p), tag) {
                 Ok(body)
-            }
+            } else {
+                Err(Unauthentic { seq })
+            };
         }
+        self.cipher
+            .decrypt_inout_detached(
+                &self.nonce(seq),
+                head,
+                (&mut body[..]).into(),
+                &(*tag).into(),
+            )
+            .map_err(|_| Unauthentic { seq })?;
+        Ok(body)
     }
 }
 
