@@ -212,6 +212,30 @@ async fn hostile_clients_are_refused_and_change_nothing() {
     // "/" resolves to its own root.
     let e = carol.resolve("/mine").await.unwrap();
     assert_eq!(e.attr.ino, inside);
+    // Prefetch would hand out the numerically closest inodes (the admin's
+    // lookup gets its neighbours outside /sub); a confined principal's gets
+    // nothing from outside.
+    let lookup = Op::Lookup {
+        parent: sub,
+        name: "mine".into(),
+    };
+    let outside = |f: &proto::mds::Found| {
+        f.prefetch
+            .iter()
+            .filter(|e| e.parent != sub && e.attr.ino != inside)
+            .count()
+    };
+    match admin.call(lookup.clone()).await.unwrap() {
+        MdsReply::Found(f) => assert!(outside(&f) > 0, "the admin sees neighbours outside /sub"),
+        r => panic!("{r:?}"),
+    }
+    match carol.call(lookup).await.unwrap() {
+        MdsReply::Found(f) => {
+            assert_eq!(outside(&f), 0, "{:?}", f.prefetch);
+            assert!(f.prefetch_grants.is_empty());
+        }
+        r => panic!("{r:?}"),
+    }
 
     // A capability issued to the admin, replayed on a connection
     // authenticated as bob: the OSD refuses it.
@@ -425,6 +449,78 @@ async fn hostile_clients_are_refused_and_change_nothing() {
             .await
             .unwrap()[..],
         b"admin's"
+    );
+    check_clean(&cl.mds.as_ref().unwrap().mds);
+    cl.stop().await;
+}
+
+/// A TCP proxy between a client and `upstream` that forwards everything,
+/// except that in the client's first request after the handshake it flips
+/// the header's last byte and fixes the header's crc (so only the
+/// authentication tag can notice). Returns the address to connect to.
+async fn flipping_proxy(upstream: String) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    tokio::spawn(async move {
+        let (client, _) = l.accept().await.unwrap();
+        let server = tokio::net::TcpStream::connect(&upstream).await.unwrap();
+        let (mut cr, mut cw) = client.into_split();
+        let (mut sr, mut sw) = server.into_split();
+        tokio::spawn(async move { tokio::io::copy(&mut sr, &mut cw).await });
+        // Hello and Proof (no tags), then the first sealed request.
+        for n in 0..3 {
+            let mut pre = [0u8; 32];
+            cr.read_exact(&mut pre).await.unwrap();
+            let hlen = u32::from_le_bytes(pre[16..20].try_into().unwrap()) as usize;
+            let plen = u32::from_le_bytes(pre[20..24].try_into().unwrap()) as usize;
+            let tag = if n == 2 { 16 } else { 0 };
+            let mut rest = vec![0u8; hlen + plen + tag];
+            cr.read_exact(&mut rest).await.unwrap();
+            if n == 2 {
+                rest[hlen - 1] ^= 0x01;
+                let crc = crc32c::crc32c_append(crc32c::crc32c(&pre[..24]), &rest[..hlen]);
+                pre[24..28].copy_from_slice(&crc.to_le_bytes());
+            }
+            sw.write_all(&pre).await.unwrap();
+            sw.write_all(&rest).await.unwrap();
+        }
+        let _ = tokio::io::copy(&mut cr, &mut sw).await;
+    });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_altered_in_flight_by_a_proxy_is_refused() {
+    let cl = Cluster::start(1, spec(4096, 1), PolicyKind::ChildClosest).await;
+    let proxy = flipping_proxy(cl.mds_addr.clone()).await;
+    let through = MdsClient::new(&proxy, CLUSTER, cl.admin(), 1);
+    let r = through
+        .call(Op::Mkdir {
+            parent: ROOT_INO,
+            name: "via-proxy".into(),
+            mode: 0o755,
+        })
+        .await;
+    match r {
+        Err(net::CallError::Mds(e)) => {
+            assert_eq!(e.errno, Errno::Proto);
+            assert!(e.message.contains("authentication tag"), "{e}");
+        }
+        other => panic!("an altered request was answered: {other:?}"),
+    }
+    // The connection is gone, and nothing was made.
+    let admin = cl.client();
+    assert_eq!(
+        errno(
+            admin
+                .call(Op::Lookup {
+                    parent: ROOT_INO,
+                    name: "via-proxy".into(),
+                })
+                .await
+        ),
+        Errno::NoEnt
     );
     check_clean(&cl.mds.as_ref().unwrap().mds);
     cl.stop().await;

@@ -273,6 +273,9 @@ impl Mds {
                     ));
                 }
             }
+            // Prefetch hands out the numerically closest inodes, which may
+            // lie outside the subtree: a confined principal gets none.
+            req.prefetch = 0;
             if let Op::Resolve { path } = &req.op {
                 req.op = Op::Resolve {
                     path: format!("{}/{}", spec.path.trim_end_matches('/'), path),
