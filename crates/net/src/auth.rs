@@ -274,14 +274,7 @@ impl ClientKey {
 
     /// Reads and checks a key file; errors name the file and the problem.
     pub fn load(path: &Path) -> Result<ClientKey, KeyError> {
-        let text = std::fs::read_to_string(path).map_err(|source| KeyError::Io {
-            path: path.into(),
-            source,
-        })?;
-        let k: ClientKey = toml::from_str(&text).map_err(|e| KeyError::Syntax {
-            path: path.into(),
-            message: e.to_string(),
-        })?;
+        let k: ClientKey = crate::keys::read_toml(path)?;
         k.secret().map_err(|e| KeyError::In {
             path: path.into(),
             source: Box::new(e),

@@ -119,6 +119,18 @@ pub fn parse_secret(s: &str) -> Result<[u8; KEY_LEN], KeyError> {
     Ok(k)
 }
 
+/// Reads a TOML key file of shape `T`; errors name the file.
+pub fn read_toml<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, KeyError> {
+    let text = std::fs::read_to_string(path).map_err(|source| KeyError::Io {
+        path: path.into(),
+        source,
+    })?;
+    toml::from_str(&text).map_err(|e| KeyError::Syntax {
+        path: path.into(),
+        message: e.to_string(),
+    })
+}
+
 /// Hex of bytes.
 pub fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
@@ -127,14 +139,7 @@ pub fn hex(b: &[u8]) -> String {
 impl KeyFile {
     /// Reads and validates a key file; errors name the file and the problem.
     pub fn load(path: &Path) -> Result<KeyFile, KeyError> {
-        let text = std::fs::read_to_string(path).map_err(|source| KeyError::Io {
-            path: path.into(),
-            source,
-        })?;
-        let kf: KeyFile = toml::from_str(&text).map_err(|e| KeyError::Syntax {
-            path: path.into(),
-            message: e.to_string(),
-        })?;
+        let kf: KeyFile = read_toml(path)?;
         kf.ring().map_err(|e| KeyError::In {
             path: path.into(),
             source: Box::new(e),

@@ -200,20 +200,12 @@ impl Frame {
     /// The 32-byte prefix for this frame (the caller writes prefix, header
     /// and payload with one vectored write; the payload is not copied).
     pub fn prefix(&self) -> [u8; PREFIX_LEN] {
-        let mut p = Prefix {
-            kind: self.kind,
-            opcode: self.opcode,
-            tag: self.tag,
-            header_len: self.header.len() as u32,
-            payload_len: self.payload.len() as u32,
-            header_crc: 0,
-            payload_crc: crc32c::crc32c(&self.payload),
-        };
-        p.header_crc = crc32c::crc32c_append(crc32c::crc32c(&p.head_bytes()), &self.header);
+        let head = self.head();
+        let header_crc = crc32c::crc32c_append(crc32c::crc32c(&head), &self.header);
         let mut b = [0u8; PREFIX_LEN];
-        b[..24].copy_from_slice(&p.head_bytes());
-        b[24..28].copy_from_slice(&p.header_crc.to_le_bytes());
-        b[28..32].copy_from_slice(&p.payload_crc.to_le_bytes());
+        b[..24].copy_from_slice(&head);
+        b[24..28].copy_from_slice(&header_crc.to_le_bytes());
+        b[28..32].copy_from_slice(&crc32c::crc32c(&self.payload).to_le_bytes());
         b
     }
 

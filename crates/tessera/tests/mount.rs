@@ -127,6 +127,16 @@ impl Up {
         }
     }
 
+    /// The MDS address `tessera up` recorded in cluster.toml.
+    fn mds_addr(&self) -> String {
+        let cf = std::fs::read_to_string(self.data.join("cluster.toml")).unwrap();
+        cf.lines()
+            .find_map(|l| l.strip_prefix("mds = "))
+            .unwrap()
+            .trim_matches('"')
+            .to_string()
+    }
+
     fn target(&self) -> Vec<String> {
         vec!["--data".into(), self.data.to_str().unwrap().into()]
     }
@@ -930,13 +940,7 @@ fn prefetch_benefit_on_a_real_tree_per_policy() {
             up.mp.join("tree").display()
         ));
         assert!(o.status.success());
-        let cf = std::fs::read_to_string(up.data.join("cluster.toml")).unwrap();
-        let mds = cf
-            .lines()
-            .find_map(|l| l.strip_prefix("mds = "))
-            .unwrap()
-            .trim_matches('"')
-            .to_string();
+        let mds = up.mds_addr();
         let mut row = Vec::new();
         for n in ["32", "0"] {
             let mp = dir.path().join(format!("m{n}"));
@@ -1133,13 +1137,7 @@ fn a_confined_key_mounts_its_subtree_only() {
         std::fs::metadata(&lab_key).unwrap().permissions().mode() & 0o777,
         0o600
     );
-    let cf = std::fs::read_to_string(up.data.join("cluster.toml")).unwrap();
-    let mds = cf
-        .lines()
-        .find_map(|l| l.strip_prefix("mds = "))
-        .unwrap()
-        .trim_matches('"')
-        .to_string();
+    let mds = up.mds_addr();
     let lab = dir.path().join("lab");
     let mut m = mount_fg(
         &mds,
