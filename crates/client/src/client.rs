@@ -245,6 +245,7 @@ impl Client {
             .create(c, parent, name, mode, exclusive)
             .await?;
         self.inner.meta.absorb(&f);
+        self.inner.meta.changed(parent);
         let fh = self.install(c, &f.entry, f.grants.clone(), true).await;
         Ok((f.entry, fh))
     }
@@ -253,6 +254,7 @@ impl Client {
     pub async fn mkdir(&self, c: &Creds, parent: u64, name: &str, mode: u32) -> Result<Entry> {
         let f = self.inner.ns.mkdir(c, parent, name, mode).await?;
         self.inner.meta.absorb(&f);
+        self.inner.meta.changed(parent);
         Ok(f.entry)
     }
 
@@ -260,6 +262,7 @@ impl Client {
     pub async fn symlink(&self, c: &Creds, parent: u64, name: &str, target: &str) -> Result<Entry> {
         let f = self.inner.ns.symlink(c, parent, name, target).await?;
         self.inner.meta.absorb(&f);
+        self.inner.meta.changed(parent);
         Ok(f.entry)
     }
 
@@ -267,6 +270,7 @@ impl Client {
     pub async fn link(&self, c: &Creds, ino: u64, parent: u64, name: &str) -> Result<Entry> {
         let f = self.inner.ns.link(c, ino, parent, name).await?;
         self.inner.meta.absorb(&f);
+        self.inner.meta.changed(parent);
         Ok(f.entry)
     }
 
@@ -282,13 +286,16 @@ impl Client {
         {
             self.inner.meta.cache().remove(i);
         }
+        self.inner.meta.changed(parent);
         r.map(|_| ())
     }
 
     /// Removes an empty directory.
     pub async fn rmdir(&self, c: &Creds, parent: u64, name: &str) -> Result<()> {
         self.inner.meta.cache().remove_name(parent, name);
-        self.inner.ns.rmdir(c, parent, name).await
+        let r = self.inner.ns.rmdir(c, parent, name).await;
+        self.inner.meta.changed(parent);
+        r
     }
 
     /// Renames atomically (POSIX replace rules; `noreplace` fails with EEXIST).
@@ -307,10 +314,14 @@ impl Client {
             cache.remove_name(new_parent, new_name);
         }
         let open = |i: u64| self.inner.is_open(i);
-        self.inner
+        let r = self
+            .inner
             .ns
             .rename(c, (parent, name), (new_parent, new_name), noreplace, &open)
-            .await
+            .await;
+        self.inner.meta.changed(parent);
+        self.inner.meta.changed(new_parent);
+        r
     }
 
     /// A symlink's target.

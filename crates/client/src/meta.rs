@@ -110,6 +110,18 @@ impl Meta {
         });
     }
 
+    /// Marks `ino`'s cached attributes as out of date (a namespace change
+    /// in it moved its times, size or link count at the MDS): the next
+    /// getattr asks again. Its name stays cached.
+    pub fn changed(&self, ino: u64) {
+        let window = self.attr_timeout;
+        let mut c = self.cache();
+        match Instant::now().checked_sub(window) {
+            Some(old) => c.update(ino, |e| e.fetched = old),
+            None => c.remove(ino),
+        }
+    }
+
     /// The parent this client last saw for `ino`, if it has seen it.
     pub fn parent_of(&self, ino: u64) -> Option<u64> {
         self.cache().peek(ino).map(|c| c.entry.parent)
