@@ -44,6 +44,7 @@ const OWNER: Owner = Owner {
     uid: 0,
     gid: 0,
     mode: 0o644,
+    rdev: 0,
 };
 /// The three namespaces compared, in report order.
 const MODES: [&str; 3] = ["atomic", "lock", "mds"];

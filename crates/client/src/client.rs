@@ -122,6 +122,26 @@ impl Client {
                 writeback_tick(&inner).await;
             }
         });
+        let weak = Arc::downgrade(&inner);
+        tokio::spawn(async move {
+            let period = Duration::from_millis(proto::mds::HOLD_INTERVAL_MS);
+            let mut tick = tokio::time::interval(period);
+            let mut told_some = false;
+            loop {
+                tick.tick().await;
+                let Some(inner) = weak.upgrade() else { return };
+                let held = inner.held();
+                // Nothing open, and the MDS knows: nothing to say.
+                if held.is_empty() && !told_some {
+                    continue;
+                }
+                let some = !held.is_empty();
+                match inner.ns.holding(held).await {
+                    Ok(()) => told_some = some,
+                    Err(e) => tracing::debug!(error = %e, "telling the MDS the open files failed"),
+                }
+            }
+        });
         Ok(Client { inner })
     }
 
@@ -213,6 +233,22 @@ impl Client {
     /// chmod, chown, utimens, truncate. A truncate first writes out this
     /// client's buffered data for the file.
     pub async fn setattr(&self, c: &Creds, ino: u64, set: SetAttr) -> Result<Attr> {
+        self.setattr_via(c, ino, set, None).await
+    }
+
+    /// [`Client::setattr`] through handle `fh` (`ftruncate`, `futimens`):
+    /// a truncate through a handle open for writing is not checked against
+    /// the permission bits again (POSIX checks them at open).
+    pub async fn setattr_via(
+        &self,
+        c: &Creds,
+        ino: u64,
+        mut set: SetAttr,
+        fh: Option<u64>,
+    ) -> Result<Attr> {
+        set.via_handle = fh
+            .and_then(|fh| lock(&self.inner.handles).get(&fh).cloned())
+            .is_some_and(|h| h.write && h.inode.ino == ino);
         let open = lock(&self.inner.inodes).get(&ino).cloned();
         let mut guard = match &open {
             Some(f) => Some(f.st.lock().await),
@@ -228,6 +264,26 @@ impl Client {
         drop(guard);
         self.inner.meta.cache_attr(a.clone());
         Ok(a)
+    }
+
+    /// Makes a FIFO, device or socket (`mknod`; devices need root).
+    pub async fn mknod(
+        &self,
+        c: &Creds,
+        parent: u64,
+        name: &str,
+        kind: FileKind,
+        mode: u32,
+        rdev: u32,
+    ) -> Result<Entry> {
+        let f = self
+            .inner
+            .ns
+            .mknod(c, parent, name, kind, mode, rdev)
+            .await?;
+        self.inner.meta.absorb(&f);
+        self.inner.meta.changed(parent);
+        Ok(f.entry)
     }
 
     /// Creates a regular file and opens it for writing: (entry, handle).

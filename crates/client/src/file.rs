@@ -710,6 +710,7 @@ mod tests {
                     atime: 0,
                     mtime: 0,
                     ctime: 0,
+                    rdev: 0,
                 },
                 layout: Some(Layout {
                     spec: LayoutSpec::default(),

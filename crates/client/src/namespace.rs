@@ -13,7 +13,7 @@ use std::future::Future;
 use std::pin::Pin;
 
 use proto::layout::{Layout, LayoutSpec};
-use proto::mds::{Attr, Creds, DirEntry, Found, SetAttr, XattrMode};
+use proto::mds::{Attr, Creds, DirEntry, FileKind, Found, SetAttr, XattrMode};
 
 use crate::error::Result;
 
@@ -34,7 +34,8 @@ pub trait Namespace: Send + Sync {
     fn getattr<'a>(&'a self, c: &'a Creds, ino: u64) -> NsFuture<'a, Attr>;
 
     /// chmod, chown, utimens, truncate (the client has written out its
-    /// buffered data before a truncate).
+    /// buffered data before a truncate; `set.via_handle` says it is made
+    /// through a descriptor open for writing).
     fn setattr<'a>(&'a self, c: &'a Creds, ino: u64, set: &'a SetAttr) -> NsFuture<'a, Attr>;
 
     /// A regular file `name` in `parent`, made (or, unless `exclusive`,
@@ -64,6 +65,17 @@ pub trait Namespace: Send + Sync {
         parent: u64,
         name: &'a str,
         target: &'a str,
+    ) -> NsFuture<'a, Found>;
+
+    /// A FIFO, device or socket `name` in `parent` (`rdev`: a device's number).
+    fn mknod<'a>(
+        &'a self,
+        c: &'a Creds,
+        parent: u64,
+        name: &'a str,
+        kind: FileKind,
+        mode: u32,
+        rdev: u32,
     ) -> NsFuture<'a, Found>;
 
     /// A new name `name` in `parent` for `ino`.
@@ -153,4 +165,9 @@ pub trait Namespace: Send + Sync {
 
     /// The last handle of `ino` in this client closed.
     fn released<'a>(&'a self, ino: u64) -> NsFuture<'a, ()>;
+
+    /// The files this client holds open now, (inode, for writing): a
+    /// namespace that keeps unlinked files for their holders hears it
+    /// every [`proto::mds::HOLD_INTERVAL_MS`] while there are any.
+    fn holding(&self, held: Vec<(u64, bool)>) -> NsFuture<'_, ()>;
 }

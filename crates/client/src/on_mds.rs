@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use net::MdsClient;
 use proto::layout::{Layout, LayoutSpec};
-use proto::mds::{Attr, Creds, DirEntry, Found, MdsReply, Op, SetAttr, XattrMode};
+use proto::mds::{Attr, Creds, DirEntry, FileKind, Found, MdsReply, Op, SetAttr, XattrMode};
 
 use crate::error::{Errno, FsError, Result};
 use crate::namespace::{Namespace, NsFuture, OpenHere};
@@ -139,6 +139,25 @@ impl Namespace for MdsNamespace {
             target: target.into(),
         };
         Box::pin(self.found(c, op, "symlink"))
+    }
+
+    fn mknod<'a>(
+        &'a self,
+        c: &'a Creds,
+        parent: u64,
+        name: &'a str,
+        kind: FileKind,
+        mode: u32,
+        rdev: u32,
+    ) -> NsFuture<'a, Found> {
+        let op = Op::Mknod {
+            parent,
+            name: name.into(),
+            kind,
+            mode,
+            rdev,
+        };
+        Box::pin(self.found(c, op, "mknod"))
     }
 
     fn link<'a>(
@@ -303,5 +322,10 @@ impl Namespace for MdsNamespace {
 
     fn released<'a>(&'a self, _ino: u64) -> NsFuture<'a, ()> {
         Box::pin(async { Ok(()) })
+    }
+
+    fn holding(&self, held: Vec<(u64, bool)>) -> NsFuture<'_, ()> {
+        let op = Op::Holding { held };
+        Box::pin(async move { self.mds.call(op).await.map(|_| ()).map_err(Into::into) })
     }
 }

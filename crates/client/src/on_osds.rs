@@ -40,6 +40,23 @@ fn kind(k: Kind) -> FileKind {
         Kind::File => FileKind::File,
         Kind::Dir => FileKind::Dir,
         Kind::Symlink => FileKind::Symlink,
+        Kind::Fifo => FileKind::Fifo,
+        Kind::CharDev => FileKind::CharDev,
+        Kind::BlockDev => FileKind::BlockDev,
+        Kind::Socket => FileKind::Socket,
+    }
+}
+
+/// The namespace's record kind for a POSIX kind.
+fn ns_kind(k: FileKind) -> Kind {
+    match k {
+        FileKind::File => Kind::File,
+        FileKind::Dir => Kind::Dir,
+        FileKind::Symlink => Kind::Symlink,
+        FileKind::Fifo => Kind::Fifo,
+        FileKind::CharDev => Kind::CharDev,
+        FileKind::BlockDev => Kind::BlockDev,
+        FileKind::Socket => Kind::Socket,
     }
 }
 
@@ -58,6 +75,7 @@ pub fn attr(ino: u64, i: &Inode) -> Attr {
         atime: i.atime,
         mtime: i.mtime,
         ctime: i.ctime,
+        rdev: i.rdev,
     }
 }
 
@@ -200,7 +218,7 @@ impl OsdNamespace {
     /// attributes `pa` the caller has checked for write and search).
     #[expect(
         clippy::too_many_arguments,
-        reason = "one maker for three kinds of inode: each argument is a field of what is made"
+        reason = "one maker for every kind of inode: each argument is a field of what is made"
     )]
     pub async fn make(
         &self,
@@ -208,8 +226,7 @@ impl OsdNamespace {
         parent: u64,
         pa: &Attr,
         name: &str,
-        k: FileKind,
-        mode: u32,
+        (k, mode, rdev): (FileKind, u32, u32),
         target: Option<String>,
         exclusive: bool,
     ) -> Result<(Entry, bool)> {
@@ -218,14 +235,13 @@ impl OsdNamespace {
             uid: a.uid,
             gid: a.gid,
             mode: a.mode,
-        };
-        let nk = match k {
-            FileKind::File => Kind::File,
-            FileKind::Dir => Kind::Dir,
-            FileKind::Symlink => Kind::Symlink,
+            rdev,
         };
         let d = self.dir(parent).await?;
-        let (e, i, created) = self.fs.make(&d, name, nk, o, target, exclusive).await?;
+        let (e, i, created) = self
+            .fs
+            .make(&d, name, ns_kind(k), o, target, exclusive)
+            .await?;
         self.learn(&e);
         Ok((Self::entry(parent, name, e.ino, &i), created))
     }
@@ -538,13 +554,11 @@ impl OsdNamespace {
         c: &Creds,
         parent: u64,
         name: &str,
-        (k, mode): (FileKind, u32),
+        kind: (FileKind, u32, u32),
         target: Option<String>,
     ) -> Result<Found> {
         let pa = self.changeable(c, parent, "make").await?;
-        let (e, _) = self
-            .make(c, parent, &pa, name, k, mode, target, true)
-            .await?;
+        let (e, _) = self.make(c, parent, &pa, name, kind, target, true).await?;
         Ok(found(e, self.grants().await?))
     }
 }
@@ -577,7 +591,15 @@ impl Namespace for OsdNamespace {
         Box::pin(async move {
             let pa = self.changeable(c, parent, "create").await?;
             let (e, created) = self
-                .make(c, parent, &pa, name, FileKind::File, mode, None, exclusive)
+                .make(
+                    c,
+                    parent,
+                    &pa,
+                    name,
+                    (FileKind::File, mode, 0),
+                    None,
+                    exclusive,
+                )
                 .await?;
             if !created {
                 check(&e.attr, c, W, "open for writing")?;
@@ -593,7 +615,7 @@ impl Namespace for OsdNamespace {
         name: &'a str,
         mode: u32,
     ) -> NsFuture<'a, Found> {
-        Box::pin(self.make_checked(c, parent, name, (FileKind::Dir, mode), None))
+        Box::pin(self.make_checked(c, parent, name, (FileKind::Dir, mode, 0), None))
     }
 
     fn symlink<'a>(
@@ -603,8 +625,39 @@ impl Namespace for OsdNamespace {
         name: &'a str,
         target: &'a str,
     ) -> NsFuture<'a, Found> {
-        let kind = (FileKind::Symlink, 0o777);
+        let kind = (FileKind::Symlink, 0o777, 0);
         Box::pin(self.make_checked(c, parent, name, kind, Some(target.to_string())))
+    }
+
+    fn mknod<'a>(
+        &'a self,
+        c: &'a Creds,
+        parent: u64,
+        name: &'a str,
+        kind: FileKind,
+        mode: u32,
+        rdev: u32,
+    ) -> NsFuture<'a, Found> {
+        Box::pin(async move {
+            if !kind.is_special() {
+                return Err(FsError::new(
+                    Errno::Inval,
+                    format!(
+                        "mknod makes FIFOs, devices and sockets, not a {}",
+                        posix::kind_name(kind)
+                    ),
+                ));
+            }
+            if kind.is_device() && c.uid != 0 {
+                return Err(FsError::new(
+                    Errno::Perm,
+                    format!("only root may make a {}", posix::kind_name(kind)),
+                ));
+            }
+            let rdev = if kind.is_device() { rdev } else { 0 };
+            self.make_checked(c, parent, name, (kind, mode, rdev), None)
+                .await
+        })
     }
 
     fn link<'a>(
@@ -786,5 +839,11 @@ impl Namespace for OsdNamespace {
 
     fn released<'a>(&'a self, ino: u64) -> NsFuture<'a, ()> {
         Box::pin(self.released(ino))
+    }
+
+    fn holding(&self, _held: Vec<(u64, bool)>) -> NsFuture<'_, ()> {
+        // No server keeps unlinked files here: this client defers their
+        // removal to its own last release (see `unlink_name`).
+        Box::pin(async { Ok(()) })
     }
 }

@@ -75,6 +75,19 @@ impl Inner {
             .map(|f| f.size.load(Ordering::Relaxed))
     }
 
+    /// The files open in this client: (inode, some handle writes), at
+    /// most [`proto::mds::HELD_MAX`].
+    pub(crate) fn held(&self) -> Vec<(u64, bool)> {
+        let mut m: HashMap<u64, bool> = HashMap::new();
+        for h in lock(&self.handles).values() {
+            *m.entry(h.inode.ino).or_default() |= h.write;
+        }
+        let mut v: Vec<(u64, bool)> = m.into_iter().collect();
+        v.sort_unstable();
+        v.truncate(proto::mds::HELD_MAX);
+        v
+    }
+
     /// Whether this client has `ino` open.
     pub(crate) fn is_open(&self, ino: u64) -> bool {
         lock(&self.inodes).contains_key(&ino)

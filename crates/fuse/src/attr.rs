@@ -50,7 +50,23 @@ pub fn kind(k: FileKind) -> FileType {
         FileKind::File => FileType::RegularFile,
         FileKind::Dir => FileType::Directory,
         FileKind::Symlink => FileType::Symlink,
+        FileKind::Fifo => FileType::NamedPipe,
+        FileKind::CharDev => FileType::CharDevice,
+        FileKind::BlockDev => FileType::BlockDevice,
+        FileKind::Socket => FileType::Socket,
     }
+}
+
+/// The kind a `mknod` mode's file-type bits ask for (0 means a regular file).
+pub fn kind_of_mode(mode: u32) -> Option<FileKind> {
+    Some(match mode & libc::S_IFMT {
+        0 | libc::S_IFREG => FileKind::File,
+        libc::S_IFIFO => FileKind::Fifo,
+        libc::S_IFCHR => FileKind::CharDev,
+        libc::S_IFBLK => FileKind::BlockDev,
+        libc::S_IFSOCK => FileKind::Socket,
+        _ => return None,
+    })
 }
 
 /// Nanoseconds since the epoch as a time (negative times clamp to the epoch).
@@ -80,7 +96,7 @@ pub fn file_attr(inos: &Inodes, a: &Attr) -> FileAttr {
         nlink: a.nlink,
         uid: a.uid,
         gid: a.gid,
-        rdev: 0,
+        rdev: a.rdev,
         blksize: BLKSIZE,
         flags: 0,
     }
@@ -113,6 +129,7 @@ mod tests {
             atime: 0,
             mtime: t,
             ctime: t,
+            rdev: 0,
         };
         let f = file_attr(&Inodes { root: 0 }, &a);
         assert_eq!((f.perm, f.kind, f.blocks), (0o755, FileType::Directory, 2));

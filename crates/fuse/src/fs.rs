@@ -18,7 +18,7 @@ use fuser::{
 use proto::mds::{Attr, Creds, DirEntry, FileKind, SetAttr, SetTime, XattrMode};
 use tokio::runtime::Handle as Rt;
 
-use crate::attr::{Inodes, file_attr, kind, ns};
+use crate::attr::{Inodes, file_attr, kind, kind_of_mode, ns};
 
 /// A directory listing taken at opendir, served by offset.
 struct Listing {
@@ -228,7 +228,7 @@ impl Filesystem for TesseraFs {
         atime: Option<TimeOrNow>,
         mtime: Option<TimeOrNow>,
         _ctime: Option<std::time::SystemTime>,
-        _fh: Option<FileHandle>,
+        fh: Option<FileHandle>,
         _crtime: Option<std::time::SystemTime>,
         _chgtime: Option<std::time::SystemTime>,
         _bkuptime: Option<std::time::SystemTime>,
@@ -243,8 +243,10 @@ impl Filesystem for TesseraFs {
             size,
             atime: atime.map(set_time),
             mtime: mtime.map(set_time),
+            via_handle: false,
         };
-        match self.run(self.client.setattr(&c, self.inos.from_fuse(ino), set)) {
+        let ino = self.inos.from_fuse(ino);
+        match self.run(self.client.setattr_via(&c, ino, set, fh.map(|f| f.0))) {
             Ok(a) => reply.attr(&self.ttl, &file_attr(&self.inos, &a)),
             Err(e) => reply.error(e),
         }
@@ -265,21 +267,22 @@ impl Filesystem for TesseraFs {
         n: &OsStr,
         mode: u32,
         umask: u32,
-        _rdev: u32,
+        rdev: u32,
         reply: ReplyEntry,
     ) {
-        if mode & libc::S_IFMT != libc::S_IFREG && mode & libc::S_IFMT != 0 {
-            reply.error(Errno::from_i32(libc::EOPNOTSUPP));
+        let Some(k) = kind_of_mode(mode) else {
+            reply.error(Errno::from_i32(libc::EINVAL));
             return;
-        }
+        };
         let c = self.creds(req);
+        let parent = self.inos.from_fuse(parent);
+        let perm = mode & !umask & 0o7777;
         let r = name(n).and_then(|n| {
             self.run(async {
-                let perm = mode & !umask & 0o7777;
-                let (e, fh) = self
-                    .client
-                    .create(&c, self.inos.from_fuse(parent), n, perm, true)
-                    .await?;
+                if k != FileKind::File {
+                    return Ok(self.client.mknod(&c, parent, n, k, perm, rdev).await?.attr);
+                }
+                let (e, fh) = self.client.create(&c, parent, n, perm, true).await?;
                 self.client.release(fh).await?;
                 Ok(e.attr)
             })

@@ -38,6 +38,11 @@ pub struct MdsConfig {
     /// whose client asks (`tessera mds format --encrypt` sets it); clients
     /// then encrypt their OSD connections too.
     pub require_encryption: bool,
+    /// A client session not heard from for this long (ms) holds no open
+    /// files; an unlinked inode is kept at least this long after it lost
+    /// its last name, and then as long as a session holds it open. 0 turns
+    /// both off (unlinked files go at once: for tests).
+    pub hold_expiry_ms: u64,
 }
 
 impl Default for MdsConfig {
@@ -55,6 +60,7 @@ impl Default for MdsConfig {
             scrub_interval_secs: 86_400,
             deep_scrub_interval_secs: 7 * 86_400,
             require_encryption: false,
+            hold_expiry_ms: proto::mds::HOLD_EXPIRY_MS,
         }
     }
 }

@@ -20,6 +20,8 @@ pub struct Report {
     pub entries: u64,
     /// Files queued for object deletion.
     pub delete_queue: u64,
+    /// Unlinked inodes kept while clients may hold them open.
+    pub orphans: u64,
     /// Problems, each naming what and where.
     pub problems: Vec<String>,
 }
@@ -143,8 +145,25 @@ pub fn check(v: &impl Records) -> Result<Report, MdsError> {
     if !inodes.contains_key(&ROOT_INO) {
         r.problems.push("the root directory is missing".into());
     }
-    for ino in inodes.keys() {
-        if !seen.contains(ino) {
+    let mut orphans = HashSet::new();
+    v.try_scan_all(T::Orphans, &mut |k, _| {
+        if let Ok(k) = <[u8; 8]>::try_from(k) {
+            orphans.insert(u64::from_be_bytes(k));
+        } else {
+            r.problems.push(format!("orphan record under key {k:02x?}"));
+        }
+        Ok(true)
+    })?;
+    r.orphans = orphans.len() as u64;
+    for (ino, i) in &inodes {
+        let orphan = orphans.contains(ino);
+        if orphan && (i.attr.nlink != 0 || i.attr.kind == FileKind::Dir) {
+            r.problems.push(format!(
+                "inode {ino:#x} is listed as an orphan but has {} links",
+                i.attr.nlink
+            ));
+        }
+        if !seen.contains(ino) && !orphan {
             r.problems
                 .push(format!("inode {ino:#x} is not reachable from the root"));
         }

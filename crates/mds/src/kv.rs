@@ -53,9 +53,12 @@ pub enum T {
     Revocations = 7,
     /// principal name → principal record (with its key).
     Principals = 8,
+    /// ino (BE) → ms since the epoch (LE) it lost its last name: inodes
+    /// kept while a client may still hold them open.
+    Orphans = 9,
 }
 
-const NAMES: [&str; 9] = [
+const NAMES: [&str; 10] = [
     "inodes",
     "dentries",
     "xattrs",
@@ -65,6 +68,7 @@ const NAMES: [&str; 9] = [
     "objsets",
     "revoke",
     "principals",
+    "orphans",
 ];
 const N: usize = NAMES.len();
 

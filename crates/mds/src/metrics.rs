@@ -56,6 +56,8 @@ pub struct MdsMetrics {
     pub revocations: Counter,
     /// Files whose objects the delete queue removed.
     pub objects_deleted: Counter,
+    /// Orphans (unlinked inodes no client held open any more) removed.
+    pub orphans_reaped: Counter,
     mandatory: Counter,
     non_mandatory: Counter,
     /// Bytes recovery copied.
@@ -90,6 +92,7 @@ impl MdsMetrics {
         });
         let revocations = Counter::default();
         let objects_deleted = Counter::default();
+        let orphans_reaped = Counter::default();
         let mandatory = Counter::default();
         let non_mandatory = Counter::default();
         let (recovered_bytes, recovered_objects) = (Counter::default(), Counter::default());
@@ -153,6 +156,11 @@ impl MdsMetrics {
             "Files whose objects were removed from the OSDs",
             objects_deleted.clone(),
         );
+        registry.register(
+            "orphans_reaped",
+            "Unlinked inodes removed once no client held them open",
+            orphans_reaped.clone(),
+        );
         registry.register("kv_batches", "Group-commit batches", kv_batches.clone());
         registry.register("kv_jobs", "Operations committed", kv_jobs.clone());
         registry.register(
@@ -172,6 +180,7 @@ impl MdsMetrics {
             latency,
             revocations,
             objects_deleted,
+            orphans_reaped,
             recovered_bytes,
             recovered_objects,
             copies_marked_stale,

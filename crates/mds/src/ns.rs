@@ -32,6 +32,7 @@ pub fn format_root(
     now: i64,
 ) -> Result<(), MdsError> {
     let attr = Attr {
+        rdev: 0,
         ino: ROOT_INO,
         kind: FileKind::Dir,
         mode: 0o755,
@@ -271,6 +272,61 @@ pub fn symlink(
     link_new(tx, &mut st, &mut dir, name, inode, now)
 }
 
+/// Makes a FIFO, device or socket (devices only by root, as `mknod(2)`).
+pub fn mknod(
+    tx: &mut Tx,
+    policy: &IdPolicy,
+    c: &Creds,
+    parent: u64,
+    name: &str,
+    (kind, mode, rdev): (FileKind, u32, u32),
+) -> Result<Inode, MdsError> {
+    check_name(name)?;
+    if !kind.is_special() {
+        return Err(err(
+            Errno::Inval,
+            format!(
+                "mknod makes FIFOs, devices and sockets, not a {}",
+                posix::kind_name(kind)
+            ),
+        ));
+    }
+    if kind.is_device() && c.uid != 0 {
+        return Err(err(
+            Errno::Perm,
+            format!("only root may make a {}", posix::kind_name(kind)),
+        ));
+    }
+    let mut dir = writable_dir(tx, c, parent, "mknod")?;
+    if tx.dentry(parent, name)?.is_some() {
+        return Err(err(Errno::Exist, format!("{name:?} exists in {parent:#x}")));
+    }
+    let mut st = tx.state()?;
+    let meta = dir
+        .dir
+        .as_mut()
+        .ok_or_else(|| err(Errno::NotDir, "not a directory"))?;
+    let mut ids = meta.ids.clone();
+    let ino = policy.file_id(&mut ids, &mut st.ids, &mut taken(tx));
+    if let Some(m) = dir.dir.as_mut() {
+        m.ids = ids;
+    }
+    let now = now_ns();
+    let mut attr = new_attr(ino, kind, mode, c, &dir.attr, now);
+    if kind.is_device() {
+        attr.rdev = rdev;
+    }
+    let inode = Inode {
+        attr,
+        parent,
+        name: name.into(),
+        layout: None,
+        target: None,
+        dir: None,
+    };
+    link_new(tx, &mut st, &mut dir, name, inode, now)
+}
+
 /// Adds a hard link `parent/name` to file `ino`.
 pub fn link(tx: &mut Tx, c: &Creds, ino: u64, parent: u64, name: &str) -> Result<Inode, MdsError> {
     check_name(name)?;
@@ -280,6 +336,12 @@ pub fn link(tx: &mut Tx, c: &Creds, ino: u64, parent: u64, name: &str) -> Result
         return Err(err(
             Errno::Perm,
             "hard links to directories are not allowed",
+        ));
+    }
+    if i.attr.nlink == 0 {
+        return Err(err(
+            Errno::NoEnt,
+            format!("inode {ino:#x} has no name left (unlinked)"),
         ));
     }
     if tx.dentry(parent, name)?.is_some() {
@@ -301,21 +363,35 @@ pub fn link(tx: &mut Tx, c: &Creds, ino: u64, parent: u64, name: &str) -> Result
     Ok(i)
 }
 
-/// Drops one link of non-directory `i`; when none remain, removes the inode
-/// and queues its objects for deletion (returned).
-fn drop_link(
-    tx: &mut Tx,
-    st: &mut FsState,
-    mut i: Inode,
-    now: i64,
-) -> Result<Option<DeleteJob>, MdsError> {
-    if i.attr.nlink > 1 {
-        i.attr.nlink -= 1;
-        i.attr.ctime = now;
-        // Keep the back-pointer on some remaining name (for prefetch entries).
-        tx.put_inode(&i)?;
+/// Drops one link of non-directory `i`. The last one leaves the inode in
+/// place with no name (nlink 0) and records it as an orphan: a client may
+/// still hold it open, so its data goes only when the MDS reaps it
+/// ([`reap_orphan`]). Returns the orphan's inode.
+fn drop_link(tx: &mut Tx, mut i: Inode, now: i64) -> Result<Option<u64>, MdsError> {
+    i.attr.nlink = i.attr.nlink.saturating_sub(1);
+    i.attr.ctime = now;
+    tx.put_inode(&i)?;
+    if i.attr.nlink > 0 {
+        // The back-pointer stays on some remaining name (for prefetch entries).
         return Ok(None);
     }
+    tx.put_orphan(i.attr.ino, (now / 1_000_000).max(0) as u64)?;
+    Ok(Some(i.attr.ino))
+}
+
+/// Removes orphan `ino` for good: the inode, its extended attributes, and
+/// (queued for deletion, returned) its objects. Nothing happens to an
+/// inode that has a name again or is gone already, beyond forgetting the
+/// orphan record.
+pub fn reap_orphan(tx: &mut Tx, ino: u64) -> Result<Option<DeleteJob>, MdsError> {
+    tx.del(T::Orphans, &num_key(ino))?;
+    let Some(i) = tx.inode(ino)? else {
+        return Ok(None);
+    };
+    if i.attr.nlink > 0 || i.attr.kind == FileKind::Dir {
+        return Ok(None);
+    }
+    let mut st = tx.state()?;
     tx.drop_inode(&i)?;
     st.inodes = st.inodes.saturating_sub(1);
     let job = i.layout.clone().map(|layout| DeleteJob {
@@ -323,8 +399,9 @@ fn drop_link(
         layout,
     });
     if let Some(j) = &job {
-        tx.queue_delete(st, j)?;
+        tx.queue_delete(&mut st, j)?;
     }
+    tx.put_state(&st)?;
     Ok(job)
 }
 
@@ -376,13 +453,9 @@ fn remove_entry(
     tx.put_inode(dir)
 }
 
-/// Removes a non-directory name. Returns the delete job if it was the last link.
-pub fn unlink(
-    tx: &mut Tx,
-    c: &Creds,
-    parent: u64,
-    name: &str,
-) -> Result<Option<DeleteJob>, MdsError> {
+/// Removes a non-directory name. Returns the inode if that was its last
+/// name (it is an orphan now).
+pub fn unlink(tx: &mut Tx, c: &Creds, parent: u64, name: &str) -> Result<Option<u64>, MdsError> {
     check_name(name)?;
     let mut dir = writable_dir(tx, c, parent, "unlink")?;
     let (ino, kind) = tx
@@ -397,11 +470,8 @@ pub fn unlink(
     let i = tx.live_inode(ino)?;
     perm::sticky(&dir.attr, &i.attr, c)?;
     let now = now_ns();
-    let mut st = tx.state()?;
     remove_entry(tx, &mut dir, name, false, now)?;
-    let job = drop_link(tx, &mut st, i, now)?;
-    tx.put_state(&st)?;
-    Ok(job)
+    drop_link(tx, i, now)
 }
 
 /// Removes an empty directory.
@@ -447,7 +517,8 @@ fn is_ancestor(tx: &Tx, anc: u64, mut ino: u64) -> Result<bool, MdsError> {
     ))
 }
 
-/// Renames atomically. Returns the delete job of a replaced file's last link.
+/// Renames atomically. Returns a replaced file's inode if that was its
+/// last name (it is an orphan now).
 pub fn rename(
     tx: &mut Tx,
     c: &Creds,
@@ -456,7 +527,7 @@ pub fn rename(
     new_parent: u64,
     new_name: &str,
     noreplace: bool,
-) -> Result<Option<DeleteJob>, MdsError> {
+) -> Result<Option<u64>, MdsError> {
     check_name(name)?;
     check_name(new_name)?;
     let src_dir = writable_dir(tx, c, parent, "rename (source)")?;
@@ -505,7 +576,7 @@ pub fn rename(
     // All checks passed: write.
     let now = now_ns();
     let mut st = tx.state()?;
-    let mut job = None;
+    let mut orphan = None;
     if let Some((tino, tkind)) = target {
         let t = tx.live_inode(tino)?;
         let mut d = tx.dir_inode(new_parent)?;
@@ -514,7 +585,7 @@ pub fn rename(
             tx.drop_inode(&t)?;
             st.inodes = st.inodes.saturating_sub(1);
         } else {
-            job = drop_link(tx, &mut st, t, now)?;
+            orphan = drop_link(tx, t, now)?;
         }
     }
     let mut s = tx.dir_inode(parent)?;
@@ -528,7 +599,7 @@ pub fn rename(
     moving.attr.ctime = now;
     tx.put_inode(&moving)?;
     tx.put_state(&st)?;
-    Ok(job)
+    Ok(orphan)
 }
 
 /// What a setattr changed that the caller must act on at the OSDs.
@@ -551,18 +622,22 @@ pub fn setattr(tx: &mut Tx, c: &Creds, ino: u64, set: &SetAttr) -> Result<SetAtt
 }
 
 /// Grows a file's recorded length (never shrinks it) after client writes.
+/// `opened`: the caller holds it open for writing, so the permission bits
+/// were checked at open and are not again (POSIX).
 pub fn commit_size(
     tx: &mut Tx,
     c: &Creds,
     ino: u64,
-    size: u64,
-    mtime: i64,
+    (size, mtime): (u64, i64),
+    opened: bool,
 ) -> Result<Inode, MdsError> {
     let mut i = tx.live_inode(ino)?;
     if i.attr.kind != FileKind::File {
         return Err(err(Errno::Inval, "only files have data"));
     }
-    perm::check(&i.attr, c, W, "write")?;
+    if !opened {
+        perm::check(&i.attr, c, W, "write")?;
+    }
     if size > i.attr.size || mtime > i.attr.mtime {
         i.attr.size = i.attr.size.max(size);
         i.attr.mtime = i.attr.mtime.max(mtime);
@@ -674,16 +749,19 @@ pub fn set_layout(tx: &mut Tx, c: &Creds, ino: u64, spec: LayoutSpec) -> Result<
 /// set, so this bounds an open's work and reply (security finding 8).
 pub const MAX_OBJSETS: u64 = 4096;
 
-/// Allocates object sets of a file up to `objset` (bounded object size).
+/// Allocates object sets of a file up to `objset` (bounded object size;
+/// `opened` as for [`commit_size`]).
 pub fn extend_layout(
     tx: &mut Tx,
     policy: &IdPolicy,
     c: &Creds,
-    ino: u64,
-    objset: u64,
+    (ino, objset): (u64, u64),
+    opened: bool,
 ) -> Result<Inode, MdsError> {
     let mut i = tx.live_inode(ino)?;
-    perm::check(&i.attr, c, W, "extend layout")?;
+    if !opened {
+        perm::check(&i.attr, c, W, "extend layout")?;
+    }
     let Some(l) = i.layout.as_ref() else {
         return Err(err(Errno::Inval, "only files have layouts"));
     };

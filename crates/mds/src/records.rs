@@ -53,7 +53,7 @@ pub struct Superblock {
 }
 
 /// Current format version of the records.
-pub const RECORDS_VERSION: u32 = 3;
+pub const RECORDS_VERSION: u32 = 4;
 
 /// Counters that change with operations.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -130,6 +130,10 @@ fn kind_byte(k: FileKind) -> u8 {
         FileKind::File => 1,
         FileKind::Dir => 2,
         FileKind::Symlink => 3,
+        FileKind::Fifo => 4,
+        FileKind::CharDev => 5,
+        FileKind::BlockDev => 6,
+        FileKind::Socket => 7,
     }
 }
 
@@ -138,6 +142,10 @@ fn byte_kind(b: u8) -> Result<FileKind, MdsError> {
         1 => FileKind::File,
         2 => FileKind::Dir,
         3 => FileKind::Symlink,
+        4 => FileKind::Fifo,
+        5 => FileKind::CharDev,
+        6 => FileKind::BlockDev,
+        7 => FileKind::Socket,
         _ => return Err(io_err("dentry", format!("kind byte {b}"))),
     })
 }
@@ -271,6 +279,8 @@ pub trait Records: View {
         let mut bad = None;
         let mut collect = |out: &mut Vec<Inode>, v: &[u8]| {
             match decode::<Inode>("inode", v) {
+                // An orphan has no name to be looked up by: not prefetched.
+                Ok(i) if i.attr.nlink == 0 => {}
                 Ok(i) => out.push(i),
                 Err(e) => bad = Some(e),
             }
@@ -378,6 +388,12 @@ impl Tx<'_> {
     pub fn queue_delete(&mut self, st: &mut FsState, job: &DeleteJob) -> Result<(), MdsError> {
         st.delq_seq += 1;
         self.put(T::DeleteQueue, &num_key(st.delq_seq), &encode(job)?)
+    }
+
+    /// Records `ino` as an orphan: no name left, kept while a client may
+    /// hold it open.
+    pub fn put_orphan(&mut self, ino: u64, since_ms: u64) -> Result<(), MdsError> {
+        self.put(T::Orphans, &num_key(ino), &since_ms.to_le_bytes())
     }
 
     /// Removes an inode with its extended attributes and extra object ids.

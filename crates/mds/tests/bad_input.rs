@@ -125,6 +125,7 @@ async fn the_wire_refuses_garbage_and_wrong_peers_and_keeps_serving() {
     let good = proto::mds::MdsRequest {
         creds: Creds::root(),
         prefetch: 0,
+        session: 0,
         op: Op::GetAttr { ino: ROOT_INO },
     };
     s.send(frame(Kind::Request, 0x100, 8, &good, Bytes::new()))

@@ -325,6 +325,7 @@ async fn hostile_clients_are_refused_and_change_nothing() {
     let req = proto::mds::MdsRequest {
         creds: Creds::root(),
         prefetch: 0,
+        session: 0,
         op: Op::Mkdir {
             parent: ROOT_INO,
             name: "tampered".into(),

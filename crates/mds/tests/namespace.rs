@@ -223,6 +223,7 @@ async fn every_namespace_operation_and_error() {
         atime: Some(SetTime::At(123)),
         mtime: Some(SetTime::Now),
         size: Some(10_000),
+        via_handle: false,
     };
     let at = match c.call(Op::SetAttr { ino, set }).await.unwrap() {
         MdsReply::Attr(a) => a,

@@ -47,6 +47,9 @@ pub struct MdsClient {
     pub mandatory: AtomicU64,
     /// Non-mandatory requests sent.
     pub non_mandatory: AtomicU64,
+    /// This client's session (random, never 0), sent with every request:
+    /// the MDS counts the files it opens and creates as held by it.
+    pub session: u64,
 }
 
 impl MdsClient {
@@ -75,6 +78,7 @@ impl MdsClient {
             prefetch: 32,
             mandatory: AtomicU64::new(0),
             non_mandatory: AtomicU64::new(0),
+            session: u64::from_le_bytes(crate::auth::random_bytes()).max(1),
         }
     }
 
@@ -107,6 +111,7 @@ impl MdsClient {
         }
         let req = MdsRequest {
             creds,
+            session: self.session,
             prefetch: self.prefetch,
             op,
         };

@@ -12,7 +12,7 @@ use crate::error::{NsError, Result};
 use crate::hash::DirHash;
 
 /// Version byte of every value below.
-pub const FORMAT_VERSION: u8 = 2;
+pub const FORMAT_VERSION: u8 = 3;
 
 /// Page of an inode's own attributes (on the file's first object).
 pub const PAGE_INODE: u32 = 0x100;
@@ -114,6 +114,14 @@ pub enum Kind {
     Dir,
     /// Symbolic link.
     Symlink,
+    /// Named pipe.
+    Fifo,
+    /// Character device.
+    CharDev,
+    /// Block device.
+    BlockDev,
+    /// Unix-domain socket.
+    Socket,
 }
 
 impl Kind {
@@ -122,6 +130,10 @@ impl Kind {
             Kind::File => 1,
             Kind::Dir => 2,
             Kind::Symlink => 3,
+            Kind::Fifo => 4,
+            Kind::CharDev => 5,
+            Kind::BlockDev => 6,
+            Kind::Socket => 7,
         }
     }
 
@@ -130,6 +142,10 @@ impl Kind {
             1 => Kind::File,
             2 => Kind::Dir,
             3 => Kind::Symlink,
+            4 => Kind::Fifo,
+            5 => Kind::CharDev,
+            6 => Kind::BlockDev,
+            7 => Kind::Socket,
             _ => return Err(NsError::corrupt(format!("entry kind {c}"))),
         })
     }
@@ -316,6 +332,8 @@ pub struct Inode {
     pub layout: Option<InodeLayout>,
     /// Symlinks: the target.
     pub target: Option<String>,
+    /// Devices: the device number (0 for everything else).
+    pub rdev: u32,
 }
 
 /// Encodes a versioned postcard value.
@@ -432,7 +450,7 @@ mod tests {
 
     proptest! {
         #[test]
-        fn slots_round_trip(mark: bool, next: u32, k in 0u8..3, ino: u64, osd: u32,
+        fn slots_round_trip(mark: bool, next: u32, k in 0u8..7, ino: u64, osd: u32,
                             name in "[a-zA-Z0-9._ -]{1,255}") {
             let s = Slot {
                 mark,
@@ -507,6 +525,7 @@ mod tests {
                 map_epoch: 1,
             }),
             target: None,
+            rdev: 0,
         };
         assert!(Inode::decode(&i.encode()).is_ok());
         for (su, sc) in [(0, 1), (4096, 0), (1000, 1)] {

@@ -78,6 +78,8 @@ pub struct Owner {
     pub gid: u32,
     /// Permission bits.
     pub mode: u32,
+    /// Devices: the device number (0 for everything else).
+    pub rdev: u32,
 }
 
 impl OsdFs {
@@ -125,6 +127,7 @@ impl OsdFs {
                 uid: 0,
                 gid: 0,
                 mode: 0o755,
+                rdev: 0,
             },
             (ROOT_INO, osd),
             None,
@@ -236,6 +239,7 @@ impl OsdFs {
             parent,
             layout,
             target,
+            rdev: o.rdev,
         }
     }
 

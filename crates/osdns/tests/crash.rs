@@ -19,6 +19,7 @@ const OWNER: Owner = Owner {
     uid: 0,
     gid: 0,
     mode: 0o644,
+    rdev: 0,
 };
 
 #[derive(Debug, Clone, Copy)]

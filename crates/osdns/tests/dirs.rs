@@ -17,6 +17,7 @@ const OWNER: Owner = Owner {
     uid: 0,
     gid: 0,
     mode: 0o644,
+    rdev: 0,
 };
 
 async fn clients(c: &common::Cluster, n: usize) -> Vec<Arc<OsdFs>> {

@@ -14,7 +14,7 @@ pub mod errno;
 pub mod names;
 pub mod perm;
 
-pub use attr::{apply_setattr, new_attr};
+pub use attr::{apply_setattr, kind_name, new_attr};
 pub use errno::Errno;
 pub use names::{check_name, check_xattr_name};
 pub use perm::{R, W, X};

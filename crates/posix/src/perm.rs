@@ -94,6 +94,7 @@ mod tests {
             atime: 0,
             mtime: 0,
             ctime: 0,
+            rdev: 0,
         }
     }
 

@@ -51,6 +51,30 @@ pub enum FileKind {
     Dir,
     /// Symbolic link.
     Symlink,
+    /// Named pipe (FIFO).
+    Fifo,
+    /// Character device (its numbers in [`Attr::rdev`]).
+    CharDev,
+    /// Block device (its numbers in [`Attr::rdev`]).
+    BlockDev,
+    /// Unix-domain socket.
+    Socket,
+}
+
+impl FileKind {
+    /// A FIFO, device or socket: an inode with no data and no target,
+    /// which the kernel, not the file system, serves once it is opened.
+    pub fn is_special(self) -> bool {
+        matches!(
+            self,
+            FileKind::Fifo | FileKind::CharDev | FileKind::BlockDev | FileKind::Socket
+        )
+    }
+
+    /// A device (making one needs root, as `mknod(2)` does).
+    pub fn is_device(self) -> bool {
+        matches!(self, FileKind::CharDev | FileKind::BlockDev)
+    }
 }
 
 /// POSIX attributes of an inode. Times are nanoseconds since the Unix epoch.
@@ -76,6 +100,9 @@ pub struct Attr {
     pub mtime: i64,
     /// Last status change.
     pub ctime: i64,
+    /// Devices: the device number (Linux `dev_t` encoding, as `makedev`);
+    /// 0 for everything else.
+    pub rdev: u32,
 }
 
 /// One named inode as a lookup returns it.
@@ -143,6 +170,11 @@ pub struct SetAttr {
     pub atime: Option<SetTime>,
     /// New modification time.
     pub mtime: Option<SetTime>,
+    /// Made through a descriptor opened for writing (`ftruncate`): a
+    /// truncate is then not checked against the file's permission bits,
+    /// which POSIX checks at open only. The MDS honours it only if the
+    /// request's session holds the file open for writing.
+    pub via_handle: bool,
 }
 
 /// How SETXATTR treats an existing name.
@@ -266,6 +298,19 @@ pub enum Op {
         /// Target path.
         target: String,
     },
+    /// Make a FIFO, device or socket (`mknod`).
+    Mknod {
+        /// Directory.
+        parent: u64,
+        /// Name.
+        name: String,
+        /// Which (a special kind; devices need root).
+        kind: FileKind,
+        /// Permission bits (umask already applied).
+        mode: u32,
+        /// Device number (devices; 0 otherwise).
+        rdev: u32,
+    },
     /// Add a hard link to a file.
     Link {
         /// The file.
@@ -356,6 +401,14 @@ pub enum Op {
         ino: u64,
         /// Whether writing is wanted.
         write: bool,
+    },
+    /// The request's session's open files (sent every
+    /// [`HOLD_INTERVAL_MS`] while it has any, and once after it closed
+    /// its last): the MDS keeps them alive past their last name until the
+    /// session stops holding them or goes silent.
+    Holding {
+        /// (inode, opened for writing), at most [`HELD_MAX`].
+        held: Vec<(u64, bool)>,
     },
     /// The client wrote up to `size` bytes (only ever grows the length).
     CommitSize {
@@ -633,6 +686,7 @@ impl Op {
                 | Op::Create { .. }
                 | Op::Mkdir { .. }
                 | Op::Symlink { .. }
+                | Op::Mknod { .. }
                 | Op::Link { .. }
                 | Op::Unlink { .. }
                 | Op::Rmdir { .. }
@@ -654,6 +708,7 @@ impl Op {
             Op::Create { .. } => "create",
             Op::Mkdir { .. } => "mkdir",
             Op::Symlink { .. } => "symlink",
+            Op::Mknod { .. } => "mknod",
             Op::Link { .. } => "link",
             Op::Unlink { .. } => "unlink",
             Op::Rmdir { .. } => "rmdir",
@@ -666,6 +721,7 @@ impl Op {
             Op::ListXattr { .. } => "listxattr",
             Op::RemoveXattr { .. } => "removexattr",
             Op::Open { .. } => "open",
+            Op::Holding { .. } => "holding",
             Op::CommitSize { .. } => "commitsize",
             Op::ExtendLayout { .. } => "extendlayout",
             Op::GetLayout { .. } => "getlayout",
@@ -694,6 +750,16 @@ impl Op {
     }
 }
 
+/// How often a client session with open files tells the MDS which.
+pub const HOLD_INTERVAL_MS: u64 = 2_000;
+
+/// A session the MDS has not heard from for this long holds nothing (the
+/// MDS's default; `hold_expiry_ms` in its configuration).
+pub const HOLD_EXPIRY_MS: u64 = 4 * HOLD_INTERVAL_MS;
+
+/// Most open files one session may report.
+pub const HELD_MAX: usize = 65_536;
+
 /// A request to the MDS.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MdsRequest {
@@ -701,6 +767,12 @@ pub struct MdsRequest {
     pub creds: Creds,
     /// Most related entries to prefetch with a lookup/open (server caps it).
     pub prefetch: u32,
+    /// The client session (random per client; 0: none). An open or
+    /// create counts as the session holding the file open: it outlives
+    /// its last name while held, and a capability renewal or truncate
+    /// through a handle the session holds is not checked against the
+    /// permission bits again (POSIX checks them at open only).
+    pub session: u64,
     /// The operation.
     pub op: Op,
 }

@@ -55,6 +55,7 @@ fn inodes_named(op: &Op) -> Vec<u64> {
         | Op::Create { parent, .. }
         | Op::Mkdir { parent, .. }
         | Op::Symlink { parent, .. }
+        | Op::Mknod { parent, .. }
         | Op::Unlink { parent, .. }
         | Op::Rmdir { parent, .. } => vec![*parent],
         Op::Link { ino, parent, .. } => vec![*ino, *parent],
@@ -76,6 +77,7 @@ fn inodes_named(op: &Op) -> Vec<u64> {
         | Op::SetLayout { ino, .. }
         | Op::MarkStale { ino, .. }
         | Op::Scrub { ino, .. } => vec![*ino],
+        Op::Holding { held, .. } => held.iter().map(|h| h.0).collect(),
         _ => Vec::new(),
     }
 }

@@ -9,6 +9,7 @@ impl Mds {
     pub async fn handle(self: &Arc<Self>, req: MdsRequest) -> Result<MdsReply, MdsError> {
         let c = req.creds;
         let pf = req.prefetch;
+        let session = req.session;
         let cluster_op = matches!(
             req.op,
             Op::GetMap { .. }
@@ -41,18 +42,26 @@ impl Mds {
             Op::GetAttr { ino } => self.getattr(ino),
             Op::Open { ino, write } => {
                 if write {
-                    self.outside_recovery(ino, || self.open_file(&c, ino, write, pf))
+                    self.outside_recovery(ino, || self.open_file(&c, ino, write, session, pf))
                         .await
                 } else {
-                    self.open_file(&c, ino, write, pf)
+                    self.open_file(&c, ino, write, session, pf)
                 }
             }
+            Op::Holding { held } => self.holding(session, held),
+            Op::Mknod {
+                parent,
+                name,
+                kind,
+                mode,
+                rdev,
+            } => self.mknod(c, parent, name, kind, mode, rdev).await,
             Op::Create {
                 parent,
                 name,
                 mode,
                 exclusive,
-            } => self.create(c, parent, name, mode, exclusive).await,
+            } => self.create(c, parent, name, mode, exclusive, session).await,
             Op::Mkdir { parent, name, mode } => self.mkdir(c, parent, name, mode).await,
             Op::Symlink {
                 parent,
@@ -80,7 +89,7 @@ impl Mds {
                 plus,
             } => self.readdir(&c, ino, after.as_deref(), max, plus),
             Op::Statfs => self.statfs(),
-            Op::SetAttr { ino, set } => self.setattr(c, ino, set).await,
+            Op::SetAttr { ino, set } => self.setattr(c, ino, set, session).await,
             Op::GetXattr { ino, name } => self.getxattr(&c, ino, &name),
             Op::ListXattr { ino } => self.listxattr(ino),
             Op::SetXattr {
@@ -90,8 +99,10 @@ impl Mds {
                 mode,
             } => self.setxattr(c, ino, name, value, mode).await,
             Op::RemoveXattr { ino, name } => self.removexattr(c, ino, name).await,
-            Op::CommitSize { ino, size, mtime } => self.commit_size(c, ino, size, mtime).await,
-            Op::ExtendLayout { ino, objset } => self.extend_layout(c, ino, objset).await,
+            Op::CommitSize { ino, size, mtime } => {
+                self.commit_size(c, ino, (size, mtime), session).await
+            }
+            Op::ExtendLayout { ino, objset } => self.extend_layout(c, ino, objset, session).await,
             Op::GetLayout { ino } => self.get_layout(ino),
             Op::SetLayout { ino, spec } => self.set_layout(c, ino, spec).await,
             Op::GetMap { epoch } => self.get_map(epoch),

@@ -40,12 +40,14 @@ impl Mds {
         }
     }
 
-    pub(super) fn rights_for(i: &Inode, c: &Creds, write: bool) -> u32 {
+    /// `held`: the caller's session holds the file open (for writing, if
+    /// `write`): the rights of that open, whatever the bits say now.
+    pub(super) fn rights_for(i: &Inode, c: &Creds, write: bool, held: bool) -> u32 {
         let mut r = 0;
-        if perm::allowed(&i.attr, c, R) {
+        if held || perm::allowed(&i.attr, c, R) {
             r |= READ_RIGHTS;
         }
-        if write && perm::allowed(&i.attr, c, W) {
+        if write && (held || perm::allowed(&i.attr, c, W)) {
             r |= WRITE_RIGHTS;
         }
         r
@@ -90,19 +92,24 @@ impl Mds {
 
     /// A file's entry with its grants, from a fresh snapshot, no prefetch:
     /// with write rights when `write` says so, or (`None`) when the caller
-    /// may write it.
+    /// may write it (`held`: as in [`Mds::rights_for`]).
     pub(super) fn file_answer(
         &self,
         c: &Creds,
         ino: u64,
         write: Option<bool>,
+        held: bool,
     ) -> Result<MdsReply, MdsError> {
         let snap = self.kv.read()?;
         let i = snap.live_inode(ino)?;
         let write = write.unwrap_or_else(|| perm::allowed(&i.attr, c, W));
-        Ok(MdsReply::Found(Box::new(
-            self.found(&snap, c, i, write, 0)?,
-        )))
+        Ok(MdsReply::Found(Box::new(self.found(
+            &snap,
+            c,
+            i,
+            (write, held),
+            0,
+        )?)))
     }
 
     /// A lookup-style answer with prefetched neighbours.
@@ -111,7 +118,7 @@ impl Mds {
         v: &impl Records,
         c: &Creds,
         i: Inode,
-        write: bool,
+        (write, held): (bool, bool),
         prefetch: u32,
     ) -> Result<Found, MdsError> {
         let n = prefetch.min(self.cfg.prefetch_max) as usize;
@@ -121,7 +128,7 @@ impl Mds {
         }
         let st = v.state()?;
         let map = v.map(st.map_epoch)?.unwrap_or_default();
-        let rights = Self::rights_for(&i, c, write);
+        let rights = Self::rights_for(&i, c, write, held);
         let grants = self.file_grants(&map, &i, rights, st.cap_version);
         let mut near = v.neighbours(i.attr.ino, n)?;
         near.sort_by_key(|x| x.attr.ino);
@@ -148,7 +155,7 @@ impl Mds {
                 }
                 continue;
             }
-            let r = Self::rights_for(x, c, false);
+            let r = Self::rights_for(x, c, false, false);
             run = match run {
                 Some((lo, hi, rr)) if rr == r && hi.checked_add(1) == Some(oid) => {
                     Some((lo, oid, r))

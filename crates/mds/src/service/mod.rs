@@ -12,12 +12,15 @@
 //! - [`cluster_map`]: OSD reports, the map, status, statfs, and the grants
 //!   of the namespace kept on the OSDs;
 //! - [`redundancy`]: stale copies and their fencing, recovery, OSD out/in,
-//!   scrub.
+//!   scrub;
+//! - [`holds`]: the files client sessions hold open, and the unlinked
+//!   inodes (orphans) they keep alive.
 
 mod auth;
 mod cluster_map;
 mod dispatch;
 mod grants;
+mod holds;
 mod osd_actions;
 mod redundancy;
 mod requests;
@@ -205,6 +208,8 @@ pub struct Mds {
     pub namespace: proto::mds::NamespaceMode,
     /// Who may connect, with which key, to do what.
     pub principals: crate::principals::Principals,
+    /// Files client sessions hold open.
+    holds: Mutex<holds::Holds>,
 }
 
 fn err(e: Errno, m: impl Into<String>) -> MdsError {
@@ -250,6 +255,7 @@ impl Mds {
             recovery: Mutex::new(RecoveryState::default()),
             recovery_wake: tokio::sync::Notify::new(),
             started: std::time::Instant::now(),
+            holds: Mutex::new(holds::Holds::default()),
         });
         mds.index_stale_copies()?;
         Ok(mds)

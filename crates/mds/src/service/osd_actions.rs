@@ -385,12 +385,20 @@ impl Mds {
             .try_scan_all(T::DeleteQueue, &mut |k, v| f(queue_seq(k)?, v))
     }
 
-    /// The delete-queue worker: removes queued objects from the OSDs,
-    /// retrying while an OSD is unreachable; the queue is in the KV, so it
-    /// survives restarts.
+    /// The delete-queue worker: reaps orphans that are due, removes queued
+    /// objects from the OSDs, retrying while an OSD is unreachable; the
+    /// queue and the orphans are in the KV, so they survive restarts.
     pub async fn delete_worker(self: Arc<Self>) {
         loop {
             let mut pending = false;
+            // Orphans first: reaping one queues its objects.
+            let orphans_due = match self.reap_orphans().await {
+                Ok(next) => next,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot reap orphans");
+                    Some(Duration::from_millis(self.cfg.delete_retry_ms))
+                }
+            };
             match self.delete_queue() {
                 Ok(jobs) => {
                     for (seq, job) in jobs {
@@ -416,11 +424,14 @@ impl Mds {
                     tracing::warn!(error = %e, "cannot read the delete queue");
                 }
             }
-            let wait = if pending {
+            let mut wait = if pending {
                 Duration::from_millis(self.cfg.delete_retry_ms)
             } else {
                 Duration::from_secs(3600)
             };
+            if let Some(d) = orphans_due {
+                wait = wait.min(d);
+            }
             let _ = tokio::time::timeout(wait, self.delete_wake.notified()).await;
         }
     }

@@ -178,7 +178,7 @@ impl Mds {
         }
         let stale = vec![(objset, stripe, osd)];
         self.record_stale(ino, stale).await?;
-        self.outside_recovery(ino, || self.file_answer(c, ino, None))
+        self.outside_recovery(ino, || self.file_answer(c, ino, None, false))
             .await
     }
 

@@ -18,9 +18,13 @@ impl Mds {
     ) -> Result<MdsReply, MdsError> {
         let snap = self.kv.read()?;
         let i = ns::lookup(&snap, c, parent, name)?;
-        Ok(MdsReply::Found(Box::new(
-            self.found(&snap, c, i, false, pf)?,
-        )))
+        Ok(MdsReply::Found(Box::new(self.found(
+            &snap,
+            c,
+            i,
+            (false, false),
+            pf,
+        )?)))
     }
 
     /// GETATTR.
@@ -28,12 +32,14 @@ impl Mds {
         Ok(MdsReply::Attr(self.kv.read()?.live_inode(ino)?.attr))
     }
 
-    /// OPEN: permission for the access asked, then grants and prefetch.
+    /// OPEN: permission for the access asked (not again for a handle the
+    /// session holds already: a renewal), then grants and prefetch.
     pub(super) fn open_file(
         &self,
         c: &Creds,
         ino: u64,
         write: bool,
+        session: u64,
         pf: u32,
     ) -> Result<MdsReply, MdsError> {
         let snap = self.kv.read()?;
@@ -41,13 +47,22 @@ impl Mds {
         if i.attr.kind == FileKind::Dir && write {
             return Err(err(Errno::IsDir, "cannot open a directory for writing"));
         }
-        perm::check(&i.attr, c, if write { W } else { R }, "open")?;
-        Ok(MdsReply::Found(Box::new(
-            self.found(&snap, c, i, write, pf)?,
-        )))
+        let held = self.session_holds(session, ino, write);
+        if !held {
+            perm::check(&i.attr, c, if write { W } else { R }, "open")?;
+        }
+        self.note_open(session, ino, write)?;
+        Ok(MdsReply::Found(Box::new(self.found(
+            &snap,
+            c,
+            i,
+            (write, held),
+            pf,
+        )?)))
     }
 
-    /// CREATE: a file, opened for writing (grants, no prefetch).
+    /// CREATE: a file, opened for writing (grants, no prefetch; the
+    /// session holds it open).
     pub(super) async fn create(
         &self,
         c: Creds,
@@ -55,23 +70,29 @@ impl Mds {
         name: String,
         mode: u32,
         exclusive: bool,
+        session: u64,
     ) -> Result<MdsReply, MdsError> {
         let (policy, c2) = (self.sb.policy, c.clone());
         let (i, created) = self
             .kv
             .write(move |tx| ns::create(tx, &policy, &c2, parent, &name, mode, exclusive))
             .await?;
+        self.note_open(session, i.attr.ino, true)?;
         if !created {
             // Opening an existing file for writing: outside its recovery.
             let ino = i.attr.ino;
             return self
-                .outside_recovery(ino, || self.file_answer(&c, ino, Some(true)))
+                .outside_recovery(ino, || self.file_answer(&c, ino, Some(true), false))
                 .await;
         }
         let snap = self.kv.read()?;
-        Ok(MdsReply::Found(Box::new(
-            self.found(&snap, &c, i, true, 0)?,
-        )))
+        Ok(MdsReply::Found(Box::new(self.found(
+            &snap,
+            &c,
+            i,
+            (true, true),
+            0,
+        )?)))
     }
 
     /// MKDIR.
@@ -106,6 +127,24 @@ impl Mds {
         Ok(MdsReply::Found(Box::new(Self::bare(&i))))
     }
 
+    /// MKNOD: a FIFO, device or socket.
+    pub(super) async fn mknod(
+        &self,
+        c: Creds,
+        parent: u64,
+        name: String,
+        kind: FileKind,
+        mode: u32,
+        rdev: u32,
+    ) -> Result<MdsReply, MdsError> {
+        let policy = self.sb.policy;
+        let i = self
+            .kv
+            .write(move |tx| ns::mknod(tx, &policy, &c, parent, &name, (kind, mode, rdev)))
+            .await?;
+        Ok(MdsReply::Found(Box::new(Self::bare(&i))))
+    }
+
     /// LINK.
     pub(super) async fn link(
         &self,
@@ -121,20 +160,19 @@ impl Mds {
         Ok(MdsReply::Found(Box::new(Self::bare(&i))))
     }
 
-    /// UNLINK: the last link queues the file's objects for deletion.
+    /// UNLINK: the last link leaves an orphan, reaped (objects deleted)
+    /// once no client holds it open.
     pub(super) async fn unlink(
         &self,
         c: Creds,
         parent: u64,
         name: String,
     ) -> Result<MdsReply, MdsError> {
-        let job = self
+        let orphan = self
             .kv
             .write(move |tx| ns::unlink(tx, &c, parent, &name))
             .await?;
-        if job.is_some() {
-            self.delete_wake.notify_one();
-        }
+        self.orphaned(orphan).await?;
         Ok(MdsReply::Done)
     }
 
@@ -151,7 +189,7 @@ impl Mds {
         Ok(MdsReply::Done)
     }
 
-    /// RENAME `from` to `to`: a replaced file's objects are queued for deletion.
+    /// RENAME `from` to `to`: a replaced file's last name gone leaves an orphan.
     pub(super) async fn rename(
         &self,
         c: Creds,
@@ -159,13 +197,11 @@ impl Mds {
         to: (u64, String),
         noreplace: bool,
     ) -> Result<MdsReply, MdsError> {
-        let job = self
+        let orphan = self
             .kv
             .write(move |tx| ns::rename(tx, &c, from.0, &from.1, to.0, &to.1, noreplace))
             .await?;
-        if job.is_some() {
-            self.delete_wake.notify_one();
-        }
+        self.orphaned(orphan).await?;
         Ok(MdsReply::Done)
     }
 
@@ -208,12 +244,18 @@ impl Mds {
         Ok(MdsReply::Dir { entries, more })
     }
 
+    /// SETATTR: chmod, chown, utimens, truncate (through a handle the
+    /// session holds for writing, a truncate skips the permission check).
     pub(super) async fn setattr(
         self: &Arc<Self>,
         c: Creds,
         ino: u64,
-        set: proto::mds::SetAttr,
+        mut set: proto::mds::SetAttr,
+        session: u64,
     ) -> Result<MdsReply, MdsError> {
+        if set.via_handle && !self.session_holds(session, ino, true) {
+            set.via_handle = false;
+        }
         // No recovery copy interleaves with what this does to the objects.
         let _held = self.hold(ino).await;
         // Shrinking a file: revoke old capabilities, then cut the objects,
@@ -305,12 +347,13 @@ impl Mds {
         &self,
         c: Creds,
         ino: u64,
-        size: u64,
-        mtime: i64,
+        (size, mtime): (u64, i64),
+        session: u64,
     ) -> Result<MdsReply, MdsError> {
+        let opened = self.session_holds(session, ino, true);
         let i = self
             .kv
-            .write(move |tx| ns::commit_size(tx, &c, ino, size, mtime))
+            .write(move |tx| ns::commit_size(tx, &c, ino, (size, mtime), opened))
             .await?;
         Ok(MdsReply::Attr(i.attr))
     }
@@ -321,14 +364,16 @@ impl Mds {
         c: Creds,
         ino: u64,
         objset: u64,
+        session: u64,
     ) -> Result<MdsReply, MdsError> {
         self.wait_not_recovering(ino).await;
         let (policy, c2) = (self.sb.policy, c.clone());
+        let opened = self.session_holds(session, ino, true);
         self.kv
-            .write(move |tx| ns::extend_layout(tx, &policy, &c2, ino, objset))
+            .write(move |tx| ns::extend_layout(tx, &policy, &c2, (ino, objset), opened))
             .await?;
         // Its grants, outside any recovery of the file.
-        self.outside_recovery(ino, || self.file_answer(&c, ino, Some(true)))
+        self.outside_recovery(ino, || self.file_answer(&c, ino, Some(true), opened))
             .await
     }
 

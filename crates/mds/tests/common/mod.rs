@@ -45,6 +45,12 @@ impl Cluster {
             dir_protocol: String::new(),
         };
         mds::service::format(&mds_dir, &opts).unwrap();
+        // These tests see an unlinked file go at once (no client holds it).
+        let cfg = mds_dir.join("mds.toml");
+        let text = std::fs::read_to_string(&cfg).unwrap();
+        let line = format!("hold_expiry_ms = {}", proto::mds::HOLD_EXPIRY_MS);
+        assert!(text.contains(&line), "{text}");
+        std::fs::write(&cfg, text.replace(&line, "hold_expiry_ms = 0")).unwrap();
         for i in 0..n {
             provision_osd(
                 &osd_dir(dir.path(), i),

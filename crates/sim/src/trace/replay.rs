@@ -102,6 +102,7 @@ impl State<'_> {
                     atime: 0,
                     mtime: 0,
                     ctime: 0,
+                    rdev: 0,
                 },
                 layout: None,
             },

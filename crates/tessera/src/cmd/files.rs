@@ -287,6 +287,10 @@ fn kind_char(k: FileKind) -> char {
         FileKind::File => '-',
         FileKind::Dir => 'd',
         FileKind::Symlink => 'l',
+        FileKind::Fifo => 'p',
+        FileKind::CharDev => 'c',
+        FileKind::BlockDev => 'b',
+        FileKind::Socket => 's',
     }
 }
 
