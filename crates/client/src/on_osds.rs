@@ -60,15 +60,14 @@ fn ns_kind(k: FileKind) -> Kind {
     }
 }
 
-/// POSIX attributes of inode `ino` from its record. Directories report one
-/// link, as btrfs does: no subdirectory count is kept, and 1 tells tools
-/// such as `find` not to infer leaf directories from it.
+/// POSIX attributes of inode `ino` from its record (a directory's link
+/// count and times as [`OsdFs::stat`] fills them in).
 pub fn attr(ino: u64, i: &Inode) -> Attr {
     Attr {
         ino,
         kind: kind(i.kind),
         mode: i.mode,
-        nlink: if i.kind == Kind::Dir { 1 } else { i.nlink },
+        nlink: i.nlink,
         uid: i.uid,
         gid: i.gid,
         size: i.size,
@@ -383,6 +382,7 @@ impl OsdNamespace {
         }
         let now = proto::clock::now_ns();
         let c = c.clone();
+        let explicit_mtime = set.mtime.is_some();
         let set = set.clone();
         let i = self
             .fs
@@ -399,7 +399,14 @@ impl OsdNamespace {
                 Ok(())
             })
             .await?;
-        Ok(attr(ino, &i))
+        if i.kind != Kind::Dir {
+            return Ok(attr(ino, &i));
+        }
+        if explicit_mtime {
+            // An explicit mtime replaces the time entry changes recorded.
+            self.fs.forget_entry_changes(ino, osd).await?;
+        }
+        Ok(attr(ino, &self.fs.stat(ino, osd).await?))
     }
 
     /// Cuts every stripe object of `ino` to what a file of `size` bytes holds.

@@ -530,7 +530,11 @@ fn run(
     }
     if let Some((pid, oid)) = obj {
         let created_with_set = matches!(req.cmd, Command::Create { .. });
-        if !req.set.is_empty() && !created_with_set {
+        // A compare-and-swap's set list goes with the swap: applied only
+        // when it swapped (a directory entry and its directory's change
+        // time, in one request).
+        let cas_failed = matches!(reply, Reply::Cas { swapped: false, .. });
+        if !req.set.is_empty() && !created_with_set && !cas_failed {
             // All of the set list in one commit.
             s.set_attrs(pid, oid, &set_list(&req.set))
                 .map_err(map_err)?;

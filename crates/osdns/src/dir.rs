@@ -22,6 +22,7 @@
 
 use std::time::Duration;
 
+use proto::clock::now_ns;
 use proto::layout::data_oid;
 use proto::msg::AttrKey;
 
@@ -76,6 +77,11 @@ struct Chain {
     raw: Vec<u8>,
     head: Slot,
     atomic: bool,
+}
+
+/// The set list that records a directory's entries changed now.
+fn stamp() -> proto::msg::AttrList {
+    vec![(DIR_CHANGED, now_ns().to_le_bytes().to_vec())]
 }
 
 impl OsdFs {
@@ -211,7 +217,8 @@ impl OsdFs {
         Ok(None)
     }
 
-    /// Inserts `ent` into `d` with the directory's protocol.
+    /// Inserts `ent` into `d` with the directory's protocol (and records
+    /// the change time of `d`).
     pub async fn insert(&self, d: &DirRef, ent: &Dirent) -> Result<Insert> {
         loop {
             let r = match d.header.protocol {
@@ -277,7 +284,13 @@ impl OsdFs {
         let new = Slot::new(ent.clone()).encode();
         let (ok, old, attrs) = self
             .osds
-            .cas(d.osd, oid, hash_key(h), Vec::new(), new, vec![DIR_DYING])
+            .cas_and_set(
+                d.osd,
+                oid,
+                (hash_key(h), Vec::new(), new),
+                vec![DIR_DYING],
+                stamp(),
+            )
             .await?;
         if ok {
             self.settle_dying(d, &attrs).await?;
@@ -439,6 +452,7 @@ impl OsdFs {
                 } else {
                     self.osds.set(d.osd, oid, vec![(hash_key(h), new)]).await?;
                 }
+                self.stamp(d).await?;
                 return Ok(Ok(()));
             };
             if let Some((_, s, _)) = self
@@ -470,6 +484,7 @@ impl OsdFs {
             let want = if atomic { vec![DIR_DYING] } else { Vec::new() };
             let attrs = self.write_head(d, &c, Some(linked), want).await?;
             self.settle_dying(d, &attrs).await?;
+            self.stamp(d).await?;
             return Ok(Ok(()));
         }
     }
@@ -484,7 +499,13 @@ impl OsdFs {
                 let exact = Slot::new(ent.clone()).encode();
                 let (ok, old, _) = self
                     .osds
-                    .cas(d.osd, oid, hash_key(h), exact, Vec::new(), Vec::new())
+                    .cas_and_set(
+                        d.osd,
+                        oid,
+                        (hash_key(h), exact, Vec::new()),
+                        Vec::new(),
+                        stamp(),
+                    )
                     .await?;
                 if ok {
                     return Ok(true);
@@ -527,13 +548,16 @@ impl OsdFs {
             Protocol::Atomic => {
                 let (ok, cur, _) = self
                     .osds
-                    .cas(
+                    .cas_and_set(
                         d.osd,
                         oid,
-                        hash_key(h),
-                        Slot::new(old.clone()).encode(),
-                        Slot::new(new.clone()).encode(),
+                        (
+                            hash_key(h),
+                            Slot::new(old.clone()).encode(),
+                            Slot::new(new.clone()).encode(),
+                        ),
                         Vec::new(),
+                        stamp(),
                     )
                     .await?;
                 if ok {
@@ -630,7 +654,14 @@ impl OsdFs {
                     .await?;
             }
         }
+        self.stamp(d).await?;
         Ok(true)
+    }
+
+    /// Records that `d`'s entries changed now (its mtime and ctime), for
+    /// the paths whose last write is not one swapping CAS.
+    async fn stamp(&self, d: &DirRef) -> Result<()> {
+        self.osds.set(d.osd, data_oid(d.ino), stamp()).await
     }
 
     /// One page of `d`'s entries: hash slots after `after` (at most `max`

@@ -52,6 +52,19 @@ pub const DIR_DYING: AttrKey = AttrKey {
     page: PAGE_DIR,
     number: 4,
 };
+/// When an entry was last added to or removed from the directory (i64 ns
+/// LE): its mtime and ctime when newer than its inode record's. Set with
+/// the entry change itself (the set list of the swapping CAS).
+pub const DIR_CHANGED: AttrKey = AttrKey {
+    page: PAGE_DIR,
+    number: 5,
+};
+/// Counter (u64 LE, fetch-and-add) of the directory's subdirectories: its
+/// link count is 2 + this.
+pub const DIR_SUBDIRS: AttrKey = AttrKey {
+    page: PAGE_DIR,
+    number: 6,
+};
 /// Hash page: number = name hash, value = the chain's head [`Slot`].
 pub const PAGE_HASH: u32 = 0x111;
 /// List page: number = slot, value = a chained [`Slot`].
@@ -488,12 +501,12 @@ mod tests {
                 .contains("format version 9")
         );
         let mut v = s.clone();
-        v[6] = 7;
+        v[6] = 8;
         assert!(
             Slot::decode(&v)
                 .unwrap_err()
                 .message
-                .contains("entry kind 7")
+                .contains("entry kind 8")
         );
         assert!(
             Slot::decode(&s[..5])

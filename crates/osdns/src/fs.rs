@@ -251,16 +251,52 @@ impl OsdFs {
             .ok_or_else(|| NsError::new(Errno::NoEnt, format!("{name}: no such entry")))
     }
 
-    /// The inode record of `ino` on `osd`.
+    /// The inode record of `ino` on `osd`; for a directory with its link
+    /// count (2 + its subdirectories) and its times (moved by entry
+    /// changes) filled in from the directory's own counters, read in the
+    /// same request. (Not a record to compare-and-swap against.)
     pub async fn stat(&self, ino: u64, osd: u32) -> Result<Inode> {
-        let raw = self.osds.get1(osd, data_oid(ino), INODE).await?;
+        let attrs = self
+            .osds
+            .get(osd, data_oid(ino), vec![INODE, DIR_CHANGED, DIR_SUBDIRS])
+            .await?;
+        let raw = pick(&attrs, INODE);
         if raw.is_empty() {
             return Err(NsError::new(
                 Errno::NoEnt,
                 format!("inode {ino} has no record"),
             ));
         }
-        Inode::decode(&raw)
+        let mut i = Inode::decode(&raw)?;
+        if i.kind == Kind::Dir {
+            let word = |k| {
+                let v = pick(&attrs, k);
+                <[u8; 8]>::try_from(v.as_slice()).map_or(0, u64::from_le_bytes)
+            };
+            let changed = word(DIR_CHANGED) as i64;
+            i.mtime = i.mtime.max(changed);
+            i.ctime = i.ctime.max(changed);
+            // A counter a crash left below zero reads as none.
+            let subdirs = (word(DIR_SUBDIRS) as i64).clamp(0, i64::from(u32::MAX) - 2);
+            i.nlink = 2 + subdirs as u32;
+        }
+        Ok(i)
+    }
+
+    /// Drops the time directory `ino`'s entries last changed (its times are
+    /// then its record's: after an explicit mtime was set).
+    pub async fn forget_entry_changes(&self, ino: u64, osd: u32) -> Result<()> {
+        self.osds
+            .set(osd, data_oid(ino), vec![(DIR_CHANGED, Vec::new())])
+            .await
+    }
+
+    /// Adds `delta` to directory `d`'s subdirectory count.
+    pub(crate) async fn count_subdirs(&self, d: (u64, u32), delta: i64) -> Result<()> {
+        self.osds
+            .fetch_add(d.1, data_oid(d.0), DIR_SUBDIRS, delta as u64)
+            .await
+            .map(|_| ())
     }
 
     /// Changes inode `ino` with `f` by compare-and-swap (retried when
@@ -345,7 +381,12 @@ impl OsdFs {
             osd,
         };
         match self.insert(d, &ent).await {
-            Ok(Ok(())) => Ok((ent, inode, true)),
+            Ok(Ok(())) => {
+                if kind == Kind::Dir {
+                    self.count_subdirs((d.ino, d.osd), 1).await?;
+                }
+                Ok((ent, inode, true))
+            }
             Ok(Err(existing)) => {
                 self.osds.remove(osd, oid).await?;
                 if exclusive || existing.kind != Kind::File || kind != Kind::File {
@@ -487,6 +528,7 @@ impl OsdFs {
             ));
         }
         self.osds.remove(child.osd, oid).await?;
+        self.count_subdirs((d.ino, d.osd), -1).await?;
         self.headers
             .lock()
             .unwrap_or_else(|e| e.into_inner())

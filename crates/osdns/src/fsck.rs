@@ -112,7 +112,15 @@ struct Obj {
 pub async fn fsck(fs: &OsdFs, repair: bool, grace_ms: u64) -> Result<Report> {
     let mut r = Report::default();
     let root = fs.root().await?;
-    let keys = vec![INODE, INTENT, DIR_HEADER, DIR_LOCK, DIR_DYING, CREATED];
+    let keys = vec![
+        INODE,
+        INTENT,
+        DIR_HEADER,
+        DIR_LOCK,
+        DIR_DYING,
+        CREATED,
+        DIR_SUBDIRS,
+    ];
     // (1) scan
     let map = fs.osds.map();
     let mut objs: HashMap<(u32, u64), Obj> = HashMap::new();
@@ -174,6 +182,7 @@ pub async fn fsck(fs: &OsdFs, repair: bool, grace_ms: u64) -> Result<Report> {
     }
     let mut refs: HashMap<u64, u32> = HashMap::new();
     let mut parent_of: HashMap<u64, (u64, u32)> = HashMap::new();
+    let mut subdirs: HashMap<u64, u64> = HashMap::new();
     let mut reached: HashSet<u64> = HashSet::from([ROOT_INO]);
     let mut queue = VecDeque::from([root]);
     while let Some(d) = queue.pop_front() {
@@ -197,6 +206,7 @@ pub async fn fsck(fs: &OsdFs, repair: bool, grace_ms: u64) -> Result<Report> {
                 continue;
             }
             if e.kind == Kind::Dir {
+                *subdirs.entry(d.ino).or_default() += 1;
                 queue.push_back(fs.dir(e.ino, e.osd).await?);
             } else {
                 r.files += 1;
@@ -234,10 +244,26 @@ pub async fn fsck(fs: &OsdFs, repair: bool, grace_ms: u64) -> Result<Report> {
     for ((osd, oid), o) in &objs {
         let ino = oid & !DATA_OID_TAG;
         let raw = pick(&o.attrs, INODE);
-        if raw.is_empty() || !reached.contains(&ino) || ino == ROOT_INO {
+        if raw.is_empty() || !reached.contains(&ino) {
             continue;
         }
         let i = Inode::decode(&raw)?;
+        if i.kind == Kind::Dir {
+            // A directory's link count is 2 + its subdirectory counter.
+            let want = subdirs.get(&ino).copied().unwrap_or(0);
+            let have = <[u8; 8]>::try_from(pick(&o.attrs, DIR_SUBDIRS).as_slice())
+                .map_or(0, u64::from_le_bytes);
+            if have != want {
+                r.nlinks += 1;
+                if repair {
+                    let v = want.to_le_bytes().to_vec();
+                    fs.osds.set(*osd, *oid, vec![(DIR_SUBDIRS, v)]).await?;
+                }
+            }
+        }
+        if ino == ROOT_INO {
+            continue;
+        }
         let want_links = if i.kind == Kind::Dir {
             2
         } else {

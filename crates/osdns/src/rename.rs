@@ -166,7 +166,25 @@ impl OsdFs {
                 format!("{new_name}: changed by another client meanwhile"),
             ));
         }
-        self.finish_rename(moving, &intent, bytes).await
+        let dead = self.finish_rename(moving, &intent, bytes).await?;
+        if src.ino == dst.ino {
+            // The moved inode's ctime (a move to another directory set it
+            // with the parent): a compare-and-swap, so a concurrent change
+            // of the inode is not lost.
+            match self.update(moving.ino, moving.osd, |_| Ok(())).await {
+                Err(e) if !e.is_missing() => return Err(e),
+                _ => {}
+            }
+        }
+        // Link counts of the directories (2 + subdirectories).
+        if moves_dir {
+            self.count_subdirs((dst.ino, dst.osd), 1).await?;
+            self.count_subdirs((src.ino, src.osd), -1).await?;
+        }
+        if target.is_some_and(|t| t.kind == Kind::Dir) {
+            self.count_subdirs((dst.ino, dst.osd), -1).await?;
+        }
+        Ok(dead)
     }
 
     /// Steps 4–6 of a rename whose destination entry is in place (also
@@ -202,6 +220,7 @@ impl OsdFs {
             let mut i = Inode::decode(&raw_inode)?;
             if i.parent != *dst {
                 i.parent = *dst;
+                i.ctime = i.ctime.max(proto::clock::now_ns());
                 set.push((INODE, i.encode()));
             }
         }

@@ -256,6 +256,20 @@ impl Osds {
         new: Vec<u8>,
         get: Vec<AttrKey>,
     ) -> Result<(bool, Vec<u8>, AttrList)> {
+        self.cas_and_set(osd, oid, (key, expected, new), get, Vec::new())
+            .await
+    }
+
+    /// [`Osds::cas`] that also sets `set` on the object when (and only
+    /// when) it swaps, in the same request.
+    pub async fn cas_and_set(
+        &self,
+        osd: u32,
+        oid: u64,
+        (key, expected, new): (AttrKey, Vec<u8>, Vec<u8>),
+        get: Vec<AttrKey>,
+        set: AttrList,
+    ) -> Result<(bool, Vec<u8>, AttrList)> {
         let cmd = Command::Cas {
             pid: DATA_PARTITION,
             oid,
@@ -263,7 +277,7 @@ impl Osds {
             expected,
             new,
         };
-        let a = self.call(osd, cmd, get, Vec::new()).await?;
+        let a = self.call(osd, cmd, get, set).await?;
         match a.reply {
             Reply::Cas { swapped, old } => Ok((swapped, old, a.attrs)),
             r => Err(NsError::new(Errno::Io, format!("CAS answered {r:?}"))),
