@@ -405,6 +405,43 @@ impl Client {
         }
     }
 
+    /// `fallocate` on handle `fh` (open for writing): mode 0 and
+    /// KEEP_SIZE check the cluster has `len` bytes free (and mode 0 sets
+    /// the length to at least `off + len`); PUNCH_HOLE | KEEP_SIZE and
+    /// ZERO_RANGE make the range read as zeros, freeing whole allocation
+    /// units on the OSDs (ZERO_RANGE without KEEP_SIZE also extends the
+    /// length). COLLAPSE_RANGE and INSERT_RANGE: EOPNOTSUPP.
+    pub async fn fallocate(&self, c: &Creds, fh: u64, off: u64, len: u64, m: i32) -> Result<()> {
+        use crate::holes::{self, mode};
+        let h = self.handle(fh)?;
+        if !h.write {
+            return Err(FsError::new(Errno::BadF, "handle not open for writing"));
+        }
+        let end = holes::check(off, len, m)?;
+        if m & (mode::PUNCH_HOLE | mode::ZERO_RANGE) != 0 {
+            holes::zero(&self.inner, &h.inode, off, len).await?;
+        } else {
+            let s = self.statfs(c).await?;
+            let free = s.capacity.saturating_sub(s.used);
+            if free < len {
+                return Err(FsError::new(
+                    Errno::NoSpc,
+                    format!("fallocate of {len} bytes: the cluster has {free} bytes free"),
+                ));
+            }
+        }
+        if m & mode::KEEP_SIZE == 0 {
+            holes::grow(&self.inner, &h.inode, end).await?;
+        }
+        Ok(())
+    }
+
+    /// SEEK_DATA (`data`) or SEEK_HOLE from `off` on handle `fh`.
+    pub async fn seek_data(&self, fh: u64, off: u64, data: bool) -> Result<u64> {
+        let h = self.handle(fh)?;
+        crate::holes::seek(&self.inner, &h.inode, off, data).await
+    }
+
     /// Cluster status (OSDs, space, MDS request counts).
     pub async fn status(&self) -> Result<ClusterStatus> {
         match self.call(&self.creds(), Op::Status).await? {

@@ -28,7 +28,7 @@ const MAX_INFLIGHT: usize = 4;
 
 /// Resolves runs to OSD targets (every fresh copy) with `want` rights;
 /// `None` when a capability is missing (the caller renews and tries again).
-async fn targets(
+pub(crate) async fn targets(
     inner: &Inner,
     layout: &Layout,
     grants: &[Grant],
@@ -244,7 +244,7 @@ async fn renew(
 
 /// Asks the MDS to record a copy stale (and fence it); answers the file's
 /// new layout and capabilities.
-async fn mark_stale(
+pub(crate) async fn mark_stale(
     inner: &Inner,
     creds: &Creds,
     ino: u64,
@@ -269,7 +269,7 @@ async fn mark_stale(
 
 /// Makes sure the state holds capabilities with `write` rights (and, for
 /// writers, object sets up to `objset`), renewing before they expire.
-async fn ensure_caps(
+pub(crate) async fn ensure_caps(
     inner: &Inner,
     ino: u64,
     st: &mut FileState,

@@ -11,6 +11,7 @@ pub mod client;
 pub mod config;
 pub mod error;
 pub mod file;
+pub mod holes;
 pub mod meta;
 pub mod namespace;
 pub mod on_mds;

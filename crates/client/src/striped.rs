@@ -124,7 +124,7 @@ pub fn corrupt(e: &ConnError) -> bool {
 
 /// Runs `cmd` on one copy, waiting out a starting OSD's missing lease for
 /// up to about two seconds.
-async fn run_copy(
+pub(crate) async fn run_copy(
     c: &Copy,
     cmd: Command,
     data: Bytes,

@@ -12,8 +12,8 @@ use client::{Client, FsError};
 use fuser::{
     AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
     INodeNo, InitFlags, KernelConfig, LockOwner, OpenAccMode, OpenFlags, RenameFlags, ReplyAttr,
-    ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen,
-    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek,
+    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use proto::mds::{Attr, Creds, DirEntry, FileKind, SetAttr, SetTime, XattrMode};
 use tokio::runtime::Handle as Rt;
@@ -472,6 +472,47 @@ impl Filesystem for TesseraFs {
         reply: ReplyEmpty,
     ) {
         done(reply, self.run(self.client.fsync(fh.0)));
+    }
+
+    fn fallocate(
+        &self,
+        req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        let c = self.creds(req);
+        done(
+            reply,
+            self.run(self.client.fallocate(&c, fh.0, offset, length, mode)),
+        );
+    }
+
+    fn lseek(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: i64,
+        whence: i32,
+        reply: ReplyLseek,
+    ) {
+        // The kernel asks only for SEEK_DATA and SEEK_HOLE.
+        let data = match whence {
+            libc::SEEK_DATA => true,
+            libc::SEEK_HOLE => false,
+            _ => return reply.error(Errno::from_i32(libc::EINVAL)),
+        };
+        let Ok(off) = u64::try_from(offset) else {
+            return reply.error(Errno::from_i32(libc::ENXIO));
+        };
+        match self.run(self.client.seek_data(fh.0, off, data)) {
+            Ok(n) => reply.offset(n as i64),
+            Err(e) => reply.error(e),
+        }
     }
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {

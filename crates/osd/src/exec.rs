@@ -265,7 +265,10 @@ fn need(cmd: &Command, req: &Request) -> Need {
             one(pid, oid, rights::SET_ATTR | rights::GET_ATTR)
         }
         Command::SetVersion { pid, oid, .. } => one(pid, oid, rights::REVOKE),
-        Command::Truncate { pid, oid, .. } => one(pid, oid, rights::WRITE),
+        Command::Truncate { pid, oid, .. } | Command::Punch { pid, oid, .. } => {
+            one(pid, oid, rights::WRITE)
+        }
+        Command::DataRanges { pid, oid } => one(pid, oid, rights::READ),
     };
     n.rights |= extra;
     n
@@ -285,7 +288,9 @@ fn target(cmd: &Command) -> Option<(u64, u64)> {
         | Command::SetAttributes { pid, oid }
         | Command::Cas { pid, oid, .. }
         | Command::FetchAdd { pid, oid, .. }
-        | Command::Truncate { pid, oid, .. } => Some((pid, oid)),
+        | Command::Truncate { pid, oid, .. }
+        | Command::Punch { pid, oid, .. }
+        | Command::DataRanges { pid, oid } => Some((pid, oid)),
         _ => None,
     }
 }
@@ -428,6 +433,21 @@ fn run(
             .map(|()| Reply::Done),
         Command::Flush { .. } => s.flush().map(|()| Reply::Done),
         Command::Truncate { pid, oid, len } => s.truncate(*pid, *oid, *len).map(|()| Reply::Done),
+        Command::Punch {
+            pid,
+            oid,
+            offset,
+            len,
+        } => s.punch(*pid, *oid, *offset, *len).map(|()| Reply::Done),
+        Command::DataRanges { pid, oid } => s.data_ranges(*pid, *oid).map(|mut r| {
+            if r.len() > proto::msg::MAX_DATA_RANGES {
+                let (o, _) = r[proto::msg::MAX_DATA_RANGES - 1];
+                let (lo, ll) = r[r.len() - 1];
+                r.truncate(proto::msg::MAX_DATA_RANGES);
+                r[proto::msg::MAX_DATA_RANGES - 1] = (o, lo + ll - o);
+            }
+            Reply::DataRanges(r)
+        }),
         Command::List {
             pid,
             lo,

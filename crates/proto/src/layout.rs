@@ -229,6 +229,20 @@ impl LayoutSpec {
         }
     }
 
+    /// The file offset of byte `obj_offset` of stripe object (`objset`,
+    /// `stripe`): the inverse of [`LayoutSpec::locate`].
+    pub fn file_offset(&self, objset: u64, stripe: u32, obj_offset: u64) -> u64 {
+        let su = u64::from(self.stripe_unit);
+        let sc = u64::from(self.stripe_count);
+        let rows = if self.object_size == 0 {
+            0
+        } else {
+            self.object_size / su
+        };
+        let row = objset * rows + obj_offset / su;
+        (row * sc + u64::from(stripe)) * su + obj_offset % su
+    }
+
     /// Splits `[off, off + len)` into pieces, in file order.
     pub fn pieces(&self, off: u64, len: u64) -> Vec<Piece> {
         let mut out = Vec::new();
@@ -281,6 +295,18 @@ mod tests {
             stripe_count: sc,
             object_size: os,
             ..LayoutSpec::default()
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn file_offset_inverts_locate(
+            su_k in 1u32..64, sc in 1u32..8, rows in 0u64..5, off in 0u64..(1 << 30)
+        ) {
+            let su = su_k * 4096;
+            let s = spec(su, sc, rows * u64::from(su));
+            let p = s.locate(off, 1);
+            proptest::prop_assert_eq!(s.file_offset(p.objset, p.stripe, p.obj_offset), off);
         }
     }
 

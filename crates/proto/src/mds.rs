@@ -1108,6 +1108,8 @@ pub enum Errno {
     OpNotSupp,
     /// EROFS (a read-only principal asked for a change).
     RoFs,
+    /// ENXIO (SEEK_DATA/SEEK_HOLE at or past the end).
+    NxIo,
 }
 
 impl Errno {
@@ -1137,6 +1139,7 @@ impl Errno {
             Errno::BadF => 9,
             Errno::OpNotSupp => 95,
             Errno::RoFs => 30,
+            Errno::NxIo => 6,
         }
     }
 }

@@ -259,7 +259,31 @@ pub enum Command {
         /// Read every byte (else size and version only).
         deep: bool,
     },
+    /// Make `[offset, offset + len)` read as zeros, size unchanged: whole
+    /// allocation units inside are unmapped and freed (right WRITE).
+    /// `fallocate` PUNCH_HOLE and ZERO_RANGE.
+    Punch {
+        /// Partition.
+        pid: u64,
+        /// Object.
+        oid: u64,
+        /// Byte offset.
+        offset: u64,
+        /// Bytes.
+        len: u64,
+    },
+    /// The byte ranges of an object that hold data (right READ):
+    /// SEEK_DATA and SEEK_HOLE.
+    DataRanges {
+        /// Partition.
+        pid: u64,
+        /// Object.
+        oid: u64,
+    },
 }
+
+/// Most ranges a DATA RANGES answer carries (the rest are reported as data).
+pub const MAX_DATA_RANGES: usize = 65_536;
 
 impl Command {
     /// The opcode carried in the frame prefix.
@@ -285,6 +309,8 @@ impl Command {
             Command::Truncate { .. } => 18,
             Command::GetPage { .. } => 19,
             Command::Digest { .. } => 20,
+            Command::Punch { .. } => 21,
+            Command::DataRanges { .. } => 22,
         }
     }
 
@@ -311,6 +337,8 @@ impl Command {
             Command::Truncate { .. } => "truncate",
             Command::GetPage { .. } => "get_page",
             Command::Digest { .. } => "digest",
+            Command::Punch { .. } => "punch",
+            Command::DataRanges { .. } => "data_ranges",
         }
     }
 
@@ -326,6 +354,8 @@ impl Command {
                 | Command::Truncate { .. }
                 | Command::GetPage { .. }
                 | Command::Digest { .. }
+                | Command::Punch { .. }
+                | Command::DataRanges { .. }
         )
     }
 
@@ -412,6 +442,9 @@ pub enum Reply {
         /// xxh3-64 of the content (zeros for holes); 0 when not deep.
         hash: u64,
     },
+    /// Where an object holds data: (offset, len) in order, at most
+    /// [`MAX_DATA_RANGES`] (the last then runs to the object's end).
+    DataRanges(Vec<(u64, u64)>),
 }
 
 /// A response header.

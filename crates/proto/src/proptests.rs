@@ -98,6 +98,13 @@ fn command() -> impl Strategy<Value = Command> {
         (u(), u(), u()).prop_map(|(pid, oid, version)| Command::SetVersion { pid, oid, version }),
         Just(Command::Statfs),
         (u(), u(), u()).prop_map(|(pid, oid, len)| Command::Truncate { pid, oid, len }),
+        (u(), u(), u(), u()).prop_map(|(pid, oid, offset, len)| Command::Punch {
+            pid,
+            oid,
+            offset,
+            len
+        }),
+        (u(), u()).prop_map(|(pid, oid)| Command::DataRanges { pid, oid }),
         (
             u(),
             u(),

@@ -472,3 +472,66 @@ fn attribute_pages_batched_sets_and_create_with_attributes() {
         Some(b"header".to_vec())
     );
 }
+
+#[test]
+fn punched_ranges_read_zeros_free_their_units_and_survive_reopen() {
+    use proptest::strategy::{Strategy, ValueTree};
+    use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+    for policy in POLICIES {
+        let (dev, s) = fresh(policy);
+        let id = s.create(P, None).unwrap();
+        let len = 1_000_000usize;
+        let mut model = pattern(len, 3);
+        s.write(P, id, 0, &model).unwrap();
+        let full = s.stat(P, id).unwrap().used_bytes;
+        // Deterministic random punches, checked against a model each time.
+        let mut runner = TestRunner::new_with_rng(
+            Config::default(),
+            TestRng::from_seed(RngAlgorithm::ChaCha, &[7; 32]),
+        );
+        for _ in 0..12 {
+            let (off, n) = (0..len as u64, 1..300_000u64)
+                .new_tree(&mut runner)
+                .unwrap()
+                .current();
+            s.punch(P, id, off, n).unwrap();
+            let end = ((off + n) as usize).min(len);
+            model[off as usize..end].fill(0);
+            assert_eq!(s.read(P, id, 0, len as u64).unwrap(), model, "{policy:?}");
+            assert_eq!(s.stat(P, id).unwrap().size, len as u64, "size unchanged");
+            // Every range it reports holds data; every byte outside is zero.
+            let ranges = s.data_ranges(P, id).unwrap();
+            let mut covered = vec![false; len];
+            for (o, l) in &ranges {
+                covered[*o as usize..(*o + *l) as usize].fill(true);
+            }
+            for (i, b) in model.iter().enumerate() {
+                assert!(covered[i] || *b == 0, "byte {i} is data outside the ranges");
+            }
+        }
+        let after = s.stat(P, id).unwrap().used_bytes;
+        assert!(
+            after < full,
+            "{policy:?}: punching freed nothing ({after} of {full})"
+        );
+        // A punch past the end, or of nothing, changes nothing.
+        s.punch(P, id, 2 * len as u64, 10).unwrap();
+        s.punch(P, id, 5, 0).unwrap();
+        assert_eq!(s.stat(P, id).unwrap().size, len as u64);
+        // Reopened, the holes are still holes and the data still data.
+        drop(s);
+        let s = Store::open(dev, &OpenOptions::default()).unwrap();
+        assert_eq!(s.read(P, id, 0, len as u64).unwrap(), model);
+        assert_eq!(s.stat(P, id).unwrap().used_bytes, after);
+        // Inline objects punch too.
+        let small = s.create(P, None).unwrap();
+        s.write(P, small, 0, b"hello world").unwrap();
+        s.punch(P, small, 2, 3).unwrap();
+        assert_eq!(s.read(P, small, 0, 100).unwrap(), b"he\0\0\0 world");
+        assert_eq!(s.data_ranges(P, small).unwrap(), vec![(0, 11)]);
+        assert!(matches!(
+            s.punch(P, 0x999_999, 0, 1),
+            Err(StoreError::NoObject { .. })
+        ));
+    }
+}

@@ -14,12 +14,12 @@ use crate::journal::record::Record;
 use crate::onode::{MapExtent, Onode};
 
 /// What a writer needs to know of an object, copied out under the lock.
-struct Snapshot {
-    size: u64,
-    large: bool,
-    inline: Option<Box<[u8]>>,
-    extents: Vec<MapExtent>,
-    generation: u64,
+pub(super) struct Snapshot {
+    pub(super) size: u64,
+    pub(super) large: bool,
+    pub(super) inline: Option<Box<[u8]>>,
+    pub(super) extents: Vec<MapExtent>,
+    pub(super) generation: u64,
 }
 
 fn name(pid: u64, oid: u64) -> String {
@@ -27,7 +27,7 @@ fn name(pid: u64, oid: u64) -> String {
 }
 
 impl Inner {
-    fn snapshot(&self, pid: u64, oid: u64) -> Result<Snapshot> {
+    pub(super) fn snapshot(&self, pid: u64, oid: u64) -> Result<Snapshot> {
         let st = self.lock_ok()?;
         let o = st
             .meta
@@ -346,7 +346,7 @@ impl Inner {
     }
 }
 
-fn check_range(off: u64, len: u64) -> Result<u64> {
+pub(super) fn check_range(off: u64, len: u64) -> Result<u64> {
     off.checked_add(len)
         .filter(|&e| e <= MAX_OBJECT_SIZE)
         .ok_or_else(|| {

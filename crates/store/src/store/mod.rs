@@ -12,6 +12,7 @@ mod commit;
 mod data;
 mod objects;
 pub(crate) mod open;
+mod punch;
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
