@@ -398,11 +398,16 @@ impl Client {
 
     /// File-system totals.
     pub async fn statfs(&self, c: &Creds) -> Result<FsStat> {
-        // Space comes from the OSDs' reports to the MDS in both modes.
-        match self.call(c, Op::Statfs).await? {
-            MdsReply::Statfs(s) => Ok(s),
-            r => Err(bad_reply("statfs", &r)),
+        // Space comes from the OSDs' reports to the MDS in both modes;
+        // inodes from the namespace where it counts them.
+        let mut s = match self.call(c, Op::Statfs).await? {
+            MdsReply::Statfs(s) => s,
+            r => return Err(bad_reply("statfs", &r)),
+        };
+        if let Some(n) = self.inner.ns.inodes().await? {
+            s.inodes = n;
         }
+        Ok(s)
     }
 
     /// `fallocate` on handle `fh` (open for writing): mode 0 and

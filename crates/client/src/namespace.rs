@@ -170,4 +170,8 @@ pub trait Namespace: Send + Sync {
     /// namespace that keeps unlinked files for their holders hears it
     /// every [`proto::mds::HOLD_INTERVAL_MS`] while there are any.
     fn holding(&self, held: Vec<(u64, bool)>) -> NsFuture<'_, ()>;
+
+    /// Inodes in the file system, when the namespace counts them itself
+    /// (`None`: the MDS's statfs says).
+    fn inodes(&self) -> NsFuture<'_, Option<u64>>;
 }

@@ -853,4 +853,8 @@ impl Namespace for OsdNamespace {
         // removal to its own last release (see `unlink_name`).
         Box::pin(async { Ok(()) })
     }
+
+    fn inodes(&self) -> NsFuture<'_, Option<u64>> {
+        Box::pin(async { Ok(Some(self.fs.inodes().await?)) })
+    }
 }

@@ -79,6 +79,12 @@ pub const FS_NEXT_INO: AttrKey = AttrKey {
     page: PAGE_FS,
     number: 1,
 };
+/// Inode counter (i64 LE as u64, fetch-and-add): inodes made minus
+/// removed, as clients flush their counts (statfs; fsck recounts).
+pub const FS_INODES: AttrKey = AttrKey {
+    page: PAGE_FS,
+    number: 3,
+};
 /// Rename lock ([`Lease`]): held while a directory moves to another parent.
 pub const FS_RENAME_LOCK: AttrKey = AttrKey {
     page: PAGE_FS,

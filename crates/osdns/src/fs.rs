@@ -48,7 +48,14 @@ pub struct OsdFs {
     pub layout: LayoutSpec,
     ids: tokio::sync::Mutex<(u64, u64)>,
     headers: Mutex<HashMap<u64, DirHeader>>,
+    /// Inodes this client made minus removed, not yet added to the
+    /// file system's counter.
+    inode_delta: std::sync::atomic::AtomicI64,
 }
+
+/// A client adds its inode count to the shared counter once it is this
+/// far off (and at every statfs).
+const INODE_FLUSH: i64 = 256;
 
 use proto::clock::now_ns;
 
@@ -93,7 +100,48 @@ impl OsdFs {
             layout,
             ids: tokio::sync::Mutex::new((0, 0)),
             headers: Mutex::new(HashMap::new()),
+            inode_delta: std::sync::atomic::AtomicI64::new(0),
         }
+    }
+
+    /// Counts `n` inodes made (or removed, negative); adds the count to the
+    /// file system's counter once it is [`INODE_FLUSH`] off.
+    pub(crate) async fn count_inodes(&self, n: i64) -> Result<()> {
+        let d = self.inode_delta.fetch_add(n, Ordering::Relaxed) + n;
+        if d.abs() >= INODE_FLUSH {
+            self.flush_inodes().await?;
+        }
+        Ok(())
+    }
+
+    async fn flush_inodes(&self) -> Result<u64> {
+        let d = self.inode_delta.swap(0, Ordering::Relaxed);
+        let root = (self.root_osd()?, data_oid(ROOT_INO));
+        match self
+            .osds
+            .fetch_add(root.0, root.1, FS_INODES, d as u64)
+            .await
+        {
+            Ok(old) => Ok((old as i64 + d).max(0) as u64),
+            Err(e) => {
+                self.inode_delta.fetch_add(d, Ordering::Relaxed);
+                Err(e)
+            }
+        }
+    }
+
+    /// Inodes in the file system (this client's count added first; other
+    /// clients' counts within [`INODE_FLUSH`] each).
+    pub async fn inodes(&self) -> Result<u64> {
+        self.flush_inodes().await
+    }
+
+    /// Sets the inode counter (fsck, after counting every inode).
+    pub(crate) async fn set_inodes(&self, n: u64) -> Result<()> {
+        let root = (self.root_osd()?, data_oid(ROOT_INO));
+        self.osds
+            .set(root.0, root.1, vec![(FS_INODES, n.to_le_bytes().to_vec())])
+            .await
     }
 
     /// The root directory's OSD.
@@ -137,6 +185,8 @@ impl OsdFs {
             (INODE, inode.encode()),
             (DIR_HEADER, header.encode()),
             (FS_NEXT_INO, 1u64.to_le_bytes().to_vec()),
+            // The root is the first inode.
+            (FS_INODES, 1u64.to_le_bytes().to_vec()),
         ];
         match self.osds.create(osd, data_oid(ROOT_INO), attrs).await {
             Err(e) if e.errno == Errno::Exist.raw() => {}
@@ -385,6 +435,7 @@ impl OsdFs {
                 if kind == Kind::Dir {
                     self.count_subdirs((d.ino, d.osd), 1).await?;
                 }
+                self.count_inodes(1).await?;
                 Ok((ent, inode, true))
             }
             Ok(Err(existing)) => {
@@ -452,7 +503,8 @@ impl OsdFs {
                 }
             }
         }
-        self.osds.remove(osd, oid).await
+        self.osds.remove(osd, oid).await?;
+        self.count_inodes(-1).await
     }
 
     /// Removes the empty directory `name` from `d` (ENOTEMPTY otherwise).
@@ -529,6 +581,7 @@ impl OsdFs {
         }
         self.osds.remove(child.osd, oid).await?;
         self.count_subdirs((d.ino, d.osd), -1).await?;
+        self.count_inodes(-1).await?;
         self.headers
             .lock()
             .unwrap_or_else(|e| e.into_inner())

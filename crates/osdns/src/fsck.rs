@@ -49,6 +49,10 @@ pub struct Report {
     pub nlinks: u64,
     /// Parent pointers corrected.
     pub parents: u64,
+    /// The inode counter (what it said, what was counted) when they
+    /// differ: clients add their counts in batches, so this is not damage
+    /// (set to the count when repairing).
+    pub inode_counter: Option<(u64, u64)>,
 }
 
 impl Report {
@@ -90,6 +94,11 @@ impl Report {
         add(self.list_slots, "unreachable list slots freed");
         add(self.nlinks, "link counts corrected");
         add(self.parents, "parent pointers corrected");
+        if let Some((was, counted)) = self.inode_counter {
+            v.push(format!(
+                "inode counter said {was}, {counted} counted (clients add theirs in batches)"
+            ));
+        }
         for d in &self.dangling {
             v.push(format!("  dangling: {d}"));
         }
@@ -240,6 +249,19 @@ pub async fn fsck(fs: &OsdFs, repair: bool, grace_ms: u64) -> Result<Report> {
         }
     }
     r.orphans = orphan_inos;
+    // The inode counter: every directory and file reached.
+    let counted = r.dirs + r.files;
+    let raw = fs
+        .osds
+        .get1(root.osd, data_oid(ROOT_INO), FS_INODES)
+        .await?;
+    let was = <[u8; 8]>::try_from(raw.as_slice()).map_or(0, u64::from_le_bytes);
+    if was != counted {
+        r.inode_counter = Some((was, counted));
+        if repair {
+            fs.set_inodes(counted).await?;
+        }
+    }
     // (5) link counts and parents
     for ((osd, oid), o) in &objs {
         let ino = oid & !DATA_OID_TAG;

@@ -240,7 +240,9 @@ impl OsdFs {
         osd: u32,
     ) -> Result<Option<(u64, u32, Inode)>> {
         if kind == Kind::Dir {
-            return self.osds.remove(osd, data_oid(ino)).await.map(|_| None);
+            self.osds.remove(osd, data_oid(ino)).await?;
+            self.count_inodes(-1).await?;
+            return Ok(None);
         }
         match self
             .update(ino, osd, |i| {
