@@ -364,11 +364,14 @@ impl Client {
         new_name: &str,
         noreplace: bool,
     ) -> Result<()> {
-        {
+        let (cached, replaced) = {
             let mut cache = self.inner.meta.cache();
+            let moved = cache.ino_of(parent, name);
+            let replaced = cache.ino_of(new_parent, new_name);
             cache.remove_name(parent, name);
             cache.remove_name(new_parent, new_name);
-        }
+            (moved, replaced)
+        };
         let open = |i: u64| self.inner.is_open(i);
         let r = self
             .inner
@@ -377,7 +380,13 @@ impl Client {
             .await;
         self.inner.meta.changed(parent);
         self.inner.meta.changed(new_parent);
-        r
+        // The moved inode's ctime (and a directory's parent) changed; a
+        // replaced one lost a link.
+        let moved = r.as_ref().ok().copied().flatten();
+        for i in [cached, moved, replaced].into_iter().flatten() {
+            self.inner.meta.changed(i);
+        }
+        r.map(|_| ())
     }
 
     /// A symlink's target.

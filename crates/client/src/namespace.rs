@@ -101,7 +101,9 @@ pub trait Namespace: Send + Sync {
     fn rmdir<'a>(&'a self, c: &'a Creds, parent: u64, name: &'a str) -> NsFuture<'a, ()>;
 
     /// Renames `from` to `to` atomically (POSIX replace rules; `noreplace`
-    /// fails with EEXIST).
+    /// fails with EEXIST). Returns the moved inode when the namespace
+    /// knows it (its ctime changed: the client's cached attributes of it
+    /// are out of date).
     fn rename<'a>(
         &'a self,
         c: &'a Creds,
@@ -109,7 +111,7 @@ pub trait Namespace: Send + Sync {
         to: (u64, &'a str),
         noreplace: bool,
         open_here: OpenHere<'a>,
-    ) -> NsFuture<'a, ()>;
+    ) -> NsFuture<'a, Option<u64>>;
 
     /// A symlink's target.
     fn readlink<'a>(&'a self, c: &'a Creds, ino: u64) -> NsFuture<'a, String>;

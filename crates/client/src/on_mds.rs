@@ -206,7 +206,7 @@ impl Namespace for MdsNamespace {
         to: (u64, &'a str),
         noreplace: bool,
         _open_here: OpenHere<'a>,
-    ) -> NsFuture<'a, ()> {
+    ) -> NsFuture<'a, Option<u64>> {
         let op = Op::Rename {
             parent: from.0,
             name: from.1.into(),
@@ -214,7 +214,12 @@ impl Namespace for MdsNamespace {
             new_name: to.1.into(),
             noreplace,
         };
-        Box::pin(self.done(c, op))
+        Box::pin(async move {
+            match self.call(c, op).await? {
+                MdsReply::Attr(a) => Ok(Some(a.ino)),
+                _ => Ok(None),
+            }
+        })
     }
 
     fn readlink<'a>(&'a self, c: &'a Creds, ino: u64) -> NsFuture<'a, String> {

@@ -299,14 +299,14 @@ impl OsdNamespace {
         (new_parent, new_name): (u64, &str),
         noreplace: bool,
         open_here: &(dyn Fn(u64) -> bool + Sync),
-    ) -> Result<()> {
+    ) -> Result<u64> {
         let s = self.dir(parent).await?;
         let d = self.dir(new_parent).await?;
-        let dead = self.fs.rename(&s, name, &d, new_name, noreplace).await?;
+        let (moved, dead) = self.fs.rename(&s, name, &d, new_name, noreplace).await?;
         if let Some((ino, osd, i)) = dead {
             self.gone(ino, osd, i, open_here(ino)).await?;
         }
-        Ok(())
+        Ok(moved)
     }
 
     /// An inode with no names left: destroyed now, or remembered for the
@@ -708,7 +708,7 @@ impl Namespace for OsdNamespace {
         to: (u64, &'a str),
         noreplace: bool,
         open_here: OpenHere<'a>,
-    ) -> NsFuture<'a, ()> {
+    ) -> NsFuture<'a, Option<u64>> {
         Box::pin(async move {
             self.removable(c, from.0, from.1, "rename (source)").await?;
             let da = self.changeable(c, to.0, "rename (target)").await?;
@@ -717,7 +717,9 @@ impl Namespace for OsdNamespace {
             {
                 posix::perm::sticky(&da, &t.attr, c).map_err(FsError::from)?;
             }
-            self.rename_names(from, to, noreplace, open_here).await
+            self.rename_names(from, to, noreplace, open_here)
+                .await
+                .map(Some)
         })
     }
 

@@ -517,8 +517,8 @@ fn is_ancestor(tx: &Tx, anc: u64, mut ino: u64) -> Result<bool, MdsError> {
     ))
 }
 
-/// Renames atomically. Returns a replaced file's inode if that was its
-/// last name (it is an orphan now).
+/// Renames atomically. Returns the moved inode, and a replaced file's
+/// inode if that was its last name (it is an orphan now).
 pub fn rename(
     tx: &mut Tx,
     c: &Creds,
@@ -527,7 +527,7 @@ pub fn rename(
     new_parent: u64,
     new_name: &str,
     noreplace: bool,
-) -> Result<Option<u64>, MdsError> {
+) -> Result<(Inode, Option<u64>), MdsError> {
     check_name(name)?;
     check_name(new_name)?;
     let src_dir = writable_dir(tx, c, parent, "rename (source)")?;
@@ -547,7 +547,7 @@ pub fn rename(
     let target = tx.dentry(new_parent, new_name)?;
     if let Some((tino, tkind)) = target {
         if tino == ino {
-            return Ok(None); // same file: POSIX says do nothing
+            return Ok((moving, None)); // same file: POSIX says do nothing
         }
         if noreplace {
             return Err(err(
@@ -599,7 +599,7 @@ pub fn rename(
     moving.attr.ctime = now;
     tx.put_inode(&moving)?;
     tx.put_state(&st)?;
-    Ok(orphan)
+    Ok((moving, orphan))
 }
 
 /// What a setattr changed that the caller must act on at the OSDs.

@@ -30,9 +30,10 @@ use crate::fs::{DirRef, OsdFs};
 impl OsdFs {
     /// Renames `src`/`name` to `dst`/`new_name`, replacing a destination of
     /// a compatible kind (an empty directory by a directory, a non-directory
-    /// by a non-directory) unless `noreplace`. Returns the replaced file
-    /// when that was its last name: (ino, OSD, record), for the caller to
-    /// remove with [`OsdFs::destroy`] (until then fsck sees an orphan).
+    /// by a non-directory) unless `noreplace`. Returns the moved inode, and
+    /// the replaced file when that was its last name: (ino, OSD, record),
+    /// for the caller to remove with [`OsdFs::destroy`] (until then fsck
+    /// sees an orphan).
     pub async fn rename(
         &self,
         src: &DirRef,
@@ -40,13 +41,13 @@ impl OsdFs {
         dst: &DirRef,
         new_name: &str,
         noreplace: bool,
-    ) -> Result<Option<(u64, u32, Inode)>> {
+    ) -> Result<(u64, Option<(u64, u32, Inode)>)> {
         crate::fs::check_name(new_name)?;
         let moving = self.lookup(src, name).await?;
         let target = self.find(dst, new_name).await?;
         if let Some(t) = &target {
             if t.ino == moving.ino {
-                return Ok(None);
+                return Ok((moving.ino, None));
             }
             if noreplace {
                 return Err(NsError::new(Errno::Exist, format!("{new_name}: exists")));
@@ -93,7 +94,7 @@ impl OsdFs {
             self.release(root_osd, data_oid(ROOT_INO), FS_RENAME_LOCK, held)
                 .await?;
         }
-        r
+        r.map(|dead| (moving.ino, dead))
     }
 
     async fn rename_steps(

@@ -189,7 +189,8 @@ impl Mds {
         Ok(MdsReply::Done)
     }
 
-    /// RENAME `from` to `to`: a replaced file's last name gone leaves an orphan.
+    /// RENAME `from` to `to`: answers the moved inode's attributes; a
+    /// replaced file's last name gone leaves an orphan.
     pub(super) async fn rename(
         &self,
         c: Creds,
@@ -197,12 +198,12 @@ impl Mds {
         to: (u64, String),
         noreplace: bool,
     ) -> Result<MdsReply, MdsError> {
-        let orphan = self
+        let (moved, orphan) = self
             .kv
             .write(move |tx| ns::rename(tx, &c, from.0, &from.1, to.0, &to.1, noreplace))
             .await?;
         self.orphaned(orphan).await?;
-        Ok(MdsReply::Done)
+        Ok(MdsReply::Attr(moved.attr))
     }
 
     /// READLINK.

@@ -1,0 +1,289 @@
+//! What the tests that mount Tessera share: the binary (speaking as the
+//! test's cluster admin), `tessera up --mount` as a guard that stops it,
+//! separate daemon processes, foreground mounts.
+#![allow(dead_code, reason = "each test file uses its own part of the harness")]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_tessera");
+
+pub fn can_mount() -> bool {
+    // SAFETY: geteuid cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root || !Path::new("/dev/fuse").exists() {
+        eprintln!("SKIPPED: FUSE mounts need root and /dev/fuse");
+        return false;
+    }
+    true
+}
+
+pub fn free_port() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().to_string()
+}
+
+std::thread_local! {
+    /// The admin key of the cluster this test (thread) formatted.
+    pub static KEY: std::cell::RefCell<Option<std::path::PathBuf>> = const { std::cell::RefCell::new(None) };
+}
+
+/// The binary, speaking as this test's cluster admin once it has one.
+pub fn bin() -> Command {
+    let mut c = Command::new(BIN);
+    if let Some(k) = KEY.with(|k| k.borrow().clone()) {
+        c.env("TESSERA_KEY_FILE", k);
+    }
+    c
+}
+
+pub fn ok(args: &[&str]) -> String {
+    let o = bin().args(args).output().unwrap();
+    assert!(
+        o.status.success(),
+        "tessera {args:?}: {}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Waits for a line containing `what` on a child's stdout (60 s).
+pub fn wait_line(child: &mut Child, what: &str) -> String {
+    let out = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let what = what.to_string();
+    std::thread::spawn(move || {
+        let mut seen = String::new();
+        for l in BufReader::new(out).lines().map_while(Result::ok) {
+            seen.push_str(&l);
+            seen.push('\n');
+            if l.contains(&what) {
+                let _ = tx.send(Ok(seen.clone()));
+            }
+        }
+        let _ = tx.send(Err(seen));
+    });
+    match rx.recv_timeout(Duration::from_secs(60)) {
+        Ok(Ok(s)) => s,
+        Ok(Err(s)) => panic!("process ended before printing the line; output:\n{s}"),
+        Err(_) => panic!("timed out waiting for the line"),
+    }
+}
+
+/// A `tessera up` process with its mount; stops cleanly on drop.
+pub struct Up {
+    child: Option<Child>,
+    /// The data directory.
+    pub data: PathBuf,
+    /// The mount point.
+    pub mp: PathBuf,
+}
+
+impl Up {
+    pub fn start(dir: &Path, extra: &[&str]) -> Up {
+        let data = dir.join("data");
+        // `tessera up` writes its admin key here; later commands of this
+        // test speak with it.
+        KEY.with(|k| *k.borrow_mut() = Some(data.join("client.admin.key")));
+        let mp = dir.join("mnt");
+        std::fs::create_dir_all(&mp).unwrap();
+        let port = free_port();
+        let mut args = vec![
+            "up",
+            "--data",
+            data.to_str().unwrap(),
+            "--osds",
+            "3",
+            "--size",
+            "512M",
+            "--listen",
+            &port,
+            "--mount",
+            mp.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        let mut child = bin()
+            .args(&args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        wait_line(&mut child, "mounted on");
+        Up {
+            child: Some(child),
+            data,
+            mp,
+        }
+    }
+
+    /// The MDS address `tessera up` recorded in cluster.toml.
+    pub fn mds_addr(&self) -> String {
+        let cf = std::fs::read_to_string(self.data.join("cluster.toml")).unwrap();
+        cf.lines()
+            .find_map(|l| l.strip_prefix("mds = "))
+            .unwrap()
+            .trim_matches('"')
+            .to_string()
+    }
+
+    pub fn target(&self) -> Vec<String> {
+        vec!["--data".into(), self.data.to_str().unwrap().into()]
+    }
+
+    /// SIGINT, expect a clean exit, then check the namespace offline.
+    pub fn stop(mut self) {
+        let mut c = self.child.take().unwrap();
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(c.id() as i32, libc::SIGINT) };
+        assert!(c.wait().unwrap().success(), "tessera up exits 0 on Ctrl-C");
+        let fsck = ok(&[
+            "mds",
+            "fsck",
+            "--data",
+            self.data.join("mds").to_str().unwrap(),
+        ]);
+        assert!(fsck.contains("clean"), "{fsck}");
+        assert!(!is_mounted(&self.mp), "unmounted");
+    }
+}
+
+impl Drop for Up {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            // SAFETY: signalling our own child.
+            unsafe { libc::kill(c.id() as i32, libc::SIGINT) };
+            let _ = c.wait();
+            let _ = Command::new("umount").arg("-l").arg(&self.mp).status();
+        }
+    }
+}
+
+pub fn is_mounted(p: &Path) -> bool {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let c = p.canonicalize().unwrap();
+    info.lines()
+        .any(|l| l.split(' ').nth(4) == Some(c.to_str().unwrap()))
+}
+
+pub fn mount_fg(mds: &str, cluster: &str, mp: &Path, extra: &[&str]) -> Child {
+    std::fs::create_dir_all(mp).unwrap();
+    let mut args = vec![
+        "mount",
+        mds,
+        mp.to_str().unwrap(),
+        "--foreground",
+        "--cluster",
+        cluster,
+    ];
+    args.extend_from_slice(extra);
+    let mut c = bin()
+        .args(&args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_line(&mut c, "mounted");
+    c
+}
+
+pub fn sigint_wait(c: &mut Child) {
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(c.id() as i32, libc::SIGINT) };
+    assert!(c.wait().unwrap().success());
+}
+
+pub fn drop_caches() {
+    std::fs::write("/proc/sys/vm/drop_caches", "3").unwrap();
+}
+
+pub fn start_osd(dir: &Path, i: u32, addr: &str, mds: &str) -> Child {
+    bin()
+        .args([
+            "osd",
+            "--store",
+            dir.join(format!("osd{i}.img")).to_str().unwrap(),
+            "--key-file",
+            dir.join(format!("osd{i}.key")).to_str().unwrap(),
+            "--listen",
+            addr,
+            "--mds",
+            mds,
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+pub fn wait_osds_up(mds: &str, cluster: &str, n: usize) {
+    for _ in 0..200 {
+        let o = bin()
+            .args(["status", "--mds", mds, "--cluster", cluster, "--json"])
+            .output()
+            .unwrap();
+        let s = String::from_utf8_lossy(&o.stdout);
+        if s.matches("\"up\": true").count() >= n {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("OSDs did not come up");
+}
+
+/// Separate daemon processes: `tessera mds format` (with `format_extra`)
+/// and `mds serve`, and three OSDs made with `mkfs` and `keygen`, all up.
+/// Returns (MDS, OSDs, OSD addresses, MDS address).
+pub fn daemons(
+    d: &Path,
+    cluster: &str,
+    format_extra: &[&str],
+) -> (Child, Vec<Child>, Vec<String>, String) {
+    let p = |x: &str| d.join(x).to_str().unwrap().to_string();
+    let data = p("mds");
+    let mut args = vec![
+        "mds",
+        "format",
+        "--data",
+        data.as_str(),
+        "--cluster",
+        cluster,
+    ];
+    args.extend_from_slice(format_extra);
+    ok(&args);
+    KEY.with(|k| *k.borrow_mut() = Some(d.join("mds").join("client.admin.key")));
+    let mds_addr = free_port();
+    let mds = bin()
+        .args(["mds", "serve", "--data", &p("mds"), "--listen", &mds_addr])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut osds = Vec::new();
+    let mut addrs = Vec::new();
+    for i in 0..3u32 {
+        ok(&["mkfs", &p(&format!("osd{i}.img")), "--size", "256M"]);
+        let id = i.to_string();
+        ok(&[
+            "keygen",
+            "--out",
+            &p(&format!("osd{i}.key")),
+            "--cluster",
+            cluster,
+            "--osd-id",
+            &id,
+        ]);
+        std::fs::copy(
+            p(&format!("osd{i}.key")),
+            d.join(format!("mds/keys/osd-{i}.toml")),
+        )
+        .unwrap();
+        let a = free_port();
+        osds.push(start_osd(d, i, &a, &mds_addr));
+        addrs.push(a);
+    }
+    wait_osds_up(&mds_addr, cluster, 3);
+    (mds, osds, addrs, mds_addr)
+}
