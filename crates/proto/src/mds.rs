@@ -861,6 +861,9 @@ pub struct ClusterStatus {
     pub non_mandatory: u64,
     /// Objects waiting in the delete queue.
     pub delete_queue: u64,
+    /// Unlinked files kept while a client may hold them open (reaped once
+    /// none does).
+    pub orphans: u64,
     /// Copies and recovery, as of the last recovery pass.
     pub redundancy: Redundancy,
 }

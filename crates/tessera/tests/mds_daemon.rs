@@ -337,16 +337,19 @@ async fn osd_objects(osds: &[LocalOsd], root: &Path) -> Vec<u64> {
     out
 }
 
+/// Waits until every unlinked file was reaped (its sessions went silent
+/// and the MDS's hold expiry passed) and the delete queue is empty.
 async fn drain(c: &MdsClient) {
-    for _ in 0..500 {
+    for _ in 0..1500 {
         if let Ok(MdsReply::Status(s)) = c.call(Op::Status).await
             && s.delete_queue == 0
+            && s.orphans == 0
         {
             return;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    panic!("delete queue did not drain");
+    panic!("orphans and the delete queue did not drain in 30 s");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -139,6 +139,7 @@ impl Mds {
             mandatory: self.metrics.mandatory(),
             non_mandatory: self.metrics.non_mandatory(),
             delete_queue: self.delete_queue_len()?,
+            orphans: self.orphan_count()?,
             redundancy: self.redundancy(),
         })
     }

@@ -152,6 +152,16 @@ impl Mds {
         Ok(())
     }
 
+    /// Unlinked inodes still kept.
+    pub fn orphan_count(&self) -> Result<u64, MdsError> {
+        let mut n = 0u64;
+        self.kv.read()?.try_scan_all(T::Orphans, &mut |_, _| {
+            n += 1;
+            Ok(true)
+        })?;
+        Ok(n)
+    }
+
     /// Reaps the orphans that are due and held by no session; returns how
     /// long until the next one is due (`None`: no orphans left).
     pub(super) async fn reap_orphans(&self) -> Result<Option<Duration>, MdsError> {

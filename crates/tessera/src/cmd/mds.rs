@@ -183,8 +183,9 @@ pub fn run(c: MdsCmd) -> anyhow::Result<i32> {
             let r = mds::fsck::check(&kv.read()?)?;
             kv.close();
             println!(
-                "{} inodes, {} entries, {} files waiting for object deletion",
-                r.inodes, r.entries, r.delete_queue
+                "{} inodes, {} entries, {} files waiting for object deletion, \
+                 {} unlinked files kept while open",
+                r.inodes, r.entries, r.delete_queue, r.orphans
             );
             for p in &r.problems {
                 println!("problem: {p}");

@@ -99,8 +99,9 @@ pub fn print_status(s: &ClusterStatus) {
         s.cluster_id, s.epoch, s.inodes, s.id_policy
     );
     println!(
-        "MDS requests: {} mandatory, {} non-mandatory; {} files waiting for object deletion",
-        s.mandatory, s.non_mandatory, s.delete_queue
+        "MDS requests: {} mandatory, {} non-mandatory; {} files waiting for object deletion, \
+         {} unlinked files kept while open",
+        s.mandatory, s.non_mandatory, s.delete_queue, s.orphans
     );
     println!(
         "{:>4}  {:<22} {:<12} {:>8} {:>7} {:>11} {:>11} {:>9}",
