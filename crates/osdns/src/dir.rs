@@ -139,8 +139,23 @@ impl OsdFs {
         key: AttrKey,
         held: Vec<u8>,
     ) -> Result<()> {
+        self.release_stamped(osd, oid, key, held, false).await
+    }
+
+    /// [`OsdFs::release`] of a directory's lock that also records, when
+    /// `changed`, that its entries changed now (its mtime and ctime) — in
+    /// the same request, applied only if the release swaps.
+    async fn release_stamped(
+        &self,
+        osd: u32,
+        oid: u64,
+        key: AttrKey,
+        held: Vec<u8>,
+        changed: bool,
+    ) -> Result<()> {
+        let set = if changed { stamp() } else { Vec::new() };
         self.osds
-            .cas(osd, oid, key, held, Vec::new(), Vec::new())
+            .cas_and_set(osd, oid, (key, held, Vec::new()), Vec::new(), set)
             .await
             .map(|_| ())
     }
@@ -304,7 +319,8 @@ impl OsdFs {
         let key = bucket_lock_key(h);
         let (held, _) = self.acquire(d.osd, oid, key, Vec::new()).await?;
         let r = self.chain_insert(d, h, ent, true).await;
-        self.release(d.osd, oid, key, held).await?;
+        let changed = matches!(r, Ok(Ok(())));
+        self.release_stamped(d.osd, oid, key, held, changed).await?;
         r.map(Some)
     }
 
@@ -325,7 +341,9 @@ impl OsdFs {
         }
         let h = d.header.hash.slot(&ent.name);
         let r = self.chain_insert(d, h, ent, false).await;
-        self.release(d.osd, oid, DIR_LOCK, held).await?;
+        let changed = matches!(r, Ok(Ok(())));
+        self.release_stamped(d.osd, oid, DIR_LOCK, held, changed)
+            .await?;
         r.map(Some)
     }
 
@@ -452,7 +470,6 @@ impl OsdFs {
                 } else {
                     self.osds.set(d.osd, oid, vec![(hash_key(h), new)]).await?;
                 }
-                self.stamp(d).await?;
                 return Ok(Ok(()));
             };
             if let Some((_, s, _)) = self
@@ -484,7 +501,6 @@ impl OsdFs {
             let want = if atomic { vec![DIR_DYING] } else { Vec::new() };
             let attrs = self.write_head(d, &c, Some(linked), want).await?;
             self.settle_dying(d, &attrs).await?;
-            self.stamp(d).await?;
             return Ok(Ok(()));
         }
     }
@@ -535,7 +551,8 @@ impl OsdFs {
         };
         let (held, _) = self.acquire(d.osd, oid, key, Vec::new()).await?;
         let r = self.chain_remove(d, h, ent, swap).await;
-        self.release(d.osd, oid, key, held).await?;
+        let changed = matches!(r, Ok(true));
+        self.release_stamped(d.osd, oid, key, held, changed).await?;
         r
     }
 
@@ -654,14 +671,7 @@ impl OsdFs {
                     .await?;
             }
         }
-        self.stamp(d).await?;
         Ok(true)
-    }
-
-    /// Records that `d`'s entries changed now (its mtime and ctime), for
-    /// the paths whose last write is not one swapping CAS.
-    async fn stamp(&self, d: &DirRef) -> Result<()> {
-        self.osds.set(d.osd, data_oid(d.ino), stamp()).await
     }
 
     /// One page of `d`'s entries: hash slots after `after` (at most `max`
