@@ -119,3 +119,23 @@ fn garbage_never_crashes_the_parsers() {
         study(&t, &cfg(4), &PolicyKind::ALL).expect("a study of what is left");
     }
 }
+
+/// A read-only search (Hendricks et al.'s Search benchmark in miniature):
+/// listings and lookups only, so nothing is mandatory, as the paper counts
+/// it; each listing is a non-mandatory request that no cache answers.
+#[test]
+fn a_read_only_trace_has_no_mandatory_requests() {
+    let t = pathfmt::parse(
+        "\
+0.1 c1 readdir /
+0.2 c1 readdir /a
+0.3 c1 stat /a/x
+0.4 c1 readdir /a
+",
+    );
+    assert_eq!(t.stats.malformed, 0);
+    let s = study(&t, &cfg(0), &[PolicyKind::ChildClosest]).expect("study");
+    let c1 = &s.policies[0].clients[0];
+    assert_eq!(c1.baseline.mandatory, 0, "a listing changes nothing");
+    assert_eq!(c1.baseline.non_mandatory, 5, "three listings, a and x");
+}

@@ -6,9 +6,11 @@
 //!   the demand segment and, with prefetch N, the N live inodes with the
 //!   nearest object ids come along into the prefetch segment (the MDS's own
 //!   choice, [`nearest_by_id`]). A negative lookup always goes to the MDS.
-//! - Creates, removes, renames, listings and attribute changes are
-//!   *mandatory*: they reach the MDS whatever the cache holds. A create's
-//!   reply is cached; a remove or rename drops the entry.
+//! - A directory listing is a *non-mandatory* request too (it changes
+//!   nothing), but the cache keeps no listings, so every one reaches the MDS.
+//! - Creates, removes, renames and attribute changes are *mandatory*: they
+//!   reach the MDS whatever the cache holds. A create's reply is cached; a
+//!   remove or rename drops the entry.
 //! - Each client has its own cache; the namespace they change is shared.
 //!   Other clients' caches are not invalidated (the simulator counts
 //!   requests, not staleness).
@@ -194,7 +196,10 @@ pub fn replay(
                 let hit = cache.peek(ids[node]).is_some();
                 use_node(&st, cache, r, *node, hit);
             }
-            Op::Modify { .. } | Op::Readdir { .. } => r.mandatory += 1,
+            // A listing changes nothing: non-mandatory, as Hendricks et
+            // al. count it; the cache holds no listings, so it always asks.
+            Op::Readdir { .. } => r.non_mandatory += 1,
+            Op::Modify { .. } => r.mandatory += 1,
             Op::Create {
                 dir, name, child, ..
             } => {
