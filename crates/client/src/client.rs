@@ -96,6 +96,7 @@ impl Client {
             };
         let inner = Arc::new(Inner {
             ns,
+            absent: crate::absent::Absent::new(cfg.attr_timeout),
             meta,
             cfg,
             mds,
@@ -211,12 +212,63 @@ impl Client {
             e.attr = self.with_local_size(e.attr);
             return Ok(e);
         }
+        if self.inner.absent.absent(parent, name) {
+            meta.hit(false);
+            return Err(FsError::new(
+                Errno::NoEnt,
+                format!("{name:?} not found in directory {parent:#x} (its recent list)"),
+            ));
+        }
         meta.miss();
-        let f = self.inner.ns.lookup(c, parent, name).await?;
+        let f = match self.inner.ns.lookup(c, parent, name).await {
+            Ok(f) => f,
+            Err(e) => {
+                if e.errno == Errno::NoEnt.raw() && self.inner.absent.missed(parent) {
+                    self.list_names(c, parent).await;
+                }
+                return Err(e);
+            }
+        };
         self.inner.meta.absorb(&f);
         let mut e = f.entry;
         e.attr = self.with_local_size(e.attr);
         Ok(e)
+    }
+
+    /// Fetches `dir`'s names for [`crate::absent`] (small directories the
+    /// caller may list; anything else is simply not kept).
+    async fn list_names(&self, c: &Creds, dir: u64) {
+        let small = self
+            .inner
+            .meta
+            .fresh_attr(dir)
+            .is_none_or(|a| a.size <= crate::absent::MAX_NAMES as u64);
+        if !small {
+            return;
+        }
+        let at = std::time::Instant::now();
+        if let Ok(list) = self.inner.ns.readdir_names(c, dir).await {
+            self.inner
+                .absent
+                .listed(dir, at, list.into_iter().map(|e| e.name));
+        }
+    }
+
+    /// After an operation that adds `name` to `parent`: known present, or
+    /// (it failed, perhaps half-way) nothing known of `parent`.
+    fn named<T>(&self, parent: u64, name: &str, r: &Result<T>) {
+        match r {
+            Ok(_) => self.inner.absent.added(parent, name),
+            Err(_) => self.inner.absent.forget(parent),
+        }
+    }
+
+    /// After an operation that removes `name` from `parent`.
+    fn unnamed<T>(&self, parent: u64, name: &str, r: &Result<T>) {
+        match r {
+            Ok(_) => self.inner.absent.removed(parent, name),
+            Err(_) => self.inner.absent.forget(parent),
+        }
     }
 
     /// Attributes of `ino`.
@@ -276,11 +328,9 @@ impl Client {
         mode: u32,
         rdev: u32,
     ) -> Result<Entry> {
-        let f = self
-            .inner
-            .ns
-            .mknod(c, parent, name, kind, mode, rdev)
-            .await?;
+        let r = self.inner.ns.mknod(c, parent, name, kind, mode, rdev).await;
+        self.named(parent, name, &r);
+        let f = r?;
         self.inner.meta.absorb(&f);
         self.inner.meta.changed(parent);
         Ok(f.entry)
@@ -295,11 +345,9 @@ impl Client {
         mode: u32,
         exclusive: bool,
     ) -> Result<(Entry, u64)> {
-        let f = self
-            .inner
-            .ns
-            .create(c, parent, name, mode, exclusive)
-            .await?;
+        let r = self.inner.ns.create(c, parent, name, mode, exclusive).await;
+        self.named(parent, name, &r);
+        let f = r?;
         self.inner.meta.absorb(&f);
         self.inner.meta.changed(parent);
         let fh = self.install(c, &f.entry, f.grants.clone(), true).await;
@@ -308,7 +356,9 @@ impl Client {
 
     /// Makes a directory.
     pub async fn mkdir(&self, c: &Creds, parent: u64, name: &str, mode: u32) -> Result<Entry> {
-        let f = self.inner.ns.mkdir(c, parent, name, mode).await?;
+        let r = self.inner.ns.mkdir(c, parent, name, mode).await;
+        self.named(parent, name, &r);
+        let f = r?;
         self.inner.meta.absorb(&f);
         self.inner.meta.changed(parent);
         Ok(f.entry)
@@ -316,7 +366,9 @@ impl Client {
 
     /// Makes a symbolic link.
     pub async fn symlink(&self, c: &Creds, parent: u64, name: &str, target: &str) -> Result<Entry> {
-        let f = self.inner.ns.symlink(c, parent, name, target).await?;
+        let r = self.inner.ns.symlink(c, parent, name, target).await;
+        self.named(parent, name, &r);
+        let f = r?;
         self.inner.meta.absorb(&f);
         self.inner.meta.changed(parent);
         Ok(f.entry)
@@ -324,7 +376,9 @@ impl Client {
 
     /// Adds a hard link.
     pub async fn link(&self, c: &Creds, ino: u64, parent: u64, name: &str) -> Result<Entry> {
-        let f = self.inner.ns.link(c, ino, parent, name).await?;
+        let r = self.inner.ns.link(c, ino, parent, name).await;
+        self.named(parent, name, &r);
+        let f = r?;
         self.inner.meta.absorb(&f);
         self.inner.meta.changed(parent);
         Ok(f.entry)
@@ -336,6 +390,7 @@ impl Client {
         self.inner.meta.cache().remove_name(parent, name);
         let open = |i: u64| self.inner.is_open(i);
         let r = self.inner.ns.unlink(c, parent, name, &open).await;
+        self.unnamed(parent, name, &r);
         for i in [ino, r.as_ref().ok().copied().flatten()]
             .into_iter()
             .flatten()
@@ -350,6 +405,7 @@ impl Client {
     pub async fn rmdir(&self, c: &Creds, parent: u64, name: &str) -> Result<()> {
         self.inner.meta.cache().remove_name(parent, name);
         let r = self.inner.ns.rmdir(c, parent, name).await;
+        self.unnamed(parent, name, &r);
         self.inner.meta.changed(parent);
         r
     }
@@ -378,6 +434,8 @@ impl Client {
             .ns
             .rename(c, (parent, name), (new_parent, new_name), noreplace, &open)
             .await;
+        self.unnamed(parent, name, &r);
+        self.named(new_parent, new_name, &r);
         self.inner.meta.changed(parent);
         self.inner.meta.changed(new_parent);
         // The moved inode's ctime (and a directory's parent) changed; a
@@ -396,7 +454,11 @@ impl Client {
 
     /// Every entry of a directory, in name order, with attributes.
     pub async fn readdir(&self, c: &Creds, ino: u64) -> Result<Vec<DirEntry>> {
+        let at = std::time::Instant::now();
         let mut out = self.inner.ns.readdir(c, ino).await?;
+        self.inner
+            .absent
+            .listed(ino, at, out.iter().map(|e| e.name.clone()));
         for e in &mut out {
             if let Some(a) = e.attr.take() {
                 e.attr = Some(self.with_local_size(a));

@@ -6,6 +6,7 @@
 //! after Ali et al., with permission checks made here). The FUSE mount and
 //! the `tessera` CLI sit on top.
 
+pub mod absent;
 pub mod cache;
 pub mod client;
 pub mod config;

@@ -35,6 +35,8 @@ pub struct Inner {
     pub osds: OsdSet,
     /// The metadata cache and counters (shared with the namespace).
     pub meta: Arc<Meta>,
+    /// Names known absent (fresh directory lists).
+    pub absent: crate::absent::Absent,
     /// Where the namespace lives.
     pub ns: Arc<dyn Namespace>,
     /// Bytes buffered or being written in the whole client.

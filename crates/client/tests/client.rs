@@ -372,3 +372,73 @@ async fn a_refused_setattr_with_a_shrink_cuts_nothing() {
     );
     cl.stop().await.unwrap();
 }
+
+/// Names known absent: after two misses in a directory the client lists it
+/// and answers later misses itself (no MDS request), its own creates and
+/// removes keep that list right at once, another client's new name shows
+/// once the window has passed, and an exclusive create still asks the MDS.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn names_known_absent_save_lookups_and_expire_with_the_window() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = cluster(&dir, PolicyKind::ChildClosest, 65536, 1).await;
+    let window = Duration::from_millis(400);
+    let a = client(&c, |cfg| cfg.attr_timeout = window).await;
+    let b = client(&c, |_| {}).await;
+    let d = a
+        .mkdir(&root(), a.root(), "d", 0o755)
+        .await
+        .unwrap()
+        .attr
+        .ino;
+    let enoent = |r: client::Result<proto::mds::Entry>| r.unwrap_err().errno;
+    for n in ["m1", "m2"] {
+        assert_eq!(
+            enoent(a.lookup(&root(), d, n).await),
+            proto::mds::Errno::NoEnt.raw()
+        );
+    }
+    let asked = {
+        let s = a.stats();
+        s.mds_mandatory + s.mds_non_mandatory
+    };
+    for i in 0..50 {
+        let n = format!("new{i}");
+        assert_eq!(
+            enoent(a.lookup(&root(), d, &n).await),
+            proto::mds::Errno::NoEnt.raw()
+        );
+        let (_, fh) = a.create(&root(), d, &n, 0o644, true).await.unwrap();
+        a.release(fh).await.unwrap();
+        a.lookup(&root(), d, &n)
+            .await
+            .expect("created here: found at once");
+        a.unlink(&root(), d, &n).await.unwrap();
+        assert_eq!(
+            enoent(a.lookup(&root(), d, &n).await),
+            proto::mds::Errno::NoEnt.raw()
+        );
+    }
+    let s = a.stats();
+    assert_eq!(
+        s.mds_mandatory + s.mds_non_mandatory - asked,
+        100,
+        "one create and one unlink each; no lookup reached the MDS"
+    );
+    // Another client's name: unseen within the window, found after it.
+    let (_, fh) = b.create(&root(), d, "theirs", 0o644, true).await.unwrap();
+    b.release(fh).await.unwrap();
+    let e = a
+        .create(&root(), d, "theirs", 0o644, true)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        e.errno,
+        proto::mds::Errno::Exist.raw(),
+        "an exclusive create asks the MDS"
+    );
+    tokio::time::sleep(window).await;
+    a.lookup(&root(), d, "theirs")
+        .await
+        .expect("found once the list is old");
+    c.stop().await;
+}

@@ -24,7 +24,7 @@ pub struct MountOptions {
 impl Default for MountOptions {
     fn default() -> Self {
         MountOptions {
-            threads: 4,
+            threads: 16,
             ttl: Duration::from_secs(1),
             allow_other: true,
         }

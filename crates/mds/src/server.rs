@@ -102,14 +102,17 @@ impl Service for Front {
         let result = match decode::<MdsRequest>(&f.header) {
             Ok(req) => {
                 let (name, mandatory) = (req.op.name(), req.op.mandatory());
+                let access = req.op.is_access();
                 let result = self.mds.serve_request(&caller, req).await;
                 let errno = result.as_ref().err().map(|e| format!("{:?}", e.errno));
-                self.mds.metrics.count(
-                    name,
-                    mandatory,
-                    started.elapsed().as_secs_f64(),
-                    errno.as_deref(),
-                );
+                if access {
+                    self.mds.metrics.count(
+                        name,
+                        mandatory,
+                        started.elapsed().as_secs_f64(),
+                        errno.as_deref(),
+                    );
+                }
                 result
             }
             Err(e) => {

@@ -106,7 +106,7 @@ impl MdsClient {
     pub async fn call_as(&self, creds: Creds, op: Op) -> Result<MdsReply, CallError> {
         if op.mandatory() {
             self.mandatory.fetch_add(1, Ordering::Relaxed);
-        } else {
+        } else if op.is_access() {
             self.non_mandatory.fetch_add(1, Ordering::Relaxed);
         }
         let req = MdsRequest {

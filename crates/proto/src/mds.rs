@@ -699,6 +699,12 @@ impl Op {
         )
     }
 
+    /// Whether it is a metadata access at all (counted as mandatory or
+    /// non-mandatory): a session's report of its open files is not.
+    pub fn is_access(&self) -> bool {
+        !matches!(self, Op::Holding { .. })
+    }
+
     /// A short name for logs and metrics.
     pub fn name(&self) -> &'static str {
         match self {

@@ -42,8 +42,8 @@ pub struct Args {
     /// Seconds cached metadata answers without asking the MDS (0 = always ask).
     #[arg(long, default_value_t = 1.0)]
     pub attr_timeout: f64,
-    /// Kernel request threads.
-    #[arg(long, default_value_t = 4)]
+    /// Kernel request threads (requests the mount serves at once).
+    #[arg(long, default_value_t = 16)]
     pub threads: usize,
     /// Serve the client's Prometheus metrics (cache hits, MDS requests) here.
     #[arg(long)]
