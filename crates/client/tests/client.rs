@@ -440,5 +440,5 @@ async fn names_known_absent_save_lookups_and_expire_with_the_window() {
     a.lookup(&root(), d, "theirs")
         .await
         .expect("found once the list is old");
-    c.stop().await;
+    c.stop().await.unwrap();
 }
