@@ -523,7 +523,6 @@ done"#,
     up.stop();
 }
 
-/// Runs `tessera mount ADDR MP --foreground ...` and waits until mounted.
 /// Every daemon a separate process, the mount through `tessera mount`: an
 /// OSD holding stripes of a file is killed with SIGKILL; reads of the file
 /// fail with EIO (never wrong data); once the OSD restarts, the data reads

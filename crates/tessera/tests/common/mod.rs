@@ -168,6 +168,7 @@ pub fn is_mounted(p: &Path) -> bool {
         .any(|l| l.split(' ').nth(4) == Some(c.to_str().unwrap()))
 }
 
+/// Runs `tessera mount ADDR MP --foreground ...` and waits until mounted.
 pub fn mount_fg(mds: &str, cluster: &str, mp: &Path, extra: &[&str]) -> Child {
     std::fs::create_dir_all(mp).unwrap();
     let mut args = vec![
