@@ -14,6 +14,7 @@ pub mod mix;
 pub mod osd_bench;
 pub mod plot;
 pub mod replication;
+pub mod small_bench;
 pub mod stats;
 pub mod store_bench;
 pub mod target;

@@ -85,6 +85,21 @@ pub enum BenchCmd {
         #[arg(long, default_value = "./tessera-data/bench")]
         dir: PathBuf,
     },
+    /// Small files through the FUSE mount: empty-file creates and unlinks
+    /// by 1, 4 and 16 worker threads, in one shared directory and in one
+    /// directory per worker, with local ext4 (loop device over a file on
+    /// the same disk) in the same run. Prints both and the ratio. Needs root.
+    Small {
+        /// 2,000 files per point (default 10,000).
+        #[arg(long)]
+        quick: bool,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// Where the cluster, the ext4 image and the mount point go.
+        #[arg(long, default_value = "./tessera-data/bench")]
+        dir: PathBuf,
+    },
     /// Replication: write MB/s with 1, 2 and 3 copies (one disk: the ideal
     /// for R copies is 1/R), cold read healthy and with the preferred
     /// copy's OSD stopped, and recovery of an OSD's loss (1 GiB of
@@ -136,6 +151,12 @@ pub fn run(c: BenchCmd) -> anyhow::Result<i32> {
             };
             emit(json, &bench::fs_bench::run(&dir, p)?, |r| {
                 bench::fs_bench::print(r, p)
+            })
+        }
+        BenchCmd::Small { quick, json, dir } => {
+            let files = if quick { 2_000 } else { 10_000 };
+            emit(json, &bench::small_bench::run(&dir, files)?, |r| {
+                bench::small_bench::print(r, files)
             })
         }
         BenchCmd::Meta {
