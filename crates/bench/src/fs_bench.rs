@@ -6,7 +6,7 @@
 
 use std::io::Write;
 use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Instant;
 
 use anyhow::Context;
@@ -231,20 +231,7 @@ fn run_in(work: &Path, p: FsParams) -> anyhow::Result<Vec<FsRow>> {
         cfg.encrypt = true;
         tokio::spawn(async move { library_suite(cfg, p, "lib-encrypted").await }).await?
     })?;
-    let client = rt.block_on(Client::connect(cfg))?;
-    let mp: PathBuf = work.join("mnt");
-    std::fs::create_dir_all(&mp)?;
-    let session = tessera_fuse::mount(
-        client,
-        rt.handle().clone(),
-        &mp,
-        &tessera_fuse::MountOptions::default(),
-    )
-    .map_err(anyhow::Error::msg)?;
-    let fuse = posix_suite(&mp, p);
-    let _ = session.umount_and_join();
-    rt.block_on(cl.stop()).map_err(anyhow::Error::msg)?;
-    let fuse = fuse?;
+    let fuse = crate::mounted::through_mount(&rt, cl, cfg, work, |mp| posix_suite(mp, p))?;
     let names = [
         ("sequential write + fsync", "MB/s"),
         ("cold sequential read", "MB/s"),

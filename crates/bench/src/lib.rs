@@ -11,6 +11,7 @@ pub mod fs_bench;
 pub mod loopdev;
 pub mod meta_bench;
 pub mod mix;
+pub mod mounted;
 pub mod osd_bench;
 pub mod plot;
 pub mod replication;

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Barrier};
 use std::time::Instant;
 
-use client::{Client, ClientConfig};
+use client::ClientConfig;
 use local::LocalCluster;
 use mds::FormatOptions;
 use proto::layout::LayoutSpec;
@@ -127,20 +127,7 @@ fn run_in(work: &Path, files: usize) -> anyhow::Result<Vec<SmallRow>> {
         ))
         .map_err(anyhow::Error::msg)?;
     let cfg = ClientConfig::new(&cl.mds_addr(), "smallbench", cl.admin()?);
-    let client = rt.block_on(Client::connect(cfg))?;
-    let mp = work.join("mnt");
-    std::fs::create_dir_all(&mp)?;
-    let session = tessera_fuse::mount(
-        client,
-        rt.handle().clone(),
-        &mp,
-        &tessera_fuse::MountOptions::default(),
-    )
-    .map_err(anyhow::Error::msg)?;
-    let fuse = suite(&mp, files);
-    let _ = session.umount_and_join();
-    rt.block_on(cl.stop()).map_err(anyhow::Error::msg)?;
-    let fuse = fuse?;
+    let fuse = crate::mounted::through_mount(&rt, cl, cfg, work, |mp| suite(mp, files))?;
     let mut rows = Vec::new();
     let shapes = [true, false]
         .into_iter()

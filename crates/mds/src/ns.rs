@@ -225,6 +225,28 @@ pub fn mkdir(
     link_new(tx, &mut st, &mut dir, name, inode, now)
 }
 
+/// For a new non-directory `name` in `dir` (EEXIST if taken): the state
+/// and an inode number from `dir`'s id policy (the directory's id state is
+/// updated in `dir`, stored by [`link_new`]).
+fn new_name_and_id(
+    tx: &Tx,
+    policy: &IdPolicy,
+    dir: &mut Inode,
+    name: &str,
+) -> Result<(FsState, u64), MdsError> {
+    let parent = dir.attr.ino;
+    if tx.dentry(parent, name)?.is_some() {
+        return Err(err(Errno::Exist, format!("{name:?} exists in {parent:#x}")));
+    }
+    let mut st = tx.state()?;
+    let meta = dir
+        .dir
+        .as_mut()
+        .ok_or_else(|| err(Errno::NotDir, "not a directory"))?;
+    let ino = policy.file_id(&mut meta.ids, &mut st.ids, &mut taken(tx));
+    Ok((st, ino))
+}
+
 /// Makes a symbolic link.
 pub fn symlink(
     tx: &mut Tx,
@@ -245,19 +267,7 @@ pub fn symlink(
         ));
     }
     let mut dir = writable_dir(tx, c, parent, "symlink")?;
-    if tx.dentry(parent, name)?.is_some() {
-        return Err(err(Errno::Exist, format!("{name:?} exists in {parent:#x}")));
-    }
-    let mut st = tx.state()?;
-    let meta = dir
-        .dir
-        .as_mut()
-        .ok_or_else(|| err(Errno::NotDir, "not a directory"))?;
-    let mut ids = meta.ids.clone();
-    let ino = policy.file_id(&mut ids, &mut st.ids, &mut taken(tx));
-    if let Some(m) = dir.dir.as_mut() {
-        m.ids = ids;
-    }
+    let (mut st, ino) = new_name_and_id(tx, policy, &mut dir, name)?;
     let now = now_ns();
     let mut attr = new_attr(ino, FileKind::Symlink, 0o777, c, &dir.attr, now);
     attr.size = target.len() as u64;
@@ -298,19 +308,7 @@ pub fn mknod(
         ));
     }
     let mut dir = writable_dir(tx, c, parent, "mknod")?;
-    if tx.dentry(parent, name)?.is_some() {
-        return Err(err(Errno::Exist, format!("{name:?} exists in {parent:#x}")));
-    }
-    let mut st = tx.state()?;
-    let meta = dir
-        .dir
-        .as_mut()
-        .ok_or_else(|| err(Errno::NotDir, "not a directory"))?;
-    let mut ids = meta.ids.clone();
-    let ino = policy.file_id(&mut ids, &mut st.ids, &mut taken(tx));
-    if let Some(m) = dir.dir.as_mut() {
-        m.ids = ids;
-    }
+    let (mut st, ino) = new_name_and_id(tx, policy, &mut dir, name)?;
     let now = now_ns();
     let mut attr = new_attr(ino, kind, mode, c, &dir.attr, now);
     if kind.is_device() {

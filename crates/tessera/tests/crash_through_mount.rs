@@ -12,7 +12,6 @@ mod common;
 
 use std::io::Write;
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -67,20 +66,7 @@ fn acknowledged_creates_survive_an_mds_killed_mid_storm() {
     mds.kill().unwrap();
     mds.wait().unwrap();
     std::thread::sleep(Duration::from_millis(500));
-    let data = d.join("mds");
-    let mds = bin()
-        .args([
-            "mds",
-            "serve",
-            "--data",
-            data.to_str().unwrap(),
-            "--listen",
-            &mds_addr,
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mds = serve_mds(&d.join("mds"), &mds_addr);
     wait_osds_up(&mds_addr, cluster, 3);
     std::thread::sleep(Duration::from_millis(1500));
     stop.store(true, Ordering::Relaxed);

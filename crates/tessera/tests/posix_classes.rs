@@ -659,20 +659,7 @@ fn held_across_an_mds_restart() {
     fs::remove_file(&p).unwrap();
     mds.kill().unwrap();
     mds.wait().unwrap();
-    let data = d.join("mds");
-    let mds = bin()
-        .args([
-            "mds",
-            "serve",
-            "--data",
-            data.to_str().unwrap(),
-            "--listen",
-            &mds_addr,
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mds = serve_mds(&d.join("mds"), &mds_addr);
     wait_osds_up(&mds_addr, cluster, 3);
     std::thread::sleep(Duration::from_secs(11));
     assert_eq!(

@@ -168,6 +168,24 @@ pub fn is_mounted(p: &Path) -> bool {
         .any(|l| l.split(' ').nth(4) == Some(c.to_str().unwrap()))
 }
 
+/// `tessera mds serve` on data directory `data`, listening on `addr`
+/// (also how a test restarts a killed MDS at the same address).
+pub fn serve_mds(data: &Path, addr: &str) -> Child {
+    bin()
+        .args([
+            "mds",
+            "serve",
+            "--data",
+            data.to_str().unwrap(),
+            "--listen",
+            addr,
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
 /// Runs `tessera mount ADDR MP --foreground ...` and waits until mounted.
 pub fn mount_fg(mds: &str, cluster: &str, mp: &Path, extra: &[&str]) -> Child {
     std::fs::create_dir_all(mp).unwrap();
@@ -256,12 +274,7 @@ pub fn daemons(
     ok(&args);
     KEY.with(|k| *k.borrow_mut() = Some(d.join("mds").join("client.admin.key")));
     let mds_addr = free_port();
-    let mds = bin()
-        .args(["mds", "serve", "--data", &p("mds"), "--listen", &mds_addr])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mds = serve_mds(&d.join("mds"), &mds_addr);
     let mut osds = Vec::new();
     let mut addrs = Vec::new();
     for i in 0..3u32 {
