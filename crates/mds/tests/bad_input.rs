@@ -442,3 +442,78 @@ async fn redundancy_operations_refuse_bad_input() {
     }
     cl.stop().await;
 }
+
+/// The requests added for POSIX through the mount refuse bad input with a
+/// specific errno and change nothing: MKNOD of a regular file or a
+/// directory, of a device by a non-root caller, over an existing name;
+/// HOLDING without a session or with more files than allowed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mknod_and_holding_refuse_bad_input() {
+    use proto::mds::FileKind;
+    let cl = Cluster::start(1, spec(4096, 1), PolicyKind::ChildClosest).await;
+    let mut c = cl.client();
+    let errno = |r: Result<MdsReply, net::CallError>| r.unwrap_err().errno();
+    let e = |x: Errno| x.raw();
+    let mknod = |name: &str, kind| Op::Mknod {
+        parent: ROOT_INO,
+        name: name.into(),
+        kind,
+        mode: 0o644,
+        rdev: 0x103,
+    };
+    for kind in [FileKind::File, FileKind::Dir, FileKind::Symlink] {
+        assert_eq!(
+            errno(c.call(mknod("x", kind)).await),
+            e(Errno::Inval),
+            "{kind:?}"
+        );
+    }
+    let user = Creds {
+        uid: 1000,
+        gid: 1000,
+        groups: Vec::new(),
+    };
+    assert_eq!(
+        errno(
+            c.call_as(user.clone(), mknod("dev", FileKind::CharDev))
+                .await
+        ),
+        e(Errno::Perm)
+    );
+    c.call(mknod("fifo", FileKind::Fifo)).await.unwrap();
+    assert_eq!(
+        errno(c.call(mknod("fifo", FileKind::Socket)).await),
+        e(Errno::Exist)
+    );
+    let held = vec![(ROOT_INO, false); proto::mds::HELD_MAX + 1];
+    assert_eq!(
+        errno(c.call(Op::Holding { held }).await),
+        e(Errno::Inval),
+        "too many held files"
+    );
+    c.session = 0;
+    assert_eq!(
+        errno(c.call(Op::Holding { held: Vec::new() }).await),
+        e(Errno::Inval),
+        "no session"
+    );
+    // Nothing but the one FIFO was made.
+    match c
+        .call(Op::Readdir {
+            ino: ROOT_INO,
+            after: None,
+            max: 100,
+            plus: false,
+        })
+        .await
+        .unwrap()
+    {
+        MdsReply::Dir { entries, .. } => {
+            let names: Vec<_> = entries.iter().map(|e| e.name.as_str()).collect();
+            assert_eq!(names, ["fifo"]);
+        }
+        r => panic!("{r:?}"),
+    }
+    check_clean(&cl.mds.as_ref().unwrap().mds);
+    cl.stop().await;
+}
