@@ -5,9 +5,11 @@
 //! delete queue drains no OSD holds an object of a file that is gone.
 #![expect(clippy::unwrap_used, reason = "tests: a panic is the failure report")]
 
+mod common;
+
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -25,22 +27,6 @@ const CLUSTER: &str = "storm";
 fn free_port() -> String {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     l.local_addr().unwrap().to_string()
-}
-
-fn start_mds(data: &Path, addr: &str) -> Child {
-    Command::new(BIN)
-        .args([
-            "mds",
-            "serve",
-            "--data",
-            data.to_str().unwrap(),
-            "--listen",
-            addr,
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap()
 }
 
 async fn wait_ready(c: &MdsClient, osds: usize) {
@@ -385,7 +371,7 @@ async fn storm_of_16_clients_then_kill_9_mid_storm() {
         .unwrap();
     }
     let addr = free_port();
-    let mut child = start_mds(&data, &addr);
+    let mut child = common::serve_mds(&data, &addr);
     let mut osds = Vec::new();
     for i in 0..2 {
         osds.push(
@@ -440,7 +426,7 @@ async fn storm_of_16_clients_then_kill_9_mid_storm() {
             child.kill().unwrap();
             child.wait().unwrap();
             tokio::time::sleep(Duration::from_millis(200)).await;
-            child = start_mds(&data, &addr);
+            child = common::serve_mds(&data, &addr);
             wait_ready(&c, 2).await;
             tokio::time::sleep(Duration::from_millis(1000)).await;
         }
