@@ -195,7 +195,13 @@ fn step(
                 });
             (i, Some(Some(new)), r)
         }
-        93..=96 => (i, None, store.checkpoint()),
+        93..=95 => (i, None, store.checkpoint()),
+        96..=97 => {
+            // Room reserved in and past the data: the bytes read the same.
+            let off = rng.random_range(0..obj.data.len() as u64 + 70_000);
+            let n = rng.random_range(1..200_000);
+            (i, None, store.reserve(p, id, off, n, false))
+        }
         _ => (i, None, store.flush()),
     }
 }

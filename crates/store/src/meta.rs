@@ -38,6 +38,9 @@ pub struct Meta {
     /// [`Meta::apply`] in O(1) per attribute change and O(extents) per data
     /// change, so the store can always keep room for its next checkpoint.
     pub approx_bytes: u64,
+    /// Blocks reserved by every object ([`Onode::reserved`]): counted as
+    /// used, kept up to date by [`Meta::apply`].
+    pub reserved_blocks: u64,
 }
 
 const HEADER_BYTES: u64 = 24;
@@ -49,7 +52,17 @@ const ATTR_OVERHEAD: u64 = 12;
 /// Bytes an onode's data description takes in a checkpoint.
 fn data_bytes(o: &Onode) -> u64 {
     let blocks: u64 = o.extents.iter().map(|e| e.len()).sum();
-    o.extents.len() as u64 * 20 + blocks * 4 + o.inline.as_ref().map_or(0, |d| 4 + d.len() as u64)
+    o.extents.len() as u64 * 20
+        + blocks * 4
+        + o.inline.as_ref().map_or(0, |d| 4 + d.len() as u64)
+        + if o.reserved.is_empty() {
+            0
+        } else {
+            // The ranges, plus what their blocks will cost once written
+            // (an extent header per range, a crc per block): the room kept
+            // for checkpoints then already covers them.
+            4 + 36 * o.reserved.len() as u64 + 4 * o.reserved_blocks()
+        }
 }
 
 /// Bytes a whole onode takes in a checkpoint.
@@ -73,6 +86,7 @@ impl Default for Meta {
             partitions: BTreeMap::new(),
             objects: ObjectTable::default(),
             approx_bytes: HEADER_BYTES,
+            reserved_blocks: 0,
         }
     }
 }
@@ -134,6 +148,7 @@ impl Meta {
                 large,
             } => self.change_data(*pid, *oid, *size, *mtime, |o| {
                 let freed = o.unmap(*first, *end);
+                o.unreserve(*first, *end);
                 o.inline = None;
                 o.map(extents.clone());
                 o.large = *large;
@@ -146,6 +161,7 @@ impl Meta {
                 mtime,
             } => self.change_data(*pid, *oid, data.len() as u64, *mtime, |o| {
                 let freed = o.unmap(0, u64::MAX);
+                o.reserved.clear();
                 o.inline = Some(data.clone().into());
                 o.large = false;
                 Ok(freed)
@@ -162,7 +178,9 @@ impl Meta {
                     )));
                 }
                 let unit = if o.large { unit_of_large } else { 1 };
-                let freed = o.unmap(size.div_ceil(BLOCK).next_multiple_of(unit), u64::MAX);
+                let past = size.div_ceil(BLOCK).next_multiple_of(unit);
+                let freed = o.unmap(past, u64::MAX);
+                o.unreserve(past, u64::MAX);
                 if let Some(d) = &mut o.inline {
                     let mut v = d.to_vec();
                     v.resize(*size as usize, 0);
@@ -197,6 +215,30 @@ impl Meta {
                 o.attr_mtime = *time;
                 Vec::new()
             }
+            Record::Reserve {
+                pid,
+                oid,
+                first,
+                end,
+            } => {
+                let mut o = self
+                    .objects
+                    .get_mut(&(*pid, *oid))
+                    .ok_or_else(|| missing(*pid, *oid))?;
+                if o.inline.is_some()
+                    || first >= end
+                    || *end > crate::store::MAX_OBJECT_SIZE / BLOCK
+                {
+                    return Err(ApplyError(format!(
+                        "reservation of blocks [{first}, {end}) in object {pid:#x}/{oid:#x}"
+                    )));
+                }
+                let before = data_bytes(&o);
+                let added = o.reserve(*first, *end);
+                self.approx_bytes = self.approx_bytes + data_bytes(&o) - before;
+                self.reserved_blocks += added;
+                Vec::new()
+            }
             Record::SetVersion { pid, oid, version } => {
                 let mut o = self
                     .objects
@@ -224,11 +266,13 @@ impl Meta {
             .get_mut(&(pid, oid))
             .ok_or_else(|| ApplyError(format!("object {pid:#x}/{oid:#x} does not exist")))?;
         let before = data_bytes(&o);
+        let reserved = o.reserved_blocks();
         let freed = change(&mut o)?;
         o.size = size;
         o.data_mtime = mtime;
         o.generation += 1;
         self.approx_bytes = self.approx_bytes + data_bytes(&o) - before;
+        self.reserved_blocks = self.reserved_blocks + o.reserved_blocks() - reserved;
         Ok(freed)
     }
 
@@ -239,6 +283,7 @@ impl Meta {
                     p.objects -= 1;
                 }
                 self.approx_bytes -= onode_bytes(&o);
+                self.reserved_blocks -= o.reserved_blocks();
                 o.physical().collect()
             }
             None => Vec::new(),
@@ -321,6 +366,7 @@ impl Meta {
             })?;
             part.objects += 1;
             m.approx_bytes += onode_bytes(&o);
+            m.reserved_blocks += o.reserved_blocks();
             m.objects.insert(key, o);
         }
         if r.remaining() != 0 {

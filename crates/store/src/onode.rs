@@ -1,11 +1,13 @@
 //! Onodes: the per-object metadata the store keeps in memory and persists in
 //! checkpoints and journal records: size, version, times, the block map with
-//! one crc32c per 4 KiB block, inline data for tiny objects, and attributes.
+//! one crc32c per 4 KiB block, inline data for tiny objects, reserved
+//! (unwritten) block ranges, and attributes.
 //!
 //! Invariants: `extents` are sorted by logical block, non-overlapping, each
 //! with one crc per block; an object with inline data has no extents; bytes
 //! past `size` inside mapped blocks are zero (so growing an object never
-//! exposes old bytes).
+//! exposes old bytes); reserved ranges are sorted, disjoint and never
+//! overlap a mapped block.
 
 use crate::StoreError;
 use std::collections::BTreeMap;
@@ -107,6 +109,11 @@ pub struct Onode {
     pub extents: Vec<MapExtent>,
     /// User attributes by (page, number).
     pub attrs: BTreeMap<(u32, u32), Box<[u8]>>,
+    /// Reserved logical block ranges `[start, end)` (`fallocate`): space
+    /// counted as used so a later write into them cannot run out of room,
+    /// with no physical block behind them yet (they read as zeros). Writing,
+    /// punching or truncating a block ends its reservation.
+    pub reserved: Vec<(u64, u64)>,
     /// Bumped on every change to the block map (in memory only): lets a
     /// reader that saw a checksum mismatch tell a concurrent rewrite from rot.
     pub generation: u64,
@@ -117,6 +124,62 @@ impl Onode {
     pub fn used_bytes(&self) -> u64 {
         let blocks: u64 = self.extents.iter().map(|e| e.len()).sum();
         blocks * BLOCK + self.inline.as_ref().map_or(0, |d| d.len() as u64)
+    }
+
+    /// Blocks reserved in all.
+    pub fn reserved_blocks(&self) -> u64 {
+        self.reserved.iter().map(|(a, b)| b - a).sum()
+    }
+
+    /// Blocks reserved inside logical blocks `[a, b)`.
+    pub fn reserved_in(&self, a: u64, b: u64) -> u64 {
+        reserved_in(&self.reserved, a, b)
+    }
+
+    /// Ends the reservation of logical blocks `[a, b)`.
+    pub fn unreserve(&mut self, a: u64, b: u64) {
+        let mut kept = Vec::with_capacity(self.reserved.len() + 1);
+        for &(x, y) in &self.reserved {
+            if y <= a || x >= b {
+                kept.push((x, y));
+                continue;
+            }
+            if x < a {
+                kept.push((x, a));
+            }
+            if y > b {
+                kept.push((b, y));
+            }
+        }
+        self.reserved = kept;
+    }
+
+    /// Reserves the unmapped blocks of `[a, b)`; returns how many blocks
+    /// became reserved.
+    pub fn reserve(&mut self, a: u64, b: u64) -> u64 {
+        let before = self.reserved_blocks();
+        // The gaps between mapped extents inside [a, b).
+        let mut at = a;
+        let mut gaps = Vec::new();
+        for e in self.mapped(a, b) {
+            if e.lblock > at {
+                gaps.push((at, e.lblock));
+            }
+            at = e.lend();
+        }
+        if at < b {
+            gaps.push((at, b));
+        }
+        let mut all = std::mem::take(&mut self.reserved);
+        all.extend(gaps);
+        all.sort_unstable();
+        for (x, y) in all {
+            match self.reserved.last_mut() {
+                Some((_, e)) if *e >= x => *e = (*e).max(y),
+                _ => self.reserved.push((x, y)),
+            }
+        }
+        self.reserved_blocks() - before
     }
 
     /// The mapped pieces of logical blocks `[a, b)`.
@@ -169,13 +232,22 @@ impl Onode {
         w.u64(self.data_mtime);
         w.u64(self.attr_mtime);
         w.u64(self.atime);
-        w.u8(u8::from(self.large) | if self.inline.is_some() { 2 } else { 0 });
+        w.u8(u8::from(self.large)
+            | if self.inline.is_some() { 2 } else { 0 }
+            | if self.reserved.is_empty() { 0 } else { 4 });
         if let Some(d) = &self.inline {
             w.blob(d);
         }
         w.u32(self.extents.len() as u32);
         for e in &self.extents {
             e.encode(w);
+        }
+        if !self.reserved.is_empty() {
+            w.u32(self.reserved.len() as u32);
+            for (a, b) in &self.reserved {
+                w.u64(*a);
+                w.u64(*b);
+            }
         }
         w.u32(self.attrs.len() as u32);
         for ((p, n), v) in &self.attrs {
@@ -196,7 +268,7 @@ impl Onode {
             ..Onode::default()
         };
         let flags = r.u8("onode.flags")?;
-        if flags & !3 != 0 {
+        if flags & !7 != 0 {
             return Err(DecodeError::new(
                 "onode.flags",
                 format!("unknown flags {flags:#x}"),
@@ -209,6 +281,17 @@ impl Onode {
         let n = r.count(20, "onode.extents")?;
         for _ in 0..n {
             o.extents.push(MapExtent::decode(r)?);
+        }
+        if flags & 4 != 0 {
+            let n = r.count(16, "onode.reserved")?;
+            if n == 0 {
+                return Err(DecodeError::new("onode.reserved", "flagged but empty"));
+            }
+            for _ in 0..n {
+                let a = r.u64("reserved.first")?;
+                let b = r.u64("reserved.end")?;
+                o.reserved.push((a, b));
+            }
         }
         let n = r.count(12, "onode.attrs")?;
         for _ in 0..n {
@@ -272,8 +355,30 @@ impl Onode {
             }
             prev = e.lend();
         }
+        let mut prev = 0;
+        for &(a, b) in &self.reserved {
+            if a >= b || a < prev || b > crate::store::MAX_OBJECT_SIZE / BLOCK {
+                return Err(StoreError::corrupt(format!(
+                    "reserved range [{a}, {b}) is empty, out of order or past the largest object"
+                )));
+            }
+            if self.inline.is_some() || !self.mapped(a, b).is_empty() {
+                return Err(StoreError::corrupt(format!(
+                    "reserved range [{a}, {b}) overlaps data"
+                )));
+            }
+            prev = b;
+        }
         Ok(())
     }
+}
+
+/// Blocks of sorted disjoint `ranges` inside `[a, b)`.
+pub(crate) fn reserved_in(ranges: &[(u64, u64)], a: u64, b: u64) -> u64 {
+    ranges
+        .iter()
+        .map(|&(x, y)| y.min(b).saturating_sub(x.max(a)))
+        .sum()
 }
 
 #[cfg(test)]
@@ -299,6 +404,30 @@ mod tests {
         assert_eq!(freed, vec![Extent::new(103, 2)]);
         assert_eq!(o.extents, vec![ext(0, 100, 3), ext(5, 105, 5)]);
         assert_eq!(o.mapped(2, 6).len(), 2);
+    }
+
+    #[test]
+    fn reservations_skip_data_merge_and_end_where_written() {
+        let mut o = Onode {
+            size: 10 * BLOCK,
+            extents: vec![ext(4, 100, 2)],
+            ..Onode::default()
+        };
+        assert_eq!(o.reserve(0, 10), 8, "blocks 4 and 5 hold data");
+        assert_eq!(o.reserved, vec![(0, 4), (6, 10)]);
+        assert_eq!(o.reserve(8, 12), 2);
+        assert_eq!(o.reserved, vec![(0, 4), (6, 12)]);
+        assert_eq!(o.reserved_in(2, 7), 3);
+        o.unreserve(1, 2);
+        o.unreserve(10, 100);
+        assert_eq!(o.reserved, vec![(0, 1), (2, 4), (6, 10)]);
+        assert_eq!(o.reserved_blocks(), 7);
+        o.check(1, 1000, 512).unwrap();
+        let mut w = Writer::new();
+        o.encode(&mut w);
+        assert_eq!(Onode::decode(&mut Reader::new(&w.buf)).unwrap(), o);
+        o.reserved.push((5, 6));
+        assert!(o.check(1, 1000, 512).is_err(), "block 5 holds data");
     }
 
     #[test]

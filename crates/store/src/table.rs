@@ -171,6 +171,7 @@ fn unpack(b: &[u8]) -> Onode {
         inline,
         extents,
         attrs,
+        reserved: Vec::new(),
         generation,
     }
 }
@@ -179,7 +180,13 @@ fn slot_of(o: Onode) -> Slot {
     // Clearly big onodes skip the trial packing (it is O(size)).
     let crcs: usize = o.extents.iter().map(|e| e.crcs.len()).sum();
     let inline = o.inline.as_ref().map_or(0, |d| d.len());
-    if o.extents.len() > 4 || crcs > 24 || o.attrs.len() > 4 || inline > PACK_LIMIT {
+    // Onodes with reservations (rare) are kept unpacked too.
+    if o.extents.len() > 4
+        || crcs > 24
+        || o.attrs.len() > 4
+        || inline > PACK_LIMIT
+        || !o.reserved.is_empty()
+    {
         return Slot::Full(Box::new(o));
     }
     let p = pack(&o);
@@ -346,8 +353,15 @@ mod tests {
                             l = e.lend();
                             e
                         })
-                        .collect();
+                        .collect::<Vec<_>>();
+                    // Some onodes carry a reservation past their data.
+                    let reserved = if generation % 3 == 0 {
+                        vec![(l + 1, l + 5)]
+                    } else {
+                        Vec::new()
+                    };
                     Onode {
+                        reserved,
                         size,
                         version,
                         created,

@@ -93,6 +93,18 @@ pub enum Record {
         /// Attribute modification time.
         time: u64,
     },
+    /// The unmapped blocks of logical blocks `[first, end)` are reserved
+    /// (`fallocate`); mapped blocks and existing reservations are kept.
+    Reserve {
+        /// Partition id.
+        pid: u64,
+        /// Object id.
+        oid: u64,
+        /// First logical block.
+        first: u64,
+        /// One past the last logical block.
+        end: u64,
+    },
     /// The object's version is `version`.
     SetVersion {
         /// Partition id.
@@ -113,6 +125,7 @@ const T_SET_INLINE: u8 = 6;
 const T_TRUNCATE: u8 = 7;
 const T_SET_ATTR: u8 = 8;
 const T_SET_VERSION: u8 = 9;
+const T_RESERVE: u8 = 10;
 
 impl Record {
     /// Appends the encoding to `w`.
@@ -207,6 +220,18 @@ impl Record {
                 w.u64(*oid);
                 w.u64(*version);
             }
+            Record::Reserve {
+                pid,
+                oid,
+                first,
+                end,
+            } => {
+                w.u8(T_RESERVE);
+                w.u64(*pid);
+                w.u64(*oid);
+                w.u64(*first);
+                w.u64(*end);
+            }
         }
     }
 
@@ -276,6 +301,12 @@ impl Record {
                 pid: r.u64("pid")?,
                 oid: r.u64("oid")?,
                 version: r.u64("version")?,
+            },
+            T_RESERVE => Record::Reserve {
+                pid: r.u64("pid")?,
+                oid: r.u64("oid")?,
+                first: r.u64("first")?,
+                end: r.u64("end")?,
             },
             t => {
                 return Err(DecodeError::new(
@@ -380,6 +411,14 @@ mod tests {
                 pid,
                 oid,
                 version
+            }),
+            (id, id, any::<u64>(), any::<u64>()).prop_map(|(pid, oid, first, end)| {
+                Record::Reserve {
+                    pid,
+                    oid,
+                    first,
+                    end,
+                }
             }),
         ]
     }

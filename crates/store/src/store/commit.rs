@@ -68,9 +68,10 @@ pub(crate) fn log(inner: &Inner, st: &mut State, recs: &[Record]) -> Result<u64>
 /// when their blocks are allocated).
 fn grows(r: &Record) -> bool {
     match r {
-        Record::CreatePartition { .. } | Record::CreateObject { .. } | Record::SetInline { .. } => {
-            true
-        }
+        Record::CreatePartition { .. }
+        | Record::CreateObject { .. }
+        | Record::SetInline { .. }
+        | Record::Reserve { .. } => true,
         Record::SetAttr { value, .. } => !value.is_empty(),
         _ => false,
     }

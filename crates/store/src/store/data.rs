@@ -19,7 +19,22 @@ pub(super) struct Snapshot {
     pub(super) large: bool,
     pub(super) inline: Option<Box<[u8]>>,
     pub(super) extents: Vec<MapExtent>,
+    pub(super) reserved: Vec<(u64, u64)>,
     pub(super) generation: u64,
+}
+
+impl Snapshot {
+    /// What an object about to be created looks like.
+    pub(super) fn empty() -> Snapshot {
+        Snapshot {
+            size: 0,
+            large: false,
+            inline: None,
+            extents: Vec::new(),
+            reserved: Vec::new(),
+            generation: 0,
+        }
+    }
 }
 
 fn name(pid: u64, oid: u64) -> String {
@@ -39,6 +54,7 @@ impl Inner {
             large: o.large,
             inline: o.inline.clone(),
             extents: o.extents.clone(),
+            reserved: o.reserved.clone(),
             generation: o.generation,
         })
     }
@@ -81,18 +97,23 @@ impl Inner {
         Ok(())
     }
 
+    /// Allocates `blocks` of `class`. `credit` is how many of them fill
+    /// blocks the object had reserved: those may use reserved space, the
+    /// rest must fit beside every reservation.
     fn allocate(
         &self,
         class: Class,
         blocks: u64,
         goal: Option<u64>,
         grow: u64,
+        credit: u64,
     ) -> Result<Vec<Extent>> {
         let mut st = self.lock_ok()?;
         // Keep room for two checkpoints, however full the store (see
         // `reserve_blocks`): metadata can always commit, the store can always
         // be reopened.
-        let reserve = super::reserve_blocks(st.meta.approx_bytes);
+        let reserve = super::reserve_blocks(st.meta.approx_bytes)
+            + st.meta.reserved_blocks.saturating_sub(credit);
         let free = st.alloc.free_blocks();
         if free < blocks + reserve {
             return Err(StoreError::NoSpace {
@@ -116,7 +137,7 @@ impl Inner {
             })
     }
 
-    fn unallocate(&self, extents: Vec<Extent>) {
+    pub(super) fn unallocate(&self, extents: Vec<Extent>) {
         let mut st = self.lock();
         for e in extents {
             let _ = st.alloc.free(e);
@@ -124,9 +145,14 @@ impl Inner {
     }
 
     /// Writes `buf` (logical blocks from `first`) to new blocks of `kind`
-    /// (class, expected growth) and returns the mapping. Frees everything on
-    /// failure.
-    fn write_new(
+    /// (class, expected growth) and returns the mapping; `reserved` are the
+    /// object's reserved ranges (blocks written there use their
+    /// reservation). Frees everything on failure.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "one allocation and write: the object, where, what, and the hints the allocator takes"
+    )]
+    pub(super) fn write_new(
         &self,
         pid: u64,
         oid: u64,
@@ -134,9 +160,11 @@ impl Inner {
         first: u64,
         buf: &AlignedBuf,
         goal: Option<u64>,
+        reserved: &[(u64, u64)],
     ) -> Result<Vec<MapExtent>> {
         let blocks = buf.len() as u64 / BLOCK;
-        let extents = self.allocate(class, blocks, goal, grow)?;
+        let credit = crate::onode::reserved_in(reserved, first, first + blocks);
+        let extents = self.allocate(class, blocks, goal, grow, credit)?;
         let mut out = Vec::with_capacity(extents.len());
         let mut l = first;
         for e in &extents {
@@ -182,13 +210,7 @@ impl Inner {
             if st.meta.objects.contains_key(&(pid, oid)) {
                 return Err(StoreError::ObjectExists { pid, oid });
             }
-            Snapshot {
-                size: 0,
-                large: false,
-                inline: None,
-                extents: Vec::new(),
-                generation: 0,
-            }
+            Snapshot::empty()
         } else {
             self.snapshot(pid, oid)?
         };
@@ -202,7 +224,10 @@ impl Inner {
         }
         let end = off + data.len() as u64;
         let new_size = snap.size.max(end);
-        if snap.extents.is_empty() && new_size <= u64::from(self.label.inline_max) {
+        if snap.extents.is_empty()
+            && snap.reserved.is_empty()
+            && new_size <= u64::from(self.label.inline_max)
+        {
             let mut v = snap.inline.map(|d| d.to_vec()).unwrap_or_default();
             v.resize(new_size as usize, 0);
             v[off as usize..end as usize].copy_from_slice(data);
@@ -227,7 +252,7 @@ impl Inner {
             && let Some(d) = snap.inline.take()
         {
             let block0 = AlignedBuf::from_slice(&d);
-            let m = self.write_new(pid, oid, (Class::Small, 0), 0, &block0, None)?;
+            let m = self.write_new(pid, oid, (Class::Small, 0), 0, &block0, None, &[])?;
             moved = m.iter().map(|e| e.physical()).collect();
             recs.push(Record::SetData {
                 pid,
@@ -307,7 +332,15 @@ impl Inner {
         buf[at..at + data.len()].copy_from_slice(data);
         let goal = goal_for(b0, snap.extents.iter().map(|e| (e.lblock, e.pblock)));
         let class = if large { Class::Large } else { Class::Small };
-        let mapped = self.write_new(pid, oid, (class, plan.grow), b0, &buf, goal)?;
+        let mapped = self.write_new(
+            pid,
+            oid,
+            (class, plan.grow),
+            b0,
+            &buf,
+            goal,
+            &snap.reserved,
+        )?;
         let mut st = match self.lock_ok() {
             Ok(st) => st,
             Err(e) => {
@@ -517,7 +550,15 @@ impl Store {
                         Class::Small
                     };
                     let goal = pieces.first().map(|p| p.pblock);
-                    let mapped = inner.write_new(pid, oid, (class, 0), boundary, &buf, goal)?;
+                    let mapped = inner.write_new(
+                        pid,
+                        oid,
+                        (class, 0),
+                        boundary,
+                        &buf,
+                        goal,
+                        &snap.reserved,
+                    )?;
                     recs.push(Record::SetData {
                         pid,
                         oid,

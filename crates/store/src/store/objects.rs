@@ -67,7 +67,7 @@ pub struct ObjectInfo {
 pub struct SpaceInfo {
     /// Bytes of the data area.
     pub total_bytes: u64,
-    /// Free bytes in the data area.
+    /// Free bytes in the data area (reserved blocks count as used).
     pub free_bytes: u64,
     /// Largest contiguous free run in bytes.
     pub largest_free_bytes: u64,
@@ -350,7 +350,8 @@ impl Store {
         let f = st.alloc.free_stats();
         SpaceInfo {
             total_bytes: self.inner.label.data_len,
-            free_bytes: f.free_blocks * BLOCK,
+            // Reserved blocks are promised to their objects: not free.
+            free_bytes: f.free_blocks.saturating_sub(st.meta.reserved_blocks) * BLOCK,
             largest_free_bytes: f.largest_free * BLOCK,
             free_extents: f.free_extents,
             objects: st.meta.objects.len() as u64,

@@ -555,9 +555,21 @@ impl Store {
             "store opened"
         );
         let durable = rec.next_seq - 1;
+        let mut label = rec.label;
+        if label.version < FORMAT_VERSION && !opts.read_only {
+            // Opening read-write may write records an older build cannot
+            // read: the label says so first, so that build refuses the
+            // store with a clear message instead of failing in replay.
+            let old = label.version;
+            label.version = FORMAT_VERSION;
+            dev.write_at(&AlignedBuf::from_slice(&label.encode()), LABEL_BLOCK * BLOCK)
+                .and_then(|()| dev.flush())
+                .map_err(|e| StoreError::io("label upgrade", e))?;
+            tracing::info!(from = old, to = FORMAT_VERSION, "store format upgraded");
+        }
         let inner = Arc::new(Inner {
             dev,
-            label: rec.label,
+            label,
             state: Mutex::new(State {
                 meta: rec.meta,
                 alloc: rec.alloc,

@@ -1,12 +1,21 @@
 //! Holes: punching a byte range out of an object (the whole allocation
 //! units inside it are unmapped and their blocks freed; the parts of units
-//! at its edges that hold data are overwritten with zeros), and the byte
-//! ranges an object holds data in (what SEEK_DATA and SEEK_HOLE answer).
+//! at its edges that hold data are overwritten with zeros), reserving space
+//! for a range (`fallocate`), and the byte ranges an object holds data in
+//! (what SEEK_DATA and SEEK_HOLE answer).
+//!
+//! A reservation is an unwritten range: the store is copy-on-write, so
+//! blocks allocated ahead would be replaced by the first write anyway.
+//! What a reservation guarantees instead is room: its blocks count as used,
+//! and a later write that fills them may use that room when nothing else is
+//! left. (A rewrite of blocks already written still needs fresh blocks for
+//! its copy, as on every copy-on-write file system.)
 
 use super::data::check_range;
 use super::{Store, commit, now_ns};
-use crate::device::BLOCK;
-use crate::error::Result;
+use crate::alloc::Class;
+use crate::device::{AlignedBuf, BLOCK};
+use crate::error::{Result, StoreError};
 use crate::journal::record::Record;
 use crate::onode::Onode;
 
@@ -82,6 +91,102 @@ impl Store {
             )?
         };
         commit::wait(&self.inner, self.inner.lock(), seq)
+    }
+
+    /// Reserves room for `[offset, offset + len)`: the blocks there that
+    /// hold no data become reserved (counted as used; they read as zeros)
+    /// without changing the size. With `create`, a missing object is
+    /// created empty by the same commit. Refused with `NoSpace` when the
+    /// store cannot hold it beside every other reservation. Durable when it
+    /// returns.
+    pub fn reserve(&self, pid: u64, oid: u64, offset: u64, len: u64, create: bool) -> Result<()> {
+        super::objects::check_ids(pid, oid)?;
+        let end = check_range(offset, len)?;
+        if len == 0 {
+            return Err(StoreError::invalid("length", "a reservation of 0 bytes"));
+        }
+        let inner = &self.inner;
+        let seq = {
+            let _g = inner.stripe(pid, oid);
+            let mtime = now_ns();
+            let mut recs = Vec::with_capacity(3);
+            let snap = match inner.snapshot(pid, oid) {
+                Ok(s) => s,
+                Err(StoreError::NoObject { .. }) if create => {
+                    recs.push(Record::CreateObject {
+                        pid,
+                        oid,
+                        time: mtime,
+                    });
+                    super::data::Snapshot::empty()
+                }
+                Err(e) => return Err(e),
+            };
+            let unit = if snap.large {
+                inner.label.large_blocks()
+            } else {
+                1
+            };
+            let a = offset / BLOCK / unit * unit;
+            let b = end.div_ceil(BLOCK).next_multiple_of(unit);
+            // Inline bytes move to block 0 first, in the same commit.
+            let mut moved = Vec::new();
+            let mut extents = snap.extents;
+            if let Some(d) = &snap.inline {
+                let block0 = AlignedBuf::from_slice(d);
+                let m = inner.write_new(pid, oid, (Class::Small, 0), 0, &block0, None, &[])?;
+                moved = m.iter().map(|e| e.physical()).collect();
+                recs.push(Record::SetData {
+                    pid,
+                    oid,
+                    first: 0,
+                    end: 1,
+                    extents: m.clone(),
+                    size: snap.size,
+                    mtime,
+                    large: false,
+                });
+                extents = m;
+            }
+            let mut probe = Onode {
+                extents,
+                reserved: snap.reserved,
+                ..Onode::default()
+            };
+            let added = probe.reserve(a, b);
+            let mut st = match inner.lock_ok() {
+                Ok(st) => st,
+                Err(e) => {
+                    inner.unallocate(moved);
+                    return Err(e);
+                }
+            };
+            let free = st.alloc.free_blocks();
+            let keep = super::reserve_blocks(st.meta.approx_bytes + 64) + st.meta.reserved_blocks;
+            if free < keep + added {
+                drop(st);
+                inner.unallocate(moved);
+                return Err(StoreError::NoSpace {
+                    needed: added * BLOCK,
+                    free: free.saturating_sub(keep) * BLOCK,
+                });
+            }
+            recs.push(Record::Reserve {
+                pid,
+                oid,
+                first: a,
+                end: b,
+            });
+            match commit::log(inner, &mut st, &recs) {
+                Ok(seq) => seq,
+                Err(e) => {
+                    drop(st);
+                    inner.unallocate(moved);
+                    return Err(e);
+                }
+            }
+        };
+        commit::wait(inner, inner.lock(), seq)
     }
 
     /// The byte ranges `(offset, len)` of the object that hold data, in
