@@ -179,6 +179,7 @@ impl Client {
             bytes_read: l(&c.bytes_read),
             bytes_written: l(&c.bytes_written),
             osd_errors: l(&c.osd_errors),
+            bytes_copied_on_osds: l(&c.bytes_copied_on_osds),
         }
     }
 
@@ -482,8 +483,9 @@ impl Client {
     }
 
     /// `fallocate` on handle `fh` (open for writing): mode 0 and
-    /// KEEP_SIZE check the cluster has `len` bytes free (and mode 0 sets
-    /// the length to at least `off + len`); PUNCH_HOLE | KEEP_SIZE and
+    /// KEEP_SIZE reserve room for the range on the OSDs (ENOSPC when the
+    /// cluster or an OSD lacks it; mode 0 also sets the length to at least
+    /// `off + len`); PUNCH_HOLE | KEEP_SIZE and
     /// ZERO_RANGE make the range read as zeros, freeing whole allocation
     /// units on the OSDs (ZERO_RANGE without KEEP_SIZE also extends the
     /// length). COLLAPSE_RANGE and INSERT_RANGE: EOPNOTSUPP.
@@ -505,11 +507,32 @@ impl Client {
                     format!("fallocate of {len} bytes: the cluster has {free} bytes free"),
                 ));
             }
+            holes::reserve(&self.inner, &h.inode, off, len).await?;
         }
         if m & mode::KEEP_SIZE == 0 {
             holes::grow(&self.inner, &h.inode, end).await?;
         }
         Ok(())
+    }
+
+    /// `copy_file_range` from handle `fh_in` at `off_in` to handle `fh_out`
+    /// (open for writing) at `off_out`: up to `len` bytes (at most
+    /// [`crate::copy::MAX_CALL`] per call), copied on the OSDs where both
+    /// files' objects share them. Answers the bytes copied (0 at the
+    /// source's end).
+    pub async fn copy_range(
+        &self,
+        fh_in: u64,
+        off_in: u64,
+        fh_out: u64,
+        off_out: u64,
+        len: u64,
+    ) -> Result<u64> {
+        let (i, o) = (self.handle(fh_in)?, self.handle(fh_out)?);
+        if !o.write {
+            return Err(FsError::new(Errno::BadF, "handle not open for writing"));
+        }
+        crate::copy::copy_range(&self.inner, &i.inode, off_in, &o.inode, off_out, len).await
     }
 
     /// SEEK_DATA (`data`) or SEEK_HOLE from `off` on handle `fh`.

@@ -4,9 +4,10 @@
 //! A punch or zeroing goes to every fresh copy of each stripe object the
 //! range touches (the OSD unmaps whole allocation units and writes zeros
 //! at the edges); a copy that misses it is recorded stale as a missed write
-//! is. Reservation checks the cluster's free space and sets the length;
-//! the OSDs do not pre-allocate blocks (a later write can still meet a
-//! full OSD).
+//! is. A reservation (mode 0, KEEP_SIZE) goes to every fresh copy of each
+//! stripe object the range touches, one RESERVE per object: the OSD keeps
+//! the room for that range (an unwritten range in its store), so a later
+//! write there does not run out of space.
 
 use std::sync::Arc;
 
@@ -144,6 +145,101 @@ pub async fn zero(inner: &Arc<Inner>, f: &OpenInode, off: u64, len: u64) -> Resu
         truncated(f, &mut st, size);
         st.modified = true;
         return commit(inner, ino, &mut st).await;
+    }
+    Err(FsError::new(
+        Errno::Access,
+        format!("no write capability for inode {ino}"),
+    ))
+}
+
+/// Reserves room for `[off, off + len)` of open file `f` on every fresh
+/// copy of each stripe object the range touches (creating the objects and
+/// extending the layout as a write would). ENOSPC when an OSD cannot hold
+/// it; a copy that fails otherwise is recorded stale.
+pub async fn reserve(inner: &Arc<Inner>, f: &OpenInode, off: u64, len: u64) -> Result<()> {
+    let mut st = f.st.lock().await;
+    let ino = f.ino;
+    for attempt in 0..3 {
+        let last = match &st.layout {
+            Some(l) => l.spec.objset_of(off + len - 1),
+            None => 0,
+        };
+        ensure_caps(inner, ino, &mut st, true, last).await?;
+        let Some(layout) = st.layout.clone() else {
+            return Err(FsError::new(
+                Errno::Io,
+                format!("inode {ino} has no layout"),
+            ));
+        };
+        // One request per object: the pieces of one object in a file
+        // range are one contiguous range of the object.
+        let mut per_object: std::collections::BTreeMap<(u64, u32), (u64, u64)> =
+            std::collections::BTreeMap::new();
+        for p in layout.spec.pieces(off, len) {
+            let e = per_object
+                .entry((p.objset, p.stripe))
+                .or_insert((p.obj_offset, p.obj_offset));
+            e.0 = e.0.min(p.obj_offset);
+            e.1 = e.1.max(p.obj_offset + p.len);
+        }
+        let runs = per_object
+            .into_iter()
+            .map(|((objset, stripe), (a, b))| striped::Run {
+                objset,
+                stripe,
+                obj_offset: a,
+                buf_offset: 0,
+                len: b - a,
+            })
+            .collect();
+        let Some(ts) = targets(inner, &layout, &st.grants, runs, striped::WRITE_NEED).await? else {
+            st.grants.clear();
+            continue;
+        };
+        let mut renew = false;
+        for (r, t) in ts {
+            let cmd = Command::Reserve {
+                pid: DATA_PARTITION,
+                oid: t.oid,
+                offset: r.obj_offset,
+                len: r.len,
+            };
+            let mut missed = Vec::new();
+            for c in &t.copies {
+                match run_copy(c, cmd.clone(), Bytes::new()).await {
+                    Ok(_) => {}
+                    Err(ConnError::Remote(w)) if w.code == ErrorCode::NoSpace => {
+                        return Err(FsError::new(
+                            Errno::NoSpc,
+                            format!("fallocate: OSD {} cannot reserve the room: {w}", c.osd),
+                        ));
+                    }
+                    Err(e) if striped::cap_stale(&e) => renew = true,
+                    Err(e) => missed.push((c.osd, e)),
+                }
+            }
+            if renew {
+                break;
+            }
+            st.existing.insert((r.objset, r.stripe));
+            if missed.len() == t.copies.len() {
+                let (osd, e) = missed.swap_remove(0);
+                return Err(FsError::osd(osd, &e));
+            }
+            for (osd, e) in missed {
+                tracing::warn!(ino, osd, error = %e, "a copy missed a reservation; recording it stale");
+                let found = mark_stale(inner, &st.creds, ino, r.objset, r.stripe, osd).await?;
+                if let Some(l) = found.entry.layout {
+                    st.layout = Some(l);
+                    st.grants = found.grants;
+                }
+            }
+        }
+        if renew && attempt < 2 {
+            st.grants.clear();
+            continue;
+        }
+        return Ok(());
     }
     Err(FsError::new(
         Errno::Access,

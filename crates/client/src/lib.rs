@@ -10,6 +10,7 @@ pub mod absent;
 pub mod cache;
 pub mod client;
 pub mod config;
+pub mod copy;
 pub mod error;
 pub mod file;
 pub mod holes;

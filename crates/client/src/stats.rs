@@ -21,6 +21,8 @@ pub struct Counters {
     pub bytes_written: AtomicU64,
     /// OSD requests failed.
     pub osd_errors: AtomicU64,
+    /// Bytes `copy_file_range` copied on the OSDs (never through this client).
+    pub bytes_copied_on_osds: AtomicU64,
 }
 
 impl Counters {
@@ -49,6 +51,8 @@ pub struct ClientStats {
     pub bytes_written: u64,
     /// Failed OSD requests.
     pub osd_errors: u64,
+    /// Bytes copied on the OSDs (`copy_file_range`).
+    pub bytes_copied_on_osds: u64,
 }
 
 impl ClientStats {
@@ -92,6 +96,11 @@ impl ClientStats {
             self.bytes_written,
         );
         put("osd_errors", "Failed OSD requests.", self.osd_errors);
+        put(
+            "copied_on_osds_bytes",
+            "Bytes copy_file_range copied on the OSDs.",
+            self.bytes_copied_on_osds,
+        );
         s.push_str("# EOF\n");
         s
     }

@@ -442,3 +442,139 @@ async fn names_known_absent_save_lookups_and_expire_with_the_window() {
         .expect("found once the list is old");
     c.stop().await.unwrap();
 }
+
+async fn copy_all(c: &Client, (i, off_in): (u64, u64), (o, off_out): (u64, u64), len: u64) {
+    let mut done = 0;
+    while done < len {
+        let n = c
+            .copy_range(i, off_in + done, o, off_out + done, len - done)
+            .await
+            .unwrap();
+        assert!(n > 0, "copy_range stopped at {done} of {len}");
+        done += n;
+    }
+}
+
+/// copy_file_range: exact bytes in every case (striped files, offsets that
+/// do not line up, buffered bytes on either side, a hole in the source);
+/// on the OSDs when every copy of a destination object shares an OSD with
+/// the source's (three replicas on three OSDs), through the client
+/// otherwise (one replica).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copy_range_copies_exactly_and_on_the_osds_where_copies_meet() {
+    let dir = tempfile::tempdir().unwrap();
+    let cl = cluster(&dir, PolicyKind::ChildClosest, 65536, 3).await;
+    let a = client(&cl, |_| {}).await;
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(20261123);
+    for replicas in [3u8, 1] {
+        let (d, _) = a
+            .mkdir(&root(), 0, &format!("r{replicas}"), 0o755)
+            .await
+            .map(|e| (e.attr.ino, ()))
+            .unwrap();
+        let spec = LayoutSpec {
+            stripe_unit: 65536,
+            stripe_count: 3,
+            object_size: 0,
+            replicas,
+            min_replicas: 1,
+        };
+        a.set_layout(&root(), d, spec).await.unwrap();
+        let before = a.stats().bytes_copied_on_osds;
+        let len = 1_500_000usize;
+        let src: Vec<u8> = (0..len).map(|_| rng.random()).collect();
+        let (se, sfh) = a.create(&root(), d, "src", 0o644, true).await.unwrap();
+        // Buffered, not yet on the OSDs: the copy must see it.
+        a.write(sfh, 0, &src).await.unwrap();
+        let (_, dfh) = a.create(&root(), d, "dst", 0o644, true).await.unwrap();
+        // Buffered bytes of the destination, inside and outside the range.
+        a.write(dfh, 0, &[7u8; 300_000]).await.unwrap();
+        copy_all(&a, (sfh, 1000), (dfh, 5000), 1_200_000).await;
+        let mut want = vec![7u8; 300_000];
+        want.resize(5000 + 1_200_000, 0);
+        want[5000..].copy_from_slice(&src[1000..1_201_000]);
+        assert_eq!(read_all(&a, dfh, 2_000_000).await, want, "R = {replicas}");
+        let on_osds = a.stats().bytes_copied_on_osds - before;
+        if replicas == 3 {
+            assert_eq!(on_osds, 1_200_000, "every copy shares every OSD");
+        }
+        // Past the source's end: short; at its end: 0.
+        let n = a
+            .copy_range(sfh, len as u64 - 10, dfh, 0, 100)
+            .await
+            .unwrap();
+        assert_eq!(n, 10);
+        assert_eq!(a.copy_range(sfh, len as u64, dfh, 0, 100).await.unwrap(), 0);
+        // Within one file: overlapping is EINVAL, apart is a copy.
+        let e = a.copy_range(sfh, 0, sfh, 100, 1000).await.unwrap_err();
+        assert!(e.is(client::error::Errno::Inval), "{e}");
+        copy_all(&a, (sfh, 0), (sfh, 2_000_000), 70_000).await;
+        let got = a.read(sfh, 2_000_000, 70_000).await.unwrap();
+        assert_eq!(&got[..], &src[..70_000]);
+        // A source with a hole (never written) copies zeros.
+        let set = SetAttr {
+            size: Some(4_000_000),
+            ..SetAttr::default()
+        };
+        a.setattr(&root(), se.attr.ino, set).await.unwrap();
+        copy_all(&a, (sfh, 3_000_000), (dfh, 0), 500_000).await;
+        let got = read_all(&a, dfh, 500_000).await;
+        let nz = got[..500_000].iter().position(|&b| b != 0);
+        assert_eq!(
+            nz,
+            None,
+            "R = {replicas}: the hole copied as zeros ({} bytes)",
+            got.len()
+        );
+        // Another client sees the copy after close.
+        a.release(dfh).await.unwrap();
+        let b = client(&cl, |_| {}).await;
+        let e = b.lookup(&root(), d, "dst").await.unwrap();
+        assert_eq!(e.attr.size, 1_205_000);
+        a.release(sfh).await.unwrap();
+    }
+}
+
+/// fallocate mode 0 and KEEP_SIZE reserve room on the OSDs: the space the
+/// OSDs report falls by the range times the replicas, the file reads as
+/// zeros, and a punch gives the room back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fallocate_reserves_room_on_the_osds() {
+    let dir = tempfile::tempdir().unwrap();
+    let cl = cluster(&dir, PolicyKind::ChildClosest, 65536, 2).await;
+    let a = client(&cl, |_| {}).await;
+    let used = || async { a.statfs(&root()).await.unwrap().used };
+    let base = used().await;
+    let wait_for = |pred: Box<dyn Fn(u64) -> bool + Send>| {
+        let a = &a;
+        async move {
+            for _ in 0..100 {
+                let u = a.statfs(&root()).await.unwrap().used;
+                if pred(u) {
+                    return u;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            let u = a.statfs(&root()).await.unwrap();
+            panic!("the OSDs never reported the expected space: {u:?} (base {base})");
+        }
+    };
+    let (e, fh) = a.create(&root(), 0, "big", 0o644, true).await.unwrap();
+    const M: u64 = 1 << 20;
+    a.fallocate(&root(), fh, 0, 32 * M, 0).await.unwrap();
+    let replicas = u64::from(LayoutSpec::default().replicas.max(1));
+    let after = wait_for(Box::new(move |u| u >= base + 32 * M * replicas)).await;
+    assert!(after < base + 34 * M * replicas, "about the range reserved");
+    assert_eq!(a.getattr(&root(), e.attr.ino).await.unwrap().size, 32 * M);
+    assert!(read_all(&a, fh, 32 * M).await.iter().all(|&b| b == 0));
+    // KEEP_SIZE past the end: the length stays.
+    a.fallocate(&root(), fh, 32 * M, 8 * M, 1).await.unwrap();
+    assert_eq!(a.getattr(&root(), e.attr.ino).await.unwrap().size, 32 * M);
+    wait_for(Box::new(move |u| u >= after + 8 * M * replicas)).await;
+    // A write into the room; a punch hands the room inside the size back.
+    a.write(fh, 5 * M, &[1u8; 4096]).await.unwrap();
+    a.fsync(fh).await.unwrap();
+    a.fallocate(&root(), fh, 0, 32 * M, 3).await.unwrap();
+    wait_for(Box::new(move |u| u < base + 12 * M * replicas)).await;
+    a.release(fh).await.unwrap();
+}

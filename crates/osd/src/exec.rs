@@ -105,9 +105,21 @@ impl Default for ObjectLocks {
 }
 
 impl ObjectLocks {
-    fn stripe(&self, pid: u64, oid: u64) -> &RwLock<()> {
+    fn index(&self, pid: u64, oid: u64) -> usize {
         let h = (pid.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ oid).wrapping_mul(0xff51_afd7_ed55_8ccd);
-        &self.stripes[(h >> 58) as usize % self.stripes.len()]
+        (h >> 58) as usize % self.stripes.len()
+    }
+
+    fn stripe(&self, pid: u64, oid: u64) -> &RwLock<()> {
+        &self.stripes[self.index(pid, oid)]
+    }
+
+    /// The stripe of a second object a command reads (COPY's source), when
+    /// it differs from the first's and so must be taken too; taken in
+    /// stripe order, so two commands never wait on each other.
+    fn second(&self, first: (u64, u64), second: (u64, u64)) -> Option<(bool, &RwLock<()>)> {
+        let (a, b) = (self.index(first.0, first.1), self.index(second.0, second.1));
+        (a != b).then(|| (b < a, &self.stripes[b]))
     }
 }
 
@@ -269,6 +281,9 @@ fn need(cmd: &Command, req: &Request) -> Need {
             one(pid, oid, rights::WRITE)
         }
         Command::DataRanges { pid, oid } => one(pid, oid, rights::READ),
+        Command::Reserve { pid, oid, .. } | Command::Copy { pid, oid, .. } => {
+            one(pid, oid, rights::WRITE | rights::CREATE)
+        }
     };
     n.rights |= extra;
     n
@@ -293,6 +308,41 @@ fn target(cmd: &Command) -> Option<(u64, u64)> {
         | Command::DataRanges { pid, oid } => Some((pid, oid)),
         _ => None,
     }
+}
+
+/// The object a command may create, locked like a target but checked for
+/// revocation only when it exists.
+fn created(cmd: &Command) -> Option<(u64, u64)> {
+    match *cmd {
+        Command::Reserve { pid, oid, .. } | Command::Copy { pid, oid, .. } => Some((pid, oid)),
+        _ => None,
+    }
+}
+
+/// Copies `len` bytes of `src` at `src_off` to `dst` at `dst_off` (COPY):
+/// read through the store's checksums, then one durable write (bytes past
+/// the source's end are zeros); a missing destination is created.
+fn copy(
+    s: &Store,
+    pid: u64,
+    (src, src_off): (u64, u64),
+    (dst, dst_off): (u64, u64),
+    len: u32,
+) -> Result<Reply, StoreError> {
+    let mut data = s.read(pid, src, src_off, u64::from(len))?;
+    data.resize(len as usize, 0);
+    match s.write(pid, dst, dst_off, &data) {
+        Err(StoreError::NoObject { .. }) if dst_off == 0 => s.create_and_write(pid, dst, &data),
+        Err(StoreError::NoObject { .. }) => {
+            match s.create(pid, Some(dst)) {
+                Ok(_) | Err(StoreError::ObjectExists { .. }) => {}
+                Err(e) => return Err(e),
+            }
+            s.write(pid, dst, dst_off, &data)
+        }
+        other => other,
+    }?;
+    Ok(Reply::Copied { len })
 }
 
 /// A request's set list in the store's terms.
@@ -356,10 +406,42 @@ fn run(
     // never holds an object's lock (the version check, which reads the
     // object, comes under the lock below).
     precheck(ctx, holder, req)?;
-    let stripe = target(&req.cmd).or(match req.cmd {
+    let stripe = target(&req.cmd).or(created(&req.cmd)).or(match req.cmd {
         Command::SetVersion { pid, oid, .. } => Some((pid, oid)),
         _ => None,
     });
+    // COPY also reads its source: its capability is checked like the
+    // request's, and its stripe held (in stripe order) for the copy.
+    let mut _source = None;
+    let mut _source_first = None;
+    if let Command::Copy {
+        pid,
+        oid,
+        src_oid,
+        ref src_cap,
+        ..
+    } = req.cmd
+    {
+        if let Some(keys) = &ctx.keys {
+            keys.check(
+                src_cap.as_deref(),
+                ctx.osd_id,
+                holder,
+                now_ms(),
+                &Need {
+                    partition: pid,
+                    oid_lo: src_oid,
+                    oid_hi: src_oid,
+                    rights: rights::READ,
+                },
+            )?;
+        }
+        match ctx.locks.second((pid, oid), (pid, src_oid)) {
+            Some((true, l)) => _source_first = Some(l.read().unwrap_or_else(|e| e.into_inner())),
+            Some((false, l)) => _source = Some(l),
+            None => {}
+        }
+    }
     let stripe = stripe.map(|(pid, oid)| ctx.locks.stripe(pid, oid));
     let _shared;
     let _exclusive;
@@ -369,6 +451,26 @@ fn run(
         }
         (_, Some(l)) => _shared = Some(l.read().unwrap_or_else(|e| e.into_inner())),
         _ => {}
+    }
+    let _source = _source.map(|l| l.read().unwrap_or_else(|e| e.into_inner()));
+    if ctx.keys.is_some() {
+        if let (Some((pid, oid)), Some(cap)) = (created(&req.cmd), req.cap.as_ref()) {
+            match s.stat(pid, oid) {
+                Ok(st) => KeyRing::check_version(cap, st.version)?,
+                Err(StoreError::NoObject { .. }) => {}
+                Err(e) => return Err(map_err(e)),
+            }
+        }
+        if let Command::Copy {
+            pid,
+            src_oid,
+            src_cap: Some(ref cap),
+            ..
+        } = req.cmd
+        {
+            let version = s.stat(pid, src_oid).map_err(map_err)?.version;
+            KeyRing::check_version(cap, version)?;
+        }
     }
     if ctx.keys.is_some()
         && let (Some((pid, oid)), Some(cap)) = (target(&req.cmd), req.cap.as_ref())
@@ -439,6 +541,23 @@ fn run(
             offset,
             len,
         } => s.punch(*pid, *oid, *offset, *len).map(|()| Reply::Done),
+        Command::Reserve {
+            pid,
+            oid,
+            offset,
+            len,
+        } => s
+            .reserve(*pid, *oid, *offset, *len, true)
+            .map(|()| Reply::Done),
+        Command::Copy {
+            pid,
+            oid,
+            offset,
+            src_oid,
+            src_offset,
+            len,
+            ..
+        } => copy(&s, *pid, (*src_oid, *src_offset), (*oid, *offset), *len),
         Command::DataRanges { pid, oid } => s.data_ranges(*pid, *oid).map(|mut r| {
             if r.len() > proto::msg::MAX_DATA_RANGES {
                 let (o, _) = r[proto::msg::MAX_DATA_RANGES - 1];

@@ -182,15 +182,19 @@ impl Service for Osd {
         let req: Request = decode(&f.header)?;
         // A bad capability is refused before any reply memory is reserved.
         crate::exec::precheck(&self.ctx, peer.principal_id, &req)?;
+        // A COPY holds its bytes in memory as a READ's reply does.
         let read_len = match req.cmd {
-            proto::Command::Read { len, .. } => u64::from(len),
+            proto::Command::Read { len, .. } | proto::Command::Copy { len, .. } => u64::from(len),
             _ => 0,
         };
         let max = self.cfg.serve.frame.max_payload;
         if read_len > u64::from(max) {
             return Err(WireError::bad(
                 "len",
-                format!("{read_len} exceeds the {max}-byte payload limit; read in pieces"),
+                format!(
+                    "a {} of {read_len} bytes exceeds the {max}-byte payload limit; split it",
+                    req.cmd.name()
+                ),
             ));
         }
         Ok(Admitted {

@@ -945,3 +945,167 @@ fn a_bad_capability_is_refused_before_reply_memory_is_reserved() {
         .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(a.reply_bytes, 4 << 20);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reserve_and_copy_check_both_capabilities() {
+    let t = start(false).await;
+    let c = client(&t.addr, 2).await;
+    let root = cap(ROOT, 0, u64::MAX, rights::ALL);
+    async fn free_bytes(c: &OsdClient, root: &Capability) -> u64 {
+        match c
+            .run(Some(root), Command::Statfs, Bytes::new())
+            .await
+            .unwrap()
+            .reply
+        {
+            Reply::Statfs { free_bytes, .. } => free_bytes,
+            r => panic!("{r:?}"),
+        }
+    }
+    let (src, dst) = (0x30001u64, 0x30002u64);
+    let wc = |oid| cap(P, oid, oid, rights::WRITE | rights::CREATE);
+    // RESERVE creates a missing object, empty, and takes room.
+    let before = free_bytes(&c, &root).await;
+    let reserve = |len| Command::Reserve {
+        pid: P,
+        oid: 0x30000,
+        offset: 0,
+        len,
+    };
+    c.run(Some(&wc(0x30000)), reserve(8 << 20), Bytes::new())
+        .await
+        .unwrap();
+    assert!(
+        before - free_bytes(&c, &root).await >= 8 << 20,
+        "room taken"
+    );
+    let e = c
+        .run(Some(&wc(0x30000)), reserve(0), Bytes::new())
+        .await
+        .unwrap_err();
+    assert_eq!(code(e), ErrorCode::BadRequest);
+    let e = c
+        .run(
+            Some(&cap(P, 0x30000, 0x30000, rights::WRITE)),
+            reserve(1),
+            Bytes::new(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        code(e),
+        ErrorCode::CapRights,
+        "RESERVE may create: CREATE needed"
+    );
+    // COPY: the bytes move inside the OSD.
+    let data: Vec<u8> = (0..100_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    c.create_and_write(Some(&all(P)), P, src, Bytes::from(data.clone()))
+        .await
+        .unwrap();
+    let copy = |offset, src_offset, len, src_cap: Option<Capability>| Command::Copy {
+        pid: P,
+        oid: dst,
+        offset,
+        src_oid: src,
+        src_offset,
+        len,
+        src_cap: src_cap.map(Box::new),
+    };
+    let rsrc = cap(P, src, src, rights::READ);
+    let a = c
+        .run(
+            Some(&wc(dst)),
+            copy(4096, 10, 50_000, Some(rsrc.clone())),
+            Bytes::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(a.reply, Reply::Copied { len: 50_000 });
+    let got = c.read(Some(&all(P)), P, dst, 0, 60_000).await.unwrap();
+    assert_eq!(&got[..4096], &[0u8; 4096][..], "a new object: zeros before");
+    assert_eq!(&got[4096..], &data[10..50_010]);
+    // Past the source's end: zeros.
+    c.run(
+        Some(&wc(dst)),
+        copy(0, 99_000, 4000, Some(rsrc.clone())),
+        Bytes::new(),
+    )
+    .await
+    .unwrap();
+    let got = c.read(Some(&all(P)), P, dst, 0, 4000).await.unwrap();
+    assert_eq!(&got[..1000], &data[99_000..]);
+    assert!(got[1000..].iter().all(|&b| b == 0));
+    // Every bad source capability is refused, and nothing is written.
+    let wrong = [
+        (None, ErrorCode::CapMissing),
+        (Some(cap(P, src, src, rights::WRITE)), ErrorCode::CapRights),
+        (
+            Some(cap(P, dst, dst, rights::READ)),
+            ErrorCode::CapOutOfRange,
+        ),
+    ];
+    for (sc, want) in wrong {
+        let e = c
+            .run(Some(&wc(dst)), copy(0, 0, 100, sc), Bytes::new())
+            .await
+            .unwrap_err();
+        assert_eq!(code(e), want);
+    }
+    let mut forged = rsrc.clone();
+    forged.mac[0] ^= 1;
+    let e = c
+        .run(Some(&wc(dst)), copy(0, 0, 100, Some(forged)), Bytes::new())
+        .await
+        .unwrap_err();
+    assert_eq!(code(e), ErrorCode::CapForged);
+    let got = c.read(Some(&all(P)), P, dst, 0, 1000).await.unwrap();
+    assert_eq!(&got[..1000], &data[99_000..], "unchanged");
+    // The destination needs its own rights.
+    let e = c
+        .run(
+            Some(&cap(P, dst, dst, rights::READ)),
+            copy(0, 0, 100, Some(rsrc.clone())),
+            Bytes::new(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(code(e), ErrorCode::CapRights);
+    // Bad lengths and overlapping ranges of one object.
+    for (len, (o, so, obj)) in [
+        (0, (0, 0, dst)),
+        (proto::msg::MAX_COPY + 1, (0, 0, dst)),
+        (100, (50, 0, src)),
+    ] {
+        let cmd = Command::Copy {
+            pid: P,
+            oid: obj,
+            offset: o,
+            src_oid: src,
+            src_offset: so,
+            len,
+            src_cap: Some(Box::new(rsrc.clone())),
+        };
+        let e = c.run(Some(&all(P)), cmd, Bytes::new()).await.unwrap_err();
+        assert_eq!(code(e), ErrorCode::BadRequest);
+    }
+    // A missing source is NoObject.
+    let e = c
+        .run(
+            Some(&wc(dst)),
+            Command::Copy {
+                pid: P,
+                oid: dst,
+                offset: 0,
+                src_oid: 0x3_9999,
+                src_offset: 0,
+                len: 10,
+                src_cap: Some(Box::new(cap(P, 0x3_9999, 0x3_9999, rights::READ))),
+            },
+            Bytes::new(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(code(e), ErrorCode::NoObject);
+    t.stop.send(true).unwrap();
+    t.task.await.unwrap().unwrap();
+}

@@ -280,7 +280,46 @@ pub enum Command {
         /// Object.
         oid: u64,
     },
+    /// Reserve room for `[offset, offset + len)` without writing it or
+    /// changing the size; a missing object is created empty (rights WRITE
+    /// and CREATE). `fallocate` mode 0 and KEEP_SIZE.
+    Reserve {
+        /// Partition.
+        pid: u64,
+        /// Object.
+        oid: u64,
+        /// Byte offset.
+        offset: u64,
+        /// Bytes (1 ..= 2^48).
+        len: u64,
+    },
+    /// Copy `len` bytes (at most [`MAX_COPY`]) of object `src_oid` at
+    /// `src_offset` to object `oid` at `offset` on this OSD, the bytes
+    /// never leaving it (`copy_file_range`). The request's capability
+    /// covers the destination (rights WRITE and CREATE: a missing one is
+    /// created); `src_cap` covers the source (right READ). Bytes past the
+    /// source's end copy as zeros; the two ranges of one object must not
+    /// overlap. Answers [`Reply::Copied`].
+    Copy {
+        /// Partition of both objects.
+        pid: u64,
+        /// Destination object.
+        oid: u64,
+        /// Destination byte offset.
+        offset: u64,
+        /// Source object.
+        src_oid: u64,
+        /// Source byte offset.
+        src_offset: u64,
+        /// Bytes.
+        len: u32,
+        /// The capability for the source (absent only on an insecure OSD).
+        src_cap: Option<Box<Capability>>,
+    },
 }
+
+/// Most bytes one COPY moves.
+pub const MAX_COPY: u32 = 16 << 20;
 
 /// Most ranges a DATA RANGES answer carries (the rest are reported as data).
 pub const MAX_DATA_RANGES: usize = 65_536;
@@ -311,6 +350,8 @@ impl Command {
             Command::Digest { .. } => 20,
             Command::Punch { .. } => 21,
             Command::DataRanges { .. } => 22,
+            Command::Reserve { .. } => 23,
+            Command::Copy { .. } => 24,
         }
     }
 
@@ -339,6 +380,8 @@ impl Command {
             Command::Digest { .. } => "digest",
             Command::Punch { .. } => "punch",
             Command::DataRanges { .. } => "data_ranges",
+            Command::Reserve { .. } => "reserve",
+            Command::Copy { .. } => "copy",
         }
     }
 
@@ -356,6 +399,8 @@ impl Command {
                 | Command::Digest { .. }
                 | Command::Punch { .. }
                 | Command::DataRanges { .. }
+                | Command::Reserve { .. }
+                | Command::Copy { .. }
         )
     }
 
@@ -445,6 +490,11 @@ pub enum Reply {
     /// Where an object holds data: (offset, len) in order, at most
     /// [`MAX_DATA_RANGES`] (the last then runs to the object's end).
     DataRanges(Vec<(u64, u64)>),
+    /// Bytes a COPY wrote to the destination.
+    Copied {
+        /// Bytes.
+        len: u32,
+    },
 }
 
 /// A response header.
@@ -513,6 +563,30 @@ impl Request {
             Command::GetPage { max, .. } if *max == 0 || *max > MAX_PAGE_ATTRS => Err(
                 WireError::bad("max", format!("{max} not in 1..={MAX_PAGE_ATTRS}")),
             ),
+            Command::Reserve { len, .. } if *len == 0 || *len > 1 << 48 => Err(WireError::bad(
+                "len",
+                format!("a reservation of {len} bytes is not in 1..=2^48"),
+            )),
+            Command::Copy { len, .. } if *len == 0 || *len > MAX_COPY => Err(WireError::bad(
+                "len",
+                format!("a copy of {len} bytes is not in 1..={MAX_COPY}"),
+            )),
+            Command::Copy {
+                oid,
+                offset,
+                src_oid,
+                src_offset,
+                len,
+                ..
+            } if oid == src_oid
+                && *offset < src_offset.saturating_add(u64::from(*len))
+                && *src_offset < offset.saturating_add(u64::from(*len)) =>
+            {
+                Err(WireError::bad(
+                    "copy",
+                    "the source and destination ranges of one object overlap",
+                ))
+            }
             Command::Cas { expected, new, .. }
                 if expected.len() > MAX_ATTR_VALUE || new.len() > MAX_ATTR_VALUE =>
             {

@@ -105,6 +105,28 @@ fn command() -> impl Strategy<Value = Command> {
             len
         }),
         (u(), u()).prop_map(|(pid, oid)| Command::DataRanges { pid, oid }),
+        (u(), u(), u(), u()).prop_map(|(pid, oid, offset, len)| Command::Reserve {
+            pid,
+            oid,
+            offset,
+            len
+        }),
+        (
+            (u(), u(), u()),
+            (u(), u(), any::<u32>()),
+            proptest::option::of(cap())
+        )
+            .prop_map(|((pid, oid, offset), (src_oid, src_offset, len), c)| {
+                Command::Copy {
+                    pid,
+                    oid,
+                    offset,
+                    src_oid,
+                    src_offset,
+                    len,
+                    src_cap: c.map(Box::new),
+                }
+            }),
         (
             u(),
             u(),
@@ -159,6 +181,7 @@ fn reply() -> impl Strategy<Value = Result<Reply, WireError>> {
             free_bytes,
             objects
         })),
+        any::<u32>().prop_map(|len| Ok(Reply::Copied { len })),
         "[ -~]{0,40}".prop_map(|m| Err(WireError::new(ErrorCode::CapRevoked, m))),
     ]
 }

@@ -59,7 +59,10 @@ fn format_v1_fixture_opens_and_reads_back() {
         ..OpenOptions::default()
     };
     assert_eq!(
-        Store::open(dev.clone(), &read_only).unwrap().label().version,
+        Store::open(dev.clone(), &read_only)
+            .unwrap()
+            .label()
+            .version,
         1
     );
     let s = Store::open(dev.clone(), &OpenOptions::default()).unwrap();
@@ -133,7 +136,10 @@ fn format_v2_fixture_keeps_its_reservations() {
             },
         )
         .unwrap();
-        Store::open(d, &OpenOptions::default()).unwrap().statfs().free_bytes
+        Store::open(d, &OpenOptions::default())
+            .unwrap()
+            .statfs()
+            .free_bytes
     };
     assert!(
         st.free_bytes + (used_blocks + 15 + 8) * 4096 <= fresh_free,

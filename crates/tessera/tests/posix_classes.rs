@@ -65,7 +65,8 @@ fn main() {
     }
     for mode in ["mds", "osd"] {
         let dir = tempfile::tempdir().unwrap();
-        let up = Up::start(dir.path(), &["--namespace", mode]);
+        let metrics = free_port();
+        let up = Up::start(dir.path(), &["--namespace", mode, "--metrics", &metrics]);
         // Counting checks first, while no unlinked file waits to be reaped.
         statfs_counts_inodes(&up.mp);
         if mode == "mds" {
@@ -74,6 +75,15 @@ fn main() {
         let mine = up.mp.join("root");
         fs::create_dir(&mine).unwrap();
         classes(&mine, true);
+        // MDS mode: three OSDs, three replicas, so every copy_file_range
+        // piece had its source and destination copies on the same OSDs.
+        // (Files in the OSD-namespace mode have one copy: a piece moves
+        // on an OSD only where both objects landed on it.)
+        let copied = scrape(&metrics, "tessera_client_copied_on_osds_bytes_total");
+        assert!(
+            mode == "osd" || copied >= 300_000,
+            "{mode}: copy_file_range copied {copied} bytes on the OSDs"
+        );
         let shared = up.mp.join("shared");
         fs::create_dir(&shared).unwrap();
         fs::set_permissions(&shared, fs::Permissions::from_mode(0o1777)).unwrap();
@@ -83,6 +93,19 @@ fn main() {
     }
     held_across_an_mds_restart();
     println!("held across an MDS restart: passed");
+}
+
+/// The value of counter `name` at `http://addr/metrics`.
+fn scrape(addr: &str, name: &str) -> u64 {
+    use std::net::TcpStream;
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.write_all(format!("GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
+        .unwrap();
+    let mut body = String::new();
+    s.read_to_string(&mut body).unwrap();
+    body.lines()
+        .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in:\n{body}"))
 }
 
 /// This binary again as `nobody`, working in `dir`.
@@ -482,6 +505,15 @@ fn fallocate_seek_and_copy(d: &Path) {
     assert!(b[..100].iter().all(|&x| x == b'a') && b[100..1100].iter().all(|&x| x == 0));
     assert_eq!(fallocate(&f, 0, 4 * M, M), 0, "mode 0 past the end");
     assert_eq!(f.metadata().unwrap().len(), 5 << 20, "grows the file");
+    f.read_exact_at(&mut b[..4096], 4 << 20).unwrap();
+    assert!(
+        b[..4096].iter().all(|&x| x == 0),
+        "reserved room reads zeros"
+    );
+    f.write_all_at(b"into the room", (4 << 20) + 100).unwrap();
+    f.sync_all().unwrap();
+    f.read_exact_at(&mut b[..13], (4 << 20) + 100).unwrap();
+    assert_eq!(&b[..13], b"into the room");
     assert_eq!(fallocate(&f, libc::FALLOC_FL_KEEP_SIZE, 5 * M, M), 0);
     assert_eq!(f.metadata().unwrap().len(), 5 << 20);
     assert_eq!(

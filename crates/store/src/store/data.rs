@@ -332,15 +332,8 @@ impl Inner {
         buf[at..at + data.len()].copy_from_slice(data);
         let goal = goal_for(b0, snap.extents.iter().map(|e| (e.lblock, e.pblock)));
         let class = if large { Class::Large } else { Class::Small };
-        let mapped = self.write_new(
-            pid,
-            oid,
-            (class, plan.grow),
-            b0,
-            &buf,
-            goal,
-            &snap.reserved,
-        )?;
+        let mapped =
+            self.write_new(pid, oid, (class, plan.grow), b0, &buf, goal, &snap.reserved)?;
         let mut st = match self.lock_ok() {
             Ok(st) => st,
             Err(e) => {

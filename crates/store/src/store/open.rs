@@ -562,9 +562,12 @@ impl Store {
             // store with a clear message instead of failing in replay.
             let old = label.version;
             label.version = FORMAT_VERSION;
-            dev.write_at(&AlignedBuf::from_slice(&label.encode()), LABEL_BLOCK * BLOCK)
-                .and_then(|()| dev.flush())
-                .map_err(|e| StoreError::io("label upgrade", e))?;
+            dev.write_at(
+                &AlignedBuf::from_slice(&label.encode()),
+                LABEL_BLOCK * BLOCK,
+            )
+            .and_then(|()| dev.flush())
+            .map_err(|e| StoreError::io("label upgrade", e))?;
             tracing::info!(from = old, to = FORMAT_VERSION, "store format upgraded");
         }
         let inner = Arc::new(Inner {

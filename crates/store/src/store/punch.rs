@@ -21,20 +21,27 @@ use crate::onode::Onode;
 
 impl Store {
     /// Makes `[offset, offset + len)` read as zeros without changing the
-    /// object's size (nothing happens past its end). Whole allocation
-    /// units inside the range are unmapped (their blocks freed); partial
-    /// units at the edges that hold data get zeros written. Durable when it
-    /// returns.
+    /// object's size. Whole allocation units inside the range are unmapped
+    /// (their blocks freed) and their reservations end, past the size too;
+    /// partial units at the edges that hold data get zeros written. Durable
+    /// when it returns.
     pub fn punch(&self, pid: u64, oid: u64, offset: u64, len: u64) -> Result<()> {
         super::objects::check_ids(pid, oid)?;
-        check_range(offset, len)?;
+        let asked = check_range(offset, len)?;
         let snap = self.inner.snapshot(pid, oid)?;
-        let end = (offset + len).min(snap.size);
-        if offset >= end {
+        let end = asked.min(snap.size);
+        // Room reserved past the object's size (a stripe object is often
+        // shorter than its file) is given back too.
+        let reserved = !snap.reserved.is_empty();
+        if offset >= end && !reserved {
             return Ok(());
         }
         if snap.inline.is_some() {
-            return self.write(pid, oid, offset, &vec![0; (end - offset) as usize]);
+            return if offset < end {
+                self.write(pid, oid, offset, &vec![0; (end - offset) as usize])
+            } else {
+                Ok(())
+            };
         }
         let unit = if snap.large {
             self.inner.label.large_blocks()
@@ -42,8 +49,10 @@ impl Store {
             1
         };
         let unit_bytes = unit * BLOCK;
-        // Whole units inside the range: [a, b) in units.
-        let (a, b) = (offset.div_ceil(unit_bytes), end / unit_bytes);
+        // Whole units inside the range: [a, b) in units (past the size only
+        // reservations are there to end).
+        let whole_end = if reserved { asked } else { end };
+        let (a, b) = (offset.div_ceil(unit_bytes), whole_end / unit_bytes);
         let edges = if a < b {
             vec![(offset, a * unit_bytes), (b * unit_bytes, end)]
         } else {
