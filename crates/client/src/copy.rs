@@ -32,6 +32,9 @@ use crate::striped::{Run, Target, WRITE_NEED, run_copy};
 /// `copy_file_range` allows).
 pub const MAX_CALL: u64 = 64 << 20;
 
+/// Pieces copied on the OSDs at once.
+const PARALLEL: usize = 8;
+
 /// A stripe object of a file: (object set, stripe).
 type ObjectKey = (u64, u32);
 
@@ -139,8 +142,26 @@ async fn on_osds(
     };
     let mut copied = 0u64;
     let mut end = 0u64;
-    for ((p, (_, s)), (dr, d)) in with_src.into_iter().zip(sts).zip(dts) {
-        match copy_piece(&p, &s, &d).await {
+    // Up to PARALLEL pieces at once, answers taken in order.
+    let mut set = tokio::task::JoinSet::new();
+    let mut jobs = with_src.into_iter().zip(sts).zip(dts).enumerate();
+    let mut results = Vec::new();
+    loop {
+        while set.len() < PARALLEL {
+            let Some((i, ((p, (_, s)), (dr, d)))) = jobs.next() else {
+                break;
+            };
+            set.spawn(async move { (i, p, dr, copy_piece(&p, &s, &d).await) });
+        }
+        match set.join_next().await {
+            Some(Ok(r)) => results.push(r),
+            Some(Err(e)) => return Err(FsError::new(Errno::Io, format!("copy task: {e}"))),
+            None => break,
+        }
+    }
+    results.sort_by_key(|r| r.0);
+    for (_, p, dr, outcome) in results {
+        match outcome {
             Some(missed) => {
                 for (osd, e) in missed {
                     tracing::warn!(ino = dst.ino, osd, error = %e, "a copy missed a COPY; recording it stale");
