@@ -19,7 +19,7 @@ use proto::{ErrorCode, rights};
 
 use crate::error::{Errno, FsError, Result};
 use crate::file::{commit, ensure_caps, mark_stale, targets, truncated};
-use crate::open_file::OpenInode;
+use crate::open_file::{FileState, OpenInode};
 use crate::state::Inner;
 use crate::striped::{self, run_copy};
 
@@ -98,44 +98,13 @@ pub async fn zero(inner: &Arc<Inner>, f: &OpenInode, off: u64, len: u64) -> Resu
             st.grants.clear();
             continue;
         };
-        let mut renew = false;
-        for (r, t) in ts {
-            let cmd = Command::Punch {
-                pid: DATA_PARTITION,
-                oid: t.oid,
-                offset: r.obj_offset,
-                len: r.len,
-            };
-            let mut missed = Vec::new();
-            for c in &t.copies {
-                match run_copy(c, cmd.clone(), Bytes::new()).await {
-                    Ok(_) => {}
-                    Err(ConnError::Remote(w)) if w.code == ErrorCode::NoObject => {}
-                    Err(e) if striped::cap_stale(&e) => renew = true,
-                    Err(e) => missed.push((c.osd, e)),
-                }
-            }
-            if renew {
-                break;
-            }
-            if missed.len() == t.copies.len() {
-                let (osd, e) = missed.swap_remove(0);
-                return Err(FsError::new(
-                    Errno::Io,
-                    format!(
-                        "inode {ino:#x}: zeroing a range failed on every copy (OSD {osd}: {e})"
-                    ),
-                ));
-            }
-            for (osd, e) in missed {
-                tracing::warn!(ino, osd, error = %e, "a copy missed a punch; recording it stale");
-                let found = mark_stale(inner, &st.creds, ino, r.objset, r.stripe, osd).await?;
-                if let Some(l) = found.entry.layout {
-                    st.layout = Some(l);
-                    st.grants = found.grants;
-                }
-            }
-        }
+        let renew = on_every_copy(inner, ino, &mut st, ts, "punch", |oid, r| Command::Punch {
+            pid: DATA_PARTITION,
+            oid,
+            offset: r.obj_offset,
+            len: r.len,
+        })
+        .await?;
         if renew && attempt < 2 {
             st.grants.clear();
             continue;
@@ -196,45 +165,15 @@ pub async fn reserve(inner: &Arc<Inner>, f: &OpenInode, off: u64, len: u64) -> R
             st.grants.clear();
             continue;
         };
-        let mut renew = false;
-        for (r, t) in ts {
-            let cmd = Command::Reserve {
+        let renew = on_every_copy(inner, ino, &mut st, ts, "reservation", |oid, r| {
+            Command::Reserve {
                 pid: DATA_PARTITION,
-                oid: t.oid,
+                oid,
                 offset: r.obj_offset,
                 len: r.len,
-            };
-            let mut missed = Vec::new();
-            for c in &t.copies {
-                match run_copy(c, cmd.clone(), Bytes::new()).await {
-                    Ok(_) => {}
-                    Err(ConnError::Remote(w)) if w.code == ErrorCode::NoSpace => {
-                        return Err(FsError::new(
-                            Errno::NoSpc,
-                            format!("fallocate: OSD {} cannot reserve the room: {w}", c.osd),
-                        ));
-                    }
-                    Err(e) if striped::cap_stale(&e) => renew = true,
-                    Err(e) => missed.push((c.osd, e)),
-                }
             }
-            if renew {
-                break;
-            }
-            st.existing.insert((r.objset, r.stripe));
-            if missed.len() == t.copies.len() {
-                let (osd, e) = missed.swap_remove(0);
-                return Err(FsError::osd(osd, &e));
-            }
-            for (osd, e) in missed {
-                tracing::warn!(ino, osd, error = %e, "a copy missed a reservation; recording it stale");
-                let found = mark_stale(inner, &st.creds, ino, r.objset, r.stripe, osd).await?;
-                if let Some(l) = found.entry.layout {
-                    st.layout = Some(l);
-                    st.grants = found.grants;
-                }
-            }
-        }
+        })
+        .await?;
         if renew && attempt < 2 {
             st.grants.clear();
             continue;
@@ -245,6 +184,63 @@ pub async fn reserve(inner: &Arc<Inner>, f: &OpenInode, off: u64, len: u64) -> R
         Errno::Access,
         format!("no write capability for inode {ino}"),
     ))
+}
+
+/// Runs `cmd` (built for each object and run) on every fresh copy of each
+/// target, in order. A copy without the object counts as done (nothing to
+/// change there); a full OSD fails the call with ENOSPC; a copy that fails
+/// otherwise, while another took it, is recorded stale at the MDS (the
+/// file's layout and grants follow); none taking it is EIO. Answers whether
+/// a capability was refused (the caller renews and runs it again).
+async fn on_every_copy(
+    inner: &Arc<Inner>,
+    ino: u64,
+    st: &mut FileState,
+    ts: Vec<(striped::Run, striped::Target)>,
+    what: &str,
+    cmd: impl Fn(u64, &striped::Run) -> Command,
+) -> Result<bool> {
+    for (r, t) in ts {
+        let c0 = cmd(t.oid, &r);
+        let mut missed = Vec::new();
+        let mut exists = false;
+        for c in &t.copies {
+            match run_copy(c, c0.clone(), Bytes::new()).await {
+                Ok(_) => exists = true,
+                Err(ConnError::Remote(w)) if w.code == ErrorCode::NoObject => {}
+                Err(ConnError::Remote(w)) if w.code == ErrorCode::NoSpace => {
+                    return Err(FsError::new(
+                        Errno::NoSpc,
+                        format!(
+                            "inode {ino:#x}: OSD {} has no room for the {what}: {w}",
+                            c.osd
+                        ),
+                    ));
+                }
+                Err(e) if striped::cap_stale(&e) => return Ok(true),
+                Err(e) => missed.push((c.osd, e)),
+            }
+        }
+        if exists {
+            st.existing.insert((r.objset, r.stripe));
+        }
+        if missed.len() == t.copies.len() {
+            let (osd, e) = missed.swap_remove(0);
+            return Err(FsError::new(
+                Errno::Io,
+                format!("inode {ino:#x}: the {what} failed on every copy (OSD {osd}: {e})"),
+            ));
+        }
+        for (osd, e) in missed {
+            tracing::warn!(ino, osd, error = %e, what, "a copy missed it; recording it stale");
+            let found = mark_stale(inner, &st.creds, ino, r.objset, r.stripe, osd).await?;
+            if let Some(l) = found.entry.layout {
+                st.layout = Some(l);
+                st.grants = found.grants;
+            }
+        }
+    }
+    Ok(false)
 }
 
 /// Grows open file `f` to at least `size` bytes (the new part a hole).

@@ -18,15 +18,20 @@ fn data(i: u64, n: usize) -> Vec<u8> {
 
 const SIZES: [usize; 4] = [100, 5000, 70_000, 0];
 
+/// The fixtures' geometry: small, so the images stay small.
+fn small() -> FormatOptions {
+    FormatOptions {
+        large_block: 4096,
+        journal_len: Some(128 << 10),
+        ..FormatOptions::default()
+    }
+}
+
 #[test]
 #[ignore = "writes the fixture; run only when adding a format version"]
 fn write_format_v1_fixture() {
     let dev = Arc::new(MemDevice::new(1 << 20));
-    let opts = FormatOptions {
-        large_block: 4096,
-        journal_len: Some(128 << 10),
-        ..FormatOptions::default()
-    };
+    let opts = small();
     format(dev.clone(), &opts).unwrap();
     let s = Store::open(dev.clone(), &OpenOptions::default()).unwrap();
     for (i, n) in SIZES.iter().enumerate() {
@@ -92,11 +97,7 @@ fn format_v1_fixture_opens_and_reads_back() {
 #[ignore = "writes the fixture; run only when adding a format version"]
 fn write_format_v2_fixture() {
     let dev = Arc::new(MemDevice::new(2 << 20));
-    let opts = FormatOptions {
-        large_block: 4096,
-        journal_len: Some(128 << 10),
-        ..FormatOptions::default()
-    };
+    let opts = small();
     format(dev.clone(), &opts).unwrap();
     let s = Store::open(dev.clone(), &OpenOptions::default()).unwrap();
     s.reserve(P, 0x10000, 0, 64 << 10, true).unwrap();
@@ -127,15 +128,7 @@ fn format_v2_fixture_keeps_its_reservations() {
     let used_blocks = s.stat(P, 0x10000).unwrap().used_bytes / 4096;
     let fresh_free = {
         let d = Arc::new(MemDevice::new(2 << 20));
-        format(
-            d.clone(),
-            &FormatOptions {
-                large_block: 4096,
-                journal_len: Some(128 << 10),
-                ..FormatOptions::default()
-            },
-        )
-        .unwrap();
+        format(d.clone(), &small()).unwrap();
         Store::open(d, &OpenOptions::default())
             .unwrap()
             .statfs()

@@ -188,6 +188,31 @@ impl Inner {
         Ok(out)
     }
 
+    /// Writes an inline object's bytes `d` to a new block 0: the record
+    /// that maps it (to commit with what needs it) and the mapping.
+    pub(super) fn move_inline(
+        &self,
+        pid: u64,
+        oid: u64,
+        d: &[u8],
+        size: u64,
+        mtime: u64,
+    ) -> Result<(Record, Vec<MapExtent>)> {
+        let block0 = AlignedBuf::from_slice(d);
+        let m = self.write_new(pid, oid, (Class::Small, 0), 0, &block0, None, &[])?;
+        let rec = Record::SetData {
+            pid,
+            oid,
+            first: 0,
+            end: 1,
+            extents: m.clone(),
+            size,
+            mtime,
+            large: false,
+        };
+        Ok((rec, m))
+    }
+
     /// The write itself, with the object's stripe lock held; returns the
     /// batch to wait for.
     ///
@@ -251,19 +276,9 @@ impl Inner {
         if off >= BLOCK
             && let Some(d) = snap.inline.take()
         {
-            let block0 = AlignedBuf::from_slice(&d);
-            let m = self.write_new(pid, oid, (Class::Small, 0), 0, &block0, None, &[])?;
+            let (rec, m) = self.move_inline(pid, oid, &d, snap.size, mtime)?;
             moved = m.iter().map(|e| e.physical()).collect();
-            recs.push(Record::SetData {
-                pid,
-                oid,
-                first: 0,
-                end: 1,
-                extents: m.clone(),
-                size: snap.size,
-                mtime,
-                large: false,
-            });
+            recs.push(rec);
             snap.extents = m;
         }
         let result = self.write_blocks(pid, oid, off, data, &snap, recs, create, mtime);

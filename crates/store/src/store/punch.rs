@@ -13,8 +13,7 @@
 
 use super::data::check_range;
 use super::{Store, commit, now_ns};
-use crate::alloc::Class;
-use crate::device::{AlignedBuf, BLOCK};
+use crate::device::BLOCK;
 use crate::error::{Result, StoreError};
 use crate::journal::record::Record;
 use crate::onode::Onode;
@@ -142,19 +141,9 @@ impl Store {
             let mut moved = Vec::new();
             let mut extents = snap.extents;
             if let Some(d) = &snap.inline {
-                let block0 = AlignedBuf::from_slice(d);
-                let m = inner.write_new(pid, oid, (Class::Small, 0), 0, &block0, None, &[])?;
+                let (rec, m) = inner.move_inline(pid, oid, d, snap.size, mtime)?;
                 moved = m.iter().map(|e| e.physical()).collect();
-                recs.push(Record::SetData {
-                    pid,
-                    oid,
-                    first: 0,
-                    end: 1,
-                    extents: m.clone(),
-                    size: snap.size,
-                    mtime,
-                    large: false,
-                });
+                recs.push(rec);
                 extents = m;
             }
             let mut probe = Onode {
