@@ -278,8 +278,19 @@ impl Client {
             return Ok(self.with_local_size(a));
         }
         self.inner.meta.miss();
-        let a = self.inner.ns.getattr(c, ino).await?;
-        self.inner.meta.cache_attr(a.clone());
+        let a = match self.inner.ns.stat(c, ino).await? {
+            // An orphan (open, unlinked) has no name to be cached under.
+            Some(f) if f.entry.attr.nlink > 0 || f.entry.attr.kind == FileKind::Dir => {
+                self.inner.meta.absorb(&f);
+                f.entry.attr
+            }
+            Some(f) => f.entry.attr,
+            None => {
+                let a = self.inner.ns.getattr(c, ino).await?;
+                self.inner.meta.cache_attr(a.clone());
+                a
+            }
+        };
         Ok(self.with_local_size(a))
     }
 
@@ -455,11 +466,29 @@ impl Client {
 
     /// Every entry of a directory, in name order, with attributes.
     pub async fn readdir(&self, c: &Creds, ino: u64) -> Result<Vec<DirEntry>> {
-        let at = std::time::Instant::now();
-        let mut out = self.inner.ns.readdir(c, ino).await?;
+        let meta = &self.inner.meta;
+        let (at, mut out) = match meta.listings.take(ino) {
+            Some((at, mut out)) => {
+                meta.hit(true);
+                // This client's fresher attributes win over the listing's.
+                for e in &mut out {
+                    if let Some(a) = meta.cache().peek(e.ino).filter(|x| x.fetched > at) {
+                        e.attr = Some(a.entry.attr.clone());
+                    }
+                }
+                (at, out)
+            }
+            None => {
+                let at = std::time::Instant::now();
+                let (out, listings) = self.inner.ns.readdir_prefetch(c, ino).await?;
+                meta.listings.insert(at, listings);
+                (at, out)
+            }
+        };
         self.inner
             .absent
             .listed(ino, at, out.iter().map(|e| e.name.clone()));
+        meta.listed(ino, at, &out);
         for e in &mut out {
             if let Some(a) = e.attr.take() {
                 e.attr = Some(self.with_local_size(a));

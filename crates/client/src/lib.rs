@@ -14,6 +14,7 @@ pub mod copy;
 pub mod error;
 pub mod file;
 pub mod holes;
+pub mod listings;
 pub mod meta;
 pub mod namespace;
 pub mod on_mds;

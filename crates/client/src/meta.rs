@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use proto::layout::data_oid;
-use proto::mds::{Attr, Entry, Found, Grant};
+use proto::mds::{Attr, DirEntry, Entry, Found, Grant};
 
 use crate::cache::{Cached, MetaCache, Segment};
 use crate::stats::Counters;
@@ -19,6 +19,8 @@ pub struct Meta {
     pub counters: Counters,
     /// How long a cached entry answers without asking again.
     pub attr_timeout: Duration,
+    /// Prefetched directory listings.
+    pub listings: crate::listings::Listings,
 }
 
 impl Meta {
@@ -28,6 +30,7 @@ impl Meta {
             cache: Mutex::new(MetaCache::new(demand, prefetch)),
             counters: Counters::default(),
             attr_timeout,
+            listings: crate::listings::Listings::new(attr_timeout),
         }
     }
 
@@ -102,6 +105,38 @@ impl Meta {
         }
     }
 
+    /// Caches the entries of directory `dir` listed at `at` (with their
+    /// attributes) as prefetch, for the lookups and stats that follow a
+    /// listing; an entry already cached and fresh is left as it is (it may
+    /// hold grants and a layout a listing lacks).
+    pub fn listed(&self, dir: u64, at: Instant, entries: &[DirEntry]) {
+        let mut c = self.cache();
+        for e in entries {
+            let Some(attr) = &e.attr else {
+                continue;
+            };
+            if c.peek(e.ino)
+                .is_some_and(|x| x.fetched >= at || self.fresh(x))
+            {
+                continue;
+            }
+            c.insert(
+                Cached {
+                    entry: Entry {
+                        parent: dir,
+                        name: e.name.clone(),
+                        attr: attr.clone(),
+                        layout: None,
+                    },
+                    grants: Vec::new(),
+                    fetched: at,
+                    layout_known: false,
+                },
+                Segment::Prefetch,
+            );
+        }
+    }
+
     /// Updates a cached entry's attributes (after an operation returned them).
     pub fn cache_attr(&self, a: Attr) {
         self.cache().update(a.ino, |c| {
@@ -114,6 +149,7 @@ impl Meta {
     /// in it moved its times, size or link count at the MDS): the next
     /// getattr asks again. Its name stays cached.
     pub fn changed(&self, ino: u64) {
+        self.listings.forget(ino);
         let window = self.attr_timeout;
         let mut c = self.cache();
         match Instant::now().checked_sub(window) {

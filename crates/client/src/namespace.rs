@@ -13,7 +13,7 @@ use std::future::Future;
 use std::pin::Pin;
 
 use proto::layout::{Layout, LayoutSpec};
-use proto::mds::{Attr, Creds, DirEntry, FileKind, Found, SetAttr, XattrMode};
+use proto::mds::{Attr, Creds, DirEntry, FileKind, Found, Listing, SetAttr, XattrMode};
 
 use crate::error::Result;
 
@@ -32,6 +32,13 @@ pub trait Namespace: Send + Sync {
 
     /// Attributes of `ino`.
     fn getattr<'a>(&'a self, c: &'a Creds, ino: u64) -> NsFuture<'a, Attr>;
+
+    /// Attributes of `ino` as a lookup-style answer with the neighbours
+    /// the namespace prefetches with them, for the cache; `None` when this
+    /// namespace prefetches nothing (the caller uses [`Namespace::getattr`]).
+    fn stat<'a>(&'a self, _c: &'a Creds, _ino: u64) -> NsFuture<'a, Option<Found>> {
+        Box::pin(async { Ok(None) })
+    }
 
     /// chmod, chown, utimens, truncate (the client has written out its
     /// buffered data before a truncate; `set.via_handle` says it is made
@@ -118,6 +125,16 @@ pub trait Namespace: Send + Sync {
 
     /// Every entry of directory `ino`, in name order, with attributes.
     fn readdir<'a>(&'a self, c: &'a Creds, ino: u64) -> NsFuture<'a, Vec<DirEntry>>;
+
+    /// [`Namespace::readdir`], with whole listings of directories below
+    /// `ino` that the namespace prefetched with it (none by default).
+    fn readdir_prefetch<'a>(
+        &'a self,
+        c: &'a Creds,
+        ino: u64,
+    ) -> NsFuture<'a, (Vec<DirEntry>, Vec<Listing>)> {
+        Box::pin(async move { Ok((self.readdir(c, ino).await?, Vec::new())) })
+    }
 
     /// Every entry of directory `ino` with its name, inode and kind only
     /// (what `ls` without `-l` needs; no attributes are fetched).

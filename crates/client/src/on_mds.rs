@@ -6,7 +6,9 @@ use std::sync::Arc;
 
 use net::MdsClient;
 use proto::layout::{Layout, LayoutSpec};
-use proto::mds::{Attr, Creds, DirEntry, FileKind, Found, MdsReply, Op, SetAttr, XattrMode};
+use proto::mds::{
+    Attr, Creds, DirEntry, FileKind, Found, Listing, MdsReply, Op, SetAttr, XattrMode,
+};
 
 use crate::error::{Errno, FsError, Result};
 use crate::namespace::{Namespace, NsFuture, OpenHere};
@@ -84,6 +86,10 @@ impl Namespace for MdsNamespace {
 
     fn getattr<'a>(&'a self, c: &'a Creds, ino: u64) -> NsFuture<'a, Attr> {
         Box::pin(self.attr(c, Op::GetAttr { ino }, "getattr"))
+    }
+
+    fn stat<'a>(&'a self, c: &'a Creds, ino: u64) -> NsFuture<'a, Option<Found>> {
+        Box::pin(async move { self.found(c, Op::Stat { ino }, "stat").await.map(Some) })
     }
 
     fn setattr<'a>(&'a self, c: &'a Creds, ino: u64, set: &'a SetAttr) -> NsFuture<'a, Attr> {
@@ -227,6 +233,39 @@ impl Namespace for MdsNamespace {
             match self.call(c, Op::Readlink { ino }).await? {
                 MdsReply::Target(t) => Ok(t),
                 r => Err(bad_reply("readlink", &r)),
+            }
+        })
+    }
+
+    fn readdir_prefetch<'a>(
+        &'a self,
+        c: &'a Creds,
+        ino: u64,
+    ) -> NsFuture<'a, (Vec<DirEntry>, Vec<Listing>)> {
+        Box::pin(async move {
+            let mut out: Vec<DirEntry> = Vec::new();
+            let mut prefetched = Vec::new();
+            loop {
+                let after = out.last().map(|e| e.name.clone());
+                let op = Op::ReaddirPrefetch {
+                    ino,
+                    after,
+                    max: 1000,
+                };
+                match self.call(c, op).await? {
+                    MdsReply::DirPrefetch {
+                        entries,
+                        more,
+                        listings,
+                    } => {
+                        out.extend(entries);
+                        prefetched.extend(listings);
+                        if !more {
+                            return Ok((out, prefetched));
+                        }
+                    }
+                    r => return Err(bad_reply("readdir", &r)),
+                }
             }
         })
     }

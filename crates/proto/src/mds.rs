@@ -517,6 +517,41 @@ pub enum Op {
         /// Principal name.
         name: String,
     },
+    /// GETATTR with prefetch: answers `Found` — the inode's entry (under
+    /// its first name; an orphan's is not to be cached by name), the read
+    /// grants its caller may have, and the neighbours the request's
+    /// `prefetch` asks for, as LOOKUP does.
+    Stat {
+        /// Inode.
+        ino: u64,
+    },
+    /// READDIR (always with attributes) whose first page also carries
+    /// whole listings of directories below `ino` — breadth first, those the
+    /// caller may list, within [`LISTINGS_MAX_DIRS`] and
+    /// [`LISTINGS_MAX_ENTRIES`] — as the request's `prefetch` asks (0: none).
+    /// Answers [`MdsReply::DirPrefetch`].
+    ReaddirPrefetch {
+        /// Directory.
+        ino: u64,
+        /// Continue after this name.
+        after: Option<String>,
+        /// Most entries (≤ READDIR_MAX).
+        max: u32,
+    },
+}
+
+/// Most directories whose listings one READDIR PREFETCH carries.
+pub const LISTINGS_MAX_DIRS: usize = 64;
+/// Most entries, over all its listings, one READDIR PREFETCH carries.
+pub const LISTINGS_MAX_ENTRIES: usize = 4096;
+
+/// A whole directory listing with attributes (prefetched).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Listing {
+    /// The directory.
+    pub ino: u64,
+    /// Every entry, in name order, with attributes.
+    pub entries: Vec<DirEntry>,
 }
 
 /// What a principal may do, as an operator asks for it.
@@ -747,6 +782,8 @@ impl Op {
             Op::AuthList => "authlist",
             Op::AuthRemove { .. } => "authremove",
             Op::AuthRotate { .. } => "authrotate",
+            Op::Stat { .. } => "stat",
+            Op::ReaddirPrefetch { .. } => "readdir",
         }
     }
 
@@ -1066,6 +1103,16 @@ pub enum MdsReply {
     Principals(Vec<PrincipalInfo>),
     /// Done, nothing to return.
     Done,
+    /// A READDIR PREFETCH page: as [`MdsReply::Dir`], with prefetched
+    /// listings (first page only).
+    DirPrefetch {
+        /// Entries.
+        entries: Vec<DirEntry>,
+        /// Whether the directory has more.
+        more: bool,
+        /// Whole listings of directories below it.
+        listings: Vec<Listing>,
+    },
 }
 
 /// POSIX error numbers (Linux values), so clients and FUSE map them 1:1.

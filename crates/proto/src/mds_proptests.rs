@@ -16,6 +16,7 @@ fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         (u(), name()).prop_map(|(parent, name)| Op::Lookup { parent, name }),
         u().prop_map(|ino| Op::GetAttr { ino }),
+        u().prop_map(|ino| Op::Stat { ino }),
         (
             u(),
             proptest::option::of(any::<u32>()),

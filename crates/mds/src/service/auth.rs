@@ -63,6 +63,8 @@ fn inodes_named(op: &Op) -> Vec<u64> {
             parent, new_parent, ..
         } => vec![*parent, *new_parent],
         Op::GetAttr { ino }
+        | Op::Stat { ino }
+        | Op::ReaddirPrefetch { ino, .. }
         | Op::Open { ino, .. }
         | Op::Readlink { ino }
         | Op::Readdir { ino, .. }

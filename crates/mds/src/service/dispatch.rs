@@ -40,6 +40,7 @@ impl Mds {
             Op::NamespaceRoot { osd } => self.namespace_root(osd).await,
             Op::Lookup { parent, name } => self.lookup(&c, parent, &name, pf),
             Op::GetAttr { ino } => self.getattr(ino),
+            Op::Stat { ino } => self.stat(&c, ino, pf),
             Op::Open { ino, write } => {
                 if write {
                     self.outside_recovery(ino, || self.open_file(&c, ino, write, session, pf))
@@ -88,6 +89,9 @@ impl Mds {
                 max,
                 plus,
             } => self.readdir(&c, ino, after.as_deref(), max, plus),
+            Op::ReaddirPrefetch { ino, after, max } => {
+                self.readdir_prefetch(&c, ino, after.as_deref(), max, pf)
+            }
             Op::Statfs => self.statfs(),
             Op::SetAttr { ino, set } => self.setattr(c, ino, set, session).await,
             Op::GetXattr { ino, name } => self.getxattr(&c, ino, &name),

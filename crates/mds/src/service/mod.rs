@@ -38,9 +38,9 @@ use net::keys::{KeyError, KeyFile};
 use net::{ConnConfig, ConnError, OsdClient};
 use proto::layout::{DATA_OID_TAG, DATA_PARTITION, Layout, data_oid};
 use proto::mds::{
-    ClusterStatus, Creds, DirEntry, Entry, Errno, FileKind, Found, FsStat, Grant, MdsError,
-    MdsReply, MdsRequest, NAME_MAX, NamespaceGrant, NamespaceMode, Op, OsdReport, OsdStatus,
-    READDIR_MAX, ROOT_INO,
+    ClusterStatus, Creds, DirEntry, Entry, Errno, FileKind, Found, FsStat, Grant,
+    LISTINGS_MAX_DIRS, LISTINGS_MAX_ENTRIES, MdsError, MdsReply, MdsRequest, NAME_MAX,
+    NamespaceGrant, NamespaceMode, Op, OsdReport, OsdStatus, READDIR_MAX, ROOT_INO,
 };
 use proto::placement::OsdMap;
 use proto::{Capability, Command, ErrorCode, KeyRing, rights};

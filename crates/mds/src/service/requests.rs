@@ -32,6 +32,21 @@ impl Mds {
         Ok(MdsReply::Attr(self.kv.read()?.live_inode(ino)?.attr))
     }
 
+    /// STAT: GETATTR answered as LOOKUP is, with grants and prefetched
+    /// neighbours (Hendricks et al.: every metadata request may carry the
+    /// server's prefetch, not only lookups).
+    pub(super) fn stat(&self, c: &Creds, ino: u64, pf: u32) -> Result<MdsReply, MdsError> {
+        let snap = self.kv.read()?;
+        let i = snap.live_inode(ino)?;
+        Ok(MdsReply::Found(Box::new(self.found(
+            &snap,
+            c,
+            i,
+            (false, false),
+            pf,
+        )?)))
+    }
+
     /// OPEN: permission for the access asked (not again for a handle the
     /// session holds already: a renewal), then grants and prefetch.
     pub(super) fn open_file(
@@ -243,6 +258,127 @@ impl Mds {
             });
         }
         Ok(MdsReply::Dir { entries, more })
+    }
+
+    /// READDIR PREFETCH: a READDIR page with attributes; the first page
+    /// also carries whole listings of the directories a depth-first walker
+    /// (`find`, `du`, a build scanning its tree: each reads a directory,
+    /// then its subdirectories in name order) reads next — `ino`'s subtree
+    /// in pre-order, then its later siblings' and its ancestors' later
+    /// siblings' — those the caller may search into and list, up to `pf`
+    /// directories (at most LISTINGS_MAX_DIRS) and LISTINGS_MAX_ENTRIES
+    /// entries in all. A directory that would not fit whole ends the walk.
+    pub(super) fn readdir_prefetch(
+        &self,
+        c: &Creds,
+        ino: u64,
+        after: Option<&str>,
+        max: u32,
+        pf: u32,
+    ) -> Result<MdsReply, MdsError> {
+        let (entries, more) = match self.readdir(c, ino, after, max, true)? {
+            MdsReply::Dir { entries, more } => (entries, more),
+            other => return Ok(other),
+        };
+        let dirs = (pf as usize).min(LISTINGS_MAX_DIRS);
+        let listings = if after.is_none() && !more && dirs > 0 {
+            self.walk_after(c, ino, &entries, dirs)?
+        } else {
+            Vec::new()
+        };
+        Ok(MdsReply::DirPrefetch {
+            entries,
+            more,
+            listings,
+        })
+    }
+
+    /// The listings a depth-first walker reads after directory `start`
+    /// (whose `entries` it has): see [`Mds::readdir_prefetch`].
+    fn walk_after(
+        &self,
+        c: &Creds,
+        start: u64,
+        entries: &[DirEntry],
+        dirs: usize,
+    ) -> Result<Vec<proto::mds::Listing>, MdsError> {
+        /// Ancestors whose later subdirectories the walk may continue to.
+        const LEVELS: usize = 16;
+        let snap = self.kv.read()?;
+        let searchable = |ino: u64| {
+            snap.dir_inode(ino)
+                .is_ok_and(|d| perm::check(&d.attr, c, perm::X, "search").is_ok())
+        };
+        let subdirs = |dir: u64, list: &[DirEntry]| -> Vec<u64> {
+            if !searchable(dir) {
+                return Vec::new();
+            }
+            list.iter()
+                .filter(|e| e.kind == FileKind::Dir)
+                .map(|e| e.ino)
+                .collect()
+        };
+        // A stack of directories to read, the next on top: the start's
+        // subdirectories above its later siblings, above its parent's
+        // later siblings, and so on up.
+        let mut stack: Vec<u64> = Vec::new();
+        let mut at = snap.dir_inode(start)?;
+        for _ in 0..LEVELS {
+            let (parent, name) = (at.parent, at.name.clone());
+            if parent == at.attr.ino || !searchable(parent) {
+                break;
+            }
+            let (later, _) = snap.list_dir(parent, Some(&name), LISTINGS_MAX_ENTRIES)?;
+            let mut next: Vec<u64> = later
+                .into_iter()
+                .filter(|(_, _, k)| *k == FileKind::Dir)
+                .map(|(_, i, _)| i)
+                .collect();
+            next.reverse();
+            // Nearer levels are read first: they go above.
+            next.append(&mut stack);
+            stack = next;
+            at = snap.dir_inode(parent)?;
+        }
+        let mut own = subdirs(start, entries);
+        own.reverse();
+        stack.extend(own);
+        let mut budget = LISTINGS_MAX_ENTRIES;
+        let mut out = Vec::new();
+        while let Some(d) = stack.pop() {
+            if out.len() >= dirs {
+                break;
+            }
+            let Ok(dir) = snap.dir_inode(d) else {
+                continue;
+            };
+            if perm::check(&dir.attr, c, R, "readdir").is_err() {
+                continue;
+            }
+            let (list, more) = snap.list_dir(d, None, budget)?;
+            if more {
+                break;
+            }
+            budget -= list.len();
+            let mut listing = Vec::with_capacity(list.len());
+            for (name, child, kind) in list {
+                let attr = snap.inode(child)?.map(|i| i.attr);
+                listing.push(DirEntry {
+                    name,
+                    ino: child,
+                    kind,
+                    attr,
+                });
+            }
+            let mut below = subdirs(d, &listing);
+            below.reverse();
+            stack.extend(below);
+            out.push(proto::mds::Listing {
+                ino: d,
+                entries: listing,
+            });
+        }
+        Ok(out)
     }
 
     /// SETATTR: chmod, chown, utimens, truncate (through a handle the
