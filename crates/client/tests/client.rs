@@ -578,3 +578,133 @@ async fn fallocate_reserves_room_on_the_osds() {
     wait_for(Box::new(move |u| u < base + 12 * M * replicas)).await;
     a.release(fh).await.unwrap();
 }
+
+/// Walks `dir` depth first as `find` does (a directory's listing, then
+/// its subdirectories in name order), statting every file; returns the
+/// files seen.
+async fn walk(c: &Client, dir: u64) -> usize {
+    let mut files = 0;
+    let mut stack = vec![dir];
+    while let Some(d) = stack.pop() {
+        let list = c.readdir(&root(), d).await.unwrap();
+        let mut subdirs = Vec::new();
+        for e in list {
+            if e.kind == proto::mds::FileKind::Dir {
+                subdirs.push(e.ino);
+            } else {
+                c.getattr(&root(), e.ino).await.unwrap();
+                files += 1;
+            }
+        }
+        subdirs.reverse();
+        stack.extend(subdirs);
+    }
+    files
+}
+
+/// A tree walk (listings and stats of every file, after the cache window
+/// has passed for what the walk lists first) costs a small fraction of the
+/// MDS requests with prefetch: directory reads carry the listings the
+/// walk reads next, and a stat carries its neighbours. A listing is used
+/// once and dropped when this client changes its directory; permissions
+/// are those of the caller.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tree_walk_reads_prefetched_listings() {
+    let dir = tempfile::tempdir().unwrap();
+    let cl = cluster(&dir, PolicyKind::ChildClosest, 65536, 1).await;
+    let w = client(&cl, |_| {}).await;
+    let top = w.mkdir(&root(), 0, "walk", 0o755).await.unwrap().attr.ino;
+    // 4 × 4 × 3 directories, 5 files in each leaf.
+    let mut leaves = 0;
+    for a in 0..4 {
+        let da = w
+            .mkdir(&root(), top, &format!("a{a}"), 0o755)
+            .await
+            .unwrap()
+            .attr
+            .ino;
+        for b in 0..4 {
+            let db = w
+                .mkdir(&root(), da, &format!("b{b}"), 0o755)
+                .await
+                .unwrap()
+                .attr
+                .ino;
+            for k in 0..3 {
+                let dk = w
+                    .mkdir(&root(), db, &format!("c{k}"), 0o755)
+                    .await
+                    .unwrap()
+                    .attr
+                    .ino;
+                for f in 0..5 {
+                    let (_, fh) = w
+                        .create(&root(), dk, &format!("f{f}"), 0o644, true)
+                        .await
+                        .unwrap();
+                    w.release(fh).await.unwrap();
+                }
+                leaves += 1;
+            }
+        }
+    }
+    let dirs = 1 + 4 + 16 + leaves;
+    let mut used = Vec::new();
+    for n in [32u32, 0] {
+        let r = client(&cl, |c| {
+            c.prefetch = n;
+            c.attr_timeout = Duration::from_secs(60);
+        })
+        .await;
+        let s0 = r.stats();
+        assert_eq!(walk(&r, top).await, leaves * 5);
+        let s = r.stats();
+        used.push(s.mds_non_mandatory - s0.mds_non_mandatory);
+    }
+    let (with, without) = (used[0], used[1]);
+    println!("tree walk of {dirs} directories: {with} MDS requests with N=32, {without} with N=0");
+    assert!(
+        without >= dirs as u64,
+        "N=0 reads every directory ({without})"
+    );
+    assert!(
+        with * 10 <= without,
+        "N=32: at most a tenth of the requests ({with} vs {without}, {dirs} directories)"
+    );
+    // Used once; dropped by a change made here.
+    let r = client(&cl, |c| c.attr_timeout = Duration::from_secs(60)).await;
+    let list = r.readdir(&root(), top).await.unwrap();
+    let a0 = list.iter().find(|e| e.name == "a0").unwrap().ino;
+    let (_, fh) = r.create(&root(), a0, "new", 0o644, true).await.unwrap();
+    r.release(fh).await.unwrap();
+    let names: Vec<_> = r
+        .readdir(&root(), a0)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.name)
+        .collect();
+    assert!(names.contains(&"new".to_string()), "{names:?}");
+    // A directory its caller may not list is not prefetched for it.
+    let closed = w
+        .mkdir(&root(), top, "zclosed", 0o700)
+        .await
+        .unwrap()
+        .attr
+        .ino;
+    let (_, fh) = w
+        .create(&root(), closed, "secret", 0o644, true)
+        .await
+        .unwrap();
+    w.release(fh).await.unwrap();
+    let user = Creds {
+        uid: 1000,
+        gid: 1000,
+        groups: Vec::new(),
+    };
+    let u = client(&cl, |c| c.attr_timeout = Duration::from_secs(60)).await;
+    u.readdir(&user, top).await.unwrap();
+    let e = u.readdir(&user, closed).await.unwrap_err();
+    assert!(e.is(client::error::Errno::Access), "{e}");
+    cl.stop().await.unwrap();
+}
