@@ -14,6 +14,7 @@ pub mod mix;
 pub mod mounted;
 pub mod osd_bench;
 pub mod plot;
+pub mod prefetch_bench;
 pub mod replication;
 pub mod small_bench;
 pub mod stats;

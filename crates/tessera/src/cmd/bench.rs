@@ -117,6 +117,35 @@ pub enum BenchCmd {
         #[arg(long, default_value = "./tessera-data/bench")]
         dir: PathBuf,
     },
+    /// Server-driven metadata prefetching, live (Hendricks et al. figure
+    /// 3): untar a real source tree, build C sources with make and cc,
+    /// patch three files and rebuild, and search the tree with find and
+    /// grep — each on a fresh mount — with prefetch 32 and 0, for each
+    /// object-id policy. Prints MDS requests (mandatory and fetches) and
+    /// wall time; writes the figure as SVG. Needs root (FUSE).
+    Prefetch {
+        /// The child-closest policy only (default: all four).
+        #[arg(long)]
+        quick: bool,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// Where the clusters and the archive go.
+        #[arg(long, default_value = "./tessera-data/bench")]
+        dir: PathBuf,
+        /// A real source tree to untar and search (default: the cargo
+        /// registry's unpacked crates, $CARGO_HOME/registry/src).
+        #[arg(long)]
+        tree: Option<PathBuf>,
+        /// C sources to build and patch (any directory holding .c files,
+        /// e.g. an unpacked zlib or zstd); without it the build and patch
+        /// workloads are not run.
+        #[arg(long)]
+        build_src: Option<PathBuf>,
+        /// Where the figure goes.
+        #[arg(long, default_value = "prefetch-figure3.svg")]
+        chart: PathBuf,
+    },
     /// The OSD over loopback TCP against the same store in-process: 512 KiB
     /// writes and reads and 4 KiB create-and-writes at queue depth 1 and 16,
     /// in one run. Prints both and the ratio.
@@ -190,6 +219,51 @@ pub fn run(c: BenchCmd) -> anyhow::Result<i32> {
             emit(json, &bench::replication::run(&dir, p)?, |r| {
                 bench::replication::print(r, p)
             })
+        }
+        BenchCmd::Prefetch {
+            quick,
+            json,
+            dir,
+            tree,
+            build_src,
+            chart,
+        } => {
+            let tree = match tree {
+                Some(t) => t,
+                None => {
+                    let home = std::env::var_os("CARGO_HOME")
+                        .map(PathBuf::from)
+                        .or_else(|| {
+                            std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo"))
+                        })
+                        .ok_or_else(|| anyhow::anyhow!("no --tree and no $HOME"))?;
+                    let t = home.join("registry/src");
+                    anyhow::ensure!(
+                        t.is_dir(),
+                        "no --tree given and {} does not exist: name a real source tree",
+                        t.display()
+                    );
+                    t
+                }
+            };
+            let policies = if quick {
+                vec![mds::ids::PolicyKind::ChildClosest]
+            } else {
+                mds::ids::PolicyKind::ALL.to_vec()
+            };
+            let p = bench::prefetch_bench::PrefetchParams {
+                tree,
+                build_src,
+                policies,
+                dir,
+            };
+            let rows = bench::prefetch_bench::run(&p)?;
+            bench::prefetch_bench::chart(&rows, &chart)?;
+            let code = emit(json, &rows, |r| bench::prefetch_bench::print(r))?;
+            if !json {
+                println!("figure: {}", chart.display());
+            }
+            Ok(code)
         }
         BenchCmd::Osd { quick, json, dir } => emit(
             json,
