@@ -16,7 +16,22 @@ pub fn through_mount<T>(
     work: &Path,
     measure: impl FnOnce(&Path) -> anyhow::Result<T>,
 ) -> anyhow::Result<T> {
+    let out = mounted(rt, cfg, work, |_, mp| measure(mp));
+    rt.block_on(cluster.stop()).map_err(anyhow::Error::msg)?;
+    out
+}
+
+/// Mounts a client made from `cfg` on `<work>/mnt`, runs `measure` with
+/// the client (for its counters) and the mount point, unmounts; the
+/// measure's answer.
+pub fn mounted<T>(
+    rt: &tokio::runtime::Runtime,
+    cfg: ClientConfig,
+    work: &Path,
+    measure: impl FnOnce(&Client, &Path) -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
     let client = rt.block_on(Client::connect(cfg))?;
+    let probe = client.clone();
     let mp = work.join("mnt");
     std::fs::create_dir_all(&mp)?;
     let session = tessera_fuse::mount(
@@ -26,8 +41,7 @@ pub fn through_mount<T>(
         &tessera_fuse::MountOptions::default(),
     )
     .map_err(anyhow::Error::msg)?;
-    let out = measure(&mp);
+    let out = measure(&probe, &mp);
     let _ = session.umount_and_join();
-    rt.block_on(cluster.stop()).map_err(anyhow::Error::msg)?;
     out
 }

@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use client::{Client, ClientConfig};
+use client::ClientConfig;
 use local::LocalCluster;
 use mds::FormatOptions;
 use mds::ids::{Geometry, IdPolicy, PolicyKind};
@@ -217,31 +217,19 @@ fn on_fresh_mount(
 ) -> anyhow::Result<Run> {
     let mut cfg = ClientConfig::new(&cl.mds_addr(), &cl.cluster_id, cl.admin()?);
     cfg.prefetch = n;
-    let client = rt.block_on(Client::connect(cfg))?;
-    let probe = client.clone();
-    let mp = work.join("mnt");
-    std::fs::create_dir_all(&mp)?;
-    let session = tessera_fuse::mount(
-        client,
-        rt.handle().clone(),
-        &mp,
-        &tessera_fuse::MountOptions::default(),
-    )
-    .map_err(anyhow::Error::msg)?;
-    let s0 = probe.stats();
-    let w = mp.join("w");
-    let t = Instant::now();
-    let res = std::fs::create_dir_all(&w)
-        .map_err(anyhow::Error::from)
-        .and_then(|()| sh(&w, script));
-    let seconds = t.elapsed().as_secs_f64();
-    let s = probe.stats();
-    let _ = session.umount_and_join();
-    res?;
-    Ok(Run {
-        mandatory: s.mds_mandatory - s0.mds_mandatory,
-        non_mandatory: s.mds_non_mandatory - s0.mds_non_mandatory,
-        seconds,
+    crate::mounted::mounted(rt, cfg, work, |probe, mp| {
+        let s0 = probe.stats();
+        let w = mp.join("w");
+        std::fs::create_dir_all(&w)?;
+        let t = Instant::now();
+        sh(&w, script)?;
+        let seconds = t.elapsed().as_secs_f64();
+        let s = probe.stats();
+        Ok(Run {
+            mandatory: s.mds_mandatory - s0.mds_mandatory,
+            non_mandatory: s.mds_non_mandatory - s0.mds_non_mandatory,
+            seconds,
+        })
     })
 }
 

@@ -615,28 +615,23 @@ async fn a_tree_walk_reads_prefetched_listings() {
     let w = client(&cl, |_| {}).await;
     let top = w.mkdir(&root(), 0, "walk", 0o755).await.unwrap().attr.ino;
     // 4 × 4 × 3 directories, 5 files in each leaf.
-    let mut leaves = 0;
-    for a in 0..4 {
-        let da = w
-            .mkdir(&root(), top, &format!("a{a}"), 0o755)
-            .await
-            .unwrap()
-            .attr
-            .ino;
-        for b in 0..4 {
-            let db = w
-                .mkdir(&root(), da, &format!("b{b}"), 0o755)
+    let mkdir = |parent: u64, name: String| {
+        let w = &w;
+        async move {
+            w.mkdir(&root(), parent, &name, 0o755)
                 .await
                 .unwrap()
                 .attr
-                .ino;
+                .ino
+        }
+    };
+    let mut leaves = 0;
+    for a in 0..4 {
+        let da = mkdir(top, format!("a{a}")).await;
+        for b in 0..4 {
+            let db = mkdir(da, format!("b{b}")).await;
             for k in 0..3 {
-                let dk = w
-                    .mkdir(&root(), db, &format!("c{k}"), 0o755)
-                    .await
-                    .unwrap()
-                    .attr
-                    .ino;
+                let dk = mkdir(db, format!("c{k}")).await;
                 for f in 0..5 {
                     let (_, fh) = w
                         .create(&root(), dk, &format!("f{f}"), 0o644, true)

@@ -243,20 +243,7 @@ impl Mds {
         perm::check(&dir.attr, c, R, "readdir")?;
         let max = max.clamp(1, READDIR_MAX) as usize;
         let (list, more) = snap.list_dir(ino, after, max)?;
-        let mut entries = Vec::with_capacity(list.len());
-        for (name, child, kind) in list {
-            let attr = if plus {
-                snap.inode(child)?.map(|i| i.attr)
-            } else {
-                None
-            };
-            entries.push(DirEntry {
-                name,
-                ino: child,
-                kind,
-                attr,
-            });
-        }
+        let entries = dir_entries(&snap, list, plus)?;
         Ok(MdsReply::Dir { entries, more })
     }
 
@@ -360,16 +347,7 @@ impl Mds {
                 break;
             }
             budget -= list.len();
-            let mut listing = Vec::with_capacity(list.len());
-            for (name, child, kind) in list {
-                let attr = snap.inode(child)?.map(|i| i.attr);
-                listing.push(DirEntry {
-                    name,
-                    ino: child,
-                    kind,
-                    attr,
-                });
-            }
+            let listing = dir_entries(&snap, list, true)?;
             let mut below = subdirs(d, &listing);
             below.reverse();
             stack.extend(below);
@@ -572,4 +550,27 @@ impl Mds {
         }
         Ok(MdsReply::Path(out))
     }
+}
+
+/// A listing's entries as READDIR answers them (with attributes if `plus`).
+fn dir_entries(
+    snap: &impl Records,
+    list: Vec<(String, u64, FileKind)>,
+    plus: bool,
+) -> Result<Vec<DirEntry>, MdsError> {
+    let mut out = Vec::with_capacity(list.len());
+    for (name, child, kind) in list {
+        let attr = if plus {
+            snap.inode(child)?.map(|i| i.attr)
+        } else {
+            None
+        };
+        out.push(DirEntry {
+            name,
+            ino: child,
+            kind,
+            attr,
+        });
+    }
+    Ok(out)
 }
