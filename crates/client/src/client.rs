@@ -56,6 +56,7 @@ impl Client {
             cfg.encrypt,
         );
         mds.prefetch = cfg.prefetch;
+        mds.set_early(cfg.early_answers);
         let mds = Arc::new(mds);
         // Who this client is, and where its root is (a principal confined
         // to a subtree sees that directory as its root).
@@ -180,6 +181,8 @@ impl Client {
             bytes_written: l(&c.bytes_written),
             osd_errors: l(&c.osd_errors),
             bytes_copied_on_osds: l(&c.bytes_copied_on_osds),
+            replayed: l(&self.inner.mds.replayed),
+            replay_failed: l(&self.inner.mds.replay_failed),
         }
     }
 
@@ -715,9 +718,22 @@ impl Client {
     }
 
     /// fsync: when it returns, every byte written through this client to
-    /// the file is on the OSDs' devices and its length is in the MDS log.
+    /// the file is on the OSDs' devices, and its length and every
+    /// namespace change this client saw answered are in the MDS log.
     pub async fn fsync(&self, fh: u64) -> Result<()> {
-        self.flush(fh).await
+        self.flush(fh).await?;
+        self.sync_namespace().await
+    }
+
+    /// Returns once every namespace change this client saw answered is
+    /// durable at the MDS (fsync of a directory; at once when nothing was
+    /// answered early).
+    pub async fn sync_namespace(&self) -> Result<()> {
+        self.inner
+            .mds
+            .sync()
+            .await
+            .map_err(|e| FsError::new(e.errno(), format!("sync with the MDS: {e}")))
     }
 
     /// Closes a handle (writes out and commits if it was the last).
@@ -765,7 +781,8 @@ impl Client {
         }
     }
 
-    /// Writes out every open file's buffered data and commits lengths.
+    /// Writes out every open file's buffered data, commits lengths, and
+    /// makes every namespace change this client saw answered durable.
     pub async fn sync_all(&self) -> Result<()> {
         let files: Vec<Arc<OpenInode>> = lock(&self.inner.inodes).values().cloned().collect();
         let mut first = Ok(());
@@ -777,7 +794,7 @@ impl Client {
                 first = Err(e);
             }
         }
-        first
+        first.and(self.sync_namespace().await)
     }
 }
 

@@ -36,6 +36,12 @@ pub struct ClientConfig {
     pub identity: net::auth::Identity,
     /// Encrypt every connection's frames (the MDS may require it anyway).
     pub encrypt: bool,
+    /// Take namespace changes answered before they are durable, keep them
+    /// until they are, and replay them to a restarted MDS (a mount's
+    /// default; fsync, fsyncdir and unmount wait for durability). Off: each
+    /// change is durable when it returns. Only a long-lived client should
+    /// turn it on.
+    pub early_answers: bool,
 }
 
 impl ClientConfig {
@@ -58,6 +64,7 @@ impl ClientConfig {
             osd_connections: 2,
             identity,
             encrypt: false,
+            early_answers: false,
         }
     }
 }

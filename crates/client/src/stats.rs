@@ -53,6 +53,10 @@ pub struct ClientStats {
     pub osd_errors: u64,
     /// Bytes copied on the OSDs (`copy_file_range`).
     pub bytes_copied_on_osds: u64,
+    /// Namespace changes a restarted MDS redid from this client's replay.
+    pub replayed: u64,
+    /// Namespace changes a restarted MDS could not redo.
+    pub replay_failed: u64,
 }
 
 impl ClientStats {
@@ -100,6 +104,16 @@ impl ClientStats {
             "copied_on_osds_bytes",
             "Bytes copy_file_range copied on the OSDs.",
             self.bytes_copied_on_osds,
+        );
+        put(
+            "replayed",
+            "Namespace changes a restarted MDS redid from this client's replay.",
+            self.replayed,
+        );
+        put(
+            "replay_failed",
+            "Namespace changes a restarted MDS could not redo.",
+            self.replay_failed,
         );
         s.push_str("# EOF\n");
         s

@@ -474,6 +474,17 @@ impl Filesystem for TesseraFs {
         done(reply, self.run(self.client.fsync(fh.0)));
     }
 
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        done(reply, self.run(self.client.sync_namespace()));
+    }
+
     fn fallocate(
         &self,
         req: &Request,

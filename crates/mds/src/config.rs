@@ -43,6 +43,15 @@ pub struct MdsConfig {
     /// its last name, and then as long as a session holds it open. 0 turns
     /// both off (unlinked files go at once: for tests).
     pub hold_expiry_ms: u64,
+    /// After a crash, how long (ms) the MDS waits for the client sessions
+    /// that may hold early-answered, not yet durable namespace changes to
+    /// replay them, serving nothing else meanwhile; one that has not come
+    /// back by then loses them. It ends sooner once all have replayed.
+    pub replay_window_ms: u64,
+    /// Holds every metadata log flush back this long (ms): fault injection
+    /// for tests (a crash then always finds early answers not yet
+    /// durable). 0 in production.
+    pub wal_flush_delay_ms: u64,
 }
 
 impl Default for MdsConfig {
@@ -61,6 +70,8 @@ impl Default for MdsConfig {
             deep_scrub_interval_secs: 7 * 86_400,
             require_encryption: false,
             hold_expiry_ms: proto::mds::HOLD_EXPIRY_MS,
+            replay_window_ms: 15_000,
+            wal_flush_delay_ms: 0,
         }
     }
 }

@@ -58,6 +58,12 @@ pub struct MdsMetrics {
     pub objects_deleted: Counter,
     /// Orphans (unlinked inodes no client held open any more) removed.
     pub orphans_reaped: Counter,
+    /// Namespace changes answered before they were durable.
+    pub early_answers: Counter,
+    /// Operations redone from clients' replays after a crash.
+    pub replayed: Counter,
+    /// Replayed operations that could not be redone.
+    pub replay_failed: Counter,
     mandatory: Counter,
     non_mandatory: Counter,
     /// Bytes recovery copied.
@@ -93,6 +99,23 @@ impl MdsMetrics {
         let revocations = Counter::default();
         let objects_deleted = Counter::default();
         let orphans_reaped = Counter::default();
+        let (early_answers, replayed, replay_failed) =
+            (Counter::default(), Counter::default(), Counter::default());
+        registry.register(
+            "early_answers",
+            "Namespace changes answered before they were durable",
+            early_answers.clone(),
+        );
+        registry.register(
+            "replayed",
+            "Operations redone from clients' replays after a crash",
+            replayed.clone(),
+        );
+        registry.register(
+            "replay_failed",
+            "Replayed operations that could not be redone",
+            replay_failed.clone(),
+        );
         let mandatory = Counter::default();
         let non_mandatory = Counter::default();
         let (recovered_bytes, recovered_objects) = (Counter::default(), Counter::default());
@@ -181,6 +204,9 @@ impl MdsMetrics {
             revocations,
             objects_deleted,
             orphans_reaped,
+            early_answers,
+            replayed,
+            replay_failed,
             recovered_bytes,
             recovered_objects,
             copies_marked_stale,

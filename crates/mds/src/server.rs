@@ -50,6 +50,9 @@ pub async fn serve_with(
     shutdown: watch::Receiver<bool>,
     limits: ServeLimits,
 ) {
+    if mds.replay_pending() {
+        tokio::spawn(mds.clone().replay_worker());
+    }
     let front = Arc::new(Front {
         mds: mds.clone(),
         max_in_flight: limits.max_in_flight,

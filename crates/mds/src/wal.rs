@@ -85,6 +85,18 @@ impl Wal {
     /// Appends one record and flushes the device. The caller keeps `live()
     /// + footprint` below the capacity (by checkpointing).
     pub fn append(&mut self, lsn: u64, payload: &[u8]) -> io::Result<()> {
+        self.write_record(lsn, payload)?;
+        self.flush()
+    }
+
+    /// Makes every record written so far durable.
+    pub fn flush(&mut self) -> io::Result<()> {
+        self.dev.flush()
+    }
+
+    /// Writes one record after the head without flushing (group commit:
+    /// several records, then one [`Wal::flush`]).
+    pub fn write_record(&mut self, lsn: u64, payload: &[u8]) -> io::Result<()> {
         let rec = encode(lsn, 0, payload);
         let len = rec.len() as u64;
         if len + BLOCK > self.capacity() {
@@ -103,7 +115,6 @@ impl Wal {
             at = 0;
         }
         self.dev.write_at(&rec, at)?;
-        self.dev.flush()?;
         self.head = at + len;
         Ok(())
     }

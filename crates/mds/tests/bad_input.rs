@@ -126,6 +126,7 @@ async fn the_wire_refuses_garbage_and_wrong_peers_and_keeps_serving() {
         creds: Creds::root(),
         prefetch: 0,
         session: 0,
+        early: false,
         op: Op::GetAttr { ino: ROOT_INO },
     };
     s.send(frame(Kind::Request, 0x100, 8, &good, Bytes::new()))

@@ -326,6 +326,7 @@ async fn hostile_clients_are_refused_and_change_nothing() {
         creds: Creds::root(),
         prefetch: 0,
         session: 0,
+        early: false,
         op: Op::Mkdir {
             parent: ROOT_INO,
             name: "tampered".into(),

@@ -3,14 +3,17 @@
 //! requests (the measure of what prefetching saves in Hendricks et al.,
 //! "Improving small file performance in object-based storage", 2006).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::auth::Identity;
-use crate::connection::{ConnConfig, ConnError};
+use crate::connection::{ConnConfig, ConnError, Connection};
 use crate::pool::Pool;
 use bytes::Bytes;
 use proto::mds::{
-    Creds, DirEntry, Entry, MDS_ID, MdsError, MdsReply, MdsRequest, MdsResponse, Op, ROOT_INO,
+    Creds, DirEntry, Entry, MDS_ID, MdsError, MdsReply, MdsRequest, MdsResponse, Op, REPLAY_MAX,
+    ROOT_INO, ReplayOp,
 };
 use proto::msg::decode;
 
@@ -50,6 +53,49 @@ pub struct MdsClient {
     /// This client's session (random, never 0), sent with every request:
     /// the MDS counts the files it opens and creates as held by it.
     pub session: u64,
+    /// Whether namespace changes may be answered before they are durable
+    /// (set by [`MdsClient::set_early`]).
+    early: AtomicBool,
+    /// Early answers not yet known durable, to replay after an MDS restart.
+    log: std::sync::Mutex<ReplayLog>,
+    /// Held while a replay is under way.
+    replaying: tokio::sync::Mutex<()>,
+    /// Operations a restarted MDS redid from this client's replay.
+    pub replayed: AtomicU64,
+    /// Operations a restarted MDS could not redo (reported, logged).
+    pub replay_failed: AtomicU64,
+}
+
+/// The early answers a client keeps until they are durable.
+#[derive(Debug, Default)]
+struct ReplayLog {
+    /// The MDS instance that gave them.
+    instance: u64,
+    /// In transno order.
+    ops: VecDeque<ReplayOp>,
+    /// Whether this client ever asked for early answers (then every new
+    /// connection starts with a replay, so a restarted MDS hears from it).
+    used: bool,
+}
+
+impl ReplayLog {
+    /// Drops what `instance` says is durable.
+    fn durable(&mut self, instance: u64, durable: u64) {
+        if instance == self.instance {
+            while self.ops.front().is_some_and(|o| o.transno <= durable) {
+                self.ops.pop_front();
+            }
+        }
+    }
+}
+
+/// The inode an early answer made or moved.
+fn answered_ino(reply: &MdsReply) -> Option<u64> {
+    match reply {
+        MdsReply::Found(f) => Some(f.entry.attr.ino),
+        MdsReply::Attr(a) => Some(a.ino),
+        _ => None,
+    }
 }
 
 impl MdsClient {
@@ -79,7 +125,92 @@ impl MdsClient {
             mandatory: AtomicU64::new(0),
             non_mandatory: AtomicU64::new(0),
             session: u64::from_le_bytes(crate::auth::random_bytes()).max(1),
+            early: AtomicBool::new(false),
+            log: std::sync::Mutex::new(ReplayLog::default()),
+            replaying: tokio::sync::Mutex::new(()),
+            replayed: AtomicU64::new(0),
+            replay_failed: AtomicU64::new(0),
         }
+    }
+
+    /// Asks the MDS to answer namespace changes before they are durable:
+    /// this client then keeps each until the MDS says it is durable, and
+    /// replays what a restarted MDS lost (only a long-lived client, such as
+    /// a mount, should: a process that exits takes its list with it; it
+    /// calls [`MdsClient::sync`] before it goes).
+    pub fn set_early(&self, on: bool) {
+        self.early.store(on, Ordering::SeqCst);
+    }
+
+    /// Early answers held, not yet known durable.
+    pub fn undurable(&self) -> usize {
+        self.log.lock().unwrap_or_else(|e| e.into_inner()).ops.len()
+    }
+
+    /// Returns once every namespace change this client saw answered is
+    /// durable at the MDS (fsync of a directory, syncfs, unmount).
+    pub async fn sync(&self) -> Result<(), CallError> {
+        if self.undurable() == 0 {
+            return Ok(());
+        }
+        match self.call(Op::Sync).await? {
+            MdsReply::Synced { .. } => Ok(()),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Sends this client's replay list on `c`, a new connection: an MDS
+    /// that restarted redoes the operations (after every other client's
+    /// earlier ones), one that did not has them already.
+    async fn replay_on(&self, c: Arc<Connection>) -> Result<(), ConnError> {
+        let _one = self.replaying.lock().await;
+        let (instance, ops) = {
+            let log = self.log.lock().unwrap_or_else(|e| e.into_inner());
+            if !log.used {
+                return Ok(());
+            }
+            (log.instance, log.ops.iter().cloned().collect::<Vec<_>>())
+        };
+        let sent = ops.len();
+        let req = MdsRequest {
+            creds: self.creds.clone(),
+            session: self.session,
+            prefetch: 0,
+            early: true,
+            op: Op::Replay { instance, ops },
+        };
+        let f = c.call_raw(req.op.opcode(), &req, Bytes::new()).await?;
+        let resp: MdsResponse =
+            decode(&f.header).map_err(|e| ConnError::Protocol(e.to_string()))?;
+        let (now, results) = match resp.result {
+            Ok(MdsReply::Replayed { instance, results }) => (instance, results),
+            Ok(other) => return Err(ConnError::Protocol(format!("unexpected reply {other:?}"))),
+            Err(e) => return Err(ConnError::Protocol(format!("replay refused: {e}"))),
+        };
+        if now == instance {
+            return Ok(());
+        }
+        // A restarted MDS: what was sent is redone (durably) or lost.
+        let mut log = self.log.lock().unwrap_or_else(|e| e.into_inner());
+        for _ in 0..sent.min(log.ops.len()) {
+            log.ops.pop_front();
+        }
+        log.instance = now;
+        let failed: Vec<_> = results.iter().filter_map(|r| r.as_ref().err()).collect();
+        self.replayed
+            .fetch_add((results.len() - failed.len()) as u64, Ordering::Relaxed);
+        if !failed.is_empty() {
+            self.replay_failed
+                .fetch_add(failed.len() as u64, Ordering::Relaxed);
+            tracing::error!(
+                failed = failed.len(),
+                first = %failed[0],
+                "the restarted MDS could not redo some acknowledged namespace changes"
+            );
+        } else if sent > 0 {
+            tracing::info!(operations = sent, "replayed to the restarted MDS");
+        }
+        Ok(())
     }
 
     /// The identity this client authenticates as (its key unwraps the
@@ -109,17 +240,56 @@ impl MdsClient {
         } else if op.is_access() {
             self.non_mandatory.fetch_add(1, Ordering::Relaxed);
         }
+        let early = self.early.load(Ordering::SeqCst) && op.may_answer_early();
+        if early {
+            if self.undurable() >= REPLAY_MAX {
+                // Bounded: wait for the MDS's flush rather than hold more.
+                Box::pin(self.sync()).await?;
+            }
+            self.log.lock().unwrap_or_else(|e| e.into_inner()).used = true;
+        }
+        let kept = early.then(|| (creds.clone(), op.clone()));
         let req = MdsRequest {
             creds,
             session: self.session,
             prefetch: self.prefetch,
+            early,
             op,
         };
-        let c = self.pool.conn(self.pool.pick()).await?;
+        let (c, _) = self
+            .pool
+            .conn_fresh(self.pool.pick(), |c| self.replay_on(c))
+            .await?;
         let f = c.call_raw(req.op.opcode(), &req, Bytes::new()).await?;
         let resp: MdsResponse =
             decode(&f.header).map_err(|e| ConnError::Protocol(e.to_string()))?;
-        Ok(resp.result?)
+        match resp.result? {
+            MdsReply::Early(e) => {
+                let mut log = self.log.lock().unwrap_or_else(|e| e.into_inner());
+                if log.instance != e.instance {
+                    // Nothing is held from another instance (a replay
+                    // empties the list), so this is the MDS we talk to.
+                    log.instance = e.instance;
+                }
+                log.durable(e.instance, e.durable);
+                if let Some((creds, op)) = kept.filter(|_| e.transno > e.durable) {
+                    log.ops.push_back(ReplayOp {
+                        transno: e.transno,
+                        creds,
+                        op,
+                        ino: answered_ino(&e.reply),
+                    });
+                }
+                Ok(e.reply)
+            }
+            MdsReply::Synced { durable } => {
+                let mut log = self.log.lock().unwrap_or_else(|e| e.into_inner());
+                let instance = log.instance;
+                log.durable(instance, durable);
+                Ok(MdsReply::Synced { durable })
+            }
+            other => Ok(other),
+        }
     }
 
     /// Resolves an absolute path to its entry.

@@ -39,12 +39,28 @@ impl Pool {
 
     /// Connection `i` (mod the size), connecting if it is absent or dead.
     pub async fn conn(&self, i: usize) -> Result<Arc<Connection>, ConnError> {
+        Ok(self.conn_fresh(i, |_| async { Ok(()) }).await?.0)
+    }
+
+    /// Like [`Pool::conn`], and says whether the connection is new; a new
+    /// one is first given to `setup` (while no other caller can have it),
+    /// and kept only if that succeeds.
+    pub async fn conn_fresh<F, Fut>(
+        &self,
+        i: usize,
+        setup: F,
+    ) -> Result<(Arc<Connection>, bool), ConnError>
+    where
+        F: FnOnce(Arc<Connection>) -> Fut,
+        Fut: std::future::Future<Output = Result<(), ConnError>>,
+    {
         let mut slot = self.conns[i % self.conns.len()].lock().await;
         if let Some(c) = slot.as_ref().filter(|c| c.is_alive()) {
-            return Ok(c.clone());
+            return Ok((c.clone(), false));
         }
         let c = Arc::new(Connection::connect(&self.addr, &self.cfg).await?);
+        setup(c.clone()).await?;
         *slot = Some(c.clone());
-        Ok(c)
+        Ok((c, true))
     }
 }

@@ -538,6 +538,54 @@ pub enum Op {
         /// Most entries (≤ READDIR_MAX).
         max: u32,
     },
+    /// Wait until every operation the MDS has acknowledged is durable
+    /// (fsync of a directory, syncfs, unmount). Answers [`MdsReply::Synced`].
+    Sync,
+    /// Sent first on every new connection by a client that asks for early
+    /// answers: the namespace changes this session saw acknowledged early
+    /// and not yet durable, for a restarted MDS to redo in their original
+    /// order (an MDS that did not restart has them all). Answers
+    /// [`MdsReply::Replayed`].
+    Replay {
+        /// The MDS instance that acknowledged them.
+        instance: u64,
+        /// In transno order, at most [`REPLAY_MAX`].
+        ops: Vec<ReplayOp>,
+    },
+}
+
+/// Most operations a client keeps acknowledged but not yet durable (it
+/// asks for a [`Op::Sync`] before it would hold more), and so most one
+/// [`Op::Replay`] carries.
+pub const REPLAY_MAX: usize = 4096;
+
+/// One early-acknowledged operation, as a client replays it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplayOp {
+    /// Its place in the MDS's order of early-acknowledged operations.
+    pub transno: u64,
+    /// The caller identity it was sent with.
+    pub creds: Creds,
+    /// The operation (one that [`Op::may_answer_early`]).
+    pub op: Op,
+    /// The inode it made or moved, as first answered: a replay that
+    /// would give another is reported as failed.
+    pub ino: Option<u64>,
+}
+
+/// An answer given before the operation is durable: the client keeps the
+/// operation until `durable` reaches `transno`, and replays it if the MDS
+/// restarts first.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EarlyReply {
+    /// The operation's place in the MDS's order.
+    pub transno: u64,
+    /// Every operation up to this transno is durable.
+    pub durable: u64,
+    /// The MDS instance (random per start).
+    pub instance: u64,
+    /// The answer itself.
+    pub reply: MdsReply,
 }
 
 /// Most directories whose listings one READDIR PREFETCH carries.
@@ -737,7 +785,24 @@ impl Op {
     /// Whether it is a metadata access at all (counted as mandatory or
     /// non-mandatory): a session's report of its open files is not.
     pub fn is_access(&self) -> bool {
-        !matches!(self, Op::Holding { .. })
+        !matches!(self, Op::Holding { .. } | Op::Sync | Op::Replay { .. })
+    }
+
+    /// Whether the MDS may answer it before it is durable (when the
+    /// request asks for [`MdsRequest::early`]): namespace changes whose
+    /// only effects are in the MDS's own tables.
+    pub fn may_answer_early(&self) -> bool {
+        matches!(
+            self,
+            Op::Create { .. }
+                | Op::Mkdir { .. }
+                | Op::Symlink { .. }
+                | Op::Mknod { .. }
+                | Op::Link { .. }
+                | Op::Unlink { .. }
+                | Op::Rmdir { .. }
+                | Op::Rename { .. }
+        )
     }
 
     /// A short name for logs and metrics.
@@ -784,6 +849,8 @@ impl Op {
             Op::AuthRotate { .. } => "authrotate",
             Op::Stat { .. } => "stat",
             Op::ReaddirPrefetch { .. } => "readdir",
+            Op::Sync => "sync",
+            Op::Replay { .. } => "replay",
         }
     }
 
@@ -816,6 +883,10 @@ pub struct MdsRequest {
     /// through a handle the session holds is not checked against the
     /// permission bits again (POSIX checks them at open only).
     pub session: u64,
+    /// The client keeps and replays early answers ([`EarlyReply`]): the
+    /// MDS may answer an operation that [`Op::may_answer_early`] before
+    /// it is durable.
+    pub early: bool,
     /// The operation.
     pub op: Op,
 }
@@ -1112,6 +1183,20 @@ pub enum MdsReply {
         more: bool,
         /// Whole listings of directories below it.
         listings: Vec<Listing>,
+    },
+    /// An answer given before the operation was durable.
+    Early(Box<EarlyReply>),
+    /// Everything acknowledged is durable, up to this transno.
+    Synced {
+        /// The durable transno.
+        durable: u64,
+    },
+    /// What became of a replay: one result per operation, in order.
+    Replayed {
+        /// The MDS instance now answering.
+        instance: u64,
+        /// Per operation: redone or already had (Ok), or why not.
+        results: Vec<Result<(), MdsError>>,
     },
 }
 

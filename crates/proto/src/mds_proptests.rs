@@ -163,6 +163,7 @@ fn request() -> impl Strategy<Value = MdsRequest> {
         .prop_map(|(uid, gid, groups, prefetch, op)| MdsRequest {
             creds: Creds { uid, gid, groups },
             session: u64::from(prefetch) << 7,
+            early: prefetch % 2 == 0,
             prefetch,
             op,
         })

@@ -197,8 +197,22 @@ impl Mds {
     }
 
     /// Answers one request from `caller`: checks what the caller may ask,
-    /// maps its claimed uid, and signs every capability for it.
+    /// maps its claimed uid, and signs every capability for it. After a
+    /// crash, a client's requests other than its replay wait until the
+    /// replays are served.
     pub async fn serve_request(
+        self: &Arc<Self>,
+        caller: &Caller,
+        req: MdsRequest,
+    ) -> Result<MdsReply, MdsError> {
+        if matches!(caller, Caller::Client { .. }) && !matches!(req.op, Op::Replay { .. }) {
+            self.replays_served().await;
+        }
+        self.serve_checked(caller, req).await
+    }
+
+    /// [`Mds::serve_request`] without the wait for replays.
+    pub(super) async fn serve_checked(
         self: &Arc<Self>,
         caller: &Caller,
         mut req: MdsRequest,
@@ -295,6 +309,7 @@ impl Mds {
             Op::AuthList => Ok(MdsReply::Principals(self.principals.list())),
             Op::AuthRemove { name } => self.auth_remove(&name).await,
             Op::AuthRotate { name } => self.auth_rotate(&p, &name).await,
+            Op::Replay { instance, ops } => self.replay(caller, req.session, instance, ops).await,
             Op::NamespaceGrant => {
                 let full =
                     spec.access == Access::ReadWrite && spec.uids == proto::mds::UidMap::Trusted;

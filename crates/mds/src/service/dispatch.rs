@@ -7,6 +7,7 @@ use super::*;
 impl Mds {
     /// Answers one request.
     pub async fn handle(self: &Arc<Self>, req: MdsRequest) -> Result<MdsReply, MdsError> {
+        let early = self.early_for(&req);
         let c = req.creds;
         let pf = req.prefetch;
         let session = req.session;
@@ -56,22 +57,25 @@ impl Mds {
                 kind,
                 mode,
                 rdev,
-            } => self.mknod(c, parent, name, kind, mode, rdev).await,
+            } => self.mknod(c, parent, name, (kind, mode, rdev), early).await,
             Op::Create {
                 parent,
                 name,
                 mode,
                 exclusive,
-            } => self.create(c, parent, name, mode, exclusive, session).await,
-            Op::Mkdir { parent, name, mode } => self.mkdir(c, parent, name, mode).await,
+            } => {
+                self.create(c, parent, name, (mode, exclusive), session, early)
+                    .await
+            }
+            Op::Mkdir { parent, name, mode } => self.mkdir(c, parent, name, mode, early).await,
             Op::Symlink {
                 parent,
                 name,
                 target,
-            } => self.symlink(c, parent, name, target).await,
-            Op::Link { ino, parent, name } => self.link(c, ino, parent, name).await,
-            Op::Unlink { parent, name } => self.unlink(c, parent, name).await,
-            Op::Rmdir { parent, name } => self.rmdir(c, parent, name).await,
+            } => self.symlink(c, parent, name, target, early).await,
+            Op::Link { ino, parent, name } => self.link(c, ino, parent, name, early).await,
+            Op::Unlink { parent, name } => self.unlink(c, parent, name, early).await,
+            Op::Rmdir { parent, name } => self.rmdir(c, parent, name, early).await,
             Op::Rename {
                 parent,
                 name,
@@ -79,7 +83,7 @@ impl Mds {
                 new_name,
                 noreplace,
             } => {
-                self.rename(c, (parent, name), (new_parent, new_name), noreplace)
+                self.rename(c, (parent, name), (new_parent, new_name), noreplace, early)
                     .await
             }
             Op::Readlink { ino } => self.readlink(ino),
@@ -121,7 +125,9 @@ impl Mds {
             } => self.mark_stale(&c, ino, objset, stripe, osd).await,
             Op::SetOsdOut { osd, out, force } => self.set_osd_out(&c, osd, out, force).await,
             Op::Scrub { ino, deep } => self.scrub_op(&c, ino, deep).await,
+            Op::Sync => self.sync_op().await,
             op @ (Op::Ticket { .. }
+            | Op::Replay { .. }
             | Op::Whoami
             | Op::AuthAdd(_)
             | Op::AuthList

@@ -14,7 +14,9 @@
 //! - [`redundancy`]: stale copies and their fencing, recovery, OSD out/in,
 //!   scrub;
 //! - [`holds`]: the files client sessions hold open, and the unlinked
-//!   inodes (orphans) they keep alive.
+//!   inodes (orphans) they keep alive;
+//! - [`replay`]: early answers, and redoing what clients replay after a
+//!   crash.
 
 mod auth;
 mod cluster_map;
@@ -23,6 +25,7 @@ mod grants;
 mod holds;
 mod osd_actions;
 mod redundancy;
+mod replay;
 mod requests;
 
 pub use auth::Caller;
@@ -210,6 +213,13 @@ pub struct Mds {
     pub principals: crate::principals::Principals,
     /// Files client sessions hold open.
     holds: Mutex<holds::Holds>,
+    /// This start's instance (random): early answers name it, so a client
+    /// can tell a restarted MDS from a reconnect.
+    pub instance: u64,
+    /// Replays waited for after a crash (`None` once served).
+    replays: Mutex<Option<replay::Recovering>>,
+    /// True while replays are waited for: other requests wait.
+    replaying: tokio::sync::watch::Sender<bool>,
 }
 
 fn err(e: Errno, m: impl Into<String>) -> MdsError {
@@ -225,7 +235,14 @@ impl Mds {
     pub fn open(dir: &Path) -> Result<Arc<Mds>, MdsError> {
         let paths = MdsPaths { dir: dir.into() };
         let cfg = MdsConfig::load(&paths.config()).map_err(|m| err(Errno::Inval, m.to_string()))?;
-        let kv = Arc::new(Kv::open(&paths.kv(), cfg.cache_mib << 20)?);
+        let kv = Arc::new(Kv::open_with(
+            &paths.kv(),
+            crate::kv::KvOptions {
+                cache_bytes: cfg.cache_mib << 20,
+                flush_delay: Duration::from_millis(cfg.wal_flush_delay_ms),
+            },
+        )?);
+        let recovering = replay::Recovering::after_open(&kv, cfg.replay_window_ms);
         let sb = kv.read()?.superblock()?;
         if sb.version != RECORDS_VERSION {
             return Err(err(
@@ -256,6 +273,9 @@ impl Mds {
             recovery_wake: tokio::sync::Notify::new(),
             started: std::time::Instant::now(),
             holds: Mutex::new(holds::Holds::default()),
+            instance: u64::from_le_bytes(net::auth::random_bytes()).max(1),
+            replaying: tokio::sync::watch::Sender::new(recovering.is_some()),
+            replays: Mutex::new(recovering),
         });
         mds.index_stale_copies()?;
         Ok(mds)

@@ -399,6 +399,11 @@ impl Mds {
                     Some(Duration::from_millis(self.cfg.delete_retry_ms))
                 }
             };
+            // Early-answered unlinks are not durable yet: deleting their
+            // objects first could lose a file a crash brings back.
+            if let Err(e) = self.kv.sync().await {
+                tracing::warn!(error = %e, "cannot make the namespace durable before deleting");
+            }
             match self.delete_queue() {
                 Ok(jobs) => {
                     for (seq, job) in jobs {

@@ -83,14 +83,15 @@ impl Mds {
         c: Creds,
         parent: u64,
         name: String,
-        mode: u32,
-        exclusive: bool,
+        (mode, exclusive): (u32, bool),
         session: u64,
+        early: Option<u64>,
     ) -> Result<MdsReply, MdsError> {
         let (policy, c2) = (self.sb.policy, c.clone());
-        let (i, created) = self
-            .kv
-            .write(move |tx| ns::create(tx, &policy, &c2, parent, &name, mode, exclusive))
+        let ((i, created), ack) = self
+            .write_ns(early, move |tx| {
+                ns::create(tx, &policy, &c2, parent, &name, mode, exclusive)
+            })
             .await?;
         self.note_open(session, i.attr.ino, true)?;
         if !created {
@@ -101,13 +102,8 @@ impl Mds {
                 .await;
         }
         let snap = self.kv.read()?;
-        Ok(MdsReply::Found(Box::new(self.found(
-            &snap,
-            &c,
-            i,
-            (true, true),
-            0,
-        )?)))
+        let found = self.found(&snap, &c, i, (true, true), 0)?;
+        Ok(self.answer(MdsReply::Found(Box::new(found)), ack))
     }
 
     /// MKDIR.
@@ -117,13 +113,15 @@ impl Mds {
         parent: u64,
         name: String,
         mode: u32,
+        early: Option<u64>,
     ) -> Result<MdsReply, MdsError> {
         let policy = self.sb.policy;
-        let i = self
-            .kv
-            .write(move |tx| ns::mkdir(tx, &policy, &c, parent, &name, mode))
+        let (i, ack) = self
+            .write_ns(early, move |tx| {
+                ns::mkdir(tx, &policy, &c, parent, &name, mode)
+            })
             .await?;
-        Ok(MdsReply::Found(Box::new(Self::bare(&i))))
+        Ok(self.answer(MdsReply::Found(Box::new(Self::bare(&i))), ack))
     }
 
     /// SYMLINK.
@@ -133,13 +131,15 @@ impl Mds {
         parent: u64,
         name: String,
         target: String,
+        early: Option<u64>,
     ) -> Result<MdsReply, MdsError> {
         let policy = self.sb.policy;
-        let i = self
-            .kv
-            .write(move |tx| ns::symlink(tx, &policy, &c, parent, &name, &target))
+        let (i, ack) = self
+            .write_ns(early, move |tx| {
+                ns::symlink(tx, &policy, &c, parent, &name, &target)
+            })
             .await?;
-        Ok(MdsReply::Found(Box::new(Self::bare(&i))))
+        Ok(self.answer(MdsReply::Found(Box::new(Self::bare(&i))), ack))
     }
 
     /// MKNOD: a FIFO, device or socket.
@@ -148,16 +148,16 @@ impl Mds {
         c: Creds,
         parent: u64,
         name: String,
-        kind: FileKind,
-        mode: u32,
-        rdev: u32,
+        (kind, mode, rdev): (FileKind, u32, u32),
+        early: Option<u64>,
     ) -> Result<MdsReply, MdsError> {
         let policy = self.sb.policy;
-        let i = self
-            .kv
-            .write(move |tx| ns::mknod(tx, &policy, &c, parent, &name, (kind, mode, rdev)))
+        let (i, ack) = self
+            .write_ns(early, move |tx| {
+                ns::mknod(tx, &policy, &c, parent, &name, (kind, mode, rdev))
+            })
             .await?;
-        Ok(MdsReply::Found(Box::new(Self::bare(&i))))
+        Ok(self.answer(MdsReply::Found(Box::new(Self::bare(&i))), ack))
     }
 
     /// LINK.
@@ -167,12 +167,12 @@ impl Mds {
         ino: u64,
         parent: u64,
         name: String,
+        early: Option<u64>,
     ) -> Result<MdsReply, MdsError> {
-        let i = self
-            .kv
-            .write(move |tx| ns::link(tx, &c, ino, parent, &name))
+        let (i, ack) = self
+            .write_ns(early, move |tx| ns::link(tx, &c, ino, parent, &name))
             .await?;
-        Ok(MdsReply::Found(Box::new(Self::bare(&i))))
+        Ok(self.answer(MdsReply::Found(Box::new(Self::bare(&i))), ack))
     }
 
     /// UNLINK: the last link leaves an orphan, reaped (objects deleted)
@@ -182,13 +182,13 @@ impl Mds {
         c: Creds,
         parent: u64,
         name: String,
+        early: Option<u64>,
     ) -> Result<MdsReply, MdsError> {
-        let orphan = self
-            .kv
-            .write(move |tx| ns::unlink(tx, &c, parent, &name))
+        let (orphan, ack) = self
+            .write_ns(early, move |tx| ns::unlink(tx, &c, parent, &name))
             .await?;
         self.orphaned(orphan).await?;
-        Ok(MdsReply::Done)
+        Ok(self.answer(MdsReply::Done, ack))
     }
 
     /// RMDIR.
@@ -197,11 +197,12 @@ impl Mds {
         c: Creds,
         parent: u64,
         name: String,
+        early: Option<u64>,
     ) -> Result<MdsReply, MdsError> {
-        self.kv
-            .write(move |tx| ns::rmdir(tx, &c, parent, &name))
+        let ((), ack) = self
+            .write_ns(early, move |tx| ns::rmdir(tx, &c, parent, &name))
             .await?;
-        Ok(MdsReply::Done)
+        Ok(self.answer(MdsReply::Done, ack))
     }
 
     /// RENAME `from` to `to`: answers the moved inode's attributes; a
@@ -212,13 +213,15 @@ impl Mds {
         from: (u64, String),
         to: (u64, String),
         noreplace: bool,
+        early: Option<u64>,
     ) -> Result<MdsReply, MdsError> {
-        let (moved, orphan) = self
-            .kv
-            .write(move |tx| ns::rename(tx, &c, from.0, &from.1, to.0, &to.1, noreplace))
+        let ((moved, orphan), ack) = self
+            .write_ns(early, move |tx| {
+                ns::rename(tx, &c, from.0, &from.1, to.0, &to.1, noreplace)
+            })
             .await?;
         self.orphaned(orphan).await?;
-        Ok(MdsReply::Attr(moved.attr))
+        Ok(self.answer(MdsReply::Attr(moved.attr), ack))
     }
 
     /// READLINK.

@@ -45,6 +45,13 @@ pub struct Args {
     /// Kernel request threads (requests the mount serves at once).
     #[arg(long, default_value_t = 16)]
     pub threads: usize,
+    /// Make every namespace change (create, unlink, mkdir, rename…)
+    /// durable before it returns. By default the MDS answers once the
+    /// change is visible, this mount keeps it until the MDS's log has it
+    /// and replays it should the MDS restart first; fsync, fsyncdir and
+    /// unmount wait for durability (docs/CLIENT.md, "Durability").
+    #[arg(long)]
+    pub sync_namespace: bool,
     /// Serve the client's Prometheus metrics (cache hits, MDS requests) here.
     #[arg(long)]
     pub metrics: Option<std::net::SocketAddr>,
@@ -116,6 +123,7 @@ fn serve(a: Args, mut ready: Option<OwnedFd>) -> anyhow::Result<i32> {
         cfg.encrypt = a.encrypt;
         cfg.prefetch = a.prefetch;
         cfg.attr_timeout = Duration::from_secs_f64(a.attr_timeout);
+        cfg.early_answers = !a.sync_namespace;
         let c = client::Client::connect(cfg)
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))?;

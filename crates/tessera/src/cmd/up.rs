@@ -61,6 +61,10 @@ pub struct Args {
     /// Prefetch depth of the mount's client (0 disables).
     #[arg(long, default_value_t = 32)]
     pub prefetch: u32,
+    /// The mount makes every namespace change durable before it returns
+    /// (as `tessera mount --sync-namespace`).
+    #[arg(long)]
+    pub sync_namespace: bool,
     /// Where the namespace lives (first run): mds, or osd (Ali et al.: each
     /// directory an OSD object, no MDS in the metadata path).
     #[arg(long, default_value = "mds")]
@@ -203,6 +207,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             let mut cfg =
                 client::ClientConfig::new(&m.addr.to_string(), &cf.cluster_id, m.admin.clone());
             cfg.prefetch = a.prefetch;
+            cfg.early_answers = !a.sync_namespace;
             let c = client::Client::connect(cfg)
                 .await
                 .map_err(|e| anyhow::anyhow!("{e}"))?;

@@ -30,6 +30,11 @@ use store::device::{AlignedBuf, Device, FileDevice};
 
 use crate::wal::Wal;
 
+mod commit;
+
+pub use commit::{Ack, SESSION_IDLE};
+use commit::{Committer, Completion, FlushItem, Job, Marks, Submitted};
+
 /// The tables.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[repr(u8)]
@@ -56,9 +61,12 @@ pub enum T {
     /// ino (BE) → ms since the epoch (LE) it lost its last name: inodes
     /// kept while a client may still hold them open.
     Orphans = 9,
+    /// client session (BE) → ms since the epoch (LE) it was recorded:
+    /// sessions that may hold early answers not yet durable.
+    Sessions = 10,
 }
 
-const NAMES: [&str; 10] = [
+const NAMES: [&str; 11] = [
     "inodes",
     "dentries",
     "xattrs",
@@ -69,6 +77,7 @@ const NAMES: [&str; 10] = [
     "revoke",
     "principals",
     "orphans",
+    "sessions",
 ];
 const N: usize = NAMES.len();
 
@@ -298,9 +307,6 @@ impl View for Snapshot {
     }
 }
 
-type Completion = Box<dyn FnOnce(Result<(), MdsError>) + Send>;
-type Job = Box<dyn FnOnce(&mut Tx) -> Completion + Send>;
-
 /// Where the log's live part starts, kept in the KV at each checkpoint.
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
 struct Checkpoint {
@@ -355,13 +361,38 @@ impl KvPaths {
 /// The open KV: snapshots for readers, a committer for writers.
 pub struct Kv {
     db: Arc<Database>,
-    jobs: std::sync::Mutex<Option<mpsc::Sender<Job>>>,
+    jobs: std::sync::Mutex<Option<mpsc::Sender<Submitted>>>,
     /// Places in the committer's queue for async writers.
     queued: Arc<tokio::sync::Semaphore>,
     committer: std::sync::Mutex<Option<std::thread::JoinHandle<()>>>,
+    flusher: std::sync::Mutex<Option<std::thread::JoinHandle<()>>>,
     failed: Arc<AtomicBool>,
+    marks: Arc<Marks>,
+    /// Sessions that may hold early answers the log had not made durable
+    /// when the KV was last open (found at open).
+    recovered_sessions: Vec<u64>,
+    /// The durable transno found at open.
+    recovered_transno: u64,
     /// Counters.
     pub stats: Arc<KvStats>,
+}
+
+/// How a KV is opened.
+#[derive(Debug, Clone, Copy)]
+pub struct KvOptions {
+    /// redb's page cache.
+    pub cache_bytes: usize,
+    /// Holds back every log flush (fault injection for tests; zero).
+    pub flush_delay: std::time::Duration,
+}
+
+impl Default for KvOptions {
+    fn default() -> KvOptions {
+        KvOptions {
+            cache_bytes: 64 << 20,
+            flush_delay: std::time::Duration::ZERO,
+        }
+    }
 }
 
 /// Creates the files of an empty KV (`wal_bytes` of log, zero-filled so
@@ -413,8 +444,19 @@ pub fn create(paths: &KvPaths, wal_bytes: u64) -> Result<(), MdsError> {
 impl Kv {
     /// Opens the KV, replays the log, and starts the committer.
     pub fn open(paths: &KvPaths, cache_bytes: usize) -> Result<Kv, MdsError> {
+        Kv::open_with(
+            paths,
+            KvOptions {
+                cache_bytes,
+                ..KvOptions::default()
+            },
+        )
+    }
+
+    /// [`Kv::open`] with every option.
+    pub fn open_with(paths: &KvPaths, opts: KvOptions) -> Result<Kv, MdsError> {
         let db = redb::Builder::new()
-            .set_cache_size(cache_bytes)
+            .set_cache_size(opts.cache_bytes)
             .open(&paths.db)
             .map_err(|e| io_err(&format!("open {}", paths.db.display()), e))?;
         let dev = FileDevice::open_with(&paths.wal, true)
@@ -468,23 +510,71 @@ impl Kv {
             txn.commit().map_err(|e| io_err("commit", e))?;
             wal.checkpointed();
         }
+        // What the log's last durable batch knew: the last transno and
+        // the sessions that may hold early answers beyond it.
+        let (transno, sessions) = {
+            let r = db.begin_read().map_err(|e| io_err("begin read", e))?;
+            let snap = Snapshot {
+                txn: r,
+                tables: Default::default(),
+            };
+            let transno = snap
+                .get(T::Meta, commit::TRANSNO_KEY)?
+                .and_then(|v| <[u8; 8]>::try_from(&v[..]).ok())
+                .map_or(0, u64::from_le_bytes);
+            let mut sessions = Vec::new();
+            snap.try_scan_all(T::Sessions, &mut |k, _| {
+                if let Ok(b) = <[u8; 8]>::try_from(k) {
+                    sessions.push(u64::from_be_bytes(b));
+                }
+                Ok(true)
+            })?;
+            (transno, sessions)
+        };
         let db = Arc::new(db);
-        let (tx, rx) = mpsc::channel::<Job>();
+        let wal = Arc::new(std::sync::Mutex::new(wal));
+        let (tx, rx) = mpsc::channel::<Submitted>();
+        let (ftx, frx) = mpsc::channel::<FlushItem>();
         let failed = Arc::new(AtomicBool::new(false));
         let stats = Arc::new(KvStats::default());
-        let committer = {
-            let (db, failed, stats) = (db.clone(), failed.clone(), stats.clone());
+        let marks = Arc::new(Marks::new(last, transno));
+        let flusher = {
+            let (wal, marks, failed, stats) =
+                (wal.clone(), marks.clone(), failed.clone(), stats.clone());
             std::thread::Builder::new()
-                .name("mds-commit".into())
-                .spawn(move || commit_loop(&db, wal, last, &rx, &failed, &stats))
-                .map_err(|e| io_err("spawn committer", e))?
+                .name("mds-flush".into())
+                .spawn(move || {
+                    commit::flush_loop(&wal, &frx, &marks, &failed, &stats, opts.flush_delay)
+                })
+                .map_err(|e| io_err("spawn flusher", e))?
         };
+        let mut c = Committer {
+            db: db.clone(),
+            wal,
+            lsn: last,
+            transno,
+            sessions: Default::default(),
+            last_sweep: std::time::Instant::now(),
+            flusher: ftx,
+            marks: marks.clone(),
+            failed: failed.clone(),
+            stats: stats.clone(),
+        };
+        c.hold_recovered(&sessions);
+        let committer = std::thread::Builder::new()
+            .name("mds-commit".into())
+            .spawn(move || c.run(&rx))
+            .map_err(|e| io_err("spawn committer", e))?;
         Ok(Kv {
             db,
             jobs: std::sync::Mutex::new(Some(tx)),
             queued: Arc::new(tokio::sync::Semaphore::new(MAX_QUEUED_WRITES)),
             committer: std::sync::Mutex::new(Some(committer)),
+            flusher: std::sync::Mutex::new(Some(flusher)),
             failed,
+            marks,
+            recovered_sessions: sessions,
+            recovered_transno: transno,
             stats,
         })
     }
@@ -503,6 +593,26 @@ impl Kv {
         &self,
         f: impl FnOnce(&mut Tx) -> Result<R, MdsError> + Send + 'static,
     ) -> Result<R, MdsError> {
+        Ok(self.write_as(None, f).await?.0)
+    }
+
+    /// Like [`Kv::write`], but `session`'s change may be answered once it
+    /// is visible, before it is durable: then the [`Ack`] carries its
+    /// transno, and the session must keep the operation to replay it
+    /// should the MDS restart before the durable transno reaches it.
+    pub async fn write_early<R: Send + 'static>(
+        &self,
+        session: u64,
+        f: impl FnOnce(&mut Tx) -> Result<R, MdsError> + Send + 'static,
+    ) -> Result<(R, Ack), MdsError> {
+        self.write_as(Some(session), f).await
+    }
+
+    async fn write_as<R: Send + 'static>(
+        &self,
+        early_for: Option<u64>,
+        f: impl FnOnce(&mut Tx) -> Result<R, MdsError> + Send + 'static,
+    ) -> Result<(R, Ack), MdsError> {
         // The committer's queue is bounded: a writer beyond
         // [`MAX_QUEUED_WRITES`] waits here (asynchronously) for a place.
         let permit = self
@@ -512,7 +622,7 @@ impl Kv {
             .await
             .map_err(|_| io_err("committer", "stopped"))?;
         let (done, rx) = tokio::sync::oneshot::channel();
-        self.submit(f, move |r| {
+        self.submit(early_for, f, move |r| {
             drop(permit);
             let _ = done.send(r);
         })?;
@@ -527,17 +637,59 @@ impl Kv {
         f: impl FnOnce(&mut Tx) -> Result<R, MdsError> + Send + 'static,
     ) -> Result<R, MdsError> {
         let (done, rx) = mpsc::channel();
-        self.submit(f, move |r| {
+        self.submit(None, f, move |r| {
             let _ = done.send(r);
         })?;
         rx.recv()
             .unwrap_or_else(|_| Err(io_err("committer", "stopped")))
+            .map(|(r, _)| r)
+    }
+
+    /// Returns once everything visible now is durable, with the durable
+    /// transno.
+    pub async fn sync(&self) -> Result<u64, MdsError> {
+        let target = self.marks.applied_lsn.load(Ordering::SeqCst);
+        let mut rx = self.marks.durable_lsn.subscribe();
+        let failed = self.failed.clone();
+        rx.wait_for(|d| *d >= target || failed.load(Ordering::SeqCst))
+            .await
+            .map_err(|_| io_err("flusher", "stopped"))?;
+        if *rx.borrow() < target {
+            return Err(io_err(
+                "failed",
+                "an earlier log write failed; restart the MDS to recover",
+            ));
+        }
+        Ok(self.durable_transno())
+    }
+
+    /// Every early answer up to this transno is durable.
+    pub fn durable_transno(&self) -> u64 {
+        self.marks.durable_transno.load(Ordering::SeqCst)
+    }
+
+    /// The last transno given to an early answer.
+    pub fn applied_transno(&self) -> u64 {
+        self.marks.applied_transno.load(Ordering::SeqCst)
+    }
+
+    /// Sessions that were recorded when the KV was last open: after a
+    /// crash, those that may hold early answers the log lacks.
+    pub fn recovered_sessions(&self) -> &[u64] {
+        &self.recovered_sessions
+    }
+
+    /// The durable transno found at open (early answers above it were lost
+    /// with the process and exist only in their clients' replay lists).
+    pub fn recovered_transno(&self) -> u64 {
+        self.recovered_transno
     }
 
     fn submit<R: Send + 'static>(
         &self,
+        early_for: Option<u64>,
         f: impl FnOnce(&mut Tx) -> Result<R, MdsError> + Send + 'static,
-        done: impl FnOnce(Result<R, MdsError>) + Send + 'static,
+        done: impl FnOnce(Result<(R, Ack), MdsError>) + Send + 'static,
     ) -> Result<(), MdsError> {
         if self.failed.load(Ordering::SeqCst) {
             return Err(io_err(
@@ -552,13 +704,17 @@ impl Kv {
                 Err(e) => tx.rollback(mark).and(Err(e)),
                 ok => ok,
             };
-            Box::new(move |durable: Result<(), MdsError>| done(durable.and(r)))
+            let ok = r.is_ok();
+            let completion: Completion = Box::new(move |ack: Result<Ack, MdsError>| {
+                done(ack.and_then(|a| r.map(|v| (v, a))))
+            });
+            (completion, ok)
         });
         let guard = self.jobs.lock().unwrap_or_else(|e| e.into_inner());
         guard
             .as_ref()
             .ok_or_else(|| io_err("committer", "closed"))?
-            .send(job)
+            .send(Submitted { job, early_for })
             .map_err(|_| io_err("committer", "stopped"))?;
         Ok(())
     }
@@ -569,6 +725,15 @@ impl Kv {
         self.jobs.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Some(h) = self
             .committer
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
+            let _ = h.join();
+        }
+        // The committer's exit dropped the flusher's only sender.
+        if let Some(h) = self
+            .flusher
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .take()
@@ -597,147 +762,4 @@ fn open_tx(txn: &redb::WriteTransaction) -> Result<Tx<'_>, MdsError> {
         redo: Vec::new(),
         undo: Vec::new(),
     })
-}
-
-/// Most jobs in one batch.
-const MAX_BATCH: usize = 512;
-
-fn commit_loop(
-    db: &Database,
-    mut wal: Wal,
-    mut lsn: u64,
-    rx: &mpsc::Receiver<Job>,
-    failed: &AtomicBool,
-    stats: &KvStats,
-) {
-    let mut closing = false;
-    while !closing {
-        let mut batch = match rx.recv() {
-            Ok(j) => vec![j],
-            Err(_) => break,
-        };
-        loop {
-            match rx.try_recv() {
-                Ok(j) if batch.len() < MAX_BATCH => batch.push(j),
-                Ok(j) => {
-                    batch.push(j);
-                    break;
-                }
-                Err(mpsc::TryRecvError::Empty) => break,
-                Err(mpsc::TryRecvError::Disconnected) => {
-                    closing = true;
-                    break;
-                }
-            }
-        }
-        let result = run_batch(db, &mut wal, &mut lsn, batch, stats);
-        if let Err(e) = result {
-            tracing::error!(error = %e, "metadata commit failed; refusing further changes");
-            failed.store(true, Ordering::SeqCst);
-        }
-    }
-    // Final checkpoint: an empty durable commit recording the log position.
-    let _ = checkpoint_now(db, &mut wal, lsn);
-}
-
-fn checkpoint_now(db: &Database, wal: &mut Wal, lsn: u64) -> Result<(), MdsError> {
-    let txn = db.begin_write().map_err(|e| io_err("begin", e))?;
-    put_checkpoint(
-        &txn,
-        &Checkpoint {
-            lsn,
-            wal_pos: wal.head,
-        },
-    )?;
-    txn.commit().map_err(|e| io_err("commit", e))?;
-    wal.checkpointed();
-    Ok(())
-}
-
-fn run_batch(
-    db: &Database,
-    wal: &mut Wal,
-    lsn: &mut u64,
-    batch: Vec<Job>,
-    stats: &KvStats,
-) -> Result<(), MdsError> {
-    let fail_all = |done: Vec<Completion>, e: &MdsError| {
-        for d in done {
-            d(Err(e.clone()));
-        }
-    };
-    // On these early failures the jobs are dropped unrun: their callers
-    // see "committer stopped" and the KV is marked failed.
-    let mut txn = db.begin_write().map_err(|e| io_err("begin", e))?;
-    let mut done = Vec::with_capacity(batch.len());
-    let redo = {
-        let mut tx = open_tx(&txn)?;
-        stats.jobs.fetch_add(batch.len() as u64, Ordering::Relaxed);
-        for job in batch {
-            done.push(job(&mut tx));
-        }
-        std::mem::take(&mut tx.redo)
-    };
-    if redo.is_empty() {
-        // Nothing changed (all jobs failed or were reads): no log record.
-        drop(txn);
-        for d in done {
-            d(Ok(()));
-        }
-        return Ok(());
-    }
-    let payload = match postcard::to_allocvec(&redo) {
-        Ok(p) => p,
-        Err(e) => {
-            let e = io_err("encode batch", e);
-            fail_all(done, &e);
-            return Err(e);
-        }
-    };
-    let next = *lsn + 1;
-    // Checkpoint instead of logging when the log is half full, or when the
-    // batch is so large that wrapping could reach the live records.
-    let foot = Wal::footprint(payload.len());
-    let checkpoint = wal.live() + foot > wal.capacity() / 2 || foot > wal.capacity() / 8;
-    let outcome = if checkpoint {
-        // Make this batch and everything before it durable in the KV itself.
-        let cp = Checkpoint {
-            lsn: next,
-            wal_pos: wal.head,
-        };
-        put_checkpoint(&txn, &cp)
-            .and_then(|_| txn.commit().map_err(|e| io_err("checkpoint commit", e)))
-            .map(|_| {
-                wal.checkpointed();
-                stats.checkpoints.fetch_add(1, Ordering::Relaxed);
-            })
-    } else {
-        match wal.append(next, &payload) {
-            Ok(()) => {
-                stats
-                    .wal_bytes
-                    .fetch_add(Wal::footprint(payload.len()), Ordering::Relaxed);
-                if let Err(e) = txn.set_durability(Durability::None) {
-                    Err(io_err("durability", e))
-                } else {
-                    txn.commit().map_err(|e| io_err("commit", e))
-                }
-            }
-            Err(e) => Err(io_err("log write", e)),
-        }
-    };
-    match outcome {
-        Ok(()) => {
-            *lsn = next;
-            stats.batches.fetch_add(1, Ordering::Relaxed);
-            for d in done {
-                d(Ok(()));
-            }
-            Ok(())
-        }
-        Err(e) => {
-            fail_all(done, &e);
-            Err(e)
-        }
-    }
 }

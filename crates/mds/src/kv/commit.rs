@@ -1,0 +1,480 @@
+//! The committer and the flusher: the two threads behind [`super::Kv`]'s
+//! writes.
+//!
+//! The committer takes all jobs waiting, runs them in order inside one
+//! redb write transaction, commits it without a sync (making it visible),
+//! and hands the batch's write set to the flusher, which writes the log
+//! records of every batch it has and flushes the device once (group
+//! commit). A job is answered either after that flush (durable) or, when
+//! its caller asked for an early answer and the job changed something,
+//! right after the commit with a *transno*: its place in the order of
+//! early answers. Clients keep such operations until the durable transno
+//! reaches them and replay them after an MDS restart (see `docs/CLIENT.md`,
+//! "Durability").
+//!
+//! A session gets early answers only while a durable record of it exists
+//! in `T::Sessions`: its first early-capable job is answered durably and
+//! writes that record; a session idle for [`SESSION_IDLE`] has its record
+//! removed (by a batch that is itself logged, so everything it was
+//! answered is durable first). So the records after a crash name exactly
+//! the sessions that may hold early answers the log does not have: the
+//! MDS waits for those to replay before it serves anything else.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use super::*;
+
+/// A session without early-answered jobs for this long loses its record.
+pub const SESSION_IDLE: Duration = Duration::from_secs(1);
+/// How often idle sessions are looked for.
+const SWEEP_EVERY: Duration = Duration::from_millis(250);
+/// Sessions found recorded at open are kept this long (they are being
+/// waited for and replayed; a second crash meanwhile must still know them).
+const RECOVERED_HOLD: Duration = Duration::from_secs(120);
+/// Most jobs in one batch.
+const MAX_BATCH: usize = 512;
+/// Where the last assigned transno is kept (in every batch that assigns one).
+pub(super) const TRANSNO_KEY: &[u8] = b"transno";
+
+/// How a job was answered.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Ack {
+    /// Its transno when answered before it was durable; 0 when durable.
+    pub transno: u64,
+    /// The durable transno when answered.
+    pub durable: u64,
+}
+
+pub(super) type Completion = Box<dyn FnOnce(Result<Ack, MdsError>) + Send>;
+/// A job: runs in the batch's transaction; says how to answer it and
+/// whether it succeeded.
+pub(super) type Job = Box<dyn FnOnce(&mut Tx) -> (Completion, bool) + Send>;
+
+/// A job and, when its caller takes early answers, its session.
+pub(super) struct Submitted {
+    pub job: Job,
+    pub early_for: Option<u64>,
+}
+
+/// What the flusher is given.
+pub(super) enum FlushItem {
+    /// A committed batch's log record and the jobs waiting for it.
+    Batch {
+        lsn: u64,
+        payload: Vec<u8>,
+        transno: u64,
+        footprint: u64,
+        done: Vec<Completion>,
+    },
+    /// Answer once everything before is on the device.
+    Drain(mpsc::Sender<()>),
+}
+
+/// Durability watermarks, shared by the committer, the flusher and the
+/// tasks that wait for them.
+pub(super) struct Marks {
+    /// Last batch committed to the KV (visible).
+    pub applied_lsn: AtomicU64,
+    /// Last transno assigned.
+    pub applied_transno: AtomicU64,
+    /// Last batch on the device (waiters subscribe).
+    pub durable_lsn: tokio::sync::watch::Sender<u64>,
+    /// Every early answer up to this transno is durable.
+    pub durable_transno: AtomicU64,
+    /// Log bytes handed to the flusher and not yet written.
+    pub pending_bytes: AtomicU64,
+}
+
+impl Marks {
+    pub(super) fn new(lsn: u64, transno: u64) -> Marks {
+        Marks {
+            applied_lsn: AtomicU64::new(lsn),
+            applied_transno: AtomicU64::new(transno),
+            durable_lsn: tokio::sync::watch::Sender::new(lsn),
+            durable_transno: AtomicU64::new(transno),
+            pending_bytes: AtomicU64::new(0),
+        }
+    }
+
+    fn set_durable(&self, lsn: u64, transno: u64) {
+        self.durable_transno.fetch_max(transno, Ordering::SeqCst);
+        self.durable_lsn.send_modify(|d| *d = (*d).max(lsn));
+    }
+
+    /// Wakes waiters without progress (the log failed).
+    pub(super) fn wake(&self) {
+        self.durable_lsn.send_modify(|_| {});
+    }
+}
+
+/// The committer thread's state.
+pub(super) struct Committer {
+    pub db: Arc<Database>,
+    pub wal: Arc<Mutex<Wal>>,
+    /// Last batch's lsn.
+    pub lsn: u64,
+    /// Last transno assigned.
+    pub transno: u64,
+    /// Recorded sessions and when each may be forgotten.
+    pub sessions: HashMap<u64, Instant>,
+    pub last_sweep: Instant,
+    pub flusher: mpsc::Sender<FlushItem>,
+    pub marks: Arc<Marks>,
+    pub failed: Arc<AtomicBool>,
+    pub stats: Arc<KvStats>,
+}
+
+impl Committer {
+    /// Sessions recorded at open: kept while they are waited for.
+    pub(super) fn hold_recovered(&mut self, sessions: &[u64]) {
+        let until = Instant::now() + RECOVERED_HOLD;
+        for s in sessions {
+            self.sessions.insert(*s, until);
+        }
+    }
+
+    /// Runs batches until every sender is gone, then checkpoints.
+    pub(super) fn run(mut self, rx: &mpsc::Receiver<Submitted>) {
+        let mut closing = false;
+        while !closing {
+            let first = if self.sessions.is_empty() {
+                match rx.recv() {
+                    Ok(j) => Some(j),
+                    Err(_) => break,
+                }
+            } else {
+                match rx.recv_timeout(SWEEP_EVERY) {
+                    Ok(j) => Some(j),
+                    Err(mpsc::RecvTimeoutError::Timeout) => None,
+                    Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                }
+            };
+            let mut batch: Vec<Submitted> = first.into_iter().collect();
+            while !batch.is_empty() {
+                match rx.try_recv() {
+                    Ok(j) if batch.len() < MAX_BATCH => batch.push(j),
+                    Ok(j) => {
+                        batch.push(j);
+                        break;
+                    }
+                    Err(mpsc::TryRecvError::Empty) => break,
+                    Err(mpsc::TryRecvError::Disconnected) => {
+                        closing = true;
+                        break;
+                    }
+                }
+            }
+            if let Err(e) = self.run_batch(batch) {
+                tracing::error!(error = %e, "metadata commit failed; refusing further changes");
+                self.failed.store(true, Ordering::SeqCst);
+                self.marks.wake();
+            }
+        }
+        // Final checkpoint: an empty durable commit recording the log position.
+        if self.drain().is_ok() {
+            let _ = self.checkpoint_now();
+        }
+    }
+
+    /// Waits until the flusher has written everything handed to it.
+    fn drain(&self) -> Result<(), MdsError> {
+        let (tx, rx) = mpsc::channel();
+        self.flusher
+            .send(FlushItem::Drain(tx))
+            .map_err(|_| io_err("flusher", "stopped"))?;
+        rx.recv().map_err(|_| io_err("flusher", "stopped"))?;
+        if self.failed.load(Ordering::SeqCst) {
+            return Err(io_err("log write", "an earlier log write failed"));
+        }
+        Ok(())
+    }
+
+    /// The final checkpoint of a clean stop: everything answered is
+    /// durable, so no session's record is needed any more.
+    fn checkpoint_now(&mut self) -> Result<(), MdsError> {
+        let txn = self.db.begin_write().map_err(|e| io_err("begin", e))?;
+        {
+            let mut t = txn
+                .open_table(def(T::Sessions as usize))
+                .map_err(|e| io_err("sessions", e))?;
+            t.retain(|_, _| false).map_err(|e| io_err("sessions", e))?;
+        }
+        let mut wal = self.wal.lock().unwrap_or_else(|e| e.into_inner());
+        put_checkpoint(
+            &txn,
+            &Checkpoint {
+                lsn: self.lsn,
+                wal_pos: wal.head,
+            },
+        )?;
+        txn.commit().map_err(|e| io_err("commit", e))?;
+        wal.checkpointed();
+        Ok(())
+    }
+
+    fn run_batch(&mut self, batch: Vec<Submitted>) -> Result<(), MdsError> {
+        let sweep = self.last_sweep.elapsed() >= SWEEP_EVERY && !self.sessions.is_empty();
+        if batch.is_empty() && !sweep {
+            return Ok(());
+        }
+        // On these early failures the jobs are dropped unrun: their callers
+        // see "committer stopped" and the KV is marked failed.
+        let mut txn = self.db.begin_write().map_err(|e| io_err("begin", e))?;
+        // Answered right after the commit, and after the flush.
+        let mut early: Vec<(Completion, u64)> = Vec::new();
+        let mut durable: Vec<Completion> = Vec::with_capacity(batch.len());
+        let redo = {
+            let mut tx = open_tx(&txn)?;
+            self.stats
+                .jobs
+                .fetch_add(batch.len() as u64, Ordering::Relaxed);
+            let now = Instant::now();
+            for s in batch {
+                let before = tx.redo.len();
+                let (done, ok) = (s.job)(&mut tx);
+                let wrote = tx.redo.len() > before;
+                match s.early_for {
+                    // A failure or a no-op needs no durability.
+                    Some(_) if !ok || !wrote => early.push((done, 0)),
+                    Some(session) => match self.sessions.get_mut(&session) {
+                        Some(until) => {
+                            *until = (*until).max(now + SESSION_IDLE);
+                            self.transno += 1;
+                            early.push((done, self.transno));
+                        }
+                        None => {
+                            // First early-capable job of the session: it is
+                            // answered durably, with the session's record.
+                            let ms = proto::clock::now_ms().to_le_bytes();
+                            match tx.put(T::Sessions, &session.to_be_bytes(), &ms) {
+                                Ok(()) => {
+                                    self.sessions.insert(session, now + SESSION_IDLE);
+                                    durable.push(done);
+                                }
+                                Err(e) => done(Err(e)),
+                            }
+                        }
+                    },
+                    None => durable.push(done),
+                }
+            }
+            if sweep {
+                self.last_sweep = now;
+                let idle: Vec<u64> = self
+                    .sessions
+                    .iter()
+                    .filter(|(_, until)| **until <= now)
+                    .map(|(s, _)| *s)
+                    .collect();
+                for s in idle {
+                    tx.del(T::Sessions, &s.to_be_bytes())?;
+                    self.sessions.remove(&s);
+                }
+            }
+            if early.iter().any(|(_, t)| *t > 0) {
+                tx.put(T::Meta, TRANSNO_KEY, &self.transno.to_le_bytes())?;
+                self.marks
+                    .applied_transno
+                    .store(self.transno, Ordering::SeqCst);
+            }
+            std::mem::take(&mut tx.redo)
+        };
+        let answer_all =
+            |early: Vec<(Completion, u64)>, durable: Vec<Completion>, r: &Result<Ack, MdsError>| {
+                for (d, _) in early {
+                    d(r.clone());
+                }
+                for d in durable {
+                    d(r.clone());
+                }
+            };
+        let marks = self.marks.clone();
+        let durable_now = || Ack {
+            transno: 0,
+            durable: marks.durable_transno.load(Ordering::SeqCst),
+        };
+        if redo.is_empty() {
+            // Nothing changed (all jobs failed or were reads): no log record.
+            drop(txn);
+            answer_all(early, durable, &Ok(durable_now()));
+            return Ok(());
+        }
+        let payload = match postcard::to_allocvec(&redo) {
+            Ok(p) => p,
+            Err(e) => {
+                let e = io_err("encode batch", e);
+                answer_all(early, durable, &Err(e.clone()));
+                return Err(e);
+            }
+        };
+        let next = self.lsn + 1;
+        // Checkpoint instead of logging when the log is half full, or when the
+        // batch is so large that wrapping could reach the live records.
+        let foot = Wal::footprint(payload.len());
+        let (live, cap) = {
+            let wal = self.wal.lock().unwrap_or_else(|e| e.into_inner());
+            (wal.live(), wal.capacity())
+        };
+        let live = live + self.marks.pending_bytes.load(Ordering::SeqCst);
+        if live + foot > cap / 2 || foot > cap / 8 {
+            // Make this batch and everything before it durable in the KV
+            // itself, once the flusher has written what it holds.
+            let outcome = self.drain().and_then(|()| {
+                let mut wal = self.wal.lock().unwrap_or_else(|e| e.into_inner());
+                let cp = Checkpoint {
+                    lsn: next,
+                    wal_pos: wal.head,
+                };
+                put_checkpoint(&txn, &cp)?;
+                txn.commit().map_err(|e| io_err("checkpoint commit", e))?;
+                wal.checkpointed();
+                Ok(())
+            });
+            return match outcome {
+                Ok(()) => {
+                    self.lsn = next;
+                    self.stats.checkpoints.fetch_add(1, Ordering::Relaxed);
+                    self.stats.batches.fetch_add(1, Ordering::Relaxed);
+                    self.marks.applied_lsn.store(next, Ordering::SeqCst);
+                    self.marks.set_durable(next, self.transno);
+                    let ack = Ack {
+                        transno: 0,
+                        durable: self.transno,
+                    };
+                    answer_all(early, durable, &Ok(ack));
+                    Ok(())
+                }
+                Err(e) => {
+                    answer_all(early, durable, &Err(e.clone()));
+                    Err(e)
+                }
+            };
+        }
+        let committed = txn
+            .set_durability(Durability::None)
+            .map_err(|e| io_err("durability", e))
+            .and_then(|()| txn.commit().map_err(|e| io_err("commit", e)));
+        if let Err(e) = committed {
+            answer_all(early, durable, &Err(e.clone()));
+            return Err(e);
+        }
+        self.lsn = next;
+        self.stats.batches.fetch_add(1, Ordering::Relaxed);
+        self.marks.applied_lsn.store(next, Ordering::SeqCst);
+        // Visible now: the early answers go before the flush.
+        let d = self.marks.durable_transno.load(Ordering::SeqCst);
+        for (done, transno) in early {
+            done(Ok(Ack {
+                transno,
+                durable: d,
+            }));
+        }
+        self.marks.pending_bytes.fetch_add(foot, Ordering::SeqCst);
+        let item = FlushItem::Batch {
+            lsn: next,
+            payload,
+            transno: self.transno,
+            footprint: foot,
+            done: durable,
+        };
+        if let Err(mpsc::SendError(item)) = self.flusher.send(item) {
+            let e = io_err("flusher", "stopped");
+            if let FlushItem::Batch { done, .. } = item {
+                answer_all(Vec::new(), done, &Err(e.clone()));
+            }
+            return Err(e);
+        }
+        Ok(())
+    }
+}
+
+/// The flusher thread: writes the records it is given, flushes once per
+/// group, advances the durable marks and answers the jobs that waited.
+/// `delay` holds every flush back (fault injection for tests only).
+pub(super) fn flush_loop(
+    wal: &Mutex<Wal>,
+    rx: &mpsc::Receiver<FlushItem>,
+    marks: &Marks,
+    failed: &AtomicBool,
+    stats: &KvStats,
+    delay: Duration,
+) {
+    while let Ok(first) = rx.recv() {
+        let mut items = vec![first];
+        while items.len() < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(i) => items.push(i),
+                Err(_) => break,
+            }
+        }
+        if !delay.is_zero() {
+            std::thread::sleep(delay);
+        }
+        let mut result: std::io::Result<()> = if failed.load(Ordering::SeqCst) {
+            Err(std::io::Error::other("an earlier log write failed"))
+        } else {
+            Ok(())
+        };
+        let mut last: Option<(u64, u64)> = None;
+        let mut done = Vec::new();
+        let mut drains = Vec::new();
+        {
+            let mut wal = wal.lock().unwrap_or_else(|e| e.into_inner());
+            for item in items {
+                match item {
+                    FlushItem::Batch {
+                        lsn,
+                        payload,
+                        transno,
+                        footprint,
+                        done: d,
+                    } => {
+                        if result.is_ok() {
+                            result = wal.write_record(lsn, &payload);
+                            stats.wal_bytes.fetch_add(footprint, Ordering::Relaxed);
+                        }
+                        marks.pending_bytes.fetch_sub(footprint, Ordering::SeqCst);
+                        last = Some((lsn, transno));
+                        done.extend(d);
+                    }
+                    FlushItem::Drain(ack) => drains.push(ack),
+                }
+            }
+            if result.is_ok() && last.is_some() {
+                result = wal.flush();
+            }
+        }
+        match result {
+            Ok(()) => {
+                let transno = match last {
+                    Some((lsn, transno)) => {
+                        marks.set_durable(lsn, transno);
+                        transno
+                    }
+                    None => marks.durable_transno.load(Ordering::SeqCst),
+                };
+                for d in done {
+                    d(Ok(Ack {
+                        transno: 0,
+                        durable: transno,
+                    }));
+                }
+            }
+            Err(e) => {
+                if !failed.swap(true, Ordering::SeqCst) {
+                    tracing::error!(error = %e, "metadata log write failed; refusing further changes");
+                }
+                let e = io_err("log write", e);
+                for d in done {
+                    d(Err(e.clone()));
+                }
+                marks.wake();
+            }
+        }
+        for a in drains {
+            let _ = a.send(());
+        }
+    }
+}

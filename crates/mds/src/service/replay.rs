@@ -1,0 +1,343 @@
+//! Early answers and replay (the durability design of `docs/CLIENT.md`,
+//! "Durability"; Lustre's transnos and recovery window are the model).
+//!
+//! A client that asks for it gets namespace changes answered once they are
+//! visible, before the log flush that makes them durable, with a transno;
+//! it keeps each until an answer says the durable transno reached it.
+//! After a crash the KV knows the sessions that may hold such answers (see
+//! [`crate::kv`]); the MDS then serves nothing but replays until each of
+//! those sessions has sent its list or `replay_window_ms` has passed, and
+//! redoes every listed operation above the durable transno in transno
+//! order, as the original requests, checking each makes the inode it
+//! first did. Only then do other requests run.
+
+use std::collections::HashSet;
+use std::time::Instant;
+
+use proto::mds::{EarlyReply, ReplayOp};
+
+use super::*;
+use crate::kv::Ack;
+
+type Results = Vec<Result<(), MdsError>>;
+
+/// One session's replay, waiting for the others.
+struct Waiting {
+    caller: Caller,
+    session: u64,
+    ops: Vec<ReplayOp>,
+    done: tokio::sync::oneshot::Sender<Results>,
+}
+
+/// Replays waited for after a crash.
+pub(super) struct Recovering {
+    /// Sessions not yet heard from.
+    awaiting: HashSet<u64>,
+    /// Replays received.
+    waiting: Vec<Waiting>,
+    /// When to stop waiting.
+    deadline: Instant,
+    /// Early answers up to here were durable before the crash.
+    durable: u64,
+    /// Wakes the worker when the last awaited session arrives.
+    arrived: Arc<tokio::sync::Notify>,
+}
+
+impl Recovering {
+    /// What the KV found at open: `None` when no session may hold early
+    /// answers beyond the log (a clean stop, or none were given).
+    pub(super) fn after_open(kv: &Kv, window_ms: u64) -> Option<Recovering> {
+        let sessions = kv.recovered_sessions();
+        if sessions.is_empty() {
+            return None;
+        }
+        tracing::info!(
+            sessions = sessions.len(),
+            durable_transno = kv.recovered_transno(),
+            window_ms,
+            "waiting for clients to replay early-answered operations"
+        );
+        Some(Recovering {
+            awaiting: sessions.iter().copied().collect(),
+            waiting: Vec::new(),
+            deadline: Instant::now() + Duration::from_millis(window_ms),
+            durable: kv.recovered_transno(),
+            arrived: Arc::new(tokio::sync::Notify::new()),
+        })
+    }
+}
+
+/// The inode an answer made or moved.
+fn answered_ino(reply: &MdsReply) -> Option<u64> {
+    match reply {
+        MdsReply::Found(f) => Some(f.entry.attr.ino),
+        MdsReply::Attr(a) => Some(a.ino),
+        _ => None,
+    }
+}
+
+impl Mds {
+    /// How a request that may be answered early asks for it: the
+    /// session, if the request allows it.
+    pub(super) fn early_for(&self, req: &MdsRequest) -> Option<u64> {
+        (req.early && req.session != 0 && req.op.may_answer_early()).then_some(req.session)
+    }
+
+    /// Writes a namespace change: early for `early`'s session, else
+    /// durable before it returns.
+    pub(super) async fn write_ns<R: Send + 'static>(
+        &self,
+        early: Option<u64>,
+        f: impl FnOnce(&mut crate::kv::Tx) -> Result<R, MdsError> + Send + 'static,
+    ) -> Result<(R, Ack), MdsError> {
+        match early {
+            Some(session) => self.kv.write_early(session, f).await,
+            None => Ok((self.kv.write(f).await?, Ack::default())),
+        }
+    }
+
+    /// `reply`, wrapped as an early answer when `ack` gave it a transno.
+    pub(super) fn answer(&self, reply: MdsReply, ack: Ack) -> MdsReply {
+        if ack.transno == 0 {
+            return reply;
+        }
+        self.metrics.early_answers.inc();
+        MdsReply::Early(Box::new(EarlyReply {
+            transno: ack.transno,
+            durable: ack.durable,
+            instance: self.instance,
+            reply,
+        }))
+    }
+
+    /// Waits while replays are being waited for.
+    pub(super) async fn replays_served(&self) {
+        let mut rx = self.replaying.subscribe();
+        let _ = rx.wait_for(|r| !*r).await;
+    }
+
+    /// Whether replays are waited for (the worker must run).
+    pub fn replay_pending(&self) -> bool {
+        *self.replaying.borrow()
+    }
+
+    /// SYNC: everything answered so far is durable.
+    pub(super) async fn sync_op(&self) -> Result<MdsReply, MdsError> {
+        let durable = self.kv.sync().await?;
+        Ok(MdsReply::Synced { durable })
+    }
+
+    /// REPLAY from `caller`'s `session`.
+    pub(super) async fn replay(
+        self: &Arc<Self>,
+        caller: &Caller,
+        session: u64,
+        instance: u64,
+        ops: Vec<ReplayOp>,
+    ) -> Result<MdsReply, MdsError> {
+        if ops.len() > proto::mds::REPLAY_MAX {
+            return Err(err(
+                Errno::Inval,
+                format!(
+                    "replay of {} operations: at most {} are kept by a client",
+                    ops.len(),
+                    proto::mds::REPLAY_MAX
+                ),
+            ));
+        }
+        if let Some(op) = ops.iter().find(|o| !o.op.may_answer_early()) {
+            return Err(err(
+                Errno::Inval,
+                format!(
+                    "replay of {}: only early-answered changes are replayed",
+                    op.op.name()
+                ),
+            ));
+        }
+        let all_ok = |n: usize| MdsReply::Replayed {
+            instance: self.instance,
+            results: (0..n).map(|_| Ok(())).collect(),
+        };
+        if instance == self.instance {
+            // This MDS gave the answers: it has every operation.
+            return Ok(all_ok(ops.len()));
+        }
+        let rx = {
+            let mut g = self.replays.lock().unwrap_or_else(|e| e.into_inner());
+            let awaited = g.as_mut().is_some_and(|r| r.awaiting.remove(&session));
+            match g.as_mut() {
+                Some(rec) if awaited => {
+                    let (done, rx) = tokio::sync::oneshot::channel();
+                    rec.waiting.push(Waiting {
+                        caller: caller.clone(),
+                        session,
+                        ops,
+                        done,
+                    });
+                    if rec.awaiting.is_empty() {
+                        rec.arrived.notify_one();
+                    }
+                    Some(rx)
+                }
+                _ => {
+                    drop(g);
+                    // Not waited for: its answers were durable (its record
+                    // outlived them), or it came back too late.
+                    let durable = self.kv.recovered_transno();
+                    let results = ops
+                        .iter()
+                        .map(|o| {
+                            if o.transno <= durable {
+                                Ok(())
+                            } else {
+                                Err(err(
+                                    Errno::Stale,
+                                    format!(
+                                        "{} (transno {}) lost: the MDS restarted and stopped \
+                                         waiting for replays before this client came back",
+                                        o.op.name(),
+                                        o.transno
+                                    ),
+                                ))
+                            }
+                        })
+                        .collect();
+                    return Ok(MdsReply::Replayed {
+                        instance: self.instance,
+                        results,
+                    });
+                }
+            }
+        };
+        let results = match rx {
+            Some(rx) => rx
+                .await
+                .map_err(|_| err(Errno::Io, "replay abandoned: the MDS is stopping"))?,
+            None => Vec::new(),
+        };
+        Ok(MdsReply::Replayed {
+            instance: self.instance,
+            results,
+        })
+    }
+
+    /// Waits for the sessions' replays (or the window's end), redoes them
+    /// in transno order, then lets other requests run.
+    pub async fn replay_worker(self: Arc<Self>) {
+        let (deadline, arrived) = {
+            let g = self.replays.lock().unwrap_or_else(|e| e.into_inner());
+            match g.as_ref() {
+                Some(r) => (r.deadline, r.arrived.clone()),
+                None => return,
+            }
+        };
+        loop {
+            let left = {
+                let g = self.replays.lock().unwrap_or_else(|e| e.into_inner());
+                g.as_ref().map_or(0, |r| r.awaiting.len())
+            };
+            if left == 0 {
+                break;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                tracing::warn!(
+                    sessions = left,
+                    "replay window over: sessions that did not come back lose their \
+                     early-answered operations"
+                );
+                break;
+            }
+            let _ = tokio::time::timeout(deadline - now, arrived.notified()).await;
+        }
+        let Some(rec) = self
+            .replays
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        else {
+            return;
+        };
+        let mut all: Vec<(u64, usize, usize)> = Vec::new();
+        for (w, r) in rec.waiting.iter().enumerate() {
+            for (i, op) in r.ops.iter().enumerate() {
+                all.push((op.transno, w, i));
+            }
+        }
+        all.sort_unstable();
+        let mut results: Vec<Results> = rec
+            .waiting
+            .iter()
+            .map(|r| r.ops.iter().map(|_| Ok(())).collect())
+            .collect();
+        let (mut redone, mut failed) = (0u64, 0u64);
+        for (transno, w, i) in all {
+            if transno <= rec.durable {
+                continue;
+            }
+            let r = &rec.waiting[w];
+            let op = &r.ops[i];
+            let outcome = self.redo(&r.caller, r.session, op).await;
+            match &outcome {
+                Ok(()) => redone += 1,
+                Err(e) => {
+                    failed += 1;
+                    tracing::warn!(transno, op = op.op.name(), error = %e, "replay failed");
+                }
+            }
+            results[w][i] = outcome;
+        }
+        // Redone early (one flush for all, not one each): durable before
+        // any client hears of it.
+        if let Err(e) = self.kv.sync().await {
+            for r in results.iter_mut().flatten() {
+                *r = Err(e.clone());
+            }
+            failed += redone;
+            redone = 0;
+        }
+        self.metrics.replayed.inc_by(redone);
+        self.metrics.replay_failed.inc_by(failed);
+        tracing::info!(
+            redone,
+            failed,
+            sessions = rec.waiting.len(),
+            "replays done; serving"
+        );
+        for (r, res) in rec.waiting.into_iter().zip(results) {
+            let _ = r.done.send(res);
+        }
+        self.replaying.send_replace(false);
+    }
+
+    /// Redoes one replayed operation as its original request.
+    async fn redo(
+        self: &Arc<Self>,
+        caller: &Caller,
+        session: u64,
+        op: &ReplayOp,
+    ) -> Result<(), MdsError> {
+        let req = MdsRequest {
+            creds: op.creds.clone(),
+            prefetch: 0,
+            session,
+            early: true,
+            op: op.op.clone(),
+        };
+        let reply = match Box::pin(self.serve_checked(caller, req)).await? {
+            MdsReply::Early(e) => e.reply,
+            r => r,
+        };
+        match (op.ino, answered_ino(&reply)) {
+            (Some(want), Some(got)) if want != got => Err(err(
+                Errno::Stale,
+                format!(
+                    "{} redone as inode {got:#x}, first answered as {want:#x} (an earlier \
+                     operation was not replayed)",
+                    op.op.name()
+                ),
+            )),
+            _ => Ok(()),
+        }
+    }
+}
