@@ -236,7 +236,7 @@ async fn run_op(ns: &Ns, op: DirOp, d: Dir, name: &str) -> anyhow::Result<()> {
         DirOp::Mkdir => cache(ns.mkdir(&c, d, name, 0o755).await),
         DirOp::Lookup => cache(ns.lookup(&c, d, name).await),
         DirOp::Unlink => ns.unlink(&c, d, name, &|_| false).await.map(drop),
-        DirOp::Rmdir => ns.rmdir(&c, d, name).await,
+        DirOp::Rmdir => ns.rmdir(&c, d, name).await.map(drop),
         DirOp::Readdir => ns.readdir_names(&c, d).await.map(drop),
     };
     r.map_err(|e| anyhow::anyhow!("{} {name}: {e}", op.name()))

@@ -221,7 +221,7 @@ fn run_in(work: &Path, p: FsParams) -> anyhow::Result<Vec<FsRow>> {
             &opts,
         ))
         .map_err(anyhow::Error::msg)?;
-    let cfg = ClientConfig::new(&cl.mds_addr(), "fsbench", cl.admin()?);
+    let mut cfg = ClientConfig::new(&cl.mds_addr(), "fsbench", cl.admin()?);
     let lib = rt.block_on(async {
         let cfg = cfg.clone();
         tokio::spawn(async move { library_suite(cfg, p, "lib").await }).await?
@@ -231,6 +231,8 @@ fn run_in(work: &Path, p: FsParams) -> anyhow::Result<Vec<FsRow>> {
         cfg.encrypt = true;
         tokio::spawn(async move { library_suite(cfg, p, "lib-encrypted").await }).await?
     })?;
+    // As a mount is by default.
+    cfg.early_answers = true;
     let fuse = crate::mounted::through_mount(&rt, cl, cfg, work, |mp| posix_suite(mp, p))?;
     let names = [
         ("sequential write + fsync", "MB/s"),

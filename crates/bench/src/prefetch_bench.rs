@@ -217,6 +217,7 @@ fn on_fresh_mount(
 ) -> anyhow::Result<Run> {
     let mut cfg = ClientConfig::new(&cl.mds_addr(), &cl.cluster_id, cl.admin()?);
     cfg.prefetch = n;
+    cfg.early_answers = true;
     crate::mounted::mounted(rt, cfg, work, |probe, mp| {
         let s0 = probe.stats();
         let w = mp.join("w");

@@ -14,7 +14,10 @@ fn small_run_measures_every_point_on_both_sides() {
     bench::small_bench::print(&rows, 48);
     // 2 operations × 3 worker counts × 2 directory shapes.
     assert_eq!(rows.len(), 12);
-    assert!(rows.iter().all(|r| r.mount > 0.0 && r.ext4 > 0.0));
+    assert!(
+        rows.iter()
+            .all(|r| r.mount > 0.0 && r.mount_sync > 0.0 && r.ext4 > 0.0)
+    );
     assert_eq!(rows.iter().filter(|r| r.shared).count(), 6);
     assert!(
         std::fs::read_dir(dir.path()).unwrap().next().is_none(),

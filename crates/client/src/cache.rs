@@ -34,6 +34,9 @@ pub struct Cached {
     pub fetched: Instant,
     /// Whether `entry.layout` is known (readdirplus entries carry no layout).
     pub layout_known: bool,
+    /// Out of date only because this client changed names in it (a
+    /// directory): refreshing it needs its attributes, not a prefetch.
+    pub changed: bool,
 }
 
 struct Slot {
@@ -210,6 +213,7 @@ mod tests {
             grants: Vec::new(),
             fetched: Instant::now(),
             layout_known: true,
+            changed: false,
         }
     }
 

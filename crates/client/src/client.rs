@@ -281,6 +281,13 @@ impl Client {
             return Ok(self.with_local_size(a));
         }
         self.inner.meta.miss();
+        if self.inner.meta.only_changed(ino) {
+            // A directory this client just changed: its new times and link
+            // count, without the neighbours a cold stat prefetches.
+            let a = self.inner.ns.getattr(c, ino).await?;
+            self.inner.meta.cache_attr(a.clone());
+            return Ok(self.with_local_size(a));
+        }
         let a = match self.inner.ns.stat(c, ino).await? {
             // An orphan (open, unlinked) has no name to be cached under.
             Some(f) if f.entry.attr.nlink > 0 || f.entry.attr.kind == FileKind::Dir => {
@@ -347,7 +354,7 @@ impl Client {
         self.named(parent, name, &r);
         let f = r?;
         self.inner.meta.absorb(&f);
-        self.inner.meta.changed(parent);
+        self.inner.meta.dir_changed(parent, f.dir.as_ref());
         Ok(f.entry)
     }
 
@@ -364,7 +371,7 @@ impl Client {
         self.named(parent, name, &r);
         let f = r?;
         self.inner.meta.absorb(&f);
-        self.inner.meta.changed(parent);
+        self.inner.meta.dir_changed(parent, f.dir.as_ref());
         let fh = self.install(c, &f.entry, f.grants.clone(), true).await;
         Ok((f.entry, fh))
     }
@@ -375,7 +382,7 @@ impl Client {
         self.named(parent, name, &r);
         let f = r?;
         self.inner.meta.absorb(&f);
-        self.inner.meta.changed(parent);
+        self.inner.meta.dir_changed(parent, f.dir.as_ref());
         Ok(f.entry)
     }
 
@@ -385,7 +392,7 @@ impl Client {
         self.named(parent, name, &r);
         let f = r?;
         self.inner.meta.absorb(&f);
-        self.inner.meta.changed(parent);
+        self.inner.meta.dir_changed(parent, f.dir.as_ref());
         Ok(f.entry)
     }
 
@@ -395,7 +402,7 @@ impl Client {
         self.named(parent, name, &r);
         let f = r?;
         self.inner.meta.absorb(&f);
-        self.inner.meta.changed(parent);
+        self.inner.meta.dir_changed(parent, f.dir.as_ref());
         Ok(f.entry)
     }
 
@@ -406,13 +413,12 @@ impl Client {
         let open = |i: u64| self.inner.is_open(i);
         let r = self.inner.ns.unlink(c, parent, name, &open).await;
         self.unnamed(parent, name, &r);
-        for i in [ino, r.as_ref().ok().copied().flatten()]
-            .into_iter()
-            .flatten()
-        {
+        let removed = r.as_ref().ok().and_then(|r| r.ino);
+        for i in [ino, removed].into_iter().flatten() {
             self.inner.meta.cache().remove(i);
         }
-        self.inner.meta.changed(parent);
+        let dir = r.as_ref().ok().and_then(|r| r.dir.as_ref());
+        self.inner.meta.dir_changed(parent, dir);
         r.map(|_| ())
     }
 
@@ -421,8 +427,9 @@ impl Client {
         self.inner.meta.cache().remove_name(parent, name);
         let r = self.inner.ns.rmdir(c, parent, name).await;
         self.unnamed(parent, name, &r);
-        self.inner.meta.changed(parent);
-        r
+        let dir = r.as_ref().ok().and_then(|d| d.as_ref());
+        self.inner.meta.dir_changed(parent, dir);
+        r.map(|_| ())
     }
 
     /// Renames atomically (POSIX replace rules; `noreplace` fails with EEXIST).

@@ -722,6 +722,7 @@ mod tests {
             grants: Vec::new(),
             prefetch: Vec::new(),
             prefetch_grants: Vec::new(),
+            dir: None,
         };
         let (l, _) = extended(9, 1, found(vec![9, 10])).unwrap();
         assert_eq!(l.objsets.len(), 2);

@@ -82,6 +82,7 @@ impl Meta {
                 grants: f.grants.clone(),
                 fetched: now,
                 layout_known: true,
+                changed: false,
             },
             Segment::Demand,
         );
@@ -99,6 +100,7 @@ impl Meta {
                     grants,
                     fetched: now,
                     layout_known: true,
+                    changed: false,
                 },
                 Segment::Prefetch,
             );
@@ -131,6 +133,7 @@ impl Meta {
                     grants: Vec::new(),
                     fetched: at,
                     layout_known: false,
+                    changed: false,
                 },
                 Segment::Prefetch,
             );
@@ -142,7 +145,33 @@ impl Meta {
         self.cache().update(a.ino, |c| {
             c.entry.attr = a;
             c.fetched = Instant::now();
+            c.changed = false;
         });
+    }
+
+    /// A namespace change in directory `dir` by this client: with the
+    /// directory's attributes after it (`after`, from the answer) the
+    /// cached entry takes them, unless it already holds later ones (answers
+    /// to concurrent changes arrive in any order); without, it is marked
+    /// out of date ([`Meta::changed`]).
+    pub fn dir_changed(&self, dir: u64, after: Option<&Attr>) {
+        let Some(a) = after.filter(|a| a.ino == dir) else {
+            return self.changed(dir);
+        };
+        self.listings.forget(dir);
+        self.cache().update(dir, |c| {
+            if (a.ctime, a.mtime) >= (c.entry.attr.ctime, c.entry.attr.mtime) {
+                c.entry.attr = a.clone();
+                c.fetched = Instant::now();
+                c.changed = false;
+            }
+        });
+    }
+
+    /// Whether `ino` is cached and out of date only through
+    /// [`Meta::changed`].
+    pub fn only_changed(&self, ino: u64) -> bool {
+        self.cache().peek(ino).is_some_and(|c| c.changed)
     }
 
     /// Marks `ino`'s cached attributes as out of date (a namespace change
@@ -153,7 +182,10 @@ impl Meta {
         let window = self.attr_timeout;
         let mut c = self.cache();
         match Instant::now().checked_sub(window) {
-            Some(old) => c.update(ino, |e| e.fetched = old),
+            Some(old) => c.update(ino, |e| {
+                e.fetched = old;
+                e.changed = true;
+            }),
             None => c.remove(ino),
         }
     }
@@ -172,5 +204,6 @@ pub fn found(entry: Entry, grants: Vec<Grant>) -> Found {
         grants,
         prefetch: Vec::new(),
         prefetch_grants: Vec::new(),
+        dir: None,
     }
 }

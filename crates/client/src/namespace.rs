@@ -17,6 +17,15 @@ use proto::mds::{Attr, Creds, DirEntry, FileKind, Found, Listing, SetAttr, Xattr
 
 use crate::error::Result;
 
+/// What removing a name did, as far as the namespace knows.
+#[derive(Debug, Clone, Default)]
+pub struct Removed {
+    /// The inode the name named (the client drops it from its cache).
+    pub ino: Option<u64>,
+    /// The directory's attributes after the removal.
+    pub dir: Option<Attr>,
+}
+
 /// A namespace call in flight.
 pub type NsFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T>> + Send + 'a>>;
 
@@ -94,18 +103,19 @@ pub trait Namespace: Send + Sync {
         name: &'a str,
     ) -> NsFuture<'a, Found>;
 
-    /// Removes the name; returns the inode it named when the namespace
-    /// knows it (the client drops it from its cache).
+    /// Removes the name; says which inode it named and the directory's
+    /// attributes after, when the namespace knows them.
     fn unlink<'a>(
         &'a self,
         c: &'a Creds,
         parent: u64,
         name: &'a str,
         open_here: OpenHere<'a>,
-    ) -> NsFuture<'a, Option<u64>>;
+    ) -> NsFuture<'a, Removed>;
 
-    /// Removes the empty directory `name`.
-    fn rmdir<'a>(&'a self, c: &'a Creds, parent: u64, name: &'a str) -> NsFuture<'a, ()>;
+    /// Removes the empty directory `name`; the parent's attributes after,
+    /// when the namespace knows them.
+    fn rmdir<'a>(&'a self, c: &'a Creds, parent: u64, name: &'a str) -> NsFuture<'a, Option<Attr>>;
 
     /// Renames `from` to `to` atomically (POSIX replace rules; `noreplace`
     /// fails with EEXIST). Returns the moved inode when the namespace

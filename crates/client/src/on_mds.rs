@@ -11,7 +11,7 @@ use proto::mds::{
 };
 
 use crate::error::{Errno, FsError, Result};
-use crate::namespace::{Namespace, NsFuture, OpenHere};
+use crate::namespace::{Namespace, NsFuture, OpenHere, Removed};
 
 /// The MDS as the namespace.
 pub struct MdsNamespace {
@@ -49,6 +49,14 @@ impl MdsNamespace {
 
     async fn done(&self, c: &Creds, op: Op) -> Result<()> {
         self.call(c, op).await.map(|_| ())
+    }
+
+    /// A removal's answer: the directory's attributes after it.
+    async fn dir_after(&self, c: &Creds, op: Op) -> Result<Option<Attr>> {
+        match self.call(c, op).await? {
+            MdsReply::Attr(a) => Ok(Some(a)),
+            _ => Ok(None),
+        }
     }
 
     /// A whole directory, page by page (with attributes if `plus`).
@@ -187,22 +195,27 @@ impl Namespace for MdsNamespace {
         parent: u64,
         name: &'a str,
         _open_here: OpenHere<'a>,
-    ) -> NsFuture<'a, Option<u64>> {
+    ) -> NsFuture<'a, Removed> {
         // The MDS keeps an unlinked file's objects until it deletes them
-        // from its queue; it names no inode back.
+        // from its queue; it names no inode back, only the directory.
         let op = Op::Unlink {
             parent,
             name: name.into(),
         };
-        Box::pin(async move { self.done(c, op).await.map(|()| None) })
+        Box::pin(async move {
+            Ok(Removed {
+                ino: None,
+                dir: self.dir_after(c, op).await?,
+            })
+        })
     }
 
-    fn rmdir<'a>(&'a self, c: &'a Creds, parent: u64, name: &'a str) -> NsFuture<'a, ()> {
+    fn rmdir<'a>(&'a self, c: &'a Creds, parent: u64, name: &'a str) -> NsFuture<'a, Option<Attr>> {
         let op = Op::Rmdir {
             parent,
             name: name.into(),
         };
-        Box::pin(self.done(c, op))
+        Box::pin(self.dir_after(c, op))
     }
 
     fn rename<'a>(

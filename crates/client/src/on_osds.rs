@@ -26,7 +26,7 @@ use proto::mds::{
 use crate::config::ClientConfig;
 use crate::error::{Errno, FsError, Result};
 use crate::meta::{Meta, found};
-use crate::namespace::{Namespace, NsFuture, OpenHere};
+use crate::namespace::{Namespace, NsFuture, OpenHere, Removed};
 
 /// How long this client's directory locks and marks block others if it
 /// dies (Ali et al. leases).
@@ -687,17 +687,21 @@ impl Namespace for OsdNamespace {
         parent: u64,
         name: &'a str,
         open_here: OpenHere<'a>,
-    ) -> NsFuture<'a, Option<u64>> {
+    ) -> NsFuture<'a, Removed> {
         Box::pin(async move {
             self.removable(c, parent, name, "unlink").await?;
-            self.unlink_name(parent, name, open_here).await.map(Some)
+            let ino = self.unlink_name(parent, name, open_here).await?;
+            Ok(Removed {
+                ino: Some(ino),
+                dir: None,
+            })
         })
     }
 
-    fn rmdir<'a>(&'a self, c: &'a Creds, parent: u64, name: &'a str) -> NsFuture<'a, ()> {
+    fn rmdir<'a>(&'a self, c: &'a Creds, parent: u64, name: &'a str) -> NsFuture<'a, Option<Attr>> {
         Box::pin(async move {
             self.removable(c, parent, name, "rmdir").await?;
-            self.rmdir_name(parent, name).await
+            self.rmdir_name(parent, name).await.map(|()| None)
         })
     }
 

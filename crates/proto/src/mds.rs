@@ -320,14 +320,16 @@ pub enum Op {
         /// New name.
         name: String,
     },
-    /// Remove a non-directory name.
+    /// Remove a non-directory name. Answers the directory's attributes
+    /// after the removal.
     Unlink {
         /// Directory.
         parent: u64,
         /// Name.
         name: String,
     },
-    /// Remove an empty directory.
+    /// Remove an empty directory. Answers the parent's attributes after
+    /// the removal.
     Rmdir {
         /// Directory.
         parent: u64,
@@ -903,6 +905,10 @@ pub struct Found {
     pub prefetch: Vec<Entry>,
     /// Range capabilities for the prefetched files.
     pub prefetch_grants: Vec<Grant>,
+    /// After a change in a directory (create, mkdir, symlink, mknod,
+    /// link): the directory's attributes as the change left them, so the
+    /// client need not ask again for its times and link count.
+    pub dir: Option<Attr>,
 }
 
 /// One readdir entry.

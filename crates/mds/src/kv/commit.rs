@@ -85,6 +85,10 @@ pub(super) struct Marks {
     pub durable_transno: AtomicU64,
     /// Log bytes handed to the flusher and not yet written.
     pub pending_bytes: AtomicU64,
+    /// Live log bytes (head − tail), as the flusher last left them: the
+    /// committer decides on checkpoints without taking the log's lock,
+    /// which the flusher holds through its flushes.
+    pub wal_live: AtomicU64,
 }
 
 impl Marks {
@@ -95,6 +99,7 @@ impl Marks {
             durable_lsn: tokio::sync::watch::Sender::new(lsn),
             durable_transno: AtomicU64::new(transno),
             pending_bytes: AtomicU64::new(0),
+            wal_live: AtomicU64::new(0),
         }
     }
 
@@ -121,6 +126,8 @@ pub(super) struct Committer {
     pub sessions: HashMap<u64, Instant>,
     pub last_sweep: Instant,
     pub flusher: mpsc::Sender<FlushItem>,
+    /// The log's size (fixed).
+    pub wal_capacity: u64,
     pub marks: Arc<Marks>,
     pub failed: Arc<AtomicBool>,
     pub stats: Arc<KvStats>,
@@ -313,11 +320,9 @@ impl Committer {
         // Checkpoint instead of logging when the log is half full, or when the
         // batch is so large that wrapping could reach the live records.
         let foot = Wal::footprint(payload.len());
-        let (live, cap) = {
-            let wal = self.wal.lock().unwrap_or_else(|e| e.into_inner());
-            (wal.live(), wal.capacity())
-        };
-        let live = live + self.marks.pending_bytes.load(Ordering::SeqCst);
+        let cap = self.wal_capacity;
+        let live = self.marks.wal_live.load(Ordering::SeqCst)
+            + self.marks.pending_bytes.load(Ordering::SeqCst);
         if live + foot > cap / 2 || foot > cap / 8 {
             // Make this batch and everything before it durable in the KV
             // itself, once the flusher has written what it holds.
@@ -330,6 +335,7 @@ impl Committer {
                 put_checkpoint(&txn, &cp)?;
                 txn.commit().map_err(|e| io_err("checkpoint commit", e))?;
                 wal.checkpointed();
+                self.marks.wal_live.store(wal.live(), Ordering::SeqCst);
                 Ok(())
             });
             return match outcome {
@@ -445,6 +451,7 @@ pub(super) fn flush_loop(
             if result.is_ok() && last.is_some() {
                 result = wal.flush();
             }
+            marks.wal_live.store(wal.live(), Ordering::SeqCst);
         }
         match result {
             Ok(()) => {

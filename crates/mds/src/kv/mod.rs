@@ -532,12 +532,14 @@ impl Kv {
             (transno, sessions)
         };
         let db = Arc::new(db);
-        let wal = Arc::new(std::sync::Mutex::new(wal));
+        let wal_capacity = wal.capacity();
+        let (live0, wal) = (wal.live(), Arc::new(std::sync::Mutex::new(wal)));
         let (tx, rx) = mpsc::channel::<Submitted>();
         let (ftx, frx) = mpsc::channel::<FlushItem>();
         let failed = Arc::new(AtomicBool::new(false));
         let stats = Arc::new(KvStats::default());
         let marks = Arc::new(Marks::new(last, transno));
+        marks.wal_live.store(live0, Ordering::SeqCst);
         let flusher = {
             let (wal, marks, failed, stats) =
                 (wal.clone(), marks.clone(), failed.clone(), stats.clone());
@@ -556,6 +558,7 @@ impl Kv {
             sessions: Default::default(),
             last_sweep: std::time::Instant::now(),
             flusher: ftx,
+            wal_capacity,
             marks: marks.clone(),
             failed: failed.clone(),
             stats: stats.clone(),

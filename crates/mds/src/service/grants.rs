@@ -69,6 +69,7 @@ impl Mds {
             grants: Vec::new(),
             prefetch: Vec::new(),
             prefetch_grants: Vec::new(),
+            dir: None,
         }
     }
 
@@ -179,6 +180,7 @@ impl Mds {
             grants,
             prefetch: near.iter().map(Self::entry).collect(),
             prefetch_grants,
+            dir: None,
         })
     }
 }

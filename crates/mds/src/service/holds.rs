@@ -147,8 +147,16 @@ impl Mds {
         if self.cfg.hold_expiry_ms == 0 {
             self.kv.write(move |tx| ns::reap_orphan(tx, ino)).await?;
             self.metrics.orphans_reaped.inc();
+            self.delete_wake.notify_one();
+            return Ok(());
         }
-        self.delete_wake.notify_one();
+        // It is due after the hold expiry: wake the worker only if it
+        // would sleep past that (a storm of unlinks must not make it scan
+        // every orphan once per unlink).
+        let due = proto::clock::now_ms() + self.cfg.hold_expiry_ms;
+        if self.delete_due_ms.load(std::sync::atomic::Ordering::SeqCst) > due {
+            self.delete_wake.notify_one();
+        }
         Ok(())
     }
 

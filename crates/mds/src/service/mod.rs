@@ -200,6 +200,9 @@ pub struct Mds {
     pub metrics: Arc<MdsMetrics>,
     /// Wakes the delete-queue worker.
     pub delete_wake: tokio::sync::Notify,
+    /// When the delete worker wakes next by itself (ms since the epoch):
+    /// a new orphan due later need not wake it.
+    delete_due_ms: std::sync::atomic::AtomicU64,
     /// Recovery's state (stale copies, counts, files being copied).
     recovery: Mutex<RecoveryState>,
     /// Wakes the recovery worker.
@@ -269,6 +272,7 @@ impl Mds {
             osds: Mutex::new(HashMap::new()),
             metrics: Arc::new(MdsMetrics::new()),
             delete_wake: tokio::sync::Notify::new(),
+            delete_due_ms: std::sync::atomic::AtomicU64::new(u64::MAX),
             recovery: Mutex::new(RecoveryState::default()),
             recovery_wake: tokio::sync::Notify::new(),
             started: std::time::Instant::now(),

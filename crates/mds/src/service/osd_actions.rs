@@ -437,7 +437,15 @@ impl Mds {
             if let Some(d) = orphans_due {
                 wait = wait.min(d);
             }
+            self.delete_due_ms.store(
+                proto::clock::now_ms().saturating_add(wait.as_millis() as u64),
+                std::sync::atomic::Ordering::SeqCst,
+            );
             let _ = tokio::time::timeout(wait, self.delete_wake.notified()).await;
+            // Awake: every new orphan wakes it again (it may have scanned
+            // before that orphan existed).
+            self.delete_due_ms
+                .store(u64::MAX, std::sync::atomic::Ordering::SeqCst);
         }
     }
 }

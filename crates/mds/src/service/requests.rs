@@ -102,7 +102,8 @@ impl Mds {
                 .await;
         }
         let snap = self.kv.read()?;
-        let found = self.found(&snap, &c, i, (true, true), 0)?;
+        let mut found = self.found(&snap, &c, i, (true, true), 0)?;
+        found.dir = snap.inode(parent)?.map(|d| d.attr);
         Ok(self.answer(MdsReply::Found(Box::new(found)), ack))
     }
 
@@ -121,7 +122,7 @@ impl Mds {
                 ns::mkdir(tx, &policy, &c, parent, &name, mode)
             })
             .await?;
-        Ok(self.answer(MdsReply::Found(Box::new(Self::bare(&i))), ack))
+        self.made(&i, parent, ack)
     }
 
     /// SYMLINK.
@@ -139,7 +140,7 @@ impl Mds {
                 ns::symlink(tx, &policy, &c, parent, &name, &target)
             })
             .await?;
-        Ok(self.answer(MdsReply::Found(Box::new(Self::bare(&i))), ack))
+        self.made(&i, parent, ack)
     }
 
     /// MKNOD: a FIFO, device or socket.
@@ -157,7 +158,7 @@ impl Mds {
                 ns::mknod(tx, &policy, &c, parent, &name, (kind, mode, rdev))
             })
             .await?;
-        Ok(self.answer(MdsReply::Found(Box::new(Self::bare(&i))), ack))
+        self.made(&i, parent, ack)
     }
 
     /// LINK.
@@ -172,7 +173,7 @@ impl Mds {
         let (i, ack) = self
             .write_ns(early, move |tx| ns::link(tx, &c, ino, parent, &name))
             .await?;
-        Ok(self.answer(MdsReply::Found(Box::new(Self::bare(&i))), ack))
+        self.made(&i, parent, ack)
     }
 
     /// UNLINK: the last link leaves an orphan, reaped (objects deleted)
@@ -188,7 +189,7 @@ impl Mds {
             .write_ns(early, move |tx| ns::unlink(tx, &c, parent, &name))
             .await?;
         self.orphaned(orphan).await?;
-        Ok(self.answer(MdsReply::Done, ack))
+        Ok(self.answer(MdsReply::Attr(self.dir_attr(parent)?), ack))
     }
 
     /// RMDIR.
@@ -202,7 +203,7 @@ impl Mds {
         let ((), ack) = self
             .write_ns(early, move |tx| ns::rmdir(tx, &c, parent, &name))
             .await?;
-        Ok(self.answer(MdsReply::Done, ack))
+        Ok(self.answer(MdsReply::Attr(self.dir_attr(parent)?), ack))
     }
 
     /// RENAME `from` to `to`: answers the moved inode's attributes; a
@@ -222,6 +223,19 @@ impl Mds {
             .await?;
         self.orphaned(orphan).await?;
         Ok(self.answer(MdsReply::Attr(moved.attr), ack))
+    }
+
+    /// The answer to a change that made (or linked) `i` in `parent`: the
+    /// entry and the directory's attributes after it.
+    fn made(&self, i: &Inode, parent: u64, ack: crate::kv::Ack) -> Result<MdsReply, MdsError> {
+        let mut f = Self::bare(i);
+        f.dir = Some(self.dir_attr(parent)?);
+        Ok(self.answer(MdsReply::Found(Box::new(f)), ack))
+    }
+
+    /// A directory's attributes as they are now.
+    fn dir_attr(&self, ino: u64) -> Result<proto::mds::Attr, MdsError> {
+        Ok(self.kv.read()?.live_inode(ino)?.attr)
     }
 
     /// READLINK.

@@ -111,6 +111,7 @@ impl State<'_> {
             grants: Vec::new(),
             fetched: self.now,
             layout_known: false,
+            changed: false,
         }
     }
 
