@@ -518,3 +518,77 @@ async fn mknod_and_holding_refuse_bad_input() {
     check_clean(&cl.mds.as_ref().unwrap().mds);
     cl.stop().await;
 }
+
+/// REPLAY refuses what no client keeps (more than REPLAY_MAX operations,
+/// an operation that is never answered early) and changes nothing; a
+/// replay to the MDS that answered the operations redoes nothing; SYNC
+/// answers the durable transno; a client taking early answers gets them
+/// (after its session's first, durable, change) and keeps none once
+/// synced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replay_refuses_bad_input_and_early_answers_are_kept_until_durable() {
+    use proto::mds::ReplayOp;
+    let cl = Cluster::start(1, spec(4096, 1), PolicyKind::ChildClosest).await;
+    let c = cl.client();
+    let errno = |r: Result<MdsReply, net::CallError>| r.unwrap_err().errno();
+    let op = |name: &str| ReplayOp {
+        transno: 1,
+        creds: Creds::root(),
+        op: Op::Mkdir {
+            parent: ROOT_INO,
+            name: name.into(),
+            mode: 0o755,
+        },
+        ino: None,
+    };
+    let too_many = Op::Replay {
+        instance: 7,
+        ops: vec![op("a"); proto::mds::REPLAY_MAX + 1],
+    };
+    assert_eq!(errno(c.call(too_many).await), Errno::Inval.raw());
+    let mut lookup = op("b");
+    lookup.op = Op::Lookup {
+        parent: ROOT_INO,
+        name: "b".into(),
+    };
+    let not_early = Op::Replay {
+        instance: 7,
+        ops: vec![lookup],
+    };
+    assert_eq!(errno(c.call(not_early).await), Errno::Inval.raw());
+    // Not waited for (no crash): a change above the durable transno is
+    // reported lost, not made.
+    match c
+        .call(Op::Replay {
+            instance: 7,
+            ops: vec![op("c")],
+        })
+        .await
+        .unwrap()
+    {
+        MdsReply::Replayed { results, .. } => {
+            assert_eq!(results.len(), 1);
+            assert_eq!(results[0].as_ref().unwrap_err().errno, Errno::Stale);
+        }
+        r => panic!("{r:?}"),
+    }
+    // Early answers: the first change of the session is durable, later
+    // ones come early and are kept until synced.
+    c.set_early(true);
+    mkdir_ok(&c, "d1").await;
+    mkdir_ok(&c, "d2").await;
+    mkdir_ok(&c, "d3").await;
+    let early = cl.mds.as_ref().unwrap().mds.metrics.early_answers.get();
+    assert_eq!(early, 2, "the session's later changes were answered early");
+    assert!(c.sync().await.is_ok());
+    assert_eq!(c.undurable(), 0, "nothing kept once synced");
+    match c.call(Op::Sync).await.unwrap() {
+        MdsReply::Synced { durable } => assert!(durable >= 1, "{durable}"),
+        r => panic!("{r:?}"),
+    }
+    let names = c.readdir_all(ROOT_INO, false).await.unwrap();
+    let names: Vec<_> = names.iter().map(|e| e.name.as_str()).collect();
+    assert_eq!(names, ["d1", "d2", "d3"], "nothing else was made");
+    check_clean(&cl.mds.as_ref().unwrap().mds);
+    cl.stop().await;
+}

@@ -109,6 +109,21 @@ fn op() -> impl Strategy<Value = Op> {
         any::<u32>().prop_map(|osd| Op::Ticket { osd }),
         Just(Op::Whoami),
         Just(Op::AuthList),
+        Just(Op::Sync),
+        (u(), proptest::collection::vec((u(), u(), name()), 0..4)).prop_map(|(instance, v)| {
+            Op::Replay {
+                instance,
+                ops: v
+                    .into_iter()
+                    .map(|(transno, parent, name)| crate::mds::ReplayOp {
+                        transno,
+                        creds: Creds::root(),
+                        op: Op::Unlink { parent, name },
+                        ino: (transno % 2 == 0).then_some(parent),
+                    })
+                    .collect(),
+            }
+        }),
         name().prop_map(|name| Op::AuthRemove { name }),
         name().prop_map(|name| Op::AuthRotate { name }),
         (name(), name(), any::<bool>(), any::<u32>(), any::<u32>()).prop_map(
