@@ -124,6 +124,18 @@ impl Client {
                 writeback_tick(&inner).await;
             }
         });
+        if inner.cfg.early_answers {
+            // A restarted MDS waits for this client's replay: be there.
+            let weak = Arc::downgrade(&inner);
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(Duration::from_millis(300));
+                loop {
+                    tick.tick().await;
+                    let Some(inner) = weak.upgrade() else { return };
+                    inner.mds.keep_replayable().await;
+                }
+            });
+        }
         let weak = Arc::downgrade(&inner);
         tokio::spawn(async move {
             let period = Duration::from_millis(proto::mds::HOLD_INTERVAL_MS);

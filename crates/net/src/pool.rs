@@ -27,6 +27,15 @@ impl Pool {
         }
     }
 
+    /// Whether every connection made so far is still alive (one being
+    /// made counts as alive; none made yet, as not).
+    pub fn all_alive(&self) -> bool {
+        self.conns.iter().all(|slot| match slot.try_lock() {
+            Ok(c) => c.as_ref().is_some_and(|c| c.is_alive()),
+            Err(_) => true,
+        })
+    }
+
     /// Connections in the pool.
     pub fn size(&self) -> usize {
         self.conns.len()
