@@ -152,10 +152,10 @@ impl MdsClient {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .is_some_and(|t| t.elapsed() < RECORDED_FOR);
-        if self.undurable() > 0 || (recent && !self.pool.all_alive()) {
-            if let Err(e) = self.call(Op::Sync).await {
-                tracing::debug!(error = %e, "keeping the MDS connection for replay");
-            }
+        if (self.undurable() > 0 || (recent && !self.pool.all_alive()))
+            && let Err(e) = self.call(Op::Sync).await
+        {
+            tracing::debug!(error = %e, "keeping the MDS connection for replay");
         }
     }
 
