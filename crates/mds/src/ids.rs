@@ -397,13 +397,20 @@ impl IdPolicy {
         }
     }
 
-    /// A new file's id in directory `parent` (updating its state).
+    /// A new file's id in directory `parent` (updating its state), or the
+    /// id [`forcing`] names when that is free.
     pub fn file_id(
         &self,
         parent: &mut DirIds,
         c: &mut Counters,
         taken: &mut dyn FnMut(u64) -> bool,
     ) -> u64 {
+        if let Some(id) = FORCED.with(|f| f.take())
+            && id != 0
+            && !taken(id)
+        {
+            return id;
+        }
         let g = self.geo;
         match parent.space.clone() {
             Space::Flat => self.next_seq(c, taken),
@@ -499,6 +506,20 @@ impl IdPolicy {
     }
 }
 
+thread_local! {
+    static FORCED: std::cell::Cell<Option<u64>> = const { std::cell::Cell::new(None) };
+}
+
+/// Runs `f` (one job, on this thread) with the next file id it asks for
+/// being `want` when that id is free: a replayed create makes the inode
+/// number it first made, whatever was lost before it.
+pub fn forcing<R>(want: Option<u64>, f: impl FnOnce() -> R) -> R {
+    FORCED.with(|c| c.set(want));
+    let r = f();
+    FORCED.with(|c| c.set(None));
+    r
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -522,6 +543,28 @@ mod tests {
 
     fn never(_: u64) -> bool {
         false
+    }
+
+    #[test]
+    fn a_forced_id_is_made_when_free_and_only_once() {
+        let p = table1(PolicyKind::ChildClosest);
+        let mut c = Counters::default();
+        let mut root = p.root();
+        let plain = p.file_id(&mut root.clone(), &mut c.clone(), &mut never);
+        let want = plain + 5;
+        let got = forcing(Some(want), || p.file_id(&mut root, &mut c, &mut never));
+        assert_eq!(got, want, "a free forced id is made");
+        // The next file is numbered as before, the forced id not consumed.
+        assert_eq!(
+            p.file_id(&mut root.clone(), &mut c.clone(), &mut never),
+            plain
+        );
+        // Taken: the policy's own id instead.
+        let mut taken = |id: u64| id == want;
+        let got = forcing(Some(want), || p.file_id(&mut root, &mut c, &mut taken));
+        assert_eq!(got, plain);
+        // Only the job that asked: the next call is not forced.
+        assert_ne!(p.file_id(&mut root, &mut c, &mut never), want);
     }
 
     /// /home is the 4th subdirectory of /, person the 10th of /home,

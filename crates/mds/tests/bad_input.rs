@@ -534,10 +534,11 @@ async fn replay_refuses_bad_input_and_early_answers_are_kept_until_durable() {
     let op = |name: &str| ReplayOp {
         transno: 1,
         creds: Creds::root(),
-        op: Op::Mkdir {
+        op: Op::Create {
             parent: ROOT_INO,
             name: name.into(),
-            mode: 0o755,
+            mode: 0o644,
+            exclusive: true,
         },
         ino: None,
     };
@@ -575,11 +576,17 @@ async fn replay_refuses_bad_input_and_early_answers_are_kept_until_durable() {
     // Early answers: the first change of the session is durable, later
     // ones come early and are kept until synced.
     c.set_early(true);
-    mkdir_ok(&c, "d1").await;
-    mkdir_ok(&c, "d2").await;
-    mkdir_ok(&c, "d3").await;
+    for name in ["d1", "d2", "d3"] {
+        let op = Op::Create {
+            parent: ROOT_INO,
+            name: name.into(),
+            mode: 0o644,
+            exclusive: true,
+        };
+        assert!(matches!(c.call(op).await.unwrap(), MdsReply::Found(_)));
+    }
     let early = cl.mds.as_ref().unwrap().mds.metrics.early_answers.get();
-    assert_eq!(early, 2, "the session's later changes were answered early");
+    assert_eq!(early, 2, "the session's later creates were answered early");
     assert!(c.sync().await.is_ok());
     assert_eq!(c.undurable(), 0, "nothing kept once synced");
     match c.call(Op::Sync).await.unwrap() {

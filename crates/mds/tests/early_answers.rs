@@ -15,6 +15,7 @@ fn open(paths: &KvPaths, delay_ms: u64) -> Kv {
         KvOptions {
             cache_bytes: 4 << 20,
             flush_delay: Duration::from_millis(delay_ms),
+            ..KvOptions::default()
         },
     )
     .unwrap()

@@ -80,6 +80,11 @@ struct ReplayLog {
     instance: u64,
     /// In transno order.
     ops: VecDeque<ReplayOp>,
+    /// Their estimated bytes ([`proto::mds::replay_footprint`]).
+    bytes: usize,
+    /// Early-capable requests sent and not yet answered, and their bytes:
+    /// counted against the bounds before they are sent.
+    in_flight: (usize, usize),
     /// Whether this client ever asked for early answers (then every new
     /// connection starts with a replay, so a restarted MDS hears from it).
     used: bool,
@@ -89,8 +94,15 @@ impl ReplayLog {
     /// Drops what `instance` says is durable.
     fn durable(&mut self, instance: u64, durable: u64) {
         if instance == self.instance {
-            while self.ops.front().is_some_and(|o| o.transno <= durable) {
-                self.ops.pop_front();
+            // Answers arrive in any order: drop every durable one.
+            let before = self.ops.len();
+            self.ops.retain(|o| o.transno > durable);
+            if self.ops.len() != before {
+                self.bytes = self
+                    .ops
+                    .iter()
+                    .map(|o| proto::mds::replay_footprint(&o.op))
+                    .sum();
             }
         }
     }
@@ -219,7 +231,11 @@ impl MdsClient {
         // A restarted MDS: what was sent is redone (durably) or lost.
         let mut log = self.log.lock().unwrap_or_else(|e| e.into_inner());
         for _ in 0..sent.min(log.ops.len()) {
-            log.ops.pop_front();
+            if let Some(o) = log.ops.pop_front() {
+                log.bytes = log
+                    .bytes
+                    .saturating_sub(proto::mds::replay_footprint(&o.op));
+            }
         }
         log.instance = now;
         let failed: Vec<_> = results.iter().filter_map(|r| r.as_ref().err()).collect();
@@ -267,13 +283,44 @@ impl MdsClient {
             self.non_mandatory.fetch_add(1, Ordering::Relaxed);
         }
         let early = self.early.load(Ordering::SeqCst) && op.may_answer_early();
+        let foot = proto::mds::replay_footprint(&op);
         if early {
-            if self.undurable() >= REPLAY_MAX {
-                // Bounded: wait for the MDS's flush rather than hold more.
-                Box::pin(self.sync()).await?;
+            // Bounded, counting what is in flight: wait for the MDS's
+            // flush rather than hold more than one REPLAY may carry.
+            loop {
+                {
+                    let mut log = self.log.lock().unwrap_or_else(|e| e.into_inner());
+                    let (n, b) = log.in_flight;
+                    if log.ops.len() + n < REPLAY_MAX
+                        && log.bytes + b + foot <= proto::mds::REPLAY_MAX_BYTES
+                    {
+                        log.in_flight = (n + 1, b + foot);
+                        log.used = true;
+                        break;
+                    }
+                }
+                match Box::pin(self.call(Op::Sync)).await? {
+                    MdsReply::Synced { .. } => {}
+                    other => return Err(unexpected(&other)),
+                }
             }
-            self.log.lock().unwrap_or_else(|e| e.into_inner()).used = true;
         }
+        let result = self.send(creds, op, early, foot).await;
+        if early {
+            let mut log = self.log.lock().unwrap_or_else(|e| e.into_inner());
+            let (n, b) = log.in_flight;
+            log.in_flight = (n.saturating_sub(1), b.saturating_sub(foot));
+        }
+        result
+    }
+
+    async fn send(
+        &self,
+        creds: Creds,
+        op: Op,
+        early: bool,
+        foot: usize,
+    ) -> Result<MdsReply, CallError> {
         let kept = early.then(|| (creds.clone(), op.clone()));
         let req = MdsRequest {
             creds,
@@ -305,6 +352,7 @@ impl MdsClient {
                 }
                 log.durable(e.instance, e.durable);
                 if let Some((creds, op)) = kept.filter(|_| e.transno > e.durable) {
+                    log.bytes += foot;
                     log.ops.push_back(ReplayOp {
                         transno: e.transno,
                         creds,

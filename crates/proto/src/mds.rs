@@ -561,6 +561,22 @@ pub enum Op {
 /// [`Op::Replay`] carries.
 pub const REPLAY_MAX: usize = 4096;
 
+/// Most bytes of operations a client keeps for replay (estimated from
+/// their names and targets; one REPLAY stays well inside a frame header).
+pub const REPLAY_MAX_BYTES: usize = 512 << 10;
+
+/// Roughly how many bytes `op` adds to a REPLAY.
+pub fn replay_footprint(op: &Op) -> usize {
+    let names = match op {
+        Op::Create { name, .. } | Op::Mknod { name, .. } | Op::Link { name, .. } => name.len(),
+        Op::Unlink { name, .. } | Op::Rmdir { name, .. } | Op::Mkdir { name, .. } => name.len(),
+        Op::Symlink { name, target, .. } => name.len() + target.len(),
+        Op::Rename { name, new_name, .. } => name.len() + new_name.len(),
+        _ => 0,
+    };
+    names + 96
+}
+
 /// One early-acknowledged operation, as a client replays it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReplayOp {
@@ -570,8 +586,9 @@ pub struct ReplayOp {
     pub creds: Creds,
     /// The operation (one that [`Op::may_answer_early`]).
     pub op: Op,
-    /// The inode it made or moved, as first answered: a replay that
-    /// would give another is reported as failed.
+    /// The inode its answer named: a replayed create, symlink or mknod
+    /// makes that inode number again (it is free unless something else
+    /// took it, and then the replay is reported as failed).
     pub ino: Option<u64>,
 }
 
@@ -765,23 +782,17 @@ impl Op {
     /// Whether Hendricks et al. counts it as mandatory (it changes the namespace or
     /// the length, so it must reach the MDS at once; no prefetch avoids it).
     pub fn mandatory(&self) -> bool {
-        matches!(
-            self,
-            Op::SetAttr { .. }
-                | Op::Create { .. }
-                | Op::Mkdir { .. }
-                | Op::Symlink { .. }
-                | Op::Mknod { .. }
-                | Op::Link { .. }
-                | Op::Unlink { .. }
-                | Op::Rmdir { .. }
-                | Op::Rename { .. }
-                | Op::SetXattr { .. }
-                | Op::RemoveXattr { .. }
-                | Op::CommitSize { .. }
-                | Op::ExtendLayout { .. }
-                | Op::SetLayout { .. }
-        )
+        self.may_answer_early()
+            || matches!(
+                self,
+                Op::Mkdir { .. }
+                    | Op::SetAttr { .. }
+                    | Op::SetXattr { .. }
+                    | Op::RemoveXattr { .. }
+                    | Op::CommitSize { .. }
+                    | Op::ExtendLayout { .. }
+                    | Op::SetLayout { .. }
+            )
     }
 
     /// Whether it is a metadata access at all (counted as mandatory or
@@ -792,12 +803,13 @@ impl Op {
 
     /// Whether the MDS may answer it before it is durable (when the
     /// request asks for [`MdsRequest::early`]): namespace changes whose
-    /// only effects are in the MDS's own tables.
+    /// only effects are in the MDS's own tables. Not mkdir: a directory's
+    /// inode number also fixes its children's numbering, so a replay could
+    /// not make it again whatever was lost before it.
     pub fn may_answer_early(&self) -> bool {
         matches!(
             self,
             Op::Create { .. }
-                | Op::Mkdir { .. }
                 | Op::Symlink { .. }
                 | Op::Mknod { .. }
                 | Op::Link { .. }

@@ -30,9 +30,6 @@ use super::*;
 pub const SESSION_IDLE: Duration = Duration::from_secs(1);
 /// How often idle sessions are looked for.
 const SWEEP_EVERY: Duration = Duration::from_millis(250);
-/// Sessions found recorded at open are kept this long (they are being
-/// waited for and replayed; a second crash meanwhile must still know them).
-const RECOVERED_HOLD: Duration = Duration::from_secs(120);
 /// Most jobs in one batch.
 const MAX_BATCH: usize = 512;
 /// Where the last assigned transno is kept (in every batch that assigns one).
@@ -122,8 +119,10 @@ pub(super) struct Committer {
     pub lsn: u64,
     /// Last transno assigned.
     pub transno: u64,
-    /// Recorded sessions and when each may be forgotten.
-    pub sessions: HashMap<u64, Instant>,
+    /// Recorded sessions: when each may be forgotten, and the batch that
+    /// recorded it (no early answer before that batch is durable: a crash
+    /// would forget the session while it held the answer).
+    pub sessions: HashMap<u64, (Instant, u64)>,
     pub last_sweep: Instant,
     pub flusher: mpsc::Sender<FlushItem>,
     /// The log's size (fixed).
@@ -135,10 +134,10 @@ pub(super) struct Committer {
 
 impl Committer {
     /// Sessions recorded at open: kept while they are waited for.
-    pub(super) fn hold_recovered(&mut self, sessions: &[u64]) {
-        let until = Instant::now() + RECOVERED_HOLD;
+    pub(super) fn hold_recovered(&mut self, sessions: &[u64], hold: Duration) {
+        let until = Instant::now() + hold;
         for s in sessions {
-            self.sessions.insert(*s, until);
+            self.sessions.insert(*s, (until, 0));
         }
     }
 
@@ -238,6 +237,7 @@ impl Committer {
                 .jobs
                 .fetch_add(batch.len() as u64, Ordering::Relaxed);
             let now = Instant::now();
+            let durable_lsn = *self.marks.durable_lsn.borrow();
             for s in batch {
                 let before = tx.redo.len();
                 let (done, ok) = (s.job)(&mut tx);
@@ -246,22 +246,26 @@ impl Committer {
                     // A failure or a no-op needs no durability.
                     Some(_) if !ok || !wrote => early.push((done, 0)),
                     Some(session) => match self.sessions.get_mut(&session) {
-                        Some(until) => {
+                        Some((until, recorded)) if *recorded <= durable_lsn => {
                             *until = (*until).max(now + SESSION_IDLE);
                             self.transno += 1;
                             early.push((done, self.transno));
                         }
+                        Some((until, _)) => {
+                            // Its record is not durable yet: durably too.
+                            *until = (*until).max(now + SESSION_IDLE);
+                            durable.push(done);
+                        }
                         None => {
                             // First early-capable job of the session: it is
-                            // answered durably, with the session's record.
+                            // answered durably, with the session's record
+                            // (if that cannot be written, just durably).
                             let ms = proto::clock::now_ms().to_le_bytes();
-                            match tx.put(T::Sessions, &session.to_be_bytes(), &ms) {
-                                Ok(()) => {
-                                    self.sessions.insert(session, now + SESSION_IDLE);
-                                    durable.push(done);
-                                }
-                                Err(e) => done(Err(e)),
+                            if tx.put(T::Sessions, &session.to_be_bytes(), &ms).is_ok() {
+                                self.sessions
+                                    .insert(session, (now + SESSION_IDLE, self.lsn + 1));
                             }
+                            durable.push(done);
                         }
                     },
                     None => durable.push(done),
@@ -272,7 +276,7 @@ impl Committer {
                 let idle: Vec<u64> = self
                     .sessions
                     .iter()
-                    .filter(|(_, until)| **until <= now)
+                    .filter(|(_, (until, _))| *until <= now)
                     .map(|(s, _)| *s)
                     .collect();
                 for s in idle {
@@ -358,6 +362,9 @@ impl Committer {
                 }
             };
         }
+        // Before the commit makes it visible: whoever sees it and then
+        // syncs waits for this batch.
+        self.marks.applied_lsn.store(next, Ordering::SeqCst);
         let committed = txn
             .set_durability(Durability::None)
             .map_err(|e| io_err("durability", e))
@@ -368,7 +375,6 @@ impl Committer {
         }
         self.lsn = next;
         self.stats.batches.fetch_add(1, Ordering::Relaxed);
-        self.marks.applied_lsn.store(next, Ordering::SeqCst);
         // Visible now: the early answers go before the flush.
         let d = self.marks.durable_transno.load(Ordering::SeqCst);
         for (done, transno) in early {
@@ -426,6 +432,7 @@ pub(super) fn flush_loop(
         let mut last: Option<(u64, u64)> = None;
         let mut done = Vec::new();
         let mut drains = Vec::new();
+        let mut written = 0u64;
         {
             let mut wal = wal.lock().unwrap_or_else(|e| e.into_inner());
             for item in items {
@@ -441,7 +448,7 @@ pub(super) fn flush_loop(
                             result = wal.write_record(lsn, &payload);
                             stats.wal_bytes.fetch_add(footprint, Ordering::Relaxed);
                         }
-                        marks.pending_bytes.fetch_sub(footprint, Ordering::SeqCst);
+                        written += footprint;
                         last = Some((lsn, transno));
                         done.extend(d);
                     }
@@ -451,7 +458,10 @@ pub(super) fn flush_loop(
             if result.is_ok() && last.is_some() {
                 result = wal.flush();
             }
+            // Live first, then no longer pending: the committer's sum of
+            // the two never undercounts what the log holds.
             marks.wal_live.store(wal.live(), Ordering::SeqCst);
+            marks.pending_bytes.fetch_sub(written, Ordering::SeqCst);
         }
         match result {
             Ok(()) => {

@@ -384,6 +384,9 @@ pub struct KvOptions {
     pub cache_bytes: usize,
     /// Holds back every log flush (fault injection for tests; zero).
     pub flush_delay: std::time::Duration,
+    /// How long the sessions found recorded at open keep their records
+    /// (while the MDS waits for their replays, and some time after).
+    pub recovered_hold: std::time::Duration,
 }
 
 impl Default for KvOptions {
@@ -391,6 +394,7 @@ impl Default for KvOptions {
         KvOptions {
             cache_bytes: 64 << 20,
             flush_delay: std::time::Duration::ZERO,
+            recovered_hold: std::time::Duration::from_secs(120),
         }
     }
 }
@@ -563,7 +567,7 @@ impl Kv {
             failed: failed.clone(),
             stats: stats.clone(),
         };
-        c.hold_recovered(&sessions);
+        c.hold_recovered(&sessions, opts.recovered_hold);
         let committer = std::thread::Builder::new()
             .name("mds-commit".into())
             .spawn(move || c.run(&rx))

@@ -309,7 +309,10 @@ impl Mds {
             Op::AuthList => Ok(MdsReply::Principals(self.principals.list())),
             Op::AuthRemove { name } => self.auth_remove(&name).await,
             Op::AuthRotate { name } => self.auth_rotate(&p, &name).await,
-            Op::Replay { instance, ops } => self.replay(caller, req.session, instance, ops).await,
+            Op::Replay { instance, ops } => {
+                let key = super::replay::session_key(id, req.session);
+                self.replay(caller, (key, req.session), instance, ops).await
+            }
             Op::NamespaceGrant => {
                 let full =
                     spec.access == Access::ReadWrite && spec.uids == proto::mds::UidMap::Trusted;

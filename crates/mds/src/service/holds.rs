@@ -174,7 +174,17 @@ impl Mds {
     /// long until the next one is due (`None`: no orphans left).
     pub(super) async fn reap_orphans(&self) -> Result<Option<Duration>, MdsError> {
         let now = proto::clock::now_ms();
-        let started = now.saturating_sub(self.started.elapsed().as_millis() as u64);
+        // Clients re-announce what they hold once they can reach the MDS:
+        // after its start, and after the replays it waited for.
+        if self.replay_pending() {
+            return Ok(Some(Duration::from_millis(500)));
+        }
+        let started = now
+            .saturating_sub(self.started.elapsed().as_millis() as u64)
+            .max(
+                self.serving_since_ms
+                    .load(std::sync::atomic::Ordering::SeqCst),
+            );
         let grace = self.cfg.hold_expiry_ms;
         let mut due = Vec::new();
         let mut next: Option<u64> = None;

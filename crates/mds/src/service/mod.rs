@@ -223,6 +223,9 @@ pub struct Mds {
     replays: Mutex<Option<replay::Recovering>>,
     /// True while replays are waited for: other requests wait.
     replaying: tokio::sync::watch::Sender<bool>,
+    /// When the replays were served (ms since the epoch; 0: none waited
+    /// for): orphans' grace counts from then too.
+    serving_since_ms: std::sync::atomic::AtomicU64,
 }
 
 fn err(e: Errno, m: impl Into<String>) -> MdsError {
@@ -243,6 +246,10 @@ impl Mds {
             crate::kv::KvOptions {
                 cache_bytes: cfg.cache_mib << 20,
                 flush_delay: Duration::from_millis(cfg.wal_flush_delay_ms),
+                // Waited for, and redone: a second crash meanwhile must
+                // still know them.
+                recovered_hold: Duration::from_millis(cfg.replay_window_ms.saturating_mul(2))
+                    .max(Duration::from_secs(120)),
             },
         )?);
         let recovering = replay::Recovering::after_open(&kv, cfg.replay_window_ms);
@@ -280,6 +287,7 @@ impl Mds {
             instance: u64::from_le_bytes(net::auth::random_bytes()).max(1),
             replaying: tokio::sync::watch::Sender::new(recovering.is_some()),
             replays: Mutex::new(recovering),
+            serving_since_ms: std::sync::atomic::AtomicU64::new(0),
         });
         mds.index_stale_copies()?;
         Ok(mds)

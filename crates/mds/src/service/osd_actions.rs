@@ -399,12 +399,14 @@ impl Mds {
                     Some(Duration::from_millis(self.cfg.delete_retry_ms))
                 }
             };
-            // Early-answered unlinks are not durable yet: deleting their
-            // objects first could lose a file a crash brings back.
-            if let Err(e) = self.kv.sync().await {
-                tracing::warn!(error = %e, "cannot make the namespace durable before deleting");
-            }
-            match self.delete_queue() {
+            // What queued a job may be visible and not yet durable (an
+            // early-answered unlink): make everything read durable before
+            // deleting, or a crash could bring back a name without data.
+            let queue = match self.delete_queue() {
+                Ok(jobs) => self.kv.sync().await.map(|_| jobs),
+                Err(e) => Err(e),
+            };
+            match queue {
                 Ok(jobs) => {
                     for (seq, job) in jobs {
                         match self.delete_objects(&job).await {
@@ -426,7 +428,7 @@ impl Mds {
                 }
                 Err(e) => {
                     pending = true;
-                    tracing::warn!(error = %e, "cannot read the delete queue");
+                    tracing::warn!(error = %e, "cannot read the delete queue or make it durable");
                 }
             }
             let mut wait = if pending {

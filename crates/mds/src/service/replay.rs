@@ -21,6 +21,17 @@ use crate::kv::Ack;
 
 type Results = Vec<Result<(), MdsError>>;
 
+tokio::task_local! {
+    /// While a replayed operation is redone: the inode number it first
+    /// made, which it makes again if that is free.
+    static REDO_INO: Option<u64>;
+}
+
+/// The inode number the operation being redone must make, if any.
+pub(super) fn redo_ino() -> Option<u64> {
+    REDO_INO.try_with(|i| *i).ok().flatten()
+}
+
 /// One session's replay, waiting for the others.
 struct Waiting {
     caller: Caller,
@@ -67,6 +78,12 @@ impl Recovering {
     }
 }
 
+/// What the KV records a session as: its id mixed with its principal's,
+/// so no principal can stand in for another's session in a recovery.
+pub(super) fn session_key(principal: u64, session: u64) -> u64 {
+    (session ^ principal.wrapping_mul(0x9E37_79B9_7F4A_7C15)).max(1)
+}
+
 /// The inode an answer made or moved.
 fn answered_ino(reply: &MdsReply) -> Option<u64> {
     match reply {
@@ -80,7 +97,8 @@ impl Mds {
     /// How a request that may be answered early asks for it: the
     /// session, if the request allows it.
     pub(super) fn early_for(&self, req: &MdsRequest) -> Option<u64> {
-        (req.early && req.session != 0 && req.op.may_answer_early()).then_some(req.session)
+        (req.early && req.session != 0 && req.op.may_answer_early())
+            .then(|| session_key(super::auth::holder(), req.session))
     }
 
     /// Writes a namespace change: early for `early`'s session, else
@@ -127,11 +145,12 @@ impl Mds {
         Ok(MdsReply::Synced { durable })
     }
 
-    /// REPLAY from `caller`'s `session`.
+    /// REPLAY from `caller`'s `session` (whose record is `key`, see
+    /// [`session_key`]).
     pub(super) async fn replay(
         self: &Arc<Self>,
         caller: &Caller,
-        session: u64,
+        (key, session): (u64, u64),
         instance: u64,
         ops: Vec<ReplayOp>,
     ) -> Result<MdsReply, MdsError> {
@@ -164,7 +183,7 @@ impl Mds {
         }
         let rx = {
             let mut g = self.replays.lock().unwrap_or_else(|e| e.into_inner());
-            let awaited = g.as_mut().is_some_and(|r| r.awaiting.remove(&session));
+            let awaited = g.as_mut().is_some_and(|r| r.awaiting.remove(&key));
             match g.as_mut() {
                 Some(rec) if awaited => {
                     let (done, rx) = tokio::sync::oneshot::channel();
@@ -307,6 +326,8 @@ impl Mds {
         for (r, res) in rec.waiting.into_iter().zip(results) {
             let _ = r.done.send(res);
         }
+        self.serving_since_ms
+            .store(proto::clock::now_ms(), std::sync::atomic::Ordering::SeqCst);
         self.replaying.send_replace(false);
     }
 
@@ -324,7 +345,8 @@ impl Mds {
             early: true,
             op: op.op.clone(),
         };
-        let reply = match Box::pin(self.serve_checked(caller, req)).await? {
+        let redo = REDO_INO.scope(op.ino, Box::pin(self.serve_checked(caller, req)));
+        let reply = match redo.await? {
             MdsReply::Early(e) => e.reply,
             r => r,
         };

@@ -87,10 +87,12 @@ impl Mds {
         session: u64,
         early: Option<u64>,
     ) -> Result<MdsReply, MdsError> {
-        let (policy, c2) = (self.sb.policy, c.clone());
+        let (policy, c2, want) = (self.sb.policy, c.clone(), super::replay::redo_ino());
         let ((i, created), ack) = self
             .write_ns(early, move |tx| {
-                ns::create(tx, &policy, &c2, parent, &name, mode, exclusive)
+                crate::ids::forcing(want, || {
+                    ns::create(tx, &policy, &c2, parent, &name, mode, exclusive)
+                })
             })
             .await?;
         self.note_open(session, i.attr.ino, true)?;
@@ -134,10 +136,12 @@ impl Mds {
         target: String,
         early: Option<u64>,
     ) -> Result<MdsReply, MdsError> {
-        let policy = self.sb.policy;
+        let (policy, want) = (self.sb.policy, super::replay::redo_ino());
         let (i, ack) = self
             .write_ns(early, move |tx| {
-                ns::symlink(tx, &policy, &c, parent, &name, &target)
+                crate::ids::forcing(want, || {
+                    ns::symlink(tx, &policy, &c, parent, &name, &target)
+                })
             })
             .await?;
         self.made(&i, parent, ack)
@@ -152,10 +156,12 @@ impl Mds {
         (kind, mode, rdev): (FileKind, u32, u32),
         early: Option<u64>,
     ) -> Result<MdsReply, MdsError> {
-        let policy = self.sb.policy;
+        let (policy, want) = (self.sb.policy, super::replay::redo_ino());
         let (i, ack) = self
             .write_ns(early, move |tx| {
-                ns::mknod(tx, &policy, &c, parent, &name, (kind, mode, rdev))
+                crate::ids::forcing(want, || {
+                    ns::mknod(tx, &policy, &c, parent, &name, (kind, mode, rdev))
+                })
             })
             .await?;
         self.made(&i, parent, ack)
@@ -189,7 +195,7 @@ impl Mds {
             .write_ns(early, move |tx| ns::unlink(tx, &c, parent, &name))
             .await?;
         self.orphaned(orphan).await?;
-        Ok(self.answer(MdsReply::Attr(self.dir_attr(parent)?), ack))
+        Ok(self.answer(self.removed_from(parent), ack))
     }
 
     /// RMDIR.
@@ -203,7 +209,7 @@ impl Mds {
         let ((), ack) = self
             .write_ns(early, move |tx| ns::rmdir(tx, &c, parent, &name))
             .await?;
-        Ok(self.answer(MdsReply::Attr(self.dir_attr(parent)?), ack))
+        Ok(self.answer(self.removed_from(parent), ack))
     }
 
     /// RENAME `from` to `to`: answers the moved inode's attributes; a
@@ -229,8 +235,15 @@ impl Mds {
     /// entry and the directory's attributes after it.
     fn made(&self, i: &Inode, parent: u64, ack: crate::kv::Ack) -> Result<MdsReply, MdsError> {
         let mut f = Self::bare(i);
-        f.dir = Some(self.dir_attr(parent)?);
+        // The change is made: a failed read only costs the client a getattr.
+        f.dir = self.dir_attr(parent).ok();
         Ok(self.answer(MdsReply::Found(Box::new(f)), ack))
+    }
+
+    /// The answer to a removal from `parent`: its attributes now (or
+    /// `Done` if they cannot be read: the change is made all the same).
+    fn removed_from(&self, parent: u64) -> MdsReply {
+        self.dir_attr(parent).map_or(MdsReply::Done, MdsReply::Attr)
     }
 
     /// A directory's attributes as they are now.
