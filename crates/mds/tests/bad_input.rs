@@ -557,19 +557,24 @@ async fn replay_refuses_bad_input_and_early_answers_are_kept_until_durable() {
         ops: vec![lookup],
     };
     assert_eq!(errno(c.call(not_early).await), Errno::Inval.raw());
-    // Not waited for (no crash): a change above the durable transno is
-    // reported lost, not made.
+    // Not waited for (no crash), from an instance this start does not
+    // know: reported lost, not made — even at a transno it counts durable
+    // (an older instance's transnos may have been reused).
+    let mut durable_looking = op("e");
+    durable_looking.transno = 0;
     match c
         .call(Op::Replay {
             instance: 7,
-            ops: vec![op("c")],
+            ops: vec![op("c"), durable_looking],
         })
         .await
         .unwrap()
     {
         MdsReply::Replayed { results, .. } => {
-            assert_eq!(results.len(), 1);
-            assert_eq!(results[0].as_ref().unwrap_err().errno, Errno::Stale);
+            assert_eq!(results.len(), 2);
+            for r in &results {
+                assert_eq!(r.as_ref().unwrap_err().errno, Errno::Stale);
+            }
         }
         r => panic!("{r:?}"),
     }

@@ -171,6 +171,9 @@ pub fn load_keys(dir: &Path, cluster_id: &str) -> Result<HashMap<u32, KeyRing>, 
     Ok(out)
 }
 
+/// Where the `meta` table keeps the instance of the MDS's last start.
+const INSTANCE_KEY: &[u8] = b"instance";
+
 /// Most delete jobs the worker takes from the queue per pass.
 pub const DELETE_BATCH: usize = 10_000;
 
@@ -219,6 +222,9 @@ pub struct Mds {
     /// This start's instance (random): early answers name it, so a client
     /// can tell a restarted MDS from a reconnect.
     pub instance: u64,
+    /// The previous start's instance (kept in the KV): the only one whose
+    /// early answers a replay to this start can settle.
+    prev_instance: u64,
     /// Replays waited for after a crash (`None` once served).
     replays: Mutex<Option<replay::Recovering>>,
     /// True while replays are waited for: other requests wait.
@@ -253,6 +259,13 @@ impl Mds {
             },
         )?);
         let recovering = replay::Recovering::after_open(&kv, cfg.replay_window_ms);
+        let instance = u64::from_le_bytes(net::auth::random_bytes()).max(1);
+        let prev_instance = kv
+            .read()?
+            .get(T::Meta, INSTANCE_KEY)?
+            .and_then(|v| <[u8; 8]>::try_from(&v[..]).ok())
+            .map_or(0, u64::from_le_bytes);
+        kv.write_blocking(move |tx| tx.put(T::Meta, INSTANCE_KEY, &instance.to_le_bytes()))?;
         let sb = kv.read()?.superblock()?;
         if sb.version != RECORDS_VERSION {
             return Err(err(
@@ -284,7 +297,8 @@ impl Mds {
             recovery_wake: tokio::sync::Notify::new(),
             started: std::time::Instant::now(),
             holds: Mutex::new(holds::Holds::default()),
-            instance: u64::from_le_bytes(net::auth::random_bytes()).max(1),
+            instance,
+            prev_instance,
             replaying: tokio::sync::watch::Sender::new(recovering.is_some()),
             replays: Mutex::new(recovering),
             serving_since_ms: std::sync::atomic::AtomicU64::new(0),

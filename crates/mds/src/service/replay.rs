@@ -184,8 +184,19 @@ impl Mds {
         let rx = {
             let mut g = self.replays.lock().unwrap_or_else(|e| e.into_inner());
             let awaited = g.as_mut().is_some_and(|r| r.awaiting.remove(&key));
+            // Only the instance that crashed last gave answers this start
+            // knows the fate of: older ones were settled (or lost) by an
+            // earlier recovery, and their transnos may have been reused.
+            let known = instance == self.prev_instance;
+            if awaited
+                && !known
+                && let Some(rec) = g.as_mut()
+                && rec.awaiting.is_empty()
+            {
+                rec.arrived.notify_one();
+            }
             match g.as_mut() {
-                Some(rec) if awaited => {
+                Some(rec) if awaited && known => {
                     let (done, rx) = tokio::sync::oneshot::channel();
                     rec.waiting.push(Waiting {
                         caller: caller.clone(),
@@ -206,7 +217,7 @@ impl Mds {
                     let results = ops
                         .iter()
                         .map(|o| {
-                            if o.transno <= durable {
+                            if known && o.transno <= durable {
                                 Ok(())
                             } else {
                                 Err(err(

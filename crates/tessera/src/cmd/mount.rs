@@ -45,9 +45,9 @@ pub struct Args {
     /// Kernel request threads (requests the mount serves at once).
     #[arg(long, default_value_t = 16)]
     pub threads: usize,
-    /// Make every namespace change (create, unlink, mkdir, rename…)
-    /// durable before it returns. By default the MDS answers once the
-    /// change is visible, this mount keeps it until the MDS's log has it
+    /// Make every namespace change (create, unlink, rename…) durable
+    /// before it returns (mkdir always is). By default the MDS answers once
+    /// the change is visible, this mount keeps it until the MDS's log has it
     /// and replays it should the MDS restart first; fsync, fsyncdir and
     /// unmount wait for durability (docs/CLIENT.md, "Durability").
     #[arg(long)]
