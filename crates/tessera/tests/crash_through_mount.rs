@@ -354,7 +354,7 @@ fn an_unsynced_storm_survives_an_mds_killed_mid_storm() {
                         .open(&p)
                         .map(drop);
                     let p = match made {
-                        Ok(()) if i % 2 == 0 => {
+                        Ok(()) if i.is_multiple_of(2) => {
                             let q = dir.join(format!("r{i}"));
                             match std::fs::rename(&p, &q) {
                                 Ok(()) => Some(q),
