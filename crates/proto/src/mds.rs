@@ -998,6 +998,10 @@ pub struct ClusterStatus {
     pub orphans: u64,
     /// Copies and recovery, as of the last recovery pass.
     pub redundancy: Redundancy,
+    /// After a crash: client sessions whose replays the MDS still waits
+    /// for (it serves no namespace request until they are in or its
+    /// window ends), and the ms left of that window.
+    pub replay_wait: Option<(u32, u64)>,
 }
 
 /// The state of the copies, counted in stripe objects, from the MDS's
@@ -1086,6 +1090,13 @@ impl ClusterStatus {
         }
         if self.osds.is_empty() {
             err.push("no OSDs".into());
+        }
+        if let Some((sessions, ms)) = self.replay_wait {
+            warn.push(format!(
+                "recovering: waiting for {sessions} client sessions to replay \
+                 (namespace requests held, at most {:.1} s more)",
+                ms as f64 / 1000.0
+            ));
         }
         let level = if !err.is_empty() {
             "HEALTH_ERR"

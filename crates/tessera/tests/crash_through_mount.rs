@@ -284,6 +284,17 @@ fn early_answered_changes_are_replayed_to_a_restarted_mds() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+    // The operator sees the wait (status is not held by it); the OSDs
+    // may not have reported to the new MDS yet, so the level varies.
+    let o = bin()
+        .args(["status", "--mds", &mds_addr, "--cluster", cluster])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.starts_with("HEALTH_") && text.contains("waiting for 1 client sessions to replay"),
+        "{text}"
+    );
     let mp3 = d.join("mnt3");
     let mut m3 = mount_fg(&mds_addr, cluster, &mp3, &[]);
     let got = names(&mp3.join("b"));

@@ -86,6 +86,9 @@ pub(super) struct Marks {
     /// committer decides on checkpoints without taking the log's lock,
     /// which the flusher holds through its flushes.
     pub wal_live: AtomicU64,
+    /// Set when the replays after a crash are served: the sessions found
+    /// recorded at open go back to the idle rule.
+    pub release_recovered: AtomicBool,
 }
 
 impl Marks {
@@ -97,6 +100,7 @@ impl Marks {
             durable_transno: AtomicU64::new(transno),
             pending_bytes: AtomicU64::new(0),
             wal_live: AtomicU64::new(0),
+            release_recovered: AtomicBool::new(false),
         }
     }
 
@@ -221,6 +225,15 @@ impl Committer {
     }
 
     fn run_batch(&mut self, batch: Vec<Submitted>) -> Result<(), MdsError> {
+        if self.marks.release_recovered.swap(false, Ordering::SeqCst) {
+            // Replayed (or given up on): idle from now unless they go on.
+            let now = Instant::now();
+            for (until, recorded) in self.sessions.values_mut() {
+                if *recorded == 0 {
+                    *until = (*until).min(now + SESSION_IDLE);
+                }
+            }
+        }
         let sweep = self.last_sweep.elapsed() >= SWEEP_EVERY && !self.sessions.is_empty();
         if batch.is_empty() && !sweep {
             return Ok(());

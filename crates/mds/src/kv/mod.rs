@@ -686,6 +686,12 @@ impl Kv {
         &self.recovered_sessions
     }
 
+    /// The replays after a crash are served: the sessions found recorded
+    /// at open lose their records once idle, as any other.
+    pub fn release_recovered_sessions(&self) {
+        self.marks.release_recovered.store(true, Ordering::SeqCst);
+    }
+
     /// The durable transno found at open (early answers above it were lost
     /// with the process and exist only in their clients' replay lists).
     pub fn recovered_transno(&self) -> u64 {

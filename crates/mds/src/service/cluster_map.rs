@@ -141,6 +141,7 @@ impl Mds {
             delete_queue: self.delete_queue_len()?,
             orphans: self.orphan_count()?,
             redundancy: self.redundancy(),
+            replay_wait: self.replay_wait(),
         })
     }
 

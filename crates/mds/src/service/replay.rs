@@ -134,6 +134,16 @@ impl Mds {
         let _ = rx.wait_for(|r| !*r).await;
     }
 
+    /// While replays are waited for: the sessions not yet heard from and
+    /// the ms left of the window.
+    pub(super) fn replay_wait(&self) -> Option<(u32, u64)> {
+        let g = self.replays.lock().unwrap_or_else(|e| e.into_inner());
+        g.as_ref().map(|r| {
+            let left = r.deadline.saturating_duration_since(Instant::now());
+            (r.awaiting.len() as u32, left.as_millis() as u64)
+        })
+    }
+
     /// Whether replays are waited for (the worker must run).
     pub fn replay_pending(&self) -> bool {
         *self.replaying.borrow()
@@ -339,6 +349,7 @@ impl Mds {
         }
         self.serving_since_ms
             .store(proto::clock::now_ms(), std::sync::atomic::Ordering::SeqCst);
+        self.kv.release_recovered_sessions();
         self.replaying.send_replace(false);
     }
 
