@@ -64,6 +64,8 @@ pub struct MdsMetrics {
     pub replayed: Counter,
     /// Replayed operations that could not be redone.
     pub replay_failed: Counter,
+    /// Client sessions a restarted MDS still waits for (0 when serving).
+    pub replay_waiting: Gauge,
     mandatory: Counter,
     non_mandatory: Counter,
     /// Bytes recovery copied.
@@ -115,6 +117,12 @@ impl MdsMetrics {
             "replay_failed",
             "Replayed operations that could not be redone",
             replay_failed.clone(),
+        );
+        let replay_waiting = Gauge::default();
+        registry.register(
+            "replay_waiting_sessions",
+            "Client sessions a restarted MDS still waits for before it serves the namespace",
+            replay_waiting.clone(),
         );
         let mandatory = Counter::default();
         let non_mandatory = Counter::default();
@@ -207,6 +215,7 @@ impl MdsMetrics {
             early_answers,
             replayed,
             replay_failed,
+            replay_waiting,
             recovered_bytes,
             recovered_objects,
             copies_marked_stale,

@@ -590,8 +590,17 @@ async fn replay_refuses_bad_input_and_early_answers_are_kept_until_durable() {
         };
         assert!(matches!(c.call(op).await.unwrap(), MdsReply::Found(_)));
     }
-    let early = cl.mds.as_ref().unwrap().mds.metrics.early_answers.get();
+    let mds = &cl.mds.as_ref().unwrap().mds;
+    let early = mds.metrics.early_answers.get();
     assert_eq!(early, 2, "the session's later creates were answered early");
+    let text = mds.metrics.render(&mds.kv.stats);
+    for line in [
+        "tessera_mds_early_answers_total 2",
+        "tessera_mds_replay_waiting_sessions 0",
+        "tessera_mds_replayed_total 0",
+    ] {
+        assert!(text.contains(line), "{line} in\n{text}");
+    }
     assert!(c.sync().await.is_ok());
     assert_eq!(c.undurable(), 0, "nothing kept once synced");
     match c.call(Op::Sync).await.unwrap() {

@@ -276,6 +276,7 @@ impl Mds {
                 let g = self.replays.lock().unwrap_or_else(|e| e.into_inner());
                 g.as_ref().map_or(0, |r| r.awaiting.len())
             };
+            self.metrics.replay_waiting.set(left as i64);
             if left == 0 {
                 break;
             }
@@ -350,6 +351,7 @@ impl Mds {
         self.serving_since_ms
             .store(proto::clock::now_ms(), std::sync::atomic::Ordering::SeqCst);
         self.kv.release_recovered_sessions();
+        self.metrics.replay_waiting.set(0);
         self.replaying.send_replace(false);
     }
 
