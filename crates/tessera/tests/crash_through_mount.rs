@@ -67,19 +67,8 @@ fn acknowledged_creates_survive_an_mds_killed_mid_storm() {
             })
         })
         .collect();
-    std::thread::sleep(Duration::from_millis(1500));
-    let before = done.lock().unwrap().len();
-    mds.kill().unwrap();
-    mds.wait().unwrap();
-    std::thread::sleep(Duration::from_millis(500));
-    let mds = serve_mds(&d.join("mds"), &mds_addr);
-    wait_osds_up(&mds_addr, cluster, 3);
-    std::thread::sleep(Duration::from_millis(1500));
-    stop.store(true, Ordering::Relaxed);
-    for w in workers {
-        w.join().unwrap();
-    }
-    let done = done.lock().unwrap().clone();
+    let (mds, before, done) =
+        kill_mid_storm(&mut mds, d, &mds_addr, cluster, (&stop, workers), &done);
     assert!(
         before > 20,
         "the storm ran before the kill ({before} files)"
@@ -116,6 +105,34 @@ fn acknowledged_creates_survive_an_mds_killed_mid_storm() {
         unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
         assert!(c.wait().unwrap().success());
     }
+}
+
+/// Lets the storm of `workers` run 1.5 s, kills the MDS of `d` with
+/// SIGKILL, restarts it, lets the storm go on 1.5 s, stops it: the new
+/// MDS, how many changes were acknowledged before the kill, and all
+/// acknowledged ones.
+fn kill_mid_storm(
+    mds: &mut std::process::Child,
+    d: &std::path::Path,
+    addr: &str,
+    cluster: &str,
+    (stop, workers): (&AtomicBool, Vec<std::thread::JoinHandle<()>>),
+    done: &Mutex<Vec<PathBuf>>,
+) -> (std::process::Child, usize, Vec<PathBuf>) {
+    std::thread::sleep(Duration::from_millis(1500));
+    let before = done.lock().unwrap().len();
+    mds.kill().unwrap();
+    mds.wait().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let mds = serve_mds(&d.join("mds"), addr);
+    wait_osds_up(addr, cluster, 3);
+    std::thread::sleep(Duration::from_millis(1500));
+    stop.store(true, Ordering::Relaxed);
+    for w in workers {
+        w.join().unwrap();
+    }
+    let all = done.lock().unwrap().clone();
+    (mds, before, all)
 }
 
 /// Restarts the MDS of `d` (cleanly) with `(key, value)` settings changed
@@ -387,19 +404,8 @@ fn an_unsynced_storm_survives_an_mds_killed_mid_storm() {
             })
         })
         .collect();
-    std::thread::sleep(Duration::from_millis(1500));
-    let before = done.lock().unwrap().len();
-    mds.kill().unwrap();
-    mds.wait().unwrap();
-    std::thread::sleep(Duration::from_millis(300));
-    let mds = serve_mds(&d.join("mds"), &mds_addr);
-    wait_osds_up(&mds_addr, cluster, 3);
-    std::thread::sleep(Duration::from_millis(1500));
-    stop.store(true, Ordering::Relaxed);
-    for w in workers {
-        w.join().unwrap();
-    }
-    let done = done.lock().unwrap().clone();
+    let (mds, before, done) =
+        kill_mid_storm(&mut mds, d, &mds_addr, cluster, (&stop, workers), &done);
     assert!(before > 50, "the storm ran before the kill ({before})");
     assert!(done.len() > before, "and after the restart");
     // Past the attribute window: every check asks the MDS.
