@@ -133,8 +133,9 @@ pub enum BenchCmd {
         /// Where the clusters and the archive go.
         #[arg(long, default_value = "./tessera-data/bench")]
         dir: PathBuf,
-        /// A real source tree to untar and search (default: the cargo
-        /// registry's unpacked crates, $CARGO_HOME/registry/src).
+        /// A real source tree to untar and search (default: the `crates/`
+        /// directory of the checkout this binary was built from; a larger
+        /// tree, e.g. $CARGO_HOME/registry/src, gives steadier figures).
         #[arg(long)]
         tree: Option<PathBuf>,
         /// C sources to build and patch (any directory holding .c files,
@@ -231,16 +232,12 @@ pub fn run(c: BenchCmd) -> anyhow::Result<i32> {
             let tree = match tree {
                 Some(t) => t,
                 None => {
-                    let home = std::env::var_os("CARGO_HOME")
-                        .map(PathBuf::from)
-                        .or_else(|| {
-                            std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo"))
-                        })
-                        .ok_or_else(|| anyhow::anyhow!("no --tree and no $HOME"))?;
-                    let t = home.join("registry/src");
+                    // This repository's own sources (no build output).
+                    let t = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
                     anyhow::ensure!(
-                        t.is_dir(),
-                        "no --tree given and {} does not exist: name a real source tree",
+                        t.join("tessera").is_dir(),
+                        "no --tree given and the checkout this binary was built from ({}) \
+                         is gone: name a real source tree with --tree",
                         t.display()
                     );
                     t
