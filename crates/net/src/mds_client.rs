@@ -108,15 +108,6 @@ impl ReplayLog {
     }
 }
 
-/// The inode an early answer made or moved.
-fn answered_ino(reply: &MdsReply) -> Option<u64> {
-    match reply {
-        MdsReply::Found(f) => Some(f.entry.attr.ino),
-        MdsReply::Attr(a) => Some(a.ino),
-        _ => None,
-    }
-}
-
 impl MdsClient {
     /// A client of the MDS at `addr` in `cluster_id` that authenticates
     /// as `identity` (connects on first use).
@@ -165,7 +156,7 @@ impl MdsClient {
             .unwrap_or_else(|e| e.into_inner())
             .is_some_and(|t| t.elapsed() < RECORDED_FOR);
         if (self.undurable() > 0 || (recent && !self.pool.all_alive()))
-            && let Err(e) = self.call(Op::Sync).await
+            && let Err(e) = self.sync_call().await
         {
             tracing::debug!(error = %e, "keeping the MDS connection for replay");
         }
@@ -191,7 +182,12 @@ impl MdsClient {
         if self.undurable() == 0 {
             return Ok(());
         }
-        match self.call(Op::Sync).await? {
+        self.sync_call().await
+    }
+
+    /// One SYNC to the MDS (its answer prunes the replay list).
+    async fn sync_call(&self) -> Result<(), CallError> {
+        match Box::pin(self.call(Op::Sync)).await? {
             MdsReply::Synced { .. } => Ok(()),
             other => Err(unexpected(&other)),
         }
@@ -299,10 +295,7 @@ impl MdsClient {
                         break;
                     }
                 }
-                match Box::pin(self.call(Op::Sync)).await? {
-                    MdsReply::Synced { .. } => {}
-                    other => return Err(unexpected(&other)),
-                }
+                self.sync_call().await?;
             }
         }
         let result = self.send(creds, op, early, foot).await;
@@ -345,11 +338,9 @@ impl MdsClient {
                     return Ok(reply);
                 };
                 let mut log = self.log.lock().unwrap_or_else(|e| e.into_inner());
-                if log.instance != e.instance {
-                    // Nothing is held from another instance (a replay
-                    // empties the list), so this is the MDS we talk to.
-                    log.instance = e.instance;
-                }
+                // Nothing is held from another instance (a replay empties
+                // the list first), so this is the MDS we talk to.
+                log.instance = e.instance;
                 log.durable(e.instance, e.durable);
                 if let Some((creds, op)) = kept.filter(|_| e.transno > e.durable) {
                     log.bytes += foot;
@@ -357,7 +348,7 @@ impl MdsClient {
                         transno: e.transno,
                         creds,
                         op,
-                        ino: answered_ino(&e.reply),
+                        ino: e.reply.named_ino(),
                     });
                 }
                 Ok(e.reply)

@@ -1229,6 +1229,18 @@ pub enum MdsReply {
     },
 }
 
+impl MdsReply {
+    /// The inode an answer to a namespace change names (made, linked or
+    /// moved; a removal's directory): what a replay of it must name again.
+    pub fn named_ino(&self) -> Option<u64> {
+        match self {
+            MdsReply::Found(f) => Some(f.entry.attr.ino),
+            MdsReply::Attr(a) => Some(a.ino),
+            _ => None,
+        }
+    }
+}
+
 /// POSIX error numbers (Linux values), so clients and FUSE map them 1:1.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Errno {

@@ -74,8 +74,6 @@ pub(super) enum FlushItem {
 pub(super) struct Marks {
     /// Last batch committed to the KV (visible).
     pub applied_lsn: AtomicU64,
-    /// Last transno assigned.
-    pub applied_transno: AtomicU64,
     /// Last batch on the device (waiters subscribe).
     pub durable_lsn: tokio::sync::watch::Sender<u64>,
     /// Every early answer up to this transno is durable.
@@ -95,7 +93,6 @@ impl Marks {
     pub(super) fn new(lsn: u64, transno: u64) -> Marks {
         Marks {
             applied_lsn: AtomicU64::new(lsn),
-            applied_transno: AtomicU64::new(transno),
             durable_lsn: tokio::sync::watch::Sender::new(lsn),
             durable_transno: AtomicU64::new(transno),
             pending_bytes: AtomicU64::new(0),
@@ -299,9 +296,6 @@ impl Committer {
             }
             if early.iter().any(|(_, t)| *t > 0) {
                 tx.put(T::Meta, TRANSNO_KEY, &self.transno.to_le_bytes())?;
-                self.marks
-                    .applied_transno
-                    .store(self.transno, Ordering::SeqCst);
             }
             std::mem::take(&mut tx.redo)
         };

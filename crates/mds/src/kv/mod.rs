@@ -675,11 +675,6 @@ impl Kv {
         self.marks.durable_transno.load(Ordering::SeqCst)
     }
 
-    /// The last transno given to an early answer.
-    pub fn applied_transno(&self) -> u64 {
-        self.marks.applied_transno.load(Ordering::SeqCst)
-    }
-
     /// Sessions that were recorded when the KV was last open: after a
     /// crash, those that may hold early answers the log lacks.
     pub fn recovered_sessions(&self) -> &[u64] {

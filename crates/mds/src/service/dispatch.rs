@@ -67,7 +67,7 @@ impl Mds {
                 self.create(c, parent, name, (mode, exclusive), session, early)
                     .await
             }
-            Op::Mkdir { parent, name, mode } => self.mkdir(c, parent, name, mode, early).await,
+            Op::Mkdir { parent, name, mode } => self.mkdir(c, parent, name, mode).await,
             Op::Symlink {
                 parent,
                 name,

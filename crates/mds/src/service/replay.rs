@@ -28,7 +28,7 @@ tokio::task_local! {
 }
 
 /// The inode number the operation being redone must make, if any.
-pub(super) fn redo_ino() -> Option<u64> {
+fn redo_ino() -> Option<u64> {
     REDO_INO.try_with(|i| *i).ok().flatten()
 }
 
@@ -84,15 +84,6 @@ pub(super) fn session_key(principal: u64, session: u64) -> u64 {
     (session ^ principal.wrapping_mul(0x9E37_79B9_7F4A_7C15)).max(1)
 }
 
-/// The inode an answer made or moved.
-fn answered_ino(reply: &MdsReply) -> Option<u64> {
-    match reply {
-        MdsReply::Found(f) => Some(f.entry.attr.ino),
-        MdsReply::Attr(a) => Some(a.ino),
-        _ => None,
-    }
-}
-
 impl Mds {
     /// How a request that may be answered early asks for it: the
     /// session, if the request allows it.
@@ -112,6 +103,23 @@ impl Mds {
             Some(session) => self.kv.write_early(session, f).await,
             None => Ok((self.kv.write(f).await?, Ack::default())),
         }
+    }
+
+    /// [`Mds::write_ns`] for a change that makes an inode with the id
+    /// policy: when a replayed one is redone, it makes the inode number it
+    /// first made (if free).
+    pub(super) async fn write_made<R: Send + 'static>(
+        &self,
+        early: Option<u64>,
+        f: impl FnOnce(&mut crate::kv::Tx, &crate::ids::IdPolicy) -> Result<R, MdsError>
+        + Send
+        + 'static,
+    ) -> Result<(R, Ack), MdsError> {
+        let (policy, want) = (self.sb.policy, redo_ino());
+        self.write_ns(early, move |tx| {
+            crate::ids::forcing(want, || f(tx, &policy))
+        })
+        .await
     }
 
     /// `reply`, wrapped as an early answer when `ack` gave it a transno.
@@ -374,7 +382,7 @@ impl Mds {
             MdsReply::Early(e) => e.reply,
             r => r,
         };
-        match (op.ino, answered_ino(&reply)) {
+        match (op.ino, reply.named_ino()) {
             (Some(want), Some(got)) if want != got => Err(err(
                 Errno::Stale,
                 format!(

@@ -87,12 +87,10 @@ impl Mds {
         session: u64,
         early: Option<u64>,
     ) -> Result<MdsReply, MdsError> {
-        let (policy, c2, want) = (self.sb.policy, c.clone(), super::replay::redo_ino());
+        let c2 = c.clone();
         let ((i, created), ack) = self
-            .write_ns(early, move |tx| {
-                crate::ids::forcing(want, || {
-                    ns::create(tx, &policy, &c2, parent, &name, mode, exclusive)
-                })
+            .write_made(early, move |tx, policy| {
+                ns::create(tx, policy, &c2, parent, &name, mode, exclusive)
             })
             .await?;
         self.note_open(session, i.attr.ino, true)?;
@@ -105,7 +103,8 @@ impl Mds {
         }
         let snap = self.kv.read()?;
         let mut found = self.found(&snap, &c, i, (true, true), 0)?;
-        found.dir = snap.inode(parent)?.map(|d| d.attr);
+        // The change is made: a failed read only costs the client a getattr.
+        found.dir = snap.inode(parent).ok().flatten().map(|d| d.attr);
         Ok(self.answer(MdsReply::Found(Box::new(found)), ack))
     }
 
@@ -116,15 +115,14 @@ impl Mds {
         parent: u64,
         name: String,
         mode: u32,
-        early: Option<u64>,
     ) -> Result<MdsReply, MdsError> {
+        // Never answered early (see `Op::may_answer_early`).
         let policy = self.sb.policy;
-        let (i, ack) = self
-            .write_ns(early, move |tx| {
-                ns::mkdir(tx, &policy, &c, parent, &name, mode)
-            })
+        let i = self
+            .kv
+            .write(move |tx| ns::mkdir(tx, &policy, &c, parent, &name, mode))
             .await?;
-        self.made(&i, parent, ack)
+        self.made(&i, parent, crate::kv::Ack::default())
     }
 
     /// SYMLINK.
@@ -136,12 +134,9 @@ impl Mds {
         target: String,
         early: Option<u64>,
     ) -> Result<MdsReply, MdsError> {
-        let (policy, want) = (self.sb.policy, super::replay::redo_ino());
         let (i, ack) = self
-            .write_ns(early, move |tx| {
-                crate::ids::forcing(want, || {
-                    ns::symlink(tx, &policy, &c, parent, &name, &target)
-                })
+            .write_made(early, move |tx, policy| {
+                ns::symlink(tx, policy, &c, parent, &name, &target)
             })
             .await?;
         self.made(&i, parent, ack)
@@ -156,12 +151,9 @@ impl Mds {
         (kind, mode, rdev): (FileKind, u32, u32),
         early: Option<u64>,
     ) -> Result<MdsReply, MdsError> {
-        let (policy, want) = (self.sb.policy, super::replay::redo_ino());
         let (i, ack) = self
-            .write_ns(early, move |tx| {
-                crate::ids::forcing(want, || {
-                    ns::mknod(tx, &policy, &c, parent, &name, (kind, mode, rdev))
-                })
+            .write_made(early, move |tx, policy| {
+                ns::mknod(tx, policy, &c, parent, &name, (kind, mode, rdev))
             })
             .await?;
         self.made(&i, parent, ack)
