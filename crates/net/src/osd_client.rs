@@ -76,6 +76,7 @@ impl OsdClient {
         self.call(
             Request {
                 cap: cap.cloned(),
+                id: 0,
                 cmd,
                 get: Vec::new(),
                 set: Vec::new(),

@@ -219,6 +219,8 @@ fn need(cmd: &Command, req: &Request) -> Need {
         rights::GET_ATTR
     };
     let mut n = match *cmd {
+        // An effect passed down a chain needs what the effect needs.
+        Command::Forward(ref f) => return need(&f.op, req),
         Command::Format { .. } => one(ROOT, 0, rights::FORMAT),
         Command::Statfs => one(ROOT, 0, rights::LIST),
         Command::CreatePartition { pid } => one(ROOT, pid, rights::CREATE | rights::PARTITION),
@@ -479,6 +481,12 @@ fn run(
         KeyRing::check_version(cap, version)?;
     }
     let reply = match &req.cmd {
+        Command::Forward(_) => {
+            return Err(WireError::bad(
+                "command",
+                "FORWARD reaches only an OSD that keeps replica chains",
+            ));
+        }
         Command::Format { policy } => {
             let p: store::Policy = policy.parse().map_err(|e: store::StoreError| {
                 WireError::new(ErrorCode::BadRequest, e.to_string())

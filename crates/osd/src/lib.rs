@@ -6,8 +6,11 @@
 //!   lists, error mapping): synchronous, run on the request's worker.
 //! - [`server`]: the OSD as a service of the shared server loop (handshake,
 //!   admission, metrics), and graceful shutdown.
+//! - [`chain`]: replica chains: the head runs a group's requests and passes
+//!   their effects down the chain; members apply them and pass them on.
 //! - [`metrics`]: Prometheus registry and the `/metrics` endpoint.
 
+pub mod chain;
 pub mod exec;
 pub mod metrics;
 pub mod server;

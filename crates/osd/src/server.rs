@@ -44,6 +44,7 @@ impl ServerConfig {
 pub struct Osd {
     ctx: Arc<Ctx>,
     cfg: ServerConfig,
+    chains: Option<Arc<crate::chain::Chains>>,
     /// Its metrics.
     pub metrics: Arc<Metrics>,
 }
@@ -55,6 +56,18 @@ impl Osd {
             ctx: Arc::new(ctx),
             metrics: Arc::new(Metrics::new()),
             cfg,
+            chains: None,
+        })
+    }
+
+    /// An OSD that is a member of replica chains: requests for a group's
+    /// partition, and effects passed down a chain, go through `chains`.
+    pub fn chained(ctx: Ctx, cfg: ServerConfig, chains: Arc<crate::chain::Chains>) -> Arc<Osd> {
+        Arc::new(Osd {
+            ctx: Arc::new(ctx),
+            metrics: Arc::new(Metrics::new()),
+            cfg,
+            chains: Some(chains),
         })
     }
 
@@ -207,6 +220,16 @@ impl Service for Osd {
         let started = Instant::now();
         let in_bytes = f.payload.len() as u64;
         let ctx = self.ctx.clone();
+        if let Some(chains) = &self.chains
+            && crate::chain::Chains::handles(&req)
+        {
+            let name = req.cmd.name();
+            let (resp, out) = chains
+                .serve(&ctx, peer.principal_id, &peer.name, req, f.payload)
+                .await;
+            self.count(name, started, in_bytes, &resp, out.len() as u64);
+            return (Bytes::from(proto::msg::encode(&resp)), out);
+        }
         // The store call blocks (device I/O, group-commit wait): run it on
         // this worker and let tokio hand its other tasks to another worker;
         // one thread hop fewer per request than spawn_blocking.

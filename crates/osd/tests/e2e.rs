@@ -220,6 +220,7 @@ async fn every_command_end_to_end() {
         .call(
             Request {
                 cap: Some(a.clone()),
+                id: 0,
                 cmd: Command::Write {
                     pid: P,
                     oid: 0x10100,
@@ -251,6 +252,7 @@ async fn every_command_end_to_end() {
     c.call(
         Request {
             cap: Some(a.clone()),
+            id: 0,
             cmd: Command::SetAttributes {
                 pid: P,
                 oid: 0x10100,
@@ -705,6 +707,7 @@ async fn bad_frames_get_an_error_or_a_close_and_nothing_else_suffers() {
     let mut s = raw_handshake(&t.addr).await;
     let req = Request {
         cap: Some(all(P)),
+        id: 0,
         cmd: Command::Read {
             pid: P,
             oid: 0x10000,
@@ -821,6 +824,7 @@ async fn idle_and_slow_connections_are_closed_others_are_not() {
     let mut slow = raw_handshake(&t.addr).await;
     let req = Request {
         cap: Some(all(P)),
+        id: 0,
         cmd: Command::Statfs,
         get: vec![],
         set: vec![],
@@ -913,6 +917,7 @@ fn a_bad_capability_is_refused_before_reply_memory_is_reserved() {
     let read = |c: Capability| {
         let req = Request {
             cap: Some(c),
+            id: 0,
             cmd: Command::Read {
                 pid: P,
                 oid: 0x10000,

@@ -213,6 +213,7 @@ impl Osds {
             .call(
                 Request {
                     cap: Some(cap),
+                    id: 0,
                     cmd,
                     get,
                     set,

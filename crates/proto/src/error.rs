@@ -54,6 +54,12 @@ pub enum ErrorCode {
     /// The peer is not who it claims, its key or ticket is unknown,
     /// rotated or expired, or a frame failed its authentication tag.
     Unauthenticated = 42,
+    /// The OSD is not the head of the object's replica chain (or its
+    /// chain has changed): fetch the chains again and send to the head.
+    NotHead = 43,
+    /// A chain member refused an effect sent under another chain epoch
+    /// than its own, or by an OSD that is not the member before it.
+    StaleChain = 44,
 }
 
 /// An error reply.

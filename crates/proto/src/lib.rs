@@ -7,6 +7,7 @@
 
 pub mod auth;
 pub mod cap;
+pub mod chain;
 pub mod clock;
 pub mod error;
 pub mod frame;
@@ -22,7 +23,7 @@ pub use msg::{AttrKey, Command, Hello, Reply, Request, Response, Welcome};
 
 /// Protocol version spoken by this build. A peer with another major version
 /// is refused at the handshake.
-pub const PROTOCOL_VERSION: u16 = 4;
+pub const PROTOCOL_VERSION: u16 = 5;
 
 #[cfg(test)]
 mod mds_proptests;

@@ -316,6 +316,11 @@ pub enum Command {
         /// The capability for the source (absent only on an insecure OSD).
         src_cap: Option<Box<Capability>>,
     },
+    /// An effect passed down a replica chain by the member before this
+    /// one (see [`crate::chain`]); the request's capability covers the
+    /// effect's object in the group's partition and names the sender's
+    /// principal. The request's set list and payload are the effect's.
+    Forward(Box<crate::chain::Forward>),
 }
 
 /// Most bytes one COPY moves.
@@ -352,6 +357,7 @@ impl Command {
             Command::DataRanges { .. } => 22,
             Command::Reserve { .. } => 23,
             Command::Copy { .. } => 24,
+            Command::Forward(_) => 25,
         }
     }
 
@@ -382,6 +388,7 @@ impl Command {
             Command::DataRanges { .. } => "data_ranges",
             Command::Reserve { .. } => "reserve",
             Command::Copy { .. } => "copy",
+            Command::Forward(_) => "forward",
         }
     }
 
@@ -406,10 +413,55 @@ impl Command {
 
     /// Whether the command carries a payload.
     pub fn takes_payload(&self) -> bool {
-        matches!(
-            self,
-            Command::Write { .. } | Command::Append { .. } | Command::CreateAndWrite { .. }
-        )
+        match self {
+            Command::Forward(f) => f.op.takes_payload(),
+            c => matches!(
+                c,
+                Command::Write { .. } | Command::Append { .. } | Command::CreateAndWrite { .. }
+            ),
+        }
+    }
+
+    /// The partition and object a command acts on, when it acts on one
+    /// (a FORWARD's effect's).
+    pub fn object(&self) -> Option<(u64, u64)> {
+        match *self {
+            Command::Create {
+                pid,
+                oid: Some(oid),
+                ..
+            }
+            | Command::Remove { pid, oid }
+            | Command::Read { pid, oid, .. }
+            | Command::Write { pid, oid, .. }
+            | Command::Append { pid, oid }
+            | Command::CreateAndWrite { pid, oid }
+            | Command::GetAttributes { pid, oid }
+            | Command::SetAttributes { pid, oid }
+            | Command::Cas { pid, oid, .. }
+            | Command::FetchAdd { pid, oid, .. }
+            | Command::SetVersion { pid, oid, .. }
+            | Command::Truncate { pid, oid, .. }
+            | Command::GetPage { pid, oid, .. }
+            | Command::Digest { pid, oid, .. }
+            | Command::Punch { pid, oid, .. }
+            | Command::DataRanges { pid, oid }
+            | Command::Reserve { pid, oid, .. }
+            | Command::Copy { pid, oid, .. } => Some((pid, oid)),
+            Command::Forward(ref f) => f.op.object(),
+            _ => None,
+        }
+    }
+
+    /// The partition a command names (a FORWARD's effect's).
+    pub fn partition(&self) -> Option<u64> {
+        match *self {
+            Command::Create { pid, .. } | Command::Flush { pid } | Command::List { pid, .. } => {
+                Some(pid)
+            }
+            Command::Forward(ref f) => f.op.partition(),
+            ref c => c.object().map(|(p, _)| p),
+        }
     }
 }
 
@@ -418,6 +470,10 @@ impl Command {
 pub struct Request {
     /// The capability authorising it (absent only on an insecure OSD).
     pub cap: Option<Capability>,
+    /// The caller's id for this request, the same on every retry of it
+    /// (0 = none): a replica chain answers a retry of a change it already
+    /// made with the answer it gave, not by making it again.
+    pub id: u64,
     /// What to do.
     pub cmd: Command,
     /// Attributes to return with the reply (any command on one object).
@@ -587,6 +643,18 @@ impl Request {
                     "the source and destination ranges of one object overlap",
                 ))
             }
+            Command::Forward(f) if matches!(f.op, Command::Forward(_)) => Err(WireError::bad(
+                "forward",
+                "a forwarded effect cannot itself be a forward",
+            )),
+            Command::Forward(f) => Request {
+                cap: None,
+                id: 0,
+                cmd: f.op.clone(),
+                get: Vec::new(),
+                set: self.set.clone(),
+            }
+            .validate(payload_len),
             Command::Cas { expected, new, .. }
                 if expected.len() > MAX_ATTR_VALUE || new.len() > MAX_ATTR_VALUE =>
             {

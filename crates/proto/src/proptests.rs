@@ -144,14 +144,39 @@ fn command() -> impl Strategy<Value = Command> {
     ]
 }
 
+/// A command, or a FORWARD of one (with the head's answer).
+fn command_or_forward() -> impl Strategy<Value = Command> {
+    prop_oneof![
+        3 => command(),
+        1 => (command(), any::<u32>(), any::<u64>(), any::<u64>(), any::<u64>(), blob()).prop_map(
+            |(op, group, epoch, origin, id, old)| Command::Forward(Box::new(crate::chain::Forward {
+                group,
+                epoch,
+                op,
+                origin,
+                id,
+                reply: Reply::Cas { swapped: true, old },
+                attrs: Vec::new(),
+            }))
+        ),
+    ]
+}
+
 fn request() -> impl Strategy<Value = Request> {
     (
         proptest::option::of(cap()),
-        command(),
+        any::<u64>(),
+        command_or_forward(),
         proptest::collection::vec(key(), 0..4),
         proptest::collection::vec((key(), blob()), 0..4),
     )
-        .prop_map(|(cap, cmd, get, set)| Request { cap, cmd, get, set })
+        .prop_map(|(cap, id, cmd, get, set)| Request {
+            cap,
+            id,
+            cmd,
+            get,
+            set,
+        })
 }
 
 fn reply() -> impl Strategy<Value = Result<Reply, WireError>> {

@@ -1,0 +1,550 @@
+//! This OSD's part in the replica chains (`proto::chain`): a request for a
+//! group's partition is served only by the group's head, which runs it,
+//! passes its effect down the chain and answers once the tail has it; an
+//! effect from the member before this one is applied and passed on the
+//! same way. Every member holds the object's lock from applying an effect
+//! until the rest of the chain has it, and reads at the head wait for that
+//! lock, so a read never sees a change that a failover could lose.
+//!
+//! A member that cannot pass an effect on (its successor is down, cut
+//! off, or failed the effect) asks the authority to drop the successor
+//! from the chain and passes the effect to the new successor: effects are
+//! in a form whose repetition is harmless, so a member that already had it
+//! loses nothing. Answers to requests that carried an id are kept (on
+//! every member), so a client that retries at the new head after the old
+//! one died gets the answer the change had, not a second change.
+
+use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use net::auth::IdentitySource;
+use net::{ConnConfig, ConnError, OsdClient};
+use proto::chain::{ChainTable, Forward, partition_group};
+use proto::msg::{AttrKey, Command, Reply, Request, Response};
+use proto::{Capability, ErrorCode, WireError};
+
+use crate::exec::{Ctx, execute};
+
+/// A boxed future (the authority is called through a trait object).
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// What this OSD knows of the chains: the table, where its successors
+/// listen, and the capabilities they accept from it.
+#[derive(Debug, Clone, Default)]
+pub struct ChainView {
+    /// Every group's chain.
+    pub table: ChainTable,
+    /// OSD id → address, for the members this OSD passes effects to.
+    pub addrs: HashMap<u32, String>,
+    /// (group, successor) → a capability over the group's partition on
+    /// the successor, held by this OSD's principal.
+    pub caps: HashMap<(u32, u32), Capability>,
+}
+
+/// Who keeps the chains (the MDS, in a cluster).
+pub trait ChainAuthority: Send + Sync {
+    /// The current view.
+    fn fetch(&self) -> BoxFuture<'_, Result<ChainView, WireError>>;
+    /// Asks that `osd` leave group `group`'s chain at `epoch` (this OSD is
+    /// the member before it and could not pass it an effect); returns the
+    /// view after the change, or the current one if the chain had
+    /// changed already.
+    fn drop_member(
+        &self,
+        group: u32,
+        epoch: u64,
+        osd: u32,
+    ) -> BoxFuture<'_, Result<ChainView, WireError>>;
+}
+
+/// Answers kept for retries, per member.
+const KEPT_ANSWERS: usize = 65_536;
+/// How long a member waits for a chain change it was told of (a newer
+/// epoch) before it refuses the effect.
+const CATCH_UP: Duration = Duration::from_secs(5);
+/// How long a member keeps trying to pass an effect on (the authority
+/// drops a successor only once it is sure the successor is down, which
+/// takes up to an OSD lease) before it fails the request.
+const PASS_DEADLINE: Duration = Duration::from_secs(20);
+
+type Kept = (Result<Reply, WireError>, Vec<(AttrKey, Vec<u8>)>);
+/// The kept answers by (principal, request id), and their order of arrival.
+type KeptAnswers = (HashMap<(u64, u64), Kept>, VecDeque<(u64, u64)>);
+/// An effect: its command, set list and payload.
+pub type Effect = (Command, Vec<(AttrKey, Vec<u8>)>, Bytes);
+
+/// This OSD's chain state.
+pub struct Chains {
+    me: u32,
+    cluster_id: String,
+    authority: Arc<dyn ChainAuthority>,
+    identity: Arc<dyn IdentitySource>,
+    view: RwLock<Option<(Arc<ChainView>, Instant)>>,
+    fetching: tokio::sync::Mutex<()>,
+    locks: Vec<tokio::sync::Mutex<()>>,
+    peers: Mutex<HashMap<u32, (String, Arc<OsdClient>)>>,
+    kept: Mutex<KeptAnswers>,
+    made: Mutex<std::collections::HashSet<u64>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn not_head(why: String) -> WireError {
+    WireError::new(ErrorCode::NotHead, why)
+}
+
+fn stale(why: String) -> WireError {
+    WireError::new(ErrorCode::StaleChain, why)
+}
+
+impl Chains {
+    /// Chain state for OSD `me`, which reaches its successors as
+    /// `identity` gives and learns the chains from `authority`.
+    pub fn new(
+        me: u32,
+        cluster_id: &str,
+        authority: Arc<dyn ChainAuthority>,
+        identity: Arc<dyn IdentitySource>,
+    ) -> Arc<Chains> {
+        Arc::new(Chains {
+            me,
+            cluster_id: cluster_id.into(),
+            authority,
+            identity,
+            view: RwLock::new(None),
+            fetching: tokio::sync::Mutex::new(()),
+            locks: (0..256).map(|_| tokio::sync::Mutex::new(())).collect(),
+            peers: Mutex::new(HashMap::new()),
+            kept: Mutex::new((HashMap::new(), VecDeque::new())),
+            made: Mutex::new(std::collections::HashSet::new()),
+        })
+    }
+
+    /// Whether a request belongs to a chain (names a group's partition).
+    pub fn handles(req: &Request) -> bool {
+        matches!(req.cmd, Command::Forward(_))
+            || req.cmd.partition().and_then(partition_group).is_some()
+    }
+
+    fn current(&self) -> Option<(Arc<ChainView>, Instant)> {
+        self.view.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// The view, fetched if there is none yet.
+    async fn view(&self) -> Result<Arc<ChainView>, WireError> {
+        match self.current() {
+            Some((v, _)) => Ok(v),
+            None => self.refresh(None).await,
+        }
+    }
+
+    /// Fetches the view unless one newer than `since` arrived meanwhile
+    /// (concurrent callers share one fetch).
+    async fn refresh(&self, since: Option<Instant>) -> Result<Arc<ChainView>, WireError> {
+        let _one = self.fetching.lock().await;
+        if let Some((v, at)) = self.current()
+            && since.is_some_and(|s| at > s)
+        {
+            return Ok(v);
+        }
+        let v = self.authority.fetch().await?;
+        Ok(self.install(v))
+    }
+
+    /// Installs a view unless the one held is newer.
+    pub fn install(&self, v: ChainView) -> Arc<ChainView> {
+        let mut slot = self.view.write().unwrap_or_else(|e| e.into_inner());
+        if let Some((old, _)) = slot.as_ref()
+            && old.table.epoch > v.table.epoch
+        {
+            return old.clone();
+        }
+        let v = Arc::new(v);
+        *slot = Some((v.clone(), Instant::now()));
+        v
+    }
+
+    fn stripe(&self, obj: (u64, u64)) -> usize {
+        let h =
+            (obj.0.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ obj.1).wrapping_mul(0xff51_afd7_ed55_8ccd);
+        (h >> 56) as usize % self.locks.len()
+    }
+
+    /// Takes the locks of the objects a command touches (COPY: both), in
+    /// stripe order.
+    async fn lock_objects(&self, cmd: &Command) -> Vec<tokio::sync::MutexGuard<'_, ()>> {
+        let mut idx: Vec<usize> = cmd.object().map(|o| self.stripe(o)).into_iter().collect();
+        if let Command::Copy { pid, src_oid, .. } = *cmd {
+            idx.push(self.stripe((pid, src_oid)));
+        }
+        idx.sort_unstable();
+        idx.dedup();
+        let mut held = Vec::with_capacity(idx.len());
+        for i in idx {
+            held.push(self.locks[i].lock().await);
+        }
+        held
+    }
+
+    /// Makes a group's partition on this OSD the first time it is used.
+    fn ensure_partition(&self, ctx: &Ctx, pid: u64) -> Result<(), WireError> {
+        if lock(&self.made).contains(&pid) {
+            return Ok(());
+        }
+        match ctx.store.get()?.create_partition(pid) {
+            Ok(()) | Err(store::StoreError::PartitionExists(_)) => {
+                lock(&self.made).insert(pid);
+                Ok(())
+            }
+            Err(e) => Err(crate::exec::map_err(e)),
+        }
+    }
+
+    fn kept(&self, key: (u64, u64)) -> Option<Kept> {
+        lock(&self.kept).0.get(&key).cloned()
+    }
+
+    fn keep(&self, key: (u64, u64), answer: Kept) {
+        if key.1 == 0 {
+            return;
+        }
+        let mut k = lock(&self.kept);
+        if k.0.insert(key, answer).is_none() {
+            k.1.push_back(key);
+        }
+        while k.1.len() > KEPT_ANSWERS {
+            if let Some(old) = k.1.pop_front() {
+                k.0.remove(&old);
+            }
+        }
+    }
+
+    /// Serves a request for a group's partition, or a FORWARD, from a
+    /// connection authenticated as `principal` (`name`).
+    pub async fn serve(
+        &self,
+        ctx: &Ctx,
+        principal: u64,
+        name: &str,
+        req: Request,
+        payload: Bytes,
+    ) -> (Response, Bytes) {
+        let r = match req.cmd {
+            Command::Forward(_) => self.apply_forward(ctx, principal, name, req, payload).await,
+            _ => self.serve_at_head(ctx, principal, req, payload).await,
+        };
+        match r {
+            Ok(x) => x,
+            Err(e) => (
+                Response {
+                    result: Err(e),
+                    attrs: Vec::new(),
+                },
+                Bytes::new(),
+            ),
+        }
+    }
+
+    async fn serve_at_head(
+        &self,
+        ctx: &Ctx,
+        principal: u64,
+        req: Request,
+        payload: Bytes,
+    ) -> Result<(Response, Bytes), WireError> {
+        let Some(group) = req.cmd.partition().and_then(partition_group) else {
+            return Err(WireError::bad("partition", "not a replica group's"));
+        };
+        if let Command::Create { oid: None, .. } = req.cmd {
+            return Err(WireError::bad(
+                "oid",
+                "a replica group's partition takes only creates that name their objects",
+            ));
+        }
+        let mut view = self.view().await?;
+        if view.table.chain(group).and_then(|c| c.head()) != Some(self.me) {
+            // Maybe this OSD was made head since it last looked.
+            view = self.refresh(self.current().map(|c| c.1)).await?;
+        }
+        let Some(chain) = view.table.chain(group).cloned() else {
+            return Err(not_head(format!("group {group} has no chain")));
+        };
+        if chain.head() != Some(self.me) {
+            return Err(not_head(format!(
+                "OSD {} is not the head of group {group} (chain epoch {}: head {:?})",
+                self.me,
+                chain.epoch,
+                chain.head()
+            )));
+        }
+        self.ensure_partition(ctx, proto::chain::group_partition(group))?;
+        let key = (principal, req.id);
+        if req.id != 0
+            && let Some((result, attrs)) = self.kept(key)
+        {
+            return Ok((Response { result, attrs }, Bytes::new()));
+        }
+        let _held = self.lock_objects(&req.cmd).await;
+        let (resp, out) =
+            tokio::task::block_in_place(|| execute(ctx, principal, &req, payload.clone()));
+        let Ok(reply) = &resp.result else {
+            return Ok((resp, out));
+        };
+        let Some((op, set, data)) = effect(&req, reply, &payload) else {
+            return Ok((resp, out));
+        };
+        let fwd = Forward {
+            group,
+            epoch: chain.epoch,
+            op,
+            origin: principal,
+            id: req.id,
+            reply: reply.clone(),
+            attrs: resp.attrs.clone(),
+        };
+        self.pass_down(fwd, set, data).await?;
+        self.keep(key, (resp.result.clone(), resp.attrs.clone()));
+        Ok((resp, out))
+    }
+
+    async fn apply_forward(
+        &self,
+        ctx: &Ctx,
+        principal: u64,
+        name: &str,
+        req: Request,
+        payload: Bytes,
+    ) -> Result<(Response, Bytes), WireError> {
+        let Command::Forward(f) = req.cmd else {
+            return Err(WireError::bad("command", "not a forward"));
+        };
+        let f = *f;
+        let started = Instant::now();
+        let mut view = self.view().await?;
+        let chain = loop {
+            let c = view.table.chain(f.group).cloned().unwrap_or_default();
+            if c.epoch == f.epoch {
+                break c;
+            }
+            if c.epoch > f.epoch || started.elapsed() > CATCH_UP {
+                return Err(stale(format!(
+                    "OSD {} holds group {} at chain epoch {}, the effect came under epoch {}",
+                    self.me, f.group, c.epoch, f.epoch
+                )));
+            }
+            // The sender knows of a change this OSD has not seen yet.
+            let before = self.current().map(|c| c.1);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            view = self.refresh(before).await?;
+        };
+        let pred = chain.predecessor(self.me);
+        if pred.map(proto::chain::member_name).as_deref() != Some(name) {
+            return Err(stale(format!(
+                "{name} is not the member before OSD {} in group {}'s chain (epoch {}: {:?})",
+                self.me, f.group, chain.epoch, pred
+            )));
+        }
+        if f.op.partition().and_then(partition_group) != Some(f.group) {
+            return Err(WireError::bad(
+                "forward",
+                format!("the effect is not in group {}'s partition", f.group),
+            ));
+        }
+        self.ensure_partition(ctx, proto::chain::group_partition(f.group))?;
+        let _held = self.lock_objects(&f.op).await;
+        let inner = Request {
+            cap: req.cap.clone(),
+            id: 0,
+            cmd: f.op.clone(),
+            get: Vec::new(),
+            set: req.set.clone(),
+        };
+        tokio::task::block_in_place(|| apply(ctx, principal, &inner, payload.clone()))?;
+        self.keep((f.origin, f.id), (Ok(f.reply.clone()), f.attrs.clone()));
+        self.pass_down(f, req.set, payload).await?;
+        Ok((
+            Response {
+                result: Ok(Reply::Done),
+                attrs: Vec::new(),
+            },
+            Bytes::new(),
+        ))
+    }
+
+    /// Passes an effect to this OSD's successor in its group's chain, and
+    /// to the next one whenever the authority drops a successor that
+    /// could not take it; returns once the rest of the chain has it.
+    async fn pass_down(
+        &self,
+        mut f: Forward,
+        set: Vec<(AttrKey, Vec<u8>)>,
+        data: Bytes,
+    ) -> Result<(), WireError> {
+        let group = f.group;
+        let started = Instant::now();
+        while started.elapsed() < PASS_DEADLINE {
+            let view = self.view().await?;
+            let chain = view.table.chain(group).cloned().unwrap_or_default();
+            if !chain.holds(self.me) {
+                return Err(not_head(format!(
+                    "OSD {} left group {group}'s chain (epoch {}) while passing an effect on",
+                    self.me, chain.epoch
+                )));
+            }
+            let Some(next) = chain.successor(self.me) else {
+                return Ok(());
+            };
+            f.epoch = chain.epoch;
+            let req = Request {
+                cap: view.caps.get(&(group, next)).cloned(),
+                id: 0,
+                cmd: Command::Forward(Box::new(f.clone())),
+                get: Vec::new(),
+                set: set.clone(),
+            };
+            let sent = match self.peer(&view, next) {
+                Ok(c) => c.call(req, data.clone()).await,
+                Err(e) => Err(e),
+            };
+            match sent {
+                Ok(_) => return Ok(()),
+                Err(ConnError::Remote(w)) if w.code == ErrorCode::StaleChain => {
+                    // The successor holds another epoch: look again.
+                    let before = self.current().map(|c| c.1);
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    self.refresh(before).await?;
+                }
+                Err(e) => {
+                    tracing::warn!(
+                        group,
+                        osd = next,
+                        epoch = chain.epoch,
+                        error = %e,
+                        "chain member failed to take an effect; asking that it be dropped"
+                    );
+                    let v = self.authority.drop_member(group, chain.epoch, next).await?;
+                    if v.table.chain(group).is_some_and(|c| c.epoch == chain.epoch) {
+                        // Not dropped (the authority does not see it down
+                        // yet): try it again shortly.
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                    self.install(v);
+                }
+            }
+        }
+        Err(WireError::new(
+            ErrorCode::Io,
+            format!("group {group}: the effect could not be passed down its chain"),
+        ))
+    }
+
+    fn peer(&self, view: &ChainView, osd: u32) -> Result<Arc<OsdClient>, ConnError> {
+        let addr = view
+            .addrs
+            .get(&osd)
+            .cloned()
+            .ok_or_else(|| ConnError::Connect {
+                addr: format!("OSD {osd}"),
+                why: "no address for this chain member".into(),
+            })?;
+        let mut peers = lock(&self.peers);
+        if let Some((a, c)) = peers.get(&osd)
+            && *a == addr
+        {
+            return Ok(c.clone());
+        }
+        let mut cfg = ConnConfig::new(&self.cluster_id, osd, self.identity.clone());
+        cfg.name = format!("osd.{}-chain", self.me);
+        cfg.connections = 2;
+        cfg.timeout = Duration::from_secs(5);
+        let c = Arc::new(OsdClient::new(&addr, cfg));
+        peers.insert(osd, (addr, c.clone()));
+        Ok(c)
+    }
+}
+
+/// The effect of a request that changed something, in a form whose
+/// repetition is harmless: the command, its set list and its payload as
+/// passed down the chain. `None` for a request that changed nothing.
+pub fn effect(req: &Request, reply: &Reply, payload: &Bytes) -> Option<Effect> {
+    let set = req.set.clone();
+    let set_only = |pid, oid, set: Vec<(AttrKey, Vec<u8>)>| {
+        (!set.is_empty()).then_some((Command::SetAttributes { pid, oid }, set, Bytes::new()))
+    };
+    match (&req.cmd, reply) {
+        (Command::Cas { .. }, Reply::Cas { swapped: false, .. }) => None,
+        (
+            Command::Cas {
+                pid, oid, key, new, ..
+            },
+            _,
+        ) => {
+            let mut s = vec![(*key, new.clone())];
+            s.extend(set);
+            set_only(*pid, *oid, s)
+        }
+        (
+            Command::FetchAdd {
+                pid,
+                oid,
+                key,
+                delta,
+            },
+            Reply::FetchAdd { old },
+        ) => {
+            let mut s = vec![(*key, old.wrapping_add(*delta).to_le_bytes().to_vec())];
+            s.extend(set);
+            set_only(*pid, *oid, s)
+        }
+        (Command::Append { pid, oid }, Reply::Appended { offset }) => Some((
+            Command::Write {
+                pid: *pid,
+                oid: *oid,
+                offset: *offset,
+            },
+            set,
+            payload.clone(),
+        )),
+        (
+            Command::Read { pid, oid, .. }
+            | Command::GetAttributes { pid, oid }
+            | Command::GetPage { pid, oid, .. }
+            | Command::Digest { pid, oid, .. }
+            | Command::DataRanges { pid, oid },
+            _,
+        ) => set_only(*pid, *oid, set),
+        (Command::List { .. } | Command::Flush { .. } | Command::Statfs, _) => None,
+        (cmd, _) => Some((cmd.clone(), set, payload.clone())),
+    }
+}
+
+/// Applies an effect on a member: a create of an object that is there
+/// replaces it (the member held a leftover), and an effect on an object
+/// that is not there is skipped (it was removed, or the member is joining
+/// and the fill brings the object whole).
+fn apply(ctx: &Ctx, principal: u64, req: &Request, payload: Bytes) -> Result<(), WireError> {
+    let run = || execute(ctx, principal, req, payload.clone()).0.result;
+    match run() {
+        Ok(_) => Ok(()),
+        Err(e) if e.code == ErrorCode::Exists => {
+            let (pid, oid) = req.cmd.object().ok_or(e)?;
+            let remove = Request {
+                cap: req.cap.clone(),
+                id: 0,
+                cmd: Command::Remove { pid, oid },
+                get: Vec::new(),
+                set: Vec::new(),
+            };
+            let _ = execute(ctx, principal, &remove, Bytes::new());
+            run().map(|_| ())
+        }
+        Err(e) if e.code == ErrorCode::NoObject => Ok(()),
+        Err(e) => Err(e),
+    }
+}

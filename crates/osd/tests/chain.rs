@@ -1,0 +1,448 @@
+//! Replica chains over real sockets: three OSD servers, each on its own
+//! runtime with a file-backed store, one group's chain across them, and a
+//! small authority that keeps the chain table as the MDS would. The
+//! races kill a member (head, middle or tail) in the middle of 64 clients
+//! racing compare-and-swaps and fetch-and-adds, and check that every
+//! compare-and-swap has exactly one winner, that no fetch-and-add is lost
+//! or counted twice, and that every member left holds the same values.
+
+#![expect(clippy::unwrap_used, reason = "tests: a panic is the failure report")]
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use net::auth::{BoxFuture as IdFuture, Identity, IdentitySource, mint_ticket};
+use net::{ConnConfig, ConnError, OsdClient};
+use osd::chain::{BoxFuture, ChainAuthority, ChainView, Chains};
+use osd::exec::{Ctx, StoreHandle};
+use osd::server::{Osd, ServerConfig};
+use proto::chain::{ChainTable, group_partition, member_name, member_principal};
+use proto::clock::now_ms;
+use proto::msg::{AttrKey, Command, Reply, Request};
+use proto::{CapSpec, Capability, ErrorCode, KeyRing, WireError, rights};
+use store::device::{Device, FileDevice};
+use store::{FormatOptions, OpenOptions, Store};
+
+const CLUSTER: &str = "chains";
+const GROUP: u32 = 1;
+const OBJ: u64 = 0x4_2424;
+const CLIENT: u64 = 7;
+
+fn ring(osd: u32) -> KeyRing {
+    KeyRing::new(vec![(1, [osd as u8 + 0x40; 32])]).unwrap()
+}
+
+/// The chain table and where the OSDs listen, shared by every OSD's view
+/// of the authority.
+#[derive(Default)]
+struct Table {
+    table: ChainTable,
+    addrs: HashMap<u32, String>,
+    /// OSDs the authority knows are down (as the MDS does once their
+    /// lease ran out); only those are dropped when a member asks.
+    down: Vec<u32>,
+}
+
+#[derive(Clone)]
+struct Authority {
+    me: u32,
+    shared: Arc<Mutex<Table>>,
+}
+
+impl Authority {
+    fn view(&self) -> ChainView {
+        let t = self.shared.lock().unwrap();
+        let mut caps = HashMap::new();
+        for (g, c) in &t.table.chains {
+            if let Some(next) = c.successor(self.me) {
+                let spec = CapSpec {
+                    partition: group_partition(*g),
+                    oid_lo: 0,
+                    oid_hi: u64::MAX,
+                    rights: rights::ALL,
+                    expiry_ms: now_ms() + 600_000,
+                    version: u64::MAX,
+                    holder: member_principal(self.me),
+                };
+                caps.insert((*g, next), spec.sign(&[next as u8 + 0x40; 32], 1, next));
+            }
+        }
+        ChainView {
+            table: t.table.clone(),
+            addrs: t.addrs.clone(),
+            caps,
+        }
+    }
+}
+
+impl ChainAuthority for Authority {
+    fn fetch(&self) -> BoxFuture<'_, Result<ChainView, WireError>> {
+        let v = self.view();
+        Box::pin(async move { Ok(v) })
+    }
+
+    fn drop_member(
+        &self,
+        group: u32,
+        epoch: u64,
+        osd: u32,
+    ) -> BoxFuture<'_, Result<ChainView, WireError>> {
+        {
+            let mut t = self.shared.lock().unwrap();
+            let c = t.table.chain(group).cloned().unwrap();
+            if c.epoch == epoch && c.successor(self.me) == Some(osd) && t.down.contains(&osd) {
+                let members = c.members.iter().copied().filter(|m| *m != osd).collect();
+                let joining = c.joining.iter().copied().filter(|m| *m != osd).collect();
+                t.table.set(group, members, joining);
+            }
+        }
+        let v = self.view();
+        Box::pin(async move { Ok(v) })
+    }
+}
+
+/// OSD `me`'s tickets to the other members, as principal `osd.me`.
+struct MemberTickets(u32);
+
+impl IdentitySource for MemberTickets {
+    fn identity(&self, osd_id: u32) -> IdFuture<'_, Result<Identity, ConnError>> {
+        let me = self.0;
+        Box::pin(async move {
+            Ok(mint_ticket(
+                &ring(osd_id),
+                osd_id,
+                member_principal(me),
+                &member_name(me),
+            )
+            .unwrap()
+            .0)
+        })
+    }
+}
+
+/// The clients' tickets, as principal 7.
+struct ClientTickets;
+
+impl IdentitySource for ClientTickets {
+    fn identity(&self, osd_id: u32) -> IdFuture<'_, Result<Identity, ConnError>> {
+        Box::pin(async move {
+            Ok(mint_ticket(&ring(osd_id), osd_id, CLIENT, "client.race")
+                .unwrap()
+                .0)
+        })
+    }
+}
+
+struct Member {
+    rt: Option<tokio::runtime::Runtime>,
+    _dir: tempfile::TempDir,
+}
+
+fn start_member(id: u32, shared: Arc<Mutex<Table>>) -> Member {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("osd.img");
+    let dev: Arc<dyn Device> = Arc::new(FileDevice::create(&path, 64 << 20).unwrap());
+    store::format(dev.clone(), &FormatOptions::default()).unwrap();
+    let s = Store::open(dev, &OpenOptions::default()).unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let ctx = Ctx::new(Arc::new(StoreHandle::new(path, s)), Some(ring(id)), id);
+    let auth = Arc::new(Authority {
+        me: id,
+        shared: shared.clone(),
+    });
+    let chains = Chains::new(id, CLUSTER, auth, Arc::new(MemberTickets(id)));
+    let osd = Osd::chained(ctx, ServerConfig::new(CLUSTER, id), chains);
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    shared
+        .lock()
+        .unwrap()
+        .addrs
+        .insert(id, listener.local_addr().unwrap().to_string());
+    let (stop, rx) = tokio::sync::watch::channel(false);
+    rt.spawn(async move {
+        let _keep = stop;
+        let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+        let _ = osd.serve(listener, rx).await;
+    });
+    Member {
+        rt: Some(rt),
+        _dir: dir,
+    }
+}
+
+/// A client of the group: sends to the head the table names, with a
+/// capability for it, and retries (same request id) while the chain
+/// changes.
+struct GroupClient {
+    shared: Arc<Mutex<Table>>,
+    conns: Mutex<HashMap<u32, Arc<OsdClient>>>,
+}
+
+fn client_cap(osd: u32) -> Capability {
+    CapSpec {
+        partition: group_partition(GROUP),
+        oid_lo: 0,
+        oid_hi: u64::MAX,
+        rights: rights::ALL & !rights::REVOKE,
+        expiry_ms: now_ms() + 600_000,
+        version: 1 << 40,
+        holder: CLIENT,
+    }
+    .sign(&[osd as u8 + 0x40; 32], 1, osd)
+}
+
+impl GroupClient {
+    fn head(&self) -> (u32, String) {
+        let t = self.shared.lock().unwrap();
+        let h = t.table.chain(GROUP).unwrap().head().unwrap();
+        (h, t.addrs[&h].clone())
+    }
+
+    fn conn(&self, osd: u32, addr: &str) -> Arc<OsdClient> {
+        self.conns
+            .lock()
+            .unwrap()
+            .entry(osd)
+            .or_insert_with(|| {
+                let mut cfg = ConnConfig::new(CLUSTER, osd, Arc::new(ClientTickets));
+                cfg.connections = 2;
+                cfg.timeout = Duration::from_secs(5);
+                Arc::new(OsdClient::new(addr, cfg))
+            })
+            .clone()
+    }
+
+    async fn call(
+        &self,
+        id: u64,
+        cmd: Command,
+        get: Vec<AttrKey>,
+    ) -> (Reply, Vec<(AttrKey, Vec<u8>)>) {
+        for _ in 0..500 {
+            let (osd, addr) = self.head();
+            let req = Request {
+                cap: Some(client_cap(osd)),
+                id,
+                cmd: cmd.clone(),
+                get: get.clone(),
+                set: Vec::new(),
+            };
+            match self.conn(osd, &addr).call(req, Bytes::new()).await {
+                Ok(a) => return (a.reply, a.attrs),
+                Err(ConnError::Remote(w))
+                    if !matches!(
+                        w.code,
+                        ErrorCode::NotHead
+                            | ErrorCode::NotReady
+                            | ErrorCode::StaleChain
+                            | ErrorCode::Io
+                    ) =>
+                {
+                    panic!("{cmd:?} failed: {w}")
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+            }
+        }
+        panic!("{cmd:?}: no answer after 500 tries");
+    }
+}
+
+fn key(n: u32) -> AttrKey {
+    AttrKey {
+        page: 0x1_0000,
+        number: n,
+    }
+}
+
+const COUNTER: u32 = 0xffff;
+const ROUNDS: u32 = 12;
+const RACERS: u64 = 64;
+const KILL_ROUND: u32 = 4;
+
+/// Kills chain position `victim` (0 = head) during round 4 of 12 rounds
+/// of 64 racers, then checks winners, the counter, and that every member
+/// left answers the same.
+async fn race_with_a_kill(victim: usize) {
+    let shared = Arc::new(Mutex::new(Table::default()));
+    let mut members: HashMap<u32, Member> = (1..=3)
+        .map(|id| (id, start_member(id, shared.clone())))
+        .collect();
+    shared
+        .lock()
+        .unwrap()
+        .table
+        .set(GROUP, vec![1, 2, 3], vec![]);
+    let client = Arc::new(GroupClient {
+        shared: shared.clone(),
+        conns: Mutex::new(HashMap::new()),
+    });
+    let ids = Arc::new(AtomicU64::new(1));
+    let next_id = || ids.fetch_add(1, Ordering::Relaxed);
+    client
+        .call(
+            next_id(),
+            Command::Create {
+                pid: group_partition(GROUP),
+                oid: Some(OBJ),
+                count: 1,
+            },
+            vec![],
+        )
+        .await;
+    let killed = shared.lock().unwrap().table.chain(GROUP).unwrap().members[victim];
+    let mut winners = Vec::new();
+    for round in 0..ROUNDS {
+        let mut tasks = Vec::new();
+        let answered = Arc::new(AtomicU64::new(0));
+        for r in 0..RACERS {
+            let client = client.clone();
+            let answered = answered.clone();
+            let (add1, cas_id, add2) = (next_id(), next_id(), next_id());
+            tasks.push(tokio::spawn(async move {
+                let add = |id| {
+                    client.call(
+                        id,
+                        Command::FetchAdd {
+                            pid: group_partition(GROUP),
+                            oid: OBJ,
+                            key: key(COUNTER),
+                            delta: 1,
+                        },
+                        vec![],
+                    )
+                };
+                add(add1).await;
+                answered.fetch_add(1, Ordering::SeqCst);
+                let (reply, _) = client
+                    .call(
+                        cas_id,
+                        Command::Cas {
+                            pid: group_partition(GROUP),
+                            oid: OBJ,
+                            key: key(round),
+                            expected: Vec::new(),
+                            new: (r + 1).to_le_bytes().to_vec(),
+                        },
+                        vec![],
+                    )
+                    .await;
+                add(add2).await;
+                match reply {
+                    Reply::Cas { swapped, .. } => (r + 1, swapped),
+                    other => panic!("CAS answered {other:?}"),
+                }
+            }));
+        }
+        if round == KILL_ROUND {
+            // Kill the member while the round's changes are in flight;
+            // the authority notices it (as the MDS does when its lease
+            // runs out) a little later and drops it from the chain; until
+            // then the members before it wait, and clients of a dead head
+            // retry.
+            while answered.load(Ordering::SeqCst) < RACERS / 4 {
+                tokio::time::sleep(Duration::from_micros(100)).await;
+            }
+            members
+                .get_mut(&killed)
+                .unwrap()
+                .rt
+                .take()
+                .unwrap()
+                .shutdown_background();
+            let shared = shared.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                let mut t = shared.lock().unwrap();
+                t.down.push(killed);
+                let c = t.table.chain(GROUP).cloned().unwrap();
+                if c.holds(killed) {
+                    let m = c.members.iter().copied().filter(|m| *m != killed).collect();
+                    t.table.set(GROUP, m, vec![]);
+                }
+            });
+        }
+        let mut won = Vec::new();
+        for t in tasks {
+            let (who, swapped) = t.await.unwrap();
+            if swapped {
+                won.push(who);
+            }
+        }
+        assert_eq!(
+            won.len(),
+            1,
+            "round {round}: compare-and-swap winners {won:?} (killed chain position {victim}, OSD {killed})"
+        );
+        winners.push(won[0]);
+    }
+    // Every member left answers the same: make each the head in turn.
+    let left = shared
+        .lock()
+        .unwrap()
+        .table
+        .chain(GROUP)
+        .unwrap()
+        .members
+        .clone();
+    assert_eq!(left.len(), 2, "the killed member left the chain: {left:?}");
+    assert!(!left.contains(&killed));
+    for head in &left {
+        let order: Vec<u32> = std::iter::once(*head)
+            .chain(left.iter().copied().filter(|m| m != head))
+            .collect();
+        shared.lock().unwrap().table.set(GROUP, order, vec![]);
+        let mut want: Vec<AttrKey> = (0..ROUNDS).map(key).collect();
+        want.push(key(COUNTER));
+        let (_, attrs) = client
+            .call(
+                next_id(),
+                Command::GetAttributes {
+                    pid: group_partition(GROUP),
+                    oid: OBJ,
+                },
+                want,
+            )
+            .await;
+        let got: HashMap<u32, Vec<u8>> = attrs.into_iter().map(|(k, v)| (k.number, v)).collect();
+        for round in 0..ROUNDS {
+            assert_eq!(
+                got.get(&round),
+                Some(&winners[round as usize].to_le_bytes().to_vec()),
+                "OSD {head}, round {round}: the value is not the winner's"
+            );
+        }
+        assert_eq!(
+            got.get(&COUNTER),
+            Some(&(2 * u64::from(ROUNDS) * RACERS).to_le_bytes().to_vec()),
+            "OSD {head}: every acknowledged fetch-and-add counted exactly once"
+        );
+    }
+    for m in members.values_mut() {
+        if let Some(rt) = m.rt.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_winner_when_the_head_is_killed_mid_race() {
+    race_with_a_kill(0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_winner_when_the_middle_is_killed_mid_race() {
+    race_with_a_kill(1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_winner_when_the_tail_is_killed_mid_race() {
+    race_with_a_kill(2).await;
+}

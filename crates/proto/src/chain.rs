@@ -1,0 +1,232 @@
+//! Replica chains: how objects of the namespace-on-OSDs mode keep `R`
+//! copies while compare-and-swap stays linearizable.
+//!
+//! Every OSD id names a **replica group**: the objects placement puts on
+//! that id. A group's objects live, on every OSD that holds a copy of
+//! them, in the group's own partition ([`group_partition`]), so one OSD can
+//! hold copies of several groups without their object ids meeting. The
+//! authority (the MDS) keeps each group's **chain**: an ordered list of
+//! OSDs, the head first. Clients send every command for a group to its
+//! head; the head runs it, then passes its effect down the chain, each
+//! member applying it durably before passing it on, and answers only when
+//! the tail has applied it (chain replication, van Renesse and Schneider,
+//! *Chain Replication for Supporting High Throughput and Availability*,
+//! 2004). Every member holds an object's lock from applying an effect until
+//! the rest of the chain has it, so each member's copy is always the next
+//! member's plus at most the effects still on their way down: whoever
+//! becomes head after a failure already holds everything any later member
+//! holds.
+
+use serde::{Deserialize, Serialize};
+
+use crate::msg::{Command, Reply};
+
+/// First partition id of the replica groups' partitions.
+pub const GROUP_PARTITION_BASE: u64 = 0x2_0000;
+/// Most replica groups (one per OSD id).
+pub const MAX_GROUPS: u32 = 1 << 16;
+/// Most copies a chain keeps.
+pub const MAX_CHAIN: usize = 5;
+
+/// The principal id an OSD's tickets name when it passes effects to
+/// another member (the high bit keeps it apart from people's principals).
+pub fn member_principal(osd: u32) -> u64 {
+    (1 << 63) | u64::from(osd)
+}
+
+/// The principal name an OSD's tickets carry: `osd.N`.
+pub fn member_name(osd: u32) -> String {
+    format!("osd.{osd}")
+}
+
+/// The partition holding group `group`'s objects on every member.
+pub fn group_partition(group: u32) -> u64 {
+    GROUP_PARTITION_BASE + u64::from(group)
+}
+
+/// The group a partition belongs to, if it is a group's.
+pub fn partition_group(pid: u64) -> Option<u32> {
+    pid.checked_sub(GROUP_PARTITION_BASE)
+        .filter(|g| *g < u64::from(MAX_GROUPS))
+        .map(|g| g as u32)
+}
+
+/// One group's chain at one epoch.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Chain {
+    /// Raised on every change of this chain.
+    pub epoch: u64,
+    /// Members holding every object of the group, the head first.
+    pub members: Vec<u32>,
+    /// Members being filled (after `members`): they take every new effect
+    /// but are not counted, read or made head until the fill is done.
+    pub joining: Vec<u32>,
+}
+
+impl Chain {
+    /// The head: the member clients send to.
+    pub fn head(&self) -> Option<u32> {
+        self.members.first().copied()
+    }
+
+    /// Every member in chain order (full members, then joining ones).
+    pub fn order(&self) -> impl Iterator<Item = u32> + '_ {
+        self.members.iter().chain(self.joining.iter()).copied()
+    }
+
+    /// Whether `osd` is in the chain (full or joining).
+    pub fn holds(&self, osd: u32) -> bool {
+        self.order().any(|m| m == osd)
+    }
+
+    /// The member after `osd`, to which it passes effects.
+    pub fn successor(&self, osd: u32) -> Option<u32> {
+        let mut it = self.order().skip_while(|m| *m != osd);
+        it.next()?;
+        it.next()
+    }
+
+    /// The member before `osd`, the only one it takes effects from.
+    pub fn predecessor(&self, osd: u32) -> Option<u32> {
+        let v: Vec<u32> = self.order().collect();
+        let i = v.iter().position(|m| *m == osd)?;
+        i.checked_sub(1).map(|j| v[j])
+    }
+
+    /// Checks the chain's shape: at most [`MAX_CHAIN`] members in all, none twice.
+    pub fn validate(&self) -> Result<(), String> {
+        let v: Vec<u32> = self.order().collect();
+        if v.len() > MAX_CHAIN {
+            return Err(format!("{} members, most {MAX_CHAIN}", v.len()));
+        }
+        for (i, m) in v.iter().enumerate() {
+            if v[..i].contains(m) {
+                return Err(format!("OSD {m} is in the chain twice"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Every group's chain.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct ChainTable {
+    /// Raised on every change of any chain.
+    pub epoch: u64,
+    /// Copies each group keeps when the cluster has enough OSDs.
+    pub replicas: u8,
+    /// (group, chain), sorted by group.
+    pub chains: Vec<(u32, Chain)>,
+}
+
+impl ChainTable {
+    /// Group `group`'s chain.
+    pub fn chain(&self, group: u32) -> Option<&Chain> {
+        self.chains
+            .binary_search_by_key(&group, |(g, _)| *g)
+            .ok()
+            .map(|i| &self.chains[i].1)
+    }
+
+    /// Group `group`'s chain, to change it (the caller raises the epochs).
+    pub fn chain_mut(&mut self, group: u32) -> Option<&mut Chain> {
+        self.chains
+            .binary_search_by_key(&group, |(g, _)| *g)
+            .ok()
+            .map(|i| &mut self.chains[i].1)
+    }
+
+    /// Sets group `group`'s chain (added in order if new) and raises the
+    /// table's epoch and the chain's.
+    pub fn set(&mut self, group: u32, members: Vec<u32>, joining: Vec<u32>) {
+        self.epoch += 1;
+        let epoch = self.epoch;
+        let c = Chain {
+            epoch,
+            members,
+            joining,
+        };
+        match self.chains.binary_search_by_key(&group, |(g, _)| *g) {
+            Ok(i) => self.chains[i].1 = c,
+            Err(i) => self.chains.insert(i, (group, c)),
+        }
+    }
+}
+
+/// An effect passed down a chain (the command FORWARD): a member's
+/// predecessor sends it once it has applied it itself.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Forward {
+    /// The group.
+    pub group: u32,
+    /// The chain's epoch the sender acts under; a member at another epoch
+    /// refuses it ([`crate::ErrorCode::StaleChain`]).
+    pub epoch: u64,
+    /// The effect, in a form whose repetition is harmless: a
+    /// compare-and-swap that swapped arrives as the attributes it set, a
+    /// fetch-and-add as the counter's new value, an append as a write
+    /// where it landed. The request's set list goes with it.
+    pub op: Command,
+    /// Who asked the head (principal id), for the retry table.
+    pub origin: u64,
+    /// The request id the head was asked with (0 = none).
+    pub id: u64,
+    /// What the head answered, kept by every member for a retry of the
+    /// same request that reaches it after a failover.
+    pub reply: Reply,
+    /// The attributes the head answered with.
+    pub attrs: Vec<(crate::msg::AttrKey, Vec<u8>)>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chain_order_successors_and_predecessors() {
+        let c = Chain {
+            epoch: 3,
+            members: vec![4, 1],
+            joining: vec![7],
+        };
+        assert_eq!(c.head(), Some(4));
+        assert_eq!(c.successor(4), Some(1));
+        assert_eq!(c.successor(1), Some(7));
+        assert_eq!(c.successor(7), None);
+        assert_eq!(c.predecessor(4), None);
+        assert_eq!(c.predecessor(7), Some(1));
+        assert_eq!(c.successor(9), None);
+        assert!(c.holds(7) && !c.holds(9));
+        assert!(c.validate().is_ok());
+        let twice = Chain {
+            epoch: 1,
+            members: vec![1, 2],
+            joining: vec![1],
+        };
+        assert!(twice.validate().is_err());
+    }
+
+    #[test]
+    fn partitions_map_to_groups_and_back() {
+        assert_eq!(partition_group(group_partition(0)), Some(0));
+        assert_eq!(partition_group(group_partition(77)), Some(77));
+        assert_eq!(partition_group(crate::layout::DATA_PARTITION), None);
+        assert_eq!(
+            partition_group(GROUP_PARTITION_BASE + u64::from(MAX_GROUPS)),
+            None
+        );
+    }
+
+    #[test]
+    fn table_set_raises_epochs_and_keeps_order() {
+        let mut t = ChainTable::default();
+        t.set(5, vec![5, 1], vec![]);
+        t.set(2, vec![2, 5], vec![]);
+        assert_eq!(t.epoch, 2);
+        assert_eq!(t.chains.iter().map(|c| c.0).collect::<Vec<_>>(), vec![2, 5]);
+        t.set(5, vec![1], vec![]);
+        assert_eq!(t.chain(5).unwrap().epoch, 3);
+        assert_eq!(t.chain(5).unwrap().members, vec![1]);
+        assert!(t.chain(9).is_none());
+    }
+}
