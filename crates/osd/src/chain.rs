@@ -61,8 +61,11 @@ pub trait ChainAuthority: Send + Sync {
     ) -> BoxFuture<'_, Result<ChainView, WireError>>;
 }
 
-/// Answers kept for retries, per member.
+/// Answers kept for retries, per member: at most this many…
 const KEPT_ANSWERS: usize = 65_536;
+/// …and this many bytes of them (a compare-and-swap's old value can be
+/// large), the oldest forgotten first.
+const KEPT_BYTES: usize = 32 << 20;
 /// How long a member waits for a chain change it was told of (a newer
 /// epoch) before it refuses the effect.
 const CATCH_UP: Duration = Duration::from_secs(5);
@@ -72,8 +75,24 @@ const CATCH_UP: Duration = Duration::from_secs(5);
 const PASS_DEADLINE: Duration = Duration::from_secs(20);
 
 type Kept = (Result<Reply, WireError>, Vec<(AttrKey, Vec<u8>)>);
-/// The kept answers by (principal, request id), and their order of arrival.
-type KeptAnswers = (HashMap<(u64, u64), Kept>, VecDeque<(u64, u64)>);
+/// The kept answers by (principal, request id), their order of arrival
+/// and their bytes.
+#[derive(Default)]
+struct KeptAnswers {
+    by_id: HashMap<(u64, u64), (Kept, usize)>,
+    order: VecDeque<(u64, u64)>,
+    bytes: usize,
+}
+
+fn kept_size(k: &Kept) -> usize {
+    let reply = match &k.0 {
+        Ok(Reply::Cas { old, .. }) => old.len(),
+        Ok(Reply::Created(ids)) => ids.len() * 8,
+        Ok(_) => 0,
+        Err(e) => e.message.len(),
+    };
+    64 + reply + k.1.iter().map(|(_, v)| v.len() + 16).sum::<usize>()
+}
 /// An effect: its command, set list and payload.
 pub type Effect = (Command, Vec<(AttrKey, Vec<u8>)>, Bytes);
 
@@ -121,7 +140,7 @@ impl Chains {
             fetching: tokio::sync::Mutex::new(()),
             locks: (0..256).map(|_| tokio::sync::Mutex::new(())).collect(),
             peers: Mutex::new(HashMap::new()),
-            kept: Mutex::new((HashMap::new(), VecDeque::new())),
+            kept: Mutex::new(KeptAnswers::default()),
             made: Mutex::new(std::collections::HashSet::new()),
         })
     }
@@ -207,20 +226,26 @@ impl Chains {
     }
 
     fn kept(&self, key: (u64, u64)) -> Option<Kept> {
-        lock(&self.kept).0.get(&key).cloned()
+        lock(&self.kept).by_id.get(&key).map(|(k, _)| k.clone())
     }
 
     fn keep(&self, key: (u64, u64), answer: Kept) {
         if key.1 == 0 {
             return;
         }
+        let size = kept_size(&answer);
         let mut k = lock(&self.kept);
-        if k.0.insert(key, answer).is_none() {
-            k.1.push_back(key);
+        match k.by_id.insert(key, (answer, size)) {
+            Some((_, old)) => k.bytes -= old,
+            None => k.order.push_back(key),
         }
-        while k.1.len() > KEPT_ANSWERS {
-            if let Some(old) = k.1.pop_front() {
-                k.0.remove(&old);
+        k.bytes += size;
+        while k.order.len() > KEPT_ANSWERS || k.bytes > KEPT_BYTES {
+            let Some(old) = k.order.pop_front() else {
+                break;
+            };
+            if let Some((_, n)) = k.by_id.remove(&old) {
+                k.bytes -= n;
             }
         }
     }
@@ -325,6 +350,18 @@ impl Chains {
             return Err(WireError::bad("command", "not a forward"));
         };
         let f = *f;
+        // Only another member passes effects: anyone else is refused
+        // before this OSD looks at (or fetches) any chain.
+        let member = name
+            .strip_prefix("osd.")
+            .and_then(|n| n.parse::<u32>().ok())
+            .filter(|n| proto::chain::member_principal(*n) == principal);
+        if member.is_none() {
+            return Err(WireError::new(
+                ErrorCode::CapForged,
+                format!("{name} is not an OSD: only chain members pass effects"),
+            ));
+        }
         let started = Instant::now();
         let mut view = self.view().await?;
         let chain = loop {

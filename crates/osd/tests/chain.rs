@@ -446,3 +446,96 @@ async fn one_winner_when_the_middle_is_killed_mid_race() {
 async fn one_winner_when_the_tail_is_killed_mid_race() {
     race_with_a_kill(2).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_chain_members_pass_effects_and_only_the_head_serves() {
+    let shared = Arc::new(Mutex::new(Table::default()));
+    let mut members: HashMap<u32, Member> = (1..=2)
+        .map(|id| (id, start_member(id, shared.clone())))
+        .collect();
+    shared.lock().unwrap().table.set(GROUP, vec![1, 2], vec![]);
+    let client = GroupClient {
+        shared: shared.clone(),
+        conns: Mutex::new(HashMap::new()),
+    };
+    let addr2 = shared.lock().unwrap().addrs[&2].clone();
+    let forged = proto::chain::Forward {
+        group: GROUP,
+        epoch: 1,
+        op: Command::SetAttributes {
+            pid: group_partition(GROUP),
+            oid: OBJ,
+        },
+        origin: CLIENT,
+        id: 9,
+        reply: Reply::Done,
+        attrs: Vec::new(),
+    };
+    // A client with a valid capability for the tail still cannot pass it
+    // an effect, whatever epoch it names.
+    for epoch in [1, 1 << 40] {
+        let mut f = forged.clone();
+        f.epoch = epoch;
+        let req = Request {
+            cap: Some(client_cap(2)),
+            id: 0,
+            cmd: Command::Forward(Box::new(f)),
+            get: Vec::new(),
+            set: vec![(key(1), b"forged".to_vec())],
+        };
+        let started = std::time::Instant::now();
+        match client.conn(2, &addr2).call(req, Bytes::new()).await {
+            Err(ConnError::Remote(w)) => {
+                assert_eq!(w.code, ErrorCode::CapForged, "{w}");
+                assert!(w.message.contains("only chain members"), "{w}");
+            }
+            other => panic!("a client's FORWARD answered {other:?}"),
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "refused at once"
+        );
+    }
+    // A member that is not the head refuses a client's request.
+    let req = Request {
+        cap: Some(client_cap(2)),
+        id: 0,
+        cmd: Command::GetAttributes {
+            pid: group_partition(GROUP),
+            oid: OBJ,
+        },
+        get: Vec::new(),
+        set: Vec::new(),
+    };
+    match client.conn(2, &addr2).call(req, Bytes::new()).await {
+        Err(ConnError::Remote(w)) => assert_eq!(w.code, ErrorCode::NotHead, "{w}"),
+        other => panic!("a non-head member answered {other:?}"),
+    }
+    // An unnamed create has no place in a group.
+    match client
+        .conn(1, &shared.lock().unwrap().addrs[&1].clone())
+        .call(
+            Request {
+                cap: Some(client_cap(1)),
+                id: 0,
+                cmd: Command::Create {
+                    pid: group_partition(GROUP),
+                    oid: None,
+                    count: 1,
+                },
+                get: Vec::new(),
+                set: Vec::new(),
+            },
+            Bytes::new(),
+        )
+        .await
+    {
+        Err(ConnError::Remote(w)) => assert_eq!(w.code, ErrorCode::BadRequest, "{w}"),
+        other => panic!("an unnamed create answered {other:?}"),
+    }
+    for m in members.values_mut() {
+        if let Some(rt) = m.rt.take() {
+            rt.shutdown_background();
+        }
+    }
+}
