@@ -512,8 +512,9 @@ async fn only_chain_members_pass_effects_and_only_the_head_serves() {
         other => panic!("a non-head member answered {other:?}"),
     }
     // An unnamed create has no place in a group.
+    let addr1 = shared.lock().unwrap().addrs[&1].clone();
     match client
-        .conn(1, &shared.lock().unwrap().addrs[&1].clone())
+        .conn(1, &addr1)
         .call(
             Request {
                 cap: Some(client_cap(1)),
