@@ -79,12 +79,12 @@ impl Client {
         // connections too.
         let encrypt = cfg.encrypt || mds.encrypted().await;
         let tickets = net::auth::TicketsFromMds::new(mds.clone());
-        let osds = OsdSet::new(
+        let osds = Arc::new(OsdSet::new(
             &cfg.cluster_id,
             cfg.osd_connections,
             tickets.clone(),
             encrypt,
-        );
+        ));
         let meta = Arc::new(Meta::new(
             cfg.cache_demand,
             cfg.cache_prefetch,
@@ -92,7 +92,14 @@ impl Client {
         ));
         let ns: Arc<dyn Namespace> =
             match OsdNamespace::probe(&cfg, mds.clone(), meta.clone()).await? {
-                Some(ns) => Arc::new(ns),
+                Some(ns) => {
+                    // With replica chains, file data goes through the
+                    // groups' heads too.
+                    if ns.fs.osds.creds().chains.is_some() {
+                        osds.use_groups(ns.fs.osds.clone());
+                    }
+                    Arc::new(ns)
+                }
                 None => Arc::new(MdsNamespace::new(mds.clone())),
             };
         let inner = Arc::new(Inner {

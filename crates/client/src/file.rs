@@ -59,7 +59,13 @@ pub(crate) async fn targets(
                 return Ok(None);
             };
             let client = inner.osds.client(&inner.mds, osd).await?;
-            copies.push(Copy { osd, client, cap });
+            let reroute = inner.osds.grouped().then(|| reroute(inner, osd));
+            copies.push(Copy {
+                osd,
+                client,
+                cap,
+                reroute,
+            });
         }
         // The quorum counts against the copies placed (fresh and stale),
         // not only the fresh ones left: a stripe whose other copies went
@@ -80,6 +86,16 @@ pub(crate) async fn targets(
         ));
     }
     Ok(Some(out))
+}
+
+/// Finds group `g`'s head again (credentials fetched anew, at most every
+/// 200 ms by the namespace client's own limit on retries).
+fn reroute(inner: &Inner, g: u32) -> striped::Reroute {
+    let osds = inner.osds.clone();
+    Arc::new(move || {
+        let osds = osds.clone();
+        Box::pin(async move { osds.group_route(g, true).await.ok() })
+    })
 }
 
 /// What a write-behind request needs to know about its file.

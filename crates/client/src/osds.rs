@@ -24,6 +24,10 @@ pub struct OsdSet {
     maps: Mutex<HashMap<u64, Arc<OsdMap>>>,
     newest: Mutex<Arc<OsdMap>>,
     clients: Mutex<HashMap<u32, (String, Arc<OsdClient>)>>,
+    /// With replica chains (a namespace on the OSDs with copies): every
+    /// OSD id is a replica group, reached through its head, with the
+    /// namespace client's credentials.
+    groups: std::sync::OnceLock<Arc<osdns::transport::Osds>>,
 }
 
 impl OsdSet {
@@ -43,7 +47,71 @@ impl OsdSet {
             maps: Mutex::new(HashMap::new()),
             newest: Mutex::new(Arc::new(OsdMap::default())),
             clients: Mutex::new(HashMap::new()),
+            groups: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Routes every OSD id as a replica group through `ns`'s chains.
+    pub fn use_groups(&self, ns: Arc<osdns::transport::Osds>) {
+        let _ = self.groups.set(ns);
+    }
+
+    /// Whether OSD ids are replica groups here.
+    pub fn grouped(&self) -> bool {
+        self.groups.get().is_some()
+    }
+
+    /// The pool to group `g`'s head and a capability for it there, from
+    /// the namespace client's credentials (fetched again first when
+    /// `refetch`).
+    pub async fn group_route(
+        &self,
+        g: u32,
+        refetch: bool,
+    ) -> Result<(Arc<OsdClient>, proto::Capability)> {
+        let Some(ns) = self.groups.get() else {
+            return Err(FsError::new(Errno::Io, "not a replica-group client"));
+        };
+        let creds = if refetch {
+            ns.refresh_soon().await
+        } else {
+            ns.fresh_creds().await
+        }
+        .map_err(|e| FsError::new(e.errno, e.message))?;
+        let head = creds
+            .chains
+            .as_ref()
+            .and_then(|t| t.chain(g))
+            .and_then(|c| c.head())
+            .ok_or_else(|| FsError::new(Errno::Io, format!("replica group {g} has no head")))?;
+        let cap = creds
+            .grant
+            .cap_for(g)
+            .cloned()
+            .ok_or_else(|| FsError::new(Errno::Io, format!("no capability for group {g}")))?;
+        let addr = creds
+            .map
+            .addr(head)
+            .map(str::to_string)
+            .ok_or_else(|| FsError::new(Errno::Io, format!("OSD {head} is not in the map")))?;
+        let key = format!("{addr}#{head}");
+        let mut c = self.clients.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((a, cl)) = c.get(&g)
+            && *a == key
+        {
+            return Ok((cl.clone(), cap));
+        }
+        let mut cfg = ConnConfig::new(&self.cluster_id, head, ns.authority().identity());
+        cfg.encrypt = self.encrypt;
+        cfg.name = "tessera-client".into();
+        cfg.connections = self.connections;
+        let cl = Arc::new(OsdClient::in_partition(
+            &addr,
+            cfg,
+            proto::chain::group_partition(g),
+        ));
+        c.insert(g, (key, cl.clone()));
+        Ok((cl, cap))
     }
 
     /// Asks the MDS for a map (current, or of `epoch`) and caches it.
@@ -147,8 +215,12 @@ impl OsdSet {
         }
     }
 
-    /// The connection pool to OSD `id`, at its newest known address.
+    /// The connection pool to OSD `id`, at its newest known address (with
+    /// replica groups: to group `id`'s head).
     pub async fn client(&self, mds: &MdsClient, id: u32) -> Result<Arc<OsdClient>> {
+        if self.grouped() {
+            return Ok(self.group_route(id, false).await?.0);
+        }
         let addr = {
             let n = self.newest.lock().unwrap_or_else(|e| e.into_inner());
             n.addr(id).map(str::to_string)

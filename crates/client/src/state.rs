@@ -32,7 +32,7 @@ pub struct Inner {
     /// MDS mode (counts mandatory and non-mandatory requests).
     pub mds: Arc<MdsClient>,
     /// Maps and OSD connections.
-    pub osds: OsdSet,
+    pub osds: Arc<OsdSet>,
     /// The metadata cache and counters (shared with the namespace).
     pub meta: Arc<Meta>,
     /// Names known absent (fresh directory lists).

@@ -74,6 +74,40 @@ pub struct Copy {
     pub client: Arc<OsdClient>,
     /// Capability for the object there.
     pub cap: Capability,
+    /// With replica groups: how to reach the group's head again after
+    /// its chain changed.
+    pub reroute: Option<Reroute>,
+}
+
+/// Finds a replica group's head (and a capability for it) again: a new
+/// pool and capability, or `None` when the credentials cannot be had.
+pub type Reroute = Arc<
+    dyn Fn() -> std::pin::Pin<
+            Box<dyn std::future::Future<Output = Option<(Arc<OsdClient>, Capability)>> + Send>,
+        > + Send
+        + Sync,
+>;
+
+/// How long a command to a replica group keeps being retried while its
+/// chain changes (a head that died is replaced once its lease runs out).
+const CHAIN_RETRY: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Whether a failed command to a replica group is worth retrying at the
+/// group's (maybe new) head.
+fn chain_retry(e: &ConnError) -> bool {
+    match e {
+        ConnError::Remote(w) => matches!(
+            w.code,
+            ErrorCode::NotHead
+                | ErrorCode::NotReady
+                | ErrorCode::StaleChain
+                | ErrorCode::Busy
+                | ErrorCode::CapExpired
+                | ErrorCode::CapForged
+                | ErrorCode::CapKeyVersion
+        ),
+        other => transport(other),
+    }
 }
 
 /// A resolved target: the object id and its fresh copies (read in order;
@@ -129,6 +163,9 @@ pub(crate) async fn run_copy(
     cmd: Command,
     data: Bytes,
 ) -> std::result::Result<net::Answer, ConnError> {
+    if let Some(reroute) = &c.reroute {
+        return run_in_group(c, reroute, cmd, data).await;
+    }
     let mut wait = std::time::Duration::from_millis(20);
     let mut r = c.client.run(Some(&c.cap), cmd.clone(), data.clone()).await;
     for _ in 0..7 {
@@ -141,6 +178,33 @@ pub(crate) async fn run_copy(
         r = c.client.run(Some(&c.cap), cmd.clone(), data.clone()).await;
     }
     r
+}
+
+/// Runs `cmd` at a replica group's head with one request id, finding the
+/// head again while its chain changes.
+async fn run_in_group(
+    c: &Copy,
+    reroute: &Reroute,
+    cmd: Command,
+    data: Bytes,
+) -> std::result::Result<net::Answer, ConnError> {
+    let id = u64::from_le_bytes(net::auth::random_bytes::<8>()) | 1;
+    let started = std::time::Instant::now();
+    let (mut client, mut cap) = (c.client.clone(), c.cap.clone());
+    loop {
+        let r = client
+            .run_id(Some(&cap), cmd.clone(), data.clone(), id)
+            .await;
+        match r {
+            Err(e) if chain_retry(&e) && started.elapsed() < CHAIN_RETRY => {
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                if let Some((cl, cp)) = reroute().await {
+                    (client, cap) = (cl, cp);
+                }
+            }
+            r => return r,
+        }
+    }
 }
 
 /// A failed piece: the OSD and the error.

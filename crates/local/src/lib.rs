@@ -185,6 +185,7 @@ pub fn spawn_reporter(
     reg: Registration,
     store: Arc<StoreHandle>,
     lease: Arc<net::Lease>,
+    chains_epoch: Option<watch::Sender<u64>>,
 ) -> Result<JoinHandle<()>, KeyError> {
     let (version, key) = kf.newest()?;
     Ok(tokio::spawn(report_loop(
@@ -203,9 +204,27 @@ pub fn spawn_reporter(
                 }
                 Err(_) => (0, 0, 0),
             }),
+            chains_epoch,
         },
         lease,
     )))
+}
+
+/// OSD `kf.osd_id`'s part in the replica chains, with the MDS at `mds` as
+/// their authority: the chain state (for [`Osd::chained`]) and where the
+/// heartbeat publishes the chains' epoch. Spawns the task that keeps the
+/// chains current and fills joining members.
+pub fn chain_member(
+    mds: &str,
+    kf: &KeyFile,
+) -> Result<(Arc<osd::chain::Chains>, watch::Sender<u64>), KeyError> {
+    let (version, key) = kf.newest()?;
+    let authority =
+        osd::chain_authority::MdsChains::new(mds, &kf.cluster_id, kf.osd_id, version, key);
+    let chains = osd::chain::Chains::new(kf.osd_id, &kf.cluster_id, authority.clone(), authority);
+    let (tx, rx) = watch::channel(0);
+    tokio::spawn(chains.clone().run(rx));
+    Ok((chains, tx))
 }
 
 impl LocalOsd {
@@ -227,7 +246,15 @@ impl LocalOsd {
             ctx.lease = Some(lease.clone());
         }
         let (listener, addr) = bind(listen).await?;
-        let osd = Osd::new(ctx, ServerConfig::new(&kf.cluster_id, kf.osd_id));
+        let member = match &mds {
+            Some(m) => Some(chain_member(m, &kf)?),
+            None => None,
+        };
+        let cfg = ServerConfig::new(&kf.cluster_id, kf.osd_id);
+        let (osd, chains_epoch) = match member {
+            Some((chains, tx)) => (Osd::chained(ctx, cfg, chains), Some(tx)),
+            None => (Osd::new(ctx, cfg), None),
+        };
         let (stop, rx) = watch::channel(false);
         let task = tokio::spawn(osd.serve(listener, rx));
         let reporter = match mds {
@@ -241,6 +268,7 @@ impl LocalOsd {
                 },
                 handle.clone(),
                 lease,
+                chains_epoch,
             )?),
             None => None,
         };

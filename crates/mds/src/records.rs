@@ -83,6 +83,7 @@ pub struct DeleteJob {
 const SUPER_KEY: &[u8] = b"superblock";
 const STATE_KEY: &[u8] = b"state";
 const NAMESPACE_KEY: &[u8] = b"namespace";
+const CHAINS_KEY: &[u8] = b"chains";
 
 /// Where the namespace lives and, on the OSDs, where its root is. Kept
 /// under its own key (absent = the MDS namespace, as before it existed).
@@ -177,6 +178,14 @@ pub trait Records: View {
         match self.get(T::Meta, NAMESPACE_KEY)? {
             Some(b) => decode("namespace", &b),
             None => Ok(NamespaceRecord::default()),
+        }
+    }
+
+    /// The replica chains (namespace on the OSDs with copies), if kept.
+    fn chains(&self) -> Result<Option<proto::chain::ChainTable>, MdsError> {
+        match self.get(T::Meta, CHAINS_KEY)? {
+            Some(b) => Ok(Some(decode("chains", &b)?)),
+            None => Ok(None),
         }
     }
 
@@ -372,6 +381,11 @@ impl Tx<'_> {
     /// Stores the namespace record.
     pub fn put_namespace(&mut self, n: &NamespaceRecord) -> Result<(), MdsError> {
         self.put(T::Meta, NAMESPACE_KEY, &encode(n)?)
+    }
+
+    /// Stores the replica chains.
+    pub fn put_chains(&mut self, t: &proto::chain::ChainTable) -> Result<(), MdsError> {
+        self.put(T::Meta, CHAINS_KEY, &encode(t)?)
     }
 
     /// Stores the superblock.

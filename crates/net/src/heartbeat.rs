@@ -25,6 +25,9 @@ pub struct ReportSource {
     pub key: (u32, [u8; 32]),
     /// Current (capacity, used, objects).
     pub space: Box<dyn Fn() -> (u64, u64, u64) + Send + Sync>,
+    /// Where the replica chains' epoch each accepted report names is
+    /// published (the OSD's chain state fetches the chains when it moves).
+    pub chains_epoch: Option<tokio::sync::watch::Sender<u64>>,
 }
 
 /// The MDS's permission to serve clients, renewed by every accepted
@@ -86,8 +89,12 @@ pub async fn report_loop(mds_addr: String, src: ReportSource, lease: std::sync::
                 epoch,
                 interval_ms,
                 lease_ms,
+                chains_epoch,
             }) => {
                 lease.renew(sent, Duration::from_millis(lease_ms));
+                if let Some(tx) = &src.chains_epoch {
+                    tx.send_if_modified(|e| std::mem::replace(e, chains_epoch) != chains_epoch);
+                }
                 if !registered {
                     tracing::info!(mds = %mds_addr, epoch, "registered with the MDS");
                     registered = true;

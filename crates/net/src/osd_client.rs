@@ -23,6 +23,7 @@ pub struct Answer {
 /// A pool of connections to one OSD.
 pub struct OsdClient {
     pool: Pool,
+    partition: Option<u64>,
 }
 
 impl OsdClient {
@@ -30,6 +31,17 @@ impl OsdClient {
     pub fn new(addr: &str, cfg: ConnConfig) -> OsdClient {
         OsdClient {
             pool: Pool::new(addr, cfg),
+            partition: None,
+        }
+    }
+
+    /// A pool whose every command is sent in partition `pid` (whatever
+    /// partition it names): how a replica group's head is reached by code
+    /// that addresses objects in the data partition.
+    pub fn in_partition(addr: &str, cfg: ConnConfig, pid: u64) -> OsdClient {
+        OsdClient {
+            pool: Pool::new(addr, cfg),
+            partition: Some(pid),
         }
     }
 
@@ -44,7 +56,10 @@ impl OsdClient {
 
     /// Sends a request; retries once on a fresh connection if the connection
     /// broke and the command is idempotent.
-    pub async fn call(&self, req: Request, payload: Bytes) -> Result<Answer, ConnError> {
+    pub async fn call(&self, mut req: Request, payload: Bytes) -> Result<Answer, ConnError> {
+        if let Some(pid) = self.partition {
+            req.cmd = req.cmd.in_partition(pid);
+        }
         let i = self.pool.pick();
         let mut attempt = 0;
         loop {
@@ -73,10 +88,22 @@ impl OsdClient {
         cmd: Command,
         payload: Bytes,
     ) -> Result<Answer, ConnError> {
+        self.run_id(cap, cmd, payload, 0).await
+    }
+
+    /// [`OsdClient::run`] with a request id (the same on every retry of
+    /// one change, so a replica chain makes it once).
+    pub async fn run_id(
+        &self,
+        cap: Option<&Capability>,
+        cmd: Command,
+        payload: Bytes,
+        id: u64,
+    ) -> Result<Answer, ConnError> {
         self.call(
             Request {
                 cap: cap.cloned(),
-                id: 0,
+                id,
                 cmd,
                 get: Vec::new(),
                 set: Vec::new(),

@@ -8,9 +8,11 @@
 //!   admission, metrics), and graceful shutdown.
 //! - [`chain`]: replica chains: the head runs a group's requests and passes
 //!   their effects down the chain; members apply them and pass them on.
+//! - [`chain_authority`]: the MDS as an OSD's chain authority.
 //! - [`metrics`]: Prometheus registry and the `/metrics` endpoint.
 
 pub mod chain;
+pub mod chain_authority;
 pub mod exec;
 pub mod metrics;
 pub mod server;

@@ -63,8 +63,10 @@ impl Osd {
     /// An OSD that is a member of replica chains: requests for a group's
     /// partition, and effects passed down a chain, go through `chains`.
     pub fn chained(ctx: Ctx, cfg: ServerConfig, chains: Arc<crate::chain::Chains>) -> Arc<Osd> {
+        let ctx = Arc::new(ctx);
+        chains.attach(ctx.clone());
         Arc::new(Osd {
-            ctx: Arc::new(ctx),
+            ctx,
             metrics: Arc::new(Metrics::new()),
             cfg,
             chains: Some(chains),

@@ -38,6 +38,10 @@ pub struct Credentials {
     pub dir_protocol: String,
     /// Layout new files take.
     pub layout: proto::layout::LayoutSpec,
+    /// The replica chains, when the file system keeps copies: then every
+    /// "OSD" a namespace record names is a replica group, reached through
+    /// its head, and `grant` holds one capability per group.
+    pub chains: Option<proto::chain::ChainTable>,
 }
 
 /// A boxed future (the authority is called through a trait object).
@@ -70,6 +74,40 @@ pub struct Osds {
     pub sent: AtomicU64,
     crash_after: AtomicU64,
     dead: AtomicBool,
+    /// Request ids for replica chains: a random start, then one per call.
+    next_id: AtomicU64,
+    /// When the credentials were last fetched (chain retries fetch at
+    /// most every [`REFETCH_EVERY`]).
+    fetched: Mutex<std::time::Instant>,
+}
+
+/// How long a command to a replica group keeps being retried while its
+/// chain changes (a head that died is replaced once its lease runs out).
+const CHAIN_RETRY: Duration = Duration::from_secs(30);
+/// Least time between two fetches of the credentials by chain retries.
+const REFETCH_EVERY: Duration = Duration::from_millis(200);
+
+/// Whether a failed command to a replica group is worth retrying at the
+/// (maybe new) head with fresh credentials.
+fn chain_retry(e: &net::ConnError) -> bool {
+    use proto::ErrorCode as C;
+    match e {
+        net::ConnError::Remote(w) => matches!(
+            w.code,
+            C::NotHead
+                | C::NotReady
+                | C::StaleChain
+                | C::Busy
+                | C::Io
+                | C::CapExpired
+                | C::CapForged
+                | C::CapKeyVersion
+        ),
+        net::ConnError::Connect { .. } | net::ConnError::Lost(_) | net::ConnError::Timeout(_) => {
+            true
+        }
+        _ => false,
+    }
 }
 
 use proto::clock::now_ms;
@@ -92,6 +130,8 @@ impl Osds {
             sent: AtomicU64::new(0),
             crash_after: AtomicU64::new(u64::MAX),
             dead: AtomicBool::new(false),
+            next_id: AtomicU64::new(u64::from_le_bytes(net::auth::random_bytes::<8>()) | 1),
+            fetched: Mutex::new(std::time::Instant::now()),
         };
         Ok(o)
     }
@@ -118,6 +158,7 @@ impl Osds {
 
     /// Fetches new credentials now.
     pub async fn refresh(&self) -> Result<Arc<Credentials>> {
+        *self.fetched.lock().unwrap_or_else(|e| e.into_inner()) = std::time::Instant::now();
         let c = Arc::new(self.authority.fetch().await?);
         self.maps
             .lock()
@@ -125,6 +166,17 @@ impl Osds {
             .insert(c.map.epoch, Arc::new(c.map.clone()));
         *self.creds.write().unwrap_or_else(|e| e.into_inner()) = c.clone();
         Ok(c)
+    }
+
+    /// Fetches new credentials unless they were fetched in the last
+    /// [`REFETCH_EVERY`] (callers retrying while a chain changes share them).
+    pub async fn refresh_soon(&self) -> Result<Arc<Credentials>> {
+        let last = *self.fetched.lock().unwrap_or_else(|e| e.into_inner());
+        if last.elapsed() >= REFETCH_EVERY {
+            self.refresh().await
+        } else {
+            Ok(self.creds())
+        }
     }
 
     /// The current map.
@@ -202,6 +254,9 @@ impl Osds {
             return Err(NsError::new(Errno::Io, "client crashed (injected)"));
         }
         let creds = self.fresh_creds().await?;
+        if creds.chains.is_some() {
+            return self.call_group(osd, cmd, get, set).await;
+        }
         let cap = creds
             .grant
             .cap_for(osd)
@@ -222,6 +277,55 @@ impl Osds {
             )
             .await
             .map_err(|e| NsError::osd(osd, &e))
+    }
+
+    /// Sends one command to replica group `group`: to its head, in the
+    /// group's partition, with one request id for every retry, retried
+    /// with fresh credentials while the chain changes.
+    async fn call_group(
+        &self,
+        group: u32,
+        cmd: Command,
+        get: Vec<AttrKey>,
+        set: AttrList,
+    ) -> Result<Answer> {
+        let cmd = cmd.in_partition(proto::chain::group_partition(group));
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let started = std::time::Instant::now();
+        loop {
+            let creds = self.fresh_creds().await?;
+            let head = creds
+                .chains
+                .as_ref()
+                .and_then(|t| t.chain(group))
+                .and_then(|c| c.head());
+            let sent = match (head, creds.grant.cap_for(group)) {
+                (Some(h), Some(cap)) => {
+                    let client = self.client(h).await?;
+                    self.sent.fetch_add(1, Ordering::Relaxed);
+                    let req = Request {
+                        cap: Some(cap.clone()),
+                        id,
+                        cmd: cmd.clone(),
+                        get: get.clone(),
+                        set: set.clone(),
+                    };
+                    client.call(req, Bytes::new()).await
+                }
+                _ => Err(net::ConnError::Remote(proto::WireError::new(
+                    proto::ErrorCode::NotHead,
+                    format!("replica group {group} has no head up"),
+                ))),
+            };
+            match sent {
+                Ok(a) => return Ok(a),
+                Err(e) if chain_retry(&e) && started.elapsed() < CHAIN_RETRY => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    let _ = self.refresh_soon().await;
+                }
+                Err(e) => return Err(NsError::osd(group, &e)),
+            }
+        }
     }
 
     /// Attributes `keys` of object `oid` (absent ones are left out).
@@ -439,6 +543,7 @@ impl Authority for MdsAuthority {
                 root_osd: g.root_osd,
                 dir_protocol: g.dir_protocol,
                 layout: g.layout,
+                chains: g.chains,
             })
         })
     }

@@ -554,6 +554,33 @@ pub enum Op {
         /// In transno order, at most [`REPLAY_MAX`].
         ops: Vec<ReplayOp>,
     },
+    /// (An OSD, namespace on the OSDs with replicas.) The replica chains,
+    /// where its successors listen, and what it presents to them.
+    /// Answers [`MdsReply::Chains`].
+    Chains,
+    /// (An OSD.) It could not pass an effect to `osd`, its successor in
+    /// `group`'s chain at `epoch`: drop `osd` once it is down. Answers
+    /// [`MdsReply::Chains`] after the change, or unchanged when `osd` is
+    /// still up after a lease.
+    ChainDrop {
+        /// The group.
+        group: u32,
+        /// The chain's epoch the caller saw.
+        epoch: u64,
+        /// The successor that failed.
+        osd: u32,
+    },
+    /// (An OSD.) It has filled `osd`, the first joining member after it
+    /// in `group`'s chain at `epoch`: count `osd` as a full member.
+    /// Answers [`MdsReply::Chains`].
+    ChainFilled {
+        /// The group.
+        group: u32,
+        /// The chain's epoch the fill ran under.
+        epoch: u64,
+        /// The member filled.
+        osd: u32,
+    },
 }
 
 /// Most operations a client keeps acknowledged but not yet durable (it
@@ -776,6 +803,25 @@ pub struct NamespaceGrant {
     pub dir_protocol: String,
     /// Layout of new files.
     pub layout: crate::layout::LayoutSpec,
+    /// The replica chains, when the file system keeps copies (then
+    /// `grant.caps` holds, per group, a capability for the group's head
+    /// over the group's partition).
+    pub chains: Option<crate::chain::ChainTable>,
+}
+
+/// What an OSD needs to take part in the replica chains.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChainGrant {
+    /// Every group's chain.
+    pub table: crate::chain::ChainTable,
+    /// Where the OSD's successors listen: (OSD, address).
+    pub addrs: Vec<(u32, String)>,
+    /// (group, successor, capability over the group's partition on the
+    /// successor, held by the asking OSD).
+    pub caps: Vec<(u32, u32, crate::cap::Capability)>,
+    /// (successor, ticket naming the asking OSD, session key wrapped
+    /// with the asking OSD's key).
+    pub tickets: Vec<(u32, crate::auth::SealedTicket, Vec<u8>)>,
 }
 
 impl Op {
@@ -865,6 +911,9 @@ impl Op {
             Op::ReaddirPrefetch { .. } => "readdir",
             Op::Sync => "sync",
             Op::Replay { .. } => "replay",
+            Op::Chains => "chains",
+            Op::ChainDrop { .. } => "chaindrop",
+            Op::ChainFilled { .. } => "chainfilled",
         }
     }
 
@@ -1033,6 +1082,14 @@ pub struct Redundancy {
     pub osds: u32,
     /// Most copies any layout asks for (the root default included).
     pub max_replicas: u32,
+    /// Replica groups (namespace on the OSDs with copies; 0 otherwise).
+    pub groups: u32,
+    /// Groups with fewer full members up than copies asked for.
+    pub groups_degraded: u32,
+    /// Groups with no member up: their objects cannot be reached.
+    pub groups_unavailable: u32,
+    /// Groups filling a new member.
+    pub groups_filling: u32,
 }
 
 /// How healthy the cluster is, with the reasons.
@@ -1060,6 +1117,18 @@ impl ClusterStatus {
         }
         if r.inconsistent > 0 {
             err.push(format!("{} objects inconsistent", r.inconsistent));
+        }
+        if r.groups_unavailable > 0 {
+            err.push(format!(
+                "{} replica groups unavailable (no member up)",
+                r.groups_unavailable
+            ));
+        }
+        if r.groups_degraded > 0 {
+            warn.push(format!(
+                "{} replica groups degraded ({} filling a new member)",
+                r.groups_degraded, r.groups_filling
+            ));
         }
         // An OSD that is out holds nothing placement counts on: down is
         // its normal state, not a warning.
@@ -1171,6 +1240,9 @@ pub enum MdsReply {
         /// without another accepted report (the MDS waits this long before
         /// it counts a silent OSD's copies as fenced).
         lease_ms: u64,
+        /// Epoch of the replica chains (0 = none): the OSD asks for them
+        /// again when it changes.
+        chains_epoch: u64,
     },
     /// What a scrub found and did.
     Scrubbed(ScrubReport),
@@ -1227,6 +1299,8 @@ pub enum MdsReply {
         /// Per operation: redone or already had (Ok), or why not.
         results: Vec<Result<(), MdsError>>,
     },
+    /// The replica chains and an OSD's part in them.
+    Chains(Box<ChainGrant>),
 }
 
 impl MdsReply {

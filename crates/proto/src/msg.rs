@@ -453,6 +453,40 @@ impl Command {
         }
     }
 
+    /// The command with its partition replaced by `pid` (a command that
+    /// names none, or a FORWARD, is returned unchanged): how a client of a
+    /// replica group addresses the group's partition.
+    pub fn in_partition(mut self, to: u64) -> Command {
+        match &mut self {
+            Command::Create { pid, .. }
+            | Command::Remove { pid, .. }
+            | Command::Read { pid, .. }
+            | Command::Write { pid, .. }
+            | Command::Append { pid, .. }
+            | Command::CreateAndWrite { pid, .. }
+            | Command::Flush { pid }
+            | Command::List { pid, .. }
+            | Command::GetAttributes { pid, .. }
+            | Command::SetAttributes { pid, .. }
+            | Command::Cas { pid, .. }
+            | Command::FetchAdd { pid, .. }
+            | Command::SetVersion { pid, .. }
+            | Command::Truncate { pid, .. }
+            | Command::GetPage { pid, .. }
+            | Command::Digest { pid, .. }
+            | Command::Punch { pid, .. }
+            | Command::DataRanges { pid, .. }
+            | Command::Reserve { pid, .. }
+            | Command::Copy { pid, .. } => *pid = to,
+            Command::Format { .. }
+            | Command::CreatePartition { .. }
+            | Command::RemovePartition { .. }
+            | Command::Statfs
+            | Command::Forward(_) => {}
+        }
+        self
+    }
+
     /// The partition a command names (a FORWARD's effect's).
     pub fn partition(&self) -> Option<u64> {
         match *self {

@@ -232,6 +232,17 @@ impl Mds {
                         format!("OSD {osd} may not report for OSD {}", r.osd_id),
                     )),
                     Op::GetMap { .. } | Op::Status => self.handle(req).await,
+                    Op::Chains => self.chain_grant(*osd),
+                    Op::ChainDrop {
+                        group,
+                        epoch,
+                        osd: next,
+                    } => self.chain_drop(*osd, *group, *epoch, *next).await,
+                    Op::ChainFilled {
+                        group,
+                        epoch,
+                        osd: next,
+                    } => self.chain_filled(*osd, *group, *epoch, *next).await,
                     op => Err(denied(
                         Errno::Access,
                         format!("{}: an OSD's key allows only reports and maps", op.name()),

@@ -111,6 +111,7 @@ impl Mds {
             epoch,
             interval_ms: self.cfg.heartbeat_ms,
             lease_ms: self.cfg.down_after_ms,
+            chains_epoch: self.chains_epoch(),
         })
     }
 
@@ -140,7 +141,11 @@ impl Mds {
             non_mandatory: self.metrics.non_mandatory(),
             delete_queue: self.delete_queue_len()?,
             orphans: self.orphan_count()?,
-            redundancy: self.redundancy(),
+            redundancy: {
+                let mut r = self.redundancy();
+                self.chain_counts(&mut r);
+                r
+            },
             replay_wait: self.replay_wait(),
         })
     }
@@ -166,7 +171,11 @@ impl Mds {
         } else {
             rights::READ | rights::GET_ATTR | rights::LIST
         };
-        let grant = self.grant(&map, DATA_OID_TAG, u64::MAX, rights, st.cap_version);
+        let chains = snap.chains()?;
+        let grant = match &chains {
+            Some(t) => self.chain_caps(t, DATA_OID_TAG, rights, st.cap_version),
+            None => self.grant(&map, DATA_OID_TAG, u64::MAX, rights, st.cap_version),
+        };
         let n = snap.namespace()?;
         Ok(MdsReply::Namespace(Box::new(NamespaceGrant {
             map,
@@ -174,6 +183,7 @@ impl Mds {
             root_osd: n.root_osd,
             dir_protocol: n.dir_protocol,
             layout: n.layout,
+            chains,
         })))
     }
 
@@ -206,6 +216,7 @@ impl Mds {
             root_osd: rec.root_osd,
             dir_protocol: rec.dir_protocol,
             layout: rec.layout,
+            chains: None,
         })))
     }
 

@@ -19,6 +19,7 @@
 //!   crash.
 
 mod auth;
+mod chains;
 mod cluster_map;
 mod dispatch;
 mod grants;
@@ -90,15 +91,20 @@ pub fn format(dir: &Path, opts: &FormatOptions) -> Result<(), MdsError> {
     opts.layout
         .validate()
         .map_err(|m| MdsError::new(Errno::Inval, m.to_string()))?;
-    if opts.namespace == NamespaceMode::Osd && opts.layout.replicas > 1 {
-        return Err(MdsError::new(
-            Errno::Inval,
-            format!(
-                "replicas {}: a namespace kept on the OSDs keeps one copy of each object \
-                 (replication covers namespaces kept in the MDS); use --replicas 1",
-                opts.layout.replicas
-            ),
-        ));
+    // With the namespace on the OSDs, copies are kept by replica chains
+    // (every object of a group, directories and file data alike), so
+    // files' layouts ask for one copy each.
+    let chains = (opts.namespace == NamespaceMode::Osd && opts.layout.replicas > 1).then(|| {
+        proto::chain::ChainTable {
+            epoch: 0,
+            replicas: opts.layout.replicas,
+            chains: Vec::new(),
+        }
+    });
+    let mut layout = opts.layout;
+    if chains.is_some() {
+        layout.replicas = 1;
+        layout.min_replicas = 0;
     }
     opts.policy
         .geo
@@ -116,7 +122,6 @@ pub fn format(dir: &Path, opts: &FormatOptions) -> Result<(), MdsError> {
         policy: opts.policy,
         created_ms: proto::clock::now_ms(),
     };
-    let layout = opts.layout;
     let namespace = opts.namespace;
     let dir_protocol = opts.dir_protocol.clone();
     kv.write_blocking(move |tx| {
@@ -128,6 +133,9 @@ pub fn format(dir: &Path, opts: &FormatOptions) -> Result<(), MdsError> {
             layout,
         })?;
         ns::format_root(tx, &sb.policy, layout, proto::clock::now_ns())?;
+        if let Some(t) = &chains {
+            tx.put_chains(t)?;
+        }
         tx.put_map(&OsdMap::default())
     })?;
     kv.close();

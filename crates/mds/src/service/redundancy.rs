@@ -532,6 +532,14 @@ impl Mds {
                     true
                 }
             };
+            let more = more
+                | match self.chain_pass().await {
+                    Ok(short) => short,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "replica chain pass failed");
+                        true
+                    }
+                };
             let due = |last: Instant, secs: u64| secs > 0 && last.elapsed().as_secs() >= secs;
             if due(last_deep, self.cfg.deep_scrub_interval_secs) {
                 last_deep = Instant::now();

@@ -137,7 +137,15 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     let rt = super::runtime()?;
     rt.block_on(async move {
         let listener = tokio::net::TcpListener::bind(a.listen).await.with_context(|| format!("cannot listen on {}", a.listen))?;
-        let osd = Osd::new(ctx, cfg);
+        // A cluster member takes part in the replica chains (used when the
+        // file system keeps copies of a namespace on the OSDs).
+        let (osd, chains_epoch) = match &a.mds {
+            Some(m) => {
+                let (chains, tx) = local::chain_member(m, &kf).map_err(anyhow::Error::msg)?;
+                (Osd::chained(ctx, cfg, chains), Some(tx))
+            }
+            None => (Osd::new(ctx, cfg), None),
+        };
         if let Some(m) = a.metrics {
             let ml = tokio::net::TcpListener::bind(m).await.with_context(|| format!("cannot listen on {m} for metrics"))?;
             tokio::spawn(osd::metrics::serve(ml, osd.metrics.clone(), handle.clone()));
@@ -165,7 +173,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
                 bail!("--host: must be 1 to 255 bytes");
             }
             let reg = local::Registration { addr, weight, host };
-            local::spawn_reporter(m, &kf, reg, handle.clone(), lease)
+            local::spawn_reporter(m, &kf, reg, handle.clone(), lease, chains_epoch)
                 .map_err(anyhow::Error::msg)?;
         }
         tracing::info!(listen = %a.listen, osd = kf.osd_id, cluster = %kf.cluster_id, "OSD serving");

@@ -29,6 +29,8 @@ use proto::{Capability, ErrorCode, WireError};
 
 use crate::exec::{Ctx, execute};
 
+mod fill;
+
 /// A boxed future (the authority is called through a trait object).
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -59,6 +61,14 @@ pub trait ChainAuthority: Send + Sync {
         epoch: u64,
         osd: u32,
     ) -> BoxFuture<'_, Result<ChainView, WireError>>;
+    /// Reports that this OSD filled `osd`, the first joining member after
+    /// it in `group`'s chain at `epoch`; returns the view after.
+    fn filled(
+        &self,
+        group: u32,
+        epoch: u64,
+        osd: u32,
+    ) -> BoxFuture<'_, Result<ChainView, WireError>>;
 }
 
 /// Answers kept for retries, per member: at most this many…
@@ -66,6 +76,9 @@ const KEPT_ANSWERS: usize = 65_536;
 /// …and this many bytes of them (a compare-and-swap's old value can be
 /// large), the oldest forgotten first.
 const KEPT_BYTES: usize = 32 << 20;
+/// Fetch the chains again this long before a successor's capability
+/// expires.
+const RENEW_MARGIN_MS: u64 = 60_000;
 /// How long a member waits for a chain change it was told of (a newer
 /// epoch) before it refuses the effect.
 const CATCH_UP: Duration = Duration::from_secs(5);
@@ -104,10 +117,35 @@ pub struct Chains {
     identity: Arc<dyn IdentitySource>,
     view: RwLock<Option<(Arc<ChainView>, Instant)>>,
     fetching: tokio::sync::Mutex<()>,
-    locks: Vec<tokio::sync::Mutex<()>>,
+    /// One lock per object (not striped: two chains passing effects in
+    /// opposite directions must never wait on each other through objects
+    /// that merely share a stripe).
+    locks: Mutex<ObjectLocks>,
     peers: Mutex<HashMap<u32, (String, Arc<OsdClient>)>>,
     kept: Mutex<KeptAnswers>,
     made: Mutex<std::collections::HashSet<u64>>,
+    /// The newest chain epoch the MDS has named (in its report answers):
+    /// a head whose view is older fetches the chains before it serves.
+    known_epoch: std::sync::atomic::AtomicU64,
+    /// The store, once the server is made (fills run on it).
+    ctx: std::sync::OnceLock<Arc<Ctx>>,
+    /// Fills running: (group, joiner).
+    filling: Mutex<std::collections::HashSet<(u32, u32)>>,
+    /// Changes made at this head that could not be passed down yet, per
+    /// object, in order.
+    unsent: Mutex<HashMap<(u64, u64), Vec<Unsent>>>,
+}
+
+/// Each object's lock, while anyone holds or waits for it.
+type ObjectLocks = HashMap<(u64, u64), std::sync::Weak<tokio::sync::Mutex<()>>>;
+
+/// A change made at the head and not yet down the chain.
+struct Unsent {
+    key: (u64, u64),
+    fwd: Forward,
+    set: Vec<(AttrKey, Vec<u8>)>,
+    data: Bytes,
+    answer: Kept,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -138,11 +176,78 @@ impl Chains {
             identity,
             view: RwLock::new(None),
             fetching: tokio::sync::Mutex::new(()),
-            locks: (0..256).map(|_| tokio::sync::Mutex::new(())).collect(),
+            locks: Mutex::new(HashMap::new()),
             peers: Mutex::new(HashMap::new()),
             kept: Mutex::new(KeptAnswers::default()),
             made: Mutex::new(std::collections::HashSet::new()),
+            known_epoch: std::sync::atomic::AtomicU64::new(0),
+            ctx: std::sync::OnceLock::new(),
+            filling: Mutex::new(std::collections::HashSet::new()),
+            unsent: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// Gives the chains the server's context (the server does this).
+    pub fn attach(&self, ctx: Arc<Ctx>) {
+        let _ = self.ctx.set(ctx);
+    }
+
+    /// Keeps the view current until the task is dropped: fetches the
+    /// chains when the MDS names a newer epoch (`epochs`, from the
+    /// heartbeat) and before the capabilities for the successors expire,
+    /// and starts the fills this OSD owes a joining member.
+    pub async fn run(self: Arc<Self>, mut epochs: tokio::sync::watch::Receiver<u64>) {
+        loop {
+            let known = *epochs.borrow_and_update();
+            self.known_epoch
+                .fetch_max(known, std::sync::atomic::Ordering::SeqCst);
+            if known > 0 {
+                let due = match self.current() {
+                    None => true,
+                    Some((v, _)) => {
+                        v.table.epoch < known
+                            || v.caps
+                                .values()
+                                .any(|c| c.expiry_ms < proto::clock::now_ms() + RENEW_MARGIN_MS)
+                    }
+                };
+                let got = if due {
+                    self.refresh(self.current().map(|c| c.1)).await
+                } else {
+                    self.view().await
+                };
+                self.resend_all().await;
+                match got {
+                    Ok(v) => self.start_fills(&v),
+                    Err(e) => tracing::warn!(error = %e, "could not fetch the replica chains"),
+                }
+            }
+            let _ = tokio::time::timeout(Duration::from_secs(2), epochs.changed()).await;
+        }
+    }
+
+    /// Starts a fill of every joining member this OSD comes right before.
+    fn start_fills(self: &Arc<Self>, v: &ChainView) {
+        for (g, c) in &v.table.chains {
+            let (Some(last), Some(&joiner)) = (c.members.last(), c.joining.first()) else {
+                continue;
+            };
+            if *last != self.me || !lock(&self.filling).insert((*g, joiner)) {
+                continue;
+            }
+            let (me, group, epoch) = (self.clone(), *g, c.epoch);
+            tokio::spawn(async move {
+                match me.fill(group, epoch, joiner).await {
+                    Ok(n) => {
+                        tracing::info!(group, osd = joiner, objects = n, "filled a chain member")
+                    }
+                    Err(e) => {
+                        tracing::warn!(group, osd = joiner, error = %e, "fill failed; retried")
+                    }
+                }
+                lock(&me.filling).remove(&(group, joiner));
+            });
+        }
     }
 
     /// Whether a request belongs to a chain (names a group's partition).
@@ -189,24 +294,33 @@ impl Chains {
         v
     }
 
-    fn stripe(&self, obj: (u64, u64)) -> usize {
-        let h =
-            (obj.0.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ obj.1).wrapping_mul(0xff51_afd7_ed55_8ccd);
-        (h >> 56) as usize % self.locks.len()
+    /// The lock of one object, made when first needed; locks nobody
+    /// holds or waits for are forgotten.
+    fn object_lock(&self, obj: (u64, u64)) -> Arc<tokio::sync::Mutex<()>> {
+        let mut m = lock(&self.locks);
+        if let Some(l) = m.get(&obj).and_then(std::sync::Weak::upgrade) {
+            return l;
+        }
+        if m.len() >= 4096 {
+            m.retain(|_, w| w.strong_count() > 0);
+        }
+        let l = Arc::new(tokio::sync::Mutex::new(()));
+        m.insert(obj, Arc::downgrade(&l));
+        l
     }
 
     /// Takes the locks of the objects a command touches (COPY: both), in
-    /// stripe order.
-    async fn lock_objects(&self, cmd: &Command) -> Vec<tokio::sync::MutexGuard<'_, ()>> {
-        let mut idx: Vec<usize> = cmd.object().map(|o| self.stripe(o)).into_iter().collect();
+    /// (partition, object) order.
+    async fn lock_objects(&self, cmd: &Command) -> Vec<tokio::sync::OwnedMutexGuard<()>> {
+        let mut objs: Vec<(u64, u64)> = cmd.object().into_iter().collect();
         if let Command::Copy { pid, src_oid, .. } = *cmd {
-            idx.push(self.stripe((pid, src_oid)));
+            objs.push((pid, src_oid));
         }
-        idx.sort_unstable();
-        idx.dedup();
-        let mut held = Vec::with_capacity(idx.len());
-        for i in idx {
-            held.push(self.locks[i].lock().await);
+        objs.sort_unstable();
+        objs.dedup();
+        let mut held = Vec::with_capacity(objs.len());
+        for o in objs {
+            held.push(self.object_lock(o).lock_owned().await);
         }
         held
     }
@@ -262,6 +376,18 @@ impl Chains {
     ) -> (Response, Bytes) {
         let r = match req.cmd {
             Command::Forward(_) => self.apply_forward(ctx, principal, name, req, payload).await,
+            _ if self.sent_by_predecessor(principal, name, &req) => {
+                // The member before this one filling it: served as asked.
+                match req.cmd.partition().map(|p| self.ensure_partition(ctx, p)) {
+                    Some(Err(e)) => Err(e),
+                    _ => {
+                        let _held = self.lock_objects(&req.cmd).await;
+                        Ok(tokio::task::block_in_place(|| {
+                            execute(ctx, principal, &req, payload.clone())
+                        }))
+                    }
+                }
+            }
             _ => self.serve_at_head(ctx, principal, req, payload).await,
         };
         match r {
@@ -274,6 +400,24 @@ impl Chains {
                 Bytes::new(),
             ),
         }
+    }
+
+    /// Whether a request comes from the member before this OSD in the
+    /// chain of the group it names.
+    fn sent_by_predecessor(&self, principal: u64, name: &str, req: &Request) -> bool {
+        let Some(group) = req.cmd.partition().and_then(partition_group) else {
+            return false;
+        };
+        let Some(n) = name
+            .strip_prefix("osd.")
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            return false;
+        };
+        proto::chain::member_principal(n) == principal
+            && self.current().is_some_and(|(v, _)| {
+                v.table.chain(group).and_then(|c| c.predecessor(self.me)) == Some(n)
+            })
     }
 
     async fn serve_at_head(
@@ -293,7 +437,10 @@ impl Chains {
             ));
         }
         let mut view = self.view().await?;
-        if view.table.chain(group).and_then(|c| c.head()) != Some(self.me) {
+        let known = self.known_epoch.load(std::sync::atomic::Ordering::SeqCst);
+        if view.table.chain(group).and_then(|c| c.head()) != Some(self.me)
+            || view.table.epoch < known
+        {
             // Maybe this OSD was made head since it last looked.
             view = self.refresh(self.current().map(|c| c.1)).await?;
         }
@@ -316,6 +463,19 @@ impl Chains {
             return Ok((Response { result, attrs }, Bytes::new()));
         }
         let _held = self.lock_objects(&req.cmd).await;
+        // A change of this object that is not down the chain yet goes
+        // first (and answers its own retry); until it is, the object
+        // serves nothing, so nobody reads what a failover could lose.
+        if let Some(obj) = req.cmd.object()
+            && let Some(answer) = self.resend(obj, key).await?
+        {
+            return Ok((answer, Bytes::new()));
+        }
+        if req.id != 0
+            && let Some((result, attrs)) = self.kept(key)
+        {
+            return Ok((Response { result, attrs }, Bytes::new()));
+        }
         let (resp, out) =
             tokio::task::block_in_place(|| execute(ctx, principal, &req, payload.clone()));
         let Ok(reply) = &resp.result else {
@@ -333,9 +493,81 @@ impl Chains {
             reply: reply.clone(),
             attrs: resp.attrs.clone(),
         };
-        self.pass_down(fwd, set, data).await?;
-        self.keep(key, (resp.result.clone(), resp.attrs.clone()));
+        let answer: Kept = (resp.result.clone(), resp.attrs.clone());
+        if let Err(e) = self.pass_down(fwd.clone(), set.clone(), data.clone()).await {
+            // Applied here, not yet down the chain: kept until it is (a
+            // retry, the next request on the object, or the resender).
+            if let Some(obj) = req.cmd.object() {
+                lock(&self.unsent).entry(obj).or_default().push(Unsent {
+                    key,
+                    fwd,
+                    set,
+                    data,
+                    answer,
+                });
+            }
+            return Err(WireError::new(
+                ErrorCode::Busy,
+                format!("the change is made but not yet down the chain: {e}"),
+            ));
+        }
+        self.keep(key, answer);
         Ok((resp, out))
+    }
+
+    /// Passes down the changes of `obj` that failed to go down before (the
+    /// caller holds the object's lock). Returns the answer of the one made
+    /// for request `key`, if it is among them; fails (Busy) while any is
+    /// still not down the chain.
+    async fn resend(
+        &self,
+        obj: (u64, u64),
+        key: (u64, u64),
+    ) -> Result<Option<Response>, WireError> {
+        let pending = lock(&self.unsent).remove(&obj);
+        let Some(mut pending) = pending else {
+            return Ok(None);
+        };
+        let mut mine = None;
+        while let Some(u) = pending.first() {
+            if let Err(e) = self
+                .pass_down(u.fwd.clone(), u.set.clone(), u.data.clone())
+                .await
+            {
+                if e.code == ErrorCode::NotHead {
+                    // This OSD left the chain: its copy no longer counts
+                    // (a fill replaces it if it joins again).
+                    return Err(e);
+                }
+                lock(&self.unsent).insert(obj, pending);
+                return Err(WireError::new(
+                    ErrorCode::Busy,
+                    format!("an earlier change of this object is not yet down the chain: {e}"),
+                ));
+            }
+            let u = pending.remove(0);
+            if u.key == key && key.1 != 0 {
+                mine = Some(Response {
+                    result: u.answer.0.clone(),
+                    attrs: u.answer.1.clone(),
+                });
+            }
+            self.keep(u.key, u.answer);
+        }
+        Ok(mine)
+    }
+
+    /// Passes down every change that failed to go down before (run now
+    /// and then, so a change whose client gave up still reaches the chain).
+    async fn resend_all(&self) {
+        let objs: Vec<(u64, u64)> = lock(&self.unsent).keys().copied().collect();
+        for obj in objs {
+            let (pid, oid) = obj;
+            let _held = self.lock_objects(&Command::Remove { pid, oid }).await;
+            if let Err(e) = self.resend(obj, (0, 0)).await {
+                tracing::warn!(pid, oid, error = %e, "a change is still not down its chain");
+            }
+        }
     }
 
     async fn apply_forward(

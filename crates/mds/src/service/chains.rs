@@ -1,0 +1,470 @@
+//! The MDS as the authority of the replica chains (a namespace on the OSDs
+//! with copies, `proto::chain`): it keeps every group's chain in its log,
+//! makes a chain for each OSD id once that OSD is up, drops members that
+//! are down (so the next member becomes head only once the old head's
+//! lease has run out), adds a joining member to a chain that is short,
+//! counts it once the member before it has filled it, and hands each OSD
+//! the capabilities and tickets it needs to pass effects to its
+//! successors.
+
+use std::collections::HashSet;
+
+use super::*;
+use proto::chain::{Chain, ChainTable, group_partition, member_name, member_principal};
+use proto::mds::ChainGrant;
+
+/// How often a chain drop re-checks whether the member is down.
+const DROP_POLL: Duration = Duration::from_millis(100);
+
+/// What the chains should become, given the map and the OSDs up: `None`
+/// when nothing changes. Pure, so it is tested on its own.
+///
+/// - An OSD id without a chain gets one once any OSD is up: itself first
+///   when up, then the others in its placement order (distinct hosts
+///   first), all full members (a new group holds no object yet).
+/// - Members that are down leave (the next one becomes head), unless none
+///   would be left: then the group waits for one to come back.
+/// - A chain with fewer members than copies asked for gets one joining
+///   member: the first OSD in its placement order that is up, in and not
+///   in the chain, on a host the chain does not use if there is one.
+pub fn plan_chains(t: &ChainTable, map: &OsdMap, up: &HashSet<u32>) -> Option<ChainTable> {
+    let r = usize::from(t.replicas.max(1));
+    let mut next = t.clone();
+    let mut changed = false;
+    let is_in = |o: u32| map.osd(o).is_some_and(|e| !e.out);
+    let host = |o: u32| map.osd(o).map(|e| e.host.clone()).unwrap_or_default();
+    let candidates = |g: u32, taken: &[u32]| -> Option<u32> {
+        let ranked: Vec<u32> = map
+            .ranking(u64::from(g))
+            .into_iter()
+            .map(|e| e.id)
+            .filter(|o| up.contains(o) && is_in(*o) && !taken.contains(o))
+            .collect();
+        let hosts: Vec<String> = taken.iter().map(|o| host(*o)).collect();
+        ranked
+            .iter()
+            .copied()
+            .find(|o| !hosts.contains(&host(*o)))
+            .or_else(|| ranked.first().copied())
+    };
+    for e in &map.osds {
+        let g = e.id;
+        if next.chain(g).is_some() {
+            continue;
+        }
+        let mut members: Vec<u32> = Vec::new();
+        if up.contains(&g) && is_in(g) {
+            members.push(g);
+        }
+        while members.len() < r {
+            let Some(o) = candidates(g, &members) else {
+                break;
+            };
+            members.push(o);
+        }
+        if !members.is_empty() {
+            next.set(g, members, Vec::new());
+            changed = true;
+        }
+    }
+    let groups: Vec<u32> = next.chains.iter().map(|(g, _)| *g).collect();
+    for g in groups {
+        let Some(c) = next.chain(g).cloned() else {
+            continue;
+        };
+        let alive: Vec<u32> = c
+            .members
+            .iter()
+            .copied()
+            .filter(|m| up.contains(m))
+            .collect();
+        let members = if alive.is_empty() {
+            c.members.clone()
+        } else {
+            alive
+        };
+        let mut joining: Vec<u32> = c
+            .joining
+            .iter()
+            .copied()
+            .filter(|m| up.contains(m))
+            .collect();
+        let mut taken: Vec<u32> = members.iter().chain(joining.iter()).copied().collect();
+        if members.iter().any(|m| up.contains(m))
+            && taken.len() < r
+            && joining.is_empty()
+            && let Some(o) = candidates(g, &taken)
+        {
+            joining.push(o);
+            taken.push(o);
+        }
+        if members != c.members || joining != c.joining {
+            next.set(g, members, joining);
+            changed = true;
+        }
+    }
+    changed.then_some(next)
+}
+
+impl Mds {
+    /// The replica chains, when this file system keeps copies on the OSDs.
+    pub(super) fn chain_table(&self) -> Result<Option<ChainTable>, MdsError> {
+        self.kv.read()?.chains()
+    }
+
+    /// The chains' epoch (0 when there are none), for OSD reports.
+    pub(super) fn chains_epoch(&self) -> u64 {
+        self.chain_table().ok().flatten().map_or(0, |t| t.epoch)
+    }
+
+    /// One pass over the chains: makes, shrinks and grows them as
+    /// [`plan_chains`] says, and logs every change. Returns whether a
+    /// group is still short of copies.
+    pub(super) async fn chain_pass(&self) -> Result<bool, MdsError> {
+        let Some(t) = self.chain_table()? else {
+            return Ok(false);
+        };
+        let map = self.current_map()?;
+        let up = self.up_osds();
+        if let Some(next) = plan_chains(&t, &map, &up) {
+            self.store_chains(&t, next).await?;
+        }
+        let t = self.chain_table()?.unwrap_or_default();
+        Ok(t.chains
+            .iter()
+            .any(|(_, c)| c.members.len() < usize::from(t.replicas)))
+    }
+
+    /// Writes `next` if the chains are still `before` (a concurrent
+    /// change wins; the next pass looks again), logging each chain that
+    /// changed.
+    async fn store_chains(&self, before: &ChainTable, next: ChainTable) -> Result<bool, MdsError> {
+        let expect = before.epoch;
+        let to_write = next.clone();
+        let written = self
+            .kv
+            .write(move |tx| {
+                let cur = tx.chains()?.unwrap_or_default();
+                if cur.epoch != expect {
+                    return Ok(false);
+                }
+                tx.put_chains(&to_write)?;
+                Ok(true)
+            })
+            .await?;
+        if written {
+            for (g, c) in &next.chains {
+                if before.chain(*g) != Some(c) {
+                    tracing::info!(
+                        group = g,
+                        epoch = c.epoch,
+                        members = ?c.members,
+                        joining = ?c.joining,
+                        "replica chain changed"
+                    );
+                }
+            }
+        }
+        Ok(written)
+    }
+
+    /// Changes one chain under the caller's view of it: `f` gets the chain
+    /// (already checked to be at `epoch`) and returns the new members and
+    /// joining ones, or `None` to change nothing.
+    async fn change_chain(
+        &self,
+        group: u32,
+        epoch: u64,
+        f: impl Fn(&Chain) -> Option<(Vec<u32>, Vec<u32>)>,
+    ) -> Result<(), MdsError> {
+        for _ in 0..8 {
+            let Some(t) = self.chain_table()? else {
+                return Err(err(
+                    Errno::Inval,
+                    "this file system keeps no replica chains",
+                ));
+            };
+            let Some(c) = t.chain(group) else {
+                return Err(err(Errno::NoEnt, format!("no replica group {group}")));
+            };
+            if c.epoch != epoch {
+                return Ok(());
+            }
+            let Some((members, joining)) = f(c) else {
+                return Ok(());
+            };
+            let mut next = t.clone();
+            next.set(group, members, joining);
+            if self.store_chains(&t, next).await? {
+                return Ok(());
+            }
+        }
+        Err(err(Errno::Busy, "the chains kept changing; try again"))
+    }
+
+    /// CHAIN DROP from OSD `me`: `osd`, its successor in `group`'s chain,
+    /// could not take an effect. Dropped only once the MDS sees it down
+    /// (its lease has run out), waiting up to a lease for that.
+    pub(super) async fn chain_drop(
+        &self,
+        me: u32,
+        group: u32,
+        epoch: u64,
+        osd: u32,
+    ) -> Result<MdsReply, MdsError> {
+        let deadline =
+            std::time::Instant::now() + Duration::from_millis(self.cfg.down_after_ms + 1_000);
+        while self.up_osds().contains(&osd) && std::time::Instant::now() < deadline {
+            tokio::time::sleep(DROP_POLL).await;
+        }
+        if !self.up_osds().contains(&osd) {
+            self.change_chain(group, epoch, |c| {
+                (c.successor(me) == Some(osd)).then(|| {
+                    let keep = |v: &[u32]| v.iter().copied().filter(|m| *m != osd).collect();
+                    (keep(&c.members), keep(&c.joining))
+                })
+            })
+            .await?;
+            self.recovery_wake.notify_one();
+        }
+        self.chain_grant(me)
+    }
+
+    /// CHAIN FILLED from OSD `me`: it filled `osd`, the first joining
+    /// member after it, so `osd` now counts.
+    pub(super) async fn chain_filled(
+        &self,
+        me: u32,
+        group: u32,
+        epoch: u64,
+        osd: u32,
+    ) -> Result<MdsReply, MdsError> {
+        self.change_chain(group, epoch, |c| {
+            (c.members.last() == Some(&me) && c.joining.first() == Some(&osd)).then(|| {
+                let mut members = c.members.clone();
+                members.push(osd);
+                (members, c.joining[1..].to_vec())
+            })
+        })
+        .await?;
+        tracing::info!(group, osd, "replica chain member filled");
+        self.recovery_wake.notify_one();
+        self.chain_grant(me)
+    }
+
+    /// CHAINS for OSD `me`: the table, the addresses, and for each group
+    /// where `me` has a successor a capability over the group's partition
+    /// there and a ticket naming `me` (its session key wrapped with `me`'s
+    /// own key).
+    pub(super) fn chain_grant(&self, me: u32) -> Result<MdsReply, MdsError> {
+        let Some(table) = self.chain_table()? else {
+            return Err(err(
+                Errno::Inval,
+                "this file system keeps no replica chains",
+            ));
+        };
+        let map = self.current_map()?;
+        let own = self
+            .osd_ring(me, None)
+            .and_then(|r| r.newest().map(|(_, k)| *k))
+            .ok_or_else(|| err(Errno::Access, format!("no key for OSD {me}")))?;
+        let expiry_ms = proto::clock::now_ms() + self.cfg.cap_ttl_secs * 1000;
+        let mut caps = Vec::new();
+        let mut tickets = Vec::new();
+        for (g, c) in &table.chains {
+            let Some(next) = c.successor(me) else {
+                continue;
+            };
+            let Some(ring) = self.osd_ring(next, None) else {
+                continue;
+            };
+            let Some((kv, key)) = ring.newest() else {
+                continue;
+            };
+            let cap = proto::CapSpec {
+                partition: group_partition(*g),
+                oid_lo: 0,
+                oid_hi: u64::MAX,
+                rights: rights::ALL,
+                expiry_ms,
+                version: u64::MAX,
+                holder: member_principal(me),
+            }
+            .sign(key, kv, next);
+            caps.push((*g, next, cap));
+            if tickets.iter().any(|(o, _, _)| *o == next) {
+                continue;
+            }
+            let Some((identity, _)) =
+                net::auth::mint_ticket(&ring, next, member_principal(me), &member_name(me))
+            else {
+                continue;
+            };
+            if let (proto::auth::Credential::Ticket(t), Some(session)) =
+                (identity.credential, identity.key)
+            {
+                tickets.push((
+                    next,
+                    t,
+                    proto::auth::wrap_session_key(&own, &session, net::auth::random_bytes()),
+                ));
+            }
+        }
+        let addrs = map.osds.iter().map(|o| (o.id, o.addr.clone())).collect();
+        Ok(MdsReply::Chains(Box::new(ChainGrant {
+            table,
+            addrs,
+            caps,
+            tickets,
+        })))
+    }
+
+    /// Counts for the status: groups, degraded (fewer full members up
+    /// than copies asked for), unavailable (none up), filling.
+    pub(super) fn chain_counts(&self, r: &mut proto::mds::Redundancy) {
+        let Ok(Some(t)) = self.chain_table() else {
+            return;
+        };
+        let up = self.up_osds();
+        let want = usize::from(t.replicas.max(1));
+        r.max_replicas = r.max_replicas.max(u32::from(t.replicas));
+        for (_, c) in &t.chains {
+            r.groups += 1;
+            let full_up = c.members.iter().filter(|m| up.contains(m)).count();
+            if full_up == 0 {
+                r.groups_unavailable += 1;
+            }
+            if full_up < want {
+                r.groups_degraded += 1;
+            }
+            if !c.joining.is_empty() {
+                r.groups_filling += 1;
+            }
+        }
+    }
+
+    /// The client's capabilities with chains: per group, one for the
+    /// group's head over the group's partition.
+    pub(super) fn chain_caps(
+        &self,
+        table: &ChainTable,
+        lo: u64,
+        rights: u32,
+        version: u64,
+    ) -> Grant {
+        let expiry_ms = proto::clock::now_ms() + self.cfg.cap_ttl_secs * 1000;
+        let caps = table
+            .chains
+            .iter()
+            .filter_map(|(g, c)| {
+                let head = c.head()?;
+                let ring = self.osd_ring(head, None)?;
+                let (kv, key) = ring.newest()?;
+                Some((
+                    *g,
+                    proto::CapSpec {
+                        partition: group_partition(*g),
+                        oid_lo: lo,
+                        oid_hi: u64::MAX,
+                        rights,
+                        expiry_ms,
+                        version,
+                        holder: super::auth::holder(),
+                    }
+                    .sign(key, kv, head),
+                ))
+            })
+            .collect();
+        Grant {
+            lo,
+            hi: u64::MAX,
+            rights,
+            expiry_ms,
+            caps,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proto::placement::{OsdEntry, WEIGHT_ONE};
+
+    fn map(n: u32) -> OsdMap {
+        OsdMap {
+            epoch: 1,
+            version: proto::placement::PLACEMENT_VERSION,
+            osds: (1..=n)
+                .map(|id| OsdEntry {
+                    id,
+                    addr: format!("127.0.0.1:{}", 7000 + id),
+                    weight: WEIGHT_ONE,
+                    host: format!("h{id}"),
+                    out: false,
+                })
+                .collect(),
+        }
+    }
+
+    fn table(r: u8) -> ChainTable {
+        ChainTable {
+            epoch: 0,
+            replicas: r,
+            chains: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn every_osd_gets_a_chain_headed_by_itself_with_distinct_members() {
+        let m = map(4);
+        let up: HashSet<u32> = (1..=4).collect();
+        let t = plan_chains(&table(3), &m, &up).unwrap();
+        assert_eq!(t.chains.len(), 4);
+        for (g, c) in &t.chains {
+            assert_eq!(c.head(), Some(*g));
+            assert_eq!(c.members.len(), 3);
+            assert!(c.validate().is_ok());
+            assert!(c.joining.is_empty());
+        }
+        assert!(plan_chains(&t, &m, &up).is_none(), "stable once made");
+    }
+
+    #[test]
+    fn a_down_head_is_replaced_by_the_next_member_and_a_joiner_is_added() {
+        let m = map(4);
+        let mut up: HashSet<u32> = (1..=4).collect();
+        let t = plan_chains(&table(2), &m, &up).unwrap();
+        let before = t.chain(1).unwrap().clone();
+        up.remove(&1);
+        let t2 = plan_chains(&t, &m, &up).unwrap();
+        let c = t2.chain(1).unwrap();
+        assert_eq!(c.members, before.members[1..].to_vec());
+        assert_eq!(c.joining.len(), 1);
+        assert!(!c.holds(1));
+        assert!(c.epoch > before.epoch);
+        // Every member down: the group waits, its chain unchanged.
+        let none: HashSet<u32> = HashSet::new();
+        let t3 = plan_chains(&t2, &m, &none);
+        let c3 = t3.as_ref().map_or(c, |t| t.chain(1).unwrap());
+        assert_eq!(c3.members, c.members, "no member up: nobody promoted");
+    }
+
+    #[test]
+    fn a_short_chain_waits_for_its_filling_member() {
+        let m = map(3);
+        let mut up: HashSet<u32> = [1].into();
+        let t = plan_chains(&table(2), &m, &up).unwrap();
+        assert_eq!(t.chain(1).unwrap().members, vec![1]);
+        up.extend([2, 3]);
+        let t2 = plan_chains(&t, &m, &up).unwrap();
+        let c = t2.chain(1).unwrap();
+        assert_eq!(c.members, vec![1]);
+        assert_eq!(c.joining.len(), 1, "one joiner at a time");
+        // New groups for 2 and 3 start full.
+        assert_eq!(t2.chain(2).unwrap().members.len(), 2);
+        assert!(
+            plan_chains(&t2, &m, &up).is_none(),
+            "nothing more until it is filled"
+        );
+    }
+}

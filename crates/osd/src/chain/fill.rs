@@ -1,0 +1,278 @@
+//! Filling a joining member: the member right before it copies every
+//! object of the group to it, each whole (attributes, data ranges, length,
+//! version) under the object's chain lock, so an effect passed down
+//! meanwhile lands either before the copy (and is in it) or after it (and
+//! is applied on top). Objects the joiner holds that this member does not
+//! (left from an earlier membership) are removed. Then the authority is
+//! told, and the joiner counts as a full member.
+
+use bytes::Bytes;
+use net::ConnError;
+use proto::chain::group_partition;
+use proto::msg::{AttrKey, Command, MAX_ATTR_LIST, Reply, Request};
+use proto::{ErrorCode, WireError};
+use store::StoreError;
+
+use super::{ChainView, Chains};
+use crate::exec::map_err;
+
+/// Object ids start here in every partition.
+const FIRST_OID: u64 = 0x1_0000;
+/// Bytes copied per WRITE.
+const CHUNK: u64 = 1 << 20;
+/// Ids per LIST.
+const PAGE: u32 = 1000;
+/// The store's own attribute pages are below this one (not copied: the
+/// joiner's store keeps its own).
+const FIRST_USER_PAGE: u32 = 0x10;
+
+fn io(e: ConnError) -> WireError {
+    match e {
+        ConnError::Remote(w) => w,
+        other => WireError::new(ErrorCode::Io, other.to_string()),
+    }
+}
+
+impl Chains {
+    /// Fills `joiner` in `group`'s chain at `epoch`; returns the objects
+    /// copied.
+    pub(super) async fn fill(&self, group: u32, epoch: u64, joiner: u32) -> Result<u64, WireError> {
+        let ctx = self
+            .ctx
+            .get()
+            .cloned()
+            .ok_or_else(|| WireError::new(ErrorCode::Busy, "the OSD is not serving yet"))?;
+        let pid = group_partition(group);
+        self.ensure_partition(&ctx, pid)?;
+        let view = self.view().await?;
+        let theirs = self.remote_ids(&view, group, joiner).await?;
+        let mut copied = 0;
+        let mut after = None;
+        loop {
+            self.still_filling(group, epoch, joiner)?;
+            let page = ctx
+                .store
+                .get()?
+                .list(pid, FIRST_OID, u64::MAX, after, PAGE as usize)
+                .map_err(map_err)?;
+            for oid in &page.ids {
+                let _held = self.lock_objects(&Command::Remove { pid, oid: *oid }).await;
+                self.copy_object(&ctx, &view, group, joiner, *oid).await?;
+                copied += 1;
+            }
+            match page.next {
+                Some(n) => after = Some(n),
+                None => break,
+            }
+        }
+        for oid in theirs {
+            let _held = self.lock_objects(&Command::Remove { pid, oid }).await;
+            if let Err(StoreError::NoObject { .. }) = ctx.store.get()?.stat(pid, oid) {
+                self.remote(
+                    &view,
+                    group,
+                    joiner,
+                    Command::Remove { pid, oid },
+                    vec![],
+                    Bytes::new(),
+                )
+                .await
+                .or_else(|e| {
+                    if e.code == ErrorCode::NoObject {
+                        Ok(Reply::Done)
+                    } else {
+                        Err(e)
+                    }
+                })?;
+            }
+        }
+        self.still_filling(group, epoch, joiner)?;
+        let v = self.authority.filled(group, epoch, joiner).await?;
+        self.install(v);
+        Ok(copied)
+    }
+
+    /// Fails when the chain changed under the fill (it starts again from
+    /// the new view).
+    fn still_filling(&self, group: u32, epoch: u64, joiner: u32) -> Result<(), WireError> {
+        let ok = self.current().is_some_and(|(v, _)| {
+            v.table
+                .chain(group)
+                .is_some_and(|c| c.epoch == epoch && c.joining.first() == Some(&joiner))
+        });
+        if ok {
+            Ok(())
+        } else {
+            Err(WireError::new(
+                ErrorCode::StaleChain,
+                format!("group {group}'s chain changed during the fill"),
+            ))
+        }
+    }
+
+    /// Every object id the joiner holds in the group's partition.
+    async fn remote_ids(
+        &self,
+        view: &ChainView,
+        group: u32,
+        joiner: u32,
+    ) -> Result<Vec<u64>, WireError> {
+        let pid = group_partition(group);
+        let mut ids = Vec::new();
+        let mut after = None;
+        loop {
+            let cmd = Command::List {
+                pid,
+                lo: FIRST_OID,
+                hi: u64::MAX,
+                after,
+                max: PAGE,
+                attrs: Vec::new(),
+            };
+            match self
+                .remote(view, group, joiner, cmd, vec![], Bytes::new())
+                .await
+            {
+                Ok(Reply::Listed { entries, next }) => {
+                    ids.extend(entries.into_iter().map(|e| e.0));
+                    match next {
+                        Some(n) => after = Some(n),
+                        None => return Ok(ids),
+                    }
+                }
+                Ok(other) => {
+                    return Err(WireError::new(
+                        ErrorCode::Io,
+                        format!("LIST answered {other:?}"),
+                    ));
+                }
+                // A joiner that never held the group has no partition yet.
+                Err(e) if e.code == ErrorCode::NoPartition => return Ok(ids),
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Copies one object whole to the joiner (the caller holds its lock).
+    async fn copy_object(
+        &self,
+        ctx: &crate::exec::Ctx,
+        view: &ChainView,
+        group: u32,
+        joiner: u32,
+        oid: u64,
+    ) -> Result<(), WireError> {
+        let pid = group_partition(group);
+        let s = ctx.store.get()?;
+        let gone = |e: &WireError| e.code == ErrorCode::NoObject;
+        let st = match s.stat(pid, oid) {
+            Ok(st) => st,
+            Err(StoreError::NoObject { .. }) => return Ok(()),
+            Err(e) => return Err(map_err(e)),
+        };
+        let attrs: Vec<(AttrKey, Vec<u8>)> = s
+            .list_attrs(pid, oid)
+            .map_err(map_err)?
+            .into_iter()
+            .filter(|((page, _), _)| *page >= FIRST_USER_PAGE)
+            .map(|((page, number), v)| (AttrKey { page, number }, v))
+            .collect();
+        let ranges = s.data_ranges(pid, oid).map_err(map_err)?;
+        match self
+            .remote(
+                view,
+                group,
+                joiner,
+                Command::Remove { pid, oid },
+                vec![],
+                Bytes::new(),
+            )
+            .await
+        {
+            Ok(_) => {}
+            Err(e) if gone(&e) => {}
+            Err(e) => return Err(e),
+        }
+        let mut batches = attrs.chunks(MAX_ATTR_LIST);
+        let first = batches.next().map(<[_]>::to_vec).unwrap_or_default();
+        let create = Command::Create {
+            pid,
+            oid: Some(oid),
+            count: 1,
+        };
+        self.remote(view, group, joiner, create, first, Bytes::new())
+            .await?;
+        for b in batches {
+            self.remote(
+                view,
+                group,
+                joiner,
+                Command::SetAttributes { pid, oid },
+                b.to_vec(),
+                Bytes::new(),
+            )
+            .await?;
+        }
+        for (off, len) in ranges {
+            let mut at = off;
+            while at < off + len {
+                let n = CHUNK.min(off + len - at);
+                let data = s.read(pid, oid, at, n).map_err(map_err)?;
+                if !data.is_empty() {
+                    let write = Command::Write {
+                        pid,
+                        oid,
+                        offset: at,
+                    };
+                    self.remote(view, group, joiner, write, vec![], Bytes::from(data))
+                        .await?;
+                }
+                at += n;
+            }
+        }
+        self.remote(
+            view,
+            group,
+            joiner,
+            Command::Truncate {
+                pid,
+                oid,
+                len: st.size,
+            },
+            vec![],
+            Bytes::new(),
+        )
+        .await?;
+        if st.version > 0 {
+            let sv = Command::SetVersion {
+                pid,
+                oid,
+                version: st.version,
+            };
+            self.remote(view, group, joiner, sv, vec![], Bytes::new())
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// One command on the joiner, as the member before it.
+    async fn remote(
+        &self,
+        view: &ChainView,
+        group: u32,
+        joiner: u32,
+        cmd: Command,
+        set: Vec<(AttrKey, Vec<u8>)>,
+        data: Bytes,
+    ) -> Result<Reply, WireError> {
+        let req = Request {
+            cap: view.caps.get(&(group, joiner)).cloned(),
+            id: 0,
+            cmd,
+            get: Vec::new(),
+            set,
+        };
+        let c = self.peer(view, joiner).map_err(io)?;
+        c.call(req, data).await.map(|a| a.reply).map_err(io)
+    }
+}

@@ -1,0 +1,213 @@
+//! The namespace on the OSDs with two copies, with real daemons: an MDS
+//! process (the chains' authority) and four OSD processes on their own
+//! "hosts". 64 clients racing exclusive creates of one name (a
+//! compare-and-swap on the directory's slot) while the head of the
+//! directory's chain is killed with SIGKILL: exactly one winner per name.
+//! A write storm through the mount while an OSD is killed: every
+//! acknowledged file reads back, the status says degraded, the chains are
+//! filled again once the OSD returns (HEALTH_OK), and then every file
+//! still reads back with another member killed, so the fill copied it.
+#![expect(clippy::unwrap_used, reason = "tests: a panic is the failure report")]
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use common::cluster::{Cluster, MountGuard};
+use proto::mds::{Creds, MdsReply, NamespaceGrant, Op, ROOT_INO};
+use rand::{Rng, SeedableRng};
+
+fn root() -> Creds {
+    Creds {
+        uid: 0,
+        gid: 0,
+        groups: Vec::new(),
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn content(k: u64, len: usize) -> Vec<u8> {
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(k);
+    let mut v = vec![0u8; len];
+    rng.fill(&mut v[..]);
+    v
+}
+
+/// Formats with the namespace on the OSDs and two copies, starts four
+/// OSDs, and waits for every chain to be full.
+fn start(dir: &std::path::Path) -> Cluster {
+    Cluster::start_formatted(dir, 4, 2, "", &["--namespace", "osd"])
+}
+
+/// The namespace grant: the root's group and the chains.
+async fn grant(cl: &Cluster) -> NamespaceGrant {
+    let m = net::MdsClient::new(&cl.mds_addr, common::cluster::CLUSTER, cl.admin(), 1);
+    match m.call(Op::NamespaceGrant).await.unwrap() {
+        MdsReply::Namespace(g) => *g,
+        other => panic!("namespace grant answered {other:?}"),
+    }
+}
+
+/// The head of the root directory's chain (once the root is made).
+async fn root_head(cl: &Cluster) -> (u32, Vec<u32>) {
+    let g = grant(cl).await;
+    let group = g.root_osd.expect("the root is made");
+    let c = g
+        .chains
+        .expect("chains are kept")
+        .chain(group)
+        .unwrap()
+        .clone();
+    (c.head().unwrap(), c.members)
+}
+
+#[test]
+fn sixty_four_clients_race_exclusive_creates_while_the_head_is_killed() {
+    let dir = tempfile::tempdir().unwrap();
+    runtime().block_on(async {
+        let mut cl = start(dir.path());
+        cl.wait_healthy(60).await;
+        let first = cl.client().await;
+        let (head, members) = root_head(&cl).await;
+        assert_eq!(
+            members.len(),
+            2,
+            "two copies of the root's group: {members:?}"
+        );
+        let mut clients = vec![Arc::new(first)];
+        while clients.len() < 64 {
+            clients.push(Arc::new(cl.client().await));
+        }
+        const ROUNDS: u32 = 8;
+        for round in 0..ROUNDS {
+            let name = format!("race-{round}");
+            let tasks: Vec<_> = clients
+                .iter()
+                .enumerate()
+                .map(|(i, c)| {
+                    let (c, name) = (c.clone(), name.clone());
+                    tokio::spawn(async move {
+                        match c.create(&root(), ROOT_INO, &name, 0o644, true).await {
+                            Ok((e, fh)) => {
+                                c.release(fh).await.unwrap();
+                                Some((i, e.attr.ino))
+                            }
+                            Err(e) if e.errno == libc::EEXIST => None,
+                            Err(e) => panic!("client {i}, {name}: {e}"),
+                        }
+                    })
+                })
+                .collect();
+            if round == 3 {
+                // The head of the root's chain dies mid-race.
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                cl.kill_osd(head);
+            }
+            let mut won = Vec::new();
+            for t in tasks {
+                if let Some(w) = t.await.unwrap() {
+                    won.push(w);
+                }
+            }
+            assert_eq!(won.len(), 1, "{name}: winners {won:?}");
+            // Everyone sees the winner's file.
+            let e = clients[17].lookup(&root(), ROOT_INO, &name).await.unwrap();
+            assert_eq!(e.attr.ino, won[0].1, "{name}");
+        }
+        let (new_head, _) = root_head(&cl).await;
+        assert_ne!(new_head, head, "the chain has a new head");
+        let listed = clients[5].readdir(&root(), ROOT_INO).await.unwrap();
+        for round in 0..ROUNDS {
+            let n = format!("race-{round}");
+            assert_eq!(listed.iter().filter(|d| d.name == n).count(), 1, "{n}");
+        }
+    });
+}
+
+#[test]
+fn a_write_storm_through_the_mount_survives_an_osd_kill_and_the_chains_refill() {
+    if !common::can_mount() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let rt = runtime();
+    let mut cl = start(dir.path());
+    rt.block_on(cl.wait_healthy(60));
+    let m = MountGuard::new(&cl, &dir.path().join("mnt"));
+    let mp = m.mp.clone();
+    let (victim, members) = rt.block_on(root_head(&cl));
+    let stop = Arc::new(AtomicBool::new(false));
+    let writers: Vec<_> = (0..3u64)
+        .map(|w| {
+            let (mp, stop) = (mp.clone(), stop.clone());
+            std::thread::spawn(move || {
+                use std::io::Write;
+                let d = mp.join(format!("w{w}"));
+                std::fs::create_dir(&d).unwrap();
+                let mut done = Vec::new();
+                let mut k = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let id = w * 100_000 + k;
+                    let len = 1 + (id as usize * 104_729) % (200 << 10);
+                    let tmp = d.join(format!("t{id}"));
+                    let mut f = std::fs::File::create(&tmp).unwrap();
+                    f.write_all(&content(id, len)).unwrap();
+                    f.sync_all().unwrap_or_else(|e| {
+                        panic!("fsync of {} with an OSD down: {e}", tmp.display())
+                    });
+                    drop(f);
+                    let p = d.join(format!("f{id}"));
+                    std::fs::rename(&tmp, &p).unwrap();
+                    done.push((p, id, len));
+                    k += 1;
+                }
+                done
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(1500));
+    cl.kill_osd(victim);
+    std::thread::sleep(Duration::from_millis(4000));
+    stop.store(true, Ordering::Relaxed);
+    let files: Vec<_> = writers
+        .into_iter()
+        .flat_map(|w| w.join().unwrap())
+        .collect();
+    assert!(files.len() > 10, "only {} files", files.len());
+    let check = |files: &[(std::path::PathBuf, u64, usize)]| {
+        for (p, id, len) in files {
+            assert_eq!(
+                std::fs::read(p).unwrap(),
+                content(*id, *len),
+                "{}",
+                p.display()
+            );
+        }
+    };
+    check(&files);
+    let text = cl.cli_text(&["status"]);
+    assert!(text.starts_with("HEALTH_WARN"), "{text}");
+    assert!(text.contains(&format!("OSDs down ({victim})")), "{text}");
+    // The OSD returns; every chain is full again (the returning OSD is
+    // filled like any new member).
+    cl.start_osd(victim);
+    rt.block_on(cl.wait_healthy(90));
+    check(&files);
+    // The other member of the root's group dies: the fill made the copies
+    // it leaves.
+    let other = members.into_iter().find(|m| *m != victim).unwrap();
+    cl.kill_osd(other);
+    check(&files);
+    let listed = std::fs::read_dir(mp.join("w0")).unwrap().count();
+    assert!(listed > 0);
+    drop(m);
+}

@@ -1,0 +1,346 @@
+//! Separate daemons for the redundancy tests: an MDS process and OSD
+//! processes (each on its own "host") under one directory, the CLI as the
+//! cluster admin, status polling, and a foreground mount.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use client::{Client, ClientConfig};
+use proto::mds::{ClusterStatus, MdsReply, Op};
+
+use super::{BIN, free_port};
+
+/// The cluster id the tests format.
+pub const CLUSTER: &str = "redundancy";
+
+/// An MDS process and OSD processes 1..=n under one directory.
+pub struct Cluster {
+    pub dir: PathBuf,
+    pub mds_addr: String,
+    pub mds: Option<Child>,
+    pub osd_addrs: Vec<String>,
+    pub osds: Vec<Option<Child>>,
+}
+
+impl Cluster {
+    /// The admin key file `mds format` wrote.
+    pub fn key_file(&self) -> PathBuf {
+        self.dir.join("mds").join("client.admin.key")
+    }
+
+    /// The admin's identity.
+    pub fn admin(&self) -> net::auth::Identity {
+        net::auth::ClientKey::load(&self.key_file())
+            .unwrap()
+            .identity()
+            .unwrap()
+    }
+
+    /// Formats (root default `replicas`) and starts `n` OSDs. `settings`
+    /// are extra lines for mds.toml.
+    pub fn start(dir: &Path, n: u32, replicas: u8, settings: &str) -> Cluster {
+        Self::start_formatted(dir, n, replicas, settings, &[])
+    }
+
+    /// [`Cluster::start`] with more `mds format` arguments.
+    pub fn start_formatted(
+        dir: &Path,
+        n: u32,
+        replicas: u8,
+        settings: &str,
+        format: &[&str],
+    ) -> Cluster {
+        let mds_dir = dir.join("mds");
+        let out = Command::new(BIN)
+            .args(["mds", "format", "--data"])
+            .arg(&mds_dir)
+            .args(["--cluster", CLUSTER, "--replicas", &replicas.to_string()])
+            .args(format)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        // Fast heartbeats so the test's failures are noticed in seconds.
+        let cfg = mds_dir.join("mds.toml");
+        let text = std::fs::read_to_string(&cfg).unwrap();
+        let mut keep: Vec<String> = text
+            .lines()
+            .filter(|l| {
+                !["heartbeat_ms", "down_after_ms", "recovery_interval_ms"]
+                    .iter()
+                    .chain(
+                        settings
+                            .lines()
+                            .filter_map(|s| s.split('=').next())
+                            .map(str::trim)
+                            .collect::<Vec<_>>()
+                            .iter(),
+                    )
+                    .any(|k| l.starts_with(&format!("{k} ")))
+            })
+            .map(String::from)
+            .collect();
+        keep.push("heartbeat_ms = 300".into());
+        keep.push("down_after_ms = 1500".into());
+        keep.push("recovery_interval_ms = 300".into());
+        keep.extend(settings.lines().map(String::from));
+        std::fs::write(&cfg, keep.join("\n")).unwrap();
+        let mut c = Cluster {
+            dir: dir.into(),
+            mds_addr: free_port(),
+            mds: None,
+            osd_addrs: Vec::new(),
+            osds: Vec::new(),
+        };
+        c.start_mds();
+        for id in 1..=n {
+            local::provision_osd(
+                &c.osd_dir(id),
+                id,
+                CLUSTER,
+                512 << 20,
+                &mds_dir.join("keys"),
+            )
+            .unwrap();
+            c.osd_addrs.push(free_port());
+            c.osds.push(None);
+            c.start_osd(id);
+        }
+        c
+    }
+
+    /// Provisions and starts one more OSD (the next id).
+    pub fn add_osd(&mut self) -> u32 {
+        let id = self.osds.len() as u32 + 1;
+        local::provision_osd(
+            &self.osd_dir(id),
+            id,
+            CLUSTER,
+            512 << 20,
+            &self.dir.join("mds").join("keys"),
+        )
+        .unwrap();
+        self.osd_addrs.push(free_port());
+        self.osds.push(None);
+        self.start_osd(id);
+        id
+    }
+
+    pub fn osd_dir(&self, id: u32) -> PathBuf {
+        self.dir.join(format!("osd-{id}"))
+    }
+
+    pub fn start_mds(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join("mds.log"))
+            .unwrap();
+        self.mds = Some(
+            Command::new(BIN)
+                .args(["mds", "serve", "--data"])
+                .arg(self.dir.join("mds"))
+                .args(["--listen", &self.mds_addr])
+                .env("TESSERA_LOG", "info")
+                .stdout(Stdio::null())
+                .stderr(Stdio::from(log))
+                .spawn()
+                .unwrap(),
+        );
+    }
+
+    pub fn kill_mds(&mut self) {
+        if let Some(mut m) = self.mds.take() {
+            m.kill().unwrap();
+            m.wait().unwrap();
+        }
+    }
+
+    pub fn start_osd(&mut self, id: u32) {
+        let d = self.osd_dir(id);
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(d.join("osd.log"))
+            .unwrap();
+        let child = Command::new(BIN)
+            .arg("osd")
+            .arg("--store")
+            .arg(d.join("store.img"))
+            .arg("--key-file")
+            .arg(d.join("key.toml"))
+            .args(["--listen", &self.osd_addrs[id as usize - 1]])
+            .args(["--mds", &self.mds_addr, "--host", &format!("host{id}")])
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(log))
+            .spawn()
+            .unwrap();
+        self.osds[id as usize - 1] = Some(child);
+    }
+
+    /// SIGTERM: the OSD flushes its store and exits.
+    pub fn stop_osd(&mut self, id: u32) {
+        if let Some(mut c) = self.osds[id as usize - 1].take() {
+            // SAFETY: signalling our own child.
+            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+            assert!(c.wait().unwrap().success(), "OSD {id} did not stop cleanly");
+        }
+    }
+
+    /// SIGKILL, as a crash.
+    pub fn kill_osd(&mut self, id: u32) {
+        if let Some(mut c) = self.osds[id as usize - 1].take() {
+            c.kill().unwrap();
+            c.wait().unwrap();
+        }
+    }
+
+    pub fn cli(&self, args: &[&str]) -> std::process::Output {
+        Command::new(BIN)
+            .args(args)
+            .args(["--mds", &self.mds_addr, "--cluster", CLUSTER])
+            .arg("--key-file")
+            .arg(self.key_file())
+            .output()
+            .unwrap()
+    }
+
+    /// Runs a CLI command; asserts it succeeds and returns its stdout.
+    pub fn cli_ok(&self, args: &[&str]) -> String {
+        let out = self.cli(args);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "{args:?}: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        text
+    }
+
+    /// Runs a CLI command and returns its stdout, whatever its exit status.
+    pub fn cli_text(&self, args: &[&str]) -> String {
+        String::from_utf8_lossy(&self.cli(args).stdout).into_owned()
+    }
+
+    pub async fn client(&self) -> Client {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let mut cfg = ClientConfig::new(&self.mds_addr, CLUSTER, self.admin());
+            cfg.attr_timeout = Duration::ZERO;
+            match Client::connect(cfg).await {
+                Ok(c) => return c,
+                Err(e) if Instant::now() < deadline => {
+                    let _ = e;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => panic!("cannot connect: {e}"),
+            }
+        }
+    }
+
+    pub async fn status(&self) -> Option<ClusterStatus> {
+        let m = net::MdsClient::new(&self.mds_addr, CLUSTER, self.admin(), 1);
+        match m.call(Op::Status).await {
+            Ok(MdsReply::Status(s)) => Some(*s),
+            _ => None,
+        }
+    }
+
+    /// Waits until `ok(status)` holds (`secs` at most).
+    pub async fn wait_for(
+        &self,
+        what: &str,
+        secs: u64,
+        ok: impl Fn(&ClusterStatus) -> bool,
+    ) -> ClusterStatus {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        let mut last = None;
+        while Instant::now() < deadline {
+            if let Some(s) = self.status().await {
+                if ok(&s) {
+                    return s;
+                }
+                last = Some(s);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!(
+            "timed out waiting for {what}; last status: {:?}\nMDS log tail:\n{}",
+            last.map(|s| (s.health(), s.redundancy)),
+            tail(&self.dir.join("mds.log"))
+        );
+    }
+
+    /// Waits for HEALTH_OK with every OSD this test started in the map.
+    pub async fn wait_healthy(&self, secs: u64) -> ClusterStatus {
+        let n = self.osds.len();
+        self.wait_for("HEALTH_OK", secs, |s| {
+            s.health().level == "HEALTH_OK" && s.redundancy.checked && s.osds.len() == n
+        })
+        .await
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for c in self.osds.iter_mut().flatten() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        if let Some(m) = self.mds.as_mut() {
+            let _ = m.kill();
+            let _ = m.wait();
+        }
+    }
+}
+
+pub fn tail(p: &Path) -> String {
+    let t = std::fs::read_to_string(p).unwrap_or_default();
+    let lines: Vec<&str> = t.lines().collect();
+    lines[lines.len().saturating_sub(30)..].join("\n")
+}
+
+/// Mounts the cluster with `tessera mount --foreground`; unmounted on drop.
+pub struct MountGuard {
+    pub mp: PathBuf,
+    child: Child,
+}
+
+impl MountGuard {
+    pub fn new(cl: &Cluster, mp: &Path) -> MountGuard {
+        use std::io::BufRead;
+        std::fs::create_dir_all(mp).unwrap();
+        let mut child = Command::new(BIN)
+            .args(["mount", &cl.mds_addr])
+            .arg(mp)
+            .args(["--foreground", "--cluster", CLUSTER])
+            .arg("--key-file")
+            .arg(cl.key_file())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let out = child.stdout.take().unwrap();
+        let mut line = String::new();
+        let mut r = std::io::BufReader::new(out);
+        while r.read_line(&mut line).unwrap() > 0 {
+            if line.contains("mounted") {
+                break;
+            }
+            line.clear();
+        }
+        assert!(line.contains("mounted"), "mount did not come up: {line}");
+        MountGuard {
+            mp: mp.into(),
+            child,
+        }
+    }
+}
+
+impl Drop for MountGuard {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.mp).status();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
