@@ -19,9 +19,9 @@ const DROP_POLL: Duration = Duration::from_millis(100);
 /// What the chains should become, given the map and the OSDs up: `None`
 /// when nothing changes. Pure, so it is tested on its own.
 ///
-/// - An OSD id without a chain gets one once any OSD is up: itself first
-///   when up, then the others in its placement order (distinct hosts
-///   first), all full members (a new group holds no object yet).
+/// - An OSD id without a chain gets one once that OSD is up: itself first,
+///   then the others in its placement order (distinct hosts first), all
+///   full members (a new group holds no object yet).
 /// - Members that are down leave (the next one becomes head), unless none
 ///   would be left: then the group waits for one to come back.
 /// - A chain with fewer members than copies asked for gets one joining
@@ -52,10 +52,11 @@ pub fn plan_chains(t: &ChainTable, map: &OsdMap, up: &HashSet<u32>) -> Option<Ch
         if next.chain(g).is_some() {
             continue;
         }
-        let mut members: Vec<u32> = Vec::new();
-        if up.contains(&g) && is_in(g) {
-            members.push(g);
+        // Made once its own OSD is up, which heads it.
+        if !(up.contains(&g) && is_in(g)) {
+            continue;
         }
+        let mut members: Vec<u32> = vec![g];
         while members.len() < r {
             let Some(o) = candidates(g, &members) else {
                 break;
@@ -455,6 +456,7 @@ mod tests {
         let mut up: HashSet<u32> = [1].into();
         let t = plan_chains(&table(2), &m, &up).unwrap();
         assert_eq!(t.chain(1).unwrap().members, vec![1]);
+        assert!(t.chain(2).is_none(), "a group waits for its own OSD");
         up.extend([2, 3]);
         let t2 = plan_chains(&t, &m, &up).unwrap();
         let c = t2.chain(1).unwrap();
