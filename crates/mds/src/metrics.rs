@@ -77,6 +77,7 @@ pub struct MdsMetrics {
     /// Copies scrubs found inconsistent.
     pub scrub_inconsistent: Counter,
     redundancy: Family<StateLabel, Gauge>,
+    groups: Family<StateLabel, Gauge>,
     kv_batches: Gauge,
     kv_jobs: Gauge,
     kv_checkpoints: Gauge,
@@ -129,6 +130,7 @@ impl MdsMetrics {
         let (recovered_bytes, recovered_objects) = (Counter::default(), Counter::default());
         let (copies_marked_stale, scrub_inconsistent) = (Counter::default(), Counter::default());
         let redundancy = Family::<StateLabel, Gauge>::default();
+        let groups = Family::<StateLabel, Gauge>::default();
         registry.register(
             "recovered_bytes",
             "Bytes copied by recovery",
@@ -153,6 +155,11 @@ impl MdsMetrics {
             "objects",
             "Stripe objects by redundancy state, as of the last recovery pass",
             redundancy.clone(),
+        );
+        registry.register(
+            "replica_groups",
+            "Replica groups of a namespace on the OSDs by state (total, degraded, filling, unavailable)",
+            groups.clone(),
         );
         let (kv_batches, kv_jobs, kv_checkpoints, kv_wal_bytes) = (
             Gauge::default(),
@@ -221,6 +228,7 @@ impl MdsMetrics {
             copies_marked_stale,
             scrub_inconsistent,
             redundancy,
+            groups,
             mandatory,
             non_mandatory,
             kv_batches,
@@ -245,6 +253,22 @@ impl MdsMetrics {
                     state: state.into(),
                 })
                 .set(n as i64);
+        }
+    }
+
+    /// Publishes the replica groups' counts.
+    pub fn set_groups(&self, r: &proto::mds::Redundancy) {
+        for (state, n) in [
+            ("total", r.groups),
+            ("degraded", r.groups_degraded),
+            ("filling", r.groups_filling),
+            ("unavailable", r.groups_unavailable),
+        ] {
+            self.groups
+                .get_or_create(&StateLabel {
+                    state: state.into(),
+                })
+                .set(i64::from(n));
         }
     }
 

@@ -130,6 +130,9 @@ impl Mds {
         if let Some(next) = plan_chains(&t, &map, &up) {
             self.store_chains(&t, next).await?;
         }
+        let mut counts = proto::mds::Redundancy::default();
+        self.chain_counts(&mut counts);
+        self.metrics.set_groups(&counts);
         let t = self.chain_table()?.unwrap_or_default();
         Ok(t.chains
             .iter()

@@ -76,6 +76,12 @@ pub fn print_status(s: &ClusterStatus) {
         "objects: {} stripe objects; {} degraded, {} misplaced, {} unfound, {} inconsistent",
         r.objects, r.degraded, r.misplaced, r.unfound, r.inconsistent
     );
+    if r.groups > 0 {
+        println!(
+            "replica groups (namespace on the OSDs): {} with {} copies each; {} degraded, {} filling a new member, {} unavailable",
+            r.groups, r.max_replicas, r.groups_degraded, r.groups_filling, r.groups_unavailable
+        );
+    }
     if r.objects_left > 0 {
         let eta = match r.bytes_left.checked_div(r.rate_bps) {
             Some(s) => format!("ETA {s}s"),
