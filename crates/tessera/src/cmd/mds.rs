@@ -43,9 +43,9 @@ pub enum MdsCmd {
         /// Root directory's stripe count (capped at the OSDs when a file is made).
         #[arg(long, default_value_t = 1)]
         stripe_count: u32,
-        /// Copies of every object, root default (1 to 5; default 3, or 1
-        /// with --namespace osd); `tessera status` says "degraded" while
-        /// fewer OSDs than this are in.
+        /// Copies of every object, root default (1 to 5; default 3; with
+        /// --namespace osd, kept by replica chains); `tessera status` says
+        /// "degraded" while fewer OSDs than this are in.
         #[arg(long)]
         replicas: Option<u8>,
         /// Size of the metadata write-ahead log.
@@ -113,11 +113,7 @@ pub fn run(c: MdsCmd) -> anyhow::Result<i32> {
                     stripe_unit: u32::try_from(stripe_unit).context("stripe unit too large")?,
                     stripe_count,
                     object_size: 0,
-                    replicas: replicas.unwrap_or(if namespace == proto::mds::NamespaceMode::Osd {
-                        1
-                    } else {
-                        3
-                    }),
+                    replicas: replicas.unwrap_or(3),
                     min_replicas: 0,
                 },
                 wal_bytes: log_size,

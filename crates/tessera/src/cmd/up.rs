@@ -95,11 +95,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             }
             let kind = PolicyKind::parse(&a.policy).map_err(anyhow::Error::msg)?;
             let sc = a.stripe_count.unwrap_or(a.osds.min(4));
-            let default_r = if ns_mode == proto::mds::NamespaceMode::Osd {
-                1
-            } else {
-                a.osds.min(3) as u8
-            };
+            let default_r = a.osds.min(3) as u8;
             let replicas = a.replicas.unwrap_or(default_r);
             let opts = FormatOptions {
                 cluster_id: a.cluster.clone(),
