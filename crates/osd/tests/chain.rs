@@ -516,8 +516,46 @@ async fn only_chain_members_pass_effects_and_only_the_head_serves() {
         Err(ConnError::Remote(w)) => assert_eq!(w.code, ErrorCode::NotHead, "{w}"),
         other => panic!("a non-head member answered {other:?}"),
     }
-    // An unnamed create has no place in a group.
+    // Three copies asked for, one member left: a change is refused with
+    // EIO rather than kept on too few; a read is served.
+    {
+        let mut t = shared.lock().unwrap();
+        t.table.replicas = 3;
+        t.table.set(GROUP, vec![1], vec![]);
+    }
+    client
+        .call(
+            77,
+            Command::List {
+                pid: group_partition(GROUP),
+                lo: 0x1_0000,
+                hi: u64::MAX,
+                after: None,
+                max: 10,
+                attrs: Vec::new(),
+            },
+            vec![],
+        )
+        .await;
     let addr1 = shared.lock().unwrap().addrs[&1].clone();
+    let set = Request {
+        cap: Some(client_cap(1)),
+        id: 78,
+        cmd: Command::SetAttributes {
+            pid: group_partition(GROUP),
+            oid: OBJ,
+        },
+        get: Vec::new(),
+        set: vec![(key(1), b"x".to_vec())],
+    };
+    match client.conn(1, &addr1).call(set, Bytes::new()).await {
+        Err(ConnError::Remote(w)) => {
+            assert_eq!(w.code, ErrorCode::Io, "{w}");
+            assert!(w.message.contains("fewer than the 2"), "{w}");
+        }
+        other => panic!("a change on too few copies answered {other:?}"),
+    }
+    // An unnamed create has no place in a group.
     match client
         .conn(1, &addr1)
         .call(

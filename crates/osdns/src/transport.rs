@@ -98,7 +98,6 @@ fn chain_retry(e: &net::ConnError) -> bool {
                 | C::NotReady
                 | C::StaleChain
                 | C::Busy
-                | C::Io
                 | C::CapExpired
                 | C::CapForged
                 | C::CapKeyVersion

@@ -455,6 +455,18 @@ impl Chains {
                 chain.head()
             )));
         }
+        let min = usize::from(view.table.replicas.saturating_sub(1).max(1));
+        if changes(&req) && chain.members.len() < min {
+            return Err(WireError::new(
+                ErrorCode::Io,
+                format!(
+                    "group {group} has {} full copies, fewer than the {min} a change needs \
+                     (replicas {} less one): refused rather than kept on too few",
+                    chain.members.len(),
+                    view.table.replicas
+                ),
+            ));
+        }
         self.ensure_partition(ctx, proto::chain::group_partition(group))?;
         let key = (principal, req.id);
         if req.id != 0
@@ -736,6 +748,22 @@ impl Chains {
         peers.insert(osd, (addr, c.clone()));
         Ok(c)
     }
+}
+
+/// Whether a request may change something (reads with a set list do).
+fn changes(req: &Request) -> bool {
+    !req.set.is_empty()
+        || !matches!(
+            req.cmd,
+            Command::Read { .. }
+                | Command::GetAttributes { .. }
+                | Command::GetPage { .. }
+                | Command::Digest { .. }
+                | Command::DataRanges { .. }
+                | Command::List { .. }
+                | Command::Flush { .. }
+                | Command::Statfs
+        )
 }
 
 /// The effect of a request that changed something, in a form whose
