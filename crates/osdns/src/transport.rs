@@ -81,6 +81,15 @@ pub struct Osds {
     fetched: Mutex<std::time::Instant>,
 }
 
+/// Credentials whose map is the one placement uses: with replica chains,
+/// OSDs marked out still name their groups ([`proto::chain::placement_map`]).
+fn with_placement_map(mut c: Credentials) -> Credentials {
+    if c.chains.is_some() {
+        c.map = proto::chain::placement_map(&c.map);
+    }
+    c
+}
+
 /// How long a command to a replica group keeps being retried while its
 /// chain changes (a head that died is replaced once its lease runs out).
 const CHAIN_RETRY: Duration = Duration::from_secs(30);
@@ -118,7 +127,7 @@ impl Osds {
         authority: Arc<dyn Authority>,
         connections: usize,
     ) -> Result<Osds> {
-        let c = authority.fetch().await?;
+        let c = with_placement_map(authority.fetch().await?);
         let o = Osds {
             cluster_id: cluster_id.into(),
             authority,
@@ -158,7 +167,7 @@ impl Osds {
     /// Fetches new credentials now.
     pub async fn refresh(&self) -> Result<Arc<Credentials>> {
         *self.fetched.lock().unwrap_or_else(|e| e.into_inner()) = std::time::Instant::now();
-        let c = Arc::new(self.authority.fetch().await?);
+        let c = Arc::new(with_placement_map(self.authority.fetch().await?));
         self.maps
             .lock()
             .unwrap_or_else(|e| e.into_inner())

@@ -51,6 +51,18 @@ pub fn partition_group(pid: u64) -> Option<u32> {
         .map(|g| g as u32)
 }
 
+/// The map placement uses with replica chains: every OSD of `map` with a
+/// weight, out or not. A group outlives its OSD being marked out (its
+/// chain moves to other OSDs), so where placement puts an object must not
+/// change when an OSD goes out.
+pub fn placement_map(map: &crate::placement::OsdMap) -> crate::placement::OsdMap {
+    let mut m = map.clone();
+    for e in &mut m.osds {
+        e.out = false;
+    }
+    m
+}
+
 /// One group's chain at one epoch.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct Chain {

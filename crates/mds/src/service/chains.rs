@@ -27,7 +27,16 @@ const DROP_POLL: Duration = Duration::from_millis(100);
 /// - A chain with fewer members than copies asked for gets one joining
 ///   member: the first OSD in its placement order that is up, in and not
 ///   in the chain, on a host the chain does not use if there is one.
-pub fn plan_chains(t: &ChainTable, map: &OsdMap, up: &HashSet<u32>) -> Option<ChainTable> {
+///
+/// `up` are the OSDs reporting now (new members come from them); `alive`
+/// those whose lease may still run (`up`, and after an MDS restart the
+/// OSDs not heard from yet for a lease): members leave only when not alive.
+pub fn plan_chains(
+    t: &ChainTable,
+    map: &OsdMap,
+    up: &HashSet<u32>,
+    alive: &HashSet<u32>,
+) -> Option<ChainTable> {
     let r = usize::from(t.replicas.max(1));
     let mut next = t.clone();
     let mut changed = false;
@@ -73,31 +82,38 @@ pub fn plan_chains(t: &ChainTable, map: &OsdMap, up: &HashSet<u32>) -> Option<Ch
         let Some(c) = next.chain(g).cloned() else {
             continue;
         };
-        let alive: Vec<u32> = c
+        let living: Vec<u32> = c
             .members
             .iter()
             .copied()
-            .filter(|m| up.contains(m))
+            .filter(|m| alive.contains(m))
             .collect();
-        let members = if alive.is_empty() {
+        let mut members = if living.is_empty() {
             c.members.clone()
         } else {
-            alive
+            living
         };
         let mut joining: Vec<u32> = c
             .joining
             .iter()
             .copied()
-            .filter(|m| up.contains(m))
+            .filter(|m| alive.contains(m) && is_in(*m))
             .collect();
-        let mut taken: Vec<u32> = members.iter().chain(joining.iter()).copied().collect();
+        // Members on OSDs marked out leave once enough others hold every
+        // object; a head stays (moving a live head needs it fenced first).
+        let kept_in = members.iter().filter(|m| is_in(**m)).count();
+        if kept_in >= r {
+            let head = members[0];
+            members.retain(|m| *m == head || is_in(*m));
+        }
+        let taken: Vec<u32> = members.iter().chain(joining.iter()).copied().collect();
+        let counted = taken.iter().filter(|m| is_in(**m)).count();
         if members.iter().any(|m| up.contains(m))
-            && taken.len() < r
+            && counted < r
             && joining.is_empty()
             && let Some(o) = candidates(g, &taken)
         {
             joining.push(o);
-            taken.push(o);
         }
         if members != c.members || joining != c.joining {
             next.set(g, members, joining);
@@ -127,7 +143,13 @@ impl Mds {
         };
         let map = self.current_map()?;
         let up = self.up_osds();
-        if let Some(next) = plan_chains(&t, &map, &up) {
+        let alive: HashSet<u32> = map
+            .osds
+            .iter()
+            .map(|e| e.id)
+            .filter(|o| up.contains(o) || !self.lease_lapsed(*o))
+            .collect();
+        if let Some(next) = plan_chains(&t, &map, &up, &alive) {
             self.store_chains(&t, next).await?;
         }
         let mut counts = proto::mds::Redundancy::default();
@@ -218,10 +240,10 @@ impl Mds {
     ) -> Result<MdsReply, MdsError> {
         let deadline =
             std::time::Instant::now() + Duration::from_millis(self.cfg.down_after_ms + 1_000);
-        while self.up_osds().contains(&osd) && std::time::Instant::now() < deadline {
+        while !self.lease_lapsed(osd) && std::time::Instant::now() < deadline {
             tokio::time::sleep(DROP_POLL).await;
         }
-        if !self.up_osds().contains(&osd) {
+        if self.lease_lapsed(osd) {
             self.change_chain(group, epoch, |c| {
                 (c.successor(me) == Some(osd)).then(|| {
                     let keep = |v: &[u32]| v.iter().copied().filter(|m| *m != osd).collect();
@@ -422,7 +444,7 @@ mod tests {
     fn every_osd_gets_a_chain_headed_by_itself_with_distinct_members() {
         let m = map(4);
         let up: HashSet<u32> = (1..=4).collect();
-        let t = plan_chains(&table(3), &m, &up).unwrap();
+        let t = plan_chains(&table(3), &m, &up, &up).unwrap();
         assert_eq!(t.chains.len(), 4);
         for (g, c) in &t.chains {
             assert_eq!(c.head(), Some(*g));
@@ -430,17 +452,17 @@ mod tests {
             assert!(c.validate().is_ok());
             assert!(c.joining.is_empty());
         }
-        assert!(plan_chains(&t, &m, &up).is_none(), "stable once made");
+        assert!(plan_chains(&t, &m, &up, &up).is_none(), "stable once made");
     }
 
     #[test]
     fn a_down_head_is_replaced_by_the_next_member_and_a_joiner_is_added() {
         let m = map(4);
         let mut up: HashSet<u32> = (1..=4).collect();
-        let t = plan_chains(&table(2), &m, &up).unwrap();
+        let t = plan_chains(&table(2), &m, &up, &up).unwrap();
         let before = t.chain(1).unwrap().clone();
         up.remove(&1);
-        let t2 = plan_chains(&t, &m, &up).unwrap();
+        let t2 = plan_chains(&t, &m, &up, &up).unwrap();
         let c = t2.chain(1).unwrap();
         assert_eq!(c.members, before.members[1..].to_vec());
         assert_eq!(c.joining.len(), 1);
@@ -448,27 +470,50 @@ mod tests {
         assert!(c.epoch > before.epoch);
         // Every member down: the group waits, its chain unchanged.
         let none: HashSet<u32> = HashSet::new();
-        let t3 = plan_chains(&t2, &m, &none);
+        let t3 = plan_chains(&t2, &m, &none, &none);
         let c3 = t3.as_ref().map_or(c, |t| t.chain(1).unwrap());
         assert_eq!(c3.members, c.members, "no member up: nobody promoted");
+        // After an MDS restart, members not heard from yet are kept.
+        let t4 = plan_chains(&t2, &m, &none, &(1..=4).collect());
+        assert!(t4.is_none_or(|t| t.chain(1).unwrap().members == c.members));
+    }
+
+    #[test]
+    fn a_member_marked_out_leaves_once_another_is_filled() {
+        let mut m = map(4);
+        let up: HashSet<u32> = (1..=4).collect();
+        let t = plan_chains(&table(2), &m, &up, &up).unwrap();
+        let c = t.chain(1).unwrap().clone();
+        let second = c.members[1];
+        m.osds.iter_mut().find(|e| e.id == second).unwrap().out = true;
+        let t2 = plan_chains(&t, &m, &up, &up).unwrap();
+        let c2 = t2.chain(1).unwrap();
+        assert_eq!(c2.members, c.members, "kept until another is filled");
+        assert_eq!(c2.joining.len(), 1);
+        assert_ne!(c2.joining[0], second);
+        let mut filled = t2.clone();
+        let j = c2.joining[0];
+        filled.set(1, vec![1, second, j], vec![]);
+        let t3 = plan_chains(&filled, &m, &up, &up).unwrap();
+        assert_eq!(t3.chain(1).unwrap().members, vec![1, j]);
     }
 
     #[test]
     fn a_short_chain_waits_for_its_filling_member() {
         let m = map(3);
         let mut up: HashSet<u32> = [1].into();
-        let t = plan_chains(&table(2), &m, &up).unwrap();
+        let t = plan_chains(&table(2), &m, &up, &up).unwrap();
         assert_eq!(t.chain(1).unwrap().members, vec![1]);
         assert!(t.chain(2).is_none(), "a group waits for its own OSD");
         up.extend([2, 3]);
-        let t2 = plan_chains(&t, &m, &up).unwrap();
+        let t2 = plan_chains(&t, &m, &up, &up).unwrap();
         let c = t2.chain(1).unwrap();
         assert_eq!(c.members, vec![1]);
         assert_eq!(c.joining.len(), 1, "one joiner at a time");
         // New groups for 2 and 3 start full.
         assert_eq!(t2.chain(2).unwrap().members.len(), 2);
         assert!(
-            plan_chains(&t2, &m, &up).is_none(),
+            plan_chains(&t2, &m, &up, &up).is_none(),
             "nothing more until it is filled"
         );
     }

@@ -19,6 +19,7 @@ impl Mds {
                 | Op::Statfs
                 | Op::NamespaceGrant
                 | Op::NamespaceRoot { .. }
+                | Op::SetOsdOut { .. }
                 | Op::Ticket { .. }
                 | Op::Whoami
                 | Op::AuthAdd(_)
