@@ -156,7 +156,7 @@ const DIGEST_CHUNK: u64 = 4 << 20;
 
 /// Size, version and (deep) the xxh3 of an object's whole content, read
 /// through the store so every block's checksum is verified.
-fn digest(s: &Store, pid: u64, oid: u64, deep: bool) -> Result<Reply, StoreError> {
+pub(crate) fn digest(s: &Store, pid: u64, oid: u64, deep: bool) -> Result<Reply, StoreError> {
     let st = s.stat(pid, oid)?;
     let mut hash = 0;
     if deep {
@@ -221,6 +221,11 @@ fn need(cmd: &Command, req: &Request) -> Need {
     let mut n = match *cmd {
         // An effect passed down a chain needs what the effect needs.
         Command::Forward(ref f) => return need(&f.op, req),
+        Command::ScrubGroup { group, .. } => one(
+            proto::chain::group_partition(group),
+            0,
+            rights::READ | rights::WRITE,
+        ),
         Command::Format { .. } => one(ROOT, 0, rights::FORMAT),
         Command::Statfs => one(ROOT, 0, rights::LIST),
         Command::CreatePartition { pid } => one(ROOT, pid, rights::CREATE | rights::PARTITION),
@@ -481,10 +486,13 @@ fn run(
         KeyRing::check_version(cap, version)?;
     }
     let reply = match &req.cmd {
-        Command::Forward(_) => {
+        Command::Forward(_) | Command::ScrubGroup { .. } => {
             return Err(WireError::bad(
                 "command",
-                "FORWARD reaches only an OSD that keeps replica chains",
+                format!(
+                    "{} reaches only an OSD that keeps replica chains",
+                    req.cmd.name()
+                ),
             ));
         }
         Command::Format { policy } => {

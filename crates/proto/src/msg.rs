@@ -321,6 +321,17 @@ pub enum Command {
     /// effect's object in the group's partition and names the sender's
     /// principal. The request's set list and payload are the effect's.
     Forward(Box<crate::chain::Forward>),
+    /// Compare every copy of replica group `group`'s objects with the
+    /// head's and repair those that differ (sent to the head, by the MDS;
+    /// right READ and WRITE on the group's partition). `deep` compares
+    /// every byte, else sizes, versions and attributes. Answers
+    /// [`Reply::Scrubbed`].
+    ScrubGroup {
+        /// The group.
+        group: u32,
+        /// Compare content too.
+        deep: bool,
+    },
 }
 
 /// Most bytes one COPY moves.
@@ -358,6 +369,7 @@ impl Command {
             Command::Reserve { .. } => 23,
             Command::Copy { .. } => 24,
             Command::Forward(_) => 25,
+            Command::ScrubGroup { .. } => 26,
         }
     }
 
@@ -389,6 +401,7 @@ impl Command {
             Command::Reserve { .. } => "reserve",
             Command::Copy { .. } => "copy",
             Command::Forward(_) => "forward",
+            Command::ScrubGroup { .. } => "scrub_group",
         }
     }
 
@@ -408,6 +421,7 @@ impl Command {
                 | Command::DataRanges { .. }
                 | Command::Reserve { .. }
                 | Command::Copy { .. }
+                | Command::ScrubGroup { .. }
         )
     }
 
@@ -482,6 +496,7 @@ impl Command {
             | Command::CreatePartition { .. }
             | Command::RemovePartition { .. }
             | Command::Statfs
+            | Command::ScrubGroup { .. }
             | Command::Forward(_) => {}
         }
         self
@@ -494,6 +509,7 @@ impl Command {
                 Some(pid)
             }
             Command::Forward(ref f) => f.op.partition(),
+            Command::ScrubGroup { group, .. } => Some(crate::chain::group_partition(group)),
             ref c => c.object().map(|(p, _)| p),
         }
     }
@@ -584,6 +600,19 @@ pub enum Reply {
     Copied {
         /// Bytes.
         len: u32,
+    },
+    /// What a SCRUB GROUP found.
+    Scrubbed {
+        /// Objects compared.
+        objects: u64,
+        /// Copies compared (the head's not counted).
+        copies: u64,
+        /// Copies that differed from the head's, or were missing or extra.
+        inconsistent: u64,
+        /// Of those, repaired from the head's.
+        repaired: u64,
+        /// One line per problem, at most 100.
+        problems: Vec<String>,
     },
 }
 

@@ -11,7 +11,8 @@ use std::collections::HashSet;
 
 use super::*;
 use proto::chain::{Chain, ChainTable, group_partition, member_name, member_principal};
-use proto::mds::ChainGrant;
+use proto::mds::{ChainGrant, ScrubReport};
+use proto::msg::Reply;
 
 /// How often a chain drop re-checks whether the member is down.
 const DROP_POLL: Duration = Duration::from_millis(100);
@@ -298,42 +299,49 @@ impl Mds {
         let mut caps = Vec::new();
         let mut tickets = Vec::new();
         for (g, c) in &table.chains {
-            let Some(next) = c.successor(me) else {
-                continue;
-            };
-            let Some(ring) = self.osd_ring(next, None) else {
-                continue;
-            };
-            let Some((kv, key)) = ring.newest() else {
-                continue;
-            };
-            let cap = proto::CapSpec {
-                partition: group_partition(*g),
-                oid_lo: 0,
-                oid_hi: u64::MAX,
-                rights: rights::ALL,
-                expiry_ms,
-                version: u64::MAX,
-                holder: member_principal(me),
+            // Its successor (effects, fills), and as head every member
+            // (scrub and repair).
+            let mut to: Vec<u32> = c.successor(me).into_iter().collect();
+            if c.head() == Some(me) {
+                to.extend(c.order().filter(|m| *m != me));
             }
-            .sign(key, kv, next);
-            caps.push((*g, next, cap));
-            if tickets.iter().any(|(o, _, _)| *o == next) {
-                continue;
-            }
-            let Some((identity, _)) =
-                net::auth::mint_ticket(&ring, next, member_principal(me), &member_name(me))
-            else {
-                continue;
-            };
-            if let (proto::auth::Credential::Ticket(t), Some(session)) =
-                (identity.credential, identity.key)
-            {
-                tickets.push((
-                    next,
-                    t,
-                    proto::auth::wrap_session_key(&own, &session, net::auth::random_bytes()),
-                ));
+            to.sort_unstable();
+            to.dedup();
+            for next in to {
+                let Some(ring) = self.osd_ring(next, None) else {
+                    continue;
+                };
+                let Some((kv, key)) = ring.newest() else {
+                    continue;
+                };
+                let cap = proto::CapSpec {
+                    partition: group_partition(*g),
+                    oid_lo: 0,
+                    oid_hi: u64::MAX,
+                    rights: rights::ALL,
+                    expiry_ms,
+                    version: u64::MAX,
+                    holder: member_principal(me),
+                }
+                .sign(key, kv, next);
+                caps.push((*g, next, cap));
+                if tickets.iter().any(|(o, _, _): &(u32, _, _)| *o == next) {
+                    continue;
+                }
+                let Some((identity, _)) =
+                    net::auth::mint_ticket(&ring, next, member_principal(me), &member_name(me))
+                else {
+                    continue;
+                };
+                if let (proto::auth::Credential::Ticket(t), Some(session)) =
+                    (identity.credential, identity.key)
+                {
+                    tickets.push((
+                        next,
+                        t,
+                        proto::auth::wrap_session_key(&own, &session, net::auth::random_bytes()),
+                    ));
+                }
             }
         }
         let addrs = map.osds.iter().map(|o| (o.id, o.addr.clone())).collect();
@@ -343,6 +351,72 @@ impl Mds {
             caps,
             tickets,
         })))
+    }
+
+    /// SCRUB of a file system whose copies are kept by chains: every
+    /// group's head compares its members' copies with its own and repairs
+    /// those that differ.
+    pub(super) async fn chain_scrub(&self, deep: bool) -> Result<ScrubReport, MdsError> {
+        let Some(t) = self.chain_table()? else {
+            return Err(err(
+                Errno::Inval,
+                "this file system keeps no replica chains",
+            ));
+        };
+        let map = self.current_map()?;
+        let up = self.up_osds();
+        let mut rep = ScrubReport::default();
+        for (g, c) in &t.chains {
+            let Some(head) = c.head().filter(|h| up.contains(h)) else {
+                rep.problems
+                    .push(format!("group {g}: its head is down; not scrubbed"));
+                continue;
+            };
+            let client = self.osd_client(&map, head)?;
+            let cap = self.admin_cap_in(head, group_partition(*g))?;
+            let cmd = Command::ScrubGroup { group: *g, deep };
+            let mut got = client.run(Some(&cap), cmd.clone(), Bytes::new()).await;
+            if got
+                .as_ref()
+                .is_err_and(|e| !matches!(e, net::ConnError::Remote(_)))
+            {
+                // A connection to an OSD that restarted: once more.
+                got = client.run(Some(&cap), cmd, Bytes::new()).await;
+            }
+            match got {
+                Ok(net::Answer {
+                    reply:
+                        Reply::Scrubbed {
+                            objects,
+                            copies,
+                            inconsistent,
+                            repaired,
+                            problems,
+                        },
+                    ..
+                }) => {
+                    rep.objects += objects;
+                    rep.copies += copies;
+                    rep.inconsistent += inconsistent;
+                    rep.repaired += repaired;
+                    rep.problems.extend(problems);
+                }
+                Ok(other) => rep
+                    .problems
+                    .push(format!("group {g}: OSD {head} answered {:?}", other.reply)),
+                Err(e) => rep
+                    .problems
+                    .push(format!("group {g}: OSD {head} could not scrub: {e}")),
+            }
+        }
+        tracing::info!(
+            deep,
+            objects = rep.objects,
+            inconsistent = rep.inconsistent,
+            repaired = rep.repaired,
+            "replica groups scrubbed"
+        );
+        Ok(rep)
     }
 
     /// Counts for the status: groups, degraded (fewer full members up

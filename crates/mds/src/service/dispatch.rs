@@ -20,6 +20,7 @@ impl Mds {
                 | Op::NamespaceGrant
                 | Op::NamespaceRoot { .. }
                 | Op::SetOsdOut { .. }
+                | Op::Scrub { .. }
                 | Op::Ticket { .. }
                 | Op::Whoami
                 | Op::AuthAdd(_)

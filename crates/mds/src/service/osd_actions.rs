@@ -57,6 +57,11 @@ impl Mds {
 
     /// The MDS's own capability for OSD `id` (all rights on file data).
     pub(super) fn admin_cap(&self, id: u32) -> Result<Capability, MdsError> {
+        self.admin_cap_in(id, DATA_PARTITION)
+    }
+
+    /// The MDS's own capability for OSD `id` over partition `pid`.
+    pub(super) fn admin_cap_in(&self, id: u32, pid: u64) -> Result<Capability, MdsError> {
         let keys = self.keys.lock().unwrap_or_else(|e| e.into_inner());
         let ring = keys.get(&id).ok_or_else(|| {
             err(
@@ -68,7 +73,7 @@ impl Mds {
             .newest()
             .ok_or_else(|| err(Errno::Io, format!("empty key ring for OSD {id}")))?;
         Ok(proto::CapSpec {
-            partition: DATA_PARTITION,
+            partition: pid,
             oid_lo: 0,
             oid_hi: u64::MAX,
             rights: rights::ALL,

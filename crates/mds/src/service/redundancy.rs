@@ -1048,6 +1048,10 @@ impl Mds {
     /// (by size, and with `deep` by content digest): they are marked stale
     /// and re-copied at once.
     pub async fn scrub(&self, ino: u64, deep: bool) -> Result<ScrubReport, MdsError> {
+        if self.namespace == NamespaceMode::Osd {
+            // Copies kept by replica chains: every group, whatever `ino`.
+            return self.chain_scrub(deep).await;
+        }
         let files = self.files_under(ino)?;
         let map = self.current_map()?;
         let up = self.up_osds();

@@ -111,7 +111,7 @@ impl Chains {
     }
 
     /// Every object id the joiner holds in the group's partition.
-    async fn remote_ids(
+    pub(super) async fn remote_ids(
         &self,
         view: &ChainView,
         group: u32,
@@ -154,7 +154,7 @@ impl Chains {
     }
 
     /// Copies one object whole to the joiner (the caller holds its lock).
-    async fn copy_object(
+    pub(super) async fn copy_object(
         &self,
         ctx: &crate::exec::Ctx,
         view: &ChainView,
@@ -255,24 +255,40 @@ impl Chains {
         Ok(())
     }
 
-    /// One command on the joiner, as the member before it.
-    async fn remote(
+    /// One command on member `to` of `group`'s chain, as the member before
+    /// it or the head.
+    pub(super) async fn remote(
         &self,
         view: &ChainView,
         group: u32,
-        joiner: u32,
+        to: u32,
         cmd: Command,
         set: Vec<(AttrKey, Vec<u8>)>,
         data: Bytes,
     ) -> Result<Reply, WireError> {
+        self.remote_answer(view, group, to, cmd, set, data)
+            .await
+            .map(|a| a.reply)
+    }
+
+    /// [`Chains::remote`] with the whole answer (attributes, data).
+    pub(super) async fn remote_answer(
+        &self,
+        view: &ChainView,
+        group: u32,
+        to: u32,
+        cmd: Command,
+        set: Vec<(AttrKey, Vec<u8>)>,
+        data: Bytes,
+    ) -> Result<net::Answer, WireError> {
         let req = Request {
-            cap: view.caps.get(&(group, joiner)).cloned(),
+            cap: view.caps.get(&(group, to)).cloned(),
             id: 0,
             cmd,
             get: Vec::new(),
             set,
         };
-        let c = self.peer(view, joiner).map_err(io)?;
-        c.call(req, data).await.map(|a| a.reply).map_err(io)
+        let c = self.peer(view, to).map_err(io)?;
+        c.call(req, data).await.map_err(io)
     }
 }

@@ -30,6 +30,7 @@ use proto::{Capability, ErrorCode, WireError};
 use crate::exec::{Ctx, execute};
 
 mod fill;
+mod scrub;
 
 /// A boxed future (the authority is called through a trait object).
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -376,7 +377,25 @@ impl Chains {
     ) -> (Response, Bytes) {
         let r = match req.cmd {
             Command::Forward(_) => self.apply_forward(ctx, principal, name, req, payload).await,
-            _ if self.sent_by_predecessor(principal, name, &req) => {
+            Command::ScrubGroup { group, deep } => {
+                if principal == proto::auth::MDS_PRINCIPAL {
+                    self.scrub_group(ctx, group, deep).await.map(|reply| {
+                        (
+                            Response {
+                                result: Ok(reply),
+                                attrs: Vec::new(),
+                            },
+                            Bytes::new(),
+                        )
+                    })
+                } else {
+                    Err(WireError::new(
+                        ErrorCode::CapForged,
+                        format!("{name}: only the MDS scrubs a replica group"),
+                    ))
+                }
+            }
+            _ if self.sent_by_upstream(principal, name, &req) => {
                 // The member before this one filling it: served as asked.
                 match req.cmd.partition().map(|p| self.ensure_partition(ctx, p)) {
                     Some(Err(e)) => Err(e),
@@ -402,9 +421,11 @@ impl Chains {
         }
     }
 
-    /// Whether a request comes from the member before this OSD in the
-    /// chain of the group it names.
-    fn sent_by_predecessor(&self, principal: u64, name: &str, req: &Request) -> bool {
+    /// Whether a request comes from the member before this OSD, or from
+    /// the head, in the chain of the group it names (a fill, a scrub or a
+    /// repair: the sender holds the object's lock, so nothing of it is on
+    /// its way down meanwhile).
+    fn sent_by_upstream(&self, principal: u64, name: &str, req: &Request) -> bool {
         let Some(group) = req.cmd.partition().and_then(partition_group) else {
             return false;
         };
@@ -416,7 +437,10 @@ impl Chains {
         };
         proto::chain::member_principal(n) == principal
             && self.current().is_some_and(|(v, _)| {
-                v.table.chain(group).and_then(|c| c.predecessor(self.me)) == Some(n)
+                v.table.chain(group).is_some_and(|c| {
+                    c.head() != Some(self.me)
+                        && (c.predecessor(self.me) == Some(n) || c.head() == Some(n))
+                })
             })
     }
 
@@ -488,8 +512,19 @@ impl Chains {
         {
             return Ok((Response { result, attrs }, Bytes::new()));
         }
-        let (resp, out) =
+        let (mut resp, mut out) =
             tokio::task::block_in_place(|| execute(ctx, principal, &req, payload.clone()));
+        // A bad copy here: repaired from the next member, then read again.
+        if let (Err(e), Some((_, oid)), Some(next)) = (
+            &resp.result,
+            req.cmd.object(),
+            chain.members.get(1).copied(),
+        ) && e.code == ErrorCode::Checksum
+        {
+            self.repair_from(ctx, &view, group, next, oid).await?;
+            (resp, out) =
+                tokio::task::block_in_place(|| execute(ctx, principal, &req, payload.clone()));
+        }
         let Ok(reply) = &resp.result else {
             return Ok((resp, out));
         };

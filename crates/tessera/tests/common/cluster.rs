@@ -80,9 +80,15 @@ impl Cluster {
             })
             .map(String::from)
             .collect();
-        keep.push("heartbeat_ms = 300".into());
-        keep.push("down_after_ms = 1500".into());
-        keep.push("recovery_interval_ms = 300".into());
+        for (k, v) in [
+            ("heartbeat_ms", "300"),
+            ("down_after_ms", "1500"),
+            ("recovery_interval_ms", "300"),
+        ] {
+            if !settings.lines().any(|l| l.trim_start().starts_with(k)) {
+                keep.push(format!("{k} = {v}"));
+            }
+        }
         keep.extend(settings.lines().map(String::from));
         std::fs::write(&cfg, keep.join("\n")).unwrap();
         let mut c = Cluster {
