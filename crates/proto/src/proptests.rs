@@ -148,6 +148,7 @@ fn command() -> impl Strategy<Value = Command> {
 fn command_or_forward() -> impl Strategy<Value = Command> {
     prop_oneof![
         3 => command(),
+        1 => (any::<u32>(), any::<bool>()).prop_map(|(group, deep)| Command::ScrubGroup { group, deep }),
         1 => (command(), any::<u32>(), any::<u64>(), any::<u64>(), any::<u64>(), blob()).prop_map(
             |(op, group, epoch, origin, id, old)| Command::Forward(Box::new(crate::chain::Forward {
                 group,
