@@ -91,10 +91,12 @@ pub async fn report_loop(mds_addr: String, src: ReportSource, lease: std::sync::
                 lease_ms,
                 chains_epoch,
             }) => {
-                lease.renew(sent, Duration::from_millis(lease_ms));
+                // The chains' epoch first: an OSD that serves under the
+                // new lease already knows of every chain change before it.
                 if let Some(tx) = &src.chains_epoch {
                     tx.send_if_modified(|e| std::mem::replace(e, chains_epoch) != chains_epoch);
                 }
+                lease.renew(sent, Duration::from_millis(lease_ms));
                 if !registered {
                     tracing::info!(mds = %mds_addr, epoch, "registered with the MDS");
                     registered = true;

@@ -95,8 +95,18 @@ impl ChainAuthority for MdsChains {
         group: u32,
         epoch: u64,
         osd: u32,
+        refused: bool,
     ) -> BoxFuture<'_, Result<ChainView, WireError>> {
-        Box::pin(self.ask(Op::ChainDrop { group, epoch, osd }))
+        Box::pin(self.ask(Op::ChainDrop {
+            group,
+            epoch,
+            osd,
+            refused,
+        }))
+    }
+
+    fn restarted(&self) -> BoxFuture<'_, Result<ChainView, WireError>> {
+        Box::pin(self.ask(Op::ChainRestarted))
     }
 
     fn filled(

@@ -88,6 +88,9 @@ impl Osd {
         Server::new(self.clone(), limits)
             .serve(listener, shutdown)
             .await;
+        if let Some(c) = &self.chains {
+            c.shut_down_cleanly();
+        }
         let store = self.ctx.store.clone();
         tokio::task::spawn_blocking(move || store.close())
             .await

@@ -79,6 +79,11 @@ impl Authority {
 }
 
 impl ChainAuthority for Authority {
+    fn restarted(&self) -> BoxFuture<'_, Result<ChainView, WireError>> {
+        let v = self.view();
+        Box::pin(async move { Ok(v) })
+    }
+
     fn filled(&self, _: u32, _: u64, _: u32) -> BoxFuture<'_, Result<ChainView, WireError>> {
         let v = self.view();
         Box::pin(async move { Ok(v) })
@@ -94,6 +99,7 @@ impl ChainAuthority for Authority {
         group: u32,
         epoch: u64,
         osd: u32,
+        _refused: bool,
     ) -> BoxFuture<'_, Result<ChainView, WireError>> {
         {
             let mut t = self.shared.lock().unwrap();
@@ -163,7 +169,13 @@ fn start_member(id: u32, shared: Arc<Mutex<Table>>) -> Member {
         shared: shared.clone(),
     });
     let chains = Chains::new(id, CLUSTER, auth, Arc::new(MemberTickets(id)));
-    let osd = Osd::chained(ctx, ServerConfig::new(CLUSTER, id), chains);
+    let osd = Osd::chained(ctx, ServerConfig::new(CLUSTER, id), chains.clone());
+    // The chain state's own task (a first start: it tells the authority).
+    let (epochs, rx) = tokio::sync::watch::channel(0u64);
+    rt.spawn(async move {
+        let _keep = epochs;
+        chains.run(rx).await;
+    });
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     listener.set_nonblocking(true).unwrap();
     shared
@@ -522,6 +534,9 @@ async fn only_chain_members_pass_effects_and_only_the_head_serves() {
         let mut t = shared.lock().unwrap();
         t.table.replicas = 3;
         t.table.set(GROUP, vec![1], vec![]);
+        // (Three OSD ids, so three copies are possible.)
+        t.table.set(GROUP + 1, vec![2], vec![]);
+        t.table.set(GROUP + 2, vec![1], vec![]);
     }
     client
         .call(

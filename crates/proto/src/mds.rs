@@ -559,7 +559,8 @@ pub enum Op {
     /// Answers [`MdsReply::Chains`].
     Chains,
     /// (An OSD.) It could not pass an effect to `osd`, its successor in
-    /// `group`'s chain at `epoch`: drop `osd` once it is down. Answers
+    /// `group`'s chain at `epoch`: drop `osd` once it is down (at once if
+    /// it `refused` the effect). Answers
     /// [`MdsReply::Chains`] after the change, or unchanged when `osd` is
     /// still up after a lease.
     ChainDrop {
@@ -569,7 +570,16 @@ pub enum Op {
         epoch: u64,
         /// The successor that failed.
         osd: u32,
+        /// It answered, with an error it gives every time (it is alive but
+        /// cannot take the effect): dropped at once, without waiting for
+        /// it to be down.
+        refused: bool,
     },
+    /// (An OSD.) It started again without having shut down cleanly: it
+    /// may hold changes it never passed down, or have lost its store.
+    /// Every chain it is in that another full member holds drops it (it
+    /// is filled again later). Answers [`MdsReply::Chains`].
+    ChainRestarted,
     /// (An OSD.) It has filled `osd`, the first joining member after it
     /// in `group`'s chain at `epoch`: count `osd` as a full member.
     /// Answers [`MdsReply::Chains`].
@@ -914,6 +924,7 @@ impl Op {
             Op::Chains => "chains",
             Op::ChainDrop { .. } => "chaindrop",
             Op::ChainFilled { .. } => "chainfilled",
+            Op::ChainRestarted => "chainrestarted",
         }
     }
 

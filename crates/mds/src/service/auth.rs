@@ -233,11 +233,13 @@ impl Mds {
                     )),
                     Op::GetMap { .. } | Op::Status => self.handle(req).await,
                     Op::Chains => self.chain_grant(*osd),
+                    Op::ChainRestarted => self.chain_restarted(*osd).await,
                     Op::ChainDrop {
                         group,
                         epoch,
                         osd: next,
-                    } => self.chain_drop(*osd, *group, *epoch, *next).await,
+                        refused,
+                    } => self.chain_drop(*osd, *group, *epoch, *next, *refused).await,
                     Op::ChainFilled {
                         group,
                         epoch,

@@ -230,21 +230,25 @@ impl Mds {
     }
 
     /// CHAIN DROP from OSD `me`: `osd`, its successor in `group`'s chain,
-    /// could not take an effect. Dropped only once the MDS sees it down
-    /// (its lease has run out), waiting up to a lease for that.
+    /// could not take an effect. Dropped once the MDS sees it down (its
+    /// lease has run out), waiting up to a lease for that; at once when it
+    /// `refused` the effect (answered an error it gives every time).
     pub(super) async fn chain_drop(
         &self,
         me: u32,
         group: u32,
         epoch: u64,
         osd: u32,
+        refused: bool,
     ) -> Result<MdsReply, MdsError> {
         let deadline =
             std::time::Instant::now() + Duration::from_millis(self.cfg.down_after_ms + 1_000);
-        while !self.lease_lapsed(osd) && std::time::Instant::now() < deadline {
+        while !refused && !self.lease_lapsed(osd) && std::time::Instant::now() < deadline {
             tokio::time::sleep(DROP_POLL).await;
         }
-        if self.lease_lapsed(osd) {
+        // A successor that refuses every try is dropped alive: it is not
+        // the head, so no client reads it, and it is filled again later.
+        if refused || self.lease_lapsed(osd) {
             self.change_chain(group, epoch, |c| {
                 (c.successor(me) == Some(osd)).then(|| {
                     let keep = |v: &[u32]| v.iter().copied().filter(|m| *m != osd).collect();
@@ -255,6 +259,40 @@ impl Mds {
             self.recovery_wake.notify_one();
         }
         self.chain_grant(me)
+    }
+
+    /// CHAIN RESTARTED from OSD `me`: it did not shut down cleanly, so
+    /// every chain it is in that another full member holds drops it.
+    pub(super) async fn chain_restarted(&self, me: u32) -> Result<MdsReply, MdsError> {
+        for _ in 0..8 {
+            let Some(t) = self.chain_table()? else {
+                return Err(err(
+                    Errno::Inval,
+                    "this file system keeps no replica chains",
+                ));
+            };
+            let mut next = t.clone();
+            let mut changed = false;
+            for (g, c) in &t.chains {
+                if !c.holds(me) || !c.members.iter().any(|m| *m != me) {
+                    continue;
+                }
+                let keep = |v: &[u32]| v.iter().copied().filter(|m| *m != me).collect();
+                next.set(*g, keep(&c.members), keep(&c.joining));
+                changed = true;
+            }
+            if !changed || self.store_chains(&t, next).await? {
+                if changed {
+                    tracing::warn!(
+                        osd = me,
+                        "OSD restarted after a crash: left its chains, to be filled again"
+                    );
+                    self.recovery_wake.notify_one();
+                }
+                return self.chain_grant(me);
+            }
+        }
+        Err(err(Errno::Busy, "the chains kept changing; try again"))
     }
 
     /// CHAIN FILLED from OSD `me`: it filled `osd`, the first joining

@@ -128,7 +128,10 @@ impl Mds {
             Op::SetOsdOut { osd, out, force } => self.set_osd_out(&c, osd, out, force).await,
             Op::Scrub { ino, deep } => self.scrub_op(&c, ino, deep).await,
             Op::Sync => self.sync_op().await,
-            op @ (Op::Chains | Op::ChainDrop { .. } | Op::ChainFilled { .. }) => Err(err(
+            op @ (Op::Chains
+            | Op::ChainDrop { .. }
+            | Op::ChainFilled { .. }
+            | Op::ChainRestarted) => Err(err(
                 Errno::Access,
                 format!("{}: only an OSD (with its own key) asks this", op.name()),
             )),

@@ -61,7 +61,11 @@ pub trait ChainAuthority: Send + Sync {
         group: u32,
         epoch: u64,
         osd: u32,
+        refused: bool,
     ) -> BoxFuture<'_, Result<ChainView, WireError>>;
+    /// Reports that this OSD started again without a clean shutdown;
+    /// returns the view after the authority took it out of its chains.
+    fn restarted(&self) -> BoxFuture<'_, Result<ChainView, WireError>>;
     /// Reports that this OSD filled `osd`, the first joining member after
     /// it in `group`'s chain at `epoch`; returns the view after.
     fn filled(
@@ -135,6 +139,22 @@ pub struct Chains {
     /// Changes made at this head that could not be passed down yet, per
     /// object, in order.
     unsent: Mutex<HashMap<(u64, u64), Vec<Unsent>>>,
+    /// The chains' epoch the heartbeat last heard from the MDS.
+    epochs: std::sync::OnceLock<tokio::sync::watch::Receiver<u64>>,
+    /// Whether a resend of unsent changes is running.
+    resending: std::sync::atomic::AtomicBool,
+    /// Whether this OSD may act as a head yet: after a start that did not
+    /// follow a clean shutdown, only once the authority has taken it out
+    /// of its chains.
+    ready: std::sync::atomic::AtomicBool,
+}
+
+/// The file beside a store saying its OSD shut down cleanly with every
+/// change passed down its chains.
+fn clean_marker(store: &std::path::Path) -> std::path::PathBuf {
+    let mut p = store.as_os_str().to_owned();
+    p.push(".chains-clean");
+    p.into()
 }
 
 /// Each object's lock, while anyone holds or waits for it.
@@ -185,6 +205,9 @@ impl Chains {
             ctx: std::sync::OnceLock::new(),
             filling: Mutex::new(std::collections::HashSet::new()),
             unsent: Mutex::new(HashMap::new()),
+            epochs: std::sync::OnceLock::new(),
+            resending: std::sync::atomic::AtomicBool::new(false),
+            ready: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -198,6 +221,8 @@ impl Chains {
     /// heartbeat) and before the capabilities for the successors expire,
     /// and starts the fills this OSD owes a joining member.
     pub async fn run(self: Arc<Self>, mut epochs: tokio::sync::watch::Receiver<u64>) {
+        let _ = self.epochs.set(epochs.clone());
+        self.after_start().await;
         loop {
             let known = *epochs.borrow_and_update();
             self.known_epoch
@@ -217,13 +242,71 @@ impl Chains {
                 } else {
                     self.view().await
                 };
-                self.resend_all().await;
+                if !lock(&self.unsent).is_empty()
+                    && !self
+                        .resending
+                        .swap(true, std::sync::atomic::Ordering::SeqCst)
+                {
+                    let me = self.clone();
+                    tokio::spawn(async move {
+                        me.resend_all().await;
+                        me.resending
+                            .store(false, std::sync::atomic::Ordering::SeqCst);
+                    });
+                }
                 match got {
                     Ok(v) => self.start_fills(&v),
                     Err(e) => tracing::warn!(error = %e, "could not fetch the replica chains"),
                 }
             }
             let _ = tokio::time::timeout(Duration::from_secs(2), epochs.changed()).await;
+        }
+    }
+
+    /// After a start: a clean shutdown before it (the marker) keeps this
+    /// OSD's places; otherwise it may hold changes it never passed down,
+    /// or a new empty store, so it asks to leave its chains (to be filled
+    /// again) before it acts as a head.
+    async fn after_start(&self) {
+        let ctx = loop {
+            if let Some(c) = self.ctx.get() {
+                break c.clone();
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        let marker = clean_marker(ctx.store.path());
+        if std::fs::remove_file(&marker).is_ok() {
+            self.ready.store(true, std::sync::atomic::Ordering::SeqCst);
+            return;
+        }
+        loop {
+            match self.authority.restarted().await {
+                Ok(v) => {
+                    self.install(v);
+                    self.ready.store(true, std::sync::atomic::Ordering::SeqCst);
+                    return;
+                }
+                // A file system without chains: nothing to leave.
+                Err(e) if e.message.contains("no replica chains") => {
+                    self.ready.store(true, std::sync::atomic::Ordering::SeqCst);
+                    return;
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "cannot tell the MDS of the restart yet");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            }
+        }
+    }
+
+    /// At a clean shutdown (every request drained): leaves the marker if
+    /// every change made here is down its chain.
+    pub fn shut_down_cleanly(&self) {
+        let (Some(ctx), true) = (self.ctx.get(), lock(&self.unsent).is_empty()) else {
+            return;
+        };
+        if let Err(e) = std::fs::write(clean_marker(ctx.store.path()), b"clean\n") {
+            tracing::warn!(error = %e, "cannot leave the clean-shutdown marker");
         }
     }
 
@@ -460,8 +543,17 @@ impl Chains {
                 "a replica group's partition takes only creates that name their objects",
             ));
         }
+        if !self.ready.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(WireError::new(
+                ErrorCode::NotReady,
+                format!("OSD {} is starting: not serving as a head yet", self.me),
+            ));
+        }
         let mut view = self.view().await?;
-        let known = self.known_epoch.load(std::sync::atomic::Ordering::SeqCst);
+        let known = self
+            .known_epoch
+            .load(std::sync::atomic::Ordering::SeqCst)
+            .max(self.epochs.get().map_or(0, |r| *r.borrow()));
         if view.table.chain(group).and_then(|c| c.head()) != Some(self.me)
             || view.table.epoch < known
         {
@@ -479,24 +571,38 @@ impl Chains {
                 chain.head()
             )));
         }
-        let min = usize::from(view.table.replicas.saturating_sub(1).max(1));
+        // Changes need `replicas - 1` full copies (at least one), and no
+        // more than the cluster has OSDs (one group per OSD id).
+        let min = usize::from(view.table.replicas.saturating_sub(1).max(1))
+            .min(view.table.chains.len().max(1));
         if changes(&req) && chain.members.len() < min {
-            return Err(WireError::new(
-                ErrorCode::Io,
-                format!(
-                    "group {group} has {} full copies, fewer than the {min} a change needs \
-                     (replicas {} less one): refused rather than kept on too few",
-                    chain.members.len(),
-                    view.table.replicas
-                ),
-            ));
+            let why = format!(
+                "group {group} has {} full copies, fewer than the {min} a change needs \
+                 (replicas {} less one)",
+                chain.members.len(),
+                view.table.replicas
+            );
+            return Err(if chain.joining.is_empty() {
+                WireError::new(
+                    ErrorCode::Io,
+                    format!("{why}: refused rather than kept on too few"),
+                )
+            } else {
+                WireError::new(
+                    ErrorCode::Busy,
+                    format!("{why}; a new member is being filled: retry"),
+                )
+            });
         }
         self.ensure_partition(ctx, proto::chain::group_partition(group))?;
         let key = (principal, req.id);
-        if req.id != 0
-            && let Some((result, attrs)) = self.kept(key)
+        if let Command::Create { count, .. } = req.cmd
+            && count > 1
         {
-            return Ok((Response { result, attrs }, Bytes::new()));
+            return Err(WireError::bad(
+                "count",
+                "a replica group's partition takes creates of one object",
+            ));
         }
         let _held = self.lock_objects(&req.cmd).await;
         // A change of this object that is not down the chain yet goes
@@ -525,10 +631,45 @@ impl Chains {
             (resp, out) =
                 tokio::task::block_in_place(|| execute(ctx, principal, &req, payload.clone()));
         }
-        let Ok(reply) = &resp.result else {
-            return Ok((resp, out));
+        let reply = match &resp.result {
+            Ok(r) => r.clone(),
+            Err(e) => {
+                // A failure after part of the change was made (the set list
+                // after the command, a full device mid-write): the members
+                // get the head's whole object, so none differs from it.
+                if changes(&req)
+                    && matches!(
+                        e.code,
+                        ErrorCode::NoSpace
+                            | ErrorCode::Io
+                            | ErrorCode::ReadOnly
+                            | ErrorCode::Failed
+                    )
+                    && let Some((_, oid)) = req.cmd.object()
+                {
+                    self.resync(ctx, &view, group, oid).await?;
+                }
+                return Ok((resp, out));
+            }
         };
-        let Some((op, set, data)) = effect(&req, reply, &payload) else {
+        let payload = match &req.cmd {
+            // A COPY travels as the bytes it wrote (its source capability
+            // is the client's, for this OSD only).
+            Command::Copy {
+                pid, oid, offset, ..
+            } => {
+                let Reply::Copied { len } = reply else {
+                    return Ok((resp, out));
+                };
+                let s = ctx.store.get()?;
+                let bytes =
+                    tokio::task::block_in_place(|| s.read(*pid, *oid, *offset, u64::from(len)))
+                        .map_err(crate::exec::map_err)?;
+                Bytes::from(bytes)
+            }
+            _ => payload,
+        };
+        let Some((op, set, data)) = effect(&req, &reply, &payload) else {
             return Ok((resp, out));
         };
         let fwd = Forward {
@@ -558,8 +699,31 @@ impl Chains {
                 format!("the change is made but not yet down the chain: {e}"),
             ));
         }
-        self.keep(key, answer);
+        if answer_matters(&req.cmd) {
+            self.keep(key, answer);
+        }
         Ok((resp, out))
+    }
+
+    /// Gives every other member the head's whole copy of `oid` (the caller
+    /// holds its lock).
+    async fn resync(
+        &self,
+        ctx: &Ctx,
+        view: &ChainView,
+        group: u32,
+        oid: u64,
+    ) -> Result<(), WireError> {
+        let chain = view.table.chain(group).cloned().unwrap_or_default();
+        for m in chain.order().filter(|m| *m != self.me) {
+            self.copy_object(ctx, view, group, m, oid).await?;
+        }
+        tracing::warn!(
+            group,
+            oid,
+            "a change failed part-way; members given the head's copy"
+        );
+        Ok(())
     }
 
     /// Passes down the changes of `obj` that failed to go down before (the
@@ -641,6 +805,15 @@ impl Chains {
                 format!("{name} is not an OSD: only chain members pass effects"),
             ));
         }
+        if f.op.partition().and_then(partition_group) != Some(f.group) {
+            return Err(WireError::bad(
+                "forward",
+                format!("the effect is not in group {}'s partition", f.group),
+            ));
+        }
+        // The object's lock first: effects of one object are applied in the
+        // order they arrive, even one that waits below for a chain change.
+        let _held = self.lock_objects(&f.op).await;
         let started = Instant::now();
         let mut view = self.view().await?;
         let chain = loop {
@@ -666,14 +839,7 @@ impl Chains {
                 self.me, f.group, chain.epoch, pred
             )));
         }
-        if f.op.partition().and_then(partition_group) != Some(f.group) {
-            return Err(WireError::bad(
-                "forward",
-                format!("the effect is not in group {}'s partition", f.group),
-            ));
-        }
         self.ensure_partition(ctx, proto::chain::group_partition(f.group))?;
-        let _held = self.lock_objects(&f.op).await;
         let inner = Request {
             cap: req.cap.clone(),
             id: 0,
@@ -682,8 +848,21 @@ impl Chains {
             set: req.set.clone(),
         };
         tokio::task::block_in_place(|| apply(ctx, principal, &inner, payload.clone()))?;
-        self.keep((f.origin, f.id), (Ok(f.reply.clone()), f.attrs.clone()));
+        let (origin, id, answer) = (f.origin, f.id, (Ok(f.reply.clone()), f.attrs.clone()));
+        let matters = !matches!(f.reply, Reply::Done);
         self.pass_down(f, req.set, payload).await?;
+        // Kept only once the rest of the chain has it: a retry that finds
+        // it here (as a new head) is answered with a change every later
+        // member holds. (An answer of Done is what a second run answers
+        // too, except for a removal: those are kept as well.)
+        if matters
+            || matches!(
+                inner.cmd,
+                Command::Remove { .. } | Command::CreateAndWrite { .. }
+            )
+        {
+            self.keep((origin, id), answer);
+        }
         Ok((
             Response {
                 result: Ok(Reply::Done),
@@ -737,14 +916,22 @@ impl Chains {
                     self.refresh(before).await?;
                 }
                 Err(e) => {
+                    // An answer other than "not now" is given every time:
+                    // that member cannot take the effect.
+                    let refused = matches!(&e, ConnError::Remote(w)
+                        if !matches!(w.code, ErrorCode::NotReady | ErrorCode::Busy));
                     tracing::warn!(
                         group,
                         osd = next,
                         epoch = chain.epoch,
+                        refused,
                         error = %e,
                         "chain member failed to take an effect; asking that it be dropped"
                     );
-                    let v = self.authority.drop_member(group, chain.epoch, next).await?;
+                    let v = self
+                        .authority
+                        .drop_member(group, chain.epoch, next, refused)
+                        .await?;
                     if v.table.chain(group).is_some_and(|c| c.epoch == chain.epoch) {
                         // Not dropped (the authority does not see it down
                         // yet): try it again shortly.
@@ -778,11 +965,27 @@ impl Chains {
         let mut cfg = ConnConfig::new(&self.cluster_id, osd, self.identity.clone());
         cfg.name = format!("osd.{}-chain", self.me);
         cfg.connections = 2;
-        cfg.timeout = Duration::from_secs(5);
+        // Longer than any wait below it (a member's own passing on, a
+        // chain change), so a forward is not sent twice while one is alive.
+        cfg.timeout = Duration::from_secs(60);
         let c = Arc::new(OsdClient::new(&addr, cfg));
         peers.insert(osd, (addr, c.clone()));
         Ok(c)
     }
+}
+
+/// Whether a retry of a command made once must get the first answer (a
+/// second run would answer otherwise): only these answers are kept.
+fn answer_matters(cmd: &Command) -> bool {
+    matches!(
+        cmd,
+        Command::Cas { .. }
+            | Command::FetchAdd { .. }
+            | Command::Create { .. }
+            | Command::CreateAndWrite { .. }
+            | Command::Append { .. }
+            | Command::Remove { .. }
+    )
 }
 
 /// Whether a request may change something (reads with a set list do).
@@ -852,6 +1055,20 @@ pub fn effect(req: &Request, reply: &Reply, payload: &Bytes) -> Option<Effect> {
             _,
         ) => set_only(*pid, *oid, set),
         (Command::List { .. } | Command::Flush { .. } | Command::Statfs, _) => None,
+        (
+            Command::Copy {
+                pid, oid, offset, ..
+            },
+            _,
+        ) => Some((
+            Command::Write {
+                pid: *pid,
+                oid: *oid,
+                offset: *offset,
+            },
+            set,
+            payload.clone(),
+        )),
         (cmd, _) => Some((cmd.clone(), set, payload.clone())),
     }
 }
