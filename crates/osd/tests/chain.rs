@@ -598,3 +598,64 @@ async fn only_chain_members_pass_effects_and_only_the_head_serves() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_that_fails_part_way_leaves_no_member_different() {
+    let shared = Arc::new(Mutex::new(Table::default()));
+    let mut members: HashMap<u32, Member> = (1..=2)
+        .map(|id| (id, start_member(id, shared.clone())))
+        .collect();
+    shared.lock().unwrap().table.set(GROUP, vec![1, 2], vec![]);
+    let client = GroupClient {
+        shared: shared.clone(),
+        conns: Mutex::new(HashMap::new()),
+    };
+    let pid = group_partition(GROUP);
+    client
+        .call(
+            1,
+            Command::Create {
+                pid,
+                oid: Some(OBJ),
+                count: 1,
+            },
+            vec![],
+        )
+        .await;
+    // The swap is made, then its set list fails (a page the store keeps
+    // itself is read-only): the head answers the error, and the member
+    // gets the head's whole object rather than stay without the swap.
+    let addr1 = shared.lock().unwrap().addrs[&1].clone();
+    let req = Request {
+        cap: Some(client_cap(1)),
+        id: 2,
+        cmd: Command::Cas {
+            pid,
+            oid: OBJ,
+            key: key(5),
+            expected: Vec::new(),
+            new: b"swapped".to_vec(),
+        },
+        get: Vec::new(),
+        set: vec![(AttrKey { page: 1, number: 1 }, b"x".to_vec())],
+    };
+    match client.conn(1, &addr1).call(req, Bytes::new()).await {
+        Err(ConnError::Remote(w)) => assert_eq!(w.code, ErrorCode::ReadOnly, "{w}"),
+        other => panic!("a CAS with a read-only set list answered {other:?}"),
+    }
+    // Both members answer the same value (each made head in turn).
+    let mut seen = Vec::new();
+    for order in [vec![1, 2], vec![2, 1]] {
+        shared.lock().unwrap().table.set(GROUP, order, vec![]);
+        let (_, attrs) = client
+            .call(0, Command::GetAttributes { pid, oid: OBJ }, vec![key(5)])
+            .await;
+        seen.push(attrs);
+    }
+    assert_eq!(seen[0], seen[1], "the members differ after a failed change");
+    for m in members.values_mut() {
+        if let Some(rt) = m.rt.take() {
+            rt.shutdown_background();
+        }
+    }
+}

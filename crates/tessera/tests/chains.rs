@@ -399,3 +399,68 @@ fn a_flipped_byte_in_a_chain_copy_is_repaired_by_deep_scrub_and_by_a_read() {
         );
     });
 }
+
+#[test]
+fn a_head_killed_and_restarted_within_its_lease_leaves_its_chains_and_is_refilled() {
+    let dir = tempfile::tempdir().unwrap();
+    runtime().block_on(async {
+        // A long lease: the head is back before the MDS could see it down.
+        let mut cl = Cluster::start_formatted(
+            dir.path(),
+            3,
+            2,
+            "down_after_ms = 30000",
+            &["--namespace", "osd"],
+        );
+        cl.wait_healthy(60).await;
+        let c = cl.client().await;
+        let mut files = Vec::new();
+        for k in 0..20u64 {
+            let name = format!("before{k}");
+            write_file(&c, ROOT_INO, &name, &content(k, 5000 + k as usize)).await;
+            files.push((name, k, 5000 + k as usize));
+        }
+        let (head, _) = root_head(&cl).await;
+        cl.kill_osd(head);
+        cl.start_osd(head);
+        // It may hold changes it never passed down: it leaves every chain
+        // another member holds, so it heads none of them now.
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let g = grant(&cl).await;
+            let t = g.chains.unwrap();
+            if t.chains.iter().all(|(_, ch)| ch.head() != Some(head)) {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "OSD {head} still heads a chain: {t:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let log = std::fs::read_to_string(cl.dir.join("mds.log")).unwrap();
+        assert!(
+            log.contains("left its chains"),
+            "no restart seen by the MDS"
+        );
+        // Writes and reads go on, and it is filled again: HEALTH_OK with
+        // every chain whole.
+        for k in 20..30u64 {
+            let name = format!("after{k}");
+            write_file(&c, ROOT_INO, &name, &content(k, 7000)).await;
+            files.push((name, k, 7000));
+        }
+        cl.wait_for("every chain whole", 60, |s| {
+            s.health().level == "HEALTH_OK" && s.redundancy.groups_degraded == 0
+        })
+        .await;
+        let fresh = cl.client().await;
+        for (name, k, len) in &files {
+            assert_eq!(
+                read_file(&fresh, ROOT_INO, name).await,
+                content(*k, *len),
+                "{name}"
+            );
+        }
+    });
+}
