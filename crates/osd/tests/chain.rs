@@ -195,6 +195,15 @@ fn start_member(id: u32, shared: Arc<Mutex<Table>>) -> Member {
     }
 }
 
+/// Stops every member still running.
+fn stop_all(members: &mut HashMap<u32, Member>) {
+    for m in members.values_mut() {
+        if let Some(rt) = m.rt.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
 /// A client of the group: sends to the head the table names, with a
 /// capability for it, and retries (same request id) while the chain
 /// changes.
@@ -442,11 +451,7 @@ async fn race_with_a_kill(victim: usize) {
             "OSD {head}: every acknowledged fetch-and-add counted exactly once"
         );
     }
-    for m in members.values_mut() {
-        if let Some(rt) = m.rt.take() {
-            rt.shutdown_background();
-        }
-    }
+    stop_all(&mut members);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -592,11 +597,7 @@ async fn only_chain_members_pass_effects_and_only_the_head_serves() {
         Err(ConnError::Remote(w)) => assert_eq!(w.code, ErrorCode::BadRequest, "{w}"),
         other => panic!("an unnamed create answered {other:?}"),
     }
-    for m in members.values_mut() {
-        if let Some(rt) = m.rt.take() {
-            rt.shutdown_background();
-        }
-    }
+    stop_all(&mut members);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -653,9 +654,5 @@ async fn a_change_that_fails_part_way_leaves_no_member_different() {
         seen.push(attrs);
     }
     assert_eq!(seen[0], seen[1], "the members differ after a failed change");
-    for m in members.values_mut() {
-        if let Some(rt) = m.rt.take() {
-            rt.shutdown_background();
-        }
-    }
+    stop_all(&mut members);
 }

@@ -18,32 +18,18 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use common::cluster::{Cluster, MountGuard};
-use proto::mds::{Creds, MdsReply, NamespaceGrant, Op, ROOT_INO};
-use rand::{Rng, SeedableRng};
+use common::cluster::{
+    Cluster, MountGuard, content, flip_in_image, read_file_in, root, runtime, write_file_in,
+};
 
-fn root() -> Creds {
-    Creds {
-        uid: 0,
-        gid: 0,
-        groups: Vec::new(),
-    }
+async fn write_file(c: &client::Client, dir: u64, name: &str, data: &[u8]) {
+    write_file_in(c, dir, name, data).await.unwrap();
 }
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
+async fn read_file(c: &client::Client, dir: u64, name: &str) -> Vec<u8> {
+    read_file_in(c, dir, name).await
 }
-
-fn content(k: u64, len: usize) -> Vec<u8> {
-    let mut rng = rand::rngs::SmallRng::seed_from_u64(k);
-    let mut v = vec![0u8; len];
-    rng.fill(&mut v[..]);
-    v
-}
+use proto::mds::{MdsReply, NamespaceGrant, Op, ROOT_INO};
 
 /// Formats with the namespace on the OSDs and two copies, starts four
 /// OSDs, and waits for every chain to be full.
@@ -215,34 +201,6 @@ fn a_write_storm_through_the_mount_survives_an_osd_kill_and_the_chains_refill() 
     drop(m);
 }
 
-/// Writes a whole file and closes it (an acknowledged write).
-async fn write_file(c: &client::Client, dir: u64, name: &str, data: &[u8]) {
-    let (_, fh) = c.create(&root(), dir, name, 0o644, false).await.unwrap();
-    let mut at = 0;
-    while at < data.len() {
-        let n = (data.len() - at).min(1 << 20);
-        c.write(fh, at as u64, &data[at..at + n]).await.unwrap();
-        at += n;
-    }
-    c.fsync(fh).await.unwrap();
-    c.release(fh).await.unwrap();
-}
-
-async fn read_file(c: &client::Client, dir: u64, name: &str) -> Vec<u8> {
-    let e = c.lookup(&root(), dir, name).await.unwrap();
-    let fh = c.open(&root(), e.attr.ino, false).await.unwrap();
-    let mut out = Vec::new();
-    loop {
-        let b = c.read(fh, out.len() as u64, 1 << 20).await.unwrap();
-        if b.is_empty() {
-            break;
-        }
-        out.extend_from_slice(&b);
-    }
-    c.release(fh).await.unwrap();
-    out
-}
-
 #[test]
 fn two_lost_disks_with_three_copies_are_refilled_on_the_others_across_an_mds_restart() {
     let dir = tempfile::tempdir().unwrap();
@@ -311,22 +269,6 @@ fn two_lost_disks_with_three_copies_are_refilled_on_the_others_across_an_mds_res
         let listed = fresh.readdir(&root(), ROOT_INO).await.unwrap();
         assert_eq!(listed.iter().filter(|e| e.name.starts_with('d')).count(), 6);
     });
-}
-
-/// Flips a bit in the middle of every place `needle` is found in a store
-/// image (the OSD stopped); whether it was found.
-fn flip_in_image(path: &std::path::Path, needle: &[u8]) -> bool {
-    let mut img = std::fs::read(path).unwrap();
-    let mut found = false;
-    let mut from = 0;
-    while let Some(at) = img[from..].windows(needle.len()).position(|w| w == needle) {
-        let at = from + at;
-        img[at + needle.len() / 2] ^= 0x40;
-        found = true;
-        from = at + needle.len();
-    }
-    std::fs::write(path, img).unwrap();
-    found
 }
 
 #[test]

@@ -14,54 +14,21 @@ use std::time::{Duration, Instant};
 use client::Client;
 use proto::layout::Layout;
 use proto::mds::{Creds, MdsReply, Op, ROOT_INO};
-use rand::{Rng, SeedableRng};
 
 mod common;
 
-use common::cluster::{CLUSTER, Cluster, MountGuard, tail};
+use common::cluster::{
+    CLUSTER, Cluster, MountGuard, content, flip_in_image, read_file_in, root, runtime, tail,
+    write_file_in,
+};
 
-fn root() -> Creds {
-    Creds {
-        uid: 0,
-        gid: 0,
-        groups: Vec::new(),
-    }
-}
-
-/// Deterministic content of file `k`.
-fn content(k: u64, len: usize) -> Vec<u8> {
-    let mut rng = rand::rngs::SmallRng::seed_from_u64(k);
-    let mut v = vec![0u8; len];
-    rng.fill(&mut v[..]);
-    v
-}
-
-/// Writes a whole file and closes it (an acknowledged write).
+/// Writes a whole file in the root and closes it (an acknowledged write).
 async fn write_file(c: &Client, name: &str, data: &[u8]) -> client::Result<()> {
-    let (_, fh) = c.create(&root(), ROOT_INO, name, 0o644, false).await?;
-    let mut at = 0;
-    while at < data.len() {
-        let n = (data.len() - at).min(1 << 20);
-        c.write(fh, at as u64, &data[at..at + n]).await?;
-        at += n;
-    }
-    c.fsync(fh).await?;
-    c.release(fh).await
+    write_file_in(c, ROOT_INO, name, data).await
 }
 
 async fn read_file(c: &Client, name: &str) -> Vec<u8> {
-    let e = c.lookup(&root(), ROOT_INO, name).await.unwrap();
-    let fh = c.open(&root(), e.attr.ino, false).await.unwrap();
-    let mut out = Vec::new();
-    loop {
-        let b = c.read(fh, out.len() as u64, 1 << 20).await.unwrap();
-        if b.is_empty() {
-            break;
-        }
-        out.extend_from_slice(&b);
-    }
-    c.release(fh).await.unwrap();
-    out
+    read_file_in(c, ROOT_INO, name).await
 }
 
 /// Written files: (name, content seed, length).
@@ -93,14 +60,6 @@ async fn check_all(c: &Client, files: &Files) {
 async fn layout_of(c: &Client, name: &str) -> Layout {
     let e = c.lookup(&root(), ROOT_INO, name).await.unwrap();
     c.layout(&root(), e.attr.ino).await.unwrap().unwrap()
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
 }
 
 #[test]
@@ -225,22 +184,6 @@ fn two_lost_disks_with_three_copies_are_recovered_on_the_others() {
             assert_eq!(read_file(&c, name).await, content(*k, *len), "{name}");
         }
     });
-}
-
-/// Flips a byte in the middle of every place `needle` is found in the file
-/// at `path` (the journal's copy and the data's); says whether it found any.
-fn flip_in_image(path: &Path, needle: &[u8]) -> bool {
-    let mut img = std::fs::read(path).unwrap();
-    let mut found = false;
-    let mut from = 0;
-    while let Some(at) = img[from..].windows(needle.len()).position(|w| w == needle) {
-        let at = from + at;
-        img[at + needle.len() / 2] ^= 0x40;
-        found = true;
-        from = at + needle.len();
-    }
-    std::fs::write(path, img).unwrap();
-    found
 }
 
 #[test]

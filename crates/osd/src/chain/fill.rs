@@ -68,22 +68,7 @@ impl Chains {
         for oid in theirs {
             let _held = self.lock_objects(&Command::Remove { pid, oid }).await;
             if let Err(StoreError::NoObject { .. }) = ctx.store.get()?.stat(pid, oid) {
-                self.remote(
-                    &view,
-                    group,
-                    joiner,
-                    Command::Remove { pid, oid },
-                    vec![],
-                    Bytes::new(),
-                )
-                .await
-                .or_else(|e| {
-                    if e.code == ErrorCode::NoObject {
-                        Ok(Reply::Done)
-                    } else {
-                        Err(e)
-                    }
-                })?;
+                self.remote_remove(&view, group, joiner, oid).await?;
             }
         }
         self.still_filling(group, epoch, joiner)?;
@@ -164,7 +149,6 @@ impl Chains {
     ) -> Result<(), WireError> {
         let pid = group_partition(group);
         let s = ctx.store.get()?;
-        let gone = |e: &WireError| e.code == ErrorCode::NoObject;
         let st = match s.stat(pid, oid) {
             Ok(st) => st,
             Err(StoreError::NoObject { .. }) => return Ok(()),
@@ -178,21 +162,7 @@ impl Chains {
             .map(|((page, number), v)| (AttrKey { page, number }, v))
             .collect();
         let ranges = s.data_ranges(pid, oid).map_err(map_err)?;
-        match self
-            .remote(
-                view,
-                group,
-                joiner,
-                Command::Remove { pid, oid },
-                vec![],
-                Bytes::new(),
-            )
-            .await
-        {
-            Ok(_) => {}
-            Err(e) if gone(&e) => {}
-            Err(e) => return Err(e),
-        }
+        self.remote_remove(view, group, joiner, oid).await?;
         let mut batches = attrs.chunks(MAX_ATTR_LIST);
         let first = batches.next().map(<[_]>::to_vec).unwrap_or_default();
         let create = Command::Create {
@@ -253,6 +223,33 @@ impl Chains {
                 .await?;
         }
         Ok(())
+    }
+
+    /// Removes `oid` from member `to`'s copy of the group (done when it
+    /// was not there).
+    pub(super) async fn remote_remove(
+        &self,
+        view: &ChainView,
+        group: u32,
+        to: u32,
+        oid: u64,
+    ) -> Result<(), WireError> {
+        let pid = group_partition(group);
+        match self
+            .remote(
+                view,
+                group,
+                to,
+                Command::Remove { pid, oid },
+                vec![],
+                Bytes::new(),
+            )
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if e.code == ErrorCode::NoObject => Ok(()),
+            Err(e) => Err(e),
+        }
     }
 
     /// One command on member `to` of `group`'s chain, as the member before

@@ -50,6 +50,21 @@ fn attr_hash(attrs: impl Iterator<Item = ((u32, u32), Vec<u8>)>) -> u64 {
     h.digest()
 }
 
+/// Size, version and hash of a DIGEST answer.
+fn digest_of(r: Reply) -> Result<(u64, u64, u64), WireError> {
+    match r {
+        Reply::Digest {
+            size,
+            version,
+            hash,
+        } => Ok((size, version, hash)),
+        other => Err(WireError::new(
+            ErrorCode::Io,
+            format!("DIGEST answered {other:?}"),
+        )),
+    }
+}
+
 /// What is compared of one copy: size, version, content digest (deep;
 /// else 0) and attributes digest.
 type CopyDigest = (u64, u64, u64, u64);
@@ -137,24 +152,13 @@ impl Chains {
                     continue;
                 }
                 inconsistent += 1;
-                let gone = self
-                    .remote(
-                        &view,
-                        group,
-                        m,
-                        Command::Remove { pid, oid },
-                        vec![],
-                        Bytes::new(),
-                    )
-                    .await;
-                match gone {
-                    Ok(_) => {
+                match self.remote_remove(&view, group, m, oid).await {
+                    Ok(()) => {
                         repaired += 1;
                         note(format!(
                             "group {group} object {oid:#x} on OSD {m}: not on the head; removed"
                         ));
                     }
-                    Err(e) if e.code == ErrorCode::NoObject => repaired += 1,
                     Err(e) => note(format!(
                         "group {group} object {oid:#x} on OSD {m}: not on the head; removal failed: {e}"
                     )),
@@ -181,17 +185,7 @@ impl Chains {
         let s = ctx.store.get()?;
         let d = tokio::task::block_in_place(|| crate::exec::digest(&s, pid, oid, deep));
         let (size, version, hash) = match d {
-            Ok(Reply::Digest {
-                size,
-                version,
-                hash,
-            }) => (size, version, hash),
-            Ok(_) => {
-                return Err(WireError::new(
-                    ErrorCode::Failed,
-                    "digest answered otherwise",
-                ));
-            }
+            Ok(r) => digest_of(r)?,
             Err(StoreError::NoObject { .. }) => return Ok(None),
             Err(e) => return Err(map_err(e)),
         };
@@ -220,17 +214,7 @@ impl Chains {
             )
             .await;
         let (size, version, hash) = match d {
-            Ok(Reply::Digest {
-                size,
-                version,
-                hash,
-            }) => (size, version, hash),
-            Ok(other) => {
-                return Err(WireError::new(
-                    ErrorCode::Io,
-                    format!("DIGEST answered {other:?}"),
-                ));
-            }
+            Ok(r) => digest_of(r)?,
             Err(e) if e.code == ErrorCode::NoObject => return Ok(None),
             Err(e) => return Err(e),
         };
@@ -259,29 +243,15 @@ impl Chains {
         oid: u64,
     ) -> Result<(), WireError> {
         let pid = group_partition(group);
-        let (size, version) = match self
-            .remote(
-                view,
-                group,
-                from,
-                Command::Digest {
-                    pid,
-                    oid,
-                    deep: false,
-                },
-                vec![],
-                Bytes::new(),
-            )
-            .await?
-        {
-            Reply::Digest { size, version, .. } => (size, version),
-            other => {
-                return Err(WireError::new(
-                    ErrorCode::Io,
-                    format!("DIGEST answered {other:?}"),
-                ));
-            }
+        let digest = Command::Digest {
+            pid,
+            oid,
+            deep: false,
         };
+        let (size, version, _) = digest_of(
+            self.remote(view, group, from, digest, vec![], Bytes::new())
+                .await?,
+        )?;
         let attrs: Vec<((u32, u32), Vec<u8>)> = self
             .remote_answer(
                 view,

@@ -350,3 +350,76 @@ impl Drop for MountGuard {
         let _ = self.child.wait();
     }
 }
+
+/// Root's credentials.
+pub fn root() -> proto::mds::Creds {
+    proto::mds::Creds {
+        uid: 0,
+        gid: 0,
+        groups: Vec::new(),
+    }
+}
+
+/// Deterministic content of file `k`.
+pub fn content(k: u64, len: usize) -> Vec<u8> {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(k);
+    let mut v = vec![0u8; len];
+    rng.fill(&mut v[..]);
+    v
+}
+
+/// A two-thread runtime for a test's clients.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// Writes a whole file in directory `dir` and closes it (an acknowledged
+/// write: fsync, then release).
+pub async fn write_file_in(c: &Client, dir: u64, name: &str, data: &[u8]) -> client::Result<()> {
+    let (_, fh) = c.create(&root(), dir, name, 0o644, false).await?;
+    let mut at = 0;
+    while at < data.len() {
+        let n = (data.len() - at).min(1 << 20);
+        c.write(fh, at as u64, &data[at..at + n]).await?;
+        at += n;
+    }
+    c.fsync(fh).await?;
+    c.release(fh).await
+}
+
+/// Reads a whole file of directory `dir`.
+pub async fn read_file_in(c: &Client, dir: u64, name: &str) -> Vec<u8> {
+    let e = c.lookup(&root(), dir, name).await.unwrap();
+    let fh = c.open(&root(), e.attr.ino, false).await.unwrap();
+    let mut out = Vec::new();
+    loop {
+        let b = c.read(fh, out.len() as u64, 1 << 20).await.unwrap();
+        if b.is_empty() {
+            break;
+        }
+        out.extend_from_slice(&b);
+    }
+    c.release(fh).await.unwrap();
+    out
+}
+
+/// Flips a bit in the middle of every place `needle` is found in a store
+/// image (its OSD stopped); whether it was found.
+pub fn flip_in_image(path: &Path, needle: &[u8]) -> bool {
+    let mut img = std::fs::read(path).unwrap();
+    let mut found = false;
+    let mut from = 0;
+    while let Some(at) = img[from..].windows(needle.len()).position(|w| w == needle) {
+        let at = from + at;
+        img[at + needle.len() / 2] ^= 0x40;
+        found = true;
+        from = at + needle.len();
+    }
+    std::fs::write(path, img).unwrap();
+    found
+}
