@@ -37,6 +37,20 @@ fn start(dir: &std::path::Path) -> Cluster {
     Cluster::start_formatted(dir, 4, 2, "", &["--namespace", "osd"])
 }
 
+/// Three OSDs keeping `replicas` copies, with a lease long enough that an
+/// OSD restarted at once never counts as down; waits for HEALTH_OK.
+async fn start_long_lease(dir: &std::path::Path, replicas: u8) -> Cluster {
+    let cl = Cluster::start_formatted(
+        dir,
+        3,
+        replicas,
+        "down_after_ms = 30000",
+        &["--namespace", "osd"],
+    );
+    cl.wait_healthy(60).await;
+    cl
+}
+
 /// The namespace grant: the root's group and the chains.
 async fn grant(cl: &Cluster) -> NamespaceGrant {
     let m = net::MdsClient::new(&cl.mds_addr, common::cluster::CLUSTER, cl.admin(), 1);
@@ -277,14 +291,7 @@ fn a_flipped_byte_in_a_chain_copy_is_repaired_by_deep_scrub_and_by_a_read() {
     runtime().block_on(async {
         // A long lease: an OSD stopped for a moment keeps its place in
         // its chains (so its bad copy is not simply refilled).
-        let mut cl = Cluster::start_formatted(
-            dir.path(),
-            3,
-            3,
-            "down_after_ms = 30000",
-            &["--namespace", "osd"],
-        );
-        cl.wait_healthy(60).await;
+        let mut cl = start_long_lease(dir.path(), 3).await;
         let c = cl.client().await;
         let data = content(77, 256 << 10);
         write_file(&c, ROOT_INO, "precious", &data).await;
@@ -347,14 +354,7 @@ fn a_head_killed_and_restarted_within_its_lease_leaves_its_chains_and_is_refille
     let dir = tempfile::tempdir().unwrap();
     runtime().block_on(async {
         // A long lease: the head is back before the MDS could see it down.
-        let mut cl = Cluster::start_formatted(
-            dir.path(),
-            3,
-            2,
-            "down_after_ms = 30000",
-            &["--namespace", "osd"],
-        );
-        cl.wait_healthy(60).await;
+        let mut cl = start_long_lease(dir.path(), 2).await;
         let c = cl.client().await;
         let mut files = Vec::new();
         for k in 0..20u64 {
