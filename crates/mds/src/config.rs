@@ -52,6 +52,11 @@ pub struct MdsConfig {
     /// for tests (a crash then always finds early answers not yet
     /// durable). 0 in production.
     pub wal_flush_delay_ms: u64,
+    /// Namespace on the OSDs with copies: an OSD that joins a chain again
+    /// is sent every object changed since this long (ms) before it left,
+    /// and trusted to hold the rest (changes in flight when it left, and
+    /// the clocks of the MDS and the OSDs apart, must fit in it).
+    pub chain_catch_up_margin_ms: u64,
 }
 
 impl Default for MdsConfig {
@@ -72,6 +77,7 @@ impl Default for MdsConfig {
             hold_expiry_ms: proto::mds::HOLD_EXPIRY_MS,
             replay_window_ms: 15_000,
             wal_flush_delay_ms: 0,
+            chain_catch_up_margin_ms: 600_000,
         }
     }
 }

@@ -73,7 +73,14 @@ pub struct Chain {
     /// Members being filled (after `members`): they take every new effect
     /// but are not counted, read or made head until the fill is done.
     pub joining: Vec<u32>,
+    /// OSDs that left this chain recently, with when (ms since the epoch,
+    /// the authority's clock; the newest few): one that joins again is
+    /// filled only with what changed since about then.
+    pub left: Vec<(u32, u64)>,
 }
+
+/// Most departures a chain remembers.
+pub const MAX_LEFT: usize = 8;
 
 impl Chain {
     /// The head: the member clients send to.
@@ -105,6 +112,20 @@ impl Chain {
         i.checked_sub(1).map(|j| v[j])
     }
 
+    /// Records that `osd` left at `at_ms` (the newest [`MAX_LEFT`] kept).
+    pub fn record_left(&mut self, osd: u32, at_ms: u64) {
+        self.left.retain(|(o, _)| *o != osd);
+        self.left.push((osd, at_ms));
+        if self.left.len() > MAX_LEFT {
+            self.left.remove(0);
+        }
+    }
+
+    /// When `osd` last left this chain, if it is remembered.
+    pub fn left_at(&self, osd: u32) -> Option<u64> {
+        self.left.iter().find(|(o, _)| *o == osd).map(|(_, t)| *t)
+    }
+
     /// Checks the chain's shape: at most [`MAX_CHAIN`] members in all, none twice.
     pub fn validate(&self) -> Result<(), String> {
         let v: Vec<u32> = self.order().collect();
@@ -127,6 +148,10 @@ pub struct ChainTable {
     pub epoch: u64,
     /// Copies each group keeps when the cluster has enough OSDs.
     pub replicas: u8,
+    /// A member that joins again is sent every object changed since this
+    /// long before it left (ms): changes in flight when it left, and the
+    /// clocks of the MDS and the OSDs apart.
+    pub catch_up_margin_ms: u64,
     /// (group, chain), sorted by group.
     pub chains: Vec<(u32, Chain)>,
 }
@@ -153,14 +178,25 @@ impl ChainTable {
     pub fn set(&mut self, group: u32, members: Vec<u32>, joining: Vec<u32>) {
         self.epoch += 1;
         let epoch = self.epoch;
-        let c = Chain {
-            epoch,
-            members,
-            joining,
-        };
         match self.chains.binary_search_by_key(&group, |(g, _)| *g) {
-            Ok(i) => self.chains[i].1 = c,
-            Err(i) => self.chains.insert(i, (group, c)),
+            Ok(i) => {
+                let c = &mut self.chains[i].1;
+                c.epoch = epoch;
+                c.members = members;
+                c.joining = joining;
+            }
+            Err(i) => self.chains.insert(
+                i,
+                (
+                    group,
+                    Chain {
+                        epoch,
+                        members,
+                        joining,
+                        left: Vec::new(),
+                    },
+                ),
+            ),
         }
     }
 }
@@ -200,6 +236,7 @@ mod tests {
             epoch: 3,
             members: vec![4, 1],
             joining: vec![7],
+            left: Vec::new(),
         };
         assert_eq!(c.head(), Some(4));
         assert_eq!(c.successor(4), Some(1));
@@ -214,8 +251,22 @@ mod tests {
             epoch: 1,
             members: vec![1, 2],
             joining: vec![1],
+            left: Vec::new(),
         };
         assert!(twice.validate().is_err());
+    }
+
+    #[test]
+    fn departures_are_remembered_newest_last_and_bounded() {
+        let mut c = Chain::default();
+        for o in 0..12 {
+            c.record_left(o, 100 + u64::from(o));
+        }
+        c.record_left(5, 999);
+        assert_eq!(c.left.len(), MAX_LEFT);
+        assert_eq!(c.left_at(5), Some(999));
+        assert_eq!(c.left_at(0), None, "the oldest forgotten");
+        assert_eq!(c.left.last(), Some(&(5, 999)));
     }
 
     #[test]

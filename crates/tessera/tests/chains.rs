@@ -406,3 +406,84 @@ fn a_head_killed_and_restarted_within_its_lease_leaves_its_chains_and_is_refille
         }
     });
 }
+
+#[test]
+fn a_returning_osd_is_sent_only_what_changed_while_it_was_away() {
+    let dir = tempfile::tempdir().unwrap();
+    runtime().block_on(async {
+        // Three copies on three OSDs, so the returning one holds every
+        // group; a short catch-up margin, so "before it left" is seconds.
+        let mut cl = Cluster::start_formatted(
+            dir.path(),
+            3,
+            3,
+            "chain_catch_up_margin_ms = 1000",
+            &["--namespace", "osd"],
+        );
+        cl.wait_healthy(60).await;
+        let c = cl.client().await;
+        let len = |k: u64| 3000 + k as usize * 100;
+        for k in 0..20u64 {
+            write_file(&c, ROOT_INO, &format!("old{k}"), &content(k, len(k))).await;
+        }
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        let away = 3;
+        cl.kill_osd(away);
+        cl.wait_for("the OSD dropped from its chains", 30, |s| {
+            s.redundancy.groups_degraded > 0
+        })
+        .await;
+        tokio::time::sleep(Duration::from_millis(1200)).await;
+        // While it is away: five files rewritten, ten made.
+        for k in 0..5u64 {
+            write_file(&c, ROOT_INO, &format!("old{k}"), &content(k + 1000, len(k))).await;
+        }
+        for k in 0..10u64 {
+            write_file(&c, ROOT_INO, &format!("new{k}"), &content(k + 2000, 4000)).await;
+        }
+        cl.start_osd(away);
+        cl.wait_healthy(60).await;
+        let log = std::fs::read_to_string(cl.dir.join("osd-1").join("osd.log")).unwrap()
+            + &std::fs::read_to_string(cl.dir.join("osd-2").join("osd.log")).unwrap();
+        let unchanged: u64 = log
+            .lines()
+            .filter(|l| l.contains("caught up a returning member"))
+            .filter_map(|l| {
+                l.split("unchanged=")
+                    .nth(1)?
+                    .split_whitespace()
+                    .next()?
+                    .parse::<u64>()
+                    .ok()
+            })
+            .sum();
+        assert!(
+            unchanged > 0,
+            "nothing was left out of the catch-up:\n{log}"
+        );
+        // The returning OSD alone: every file reads back from it, so what
+        // the catch-up left out was right there already.
+        cl.kill_osd(1);
+        cl.kill_osd(2);
+        let fresh = cl.client().await;
+        for k in 0..20u64 {
+            let want = if k < 5 {
+                content(k + 1000, len(k))
+            } else {
+                content(k, len(k))
+            };
+            assert_eq!(
+                read_file(&fresh, ROOT_INO, &format!("old{k}")).await,
+                want,
+                "old{k}"
+            );
+        }
+        for k in 0..10u64 {
+            assert_eq!(
+                read_file(&fresh, ROOT_INO, &format!("new{k}")).await,
+                content(k + 2000, 4000),
+                "new{k}"
+            );
+        }
+    });
+}

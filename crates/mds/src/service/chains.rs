@@ -165,7 +165,21 @@ impl Mds {
     /// Writes `next` if the chains are still `before` (a concurrent
     /// change wins; the next pass looks again), logging each chain that
     /// changed.
-    async fn store_chains(&self, before: &ChainTable, next: ChainTable) -> Result<bool, MdsError> {
+    async fn store_chains(
+        &self,
+        before: &ChainTable,
+        mut next: ChainTable,
+    ) -> Result<bool, MdsError> {
+        // Who left which chain, and when: a member that joins again is
+        // sent only what changed since about then.
+        let now = proto::clock::now_ms();
+        for (g, c) in &mut next.chains {
+            if let Some(b) = before.chain(*g) {
+                for o in b.order().filter(|o| !c.holds(*o)).collect::<Vec<_>>() {
+                    c.record_left(o, now);
+                }
+            }
+        }
         let expect = before.epoch;
         let to_write = next.clone();
         let written = self
@@ -322,12 +336,13 @@ impl Mds {
     /// there and a ticket naming `me` (its session key wrapped with `me`'s
     /// own key).
     pub(super) fn chain_grant(&self, me: u32) -> Result<MdsReply, MdsError> {
-        let Some(table) = self.chain_table()? else {
+        let Some(mut table) = self.chain_table()? else {
             return Err(err(
                 Errno::Inval,
                 "this file system keeps no replica chains",
             ));
         };
+        table.catch_up_margin_ms = self.cfg.chain_catch_up_margin_ms;
         let map = self.current_map()?;
         let own = self
             .osd_ring(me, None)
@@ -548,6 +563,7 @@ mod tests {
         ChainTable {
             epoch: 0,
             replicas: r,
+            catch_up_margin_ms: 0,
             chains: Vec::new(),
         }
     }

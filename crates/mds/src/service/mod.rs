@@ -98,6 +98,7 @@ pub fn format(dir: &Path, opts: &FormatOptions) -> Result<(), MdsError> {
         proto::chain::ChainTable {
             epoch: 0,
             replicas: opts.layout.replicas,
+            catch_up_margin_ms: 0,
             chains: Vec::new(),
         }
     });

@@ -22,6 +22,11 @@ const FIRST_OID: u64 = 0x1_0000;
 const CHUNK: u64 = 1 << 20;
 /// Ids per LIST.
 const PAGE: u32 = 1000;
+/// The store's page of object times, and its attribute and data
+/// modification times (ns since the epoch, u64 LE).
+const PAGE_TIMES: u32 = 0x3;
+const TIME_ATTR_MODIFIED: u32 = 0x3;
+const TIME_DATA_MODIFIED: u32 = 0x5;
 /// The store's own attribute pages are below this one (not copied: the
 /// joiner's store keeps its own).
 const FIRST_USER_PAGE: u32 = 0x10;
@@ -45,8 +50,21 @@ impl Chains {
         let pid = group_partition(group);
         self.ensure_partition(&ctx, pid)?;
         let view = self.view().await?;
-        let theirs = self.remote_ids(&view, group, joiner).await?;
-        let mut copied = 0;
+        let listed = self.remote_listing(&view, group, joiner).await?;
+        let theirs: Vec<u64> = listed.iter().map(|(o, _)| *o).collect();
+        // A member that was in this chain before had every change made
+        // until it left: only objects changed here or there since a
+        // margin before that are copied (catch-up, not a full copy).
+        let since_ns = view
+            .table
+            .chain(group)
+            .and_then(|c| c.left_at(joiner))
+            .map(|ms| {
+                ms.saturating_sub(view.table.catch_up_margin_ms)
+                    .saturating_mul(1_000_000)
+            });
+        let their_times: std::collections::HashMap<u64, u64> = listed.into_iter().collect();
+        let (mut copied, mut unchanged) = (0u64, 0u64);
         let mut after = None;
         loop {
             self.still_filling(group, epoch, joiner)?;
@@ -57,6 +75,16 @@ impl Chains {
                 .map_err(map_err)?;
             for oid in &page.ids {
                 let _held = self.lock_objects(&Command::Remove { pid, oid: *oid }).await;
+                if let (Some(since), Some(&theirs_at)) = (since_ns, their_times.get(oid)) {
+                    let mine_at = match ctx.store.get()?.stat(pid, *oid) {
+                        Ok(st) => st.data_modified.max(st.attr_modified),
+                        Err(_) => u64::MAX,
+                    };
+                    if mine_at < since && theirs_at < since {
+                        unchanged += 1;
+                        continue;
+                    }
+                }
                 self.copy_object(&ctx, &view, group, joiner, *oid).await?;
                 copied += 1;
             }
@@ -74,6 +102,15 @@ impl Chains {
         self.still_filling(group, epoch, joiner)?;
         let v = self.authority.filled(group, epoch, joiner).await?;
         self.install(v);
+        if since_ns.is_some() {
+            tracing::info!(
+                group,
+                osd = joiner,
+                copied,
+                unchanged,
+                "caught up a returning member"
+            );
+        }
         Ok(copied)
     }
 
@@ -102,7 +139,33 @@ impl Chains {
         group: u32,
         joiner: u32,
     ) -> Result<Vec<u64>, WireError> {
+        Ok(self
+            .remote_listing(view, group, joiner)
+            .await?
+            .into_iter()
+            .map(|(o, _)| o)
+            .collect())
+    }
+
+    /// Every object the joiner holds in the group's partition, with when
+    /// its data or attributes last changed there (ns).
+    async fn remote_listing(
+        &self,
+        view: &ChainView,
+        group: u32,
+        joiner: u32,
+    ) -> Result<Vec<(u64, u64)>, WireError> {
         let pid = group_partition(group);
+        let times = [
+            AttrKey {
+                page: PAGE_TIMES,
+                number: TIME_ATTR_MODIFIED,
+            },
+            AttrKey {
+                page: PAGE_TIMES,
+                number: TIME_DATA_MODIFIED,
+            },
+        ];
         let mut ids = Vec::new();
         let mut after = None;
         loop {
@@ -112,14 +175,24 @@ impl Chains {
                 hi: u64::MAX,
                 after,
                 max: PAGE,
-                attrs: Vec::new(),
+                attrs: times.to_vec(),
             };
             match self
                 .remote(view, group, joiner, cmd, vec![], Bytes::new())
                 .await
             {
                 Ok(Reply::Listed { entries, next }) => {
-                    ids.extend(entries.into_iter().map(|e| e.0));
+                    ids.extend(entries.into_iter().map(|(o, attrs)| {
+                        // Missing or unreadable times count as "now": copied.
+                        let at = attrs
+                            .iter()
+                            .map(|(_, v)| {
+                                v.as_slice().try_into().map_or(u64::MAX, u64::from_le_bytes)
+                            })
+                            .max()
+                            .unwrap_or(u64::MAX);
+                        (o, at)
+                    }));
                     match next {
                         Some(n) => after = Some(n),
                         None => return Ok(ids),
