@@ -152,6 +152,8 @@ pub struct ChainTable {
     /// long before it left (ms): changes in flight when it left, and the
     /// clocks of the MDS and the OSDs apart.
     pub catch_up_margin_ms: u64,
+    /// Fills copy at most this many MiB per second (0 = unthrottled).
+    pub fill_mib_per_sec: u32,
     /// (group, chain), sorted by group.
     pub chains: Vec<(u32, Chain)>,
 }

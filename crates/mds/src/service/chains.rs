@@ -343,6 +343,7 @@ impl Mds {
             ));
         };
         table.catch_up_margin_ms = self.cfg.chain_catch_up_margin_ms;
+        table.fill_mib_per_sec = u32::try_from(self.cfg.recovery_mib_per_sec).unwrap_or(u32::MAX);
         let map = self.current_map()?;
         let own = self
             .osd_ring(me, None)
@@ -564,6 +565,7 @@ mod tests {
             epoch: 0,
             replicas: r,
             catch_up_margin_ms: 0,
+            fill_mib_per_sec: 0,
             chains: Vec::new(),
         }
     }

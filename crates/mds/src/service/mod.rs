@@ -99,6 +99,7 @@ pub fn format(dir: &Path, opts: &FormatOptions) -> Result<(), MdsError> {
             epoch: 0,
             replicas: opts.layout.replicas,
             catch_up_margin_ms: 0,
+            fill_mib_per_sec: 0,
             chains: Vec::new(),
         }
     });

@@ -6,6 +6,8 @@
 //! (left from an earlier membership) are removed. Then the authority is
 //! told, and the joiner counts as a full member.
 
+use std::time::Duration;
+
 use bytes::Bytes;
 use net::ConnError;
 use proto::chain::group_partition;
@@ -64,7 +66,8 @@ impl Chains {
                     .saturating_mul(1_000_000)
             });
         let their_times: std::collections::HashMap<u64, u64> = listed.into_iter().collect();
-        let (mut copied, mut unchanged) = (0u64, 0u64);
+        let (mut copied, mut unchanged, mut bytes) = (0u64, 0u64, 0u64);
+        let started = std::time::Instant::now();
         let mut after = None;
         loop {
             self.still_filling(group, epoch, joiner)?;
@@ -85,8 +88,17 @@ impl Chains {
                         continue;
                     }
                 }
-                self.copy_object(&ctx, &view, group, joiner, *oid).await?;
+                bytes += self.copy_object(&ctx, &view, group, joiner, *oid).await?;
                 copied += 1;
+                // Throttled as recovery is (`recovery_mib_per_sec`).
+                let rate = u64::from(view.table.fill_mib_per_sec) << 20;
+                if rate > 0 {
+                    let due = Duration::from_secs_f64(bytes as f64 / rate as f64);
+                    if let Some(wait) = due.checked_sub(started.elapsed()) {
+                        drop(_held);
+                        tokio::time::sleep(wait).await;
+                    }
+                }
             }
             match page.next {
                 Some(n) => after = Some(n),
@@ -211,7 +223,8 @@ impl Chains {
         }
     }
 
-    /// Copies one object whole to the joiner (the caller holds its lock).
+    /// Copies one object whole to the joiner (the caller holds its lock);
+    /// returns its length.
     pub(super) async fn copy_object(
         &self,
         ctx: &crate::exec::Ctx,
@@ -219,12 +232,12 @@ impl Chains {
         group: u32,
         joiner: u32,
         oid: u64,
-    ) -> Result<(), WireError> {
+    ) -> Result<u64, WireError> {
         let pid = group_partition(group);
         let s = ctx.store.get()?;
         let st = match s.stat(pid, oid) {
             Ok(st) => st,
-            Err(StoreError::NoObject { .. }) => return Ok(()),
+            Err(StoreError::NoObject { .. }) => return Ok(0),
             Err(e) => return Err(map_err(e)),
         };
         let attrs: Vec<(AttrKey, Vec<u8>)> = s
@@ -295,7 +308,7 @@ impl Chains {
             self.remote(view, group, joiner, sv, vec![], Bytes::new())
                 .await?;
         }
-        Ok(())
+        Ok(st.size)
     }
 
     /// Removes `oid` from member `to`'s copy of the group (done when it

@@ -127,7 +127,7 @@ impl Chains {
                     };
                     inconsistent += 1;
                     match self.copy_object(ctx, &view, group, m, oid).await {
-                        Ok(()) => {
+                        Ok(_) => {
                             repaired += 1;
                             note(format!(
                                 "group {group} object {oid:#x} on OSD {m}: {why}; repaired from OSD {}",
