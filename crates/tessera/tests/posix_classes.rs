@@ -77,8 +77,9 @@ fn main() {
         classes(&mine, true);
         // MDS mode: three OSDs, three replicas, so every copy_file_range
         // piece had its source and destination copies on the same OSDs.
-        // (Files in the OSD-namespace mode have one copy: a piece moves
-        // on an OSD only where both objects landed on it.)
+        // (In the OSD-namespace mode a stripe is one replica group,
+        // reached through its head: a piece moves on an OSD only where
+        // both objects are in one group.)
         let copied = scrape(&metrics, "tessera_client_copied_on_osds_bytes_total");
         assert!(
             mode == "osd" || copied >= 300_000,
