@@ -518,6 +518,24 @@ async fn only_chain_members_pass_effects_and_only_the_head_serves() {
             "refused at once"
         );
     }
+    // Only the MDS scrubs a group.
+    let scrub = Request {
+        cap: Some(client_cap(2)),
+        id: 0,
+        cmd: Command::ScrubGroup {
+            group: GROUP,
+            deep: true,
+        },
+        get: Vec::new(),
+        set: Vec::new(),
+    };
+    match client.conn(2, &addr2).call(scrub, Bytes::new()).await {
+        Err(ConnError::Remote(w)) => {
+            assert_eq!(w.code, ErrorCode::CapForged, "{w}");
+            assert!(w.message.contains("only the MDS"), "{w}");
+        }
+        other => panic!("a client's SCRUB GROUP answered {other:?}"),
+    }
     // A member that is not the head refuses a client's request.
     let req = Request {
         cap: Some(client_cap(2)),

@@ -487,3 +487,108 @@ fn a_returning_osd_is_sent_only_what_changed_while_it_was_away() {
         }
     });
 }
+
+#[test]
+fn chain_operations_refuse_bad_callers_and_bad_input_and_change_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    runtime().block_on(async {
+        for r in ["0", "6"] {
+            let out = std::process::Command::new(common::BIN)
+                .args(["mds", "format", "--cluster", "x", "--namespace", "osd"])
+                .arg("--data")
+                .arg(dir.path().join(format!("bad{r}")))
+                .args(["--replicas", r])
+                .output()
+                .unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                !out.status.success() && err.contains("must be 1..=5"),
+                "{err}"
+            );
+            assert!(!dir.path().join(format!("bad{r}")).join("mds.redb").exists());
+        }
+        let cl = start(&dir.path().join("c"));
+        cl.wait_healthy(60).await;
+        let before = grant(&cl).await.chains.unwrap();
+        // A client principal (even the admin) may ask none of the OSDs' ops.
+        let admin = net::MdsClient::new(&cl.mds_addr, common::cluster::CLUSTER, cl.admin(), 1);
+        for op in [
+            Op::Chains,
+            Op::ChainRestarted,
+            Op::ChainDrop {
+                group: 1,
+                epoch: 1,
+                osd: 2,
+                refused: true,
+            },
+            Op::ChainFilled {
+                group: 1,
+                epoch: 1,
+                osd: 2,
+            },
+        ] {
+            let name = op.name();
+            match admin.call(op).await {
+                Err(e) => assert_eq!(e.errno(), libc::EACCES, "{name}: {e}"),
+                Ok(r) => panic!("{name} by a client answered {r:?}"),
+            }
+        }
+        // An OSD may not drop or count members of chains where it is not
+        // the member before them: nothing changes.
+        let kf = net::keys::KeyFile::load(&cl.dir.join("osd-1").join("key.toml")).unwrap();
+        let (v, k) = kf.newest().unwrap();
+        let osd1 = net::MdsClient::new(
+            &cl.mds_addr,
+            common::cluster::CLUSTER,
+            net::auth::Identity::principal("osd.1", v, k),
+            1,
+        );
+        for (g, c) in &before.chains {
+            for m in c.order().filter(|m| c.successor(1) != Some(*m)) {
+                let drop = Op::ChainDrop {
+                    group: *g,
+                    epoch: c.epoch,
+                    osd: m,
+                    refused: true,
+                };
+                assert!(matches!(osd1.call(drop).await, Ok(MdsReply::Chains(_))));
+                let fill = Op::ChainFilled {
+                    group: *g,
+                    epoch: c.epoch,
+                    osd: m,
+                };
+                assert!(matches!(osd1.call(fill).await, Ok(MdsReply::Chains(_))));
+            }
+        }
+        let stale = Op::ChainDrop {
+            group: 1,
+            epoch: 0,
+            osd: 2,
+            refused: true,
+        };
+        assert!(matches!(osd1.call(stale).await, Ok(MdsReply::Chains(_))));
+        let unknown = Op::ChainDrop {
+            group: 999,
+            epoch: 1,
+            osd: 2,
+            refused: true,
+        };
+        match osd1.call(unknown).await {
+            Err(e) => assert_eq!(e.errno(), libc::ENOENT, "{e}"),
+            Ok(r) => panic!("a drop in an unknown group answered {r:?}"),
+        }
+        assert_eq!(
+            grant(&cl).await.chains.unwrap(),
+            before,
+            "the chains changed"
+        );
+        // Another principal's key cannot speak for an OSD.
+        let forged = net::MdsClient::new(
+            &cl.mds_addr,
+            common::cluster::CLUSTER,
+            net::auth::Identity::principal("osd.1", v, [0x55; 32]),
+            1,
+        );
+        assert!(forged.call(Op::Chains).await.is_err());
+    });
+}

@@ -21,6 +21,10 @@ impl Mds {
                 | Op::NamespaceRoot { .. }
                 | Op::SetOsdOut { .. }
                 | Op::Scrub { .. }
+                | Op::Chains
+                | Op::ChainDrop { .. }
+                | Op::ChainFilled { .. }
+                | Op::ChainRestarted
                 | Op::Ticket { .. }
                 | Op::Whoami
                 | Op::AuthAdd(_)

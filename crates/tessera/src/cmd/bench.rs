@@ -135,7 +135,7 @@ pub enum BenchCmd {
         dir: PathBuf,
         /// A real source tree to untar and search (default: the `crates/`
         /// directory of the checkout this binary was built from; a larger
-        /// tree, e.g. $CARGO_HOME/registry/src, gives steadier figures).
+        /// tree of your own gives steadier figures).
         #[arg(long)]
         tree: Option<PathBuf>,
         /// C sources to build and patch (any directory holding .c files,
