@@ -88,28 +88,6 @@ pub type Reroute = Arc<
         + Sync,
 >;
 
-/// How long a command to a replica group keeps being retried while its
-/// chain changes (a head that died is replaced once its lease runs out).
-const CHAIN_RETRY: std::time::Duration = std::time::Duration::from_secs(30);
-
-/// Whether a failed command to a replica group is worth retrying at the
-/// group's (maybe new) head.
-fn chain_retry(e: &ConnError) -> bool {
-    match e {
-        ConnError::Remote(w) => matches!(
-            w.code,
-            ErrorCode::NotHead
-                | ErrorCode::NotReady
-                | ErrorCode::StaleChain
-                | ErrorCode::Busy
-                | ErrorCode::CapExpired
-                | ErrorCode::CapForged
-                | ErrorCode::CapKeyVersion
-        ),
-        other => transport(other),
-    }
-}
-
 /// A resolved target: the object id and its fresh copies (read in order;
 /// written all at once), and how many copies a write needs.
 #[derive(Clone)]
@@ -196,7 +174,7 @@ async fn run_in_group(
             .run_id(Some(&cap), cmd.clone(), data.clone(), id)
             .await;
         match r {
-            Err(e) if chain_retry(&e) && started.elapsed() < CHAIN_RETRY => {
+            Err(e) if net::chain_retryable(&e) && started.elapsed() < net::CHAIN_RETRY => {
                 tokio::time::sleep(std::time::Duration::from_millis(50)).await;
                 if let Some((cl, cp)) = reroute().await {
                     (client, cap) = (cl, cp);

@@ -24,6 +24,6 @@ pub mod serve;
 pub use connection::{ConnConfig, ConnError, Connection};
 pub use heartbeat::Lease;
 pub use mds_client::{CallError, MdsClient};
-pub use osd_client::{Answer, OsdClient};
+pub use osd_client::{Answer, CHAIN_RETRY, OsdClient, chain_retryable};
 pub use pool::Pool;
 pub use proto::clock;

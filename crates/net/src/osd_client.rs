@@ -20,6 +20,32 @@ pub struct Answer {
     pub data: Bytes,
 }
 
+/// How long a command to a replica group keeps being retried while its
+/// chain changes (a head that died is replaced once its lease runs out).
+pub const CHAIN_RETRY: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Whether a failed command to a replica group is worth retrying at the
+/// group's (maybe new) head, with fresh credentials: the connection
+/// failed, the OSD is not (or not yet, or no longer) the head, or the
+/// capability was made for another head.
+pub fn chain_retryable(e: &ConnError) -> bool {
+    use proto::ErrorCode as C;
+    match e {
+        ConnError::Remote(w) => matches!(
+            w.code,
+            C::NotHead
+                | C::NotReady
+                | C::StaleChain
+                | C::Busy
+                | C::CapExpired
+                | C::CapForged
+                | C::CapKeyVersion
+        ),
+        ConnError::Connect { .. } | ConnError::Lost(_) | ConnError::Timeout(_) => true,
+        _ => false,
+    }
+}
+
 /// A pool of connections to one OSD.
 pub struct OsdClient {
     pool: Pool,

@@ -195,6 +195,17 @@ fn start_member(id: u32, shared: Arc<Mutex<Table>>) -> Member {
     }
 }
 
+/// A client's request to OSD `osd`, with a capability for it.
+fn client_request(osd: u32, id: u64, cmd: Command, set: Vec<(AttrKey, Vec<u8>)>) -> Request {
+    Request {
+        cap: Some(client_cap(osd)),
+        id,
+        cmd,
+        get: Vec::new(),
+        set,
+    }
+}
+
 /// Stops every member still running.
 fn stop_all(members: &mut HashMap<u32, Member>) {
     for m in members.values_mut() {
@@ -498,13 +509,12 @@ async fn only_chain_members_pass_effects_and_only_the_head_serves() {
     for epoch in [1, 1 << 40] {
         let mut f = forged.clone();
         f.epoch = epoch;
-        let req = Request {
-            cap: Some(client_cap(2)),
-            id: 0,
-            cmd: Command::Forward(Box::new(f)),
-            get: Vec::new(),
-            set: vec![(key(1), b"forged".to_vec())],
-        };
+        let req = client_request(
+            2,
+            0,
+            Command::Forward(Box::new(f)),
+            vec![(key(1), b"forged".to_vec())],
+        );
         let started = std::time::Instant::now();
         match client.conn(2, &addr2).call(req, Bytes::new()).await {
             Err(ConnError::Remote(w)) => {
@@ -519,16 +529,15 @@ async fn only_chain_members_pass_effects_and_only_the_head_serves() {
         );
     }
     // Only the MDS scrubs a group.
-    let scrub = Request {
-        cap: Some(client_cap(2)),
-        id: 0,
-        cmd: Command::ScrubGroup {
+    let scrub = client_request(
+        2,
+        0,
+        Command::ScrubGroup {
             group: GROUP,
             deep: true,
         },
-        get: Vec::new(),
-        set: Vec::new(),
-    };
+        Vec::new(),
+    );
     match client.conn(2, &addr2).call(scrub, Bytes::new()).await {
         Err(ConnError::Remote(w)) => {
             assert_eq!(w.code, ErrorCode::CapForged, "{w}");
@@ -537,16 +546,15 @@ async fn only_chain_members_pass_effects_and_only_the_head_serves() {
         other => panic!("a client's SCRUB GROUP answered {other:?}"),
     }
     // A member that is not the head refuses a client's request.
-    let req = Request {
-        cap: Some(client_cap(2)),
-        id: 0,
-        cmd: Command::GetAttributes {
+    let req = client_request(
+        2,
+        0,
+        Command::GetAttributes {
             pid: group_partition(GROUP),
             oid: OBJ,
         },
-        get: Vec::new(),
-        set: Vec::new(),
-    };
+        Vec::new(),
+    );
     match client.conn(2, &addr2).call(req, Bytes::new()).await {
         Err(ConnError::Remote(w)) => assert_eq!(w.code, ErrorCode::NotHead, "{w}"),
         other => panic!("a non-head member answered {other:?}"),
@@ -576,16 +584,15 @@ async fn only_chain_members_pass_effects_and_only_the_head_serves() {
         )
         .await;
     let addr1 = shared.lock().unwrap().addrs[&1].clone();
-    let set = Request {
-        cap: Some(client_cap(1)),
-        id: 78,
-        cmd: Command::SetAttributes {
+    let set = client_request(
+        1,
+        78,
+        Command::SetAttributes {
             pid: group_partition(GROUP),
             oid: OBJ,
         },
-        get: Vec::new(),
-        set: vec![(key(1), b"x".to_vec())],
-    };
+        vec![(key(1), b"x".to_vec())],
+    );
     match client.conn(1, &addr1).call(set, Bytes::new()).await {
         Err(ConnError::Remote(w)) => {
             assert_eq!(w.code, ErrorCode::Io, "{w}");
@@ -597,17 +604,16 @@ async fn only_chain_members_pass_effects_and_only_the_head_serves() {
     match client
         .conn(1, &addr1)
         .call(
-            Request {
-                cap: Some(client_cap(1)),
-                id: 0,
-                cmd: Command::Create {
+            client_request(
+                1,
+                0,
+                Command::Create {
                     pid: group_partition(GROUP),
                     oid: None,
                     count: 1,
                 },
-                get: Vec::new(),
-                set: Vec::new(),
-            },
+                Vec::new(),
+            ),
             Bytes::new(),
         )
         .await
@@ -645,19 +651,18 @@ async fn a_change_that_fails_part_way_leaves_no_member_different() {
     // itself is read-only): the head answers the error, and the member
     // gets the head's whole object rather than stay without the swap.
     let addr1 = shared.lock().unwrap().addrs[&1].clone();
-    let req = Request {
-        cap: Some(client_cap(1)),
-        id: 2,
-        cmd: Command::Cas {
+    let req = client_request(
+        1,
+        2,
+        Command::Cas {
             pid,
             oid: OBJ,
             key: key(5),
             expected: Vec::new(),
             new: b"swapped".to_vec(),
         },
-        get: Vec::new(),
-        set: vec![(AttrKey { page: 1, number: 1 }, b"x".to_vec())],
-    };
+        vec![(AttrKey { page: 1, number: 1 }, b"x".to_vec())],
+    );
     match client.conn(1, &addr1).call(req, Bytes::new()).await {
         Err(ConnError::Remote(w)) => assert_eq!(w.code, ErrorCode::ReadOnly, "{w}"),
         other => panic!("a CAS with a read-only set list answered {other:?}"),

@@ -90,33 +90,8 @@ fn with_placement_map(mut c: Credentials) -> Credentials {
     c
 }
 
-/// How long a command to a replica group keeps being retried while its
-/// chain changes (a head that died is replaced once its lease runs out).
-const CHAIN_RETRY: Duration = Duration::from_secs(30);
 /// Least time between two fetches of the credentials by chain retries.
 const REFETCH_EVERY: Duration = Duration::from_millis(200);
-
-/// Whether a failed command to a replica group is worth retrying at the
-/// (maybe new) head with fresh credentials.
-fn chain_retry(e: &net::ConnError) -> bool {
-    use proto::ErrorCode as C;
-    match e {
-        net::ConnError::Remote(w) => matches!(
-            w.code,
-            C::NotHead
-                | C::NotReady
-                | C::StaleChain
-                | C::Busy
-                | C::CapExpired
-                | C::CapForged
-                | C::CapKeyVersion
-        ),
-        net::ConnError::Connect { .. } | net::ConnError::Lost(_) | net::ConnError::Timeout(_) => {
-            true
-        }
-        _ => false,
-    }
-}
 
 use proto::clock::now_ms;
 
@@ -327,7 +302,7 @@ impl Osds {
             };
             match sent {
                 Ok(a) => return Ok(a),
-                Err(e) if chain_retry(&e) && started.elapsed() < CHAIN_RETRY => {
+                Err(e) if net::chain_retryable(&e) && started.elapsed() < net::CHAIN_RETRY => {
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     let _ = self.refresh_soon().await;
                 }

@@ -1012,6 +1012,16 @@ pub fn effect(req: &Request, reply: &Reply, payload: &Bytes) -> Option<Effect> {
     let set_only = |pid, oid, set: Vec<(AttrKey, Vec<u8>)>| {
         (!set.is_empty()).then_some((Command::SetAttributes { pid, oid }, set, Bytes::new()))
     };
+    // An attribute the command set, then the request's set list.
+    let setting = |pid, oid, key: AttrKey, value: Vec<u8>| {
+        set_only(
+            pid,
+            oid,
+            std::iter::once((key, value))
+                .chain(req.set.iter().cloned())
+                .collect(),
+        )
+    };
     match (&req.cmd, reply) {
         (Command::Cas { .. }, Reply::Cas { swapped: false, .. }) => None,
         (
@@ -1019,11 +1029,7 @@ pub fn effect(req: &Request, reply: &Reply, payload: &Bytes) -> Option<Effect> {
                 pid, oid, key, new, ..
             },
             _,
-        ) => {
-            let mut s = vec![(*key, new.clone())];
-            s.extend(set);
-            set_only(*pid, *oid, s)
-        }
+        ) => setting(*pid, *oid, *key, new.clone()),
         (
             Command::FetchAdd {
                 pid,
@@ -1032,11 +1038,12 @@ pub fn effect(req: &Request, reply: &Reply, payload: &Bytes) -> Option<Effect> {
                 delta,
             },
             Reply::FetchAdd { old },
-        ) => {
-            let mut s = vec![(*key, old.wrapping_add(*delta).to_le_bytes().to_vec())];
-            s.extend(set);
-            set_only(*pid, *oid, s)
-        }
+        ) => setting(
+            *pid,
+            *oid,
+            *key,
+            old.wrapping_add(*delta).to_le_bytes().to_vec(),
+        ),
         (Command::Append { pid, oid }, Reply::Appended { offset }) => Some((
             Command::Write {
                 pid: *pid,
