@@ -592,3 +592,68 @@ fn chain_operations_refuse_bad_callers_and_bad_input_and_change_nothing() {
         assert!(forged.call(Op::Chains).await.is_err());
     });
 }
+
+#[test]
+fn an_added_osd_gets_its_share_of_the_existing_groups() {
+    let dir = tempfile::tempdir().unwrap();
+    runtime().block_on(async {
+        let mut cl = Cluster::start_formatted(dir.path(), 3, 2, "", &["--namespace", "osd"]);
+        cl.wait_healthy(60).await;
+        let c = cl.client().await;
+        for k in 0..30u64 {
+            write_file(
+                &c,
+                ROOT_INO,
+                &format!("f{k}"),
+                &content(k, 2000 + 300 * k as usize),
+            )
+            .await;
+        }
+        let before = grant(&cl).await.chains.unwrap();
+        let added = cl.add_osd();
+        // Backfill: some existing group moves a copy to the new OSD; the
+        // chains settle with two copies each.
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        let (group, gone) = loop {
+            let t = grant(&cl).await.chains.unwrap();
+            let settled = t
+                .chains
+                .iter()
+                .all(|(_, ch)| ch.joining.is_empty() && ch.members.len() == 2);
+            let moved = t.chains.iter().find_map(|(g, ch)| {
+                let old = before.chain(*g)?;
+                let gone = old.members.iter().copied().find(|m| !ch.holds(*m))?;
+                ch.members.contains(&added).then_some((*g, gone))
+            });
+            if let (true, Some(m)) = (settled, moved) {
+                break m;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no group moved to OSD {added}: {t:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
+        cl.wait_healthy(60).await;
+        // That group's head dies: the new OSD alone serves its objects.
+        let head = grant(&cl)
+            .await
+            .chains
+            .unwrap()
+            .chain(group)
+            .unwrap()
+            .head()
+            .unwrap();
+        assert_ne!(head, added);
+        let _ = gone;
+        cl.kill_osd(head);
+        let fresh = cl.client().await;
+        for k in 0..30u64 {
+            assert_eq!(
+                read_file(&fresh, ROOT_INO, &format!("f{k}")).await,
+                content(k, 2000 + 300 * k as usize),
+                "f{k}"
+            );
+        }
+    });
+}

@@ -28,6 +28,9 @@ const DROP_POLL: Duration = Duration::from_millis(100);
 /// - A chain with fewer members than copies asked for gets one joining
 ///   member: the first OSD in its placement order that is up, in and not
 ///   in the chain, on a host the chain does not use if there is one.
+/// - A whole, healthy chain that placement would now put elsewhere (an
+///   OSD was added or came back in) gets the OSD placement prefers as a
+///   joiner; once it is filled, a member placement no longer names leaves.
 ///
 /// `up` are the OSDs reporting now (new members come from them); `alive`
 /// those whose lease may still run (`up`, and after an MDS restart the
@@ -57,6 +60,21 @@ pub fn plan_chains(
             .find(|o| !hosts.contains(&host(*o)))
             .or_else(|| ranked.first().copied())
     };
+    // Where placement puts group `g` now: its own OSD first when up and
+    // in, then the others in its placement order (distinct hosts first).
+    let desired = |g: u32| -> Vec<u32> {
+        let mut want: Vec<u32> = Vec::new();
+        if up.contains(&g) && is_in(g) {
+            want.push(g);
+        }
+        while want.len() < r {
+            let Some(o) = candidates(g, &want) else {
+                break;
+            };
+            want.push(o);
+        }
+        want
+    };
     for e in &map.osds {
         let g = e.id;
         if next.chain(g).is_some() {
@@ -66,13 +84,7 @@ pub fn plan_chains(
         if !(up.contains(&g) && is_in(g)) {
             continue;
         }
-        let mut members: Vec<u32> = vec![g];
-        while members.len() < r {
-            let Some(o) = candidates(g, &members) else {
-                break;
-            };
-            members.push(o);
-        }
+        let members = desired(g);
         if !members.is_empty() {
             next.set(g, members, Vec::new());
             changed = true;
@@ -115,6 +127,27 @@ pub fn plan_chains(
             && let Some(o) = candidates(g, &taken)
         {
             joining.push(o);
+        }
+        // Backfill: a whole, healthy chain moves towards where placement
+        // now puts the group (an OSD was added or came back in). The OSD
+        // placement prefers joins first; once it is filled, a member
+        // placement no longer names (never the head) leaves.
+        if joining.is_empty()
+            && members.len() >= r
+            && members.iter().all(|m| up.contains(m) && is_in(*m))
+        {
+            let want = desired(g);
+            if members.len() > r {
+                let head = members[0];
+                if let Some(i) = members
+                    .iter()
+                    .rposition(|m| *m != head && !want.contains(m))
+                {
+                    members.remove(i);
+                }
+            } else if let Some(o) = want.iter().copied().find(|o| !members.contains(o)) {
+                joining.push(o);
+            }
         }
         if members != c.members || joining != c.joining {
             next.set(g, members, joining);
@@ -626,6 +659,45 @@ mod tests {
         filled.set(1, vec![1, second, j], vec![]);
         let t3 = plan_chains(&filled, &m, &up, &up).unwrap();
         assert_eq!(t3.chain(1).unwrap().members, vec![1, j]);
+    }
+
+    #[test]
+    fn an_added_osd_gets_its_share_and_the_surplus_member_leaves_after_the_fill() {
+        let up3: HashSet<u32> = (1..=3).collect();
+        let mut t = plan_chains(&table(2), &map(3), &up3, &up3).unwrap();
+        let (m4, up4): (OsdMap, HashSet<u32>) = (map(4), (1..=4).collect());
+        let mut moved = 0;
+        for _ in 0..10 {
+            let Some(n) = plan_chains(&t, &m4, &up4, &up4) else {
+                break;
+            };
+            // Every joiner is filled at once.
+            let mut f = n.clone();
+            for (g, c) in &n.chains {
+                if !c.joining.is_empty() {
+                    let mut m = c.members.clone();
+                    m.extend(&c.joining);
+                    f.set(*g, m, vec![]);
+                    moved += 1;
+                }
+            }
+            t = f;
+        }
+        assert!(plan_chains(&t, &m4, &up4, &up4).is_none(), "settles");
+        assert!(moved > 0, "no existing group moved to the new OSD");
+        assert_eq!(t.chain(4).unwrap().head(), Some(4));
+        for (g, c) in &t.chains {
+            assert_eq!(c.members.len(), 2, "group {g}: {c:?}");
+            if *g <= 3 {
+                assert_eq!(c.head(), Some(*g), "a live head stays");
+            }
+        }
+        assert!(
+            t.chains
+                .iter()
+                .filter(|(g, _)| *g <= 3)
+                .any(|(_, c)| c.holds(4))
+        );
     }
 
     #[test]
