@@ -17,7 +17,8 @@ use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::auth::{IdentitySource, random_bytes};
-use crate::frame_io::{frame, read_frame, write_frame, write_sealed};
+use crate::frame_io::{frame, read_frame, write_frame};
+use crate::wire::{self, Sent, SharedWire, Wire};
 
 /// Why a call over a connection failed.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -220,6 +221,7 @@ type Waiters = Arc<Mutex<HashMap<u64, oneshot::Sender<Result<Frame, ConnError>>>
 /// One pipelined connection.
 pub struct Connection {
     tx: mpsc::Sender<Frame>,
+    wire: SharedWire,
     waiters: Waiters,
     next_tag: AtomicU64,
     alive: Arc<AtomicBool>,
@@ -259,11 +261,12 @@ impl Connection {
             max_payload: u32::MAX,
         };
         let encrypted = seals.as_ref().is_some_and(|(s, _)| s.encrypts());
-        let (mut send_seal, mut recv_seal) = match seals.take() {
+        let (send_seal, mut recv_seal) = match seals.take() {
             Some((s, r)) => (Some(s), Some(r)),
             None => (None, None),
         };
         let (tx, mut rx) = mpsc::channel::<Frame>(256);
+        let wire = Wire::shared(wr, send_seal);
         let waiters: Waiters = Arc::new(Mutex::new(HashMap::new()));
         let alive = Arc::new(AtomicBool::new(true));
         let (w2, a2) = (waiters.clone(), alive.clone());
@@ -291,20 +294,30 @@ impl Connection {
                 let _ = w.send(Err(ConnError::Lost(why.clone())));
             }
         });
-        let a3 = alive.clone();
+        let (a3, wire3) = (alive.clone(), wire.clone());
         tokio::spawn(async move {
-            while let Some(f) = rx.recv().await {
-                if write_sealed(&mut wr, f, send_seal.as_mut()).await.is_err()
-                    || (rx.is_empty() && wr.flush().await.is_err())
-                {
+            // What is queued goes out in one flush, the wire held
+            // throughout (a direct sender finds it free only when the
+            // buffer is empty).
+            'frames: while let Some(f) = rx.recv().await {
+                let mut w = wire3.lock().await;
+                let mut next = Some(f);
+                while let Some(f) = next.take() {
+                    if w.write(f).await.is_err() {
+                        break 'frames;
+                    }
+                    next = rx.try_recv().ok();
+                }
+                if w.flush().await.is_err() {
                     break;
                 }
             }
             a3.store(false, Ordering::SeqCst);
-            let _ = wr.shutdown().await;
+            wire3.lock().await.shutdown().await;
         });
         Ok(Connection {
             tx,
+            wire,
             waiters,
             next_tag: AtomicU64::new(1),
             alive,
@@ -342,9 +355,21 @@ impl Connection {
         let (wtx, wrx) = oneshot::channel();
         lock(&self.waiters).insert(tag, wtx);
         let f = frame(Kind::Request, opcode, tag, header, payload);
-        if self.tx.send(f).await.is_err() {
+        let lost = |why: String| {
             lock(&self.waiters).remove(&tag);
-            return Err(ConnError::Lost("connection closed".into()));
+            Err(ConnError::Lost(why))
+        };
+        match wire::send_now(&self.wire, f, self.timeout) {
+            Sent::Done => {}
+            Sent::Queue(f) => {
+                if self.tx.send(f).await.is_err() {
+                    return lost("connection closed".into());
+                }
+            }
+            Sent::Failed(e) => {
+                self.alive.store(false, Ordering::SeqCst);
+                return lost(e.to_string());
+            }
         }
         let f = match tokio::time::timeout(self.timeout, wrx).await {
             Err(_) => {

@@ -20,6 +20,7 @@ pub mod osd_client;
 pub mod pool;
 pub mod raw;
 pub mod serve;
+pub mod wire;
 
 pub use connection::{ConnConfig, ConnError, Connection};
 pub use heartbeat::Lease;

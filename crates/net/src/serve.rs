@@ -31,9 +31,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 
 use crate::auth::random_bytes;
-use crate::frame_io::{
-    ReadError, frame, read_body, read_frame, read_prefix, seal_frame, write_frame,
-};
+use crate::frame_io::{ReadError, frame, read_body, read_frame, read_prefix, write_frame};
+use crate::wire::{self, Sent, Wire};
 
 /// What every server connection may cost; the same knobs for every daemon.
 #[derive(Debug, Clone)]
@@ -125,9 +124,6 @@ pub trait Service: Send + Sync + 'static {
     /// Called for every frame that did not parse.
     fn bad_frame(&self) {}
 }
-
-/// Bytes of a reply written between two progress stamps of the watchdog.
-const WRITE_CHUNK: usize = 256 << 10;
 
 /// One byte-budget unit: budgets are counted in 4 KiB pages.
 const BYTE_UNIT: u64 = 4096;
@@ -246,7 +242,7 @@ impl<S: Service> Server<S> {
             }
         };
         let peer = Arc::new(peer);
-        let (mut send_seal, mut recv_seal) = match seals {
+        let (send_seal, mut recv_seal) = match seals {
             Some((s, r)) => (Some(s), Some(r)),
             None => (None, None),
         };
@@ -262,46 +258,42 @@ impl<S: Service> Server<S> {
         let epoch = Instant::now();
         let busy = Arc::new(AtomicU64::new(0));
         let busy_w = busy.clone();
+        let wire = Wire::shared(wr, send_seal);
+        let wire_w = wire.clone();
         let writer = tokio::spawn(async move {
-            while let Some((f, permits)) = rx.recv().await {
-                let stamp = || epoch.elapsed().as_millis() as u64 + 1;
-                busy_w.store(stamp(), Ordering::Relaxed);
-                let (f, tag) = match send_seal.as_mut() {
-                    Some(s) => {
-                        let (f, t) = seal_frame(s, f);
-                        (f, Some(t))
+            let stamp = || epoch.elapsed().as_millis() as u64 + 1;
+            // What is queued goes out in one flush, the wire held
+            // throughout (a handler sending its own reply finds it free
+            // only when the buffer is empty).
+            'frames: while let Some(first) = rx.recv().await {
+                let mut w = wire_w.lock().await;
+                let mut next = Some(first);
+                while let Some((f, permits)) = next.take() {
+                    busy_w.store(stamp(), Ordering::Relaxed);
+                    let written = w
+                        .write_progress(f, || busy_w.store(stamp(), Ordering::Relaxed))
+                        .await;
+                    drop(permits);
+                    if let Err(e) = written {
+                        tracing::debug!(error = %e, "reply not written; closing");
+                        break 'frames;
                     }
-                    None => (f, None),
-                };
-                let written = async {
-                    wr.write_all(&f.prefix()).await?;
-                    wr.write_all(&f.header).await?;
-                    for chunk in f.payload.chunks(WRITE_CHUNK) {
-                        wr.write_all(chunk).await?;
-                        busy_w.store(stamp(), Ordering::Relaxed);
-                    }
-                    if let Some(t) = tag {
-                        wr.write_all(&t).await?;
-                    }
-                    if rx.is_empty() {
-                        wr.flush().await?;
-                    }
-                    Ok::<_, std::io::Error>(())
+                    next = rx.try_recv().ok();
                 }
-                .await;
+                busy_w.store(stamp(), Ordering::Relaxed);
+                let flushed = w.flush().await;
                 busy_w.store(0, Ordering::Relaxed);
-                drop(permits);
-                if let Err(e) = written {
+                if let Err(e) = flushed {
                     tracing::debug!(error = %e, "reply not written; closing");
                     break;
                 }
             }
+            busy_w.store(0, Ordering::Relaxed);
             // Dropping the receiver makes every further reply fail to send,
             // which stops the reading loop too.
             drop(rx);
             let _ = tokio::time::timeout(write_timeout, async {
-                let _ = wr.flush().await;
-                let _ = wr.shutdown().await;
+                wire_w.lock().await.shutdown().await;
             })
             .await;
         });
@@ -399,6 +391,7 @@ impl<S: Service> Server<S> {
             let service = self.service.clone();
             let peer = peer.clone();
             let tx = tx.clone();
+            let wire = wire.clone();
             let max_header = lim.frame.max_header as usize;
             tokio::spawn(async move {
                 let (opcode, tag) = (f.opcode, f.tag);
@@ -415,7 +408,16 @@ impl<S: Service> Server<S> {
                     payload = Bytes::new();
                 }
                 let r = frame_raw(opcode, tag, header, payload);
-                let _ = tx.send((r, Some((bytes_permit, slot)))).await;
+                let permits = Some((bytes_permit, slot));
+                match wire::send_now(&wire, r, write_timeout) {
+                    Sent::Done => drop(permits),
+                    Sent::Queue(r) => {
+                        let _ = tx.send((r, permits)).await;
+                    }
+                    Sent::Failed(e) => {
+                        tracing::debug!(error = %e, "reply not written");
+                    }
+                }
             });
         }
         // Finish what is in flight on this connection before closing it.
