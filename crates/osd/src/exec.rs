@@ -230,6 +230,14 @@ fn need(cmd: &Command, req: &Request) -> Need {
         Command::Statfs => one(ROOT, 0, rights::LIST),
         Command::CreatePartition { pid } => one(ROOT, pid, rights::CREATE | rights::PARTITION),
         Command::RemovePartition { pid } => one(ROOT, pid, rights::REMOVE | rights::PARTITION),
+        // Many objects at once, with no per-object revocation check: a
+        // partition-wide right (the MDS's), never a file's capability.
+        Command::RemoveObjects { pid, ref oids } => Need {
+            partition: pid,
+            oid_lo: oids.iter().copied().min().unwrap_or(0),
+            oid_hi: oids.iter().copied().max().unwrap_or(0),
+            rights: rights::REMOVE | rights::PARTITION,
+        },
         Command::Create {
             pid,
             oid: Some(o),
@@ -528,6 +536,24 @@ fn run(
             Ok(Reply::Created(ids))
         }
         Command::Remove { pid, oid } => s.remove(*pid, *oid).map(|()| Reply::Done),
+        Command::RemoveObjects { pid, oids } => {
+            let (mut removed, mut absent) = (0u32, 0u32);
+            let mut failed = None;
+            for oid in oids {
+                match s.remove(*pid, *oid) {
+                    Ok(()) => removed += 1,
+                    Err(StoreError::NoObject { .. }) => absent += 1,
+                    Err(e) => {
+                        failed = Some(e);
+                        break;
+                    }
+                }
+            }
+            match failed {
+                Some(e) => Err(e),
+                None => Ok(Reply::Removed { removed, absent }),
+            }
+        }
         Command::Read {
             pid,
             oid,

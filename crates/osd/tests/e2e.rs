@@ -1114,3 +1114,89 @@ async fn reserve_and_copy_check_both_capabilities() {
     t.stop.send(true).unwrap();
     t.task.await.unwrap().unwrap();
 }
+
+/// REMOVE OBJECTS removes what exists, counts the ids that named nothing,
+/// needs a partition-wide right (a file's REMOVE capability is not
+/// enough), and refuses an empty or oversized list and a group's partition.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remove_objects_removes_many_and_needs_a_partition_right() {
+    let t = start(false).await;
+    let c = client(&t.addr, 1).await;
+    let a = all(P);
+    for oid in [0x10100u64, 0x10101, 0x10105] {
+        c.run(
+            Some(&a),
+            Command::Create {
+                pid: P,
+                oid: Some(oid),
+                count: 1,
+            },
+            Bytes::new(),
+        )
+        .await
+        .unwrap();
+    }
+    let many = |oids: Vec<u64>| Command::RemoveObjects { pid: P, oids };
+    // A capability with REMOVE over the range, without PARTITION: refused,
+    // and nothing removed.
+    let narrow = cap(P, 0x10100, 0x10105, rights::REMOVE);
+    let e = c
+        .run(Some(&narrow), many(vec![0x10100, 0x10105]), Bytes::new())
+        .await
+        .unwrap_err();
+    assert_eq!(code(e), ErrorCode::CapRights);
+    let r = c
+        .run(
+            Some(&a),
+            many(vec![0x10100, 0x10101, 0x10102, 0x10105]),
+            Bytes::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        r.reply,
+        Reply::Removed {
+            removed: 3,
+            absent: 1
+        }
+    );
+    for oid in [0x10100u64, 0x10101, 0x10105] {
+        let e = c
+            .run(
+                Some(&a),
+                Command::GetAttributes { pid: P, oid },
+                Bytes::new(),
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(code(e), ErrorCode::NoObject, "{oid:#x} is gone");
+    }
+    // Again: every id is absent now, which is no error (a retried pass).
+    let r = c
+        .run(Some(&a), many(vec![0x10100, 0x10101]), Bytes::new())
+        .await
+        .unwrap();
+    assert_eq!(
+        r.reply,
+        Reply::Removed {
+            removed: 0,
+            absent: 2
+        }
+    );
+    for bad in [
+        many(Vec::new()),
+        many((0..=proto::msg::MAX_REMOVE_OBJECTS as u64).collect()),
+        Command::RemoveObjects {
+            pid: proto::chain::group_partition(1),
+            oids: vec![1],
+        },
+    ] {
+        let e = c
+            .run(Some(&all(bad.partition().unwrap())), bad, Bytes::new())
+            .await
+            .unwrap_err();
+        assert_eq!(code(e), ErrorCode::BadRequest);
+    }
+    let _ = t.stop.send(true);
+    t.task.await.unwrap().unwrap();
+}

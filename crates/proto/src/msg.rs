@@ -332,7 +332,20 @@ pub enum Command {
         /// Compare content too.
         deep: bool,
     },
+    /// Remove many objects of one partition, in one request (right REMOVE
+    /// over the range from the least id to the greatest): how the MDS
+    /// empties its delete queue. Ids that name no object are passed over;
+    /// answers [`Reply::Removed`]. Not for a replica group's partition.
+    RemoveObjects {
+        /// Partition.
+        pid: u64,
+        /// Objects (1 ..= [`MAX_REMOVE_OBJECTS`]).
+        oids: Vec<u64>,
+    },
 }
+
+/// Most objects one REMOVE OBJECTS names.
+pub const MAX_REMOVE_OBJECTS: usize = 4096;
 
 /// Most bytes one COPY moves.
 pub const MAX_COPY: u32 = 16 << 20;
@@ -370,6 +383,7 @@ impl Command {
             Command::Copy { .. } => 24,
             Command::Forward(_) => 25,
             Command::ScrubGroup { .. } => 26,
+            Command::RemoveObjects { .. } => 27,
         }
     }
 
@@ -402,6 +416,7 @@ impl Command {
             Command::Copy { .. } => "copy",
             Command::Forward(_) => "forward",
             Command::ScrubGroup { .. } => "scrub_group",
+            Command::RemoveObjects { .. } => "remove_objects",
         }
     }
 
@@ -422,6 +437,7 @@ impl Command {
                 | Command::Reserve { .. }
                 | Command::Copy { .. }
                 | Command::ScrubGroup { .. }
+                | Command::RemoveObjects { .. }
         )
     }
 
@@ -491,7 +507,8 @@ impl Command {
             | Command::Punch { pid, .. }
             | Command::DataRanges { pid, .. }
             | Command::Reserve { pid, .. }
-            | Command::Copy { pid, .. } => *pid = to,
+            | Command::Copy { pid, .. }
+            | Command::RemoveObjects { pid, .. } => *pid = to,
             Command::Format { .. }
             | Command::CreatePartition { .. }
             | Command::RemovePartition { .. }
@@ -505,9 +522,10 @@ impl Command {
     /// The partition a command names (a FORWARD's effect's).
     pub fn partition(&self) -> Option<u64> {
         match *self {
-            Command::Create { pid, .. } | Command::Flush { pid } | Command::List { pid, .. } => {
-                Some(pid)
-            }
+            Command::Create { pid, .. }
+            | Command::Flush { pid }
+            | Command::List { pid, .. }
+            | Command::RemoveObjects { pid, .. } => Some(pid),
             Command::Forward(ref f) => f.op.partition(),
             Command::ScrubGroup { group, .. } => Some(crate::chain::group_partition(group)),
             ref c => c.object().map(|(p, _)| p),
@@ -614,6 +632,13 @@ pub enum Reply {
         /// One line per problem, at most 100.
         problems: Vec<String>,
     },
+    /// What a REMOVE OBJECTS removed.
+    Removed {
+        /// Objects removed.
+        removed: u32,
+        /// Ids that named no object.
+        absent: u32,
+    },
 }
 
 /// A response header.
@@ -670,6 +695,20 @@ impl Request {
             ));
         }
         match &self.cmd {
+            Command::RemoveObjects { oids, .. }
+                if oids.is_empty() || oids.len() > MAX_REMOVE_OBJECTS =>
+            {
+                Err(WireError::bad(
+                    "oids",
+                    format!("{} objects, not in 1..={MAX_REMOVE_OBJECTS}", oids.len()),
+                ))
+            }
+            Command::RemoveObjects { pid, .. } if crate::chain::partition_group(*pid).is_some() => {
+                Err(WireError::bad(
+                    "partition",
+                    format!("{pid:#x} is a replica group's: remove its objects one by one"),
+                ))
+            }
             Command::Create { count, .. } if *count == 0 || *count > MAX_CREATE => Err(
                 WireError::bad("count", format!("{count} not in 1..={MAX_CREATE}")),
             ),

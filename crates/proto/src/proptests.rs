@@ -105,6 +105,8 @@ fn command() -> impl Strategy<Value = Command> {
             len
         }),
         (u(), u()).prop_map(|(pid, oid)| Command::DataRanges { pid, oid }),
+        (u(), proptest::collection::vec(u(), 0..8))
+            .prop_map(|(pid, oids)| Command::RemoveObjects { pid, oids }),
         (u(), u(), u(), u()).prop_map(|(pid, oid, offset, len)| Command::Reserve {
             pid,
             oid,
@@ -187,6 +189,8 @@ fn reply() -> impl Strategy<Value = Result<Reply, WireError>> {
         proptest::collection::vec(u(), 0..8).prop_map(|v| Ok(Reply::Created(v))),
         u().prop_map(|size| Ok(Reply::Read { size })),
         u().prop_map(|offset| Ok(Reply::Appended { offset })),
+        (any::<u32>(), any::<u32>())
+            .prop_map(|(removed, absent)| Ok(Reply::Removed { removed, absent })),
         (
             proptest::collection::vec(
                 (u(), proptest::collection::vec((key(), blob()), 0..3)),

@@ -187,6 +187,10 @@ const INSTANCE_KEY: &[u8] = b"instance";
 /// Most delete jobs the worker takes from the queue per pass.
 pub const DELETE_BATCH: usize = 10_000;
 
+/// Files whose objects the delete worker removes at once (one REMOVE
+/// OBJECTS per OSD), and takes off the queue in one log record.
+pub const DELETE_CHUNK: usize = 512;
+
 /// The sequence number a delete-queue key holds (8 bytes, big-endian).
 fn queue_seq(k: &[u8]) -> Result<u64, MdsError> {
     <[u8; 8]>::try_from(k).map(u64::from_be_bytes).map_err(|_| {

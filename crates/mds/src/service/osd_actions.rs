@@ -1,6 +1,9 @@
 //! What the MDS does on the OSDs itself: version bumps that revoke
 //! capabilities, cutting objects at truncation, and the durable delete
 //! queue with its worker.
+
+use std::collections::{BTreeMap, BTreeSet};
+
 use super::*;
 
 /// What [`Mds::on_every_copy`] does to each copy.
@@ -332,28 +335,6 @@ impl Mds {
         self.on_every_copy(ino, l, CopyOp::Truncate(size)).await
     }
 
-    /// Removes one queued file's objects (all of them, or an error).
-    pub(super) async fn delete_objects(&self, job: &DeleteJob) -> Result<(), MdsError> {
-        let (map, objs) = self.objects(&job.layout)?;
-        for (osd, oid, _, _) in objs {
-            // A copy on an OSD that is out is gone with it (or removed by
-            // recovery when it comes back in).
-            if map.osd(osd).is_some_and(|o| o.out) {
-                continue;
-            }
-            self.osd_run(
-                &map,
-                osd,
-                Command::Remove {
-                    pid: DATA_PARTITION,
-                    oid,
-                },
-            )
-            .await?;
-        }
-        Ok(())
-    }
-
     /// Entries waiting in the delete queue, oldest first, at most
     /// [`DELETE_BATCH`] of them (what the worker takes per pass).
     pub fn delete_queue(&self) -> Result<Vec<(u64, DeleteJob)>, MdsError> {
@@ -390,6 +371,107 @@ impl Mds {
             .try_scan_all(T::DeleteQueue, &mut |k, v| f(queue_seq(k)?, v))
     }
 
+    /// Removes the objects of `jobs`, [`DELETE_CHUNK`] files at a time:
+    /// for each chunk, one REMOVE OBJECTS per OSD (all OSDs at once)
+    /// instead of one REMOVE per copy of every object, then one log record
+    /// taking the chunk's finished files off the queue. A file is finished
+    /// when every OSD holding one of its objects answered; the rest stay
+    /// queued for the next pass. True when every job finished.
+    async fn delete_jobs(self: Arc<Self>, jobs: Vec<(u64, DeleteJob)>) -> bool {
+        let mut all = true;
+        for chunk in jobs.chunks(DELETE_CHUNK) {
+            let mut by_osd: BTreeMap<u32, BTreeSet<u64>> = BTreeMap::new();
+            let mut needs: Vec<(u64, Vec<u32>)> = Vec::with_capacity(chunk.len());
+            let mut map = None;
+            for (seq, job) in chunk {
+                let (m, objs) = match self.objects(&job.layout) {
+                    Ok(o) => o,
+                    Err(e) => {
+                        all = false;
+                        tracing::debug!(ino = job.ino, error = %e, "delete deferred");
+                        continue;
+                    }
+                };
+                let mut osds = Vec::new();
+                for (osd, oid, _, _) in objs {
+                    // A copy on an OSD that is out is gone with it (or
+                    // removed by recovery when it comes back in).
+                    if m.osd(osd).is_some_and(|o| o.out) {
+                        continue;
+                    }
+                    by_osd.entry(osd).or_default().insert(oid);
+                    osds.push(osd);
+                }
+                needs.push((*seq, osds));
+                map = Some(m);
+            }
+            let mut failed: BTreeSet<u32> = BTreeSet::new();
+            if let Some(map) = map {
+                let map = Arc::new(map);
+                let mut calls = tokio::task::JoinSet::new();
+                for (osd, oids) in by_osd {
+                    let oids: Vec<u64> = oids.into_iter().collect();
+                    for part in oids.chunks(proto::msg::MAX_REMOVE_OBJECTS) {
+                        let (me, map) = (self.clone(), map.clone());
+                        let cmd = Command::RemoveObjects {
+                            pid: DATA_PARTITION,
+                            oids: part.to_vec(),
+                        };
+                        calls.spawn(async move { (osd, me.osd_run(&map, osd, cmd).await) });
+                    }
+                }
+                while let Some(r) = calls.join_next().await {
+                    match r {
+                        Ok((_, Ok(()))) => {}
+                        Ok((osd, Err(e))) => {
+                            tracing::debug!(osd, error = %e, "deletes on this OSD deferred");
+                            failed.insert(osd);
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "a delete task failed");
+                            failed.extend(needs.iter().flat_map(|(_, o)| o.iter().copied()));
+                        }
+                    }
+                }
+            }
+            let finished: Vec<u64> = needs
+                .iter()
+                .filter(|(_, osds)| osds.iter().all(|o| !failed.contains(o)))
+                .map(|(seq, _)| *seq)
+                .collect();
+            all &= finished.len() == chunk.len();
+            all &= self.dequeue(finished).await;
+        }
+        all
+    }
+
+    /// Takes finished jobs off the delete queue (one durable write).
+    async fn dequeue(&self, seqs: Vec<u64>) -> bool {
+        if seqs.is_empty() {
+            return true;
+        }
+        let n = seqs.len() as u64;
+        let r = self
+            .kv
+            .write(move |tx| {
+                for s in &seqs {
+                    tx.del(T::DeleteQueue, &num_key(*s))?;
+                }
+                Ok(())
+            })
+            .await;
+        match r {
+            Ok(()) => {
+                self.metrics.objects_deleted.inc_by(n);
+                true
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot take finished deletes off the queue");
+                false
+            }
+        }
+    }
+
     /// The delete-queue worker: reaps orphans that are due, removes queued
     /// objects from the OSDs, retrying while an OSD is unreachable; the
     /// queue and the orphans are in the KV, so they survive restarts.
@@ -412,25 +494,7 @@ impl Mds {
                 Err(e) => Err(e),
             };
             match queue {
-                Ok(jobs) => {
-                    for (seq, job) in jobs {
-                        match self.delete_objects(&job).await {
-                            Ok(()) => {
-                                let r = self
-                                    .kv
-                                    .write(move |tx| tx.del(T::DeleteQueue, &num_key(seq)))
-                                    .await;
-                                if r.is_ok() {
-                                    self.metrics.objects_deleted.inc();
-                                }
-                            }
-                            Err(e) => {
-                                pending = true;
-                                tracing::debug!(ino = job.ino, error = %e, "delete deferred");
-                            }
-                        }
-                    }
-                }
+                Ok(jobs) => pending |= !self.clone().delete_jobs(jobs).await,
                 Err(e) => {
                     pending = true;
                     tracing::warn!(error = %e, "cannot read the delete queue or make it durable");
