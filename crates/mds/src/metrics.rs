@@ -79,6 +79,7 @@ pub struct MdsMetrics {
     redundancy: Family<StateLabel, Gauge>,
     groups: Family<StateLabel, Gauge>,
     kv_batches: Gauge,
+    kv_led: Gauge,
     kv_jobs: Gauge,
     kv_checkpoints: Gauge,
     kv_wal_bytes: Gauge,
@@ -161,7 +162,8 @@ impl MdsMetrics {
             "Replica groups of a namespace on the OSDs by state (total, degraded, filling, unavailable)",
             groups.clone(),
         );
-        let (kv_batches, kv_jobs, kv_checkpoints, kv_wal_bytes) = (
+        let (kv_batches, kv_led, kv_jobs, kv_checkpoints, kv_wal_bytes) = (
+            Gauge::default(),
             Gauge::default(),
             Gauge::default(),
             Gauge::default(),
@@ -200,6 +202,11 @@ impl MdsMetrics {
             orphans_reaped.clone(),
         );
         registry.register("kv_batches", "Group-commit batches", kv_batches.clone());
+        registry.register(
+            "kv_batches_led",
+            "Batches run by a writer that found the committer idle (not by the committer thread)",
+            kv_led.clone(),
+        );
         registry.register("kv_jobs", "Operations committed", kv_jobs.clone());
         registry.register(
             "kv_checkpoints",
@@ -232,6 +239,7 @@ impl MdsMetrics {
             mandatory,
             non_mandatory,
             kv_batches,
+            kv_led,
             kv_jobs,
             kv_checkpoints,
             kv_wal_bytes,
@@ -314,6 +322,7 @@ impl MdsMetrics {
     pub fn render(&self, kv: &KvStats) -> String {
         self.kv_batches
             .set(kv.batches.load(Ordering::Relaxed) as i64);
+        self.kv_led.set(kv.led.load(Ordering::Relaxed) as i64);
         self.kv_jobs.set(kv.jobs.load(Ordering::Relaxed) as i64);
         self.kv_checkpoints
             .set(kv.checkpoints.load(Ordering::Relaxed) as i64);

@@ -1,5 +1,6 @@
 //! The committer and the flusher: the two threads behind [`super::Kv`]'s
-//! writes.
+//! writes (a writer that finds the committer idle may run its own batch
+//! in the committer's place: see [`Queue`]).
 //!
 //! The committer takes all jobs waiting, runs them in order inside one
 //! redb write transaction, commits it without a sync (making it visible),
@@ -142,49 +143,168 @@ impl Committer {
         }
     }
 
-    /// Runs batches until every sender is gone, then checkpoints.
-    pub(super) fn run(mut self, rx: &mpsc::Receiver<Submitted>) {
-        let mut closing = false;
-        while !closing {
-            let first = if self.sessions.is_empty() {
-                match rx.recv() {
-                    Ok(j) => Some(j),
-                    Err(_) => break,
-                }
-            } else {
-                match rx.recv_timeout(SWEEP_EVERY) {
-                    Ok(j) => Some(j),
-                    Err(mpsc::RecvTimeoutError::Timeout) => None,
-                    Err(mpsc::RecvTimeoutError::Disconnected) => break,
-                }
-            };
-            let mut batch: Vec<Submitted> = first.into_iter().collect();
-            while !batch.is_empty() {
-                match rx.try_recv() {
-                    Ok(j) if batch.len() < MAX_BATCH => batch.push(j),
-                    Ok(j) => {
-                        batch.push(j);
-                        break;
-                    }
-                    Err(mpsc::TryRecvError::Empty) => break,
-                    Err(mpsc::TryRecvError::Disconnected) => {
-                        closing = true;
-                        break;
-                    }
-                }
-            }
-            if let Err(e) = self.run_batch(batch) {
-                tracing::error!(error = %e, "metadata commit failed; refusing further changes");
-                self.failed.store(true, Ordering::SeqCst);
-                self.marks.wake();
-            }
+    /// Runs the next batch of `queue`, if any (the caller holds the
+    /// committer); a failure marks the KV failed.
+    fn run_next(&mut self, queue: &Queue) -> bool {
+        let batch = queue.take(MAX_BATCH);
+        if batch.is_empty() {
+            return false;
         }
-        // Final checkpoint: an empty durable commit recording the log position.
-        if self.drain().is_ok() {
-            let _ = self.checkpoint_now();
+        self.run_one(batch);
+        true
+    }
+
+    fn run_one(&mut self, batch: Vec<Submitted>) {
+        if let Err(e) = self.run_batch(batch) {
+            tracing::error!(error = %e, "metadata commit failed; refusing further changes");
+            self.failed.store(true, Ordering::SeqCst);
+            self.marks.wake();
         }
     }
 
+    /// Whether the log is so full that the next batch may checkpoint
+    /// (a device flush and a durable KV commit: the committer thread's
+    /// work, never a leader's).
+    fn near_checkpoint(&self) -> bool {
+        let live = self.marks.wal_live.load(Ordering::SeqCst)
+            + self.marks.pending_bytes.load(Ordering::SeqCst);
+        live + self.wal_capacity / 8 > self.wal_capacity / 2
+    }
+}
+
+/// The jobs waiting for the committer, and whether the KV is closing.
+#[derive(Default)]
+struct Waiting {
+    jobs: std::collections::VecDeque<Submitted>,
+    closed: bool,
+}
+
+/// Where jobs wait. Whoever holds the [`Committer`] runs them: normally
+/// the committer thread, woken through `wake`; but a writer on a tokio
+/// worker whose job is the only one waiting and that finds the committer
+/// idle runs the batch itself (a *leader*), which spares the two thread
+/// wake-ups of handing its job over and being answered. Under load jobs
+/// queue up, and the thread runs them in large batches as before. Every holder, before it lets the committer go for
+/// good, either leaves the queue empty or wakes the thread, so no job is
+/// left waiting with nobody to run it.
+#[derive(Default)]
+pub(super) struct Queue {
+    waiting: Mutex<Waiting>,
+    wake: std::sync::Condvar,
+}
+
+impl Queue {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Waiting> {
+        self.waiting.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Queues `s` (an error once the KV is closing); true when nothing
+    /// else was waiting.
+    pub(super) fn push(&self, s: Submitted) -> Result<bool, MdsError> {
+        let mut w = self.lock();
+        if w.closed {
+            return Err(io_err("committer", "closed"));
+        }
+        w.jobs.push_back(s);
+        Ok(w.jobs.len() == 1)
+    }
+
+    /// Wakes the committer thread.
+    pub(super) fn wake_thread(&self) {
+        self.wake.notify_one();
+    }
+
+    /// Takes the jobs of the next batch (at most `max`).
+    fn take(&self, max: usize) -> Vec<Submitted> {
+        let mut w = self.lock();
+        let n = w.jobs.len().min(max);
+        w.jobs.drain(..n).collect()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.lock().jobs.is_empty()
+    }
+
+    /// Refuses further jobs and wakes the thread to finish.
+    pub(super) fn close(&self) {
+        self.lock().closed = true;
+        self.wake.notify_all();
+    }
+}
+
+/// The committer and its queue, shared by the committer thread and the
+/// leaders.
+pub(super) struct Shared {
+    pub queue: Queue,
+    pub committer: Mutex<Committer>,
+}
+
+impl Shared {
+    fn committer(&self) -> std::sync::MutexGuard<'_, Committer> {
+        self.committer.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A writer's attempt to run its own job: when the committer is idle
+    /// and the log far from a checkpoint, runs the next batch here. Jobs
+    /// still waiting afterwards (or jobs it did not run) go to the thread.
+    pub(super) fn lead(&self) {
+        let ran = match self.committer.try_lock() {
+            Ok(mut c) if !c.near_checkpoint() => {
+                let ran = c.run_next(&self.queue);
+                if ran {
+                    c.stats.led.fetch_add(1, Ordering::Relaxed);
+                }
+                ran
+            }
+            Ok(_) => false,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner().run_next(&self.queue),
+            Err(std::sync::TryLockError::WouldBlock) => {
+                // The holder looks at the queue again before it lets go.
+                return;
+            }
+        };
+        let _ = ran;
+        if !self.queue.is_empty() {
+            self.queue.wake_thread();
+        }
+    }
+
+    /// The committer thread: runs what is queued whenever woken (and
+    /// sweeps idle sessions every [`SWEEP_EVERY`]); once closed, runs what
+    /// is left and checkpoints.
+    pub(super) fn run(&self) {
+        loop {
+            let closing = {
+                let mut w = self.queue.lock();
+                if w.jobs.is_empty() && !w.closed {
+                    w = self
+                        .queue
+                        .wake
+                        .wait_timeout(w, SWEEP_EVERY)
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0;
+                }
+                w.closed
+            };
+            let mut c = self.committer();
+            // An empty batch: the sweep of idle sessions, when due.
+            c.run_one(Vec::new());
+            while c.run_next(&self.queue) {}
+            if closing {
+                // Final checkpoint: an empty durable commit recording the
+                // log position.
+                if c.drain().is_ok() {
+                    let _ = c.checkpoint_now();
+                }
+                // Drop the flusher's only sender: it stops once idle.
+                c.flusher = mpsc::channel().0;
+                return;
+            }
+        }
+    }
+}
+
+impl Committer {
     /// Waits until the flusher has written everything handed to it.
     fn drain(&self) -> Result<(), MdsError> {
         let (tx, rx) = mpsc::channel();

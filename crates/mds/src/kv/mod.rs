@@ -1,7 +1,8 @@
 //! The MDS's persistent state: a redb database (copy-on-write B-trees,
 //! checksummed commits) fronted by the write-ahead log in [`crate::wal`].
 //!
-//! Every mutation runs as a job on one committer thread. The committer
+//! Every mutation runs as a job in one committer (on its thread, or on
+//! the writer's own tokio worker when the committer is idle). The committer
 //! takes all jobs waiting, runs them in order inside one redb write
 //! transaction (each sees the ones before it; a failed job's writes are
 //! undone), appends the batch's write set to the log and flushes it, then
@@ -33,7 +34,7 @@ use crate::wal::Wal;
 mod commit;
 
 pub use commit::{Ack, SESSION_IDLE};
-use commit::{Committer, Completion, FlushItem, Job, Marks, Submitted};
+use commit::{Committer, Completion, FlushItem, Job, Marks, Queue, Shared, Submitted};
 
 /// The tables.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -89,6 +90,10 @@ fn def(t: usize) -> TableDefinition<'static, &'static [u8], &'static [u8]> {
 /// once (each holds its closure's captures; the server's in-flight limits
 /// bound callers, this bounds the queue whatever calls it).
 pub const MAX_QUEUED_WRITES: usize = 4096;
+
+/// How long writes must have come one at a time before a writer runs its
+/// own batch (see `Kv::may_lead`).
+pub const QUIET_BEFORE_LEADING: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// One change in a write set (what the log records).
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -332,6 +337,9 @@ fn put_checkpoint(txn: &redb::WriteTransaction, cp: &Checkpoint) -> Result<(), M
 pub struct KvStats {
     /// Write batches committed.
     pub batches: AtomicU64,
+    /// Batches run by a writer that found the committer idle (not by the
+    /// committer thread; counted whether or not they changed anything).
+    pub led: AtomicU64,
     /// Jobs run.
     pub jobs: AtomicU64,
     /// Checkpoints (durable KV commits).
@@ -361,9 +369,14 @@ impl KvPaths {
 /// The open KV: snapshots for readers, a committer for writers.
 pub struct Kv {
     db: Arc<Database>,
-    jobs: std::sync::Mutex<Option<mpsc::Sender<Submitted>>>,
+    /// The committer, its queue, and the thread that runs it.
+    shared: Arc<Shared>,
     /// Places in the committer's queue for async writers.
     queued: Arc<tokio::sync::Semaphore>,
+    /// When (µs after `epoch`) a writer last found another write in
+    /// progress.
+    last_busy_us: AtomicU64,
+    epoch: std::time::Instant,
     committer: std::sync::Mutex<Option<std::thread::JoinHandle<()>>>,
     flusher: std::sync::Mutex<Option<std::thread::JoinHandle<()>>>,
     failed: Arc<AtomicBool>,
@@ -538,7 +551,6 @@ impl Kv {
         let db = Arc::new(db);
         let wal_capacity = wal.capacity();
         let (live0, wal) = (wal.live(), Arc::new(std::sync::Mutex::new(wal)));
-        let (tx, rx) = mpsc::channel::<Submitted>();
         let (ftx, frx) = mpsc::channel::<FlushItem>();
         let failed = Arc::new(AtomicBool::new(false));
         let stats = Arc::new(KvStats::default());
@@ -568,14 +580,23 @@ impl Kv {
             stats: stats.clone(),
         };
         c.hold_recovered(&sessions, opts.recovered_hold);
-        let committer = std::thread::Builder::new()
-            .name("mds-commit".into())
-            .spawn(move || c.run(&rx))
-            .map_err(|e| io_err("spawn committer", e))?;
+        let shared = Arc::new(Shared {
+            queue: Queue::default(),
+            committer: std::sync::Mutex::new(c),
+        });
+        let committer = {
+            let shared = shared.clone();
+            std::thread::Builder::new()
+                .name("mds-commit".into())
+                .spawn(move || shared.run())
+                .map_err(|e| io_err("spawn committer", e))?
+        };
         Ok(Kv {
             db,
-            jobs: std::sync::Mutex::new(Some(tx)),
+            shared,
             queued: Arc::new(tokio::sync::Semaphore::new(MAX_QUEUED_WRITES)),
+            last_busy_us: AtomicU64::new(0),
+            epoch: std::time::Instant::now(),
             committer: std::sync::Mutex::new(Some(committer)),
             flusher: std::sync::Mutex::new(Some(flusher)),
             failed,
@@ -629,12 +650,33 @@ impl Kv {
             .await
             .map_err(|_| io_err("committer", "stopped"))?;
         let (done, rx) = tokio::sync::oneshot::channel();
-        self.submit(early_for, f, move |r| {
+        let lead = self.may_lead();
+        let leads = self.submit(early_for, f, lead, move |r| {
             drop(permit);
             let _ = done.send(r);
         })?;
+        if leads {
+            self.shared.lead();
+        }
         rx.await
             .unwrap_or_else(|_| Err(io_err("committer", "stopped")))
+    }
+
+    /// Whether a writer (its permit taken) may run its batch itself: on a
+    /// tokio worker, with no other write in progress now nor within
+    /// [`QUIET_BEFORE_LEADING`]. Under load the committer thread serves
+    /// better: its batches are larger (one commit and one log record for
+    /// many jobs), and it runs beside the workers instead of holding one.
+    fn may_lead(&self) -> bool {
+        let now = self.epoch.elapsed().as_micros() as u64;
+        if self.queued.available_permits() + 1 < MAX_QUEUED_WRITES {
+            self.last_busy_us.store(now, Ordering::Relaxed);
+            return false;
+        }
+        now.saturating_sub(self.last_busy_us.load(Ordering::Relaxed))
+            >= QUIET_BEFORE_LEADING.as_micros() as u64
+            && tokio::runtime::Handle::try_current()
+                .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
     }
 
     /// The blocking form of [`Kv::write`] (tools, formatting, recovery);
@@ -644,7 +686,7 @@ impl Kv {
         f: impl FnOnce(&mut Tx) -> Result<R, MdsError> + Send + 'static,
     ) -> Result<R, MdsError> {
         let (done, rx) = mpsc::channel();
-        self.submit(None, f, move |r| {
+        self.submit(None, f, false, move |r| {
             let _ = done.send(r);
         })?;
         rx.recv()
@@ -693,12 +735,16 @@ impl Kv {
         self.recovered_transno
     }
 
+    /// Queues `f` (answered through `done`). True when the caller is to
+    /// try running the batch itself ([`Shared::lead`]): it may (`lead`) and
+    /// its job is the only one waiting; else the committer thread is woken.
     fn submit<R: Send + 'static>(
         &self,
         early_for: Option<u64>,
         f: impl FnOnce(&mut Tx) -> Result<R, MdsError> + Send + 'static,
+        lead: bool,
         done: impl FnOnce(Result<(R, Ack), MdsError>) + Send + 'static,
-    ) -> Result<(), MdsError> {
+    ) -> Result<bool, MdsError> {
         if self.failed.load(Ordering::SeqCst) {
             return Err(io_err(
                 "failed",
@@ -718,19 +764,18 @@ impl Kv {
             });
             (completion, ok)
         });
-        let guard = self.jobs.lock().unwrap_or_else(|e| e.into_inner());
-        guard
-            .as_ref()
-            .ok_or_else(|| io_err("committer", "closed"))?
-            .send(Submitted { job, early_for })
-            .map_err(|_| io_err("committer", "stopped"))?;
-        Ok(())
+        let alone = self.shared.queue.push(Submitted { job, early_for })?;
+        if lead && alone {
+            return Ok(true);
+        }
+        self.shared.queue.wake_thread();
+        Ok(false)
     }
 
     /// Stops the committer after the jobs already queued and checkpoints,
     /// so the next open replays nothing.
     pub fn close(&self) {
-        self.jobs.lock().unwrap_or_else(|e| e.into_inner()).take();
+        self.shared.queue.close();
         if let Some(h) = self
             .committer
             .lock()
