@@ -209,3 +209,42 @@ async fn jobs_run_once_in_one_order_whoever_runs_them() {
         .unwrap();
     assert_eq!(u64::from_le_bytes(v[..8].try_into().unwrap()), total);
 }
+
+/// A job that panics (here run by its own writer, the committer being
+/// idle) fails its writer and the KV instead of hanging them: later writes
+/// are refused at once, the KV closes, and a reopen has what was committed
+/// before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_job_fails_the_kv_instead_of_hanging_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = KvPaths::new(dir.path());
+    create(&paths, 4 << 20).unwrap();
+    let kv = std::sync::Arc::new(open(&paths, 0));
+    let put = |k: &'static [u8]| move |tx: &mut mds::kv::Tx| tx.put(T::Xattrs, k, b"v").map(|_| ());
+    kv.write(put(b"a")).await.unwrap();
+    tokio::time::sleep(mds::kv::QUIET_BEFORE_LEADING * 2).await;
+    let limit = Duration::from_secs(10);
+    let r = tokio::time::timeout(
+        limit,
+        kv.write(|_: &mut mds::kv::Tx| -> Result<(), proto::mds::MdsError> {
+            panic!("a job that panics (expected by this test)")
+        }),
+    )
+    .await
+    .expect("the writer is answered, not left waiting");
+    assert!(r.is_err());
+    let r = tokio::time::timeout(limit, kv.write(put(b"b")))
+        .await
+        .expect("a later writer is answered");
+    assert!(r.is_err(), "a failed KV refuses changes");
+    let k2 = kv.clone();
+    tokio::time::timeout(limit, tokio::task::spawn_blocking(move || k2.close()))
+        .await
+        .expect("the KV closes")
+        .unwrap();
+    drop(kv);
+    let kv = open(&paths, 0);
+    let snap = kv.read().unwrap();
+    assert!(snap.get(T::Xattrs, b"a").unwrap().is_some());
+    assert!(snap.get(T::Xattrs, b"b").unwrap().is_none());
+}

@@ -296,6 +296,7 @@ impl Connection {
         });
         let (a3, wire3) = (alive.clone(), wire.clone());
         tokio::spawn(async move {
+            let _broken_at_exit = wire3.break_on_drop();
             // What is queued goes out in one flush, the wire held
             // throughout (a direct sender finds it free only when the
             // buffer is empty).
@@ -329,7 +330,7 @@ impl Connection {
 
     /// Whether the connection still works.
     pub fn is_alive(&self) -> bool {
-        self.alive.load(Ordering::SeqCst)
+        self.alive.load(Ordering::SeqCst) && !self.wire.is_broken()
     }
 
     /// Sends one request and waits for its reply.

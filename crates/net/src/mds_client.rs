@@ -344,12 +344,18 @@ impl MdsClient {
                 log.durable(e.instance, e.durable);
                 if let Some((creds, op)) = kept.filter(|_| e.transno > e.durable) {
                     log.bytes += foot;
-                    log.ops.push_back(ReplayOp {
-                        transno: e.transno,
-                        creds,
-                        op,
-                        ino: e.reply.named_ino(),
-                    });
+                    // Answers of concurrent requests arrive in any order;
+                    // the list stays in transno order (replays must be).
+                    let at = log.ops.partition_point(|o| o.transno < e.transno);
+                    log.ops.insert(
+                        at,
+                        ReplayOp {
+                            transno: e.transno,
+                            creds,
+                            op,
+                            ino: e.reply.named_ino(),
+                        },
+                    );
                 }
                 Ok(e.reply)
             }

@@ -261,6 +261,7 @@ impl<S: Service> Server<S> {
         let wire = Wire::shared(wr, send_seal);
         let wire_w = wire.clone();
         let writer = tokio::spawn(async move {
+            let _broken_at_exit = wire_w.break_on_drop();
             let stamp = || epoch.elapsed().as_millis() as u64 + 1;
             // What is queued goes out in one flush, the wire held
             // throughout (a handler sending its own reply finds it free
@@ -298,6 +299,7 @@ impl<S: Service> Server<S> {
             .await;
         });
         let watched = writer.abort_handle();
+        let wire_d = wire.clone();
         tokio::spawn(async move {
             let limit_ms = write_timeout.as_millis() as u64;
             let mut tick =
@@ -310,6 +312,13 @@ impl<S: Service> Server<S> {
                 if started != 0 && now.saturating_sub(started) > limit_ms {
                     tracing::debug!(timeout = ?write_timeout, "peer does not take replies; closing");
                     watched.abort();
+                    // The writer may have stopped within a frame: close
+                    // the socket (nothing more is sent on it).
+                    wire_d.break_off();
+                    let _ = tokio::time::timeout(write_timeout, async {
+                        wire_d.lock().await.shutdown().await;
+                    })
+                    .await;
                     break;
                 }
             }
@@ -324,7 +333,7 @@ impl<S: Service> Server<S> {
             let Ok(slot) = slots.clone().acquire_owned().await else {
                 break;
             };
-            if tx.is_closed() {
+            if tx.is_closed() || wire.is_broken() {
                 break;
             }
             let got = tokio::select! {
@@ -415,7 +424,9 @@ impl<S: Service> Server<S> {
                         let _ = tx.send((r, permits)).await;
                     }
                     Sent::Failed(e) => {
-                        tracing::debug!(error = %e, "reply not written");
+                        // Broken off: the reading loop stops at its next
+                        // request.
+                        tracing::debug!(error = %e, "reply not written; closing");
                     }
                 }
             });

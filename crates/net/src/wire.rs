@@ -14,6 +14,7 @@
 
 use std::io::IoSlice;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use proto::Frame;
@@ -37,14 +38,56 @@ pub struct Wire {
     seal: Option<FrameSeal>,
 }
 
-/// A [`Wire`] shared by the writer task and direct senders.
-pub type SharedWire = Arc<tokio::sync::Mutex<Wire>>;
+/// A [`Wire`] shared by the writer task and direct senders, and whether
+/// the connection is broken (a write failed or stopped part-way: nothing
+/// more may follow on it).
+#[derive(Clone)]
+pub struct SharedWire {
+    io: Arc<tokio::sync::Mutex<Wire>>,
+    broken: Arc<AtomicBool>,
+}
+
+impl SharedWire {
+    /// Waits for the wire (the writer task).
+    pub async fn lock(&self) -> tokio::sync::MutexGuard<'_, Wire> {
+        self.io.lock().await
+    }
+
+    /// Marks the connection broken: no sender writes on it any more.
+    pub fn break_off(&self) {
+        self.broken.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether the connection is broken.
+    pub fn is_broken(&self) -> bool {
+        self.broken.load(Ordering::SeqCst)
+    }
+
+    /// A guard that marks the connection broken when dropped: a writer
+    /// task holds one, so a writer that ends — or is aborted part-way
+    /// through a frame — lets no direct sender write after it.
+    pub fn break_on_drop(&self) -> BreakOnDrop {
+        BreakOnDrop(self.broken.clone())
+    }
+}
+
+/// See [`SharedWire::break_on_drop`].
+pub struct BreakOnDrop(Arc<AtomicBool>);
+
+impl Drop for BreakOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
 
 impl Wire {
     /// The wire over `wr`, sealing with `seal` on an authenticated
     /// connection.
     pub fn shared(wr: BufWriter<OwnedWriteHalf>, seal: Option<FrameSeal>) -> SharedWire {
-        Arc::new(tokio::sync::Mutex::new(Wire { wr, seal }))
+        SharedWire {
+            io: Arc::new(tokio::sync::Mutex::new(Wire { wr, seal })),
+            broken: Arc::new(AtomicBool::new(false)),
+        }
     }
 
     /// Puts `f` in the buffer, sealed (the writer task; [`Wire::flush`]
@@ -101,15 +144,22 @@ pub enum Sent {
 
 /// Sends `f` without waiting when the wire is free and `f` is small; a
 /// rest the socket did not take is finished by a task within `finish`
-/// (else the write direction is closed, so the peer sees the connection
-/// end rather than half a frame).
+/// (else the connection is broken off and its write direction closed, so
+/// the peer sees it end rather than half a frame). A broken connection
+/// takes nothing.
 pub fn send_now(wire: &SharedWire, f: Frame, finish: Duration) -> Sent {
     if f.header.len() + f.payload.len() > DIRECT_MAX {
         return Sent::Queue(f);
     }
-    let Ok(mut g) = wire.clone().try_lock_owned() else {
+    let Ok(mut g) = wire.io.clone().try_lock_owned() else {
         return Sent::Queue(f);
     };
+    if wire.is_broken() {
+        return Sent::Failed(std::io::Error::new(
+            std::io::ErrorKind::BrokenPipe,
+            "the connection broke off",
+        ));
+    }
     if !g.wr.buffer().is_empty() {
         return Sent::Queue(f);
     }
@@ -127,17 +177,29 @@ pub fn send_now(wire: &SharedWire, f: Frame, finish: Duration) -> Sent {
     let slices = parts.map(IoSlice::new);
     let n = match g.wr.get_ref().try_write_vectored(&slices) {
         Ok(n) => n,
-        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => 0,
-        Err(e) => return Sent::Failed(e),
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
+            ) =>
+        {
+            0
+        }
+        Err(e) => {
+            wire.break_off();
+            return Sent::Failed(e);
+        }
     };
     if n == total {
         return Sent::Done;
     }
     let rest: Vec<u8> = parts.concat().split_off(n);
+    let wire = wire.clone();
     tokio::spawn(async move {
         let w = g.wr.get_mut();
         let done = tokio::time::timeout(finish, w.write_all(&rest)).await;
         if !matches!(done, Ok(Ok(()))) {
+            wire.break_off();
             let _ = w.shutdown().await;
         }
     });
@@ -215,6 +277,23 @@ mod tests {
             queued > 0,
             "a wire whose socket is full makes senders queue"
         );
+    }
+
+    /// Once a writer task ends (or is aborted within a frame), nothing
+    /// more goes on the connection directly.
+    #[tokio::test]
+    async fn a_broken_connection_takes_nothing() {
+        let (wire, _rd) = pair().await;
+        assert!(matches!(
+            send_now(&wire, f(1, 10), Duration::from_secs(1)),
+            Sent::Done
+        ));
+        drop(wire.break_on_drop());
+        assert!(wire.is_broken());
+        assert!(matches!(
+            send_now(&wire, f(2, 10), Duration::from_secs(1)),
+            Sent::Failed(_)
+        ));
     }
 
     #[tokio::test]

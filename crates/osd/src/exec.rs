@@ -536,24 +536,9 @@ fn run(
             Ok(Reply::Created(ids))
         }
         Command::Remove { pid, oid } => s.remove(*pid, *oid).map(|()| Reply::Done),
-        Command::RemoveObjects { pid, oids } => {
-            let (mut removed, mut absent) = (0u32, 0u32);
-            let mut failed = None;
-            for oid in oids {
-                match s.remove(*pid, *oid) {
-                    Ok(()) => removed += 1,
-                    Err(StoreError::NoObject { .. }) => absent += 1,
-                    Err(e) => {
-                        failed = Some(e);
-                        break;
-                    }
-                }
-            }
-            match failed {
-                Some(e) => Err(e),
-                None => Ok(Reply::Removed { removed, absent }),
-            }
-        }
+        Command::RemoveObjects { pid, oids } => s
+            .remove_many(*pid, oids)
+            .map(|(removed, absent)| Reply::Removed { removed, absent }),
         Command::Read {
             pid,
             oid,

@@ -648,3 +648,35 @@ fn reserved_ranges_hold_room_for_their_writes_and_survive_reopen() {
         assert!(r.is_clean(), "{policy:?}: {:?}", r.problems);
     }
 }
+
+/// REMOVE OBJECTS' store call: what exists goes, absent ids are counted,
+/// a missing partition is an error, and the removals survive a reopen
+/// (they were waited for once, together).
+#[test]
+fn remove_many_removes_what_exists_and_counts_the_rest() {
+    for policy in POLICIES {
+        let (dev, s) = fresh(policy);
+        let ids: Vec<u64> = (0..40).map(|_| s.create(P, None).unwrap()).collect();
+        for &id in &ids {
+            s.write(P, id, 0, &pattern(10_000, id as u8)).unwrap();
+        }
+        let mut gone: Vec<u64> = ids.iter().copied().step_by(2).collect();
+        gone.push(0xdead_beef);
+        assert_eq!(s.remove_many(P, &gone).unwrap(), (20, 1));
+        assert_eq!(s.remove_many(P, &gone).unwrap(), (0, 21), "a second pass");
+        assert!(matches!(
+            s.remove_many(0x17777, &[0x10000]),
+            Err(StoreError::NoPartition(0x17777))
+        ));
+        s.close().unwrap();
+        let s = Store::open(dev, &OpenOptions::default()).unwrap();
+        for (k, &id) in ids.iter().enumerate() {
+            let found = s.stat(P, id);
+            if k % 2 == 0 {
+                assert!(matches!(found, Err(StoreError::NoObject { .. })), "{id:#x}");
+            } else {
+                assert_eq!(s.read(P, id, 0, 10_000).unwrap(), pattern(10_000, id as u8));
+            }
+        }
+    }
+}

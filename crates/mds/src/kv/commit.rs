@@ -132,6 +132,12 @@ pub(super) struct Committer {
     pub marks: Arc<Marks>,
     pub failed: Arc<AtomicBool>,
     pub stats: Arc<KvStats>,
+    /// Set while a leader (a writer on a tokio worker) runs a batch: a
+    /// checkpoint then blocks through `block_in_place`.
+    pub leading: bool,
+    /// A batch panicked: the committer's own state may be off, so it runs
+    /// nothing more (the KV is failed).
+    pub broken: bool,
 }
 
 impl Committer {
@@ -155,11 +161,22 @@ impl Committer {
     }
 
     fn run_one(&mut self, batch: Vec<Submitted>) {
-        if let Err(e) = self.run_batch(batch) {
-            tracing::error!(error = %e, "metadata commit failed; refusing further changes");
-            self.failed.store(true, Ordering::SeqCst);
-            self.marks.wake();
+        if self.broken {
+            // Dropping the jobs answers their writers "committer stopped".
+            return;
         }
+        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.run_batch(batch)));
+        let failure = match ran {
+            Ok(Ok(())) => return,
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => {
+                self.broken = true;
+                "a job panicked".to_string()
+            }
+        };
+        tracing::error!(error = %failure, "metadata commit failed; refusing further changes");
+        self.failed.store(true, Ordering::SeqCst);
+        self.marks.wake();
     }
 
     /// Whether the log is so full that the next batch may checkpoint
@@ -250,14 +267,17 @@ impl Shared {
     pub(super) fn lead(&self) {
         let ran = match self.committer.try_lock() {
             Ok(mut c) if !c.near_checkpoint() => {
+                c.leading = true;
                 let ran = c.run_next(&self.queue);
+                c.leading = false;
                 if ran {
                     c.stats.led.fetch_add(1, Ordering::Relaxed);
                 }
                 ran
             }
-            Ok(_) => false,
-            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner().run_next(&self.queue),
+            // Near a checkpoint, or poisoned (the thread then fails the
+            // jobs): the thread's.
+            Ok(_) | Err(std::sync::TryLockError::Poisoned(_)) => false,
             Err(std::sync::TryLockError::WouldBlock) => {
                 // The holder looks at the queue again before it lets go.
                 return;
@@ -457,18 +477,27 @@ impl Committer {
         if live + foot > cap / 2 || foot > cap / 8 {
             // Make this batch and everything before it durable in the KV
             // itself, once the flusher has written what it holds.
-            let outcome = self.drain().and_then(|()| {
-                let mut wal = self.wal.lock().unwrap_or_else(|e| e.into_inner());
-                let cp = Checkpoint {
-                    lsn: next,
-                    wal_pos: wal.head,
-                };
-                put_checkpoint(&txn, &cp)?;
-                txn.commit().map_err(|e| io_err("checkpoint commit", e))?;
-                wal.checkpointed();
-                self.marks.wal_live.store(wal.live(), Ordering::SeqCst);
-                Ok(())
-            });
+            let checkpoint = || {
+                self.drain().and_then(|()| {
+                    let mut wal = self.wal.lock().unwrap_or_else(|e| e.into_inner());
+                    let cp = Checkpoint {
+                        lsn: next,
+                        wal_pos: wal.head,
+                    };
+                    put_checkpoint(&txn, &cp)?;
+                    txn.commit().map_err(|e| io_err("checkpoint commit", e))?;
+                    wal.checkpointed();
+                    self.marks.wal_live.store(wal.live(), Ordering::SeqCst);
+                    Ok(())
+                })
+            };
+            // A device flush and a durable commit: on a tokio worker, let
+            // the runtime move its other tasks elsewhere meanwhile.
+            let outcome = if self.leading {
+                tokio::task::block_in_place(checkpoint)
+            } else {
+                checkpoint()
+            };
             return match outcome {
                 Ok(()) => {
                     self.lsn = next;

@@ -578,6 +578,8 @@ impl Kv {
             marks: marks.clone(),
             failed: failed.clone(),
             stats: stats.clone(),
+            leading: false,
+            broken: false,
         };
         c.hold_recovered(&sessions, opts.recovered_hold);
         let shared = Arc::new(Shared {

@@ -246,6 +246,47 @@ impl Store {
         commit::wait(&self.inner, self.inner.lock(), seq)
     }
 
+    /// Removes every object of `oids` that exists in partition `pid`, each
+    /// one's removal logged as it goes and all of them waited for once (one
+    /// device flush for the lot, not one each): (removed, absent). A
+    /// missing partition is an error; a missing object is counted. On an
+    /// error, what was logged before it is still made durable first.
+    pub fn remove_many(&self, pid: u64, oids: &[u64]) -> Result<(u32, u32)> {
+        let (mut removed, mut absent, mut last) = (0u32, 0u32, None);
+        let mut failure = None;
+        for &oid in oids {
+            let logged = check_ids(pid, oid).and_then(|()| {
+                let _g = self.inner.stripe(pid, oid);
+                let mut st = self.inner.lock_ok()?;
+                if !st.meta.objects.contains_key(&(pid, oid)) {
+                    return match self.missing(&st.meta, pid, oid) {
+                        StoreError::NoObject { .. } => Ok(None),
+                        e => Err(e),
+                    };
+                }
+                commit::log(&self.inner, &mut st, &[Record::RemoveObject { pid, oid }]).map(Some)
+            });
+            match logged {
+                Ok(Some(seq)) => {
+                    removed += 1;
+                    last = Some(seq);
+                }
+                Ok(None) => absent += 1,
+                Err(e) => {
+                    failure = Some(e);
+                    break;
+                }
+            }
+        }
+        if let Some(seq) = last {
+            commit::wait(&self.inner, self.inner.lock(), seq)?;
+        }
+        match failure {
+            Some(e) => Err(e),
+            None => Ok((removed, absent)),
+        }
+    }
+
     /// Object `(pid, oid)`, or the error saying whether it or its partition is missing.
     fn object<'m>(
         &self,
