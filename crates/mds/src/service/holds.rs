@@ -208,18 +208,29 @@ impl Mds {
         if !due.is_empty() {
             let held = self.holds().all_held(self.hold_expiry());
             let mut queued = false;
-            for ino in due {
-                if held.contains(&ino) {
-                    // Still open somewhere: look again after one interval.
-                    let at = now + proto::mds::HOLD_INTERVAL_MS;
-                    next = Some(next.map_or(at, |n| n.min(at)));
-                    continue;
-                }
-                let job = self.kv.write(move |tx| ns::reap_orphan(tx, ino)).await?;
-                if job.is_some() {
-                    queued = true;
-                }
-                self.metrics.orphans_reaped.inc();
+            let (open, free): (Vec<u64>, Vec<u64>) =
+                due.into_iter().partition(|ino| held.contains(ino));
+            if !open.is_empty() {
+                // Still open somewhere: look again after one interval.
+                let at = now + proto::mds::HOLD_INTERVAL_MS;
+                next = Some(next.map_or(at, |n| n.min(at)));
+            }
+            // A log record per chunk of orphans, not one per orphan.
+            for chunk in free.chunks(REAP_CHUNK) {
+                let chunk = chunk.to_vec();
+                let n = chunk.len() as u64;
+                let jobs = self
+                    .kv
+                    .write(move |tx| {
+                        let mut jobs = 0usize;
+                        for ino in chunk {
+                            jobs += usize::from(ns::reap_orphan(tx, ino)?.is_some());
+                        }
+                        Ok(jobs)
+                    })
+                    .await?;
+                queued |= jobs > 0;
+                self.metrics.orphans_reaped.inc_by(n);
             }
             if queued {
                 self.delete_wake.notify_one();

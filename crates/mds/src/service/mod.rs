@@ -187,6 +187,9 @@ const INSTANCE_KEY: &[u8] = b"instance";
 /// Most delete jobs the worker takes from the queue per pass.
 pub const DELETE_BATCH: usize = 10_000;
 
+/// Orphans reaped in one log record.
+pub const REAP_CHUNK: usize = 512;
+
 /// Files whose objects the delete worker removes at once (one REMOVE
 /// OBJECTS per OSD), and takes off the queue in one log record.
 pub const DELETE_CHUNK: usize = 512;

@@ -477,6 +477,17 @@ impl Mds {
     /// queue and the orphans are in the KV, so they survive restarts.
     pub async fn delete_worker(self: Arc<Self>) {
         loop {
+            // An orphan made from now on is due no sooner than one hold
+            // expiry after this pass starts, and the worker looks again
+            // by then: such orphans need not wake it (a storm of unlinks
+            // must not make it rescan every waiting orphan pass after
+            // pass).
+            let look_again = (self.cfg.hold_expiry_ms > 0)
+                .then(|| proto::clock::now_ms().saturating_add(self.cfg.hold_expiry_ms));
+            self.delete_due_ms.store(
+                look_again.unwrap_or(u64::MAX),
+                std::sync::atomic::Ordering::SeqCst,
+            );
             let mut pending = false;
             // Orphans first: reaping one queues its objects.
             let orphans_due = match self.reap_orphans().await {
@@ -508,15 +519,15 @@ impl Mds {
             if let Some(d) = orphans_due {
                 wait = wait.min(d);
             }
+            if let Some(at) = look_again {
+                let left = at.saturating_sub(proto::clock::now_ms()).max(1);
+                wait = wait.min(Duration::from_millis(left));
+            }
             self.delete_due_ms.store(
                 proto::clock::now_ms().saturating_add(wait.as_millis() as u64),
                 std::sync::atomic::Ordering::SeqCst,
             );
             let _ = tokio::time::timeout(wait, self.delete_wake.notified()).await;
-            // Awake: every new orphan wakes it again (it may have scanned
-            // before that orphan existed).
-            self.delete_due_ms
-                .store(u64::MAX, std::sync::atomic::Ordering::SeqCst);
         }
     }
 }
