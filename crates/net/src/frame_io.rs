@@ -164,23 +164,6 @@ pub fn seal_frame(seal: &mut FrameSeal, f: Frame) -> (Frame, [u8; TAG_LEN]) {
     )
 }
 
-/// Writes one frame, sealed when `seal` is given (prefix, header, payload,
-/// then the tag).
-pub async fn write_sealed<W: AsyncWrite + Unpin>(
-    w: &mut W,
-    f: Frame,
-    seal: Option<&mut FrameSeal>,
-) -> std::io::Result<()> {
-    match seal {
-        None => write_frame(w, &f).await,
-        Some(s) => {
-            let (f, tag) = seal_frame(s, f);
-            write_frame(w, &f).await?;
-            w.write_all(&tag).await
-        }
-    }
-}
-
 /// A frame with an encoded header.
 pub fn frame<T: serde::Serialize>(
     kind: proto::Kind,

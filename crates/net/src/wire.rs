@@ -22,7 +22,7 @@ use proto::auth::FrameSeal;
 use tokio::io::{AsyncWriteExt, BufWriter};
 use tokio::net::tcp::OwnedWriteHalf;
 
-use crate::frame_io::{seal_frame, write_sealed};
+use crate::frame_io::seal_frame;
 
 /// Frames whose header and payload together exceed this always go
 /// through the writer task (bulk data gains nothing from skipping it).
@@ -94,19 +94,26 @@ impl Wire {
     /// sends). The writer task flushes before it lets the wire go, so a
     /// direct sender always finds the buffer empty.
     pub async fn write(&mut self, f: Frame) -> std::io::Result<()> {
-        write_sealed(&mut self.wr, f, self.seal.as_mut()).await
+        self.write_progress(f, || {}).await
     }
 
-    /// [`Wire::write`], calling `progress` after each [`WRITE_CHUNK`] of
-    /// the payload (a watchdog tells a slow reader from a stalled one).
-    pub async fn write_progress(&mut self, f: Frame, progress: impl Fn()) -> std::io::Result<()> {
-        let (f, tag) = match self.seal.as_mut() {
+    /// `f` as it goes on the wire, and the tag that follows it on an
+    /// authenticated connection (sealing advances the nonce: call it only
+    /// for a frame that is then written).
+    fn seal(&mut self, f: Frame) -> (Frame, Option<[u8; proto::auth::TAG_LEN]>) {
+        match self.seal.as_mut() {
             Some(s) => {
                 let (f, t) = seal_frame(s, f);
                 (f, Some(t))
             }
             None => (f, None),
-        };
+        }
+    }
+
+    /// [`Wire::write`], calling `progress` after each [`WRITE_CHUNK`] of
+    /// the payload (a watchdog tells a slow reader from a stalled one).
+    pub async fn write_progress(&mut self, f: Frame, progress: impl Fn()) -> std::io::Result<()> {
+        let (f, tag) = self.seal(f);
         self.wr.write_all(&f.prefix()).await?;
         self.wr.write_all(&f.header).await?;
         for chunk in f.payload.chunks(WRITE_CHUNK) {
@@ -163,13 +170,7 @@ pub fn send_now(wire: &SharedWire, f: Frame, finish: Duration) -> Sent {
     if !g.wr.buffer().is_empty() {
         return Sent::Queue(f);
     }
-    let (f, tag) = match g.seal.as_mut() {
-        Some(s) => {
-            let (f, t) = seal_frame(s, f);
-            (f, Some(t))
-        }
-        None => (f, None),
-    };
+    let (f, tag) = g.seal(f);
     let prefix = f.prefix();
     let tag: &[u8] = tag.as_ref().map_or(&[], |t| &t[..]);
     let parts: [&[u8]; 4] = [&prefix, &f.header, &f.payload, tag];

@@ -207,6 +207,25 @@ fn client_request(osd: u32, id: u64, cmd: Command, set: Vec<(AttrKey, Vec<u8>)>)
 }
 
 /// Stops every member still running.
+/// OSDs 1..=n started, one chain of them (head first) for `GROUP`, and
+/// a client of the group.
+fn chain_of(n: u32) -> (Arc<Mutex<Table>>, HashMap<u32, Member>, GroupClient) {
+    let shared = Arc::new(Mutex::new(Table::default()));
+    let members: HashMap<u32, Member> = (1..=n)
+        .map(|id| (id, start_member(id, shared.clone())))
+        .collect();
+    shared
+        .lock()
+        .unwrap()
+        .table
+        .set(GROUP, (1..=n).collect(), vec![]);
+    let client = GroupClient {
+        shared: shared.clone(),
+        conns: Mutex::new(HashMap::new()),
+    };
+    (shared, members, client)
+}
+
 fn stop_all(members: &mut HashMap<u32, Member>) {
     for m in members.values_mut() {
         if let Some(rt) = m.rt.take() {
@@ -308,19 +327,8 @@ const KILL_ROUND: u32 = 4;
 /// of 64 racers, then checks winners, the counter, and that every member
 /// left answers the same.
 async fn race_with_a_kill(victim: usize) {
-    let shared = Arc::new(Mutex::new(Table::default()));
-    let mut members: HashMap<u32, Member> = (1..=3)
-        .map(|id| (id, start_member(id, shared.clone())))
-        .collect();
-    shared
-        .lock()
-        .unwrap()
-        .table
-        .set(GROUP, vec![1, 2, 3], vec![]);
-    let client = Arc::new(GroupClient {
-        shared: shared.clone(),
-        conns: Mutex::new(HashMap::new()),
-    });
+    let (shared, mut members, client) = chain_of(3);
+    let client = Arc::new(client);
     let ids = Arc::new(AtomicU64::new(1));
     let next_id = || ids.fetch_add(1, Ordering::Relaxed);
     client
@@ -482,15 +490,7 @@ async fn one_winner_when_the_tail_is_killed_mid_race() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_chain_members_pass_effects_and_only_the_head_serves() {
-    let shared = Arc::new(Mutex::new(Table::default()));
-    let mut members: HashMap<u32, Member> = (1..=2)
-        .map(|id| (id, start_member(id, shared.clone())))
-        .collect();
-    shared.lock().unwrap().table.set(GROUP, vec![1, 2], vec![]);
-    let client = GroupClient {
-        shared: shared.clone(),
-        conns: Mutex::new(HashMap::new()),
-    };
+    let (shared, mut members, client) = chain_of(2);
     let addr2 = shared.lock().unwrap().addrs[&2].clone();
     let forged = proto::chain::Forward {
         group: GROUP,
@@ -626,15 +626,7 @@ async fn only_chain_members_pass_effects_and_only_the_head_serves() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_change_that_fails_part_way_leaves_no_member_different() {
-    let shared = Arc::new(Mutex::new(Table::default()));
-    let mut members: HashMap<u32, Member> = (1..=2)
-        .map(|id| (id, start_member(id, shared.clone())))
-        .collect();
-    shared.lock().unwrap().table.set(GROUP, vec![1, 2], vec![]);
-    let client = GroupClient {
-        shared: shared.clone(),
-        conns: Mutex::new(HashMap::new()),
-    };
+    let (shared, mut members, client) = chain_of(2);
     let pid = group_partition(GROUP);
     client
         .call(

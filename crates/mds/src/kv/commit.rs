@@ -265,25 +265,20 @@ impl Shared {
     /// and the log far from a checkpoint, runs the next batch here. Jobs
     /// still waiting afterwards (or jobs it did not run) go to the thread.
     pub(super) fn lead(&self) {
-        let ran = match self.committer.try_lock() {
+        match self.committer.try_lock() {
             Ok(mut c) if !c.near_checkpoint() => {
                 c.leading = true;
-                let ran = c.run_next(&self.queue);
-                c.leading = false;
-                if ran {
+                if c.run_next(&self.queue) {
                     c.stats.led.fetch_add(1, Ordering::Relaxed);
                 }
-                ran
+                c.leading = false;
             }
             // Near a checkpoint, or poisoned (the thread then fails the
             // jobs): the thread's.
-            Ok(_) | Err(std::sync::TryLockError::Poisoned(_)) => false,
-            Err(std::sync::TryLockError::WouldBlock) => {
-                // The holder looks at the queue again before it lets go.
-                return;
-            }
-        };
-        let _ = ran;
+            Ok(_) | Err(std::sync::TryLockError::Poisoned(_)) => {}
+            // The holder looks at the queue again before it lets go.
+            Err(std::sync::TryLockError::WouldBlock) => return,
+        }
         if !self.queue.is_empty() {
             self.queue.wake_thread();
         }

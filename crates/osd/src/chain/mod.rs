@@ -1022,6 +1022,9 @@ pub fn effect(req: &Request, reply: &Reply, payload: &Bytes) -> Option<Effect> {
                 .collect(),
         )
     };
+    // The bytes the command wrote, as a plain write at `offset`.
+    let written =
+        |pid, oid, offset, set| Some((Command::Write { pid, oid, offset }, set, payload.clone()));
     match (&req.cmd, reply) {
         (Command::Cas { .. }, Reply::Cas { swapped: false, .. }) => None,
         (
@@ -1044,15 +1047,9 @@ pub fn effect(req: &Request, reply: &Reply, payload: &Bytes) -> Option<Effect> {
             *key,
             old.wrapping_add(*delta).to_le_bytes().to_vec(),
         ),
-        (Command::Append { pid, oid }, Reply::Appended { offset }) => Some((
-            Command::Write {
-                pid: *pid,
-                oid: *oid,
-                offset: *offset,
-            },
-            set,
-            payload.clone(),
-        )),
+        (Command::Append { pid, oid }, Reply::Appended { offset }) => {
+            written(*pid, *oid, *offset, set)
+        }
         (
             Command::Read { pid, oid, .. }
             | Command::GetAttributes { pid, oid }
@@ -1067,15 +1064,7 @@ pub fn effect(req: &Request, reply: &Reply, payload: &Bytes) -> Option<Effect> {
                 pid, oid, offset, ..
             },
             _,
-        ) => Some((
-            Command::Write {
-                pid: *pid,
-                oid: *oid,
-                offset: *offset,
-            },
-            set,
-            payload.clone(),
-        )),
+        ) => written(*pid, *oid, *offset, set),
         (cmd, _) => Some((cmd.clone(), set, payload.clone())),
     }
 }
