@@ -20,14 +20,15 @@ use bytes::Bytes;
 use net::MdsClient;
 use proto::layout::{Layout, LayoutSpec, data_oid};
 use proto::mds::{
-    Attr, ClusterStatus, Creds, DirEntry, Entry, FileKind, FsStat, Grant, MdsReply, Op, SetAttr,
-    XattrMode,
+    Attr, ClusterStatus, Creds, DirEntry, Entry, FileKind, Found, FsStat, Grant, MdsReply, Op,
+    SetAttr, XattrMode,
 };
 use proto::rights;
 
 use crate::config::ClientConfig;
 use crate::error::{Errno, FsError, Result};
 use crate::file;
+use crate::leases::DirLeases;
 use crate::meta::Meta;
 use crate::namespace::Namespace;
 use crate::on_mds::{MdsNamespace, bad_reply};
@@ -90,6 +91,7 @@ impl Client {
             cfg.cache_prefetch,
             cfg.attr_timeout,
         ));
+        let mut leases = DirLeases::new(mds.clone(), false);
         let ns: Arc<dyn Namespace> =
             match OsdNamespace::probe(&cfg, mds.clone(), meta.clone()).await? {
                 Some(ns) => {
@@ -100,10 +102,14 @@ impl Client {
                     }
                     Arc::new(ns)
                 }
-                None => Arc::new(MdsNamespace::new(mds.clone())),
+                None => {
+                    leases = DirLeases::new(mds.clone(), cfg.early_answers && cfg.dir_leases);
+                    Arc::new(MdsNamespace::with_leases(mds.clone(), leases.clone()))
+                }
             };
         let inner = Arc::new(Inner {
             ns,
+            leases,
             absent: crate::absent::Absent::new(cfg.attr_timeout),
             meta,
             cfg,
@@ -235,6 +241,13 @@ impl Client {
             e.attr = self.with_local_size(e.attr);
             return Ok(e);
         }
+        if self.inner.leases.lookup(parent, name) == Some(None) {
+            meta.hit(false);
+            return Err(FsError::new(
+                Errno::NoEnt,
+                format!("{name:?} not found in directory {parent:#x} (held under its lease)"),
+            ));
+        }
         if self.inner.absent.absent(parent, name) {
             meta.hit(false);
             return Err(FsError::new(
@@ -282,15 +295,24 @@ impl Client {
     fn named<T>(&self, parent: u64, name: &str, r: &Result<T>) {
         match r {
             Ok(_) => self.inner.absent.added(parent, name),
-            Err(_) => self.inner.absent.forget(parent),
+            Err(_) => {
+                self.inner.absent.forget(parent);
+                self.inner.leases.forget(parent);
+            }
         }
     }
 
     /// After an operation that removes `name` from `parent`.
     fn unnamed<T>(&self, parent: u64, name: &str, r: &Result<T>) {
         match r {
-            Ok(_) => self.inner.absent.removed(parent, name),
-            Err(_) => self.inner.absent.forget(parent),
+            Ok(_) => {
+                self.inner.absent.removed(parent, name);
+                self.inner.leases.changed(parent, name, None);
+            }
+            Err(_) => {
+                self.inner.absent.forget(parent);
+                self.inner.leases.forget(parent);
+            }
         }
     }
 
@@ -339,6 +361,9 @@ impl Client {
         mut set: SetAttr,
         fh: Option<u64>,
     ) -> Result<Attr> {
+        // New permissions or owner of a directory: its lease's checks
+        // would be out of date.
+        self.inner.leases.forget(ino);
         set.via_handle = fh
             .and_then(|fh| lock(&self.inner.handles).get(&fh).cloned())
             .is_some_and(|h| h.write && h.inode.ino == ino);
@@ -372,6 +397,8 @@ impl Client {
         let r = self.inner.ns.mknod(c, parent, name, kind, mode, rdev).await;
         self.named(parent, name, &r);
         let f = r?;
+        let made = (f.entry.attr.ino, f.entry.attr.kind);
+        self.inner.leases.changed(parent, name, Some(made));
         self.inner.meta.absorb(&f);
         self.inner.meta.dir_changed(parent, f.dir.as_ref());
         Ok(f.entry)
@@ -386,9 +413,34 @@ impl Client {
         mode: u32,
         exclusive: bool,
     ) -> Result<(Entry, u64)> {
+        if let Some(r) = self
+            .inner
+            .leases
+            .create(c, parent, name, mode, exclusive)
+            .await
+        {
+            // Answered under the directory's lease: the MDS hears of it
+            // next; the file's layout and capabilities come at its first
+            // read or write.
+            let (entry, dir) = r?;
+            self.inner.absent.added(parent, name);
+            let f = Found {
+                entry,
+                grants: Vec::new(),
+                prefetch: Vec::new(),
+                prefetch_grants: Vec::new(),
+                dir: Some(dir),
+            };
+            self.inner.meta.absorb(&f);
+            self.inner.meta.dir_changed(parent, f.dir.as_ref());
+            let fh = self.install(c, &f.entry, Vec::new(), true).await;
+            return Ok((f.entry, fh));
+        }
         let r = self.inner.ns.create(c, parent, name, mode, exclusive).await;
         self.named(parent, name, &r);
         let f = r?;
+        let made = (f.entry.attr.ino, f.entry.attr.kind);
+        self.inner.leases.changed(parent, name, Some(made));
         self.inner.meta.absorb(&f);
         self.inner.meta.dir_changed(parent, f.dir.as_ref());
         let fh = self.install(c, &f.entry, f.grants.clone(), true).await;
@@ -400,6 +452,8 @@ impl Client {
         let r = self.inner.ns.mkdir(c, parent, name, mode).await;
         self.named(parent, name, &r);
         let f = r?;
+        let made = (f.entry.attr.ino, f.entry.attr.kind);
+        self.inner.leases.changed(parent, name, Some(made));
         self.inner.meta.absorb(&f);
         self.inner.meta.dir_changed(parent, f.dir.as_ref());
         Ok(f.entry)
@@ -410,6 +464,8 @@ impl Client {
         let r = self.inner.ns.symlink(c, parent, name, target).await;
         self.named(parent, name, &r);
         let f = r?;
+        let made = (f.entry.attr.ino, f.entry.attr.kind);
+        self.inner.leases.changed(parent, name, Some(made));
         self.inner.meta.absorb(&f);
         self.inner.meta.dir_changed(parent, f.dir.as_ref());
         Ok(f.entry)
@@ -420,6 +476,8 @@ impl Client {
         let r = self.inner.ns.link(c, ino, parent, name).await;
         self.named(parent, name, &r);
         let f = r?;
+        let made = (f.entry.attr.ino, f.entry.attr.kind);
+        self.inner.leases.changed(parent, name, Some(made));
         self.inner.meta.absorb(&f);
         self.inner.meta.dir_changed(parent, f.dir.as_ref());
         Ok(f.entry)
@@ -427,6 +485,16 @@ impl Client {
 
     /// Removes a file name.
     pub async fn unlink(&self, c: &Creds, parent: u64, name: &str) -> Result<()> {
+        if let Some(r) = self.inner.leases.unlink(c, parent, name).await {
+            let (ino, dir) = r?;
+            self.inner.absent.removed(parent, name);
+            let mut cache = self.inner.meta.cache();
+            cache.remove_name(parent, name);
+            cache.remove(ino);
+            drop(cache);
+            self.inner.meta.dir_changed(parent, Some(&dir));
+            return Ok(());
+        }
         let ino = self.inner.meta.cache().ino_of(parent, name);
         self.inner.meta.cache().remove_name(parent, name);
         let open = |i: u64| self.inner.is_open(i);
@@ -477,6 +545,8 @@ impl Client {
             .await;
         self.unnamed(parent, name, &r);
         self.named(new_parent, new_name, &r);
+        // What the new name names, and its kind, this lease does not know.
+        self.inner.leases.forget(new_parent);
         self.inner.meta.changed(parent);
         self.inner.meta.changed(new_parent);
         // The moved inode's ctime (and a directory's parent) changed; a
@@ -755,6 +825,13 @@ impl Client {
     /// durable at the MDS (fsync of a directory; at once when nothing was
     /// answered early).
     pub async fn sync_namespace(&self) -> Result<()> {
+        self.inner.leases.drain().await;
+        if let Some(e) = self.inner.leases.take_refused() {
+            return Err(FsError::new(
+                Errno::Io,
+                format!("a change answered under a directory lease was refused: {e}"),
+            ));
+        }
         self.inner
             .mds
             .sync()

@@ -42,6 +42,11 @@ pub struct ClientConfig {
     /// change is durable when it returns. Only a long-lived client should
     /// turn it on.
     pub early_answers: bool,
+    /// With early answers and the namespace in the MDS: take directory
+    /// leases, under which creates, removals and lookups in a directory
+    /// this client alone is changing are answered here and sent after
+    /// (`docs/CLIENT.md`, "Directory leases").
+    pub dir_leases: bool,
 }
 
 impl ClientConfig {
@@ -65,6 +70,7 @@ impl ClientConfig {
             identity,
             encrypt: false,
             early_answers: false,
+            dir_leases: true,
         }
     }
 }

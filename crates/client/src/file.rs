@@ -295,7 +295,9 @@ pub(crate) async fn ensure_caps(
     let margin = inner.cfg.cap_margin.as_millis() as u64;
     let soon = now_ms() + margin;
     let expiring = st.grants.iter().any(|g| g.expiry_ms < soon);
-    if expiring || (write && !st.write_caps) {
+    // A file made under a directory lease has neither layout nor
+    // capabilities until it is first read or written.
+    if expiring || (write && !st.write_caps) || (st.layout.is_none() && st.grants.is_empty()) {
         let (entry, grants) = inner
             .open_grants(ino, &st.creds, write || st.write_caps)
             .await?;

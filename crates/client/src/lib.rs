@@ -14,6 +14,7 @@ pub mod copy;
 pub mod error;
 pub mod file;
 pub mod holes;
+pub mod leases;
 pub mod listings;
 pub mod meta;
 pub mod namespace;

@@ -16,6 +16,8 @@ use crate::namespace::{Namespace, NsFuture, OpenHere, Removed};
 /// The MDS as the namespace.
 pub struct MdsNamespace {
     mds: Arc<MdsClient>,
+    /// Changes answered under directory leases: sent before any request.
+    leases: Option<Arc<crate::leases::DirLeases>>,
 }
 
 /// The error for an answer of the wrong kind.
@@ -26,10 +28,22 @@ pub fn bad_reply(what: &str, r: &MdsReply) -> FsError {
 impl MdsNamespace {
     /// The namespace of the MDS `mds` talks to.
     pub fn new(mds: Arc<MdsClient>) -> MdsNamespace {
-        MdsNamespace { mds }
+        MdsNamespace { mds, leases: None }
+    }
+
+    /// The same, whose every request waits for the changes `leases`
+    /// answered before it (so the MDS sees them first).
+    pub fn with_leases(mds: Arc<MdsClient>, leases: Arc<crate::leases::DirLeases>) -> MdsNamespace {
+        MdsNamespace {
+            mds,
+            leases: Some(leases),
+        }
     }
 
     async fn call(&self, c: &Creds, op: Op) -> Result<MdsReply> {
+        if let Some(l) = &self.leases {
+            l.drain().await;
+        }
         Ok(self.mds.call_as(c.clone(), op).await?)
     }
 

@@ -39,6 +39,8 @@ pub struct Inner {
     pub absent: crate::absent::Absent,
     /// Where the namespace lives.
     pub ns: Arc<dyn Namespace>,
+    /// Directory leases (MDS namespace with early answers only).
+    pub leases: Arc<crate::leases::DirLeases>,
     /// Bytes buffered or being written in the whole client.
     pub dirty_total: AtomicU64,
     pub(crate) inodes: Mutex<HashMap<u64, Arc<OpenInode>>>,

@@ -14,6 +14,7 @@
 
 pub mod cluster;
 pub mod config;
+pub mod delegation;
 pub mod fsck;
 pub mod ids;
 pub mod kv;

@@ -66,6 +66,10 @@ pub struct MdsMetrics {
     pub replay_failed: Counter,
     /// Client sessions a restarted MDS still waits for (0 when serving).
     pub replay_waiting: Gauge,
+    /// Directory leases granted.
+    pub leases_granted: Counter,
+    /// Requests that waited for another client's directory lease.
+    pub lease_waits: Counter,
     mandatory: Counter,
     non_mandatory: Counter,
     /// Bytes recovery copied.
@@ -119,6 +123,17 @@ impl MdsMetrics {
             "replay_failed",
             "Replayed operations that could not be redone",
             replay_failed.clone(),
+        );
+        let (leases_granted, lease_waits) = (Counter::default(), Counter::default());
+        registry.register(
+            "leases_granted",
+            "Directory leases granted",
+            leases_granted.clone(),
+        );
+        registry.register(
+            "lease_waits",
+            "Requests that waited for another client's directory lease",
+            lease_waits.clone(),
         );
         let replay_waiting = Gauge::default();
         registry.register(
@@ -230,6 +245,8 @@ impl MdsMetrics {
             replayed,
             replay_failed,
             replay_waiting,
+            leases_granted,
+            lease_waits,
             recovered_bytes,
             recovered_objects,
             copies_marked_stale,

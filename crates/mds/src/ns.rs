@@ -85,10 +85,11 @@ fn writable_dir(tx: &Tx, c: &Creds, parent: u64, what: &str) -> Result<Inode, Md
     Ok(dir)
 }
 
-fn taken<'a>(tx: &'a Tx<'_>) -> impl FnMut(u64) -> bool + 'a {
+pub(crate) fn taken<'a>(tx: &'a Tx<'_>) -> impl FnMut(u64) -> bool + 'a {
     |id| {
         tx.get(T::Inodes, &num_key(id)).ok().flatten().is_some()
             || tx.get(T::Objsets, &num_key(id)).ok().flatten().is_some()
+            || tx.get(T::Delegated, &num_key(id)).ok().flatten().is_some()
     }
 }
 

@@ -591,6 +591,34 @@ pub enum Op {
         /// The member filled.
         osd: u32,
     },
+    /// A lease on a directory's names ([`MdsReply::Lease`]): while it
+    /// lasts, no other session changes or reads the directory's names, so
+    /// the holder may create and remove files in it on its own and send
+    /// the changes after ([`Op::DirOps`]). Refused (EBUSY) while another
+    /// session holds it or the directory is too large; needs write and
+    /// search permission on it and a principal whose uids are trusted.
+    DirLease {
+        /// The directory.
+        dir: u64,
+    },
+    /// Changes the holder of a directory's lease made on its own, applied
+    /// in order, each checked as the synchronous request would be; each
+    /// create names an inode number the MDS delegated to the session.
+    /// Idempotent: a create whose name already names its inode, or a
+    /// removal whose name no longer names its inode, is already done.
+    /// Answers [`MdsReply::DirDone`].
+    DirOps {
+        /// The directory.
+        dir: u64,
+        /// At most [`DIR_OPS_MAX`], in the order they were made.
+        ops: Vec<DirOp>,
+    },
+    /// Gives a directory's lease back (the unused delegated inode numbers
+    /// with it). Answers [`MdsReply::Done`].
+    DirRelease {
+        /// The directory.
+        dir: u64,
+    },
 }
 
 /// Most operations a client keeps acknowledged but not yet durable (it
@@ -602,6 +630,65 @@ pub const REPLAY_MAX: usize = 4096;
 /// their names and targets; one REPLAY stays well inside a frame header).
 pub const REPLAY_MAX_BYTES: usize = 512 << 10;
 
+/// Most changes one [`Op::DirOps`] carries.
+pub const DIR_OPS_MAX: usize = 256;
+
+/// Directories with more names get no lease (their names would cost more
+/// to send than the lease saves).
+pub const LEASE_NAMES_MAX: usize = 10_000;
+
+/// Inode numbers the MDS keeps delegated to a lease's holder (topped up
+/// with every [`MdsReply::DirDone`]).
+pub const LEASE_IDS: usize = 64;
+
+/// How long a holder may use a lease after its last answered request
+/// about it (the grant or a [`Op::DirOps`]): the MDS keeps it for twice
+/// this since it last heard of it, so changes sent in time arrive in it.
+pub const LEASE_TERM_MS: u64 = 5_000;
+
+/// One change made by the holder of a directory's lease.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum DirOp {
+    /// A regular file made with `O_CREAT|O_EXCL` semantics.
+    Create {
+        /// Its name.
+        name: String,
+        /// The inode number (delegated to the session).
+        ino: u64,
+        /// Permission bits, as the create asked (the session holds the
+        /// file open, as after a synchronous create, until its next
+        /// report of what it holds).
+        mode: u32,
+    },
+    /// A name of a non-directory removed.
+    Unlink {
+        /// The name.
+        name: String,
+        /// The inode it named.
+        ino: u64,
+    },
+}
+
+impl DirOp {
+    /// The name it changes.
+    pub fn name(&self) -> &str {
+        match self {
+            DirOp::Create { name, .. } | DirOp::Unlink { name, .. } => name,
+        }
+    }
+}
+
+/// A lease on a directory's names, as granted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DirLease {
+    /// The directory's attributes when granted.
+    pub attr: Attr,
+    /// Every name in it: (name, inode, kind).
+    pub names: Vec<(String, u64, FileKind)>,
+    /// Inode numbers for new files, in the order to use them.
+    pub ids: Vec<u64>,
+}
+
 /// Roughly how many bytes `op` adds to a REPLAY.
 pub fn replay_footprint(op: &Op) -> usize {
     let names = match op {
@@ -609,6 +696,9 @@ pub fn replay_footprint(op: &Op) -> usize {
         Op::Unlink { name, .. } | Op::Rmdir { name, .. } | Op::Mkdir { name, .. } => name.len(),
         Op::Symlink { name, target, .. } => name.len() + target.len(),
         Op::Rename { name, new_name, .. } => name.len() + new_name.len(),
+        Op::DirOps { ops, .. } => {
+            return ops.iter().map(|o| o.name().len() + 96).sum::<usize>() + 32;
+        }
         _ => 0,
     };
     names + 96
@@ -854,7 +944,10 @@ impl Op {
     /// Whether it is a metadata access at all (counted as mandatory or
     /// non-mandatory): a session's report of its open files is not.
     pub fn is_access(&self) -> bool {
-        !matches!(self, Op::Holding { .. } | Op::Sync | Op::Replay { .. })
+        !matches!(
+            self,
+            Op::Holding { .. } | Op::Sync | Op::Replay { .. } | Op::DirRelease { .. }
+        )
     }
 
     /// Whether the MDS may answer it before it is durable (when the
@@ -872,6 +965,7 @@ impl Op {
                 | Op::Unlink { .. }
                 | Op::Rmdir { .. }
                 | Op::Rename { .. }
+                | Op::DirOps { .. }
         )
     }
 
@@ -925,6 +1019,9 @@ impl Op {
             Op::ChainDrop { .. } => "chaindrop",
             Op::ChainFilled { .. } => "chainfilled",
             Op::ChainRestarted => "chainrestarted",
+            Op::DirLease { .. } => "dirlease",
+            Op::DirOps { .. } => "dirops",
+            Op::DirRelease { .. } => "dirrelease",
         }
     }
 
@@ -1312,6 +1409,20 @@ pub enum MdsReply {
     },
     /// The replica chains and an OSD's part in them.
     Chains(Box<ChainGrant>),
+    /// A directory's lease.
+    Lease(Box<DirLease>),
+    /// What became of an [`Op::DirOps`].
+    DirDone {
+        /// The changes refused: (index in the request, why).
+        failed: Vec<(u32, MdsError)>,
+        /// Another session waits for the directory: finish what is queued
+        /// and give the lease back.
+        contended: bool,
+        /// More inode numbers for new files.
+        ids: Vec<u64>,
+        /// The directory's attributes after the changes.
+        dir: Option<Attr>,
+    },
 }
 
 impl MdsReply {

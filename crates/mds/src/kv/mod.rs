@@ -65,9 +65,13 @@ pub enum T {
     /// client session (BE) → ms since the epoch (LE) it was recorded:
     /// sessions that may hold early answers not yet durable.
     Sessions = 10,
+    /// inode number (BE) → session (LE) ++ directory (LE) ++ ms since the
+    /// epoch (LE): inode numbers delegated to a directory lease's holder,
+    /// not yet made.
+    Delegated = 11,
 }
 
-const NAMES: [&str; 11] = [
+const NAMES: [&str; 12] = [
     "inodes",
     "dentries",
     "xattrs",
@@ -79,6 +83,7 @@ const NAMES: [&str; 11] = [
     "principals",
     "orphans",
     "sessions",
+    "delegated",
 ];
 const N: usize = NAMES.len();
 

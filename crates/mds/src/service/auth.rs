@@ -58,6 +58,7 @@ fn inodes_named(op: &Op) -> Vec<u64> {
         | Op::Mknod { parent, .. }
         | Op::Unlink { parent, .. }
         | Op::Rmdir { parent, .. } => vec![*parent],
+        Op::DirLease { dir } | Op::DirOps { dir, .. } | Op::DirRelease { dir } => vec![*dir],
         Op::Link { ino, parent, .. } => vec![*ino, *parent],
         Op::Rename {
             parent, new_parent, ..
@@ -318,6 +319,14 @@ impl Mds {
                     path: format!("{}/{}", spec.path.trim_end_matches('/'), path),
                 };
             }
+        }
+        if matches!(req.op, Op::DirLease { .. }) && spec.uids != proto::mds::UidMap::Trusted {
+            // The holder makes files' attributes itself, from the uids it
+            // claims: only a principal whose claims stand may.
+            return Err(denied(
+                Errno::Perm,
+                format!("{name}'s uids are mapped: it gets no directory leases"),
+            ));
         }
         req.creds = spec.uids.apply(req.creds);
         let op = std::mem::replace(&mut req.op, Op::Statfs);

@@ -42,7 +42,16 @@ impl Mds {
                 ),
             ));
         }
+        let key = if session == 0 {
+            0
+        } else {
+            super::replay::session_key(super::auth::holder(), session)
+        };
+        let _active = self.lease_clear(key, &req.op).await;
         match req.op {
+            Op::DirLease { dir } => self.dir_lease(&c, dir, key).await,
+            Op::DirOps { dir, ops } => self.dir_ops(c, dir, ops, (key, session), early).await,
+            Op::DirRelease { dir } => self.dir_release(dir, key).await,
             Op::NamespaceGrant => self.namespace_grant_for(true),
             Op::NamespaceRoot { osd } => self.namespace_root(osd).await,
             Op::Lookup { parent, name } => self.lookup(&c, parent, &name, pf),

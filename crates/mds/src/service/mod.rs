@@ -15,6 +15,8 @@
 //!   scrub;
 //! - [`holds`]: the files client sessions hold open, and the unlinked
 //!   inodes (orphans) they keep alive;
+//! - [`leases`]: directory leases (changes a client makes on its own and
+//!   sends after);
 //! - [`replay`]: early answers, and redoing what clients replay after a
 //!   crash.
 
@@ -24,6 +26,7 @@ mod cluster_map;
 mod dispatch;
 mod grants;
 mod holds;
+mod leases;
 mod osd_actions;
 mod redundancy;
 mod replay;
@@ -249,6 +252,8 @@ pub struct Mds {
     /// When the replays were served (ms since the epoch; 0: none waited
     /// for): orphans' grace counts from then too.
     serving_since_ms: std::sync::atomic::AtomicU64,
+    /// Directory leases and the requests under way in each directory.
+    leases: Mutex<leases::Leases>,
 }
 
 fn err(e: Errno, m: impl Into<String>) -> MdsError {
@@ -319,6 +324,7 @@ impl Mds {
             replaying: tokio::sync::watch::Sender::new(recovering.is_some()),
             replays: Mutex::new(recovering),
             serving_since_ms: std::sync::atomic::AtomicU64::new(0),
+            leases: Mutex::new(leases::Leases::default()),
         });
         mds.index_stale_copies()?;
         Ok(mds)

@@ -511,10 +511,14 @@ impl Mds {
                     tracing::warn!(error = %e, "cannot read the delete queue or make it durable");
                 }
             }
+            if let Err(e) = self.expire_delegations().await {
+                tracing::warn!(error = %e, "cannot forget old delegated inode numbers");
+            }
             let mut wait = if pending {
                 Duration::from_millis(self.cfg.delete_retry_ms)
             } else {
-                Duration::from_secs(3600)
+                // Delegated numbers of gone lease holders expire too.
+                Duration::from_secs(60)
             };
             if let Some(d) = orphans_due {
                 wait = wait.min(d);

@@ -382,6 +382,14 @@ impl Mds {
             MdsReply::Early(e) => e.reply,
             r => r,
         };
+        if let MdsReply::DirDone { failed, .. } = &reply
+            && let Some((i, e)) = failed.first()
+        {
+            return Err(err(
+                e.errno,
+                format!("change {i} of a batch redone: {}", e.message),
+            ));
+        }
         match (op.ino, reply.named_ino()) {
             (Some(want), Some(got)) if want != got => Err(err(
                 Errno::Stale,

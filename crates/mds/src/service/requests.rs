@@ -239,7 +239,7 @@ impl Mds {
     }
 
     /// A directory's attributes as they are now.
-    fn dir_attr(&self, ino: u64) -> Result<proto::mds::Attr, MdsError> {
+    pub(super) fn dir_attr(&self, ino: u64) -> Result<proto::mds::Attr, MdsError> {
         Ok(self.kv.read()?.live_inode(ino)?.attr)
     }
 

@@ -52,6 +52,12 @@ pub struct Args {
     /// unmount wait for durability (docs/CLIENT.md, "Durability").
     #[arg(long)]
     pub sync_namespace: bool,
+    /// Never take directory leases: every create, unlink and lookup in a
+    /// directory goes to the MDS, even when this mount alone is changing it
+    /// (docs/CLIENT.md, "Directory leases"). Leases need early answers, so
+    /// --sync-namespace turns them off too.
+    #[arg(long)]
+    pub no_dir_leases: bool,
     /// Serve the client's Prometheus metrics (cache hits, MDS requests) here.
     #[arg(long)]
     pub metrics: Option<std::net::SocketAddr>,
@@ -124,6 +130,7 @@ fn serve(a: Args, mut ready: Option<OwnedFd>) -> anyhow::Result<i32> {
         cfg.prefetch = a.prefetch;
         cfg.attr_timeout = Duration::from_secs_f64(a.attr_timeout);
         cfg.early_answers = !a.sync_namespace;
+        cfg.dir_leases = !a.no_dir_leases;
         let c = client::Client::connect(cfg)
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))?;

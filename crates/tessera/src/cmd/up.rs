@@ -65,6 +65,12 @@ pub struct Args {
     /// (as `tessera mount --sync-namespace`).
     #[arg(long)]
     pub sync_namespace: bool,
+    /// Never take directory leases: every create, unlink and lookup in a
+    /// directory goes to the MDS, even when this mount alone is changing it
+    /// (docs/CLIENT.md, "Directory leases"). Leases need early answers, so
+    /// --sync-namespace turns them off too.
+    #[arg(long)]
+    pub no_dir_leases: bool,
     /// Where the namespace lives (first run): mds, or osd (Ali et al.: each
     /// directory an OSD object, no MDS in the metadata path).
     #[arg(long, default_value = "mds")]
@@ -204,6 +210,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
                 client::ClientConfig::new(&m.addr.to_string(), &cf.cluster_id, m.admin.clone());
             cfg.prefetch = a.prefetch;
             cfg.early_answers = !a.sync_namespace;
+            cfg.dir_leases = !a.no_dir_leases;
             let c = client::Client::connect(cfg)
                 .await
                 .map_err(|e| anyhow::anyhow!("{e}"))?;

@@ -183,7 +183,11 @@ pub fn serve_mds(data: &Path, addr: &str) -> Child {
             addr,
         ])
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(if std::env::var_os("TESSERA_TEST_LOGS").is_some() {
+            Stdio::inherit()
+        } else {
+            Stdio::null()
+        })
         .spawn()
         .unwrap()
 }
@@ -200,10 +204,16 @@ pub fn mount_fg(mds: &str, cluster: &str, mp: &Path, extra: &[&str]) -> Child {
         cluster,
     ];
     args.extend_from_slice(extra);
+    // TESSERA_TEST_LOGS=1 shows the mount's log (debugging a failure).
+    let logs = std::env::var_os("TESSERA_TEST_LOGS").is_some();
     let mut c = bin()
         .args(&args)
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(if logs {
+            Stdio::inherit()
+        } else {
+            Stdio::null()
+        })
         .spawn()
         .unwrap();
     wait_line(&mut c, "mounted");

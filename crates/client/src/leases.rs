@@ -1,0 +1,498 @@
+//! Directory leases on the client: while this client holds a directory's
+//! lease (no other client reads or changes its names meanwhile), it
+//! answers creates of new files, removals of files and lookups of names in
+//! it on its own, from the names the lease came with and the inode numbers
+//! the MDS delegated, and sends the changes after, in order, in batches
+//! (one DIR OPS in flight per directory). A change answered here is kept
+//! like an early answer: it becomes durable at fsync, syncfs or unmount,
+//! and a restarted MDS gets it again.
+//!
+//! Rules that keep this exact:
+//! - every other request to the MDS waits until the changes queued before
+//!   it are answered ([`DirLeases::drain`]), so the MDS sees this client's
+//!   operations in the order they were made;
+//! - anything the lease cannot answer for certain (a directory with the
+//!   sticky bit, a permission it would refuse, an existing name opened
+//!   without `O_EXCL`, a removal of a directory) goes to the MDS as before;
+//! - a lease is asked for only after two changes in one directory within
+//!   a second, is used for at most [`LEASE_TERM_MS`] after its last answer,
+//!   and goes back when it has been idle for [`IDLE`], when the MDS says
+//!   another client waits, or after any refused change;
+//! - a change the MDS refuses after it was answered here (which needs a
+//!   lease lapsed under a cut-off client) is logged and reported by the
+//!   next fsync of a directory or syncfs.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use net::{CallError, MdsClient};
+use posix::perm::{self, W, X};
+use proto::mds::{Attr, Creds, DIR_OPS_MAX, DirOp, Entry, FileKind, LEASE_TERM_MS, MdsReply, Op};
+
+use crate::error::{Errno, FsError, Result};
+
+/// A lease unused this long goes back.
+pub const IDLE: Duration = Duration::from_millis(50);
+
+/// Changes in one directory within [`HOT_WINDOW`] before a lease is asked.
+const HOT_CHANGES: u32 = 2;
+const HOT_WINDOW: Duration = Duration::from_secs(1);
+
+/// After a refusal or a contended lease, how long before asking again.
+const BACK_OFF: Duration = Duration::from_secs(1);
+
+/// A name and what it names now (nothing: removed).
+type NameChange = (String, Option<(u64, FileKind)>);
+
+/// The lease itself.
+struct Held {
+    /// The directory's attributes, as this client's changes left them.
+    attr: Attr,
+    /// Every name in it.
+    names: HashMap<String, (u64, FileKind)>,
+    /// Inode numbers for new files.
+    ids: VecDeque<u64>,
+    /// Usable until then (a term after the last answer's request left).
+    until: Instant,
+    /// Last used.
+    used: Instant,
+    /// No new changes: it goes back once its queue is empty.
+    give_back: bool,
+}
+
+impl Held {
+    fn usable(&self) -> bool {
+        !self.give_back && Instant::now() < self.until
+    }
+}
+
+/// What this client knows of one directory.
+#[derive(Default)]
+struct Dir {
+    lease: Option<Held>,
+    /// Changes made under the lease, not yet sent: (as whom, what).
+    queue: VecDeque<(Creds, DirOp)>,
+    /// A DIR OPS is under way.
+    in_flight: bool,
+    /// A DIR LEASE is under way, and the synchronous changes to names
+    /// finished meanwhile (applied over the listing when it arrives).
+    asking: Option<Vec<NameChange>>,
+    /// Changes counted towards asking: (first of the window, count).
+    hot: Option<(Instant, u32)>,
+    /// Not asked before then.
+    not_before: Option<Instant>,
+}
+
+/// This client's directory leases.
+pub struct DirLeases {
+    mds: Arc<MdsClient>,
+    on: bool,
+    dirs: Mutex<HashMap<u64, Dir>>,
+    /// Changes queued or under way, in all directories.
+    pending: AtomicUsize,
+    /// Signalled whenever `pending` falls.
+    drained: tokio::sync::Notify,
+    /// The first change the MDS refused after it was answered here, not
+    /// yet reported.
+    refused: Mutex<Option<FsError>>,
+    /// Whether the idle-release task runs.
+    ticking: std::sync::atomic::AtomicBool,
+    /// Leases granted to this client, and changes answered under them.
+    pub granted: std::sync::atomic::AtomicU64,
+    /// Changes this client answered under a lease.
+    pub answered: std::sync::atomic::AtomicU64,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl DirLeases {
+    /// Leases for a client of `mds`; `on` false: never asks for one.
+    pub fn new(mds: Arc<MdsClient>, on: bool) -> Arc<DirLeases> {
+        Arc::new(DirLeases {
+            mds,
+            on,
+            dirs: Mutex::new(HashMap::new()),
+            pending: AtomicUsize::new(0),
+            drained: tokio::sync::Notify::new(),
+            refused: Mutex::new(None),
+            ticking: std::sync::atomic::AtomicBool::new(false),
+            granted: std::sync::atomic::AtomicU64::new(0),
+            answered: std::sync::atomic::AtomicU64::new(0),
+        })
+    }
+
+    /// Counts a change in `dir` and asks for its lease once it is hot.
+    async fn warm(self: &Arc<Self>, c: &Creds, dir: u64) {
+        if !self.on {
+            return;
+        }
+        {
+            let mut dirs = lock(&self.dirs);
+            let d = dirs.entry(dir).or_default();
+            if d.lease.as_ref().is_some_and(Held::usable)
+                || d.asking.is_some()
+                || d.lease.is_some()
+                || d.not_before.is_some_and(|t| Instant::now() < t)
+            {
+                return;
+            }
+            let now = Instant::now();
+            let (since, n) = match d.hot {
+                Some((t, n)) if t.elapsed() < HOT_WINDOW => (t, n + 1),
+                _ => (now, 1),
+            };
+            d.hot = Some((since, n));
+            if n < HOT_CHANGES {
+                return;
+            }
+            d.hot = None;
+            d.asking = Some(Vec::new());
+        }
+        let sent = Instant::now();
+        let r = self.mds.call_as(c.clone(), Op::DirLease { dir }).await;
+        let mut dirs = lock(&self.dirs);
+        let d = dirs.entry(dir).or_default();
+        let during = d.asking.take().unwrap_or_default();
+        match r {
+            Ok(MdsReply::Lease(l)) => {
+                let mut names: HashMap<String, (u64, FileKind)> =
+                    l.names.into_iter().map(|(n, i, k)| (n, (i, k))).collect();
+                for (name, now) in during {
+                    match now {
+                        Some(x) => names.insert(name, x),
+                        None => names.remove(&name),
+                    };
+                }
+                d.lease = Some(Held {
+                    attr: l.attr,
+                    names,
+                    ids: l.ids.into(),
+                    until: sent + Duration::from_millis(LEASE_TERM_MS),
+                    used: Instant::now(),
+                    give_back: false,
+                });
+                self.granted.fetch_add(1, Ordering::Relaxed);
+                drop(dirs);
+                self.tick_while_held();
+            }
+            Ok(_) | Err(_) => d.not_before = Some(Instant::now() + BACK_OFF),
+        }
+    }
+
+    /// Creates `name` in `parent` under its lease: `None` when the lease
+    /// cannot answer (then the MDS must).
+    pub async fn create(
+        self: &Arc<Self>,
+        c: &Creds,
+        parent: u64,
+        name: &str,
+        mode: u32,
+        exclusive: bool,
+    ) -> Option<Result<(Entry, Attr)>> {
+        self.warm(c, parent).await;
+        let mut dirs = lock(&self.dirs);
+        let d = dirs.get_mut(&parent)?;
+        let h = d.lease.as_mut().filter(|h| h.usable())?;
+        if h.names.contains_key(name) {
+            if exclusive {
+                return Some(Err(FsError::new(
+                    Errno::Exist,
+                    format!("{name:?} exists in {parent:#x}"),
+                )));
+            }
+            return None;
+        }
+        if let Err(e) = posix::check_name(name) {
+            return Some(Err(e.into()));
+        }
+        if !perm::allowed(&h.attr, c, W | X) {
+            return None;
+        }
+        let ino = h.ids.pop_front()?;
+        let now = proto::clock::now_ns();
+        let attr = posix::new_attr(ino, FileKind::File, mode, c, &h.attr, now);
+        h.names.insert(name.into(), (ino, FileKind::File));
+        touch(&mut h.attr, 1, now);
+        h.used = Instant::now();
+        let dir = h.attr.clone();
+        let op = DirOp::Create {
+            name: name.into(),
+            ino,
+            mode,
+        };
+        self.queue(d, parent, c, op);
+        self.answered.fetch_add(1, Ordering::Relaxed);
+        Some(Ok((
+            Entry {
+                parent,
+                name: name.into(),
+                attr,
+                layout: None,
+            },
+            dir,
+        )))
+    }
+
+    /// Removes file `name` from `parent` under its lease: the inode it
+    /// named and the directory after; `None` when the MDS must answer.
+    pub async fn unlink(
+        self: &Arc<Self>,
+        c: &Creds,
+        parent: u64,
+        name: &str,
+    ) -> Option<Result<(u64, Attr)>> {
+        self.warm(c, parent).await;
+        let mut dirs = lock(&self.dirs);
+        let d = dirs.get_mut(&parent)?;
+        let h = d.lease.as_mut().filter(|h| h.usable())?;
+        let Some(&(ino, kind)) = h.names.get(name) else {
+            return Some(Err(FsError::new(
+                Errno::NoEnt,
+                format!("{name:?} not found in {parent:#x}"),
+            )));
+        };
+        // The sticky bit asks for the victim's owner, which the lease
+        // does not carry; a directory is for rmdir to refuse.
+        if kind == FileKind::Dir || h.attr.mode & 0o1000 != 0 || !perm::allowed(&h.attr, c, W | X) {
+            return None;
+        }
+        h.names.remove(name);
+        let now = proto::clock::now_ns();
+        touch(&mut h.attr, -1, now);
+        h.used = Instant::now();
+        let dir = h.attr.clone();
+        let op = DirOp::Unlink {
+            name: name.into(),
+            ino,
+        };
+        self.queue(d, parent, c, op);
+        self.answered.fetch_add(1, Ordering::Relaxed);
+        Some(Ok((ino, dir)))
+    }
+
+    /// What `parent`'s lease says of `name`: `Some(None)` absent,
+    /// `Some(Some(ino))` present; `None` when there is no usable lease.
+    pub fn lookup(&self, parent: u64, name: &str) -> Option<Option<u64>> {
+        let dirs = lock(&self.dirs);
+        let h = dirs.get(&parent)?.lease.as_ref().filter(|h| h.usable())?;
+        Some(h.names.get(name).map(|x| x.0))
+    }
+
+    /// A change this client made through the MDS: `name` in `dir` now
+    /// names `now` (or nothing).
+    pub fn changed(&self, dir: u64, name: &str, now: Option<(u64, FileKind)>) {
+        let mut dirs = lock(&self.dirs);
+        let Some(d) = dirs.get_mut(&dir) else { return };
+        if let Some(during) = d.asking.as_mut() {
+            during.push((name.into(), now));
+        }
+        if let Some(h) = d.lease.as_mut() {
+            match now {
+                Some(x) => h.names.insert(name.into(), x),
+                None => h.names.remove(name),
+            };
+        }
+    }
+
+    /// A change through the MDS this lease cannot follow (a rename, a
+    /// refused change, new permissions): the lease goes back.
+    pub fn forget(self: &Arc<Self>, dir: u64) {
+        let mut dirs = lock(&self.dirs);
+        if let Some(d) = dirs.get_mut(&dir) {
+            if let Some(h) = d.lease.as_mut() {
+                h.give_back = true;
+            }
+            if d.asking.is_some() {
+                // The listing may predate the change: not to be used.
+                d.not_before = Some(Instant::now() + BACK_OFF);
+            }
+            self.release_if_done(dir, d);
+        }
+    }
+
+    /// Returns once every change answered under a lease before the call
+    /// has been answered by the MDS (every other request waits for this,
+    /// so the MDS sees this client's operations in order).
+    pub async fn drain(&self) {
+        loop {
+            let wait = self.drained.notified();
+            if self.pending.load(Ordering::SeqCst) == 0 {
+                return;
+            }
+            wait.await;
+        }
+    }
+
+    /// The first change the MDS refused after it was answered here, once.
+    pub fn take_refused(&self) -> Option<FsError> {
+        lock(&self.refused).take()
+    }
+
+    fn queue(self: &Arc<Self>, d: &mut Dir, dir: u64, c: &Creds, op: DirOp) {
+        d.queue.push_back((c.clone(), op));
+        self.pending.fetch_add(1, Ordering::SeqCst);
+        if !d.in_flight {
+            d.in_flight = true;
+            let me = self.clone();
+            tokio::spawn(async move { me.send(dir).await });
+        }
+    }
+
+    /// Sends `dir`'s queue, a batch at a time, until it is empty.
+    async fn send(self: Arc<Self>, dir: u64) {
+        let mut retry = Duration::from_millis(50);
+        loop {
+            let (creds, ops) = {
+                let mut dirs = lock(&self.dirs);
+                let Some(d) = dirs.get_mut(&dir) else { return };
+                let Some(creds) = d.queue.front().map(|(c, _)| c.clone()) else {
+                    d.in_flight = false;
+                    self.release_if_done(dir, d);
+                    return;
+                };
+                let mut ops = Vec::new();
+                while ops.len() < DIR_OPS_MAX && d.queue.front().is_some_and(|(c, _)| *c == creds) {
+                    if let Some((_, op)) = d.queue.pop_front() {
+                        ops.push(op);
+                    }
+                }
+                (creds, ops)
+            };
+            let n = ops.len();
+            let sent = Instant::now();
+            let op = Op::DirOps {
+                dir,
+                ops: ops.clone(),
+            };
+            let r = self.mds.call_as(creds.clone(), op).await;
+            let (failed, contended, ids) = match r {
+                Ok(MdsReply::DirDone {
+                    failed,
+                    contended,
+                    ids,
+                    ..
+                }) => (
+                    failed
+                        .into_iter()
+                        .map(|(i, e)| (ops.get(i as usize).map(|o| o.name().to_string()), e.into()))
+                        .collect::<Vec<(Option<String>, FsError)>>(),
+                    contended,
+                    ids,
+                ),
+                Err(CallError::Transport(e)) => {
+                    // Not known to have arrived: sent again (the MDS takes
+                    // a batch twice as once) when the MDS answers again.
+                    tracing::warn!(dir, error = %e, "directory changes not sent; retrying");
+                    {
+                        let mut dirs = lock(&self.dirs);
+                        let d = dirs.entry(dir).or_default();
+                        for op in ops.into_iter().rev() {
+                            d.queue.push_front((creds.clone(), op));
+                        }
+                    }
+                    tokio::time::sleep(retry).await;
+                    retry = (retry * 2).min(Duration::from_secs(1));
+                    continue;
+                }
+                Ok(other) => (
+                    vec![(
+                        None,
+                        FsError::new(Errno::Io, format!("DIR OPS answered {other:?}")),
+                    )],
+                    true,
+                    Vec::new(),
+                ),
+                Err(e) => (vec![(None, e.into())], true, Vec::new()),
+            };
+            retry = Duration::from_millis(50);
+            {
+                let mut dirs = lock(&self.dirs);
+                let d = dirs.entry(dir).or_default();
+                if let Some(h) = d.lease.as_mut() {
+                    h.until = sent + Duration::from_millis(LEASE_TERM_MS);
+                    h.ids.extend(ids);
+                    h.give_back |= contended || !failed.is_empty();
+                }
+                if !failed.is_empty() {
+                    d.not_before = Some(Instant::now() + BACK_OFF);
+                }
+            }
+            for (name, e) in failed {
+                tracing::error!(
+                    dir,
+                    name = name.as_deref().unwrap_or("(the batch)"),
+                    error = %e,
+                    "the MDS refused a change this client had answered under a directory lease"
+                );
+                lock(&self.refused).get_or_insert(e);
+            }
+            self.pending.fetch_sub(n, Ordering::SeqCst);
+            self.drained.notify_waiters();
+        }
+    }
+
+    /// Gives `dir`'s lease back if it is to go and nothing is queued.
+    fn release_if_done(self: &Arc<Self>, dir: u64, d: &mut Dir) {
+        let idle = d
+            .lease
+            .as_ref()
+            .is_some_and(|h| h.give_back || h.used.elapsed() >= IDLE || Instant::now() >= h.until);
+        if !idle || d.in_flight || !d.queue.is_empty() {
+            return;
+        }
+        if d.lease.take().is_some_and(|h| h.give_back) {
+            d.not_before = Some(Instant::now() + BACK_OFF);
+        }
+        let mds = self.mds.clone();
+        tokio::spawn(async move {
+            if let Err(e) = mds.call(Op::DirRelease { dir }).await {
+                tracing::debug!(dir, error = %e, "giving a directory lease back");
+            }
+        });
+    }
+
+    /// Runs the idle check while leases are held.
+    fn tick_while_held(self: &Arc<Self>) {
+        if self.ticking.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let me = Arc::downgrade(self);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(IDLE / 2).await;
+                let Some(me) = me.upgrade() else { return };
+                let mut dirs = lock(&me.dirs);
+                let keys: Vec<u64> = dirs.keys().copied().collect();
+                for k in keys {
+                    if let Some(d) = dirs.get_mut(&k) {
+                        me.release_if_done(k, d);
+                        let stale = d.lease.is_none()
+                            && d.queue.is_empty()
+                            && !d.in_flight
+                            && d.asking.is_none()
+                            && d.not_before.is_none_or(|t| Instant::now() >= t)
+                            && d.hot.is_none_or(|(t, _)| t.elapsed() >= HOT_WINDOW);
+                        if stale {
+                            dirs.remove(&k);
+                        }
+                    }
+                }
+                if !dirs.values().any(|d| d.lease.is_some() || d.in_flight) {
+                    me.ticking.store(false, Ordering::SeqCst);
+                    return;
+                }
+            }
+        });
+    }
+}
+
+/// A directory's attributes after a name came (+1) or went (-1).
+fn touch(a: &mut Attr, names: i64, now: i64) {
+    a.size = a.size.saturating_add_signed(names);
+    a.mtime = now;
+    a.ctime = now;
+}

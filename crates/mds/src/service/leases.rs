@@ -1,0 +1,461 @@
+//! Directory leases: one session at a time may make and remove files in a
+//! directory on its own and tell the MDS after, in order and in batches
+//! (CephFS's asynchronous directory operations are the model). While a
+//! lease lasts, every other session's request that names the directory
+//! (a lookup, listing or change in it, a change to it) waits: the MDS
+//! marks the lease contended, the holder learns it from its next answer
+//! or gives the lease back when idle, and the request runs once the lease
+//! is back or its holder has gone unheard for two lease terms. A directory
+//! two sessions used within two seconds gets no lease at all: they would
+//! only pass it back and forth.
+//!
+//! The inode numbers a holder uses are delegated to it in the KV
+//! ([`crate::delegation`]), so they survive a restart of the MDS with the
+//! replays that name them.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use proto::mds::{DirLease, DirOp, LEASE_IDS, LEASE_NAMES_MAX, LEASE_TERM_MS};
+
+use super::*;
+use crate::delegation;
+
+/// How often a request waiting for a lease looks again.
+const WAIT_STEP: Duration = Duration::from_millis(2);
+
+/// A directory two sessions used within this long gets no lease (they
+/// would pass it back and forth, each waiting for the other's to go).
+const SHARED_FOR: Duration = Duration::from_secs(2);
+
+/// Directories whose recent users are remembered before old ones are
+/// forgotten.
+const RECENT_MAX: usize = 65_536;
+
+/// Who used a directory last, and when another session last did.
+#[derive(Clone, Copy)]
+struct Recent {
+    session: u64,
+    at: Instant,
+    other_at: Option<Instant>,
+}
+
+impl Recent {
+    /// Whether a session other than `s` used it within [`SHARED_FOR`].
+    fn shared_with(&self, s: u64) -> bool {
+        let recent = |t: Instant| t.elapsed() < SHARED_FOR;
+        if self.session != s {
+            recent(self.at)
+        } else {
+            self.other_at.is_some_and(recent)
+        }
+    }
+}
+
+/// One lease.
+struct Lease {
+    /// The holding session (its KV session key).
+    holder: u64,
+    /// When the MDS last heard of it from its holder.
+    heard: Instant,
+    /// Another session waits for the directory.
+    contended: bool,
+    /// Inode numbers delegated with it and not used yet.
+    ids: Vec<u64>,
+}
+
+impl Lease {
+    fn lapsed(&self) -> bool {
+        self.heard.elapsed() >= Duration::from_millis(2 * LEASE_TERM_MS)
+    }
+}
+
+/// The leases, and the requests under way in each directory.
+#[derive(Default)]
+pub(super) struct Leases {
+    held: HashMap<u64, Lease>,
+    /// Directory → (session key → requests of that session naming it
+    /// under way): a grant waits for other sessions' to finish.
+    active: HashMap<u64, HashMap<u64, usize>>,
+    /// Directory → its recent users.
+    recent: HashMap<u64, Recent>,
+}
+
+impl Leases {
+    fn used(&mut self, dir: u64, session: u64) {
+        let now = Instant::now();
+        if self.recent.len() >= RECENT_MAX {
+            self.recent.retain(|_, r| r.at.elapsed() < SHARED_FOR);
+        }
+        let r = self.recent.entry(dir).or_insert(Recent {
+            session,
+            at: now,
+            other_at: None,
+        });
+        if r.session != session {
+            r.other_at = Some(r.at);
+            r.session = session;
+        }
+        r.at = now;
+    }
+}
+
+/// A request's mark on the directories it names; removed when dropped.
+pub(super) struct Active<'a> {
+    mds: &'a Mds,
+    session: u64,
+    dirs: Vec<u64>,
+}
+
+impl Drop for Active<'_> {
+    fn drop(&mut self) {
+        if self.dirs.is_empty() {
+            return;
+        }
+        let mut l = self.mds.leases();
+        for d in &self.dirs {
+            if let Some(m) = l.active.get_mut(d) {
+                if let Some(n) = m.get_mut(&self.session) {
+                    *n -= 1;
+                    if *n == 0 {
+                        m.remove(&self.session);
+                    }
+                }
+                if m.is_empty() {
+                    l.active.remove(d);
+                }
+            }
+        }
+    }
+}
+
+/// The directories a request names, as a lease sees them: those whose
+/// names it reads or changes, or whose attributes it changes.
+fn dirs_named(op: &Op) -> Vec<u64> {
+    match op {
+        Op::Lookup { parent, .. }
+        | Op::Create { parent, .. }
+        | Op::Mkdir { parent, .. }
+        | Op::Symlink { parent, .. }
+        | Op::Mknod { parent, .. }
+        | Op::Link { parent, .. }
+        | Op::Unlink { parent, .. }
+        | Op::Rmdir { parent, .. } => vec![*parent],
+        Op::Rename {
+            parent, new_parent, ..
+        } => vec![*parent, *new_parent],
+        Op::Readdir { ino, .. }
+        | Op::ReaddirPrefetch { ino, .. }
+        | Op::SetAttr { ino, .. }
+        | Op::SetXattr { ino, .. }
+        | Op::RemoveXattr { ino, .. } => vec![*ino],
+        // A lease asked for while another is held is refused at once.
+        Op::DirOps { dir, .. } => vec![*dir],
+        _ => Vec::new(),
+    }
+}
+
+impl Mds {
+    pub(super) fn leases(&self) -> std::sync::MutexGuard<'_, Leases> {
+        self.leases.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Waits until no other session holds a lease on a directory `op`
+    /// names, then marks the request under way there (the mark goes when
+    /// the returned guard does).
+    pub(super) async fn lease_clear(&self, session: u64, op: &Op) -> Active<'_> {
+        let mut dirs = dirs_named(op);
+        // A directory removed or replaced is named too.
+        if let Op::Rmdir { parent, name }
+        | Op::Rename {
+            new_parent: parent,
+            new_name: name,
+            ..
+        } = op
+            && let Ok(snap) = self.kv.read()
+            && let Ok(Some((ino, FileKind::Dir))) = snap.dentry(*parent, name)
+        {
+            dirs.push(ino);
+        }
+        if dirs.is_empty() {
+            return Active {
+                mds: self,
+                session,
+                dirs,
+            };
+        }
+        let mut waited = false;
+        loop {
+            {
+                let mut l = self.leases();
+                let mut busy = false;
+                for d in &dirs {
+                    let lapsed = match l.held.get_mut(d) {
+                        Some(lease) if lease.holder != session => {
+                            if lease.lapsed() {
+                                true
+                            } else {
+                                lease.contended = true;
+                                busy = true;
+                                false
+                            }
+                        }
+                        _ => false,
+                    };
+                    if lapsed {
+                        l.held.remove(d);
+                        tracing::info!(
+                            dir = d,
+                            "a directory lease lapsed: its holder went unheard"
+                        );
+                    }
+                }
+                if !busy {
+                    for d in &dirs {
+                        *l.active.entry(*d).or_default().entry(session).or_default() += 1;
+                        l.used(*d, session);
+                    }
+                    if waited {
+                        self.metrics.lease_waits.inc();
+                    }
+                    return Active {
+                        mds: self,
+                        session,
+                        dirs,
+                    };
+                }
+            }
+            waited = true;
+            tokio::time::sleep(WAIT_STEP).await;
+        }
+    }
+
+    /// DIR LEASE: grants `dir`'s lease to `session` with its names and
+    /// delegated inode numbers, or refuses it (EBUSY) while another
+    /// session holds it or has requests under way in it.
+    pub(super) async fn dir_lease(
+        &self,
+        c: &Creds,
+        dir: u64,
+        session: u64,
+    ) -> Result<MdsReply, MdsError> {
+        if session == 0 {
+            return Err(err(
+                Errno::Inval,
+                "a directory lease needs a client session",
+            ));
+        }
+        {
+            let snap = self.kv.read()?;
+            let d = snap.dir_inode(dir)?;
+            perm::check(&d.attr, c, W | posix::perm::X, "lease")?;
+        }
+        {
+            let mut l = self.leases();
+            let others = l
+                .active
+                .get(&dir)
+                .is_some_and(|m| m.keys().any(|s| *s != session))
+                || l.recent.get(&dir).is_some_and(|r| r.shared_with(session));
+            match l.held.get(&dir) {
+                Some(lease) if lease.holder != session && !lease.lapsed() => {
+                    return Err(err(
+                        Errno::Busy,
+                        format!("{dir:#x} is leased to another client"),
+                    ));
+                }
+                _ if others => {
+                    return Err(err(
+                        Errno::Busy,
+                        format!("{dir:#x} is in use by another client"),
+                    ));
+                }
+                _ => {}
+            }
+            // A lapsed lease, or this session's own again: start afresh.
+            l.held.insert(
+                dir,
+                Lease {
+                    holder: session,
+                    heard: Instant::now(),
+                    contended: false,
+                    ids: Vec::new(),
+                },
+            );
+        }
+        let granted = self.grant_lease(dir, session).await;
+        if granted.is_err() {
+            self.drop_lease(dir, session);
+        }
+        granted
+    }
+
+    async fn grant_lease(&self, dir: u64, session: u64) -> Result<MdsReply, MdsError> {
+        let snap = self.kv.read()?;
+        let attr = snap.dir_inode(dir)?.attr;
+        let (names, more) = snap.list_dir(dir, None, LEASE_NAMES_MAX)?;
+        drop(snap);
+        if more {
+            return Err(err(
+                Errno::Busy,
+                format!("{dir:#x} has more than {LEASE_NAMES_MAX} names: no lease"),
+            ));
+        }
+        let ids = self.delegate(dir, session, LEASE_IDS).await?;
+        self.metrics.leases_granted.inc();
+        Ok(MdsReply::Lease(Box::new(DirLease { attr, names, ids })))
+    }
+
+    /// Delegates `n` more inode numbers with `dir`'s lease (durably: a
+    /// replay after a crash may name them).
+    async fn delegate(&self, dir: u64, session: u64, n: usize) -> Result<Vec<u64>, MdsError> {
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        let policy = self.sb.policy;
+        let now = proto::clock::now_ms();
+        let ids = self
+            .kv
+            .write(move |tx| delegation::delegate(tx, &policy, dir, n, session, now))
+            .await?;
+        if let Some(l) = self
+            .leases()
+            .held
+            .get_mut(&dir)
+            .filter(|l| l.holder == session)
+        {
+            l.ids.extend(&ids);
+        }
+        Ok(ids)
+    }
+
+    fn drop_lease(&self, dir: u64, session: u64) -> Option<Vec<u64>> {
+        let mut l = self.leases();
+        if l.held.get(&dir).is_some_and(|l| l.holder == session) {
+            return l.held.remove(&dir).map(|l| l.ids);
+        }
+        None
+    }
+
+    /// DIR OPS: applies the holder's changes in one transaction; answers
+    /// which were refused, whether another session waits, and more inode
+    /// numbers while the lease lasts.
+    pub(super) async fn dir_ops(
+        &self,
+        c: Creds,
+        dir: u64,
+        ops: Vec<DirOp>,
+        (session, client_session): (u64, u64),
+        early: Option<u64>,
+    ) -> Result<MdsReply, MdsError> {
+        if ops.is_empty() || ops.len() > proto::mds::DIR_OPS_MAX {
+            return Err(err(
+                Errno::Inval,
+                format!(
+                    "{} changes in one DIR OPS (1 to {})",
+                    ops.len(),
+                    proto::mds::DIR_OPS_MAX
+                ),
+            ));
+        }
+        let made: Vec<u64> = ops
+            .iter()
+            .filter_map(|o| match o {
+                DirOp::Create { ino, .. } => Some(*ino),
+                DirOp::Unlink { .. } => None,
+            })
+            .collect();
+        let policy = self.sb.policy;
+        let (applied, ack) = self
+            .write_ns(early, move |tx| {
+                delegation::apply(tx, &policy, &c, dir, &ops, session)
+            })
+            .await?;
+        for &ino in &applied.opened {
+            self.note_open(client_session, ino, true)?;
+        }
+        for &o in &applied.orphans {
+            self.orphaned(Some(o)).await?;
+        }
+        let (contended, want) = {
+            let mut l = self.leases();
+            match l.held.get_mut(&dir).filter(|l| l.holder == session) {
+                Some(lease) => {
+                    lease.heard = Instant::now();
+                    let failed: Vec<u64> = applied
+                        .failed
+                        .iter()
+                        .filter_map(|(i, _)| made.get(*i as usize).copied())
+                        .collect();
+                    lease
+                        .ids
+                        .retain(|i| !made.contains(i) || failed.contains(i));
+                    let want = if lease.contended {
+                        0
+                    } else {
+                        LEASE_IDS.saturating_sub(lease.ids.len())
+                    };
+                    (lease.contended, want)
+                }
+                // No lease (lapsed, given back, or a replay): apply only.
+                None => (true, 0),
+            }
+        };
+        // Numbers are topped up in batches, not one per create.
+        let ids = if want >= LEASE_IDS / 2 {
+            self.delegate(dir, session, want).await?
+        } else {
+            Vec::new()
+        };
+        let reply = MdsReply::DirDone {
+            failed: applied.failed,
+            contended,
+            ids,
+            dir: self.dir_attr(dir).ok(),
+        };
+        Ok(self.answer(reply, ack))
+    }
+
+    /// DIR RELEASE: the lease goes, and the numbers it did not use.
+    pub(super) async fn dir_release(&self, dir: u64, session: u64) -> Result<MdsReply, MdsError> {
+        if let Some(ids) = self.drop_lease(dir, session)
+            && !ids.is_empty()
+        {
+            self.kv
+                .write(move |tx| delegation::undelegate(tx, session, &ids))
+                .await?;
+        }
+        Ok(MdsReply::Done)
+    }
+
+    /// Forgets delegated numbers older than ten lease terms (their holders
+    /// are gone); called by the delete worker.
+    pub(super) async fn expire_delegations(&self) -> Result<(), MdsError> {
+        let before = proto::clock::now_ms().saturating_sub(10 * LEASE_TERM_MS);
+        let mut any = false;
+        self.kv.read()?.scan(
+            T::Delegated,
+            std::ops::Bound::Unbounded,
+            std::ops::Bound::Unbounded,
+            false,
+            &mut |_, v| {
+                any = delegation::decode_record(v).is_none_or(|(_, _, ms, _)| ms < before);
+                !any
+            },
+        )?;
+        if !any {
+            return Ok(());
+        }
+        let n = self
+            .kv
+            .write(move |tx| delegation::expire(tx, before, 4096))
+            .await?;
+        if n > 0 {
+            tracing::debug!(
+                expired = n,
+                "forgot delegated inode numbers of gone lease holders"
+            );
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,262 @@
+//! Directory leases over 127.0.0.1 with real OSDs: one session at a time
+//! holds a directory's lease (with its names and delegated inode
+//! numbers); the holder's batched changes are applied in order, checked,
+//! and idempotent; a create may only name an inode number delegated to
+//! its session for that directory; another session's request in the
+//! directory waits until the lease is given back, and the holder learns
+//! that someone waits; given back, its unused numbers are void, and a
+//! directory two sessions used gets no lease for a while. Then, for each
+//! id policy: numbers delegated are never made by a plain create.
+#![expect(clippy::unwrap_used, reason = "tests: a panic is the failure report")]
+
+mod common;
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use common::*;
+use mds::ids::PolicyKind;
+use proto::mds::{DirLease, DirOp, Errno, LEASE_IDS, MdsError, MdsReply, Op, ROOT_INO};
+
+async fn mkdir(c: &net::MdsClient, name: &str) -> u64 {
+    match c
+        .call(Op::Mkdir {
+            parent: ROOT_INO,
+            name: name.into(),
+            mode: 0o755,
+        })
+        .await
+        .unwrap()
+    {
+        MdsReply::Found(f) => f.entry.attr.ino,
+        other => panic!("{other:?}"),
+    }
+}
+
+async fn create(c: &net::MdsClient, dir: u64, name: &str) -> u64 {
+    match c
+        .call(Op::Create {
+            parent: dir,
+            name: name.into(),
+            mode: 0o644,
+            exclusive: true,
+        })
+        .await
+        .unwrap()
+    {
+        MdsReply::Found(f) => f.entry.attr.ino,
+        other => panic!("{other:?}"),
+    }
+}
+
+async fn lease(c: &net::MdsClient, dir: u64) -> Result<DirLease, MdsError> {
+    match c.call(Op::DirLease { dir }).await {
+        Ok(MdsReply::Lease(l)) => Ok(*l),
+        Ok(other) => panic!("{other:?}"),
+        Err(net::CallError::Mds(e)) => Err(e),
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// (refused: (index, errno), contended).
+async fn ops(c: &net::MdsClient, dir: u64, ops: Vec<DirOp>) -> (Vec<(u32, Errno)>, bool) {
+    match c.call(Op::DirOps { dir, ops }).await.unwrap() {
+        MdsReply::DirDone {
+            failed, contended, ..
+        } => (
+            failed.into_iter().map(|(i, e)| (i, e.errno)).collect(),
+            contended,
+        ),
+        other => panic!("{other:?}"),
+    }
+}
+
+fn mk(name: &str, ino: u64) -> DirOp {
+    DirOp::Create {
+        name: name.into(),
+        ino,
+        mode: 0o644,
+    }
+}
+
+async fn names(c: &net::MdsClient, dir: u64) -> Vec<(String, u64)> {
+    c.readdir_all(dir, false)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| (e.name, e.ino))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_holder_its_changes_in_order_and_others_wait() {
+    let cl = Cluster::start(3, spec(512 << 10, 3), PolicyKind::ChildClosest).await;
+    let (a, b) = (cl.client(), cl.client());
+    let d = mkdir(&a, "d").await;
+    let old = create(&a, d, "old").await;
+
+    let l = lease(&a, d).await.unwrap();
+    assert_eq!(l.attr.ino, d);
+    assert_eq!(
+        l.names,
+        vec![("old".to_string(), old, proto::mds::FileKind::File)]
+    );
+    assert_eq!(l.ids.len(), LEASE_IDS);
+    let distinct: HashSet<u64> = l.ids.iter().copied().collect();
+    assert_eq!(distinct.len(), LEASE_IDS, "delegated numbers are distinct");
+    assert!(!distinct.contains(&old) && !distinct.contains(&d));
+    assert_eq!(
+        lease(&b, d).await.unwrap_err().errno,
+        Errno::Busy,
+        "one holder at a time"
+    );
+
+    // In order: made, then removed, then made again under a new number.
+    let batch = vec![
+        mk("x", l.ids[0]),
+        mk("y", l.ids[1]),
+        DirOp::Unlink {
+            name: "old".into(),
+            ino: old,
+        },
+        DirOp::Unlink {
+            name: "y".into(),
+            ino: l.ids[1],
+        },
+        mk("y", l.ids[2]),
+    ];
+    assert_eq!(ops(&a, d, batch.clone()).await, (vec![], false));
+    let want = vec![("x".to_string(), l.ids[0]), ("y".to_string(), l.ids[2])];
+    assert_eq!(names(&a, d).await, want);
+    // Sent twice (an answer lost with a connection): taken as once.
+    assert_eq!(ops(&a, d, batch).await, (vec![], false));
+    assert_eq!(names(&a, d).await, want);
+
+    // Refused, each alone: a number never delegated, one delegated for
+    // another directory, an existing name, a name not allowed.
+    let e = mkdir(&a, "e").await;
+    let le = lease(&a, e).await.unwrap();
+    let (failed, _) = ops(
+        &a,
+        d,
+        vec![
+            mk("z1", old + 1_000_000),
+            mk("z2", le.ids[0]),
+            mk("x", l.ids[3]),
+            mk("a/b", l.ids[4]),
+            mk("fine", l.ids[5]),
+        ],
+    )
+    .await;
+    assert_eq!(
+        failed,
+        vec![
+            (0, Errno::Inval),
+            (1, Errno::Inval),
+            (2, Errno::Exist),
+            (3, Errno::Inval)
+        ]
+    );
+    assert!(
+        names(&a, d)
+            .await
+            .iter()
+            .any(|(n, i)| n == "fine" && *i == l.ids[5])
+    );
+    // Too many changes at once, or none.
+    let many: Vec<DirOp> = (0..proto::mds::DIR_OPS_MAX + 1)
+        .map(|i| DirOp::Unlink {
+            name: format!("n{i}"),
+            ino: 1,
+        })
+        .collect();
+    for bad in [many, Vec::new()] {
+        match a.call(Op::DirOps { dir: d, ops: bad }).await {
+            Err(net::CallError::Mds(e)) => assert_eq!(e.errno, Errno::Inval),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    // Another session's lookup in the directory waits for the lease.
+    let b = std::sync::Arc::new(b);
+    let waiter = {
+        let b = b.clone();
+        tokio::spawn(async move {
+            b.call(Op::Lookup {
+                parent: d,
+                name: "w".into(),
+            })
+            .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    assert!(
+        !waiter.is_finished(),
+        "the lookup waits while the lease is held"
+    );
+    // The holder hears that someone waits, and may still finish.
+    let (failed, contended) = ops(&a, d, vec![mk("w", l.ids[6])]).await;
+    assert!(failed.is_empty() && contended, "{failed:?} {contended}");
+    assert!(!waiter.is_finished());
+    a.call(Op::DirRelease { dir: d }).await.unwrap();
+    let found = tokio::time::timeout(Duration::from_secs(2), waiter)
+        .await
+        .expect("the lookup runs once the lease is back")
+        .unwrap()
+        .unwrap();
+    match found {
+        MdsReply::Found(f) => assert_eq!(f.entry.attr.ino, l.ids[6], "it sees the holder's change"),
+        other => panic!("{other:?}"),
+    }
+    // Given back, its unused numbers are void.
+    let (failed, contended) = ops(&a, d, vec![mk("late", l.ids[7])]).await;
+    assert_eq!(failed, vec![(0, Errno::Inval)]);
+    assert!(contended, "no lease: the answer says give it back");
+    // A directory two sessions used gets no lease for two seconds (they
+    // would pass it back and forth); then the other session may take it.
+    assert_eq!(lease(&b, d).await.unwrap_err().errno, Errno::Busy);
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let lb = lease(&b, d).await.unwrap();
+    assert_eq!(lb.names.len(), 4, "{:?}", lb.names);
+    assert!(
+        lb.ids.iter().all(|i| !distinct.contains(i)),
+        "fresh numbers"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delegated_numbers_are_never_made_by_anyone_else() {
+    for policy in [
+        PolicyKind::CreateOrder,
+        PolicyKind::PseudoRandom,
+        PolicyKind::ChildClosest,
+        PolicyKind::CousinClosest,
+    ] {
+        let cl = Cluster::start(1, spec(512 << 10, 1), policy).await;
+        let (a, b) = (cl.client(), cl.client());
+        let d = mkdir(&a, "d").await;
+        let l = lease(&a, d).await.unwrap();
+        a.call(Op::DirRelease { dir: d }).await.unwrap();
+        let l2 = lease(&a, d).await.unwrap();
+        let held: HashSet<u64> = l2.ids.iter().copied().collect();
+        assert!(
+            l.ids.iter().all(|i| !held.contains(i)),
+            "{policy:?}: numbers are delegated once"
+        );
+        // While they are delegated, plain creates by the holder in the
+        // directory and by another session next to it never take them.
+        let e = mkdir(&b, "e").await;
+        let mut made = HashSet::new();
+        for i in 0..2 * LEASE_IDS {
+            made.insert(create(&a, d, &format!("f{i}")).await);
+            made.insert(create(&b, e, &format!("f{i}")).await);
+        }
+        assert!(
+            made.is_disjoint(&held),
+            "{policy:?}: a create took a delegated number"
+        );
+        // And each is still the holder's to use.
+        let batch: Vec<DirOp> = l2.ids.iter().map(|&i| mk(&format!("g{i}"), i)).collect();
+        assert_eq!(ops(&a, d, batch).await, (vec![], false), "{policy:?}");
+    }
+}
