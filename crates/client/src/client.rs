@@ -208,6 +208,8 @@ impl Client {
             bytes_copied_on_osds: l(&c.bytes_copied_on_osds),
             replayed: l(&self.inner.mds.replayed),
             replay_failed: l(&self.inner.mds.replay_failed),
+            leases_granted: l(&self.inner.leases.granted),
+            lease_answered: l(&self.inner.leases.answered),
         }
     }
 
@@ -825,7 +827,7 @@ impl Client {
     /// durable at the MDS (fsync of a directory; at once when nothing was
     /// answered early).
     pub async fn sync_namespace(&self) -> Result<()> {
-        self.inner.leases.drain().await;
+        self.inner.leases.drain().await?;
         if let Some(e) = self.inner.leases.take_refused() {
             return Err(FsError::new(
                 Errno::Io,

@@ -43,6 +43,9 @@ const HOT_WINDOW: Duration = Duration::from_secs(1);
 /// After a refusal or a contended lease, how long before asking again.
 const BACK_OFF: Duration = Duration::from_secs(1);
 
+/// Directories remembered before idle ones are forgotten.
+const MAX_DIRS: usize = 4096;
+
 /// A name and what it names now (nothing: removed).
 type NameChange = (String, Option<(u64, FileKind)>);
 
@@ -85,6 +88,18 @@ struct Dir {
     not_before: Option<Instant>,
 }
 
+impl Dir {
+    /// Nothing held, queued, asked or counted: safe to forget.
+    fn idle(&self) -> bool {
+        self.lease.is_none()
+            && self.queue.is_empty()
+            && !self.in_flight
+            && self.asking.is_none()
+            && self.not_before.is_none_or(|t| Instant::now() >= t)
+            && self.hot.is_none_or(|(t, _)| t.elapsed() >= HOT_WINDOW)
+    }
+}
+
 /// This client's directory leases.
 pub struct DirLeases {
     mds: Arc<MdsClient>,
@@ -92,14 +107,17 @@ pub struct DirLeases {
     dirs: Mutex<HashMap<u64, Dir>>,
     /// Changes queued or under way, in all directories.
     pending: AtomicUsize,
-    /// Signalled whenever `pending` falls.
+    /// Signalled whenever `pending` falls or `unreachable` changes.
     drained: tokio::sync::Notify,
+    /// Directories whose queue cannot reach the MDS now (sent again
+    /// until it answers).
+    unreachable: AtomicUsize,
     /// The first change the MDS refused after it was answered here, not
     /// yet reported.
     refused: Mutex<Option<FsError>>,
     /// Whether the idle-release task runs.
     ticking: std::sync::atomic::AtomicBool,
-    /// Leases granted to this client, and changes answered under them.
+    /// Leases granted to this client.
     pub granted: std::sync::atomic::AtomicU64,
     /// Changes this client answered under a lease.
     pub answered: std::sync::atomic::AtomicU64,
@@ -118,6 +136,7 @@ impl DirLeases {
             dirs: Mutex::new(HashMap::new()),
             pending: AtomicUsize::new(0),
             drained: tokio::sync::Notify::new(),
+            unreachable: AtomicUsize::new(0),
             refused: Mutex::new(None),
             ticking: std::sync::atomic::AtomicBool::new(false),
             granted: std::sync::atomic::AtomicU64::new(0),
@@ -132,6 +151,9 @@ impl DirLeases {
         }
         {
             let mut dirs = lock(&self.dirs);
+            if dirs.len() >= MAX_DIRS {
+                dirs.retain(|_, d| !d.idle());
+            }
             let d = dirs.entry(dir).or_default();
             if d.lease.as_ref().is_some_and(Held::usable)
                 || d.asking.is_some()
@@ -316,12 +338,24 @@ impl DirLeases {
 
     /// Returns once every change answered under a lease before the call
     /// has been answered by the MDS (every other request waits for this,
-    /// so the MDS sees this client's operations in order).
-    pub async fn drain(&self) {
+    /// so the MDS sees this client's operations in order); EIO at once
+    /// while a queue cannot reach the MDS (as the request itself would
+    /// fail: a request must not wait for a restart that may wait for it).
+    pub async fn drain(&self) -> Result<()> {
         loop {
             let wait = self.drained.notified();
-            if self.pending.load(Ordering::SeqCst) == 0 {
-                return;
+            let pending = self.pending.load(Ordering::SeqCst);
+            if pending == 0 {
+                return Ok(());
+            }
+            if self.unreachable.load(Ordering::SeqCst) > 0 {
+                return Err(FsError::new(
+                    Errno::Io,
+                    format!(
+                        "MDS unreachable: {pending} changes answered under directory leases \
+                         wait to be sent"
+                    ),
+                ));
             }
             wait.await;
         }
@@ -345,6 +379,7 @@ impl DirLeases {
     /// Sends `dir`'s queue, a batch at a time, until it is empty.
     async fn send(self: Arc<Self>, dir: u64) {
         let mut retry = Duration::from_millis(50);
+        let mut unreachable = false;
         loop {
             let (creds, ops) = {
                 let mut dirs = lock(&self.dirs);
@@ -394,6 +429,11 @@ impl DirLeases {
                             d.queue.push_front((creds.clone(), op));
                         }
                     }
+                    if !unreachable {
+                        unreachable = true;
+                        self.unreachable.fetch_add(1, Ordering::SeqCst);
+                        self.drained.notify_waiters();
+                    }
                     tokio::time::sleep(retry).await;
                     retry = (retry * 2).min(Duration::from_secs(1));
                     continue;
@@ -409,6 +449,10 @@ impl DirLeases {
                 Err(e) => (vec![(None, e.into())], true, Vec::new()),
             };
             retry = Duration::from_millis(50);
+            if unreachable {
+                unreachable = false;
+                self.unreachable.fetch_sub(1, Ordering::SeqCst);
+            }
             {
                 let mut dirs = lock(&self.dirs);
                 let d = dirs.entry(dir).or_default();
@@ -470,13 +514,7 @@ impl DirLeases {
                 for k in keys {
                     if let Some(d) = dirs.get_mut(&k) {
                         me.release_if_done(k, d);
-                        let stale = d.lease.is_none()
-                            && d.queue.is_empty()
-                            && !d.in_flight
-                            && d.asking.is_none()
-                            && d.not_before.is_none_or(|t| Instant::now() >= t)
-                            && d.hot.is_none_or(|(t, _)| t.elapsed() >= HOT_WINDOW);
-                        if stale {
+                        if d.idle() {
                             dirs.remove(&k);
                         }
                     }

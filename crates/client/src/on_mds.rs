@@ -42,7 +42,7 @@ impl MdsNamespace {
 
     async fn call(&self, c: &Creds, op: Op) -> Result<MdsReply> {
         if let Some(l) = &self.leases {
-            l.drain().await;
+            l.drain().await?;
         }
         Ok(self.mds.call_as(c.clone(), op).await?)
     }

@@ -57,6 +57,10 @@ pub struct ClientStats {
     pub replayed: u64,
     /// Namespace changes a restarted MDS could not redo.
     pub replay_failed: u64,
+    /// Directory leases granted to this client.
+    pub leases_granted: u64,
+    /// Creates and removals this client answered under a directory lease.
+    pub lease_answered: u64,
 }
 
 impl ClientStats {
@@ -114,6 +118,16 @@ impl ClientStats {
             "replay_failed",
             "Namespace changes a restarted MDS could not redo.",
             self.replay_failed,
+        );
+        put(
+            "leases_granted",
+            "Directory leases granted to this client.",
+            self.leases_granted,
+        );
+        put(
+            "lease_answered",
+            "Creates and removals this client answered under a directory lease.",
+            self.lease_answered,
         );
         s.push_str("# EOF\n");
         s

@@ -999,3 +999,100 @@ fn directory_times_and_link_counts_follow_changes_at_once() {
     assert_eq!(nlink(&b), 2);
     up.stop();
 }
+
+/// Directory leases across two mounts of one cluster (docs/CLIENT.md,
+/// "Directory leases"): a mount alone in a directory creates and removes
+/// under its lease, and the other mount sees exactly the result (its
+/// requests wait for the lease to come back); two mounts racing
+/// `O_CREAT|O_EXCL` on the same names never both win one.
+#[test]
+fn two_mounts_share_a_directory_one_lease_at_a_time() {
+    if !can_mount() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let cluster = "leases";
+    let (mds, osds, _, mds_addr) = daemons(d, cluster, &[]);
+    let (mpa, mpb) = (d.join("mnta"), d.join("mntb"));
+    let stats = d.join("stats-a.json");
+    let mut ma = mount_fg(
+        &mds_addr,
+        cluster,
+        &mpa,
+        &["--stats-file", stats.to_str().unwrap()],
+    );
+    let mut mb = mount_fg(&mds_addr, cluster, &mpb, &[]);
+    let sorted = |p: &Path| {
+        let mut v: Vec<String> = std::fs::read_dir(p)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        v.sort();
+        v
+    };
+
+    let solo = mpa.join("solo");
+    std::fs::create_dir(&solo).unwrap();
+    for i in 0..300 {
+        std::fs::File::create_new(solo.join(format!("f{i:03}"))).unwrap();
+    }
+    for i in 0..100 {
+        std::fs::remove_file(solo.join(format!("f{i:03}"))).unwrap();
+    }
+    assert!(
+        std::fs::File::create_new(solo.join("f150")).is_err(),
+        "O_EXCL on an existing name fails under the lease too"
+    );
+    let want: Vec<String> = (100..300).map(|i| format!("f{i:03}")).collect();
+    assert_eq!(
+        sorted(&mpb.join("solo")),
+        want,
+        "the other mount sees it all"
+    );
+    assert_eq!(sorted(&solo), want);
+
+    // Both mounts race for the same names, from opposite ends.
+    std::fs::create_dir(mpa.join("race")).unwrap();
+    let n = 400;
+    let racer = |root: PathBuf, reverse: bool| {
+        std::thread::spawn(move || {
+            let mut won = vec![false; n];
+            for k in 0..n {
+                let i = if reverse { n - 1 - k } else { k };
+                match std::fs::File::create_new(root.join("race").join(format!("r{i:03}"))) {
+                    Ok(_) => won[i] = true,
+                    Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::AlreadyExists, "{e}"),
+                }
+            }
+            won
+        })
+    };
+    let (a, b) = (racer(mpa.clone(), false), racer(mpb.clone(), true));
+    let (a, b) = (a.join().unwrap(), b.join().unwrap());
+    for i in 0..n {
+        assert!(
+            a[i] != b[i],
+            "r{i:03}: won by {}",
+            if a[i] { "both" } else { "neither" }
+        );
+    }
+    let all: Vec<String> = (0..n).map(|i| format!("r{i:03}")).collect();
+    assert_eq!(sorted(&mpa.join("race")), all);
+    assert_eq!(sorted(&mpb.join("race")), all);
+
+    sigint_wait(&mut mb);
+    sigint_wait(&mut ma);
+    let st: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+    println!("first mount's counters: {st}");
+    assert!(
+        st["lease_answered"].as_u64().unwrap() >= 300,
+        "the lone mount answered under its lease"
+    );
+    for mut c in osds.into_iter().chain([mds]) {
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+        assert!(c.wait().unwrap().success());
+    }
+}
