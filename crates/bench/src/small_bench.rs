@@ -32,6 +32,9 @@ pub struct SmallRow {
     /// Operations per second through the mount (early answers: a mount's
     /// default).
     pub mount: f64,
+    /// The same through a mount that takes no directory leases
+    /// (`--no-dir-leases`: every change goes to the MDS first).
+    pub mount_no_lease: f64,
     /// Operations per second through a mount whose every namespace change
     /// is durable before it returns (`--sync-namespace`).
     pub mount_sync: f64,
@@ -139,26 +142,36 @@ fn run_in(work: &Path, files: usize) -> anyhow::Result<Vec<SmallRow>> {
     let fuse = crate::mounted::mounted(&rt, cfg.clone(), work, |_, mp| {
         suite(&mp.join("early"), files)
     });
+    cfg.dir_leases = false;
+    let fuse = fuse.and_then(|f| {
+        crate::mounted::mounted(&rt, cfg.clone(), work, |_, mp| {
+            suite(&mp.join("no-lease"), files)
+        })
+        .map(|n| (f, n))
+    });
     cfg.early_answers = false;
     let fuse_sync = fuse.and_then(|f| {
         crate::mounted::mounted(&rt, cfg, work, |_, mp| suite(&mp.join("sync"), files))
             .map(|s| (f, s))
     });
     rt.block_on(cl.stop()).map_err(anyhow::Error::msg)?;
-    let (fuse, fuse_sync) = fuse_sync?;
+    let ((fuse, no_lease), fuse_sync) = fuse_sync?;
     let mut rows = Vec::new();
     let shapes = [true, false]
         .into_iter()
         .flat_map(|s| WORKERS.into_iter().map(move |w| (s, w)));
-    for ((shared, workers), ((m, ms), e)) in shapes.zip(fuse.iter().zip(&fuse_sync).zip(&ext)) {
-        for (op, mount, mount_sync, ext4) in
-            [("create", m.0, ms.0, e.0), ("unlink", m.1, ms.1, e.1)]
-        {
+    let points = fuse.iter().zip(&no_lease).zip(&fuse_sync).zip(&ext);
+    for ((shared, workers), (((m, nl), ms), e)) in shapes.zip(points) {
+        for (op, mount, mount_no_lease, mount_sync, ext4) in [
+            ("create", m.0, nl.0, ms.0, e.0),
+            ("unlink", m.1, nl.1, ms.1, e.1),
+        ] {
             rows.push(SmallRow {
                 op: op.into(),
                 workers,
                 shared,
                 mount,
+                mount_no_lease,
                 mount_sync,
                 ext4,
             });
@@ -173,23 +186,34 @@ pub fn print(rows: &[SmallRow], files: usize) {
         "small files: {files} empty files created then unlinked per point; Tessera = MDS + 3 OSDs on 127.0.0.1, through the FUSE mount"
     );
     println!(
-        "{:<8} {:>8} {:<12} {:>10} {:>10} {:>10} {:>11} {:>10}",
-        "op", "workers", "directory", "mount/s", "sync-ns/s", "ext4/s", "mount/ext4", "mount/sync"
+        "{:<8} {:>8} {:<12} {:>10} {:>11} {:>10} {:>10} {:>11} {:>14} {:>10}",
+        "op",
+        "workers",
+        "directory",
+        "mount/s",
+        "no-lease/s",
+        "sync-ns/s",
+        "ext4/s",
+        "mount/ext4",
+        "mount/no-lease",
+        "mount/sync"
     );
     for r in rows {
         println!(
-            "{:<8} {:>8} {:<12} {:>10.0} {:>10.0} {:>10.0} {:>11.3} {:>10.2}",
+            "{:<8} {:>8} {:<12} {:>10.0} {:>11.0} {:>10.0} {:>10.0} {:>11.3} {:>14.2} {:>10.2}",
             r.op,
             r.workers,
             if r.shared { "shared" } else { "per worker" },
             r.mount,
+            r.mount_no_lease,
             r.mount_sync,
             r.ext4,
             r.mount / r.ext4,
+            r.mount / r.mount_no_lease,
             r.mount / r.mount_sync
         );
     }
     println!(
-        "note: mount = a mount's default (the MDS answers a change once visible; the client keeps it until the MDS log has it and replays it after an MDS crash; fsync makes it durable); sync-ns = --sync-namespace (every change durable before it returns: one MDS log flush, shared by concurrent operations). ext4's are page-cache operations. In one directory the kernel runs one create or unlink at a time."
+        "note: mount = a mount's default (the MDS answers a change once visible; the client keeps it until the MDS log has it and replays it after an MDS crash; fsync makes it durable; a directory only this mount uses is leased: creates and unlinks answered by the client, sent to the MDS after in batches); no-lease = the same with --no-dir-leases; sync-ns = --sync-namespace (every change durable before it returns: one MDS log flush, shared by concurrent operations). ext4's are page-cache operations. In one directory the kernel runs one create or unlink at a time."
     );
 }

@@ -16,7 +16,7 @@ fn small_run_measures_every_point_on_both_sides() {
     assert_eq!(rows.len(), 12);
     assert!(
         rows.iter()
-            .all(|r| r.mount > 0.0 && r.mount_sync > 0.0 && r.ext4 > 0.0)
+            .all(|r| r.mount > 0.0 && r.mount_no_lease > 0.0 && r.mount_sync > 0.0 && r.ext4 > 0.0)
     );
     assert_eq!(rows.iter().filter(|r| r.shared).count(), 6);
     assert!(
