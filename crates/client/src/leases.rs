@@ -86,12 +86,16 @@ struct Dir {
     hot: Option<(Instant, u32)>,
     /// Not asked before then.
     not_before: Option<Instant>,
+    /// A DIR RELEASE is under way (a new lease is not asked before it is
+    /// answered, or it could void the new one).
+    releasing: bool,
 }
 
 impl Dir {
     /// Nothing held, queued, asked or counted: safe to forget.
     fn idle(&self) -> bool {
         self.lease.is_none()
+            && !self.releasing
             && self.queue.is_empty()
             && !self.in_flight
             && self.asking.is_none()
@@ -157,6 +161,7 @@ impl DirLeases {
             let d = dirs.entry(dir).or_default();
             if d.lease.as_ref().is_some_and(Held::usable)
                 || d.asking.is_some()
+                || d.releasing
                 || d.lease.is_some()
                 || d.not_before.is_some_and(|t| Instant::now() < t)
             {
@@ -421,9 +426,14 @@ impl DirLeases {
                 Err(CallError::Transport(e)) => {
                     // Not known to have arrived: sent again (the MDS takes
                     // a batch twice as once) when the MDS answers again.
+                    // A restarted MDS holds no lease: answer nothing more
+                    // under any.
                     tracing::warn!(dir, error = %e, "directory changes not sent; retrying");
                     {
                         let mut dirs = lock(&self.dirs);
+                        for h in dirs.values_mut().filter_map(|d| d.lease.as_mut()) {
+                            h.give_back = true;
+                        }
                         let d = dirs.entry(dir).or_default();
                         for op in ops.into_iter().rev() {
                             d.queue.push_front((creds.clone(), op));
@@ -491,10 +501,22 @@ impl DirLeases {
         if d.lease.take().is_some_and(|h| h.give_back) {
             d.not_before = Some(Instant::now() + BACK_OFF);
         }
-        let mds = self.mds.clone();
+        d.releasing = true;
+        let me = self.clone();
         tokio::spawn(async move {
-            if let Err(e) = mds.call(Op::DirRelease { dir }).await {
-                tracing::debug!(dir, error = %e, "giving a directory lease back");
+            // Retried: until it arrives other clients wait for the lease
+            // (or for its term to pass).
+            for _ in 0..5 {
+                match me.mds.call(Op::DirRelease { dir }).await {
+                    Ok(_) | Err(CallError::Mds(_)) => break,
+                    Err(e) => {
+                        tracing::debug!(dir, error = %e, "giving a directory lease back");
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                    }
+                }
+            }
+            if let Some(d) = lock(&me.dirs).get_mut(&dir) {
+                d.releasing = false;
             }
         });
     }
@@ -519,7 +541,10 @@ impl DirLeases {
                         }
                     }
                 }
-                if !dirs.values().any(|d| d.lease.is_some() || d.in_flight) {
+                if !dirs
+                    .values()
+                    .any(|d| d.lease.is_some() || d.in_flight || d.releasing)
+                {
                     me.ticking.store(false, Ordering::SeqCst);
                     return;
                 }

@@ -320,12 +320,14 @@ impl Mds {
                 };
             }
         }
-        if matches!(req.op, Op::DirLease { .. }) && spec.uids != proto::mds::UidMap::Trusted {
+        if matches!(req.op, Op::DirLease { .. })
+            && (spec.uids != proto::mds::UidMap::Trusted || spec.access == Access::ReadOnly)
+        {
             // The holder makes files' attributes itself, from the uids it
             // claims: only a principal whose claims stand may.
             return Err(denied(
                 Errno::Perm,
-                format!("{name}'s uids are mapped: it gets no directory leases"),
+                format!("{name} is read-only or its uids are mapped: it gets no directory leases"),
             ));
         }
         req.creds = spec.uids.apply(req.creds);

@@ -190,9 +190,14 @@ impl Mds {
                 let mut l = self.leases();
                 let mut busy = false;
                 for d in &dirs {
+                    let holder_busy = |h: u64| l.active.get(d).is_some_and(|m| m.contains_key(&h));
+                    let lapsed_now = l
+                        .held
+                        .get(d)
+                        .is_some_and(|lease| lease.lapsed() && !holder_busy(lease.holder));
                     let lapsed = match l.held.get_mut(d) {
                         Some(lease) if lease.holder != session => {
-                            if lease.lapsed() {
+                            if lapsed_now {
                                 true
                             } else {
                                 lease.contended = true;
@@ -293,6 +298,11 @@ impl Mds {
     async fn grant_lease(&self, dir: u64, session: u64) -> Result<MdsReply, MdsError> {
         let snap = self.kv.read()?;
         let attr = snap.dir_inode(dir)?.attr;
+        let st = snap.state()?;
+        if snap.map(st.map_epoch)?.is_none_or(|m| m.placeable() == 0) {
+            // Creates would fail (ENOSPC): the MDS must say so itself.
+            return Err(err(Errno::Busy, "no OSD can take data: no lease"));
+        }
         let (names, more) = snap.list_dir(dir, None, LEASE_NAMES_MAX)?;
         drop(snap);
         if more {
@@ -358,38 +368,54 @@ impl Mds {
                 ),
             ));
         }
-        let made: Vec<u64> = ops
+        // Per change: the number a create uses (indexes as in `failed`).
+        let made: Vec<Option<u64>> = ops
             .iter()
-            .filter_map(|o| match o {
+            .map(|o| match o {
                 DirOp::Create { ino, .. } => Some(*ino),
                 DirOp::Unlink { .. } => None,
             })
             .collect();
+        // Heard of at arrival (a long apply must not lapse it), unless
+        // someone waits: then the holder gets one more term at most.
+        if let Some(l) = self
+            .leases()
+            .held
+            .get_mut(&dir)
+            .filter(|l| l.holder == session && !l.contended)
+        {
+            l.heard = Instant::now();
+        }
         let policy = self.sb.policy;
         let (applied, ack) = self
             .write_ns(early, move |tx| {
                 delegation::apply(tx, &policy, &c, dir, &ops, session)
             })
             .await?;
+        // The changes are made (and answered early below): what follows
+        // must not turn that into an error the client would drop them for.
         for &ino in &applied.opened {
-            self.note_open(client_session, ino, true)?;
+            if let Err(e) = self.note_open(client_session, ino, true) {
+                tracing::warn!(ino, error = %e, "a file made under a lease is not counted as held");
+            }
         }
         for &o in &applied.orphans {
-            self.orphaned(Some(o)).await?;
+            if let Err(e) = self.orphaned(Some(o)).await {
+                tracing::warn!(ino = o, error = %e, "an orphan made under a lease waits for the next pass");
+            }
         }
         let (contended, want) = {
             let mut l = self.leases();
             match l.held.get_mut(&dir).filter(|l| l.holder == session) {
                 Some(lease) => {
-                    lease.heard = Instant::now();
                     let failed: Vec<u64> = applied
                         .failed
                         .iter()
-                        .filter_map(|(i, _)| made.get(*i as usize).copied())
+                        .filter_map(|(i, _)| made.get(*i as usize).copied().flatten())
                         .collect();
                     lease
                         .ids
-                        .retain(|i| !made.contains(i) || failed.contains(i));
+                        .retain(|i| !made.contains(&Some(*i)) || failed.contains(i));
                     let want = if lease.contended {
                         0
                     } else {
@@ -403,7 +429,10 @@ impl Mds {
         };
         // Numbers are topped up in batches, not one per create.
         let ids = if want >= LEASE_IDS / 2 {
-            self.delegate(dir, session, want).await?
+            self.delegate(dir, session, want).await.unwrap_or_else(|e| {
+                tracing::warn!(dir, error = %e, "no more delegated numbers this time");
+                Vec::new()
+            })
         } else {
             Vec::new()
         };
@@ -431,6 +460,10 @@ impl Mds {
     /// Forgets delegated numbers older than ten lease terms (their holders
     /// are gone); called by the delete worker.
     pub(super) async fn expire_delegations(&self) -> Result<(), MdsError> {
+        // A replay after a crash may still name them.
+        if *self.replaying.borrow() {
+            return Ok(());
+        }
         let before = proto::clock::now_ms().saturating_sub(10 * LEASE_TERM_MS);
         let mut any = false;
         self.kv.read()?.scan(
@@ -446,16 +479,20 @@ impl Mds {
         if !any {
             return Ok(());
         }
-        let n = self
-            .kv
-            .write(move |tx| delegation::expire(tx, before, 4096))
-            .await?;
-        if n > 0 {
-            tracing::debug!(
-                expired = n,
-                "forgot delegated inode numbers of gone lease holders"
-            );
+        loop {
+            let n = self
+                .kv
+                .write(move |tx| delegation::expire(tx, before, 4096))
+                .await?;
+            if n > 0 {
+                tracing::debug!(
+                    expired = n,
+                    "forgot delegated inode numbers of gone lease holders"
+                );
+            }
+            if n < 4096 {
+                return Ok(());
+            }
         }
-        Ok(())
     }
 }
