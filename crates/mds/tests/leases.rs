@@ -260,3 +260,31 @@ async fn delegated_numbers_are_never_made_by_anyone_else() {
         assert_eq!(ops(&a, d, batch).await, (vec![], false), "{policy:?}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_is_refused_where_it_cannot_be_held() {
+    let cl = Cluster::start(1, spec(512 << 10, 1), PolicyKind::ChildClosest).await;
+    let a = cl.client();
+    let d = mkdir(&a, "d").await;
+    let f = create(&a, d, "f").await;
+    // Not a directory; no such inode (ESTALE, as for any stale handle).
+    assert_eq!(lease(&a, f).await.unwrap_err().errno, Errno::NotDir);
+    assert_eq!(
+        lease(&a, d + 999_999).await.unwrap_err().errno,
+        Errno::Stale
+    );
+    // A caller who may not write in it (d is 0755, owned by root).
+    let mut other = cl.client();
+    other.creds = proto::mds::Creds {
+        uid: 1000,
+        gid: 1000,
+        groups: Vec::new(),
+    };
+    assert_eq!(lease(&other, d).await.unwrap_err().errno, Errno::Access);
+    // Nothing was granted, nothing changed: a lease is still there to take,
+    // and giving back one never held is harmless.
+    a.call(Op::DirRelease { dir: d }).await.unwrap();
+    let l = lease(&a, d).await.unwrap();
+    assert_eq!(l.names.len(), 1);
+    assert_eq!(names(&a, d).await, vec![("f".to_string(), f)]);
+}
