@@ -97,6 +97,7 @@ impl Service for Front {
         Ok(Admitted {
             request: (),
             reply_bytes: 0,
+            quick: false,
         })
     }
 

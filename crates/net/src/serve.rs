@@ -78,6 +78,11 @@ pub struct Admitted<R> {
     pub request: R,
     /// Bytes of reply payload to reserve in the budget before it runs.
     pub reply_bytes: u64,
+    /// A short request (a small read) that the connection runs itself,
+    /// without a task of its own, when nothing else of the connection is
+    /// in flight: a request at depth one then costs no thread wake-up
+    /// between reading it and answering it.
+    pub quick: bool,
 }
 
 /// What a daemon plugs into the loop: who may connect and the meaning of
@@ -142,6 +147,49 @@ struct Budget {
 /// The part of the byte budget one connection may hold at once (so a
 /// single peer that never reads its replies cannot take all of it).
 const CONNECTION_SHARE: u64 = 4;
+
+/// One admitted request and what its answer needs: the service that runs
+/// it, the connection's wire (or its writer task, should the wire be busy)
+/// and the permits given back once the reply is written.
+struct Answer<S: Service> {
+    service: Arc<S>,
+    peer: Arc<S::Peer>,
+    tx: mpsc::Sender<(Frame, Permits)>,
+    wire: wire::SharedWire,
+    max_header: usize,
+    write_timeout: Duration,
+    permits: Permits,
+}
+
+impl<S: Service> Answer<S> {
+    /// Runs the request and sends its reply.
+    async fn run(self, request: S::Request, f: Frame) {
+        let (opcode, tag) = (f.opcode, f.tag);
+        let max_header = self.max_header;
+        let (mut header, mut payload) = self.service.clone().handle(self.peer, request, f).await;
+        if header.len() > max_header {
+            header = self.service.error_header(WireError::bad(
+                "reply",
+                format!(
+                    "the reply header would be {} bytes, limit {max_header}; ask for less",
+                    header.len()
+                ),
+            ));
+            payload = Bytes::new();
+        }
+        let r = frame_raw(opcode, tag, header, payload);
+        match wire::send_now(&self.wire, r, self.write_timeout) {
+            Sent::Done => drop(self.permits),
+            Sent::Queue(r) => {
+                let _ = self.tx.send((r, self.permits)).await;
+            }
+            Sent::Failed(e) => {
+                // Broken off: the reading loop stops at its next request.
+                tracing::debug!(error = %e, "reply not written; closing");
+            }
+        }
+    }
+}
 
 /// A server: a service and the limits it is served under.
 pub struct Server<S: Service> {
@@ -397,39 +445,25 @@ impl<S: Service> Server<S> {
                 };
                 bytes_permit = p;
             }
-            let service = self.service.clone();
-            let peer = peer.clone();
-            let tx = tx.clone();
-            let wire = wire.clone();
-            let max_header = lim.frame.max_header as usize;
-            tokio::spawn(async move {
-                let (opcode, tag) = (f.opcode, f.tag);
-                let (mut header, mut payload) =
-                    service.clone().handle(peer, admitted.request, f).await;
-                if header.len() > max_header {
-                    header = service.error_header(WireError::bad(
-                        "reply",
-                        format!(
-                            "the reply header would be {} bytes, limit {max_header}; ask for less",
-                            header.len()
-                        ),
-                    ));
-                    payload = Bytes::new();
-                }
-                let r = frame_raw(opcode, tag, header, payload);
-                let permits = Some((bytes_permit, slot));
-                match wire::send_now(&wire, r, write_timeout) {
-                    Sent::Done => drop(permits),
-                    Sent::Queue(r) => {
-                        let _ = tx.send((r, permits)).await;
-                    }
-                    Sent::Failed(e) => {
-                        // Broken off: the reading loop stops at its next
-                        // request.
-                        tracing::debug!(error = %e, "reply not written; closing");
-                    }
-                }
-            });
+            let answer = Answer {
+                service: self.service.clone(),
+                peer: peer.clone(),
+                tx: tx.clone(),
+                wire: wire.clone(),
+                max_header: lim.frame.max_header as usize,
+                write_timeout,
+                permits: Some((bytes_permit, slot)),
+            };
+            // The connection's only request, and a short one: answered
+            // here, so the reply costs no hop to another task (and on a
+            // small machine no thread wake-up). The next request is read
+            // once it is answered.
+            let alone = slots.available_permits() + 1 >= self.limits.max_in_flight as usize;
+            if admitted.quick && alone {
+                answer.run(admitted.request, f).await;
+            } else {
+                tokio::spawn(answer.run(admitted.request, f));
+            }
         }
         // Finish what is in flight on this connection before closing it.
         let _ = slots.acquire_many(self.limits.max_in_flight).await;

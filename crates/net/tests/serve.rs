@@ -42,6 +42,7 @@ impl Service for Bulk {
         Ok(Admitted {
             request: n,
             reply_bytes: u64::from(n),
+            quick: n <= QUICK,
         })
     }
 
@@ -56,6 +57,10 @@ impl Service for Bulk {
         Bytes::from(encode(&Err::<u32, WireError>(err)))
     }
 }
+
+/// `Bulk` requests for at most this many bytes are quick: a connection
+/// with nothing else in flight answers them itself.
+const QUICK: u32 = 4096;
 
 /// Frames with up to 8 MiB of payload.
 fn big_frames() -> Limits {
@@ -267,6 +272,51 @@ async fn one_connection_holds_only_its_share_of_the_budget() {
         t0.elapsed()
     );
     drop(hog);
+    let _ = stop.send(true);
+    server.await.unwrap();
+}
+
+/// Quick requests are answered on the connection's own task when they are
+/// alone, and on tasks of their own when others are in flight: either
+/// way every request gets its own reply, at depth one and pipelined.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quick_requests_are_answered_alone_and_pipelined() {
+    let (addr, stop, server) = serve_bulk(Duration::from_secs(5)).await;
+    let mut c = hello(&addr).await;
+    let lim = big_frames();
+    let t = Duration::from_secs(5);
+    // Depth one: each request alone on the connection.
+    for tag in 1..=20u64 {
+        let n = (tag as u32 * 97) % QUICK;
+        ask(&mut c, tag, n).await;
+        let f = read_frame(&mut c, &lim, t, t, None).await.unwrap();
+        assert_eq!((f.tag, f.payload.len()), (tag, n as usize));
+    }
+    // Pipelined: quick and bulk requests mixed, all sent before any reply
+    // is read (at most 8 run at once; the rest wait for a slot).
+    let sizes: Vec<u32> = (0..40u32)
+        .map(|i| if i % 3 == 0 { 64 << 10 } else { i * 100 })
+        .collect();
+    for (i, n) in sizes.iter().enumerate() {
+        ask(&mut c, 100 + i as u64, *n).await;
+    }
+    let mut seen = std::collections::BTreeMap::new();
+    for _ in 0..sizes.len() {
+        let f = read_frame(&mut c, &lim, t, t, None).await.unwrap();
+        assert!(f.payload.iter().all(|b| *b == 7));
+        assert!(
+            seen.insert(f.tag, f.payload.len()).is_none(),
+            "tag {} twice",
+            f.tag
+        );
+    }
+    for (i, n) in sizes.iter().enumerate() {
+        assert_eq!(
+            seen.get(&(100 + i as u64)),
+            Some(&(*n as usize)),
+            "request {i}"
+        );
+    }
     let _ = stop.send(true);
     server.await.unwrap();
 }

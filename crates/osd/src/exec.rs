@@ -398,6 +398,34 @@ pub fn precheck(ctx: &Ctx, holder: u64, req: &Request) -> Result<(), WireError> 
     Ok(())
 }
 
+/// Reads up to this many bytes are *quick*: see [`quick`].
+pub const QUICK_READ: u32 = 64 << 10;
+
+/// Whether `req` is a small read: one device read of at most
+/// [`QUICK_READ`] bytes. The server loop answers such a request on the
+/// connection's own task when it is the connection's only one, and the
+/// store call runs on the worker without handing the worker's other tasks
+/// away ([`blocking`]): at depth one each hop is a thread wake-up, and on
+/// a small machine a wake-up costs about as much as the work.
+pub fn quick(req: &Request) -> bool {
+    matches!(req.cmd, Command::Read { len, .. } if len <= QUICK_READ)
+}
+
+/// Runs `f`, a store call that blocks (device I/O, a group-commit wait),
+/// on this worker. A [`quick`] request runs as is: one small read holds
+/// the worker for one device read (tens of microseconds on flash; a disk
+/// that seeks makes the worker's other tasks wait a seek, while the other
+/// workers run on). Anything longer runs in `block_in_place`, which hands
+/// the worker's other tasks to another thread first: a thread wake-up per
+/// call, worth it only for work longer than one.
+pub fn blocking<T>(req: &Request, f: impl FnOnce() -> T) -> T {
+    if quick(req) {
+        f()
+    } else {
+        tokio::task::block_in_place(f)
+    }
+}
+
 /// Runs one request from a connection authenticated as principal
 /// `holder`. Returns the response header and the response payload.
 pub fn execute(ctx: &Ctx, holder: u64, req: &Request, payload: Bytes) -> (Response, Bytes) {

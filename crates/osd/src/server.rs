@@ -216,6 +216,7 @@ impl Service for Osd {
             ));
         }
         Ok(Admitted {
+            quick: crate::exec::quick(&req),
             request: req,
             reply_bytes: read_len,
         })
@@ -235,11 +236,8 @@ impl Service for Osd {
             self.count(name, started, in_bytes, &resp, out.len() as u64);
             return (Bytes::from(proto::msg::encode(&resp)), out);
         }
-        // The store call blocks (device I/O, group-commit wait): run it on
-        // this worker and let tokio hand its other tasks to another worker;
-        // one thread hop fewer per request than spawn_blocking.
         let (resp, out) = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            tokio::task::block_in_place(|| execute(&ctx, peer.principal_id, &req, f.payload))
+            crate::exec::blocking(&req, || execute(&ctx, peer.principal_id, &req, f.payload))
         })) {
             Ok(r) => r,
             Err(_) => (

@@ -619,7 +619,7 @@ impl Chains {
             return Ok((Response { result, attrs }, Bytes::new()));
         }
         let (mut resp, mut out) =
-            tokio::task::block_in_place(|| execute(ctx, principal, &req, payload.clone()));
+            crate::exec::blocking(&req, || execute(ctx, principal, &req, payload.clone()));
         // A bad copy here: repaired from the next member, then read again.
         if let (Err(e), Some((_, oid)), Some(next)) = (
             &resp.result,
@@ -629,7 +629,7 @@ impl Chains {
         {
             self.repair_from(ctx, &view, group, next, oid).await?;
             (resp, out) =
-                tokio::task::block_in_place(|| execute(ctx, principal, &req, payload.clone()));
+                crate::exec::blocking(&req, || execute(ctx, principal, &req, payload.clone()));
         }
         let reply = match &resp.result {
             Ok(r) => r.clone(),
