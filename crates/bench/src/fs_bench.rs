@@ -212,7 +212,10 @@ fn run_in(work: &Path, p: FsParams) -> anyhow::Result<Vec<FsRow>> {
             ..LayoutSpec::default()
         },
     );
-    let osd_size = (p.file * 2 / 3).max(256 << 20) + (512 << 20);
+    // Three files of `p.file` bytes (mount, library, encrypted library),
+    // each striped over the three OSDs: one file's size per OSD, and room
+    // for the store's own records.
+    let osd_size = p.file.max(256 << 20) + (512 << 20);
     let cl = rt
         .block_on(LocalCluster::start(
             &work.join("cluster"),
