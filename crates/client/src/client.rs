@@ -307,11 +307,11 @@ impl Client {
     }
 
     /// After an operation that removes `name` from `parent`.
-    fn unnamed<T>(&self, parent: u64, name: &str, r: &Result<T>) {
+    fn unnamed<T>(&self, parent: u64, name: &str, r: &Result<T>, dir: Option<&Attr>) {
         match r {
             Ok(_) => {
                 self.inner.absent.removed(parent, name);
-                self.inner.leases.changed(parent, name, None);
+                self.inner.leases.changed(parent, name, None, dir);
             }
             Err(_) => {
                 self.inner.absent.forget(parent);
@@ -402,7 +402,9 @@ impl Client {
         self.named(parent, name, &r);
         let f = r?;
         let made = (f.entry.attr.ino, f.entry.attr.kind);
-        self.inner.leases.changed(parent, name, Some(made));
+        self.inner
+            .leases
+            .changed(parent, name, Some(made), f.dir.as_ref());
         self.inner.meta.absorb(&f);
         self.inner.meta.dir_changed(parent, f.dir.as_ref());
         Ok(f.entry)
@@ -444,7 +446,9 @@ impl Client {
         self.named(parent, name, &r);
         let f = r?;
         let made = (f.entry.attr.ino, f.entry.attr.kind);
-        self.inner.leases.changed(parent, name, Some(made));
+        self.inner
+            .leases
+            .changed(parent, name, Some(made), f.dir.as_ref());
         self.inner.meta.absorb(&f);
         self.inner.meta.dir_changed(parent, f.dir.as_ref());
         let fh = self.install(c, &f.entry, f.grants.clone(), true).await;
@@ -457,7 +461,9 @@ impl Client {
         self.named(parent, name, &r);
         let f = r?;
         let made = (f.entry.attr.ino, f.entry.attr.kind);
-        self.inner.leases.changed(parent, name, Some(made));
+        self.inner
+            .leases
+            .changed(parent, name, Some(made), f.dir.as_ref());
         self.inner.meta.absorb(&f);
         self.inner.meta.dir_changed(parent, f.dir.as_ref());
         Ok(f.entry)
@@ -469,7 +475,9 @@ impl Client {
         self.named(parent, name, &r);
         let f = r?;
         let made = (f.entry.attr.ino, f.entry.attr.kind);
-        self.inner.leases.changed(parent, name, Some(made));
+        self.inner
+            .leases
+            .changed(parent, name, Some(made), f.dir.as_ref());
         self.inner.meta.absorb(&f);
         self.inner.meta.dir_changed(parent, f.dir.as_ref());
         Ok(f.entry)
@@ -481,7 +489,9 @@ impl Client {
         self.named(parent, name, &r);
         let f = r?;
         let made = (f.entry.attr.ino, f.entry.attr.kind);
-        self.inner.leases.changed(parent, name, Some(made));
+        self.inner
+            .leases
+            .changed(parent, name, Some(made), f.dir.as_ref());
         self.inner.meta.absorb(&f);
         self.inner.meta.dir_changed(parent, f.dir.as_ref());
         Ok(f.entry)
@@ -503,12 +513,12 @@ impl Client {
         self.inner.meta.cache().remove_name(parent, name);
         let open = |i: u64| self.inner.is_open(i);
         let r = self.inner.ns.unlink(c, parent, name, &open).await;
-        self.unnamed(parent, name, &r);
+        let dir = r.as_ref().ok().and_then(|r| r.dir.as_ref());
+        self.unnamed(parent, name, &r, dir);
         let removed = r.as_ref().ok().and_then(|r| r.ino);
         for i in [ino, removed].into_iter().flatten() {
             self.inner.meta.cache().remove(i);
         }
-        let dir = r.as_ref().ok().and_then(|r| r.dir.as_ref());
         self.inner.meta.dir_changed(parent, dir);
         r.map(|_| ())
     }
@@ -517,8 +527,8 @@ impl Client {
     pub async fn rmdir(&self, c: &Creds, parent: u64, name: &str) -> Result<()> {
         self.inner.meta.cache().remove_name(parent, name);
         let r = self.inner.ns.rmdir(c, parent, name).await;
-        self.unnamed(parent, name, &r);
         let dir = r.as_ref().ok().and_then(|d| d.as_ref());
+        self.unnamed(parent, name, &r, dir);
         self.inner.meta.dir_changed(parent, dir);
         r.map(|_| ())
     }
@@ -547,7 +557,8 @@ impl Client {
             .ns
             .rename(c, (parent, name), (new_parent, new_name), noreplace, &open)
             .await;
-        self.unnamed(parent, name, &r);
+        // The old directory's attributes are not in a rename's reply.
+        self.unnamed(parent, name, &r, None);
         self.named(new_parent, new_name, &r);
         // What the new name names, and its kind, this lease does not know.
         self.inner.leases.forget(new_parent);

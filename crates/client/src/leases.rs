@@ -310,18 +310,49 @@ impl DirLeases {
     }
 
     /// A change this client made through the MDS: `name` in `dir` now
-    /// names `now` (or nothing).
-    pub fn changed(&self, dir: u64, name: &str, now: Option<(u64, FileKind)>) {
+    /// names `now` (or nothing), and `dir_attr` is the directory as the
+    /// MDS's reply left it (when the reply carried it). The lease's copy
+    /// of the directory's attributes follows: the link count is the
+    /// MDS's (only changes through the MDS move it: a subdirectory made,
+    /// removed or moved), the times the later of the two, and the size
+    /// this change's one name more or less on top of the lease's own (the
+    /// MDS's may not count changes still queued here). A subdirectory
+    /// that came or went without the MDS's attributes: the link count is
+    /// unknown, so the lease goes back.
+    pub fn changed(
+        &self,
+        dir: u64,
+        name: &str,
+        now: Option<(u64, FileKind)>,
+        dir_attr: Option<&Attr>,
+    ) {
         let mut dirs = lock(&self.dirs);
         let Some(d) = dirs.get_mut(&dir) else { return };
         if let Some(during) = d.asking.as_mut() {
             during.push((name.into(), now));
         }
         if let Some(h) = d.lease.as_mut() {
-            match now {
+            let before = match now {
                 Some(x) => h.names.insert(name.into(), x),
                 None => h.names.remove(name),
             };
+            let names = i64::from(now.is_some()) - i64::from(before.is_some());
+            match dir_attr {
+                Some(a) => {
+                    h.attr.nlink = a.nlink;
+                    h.attr.mtime = h.attr.mtime.max(a.mtime);
+                    h.attr.ctime = h.attr.ctime.max(a.ctime);
+                    h.attr.size = h.attr.size.saturating_add_signed(names);
+                }
+                None if [before, now]
+                    .iter()
+                    .flatten()
+                    .any(|(_, k)| *k == FileKind::Dir) =>
+                {
+                    h.give_back = true;
+                }
+                None => touch(&mut h.attr, names, proto::clock::now_ns()),
+            }
         }
     }
 

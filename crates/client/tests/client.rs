@@ -703,3 +703,51 @@ async fn a_tree_walk_reads_prefetched_listings() {
     assert!(e.is(client::error::Errno::Access), "{e}");
     cl.stop().await.unwrap();
 }
+
+/// A directory's lease keeps the directory's attributes for the holder's
+/// own answers; changes the holder makes through the MDS meanwhile (a
+/// subdirectory made and removed) move its link count, and the holder's
+/// view stays the MDS's once everything is sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_follows_subdirectories_made_through_the_mds() {
+    let dir = tempfile::tempdir().unwrap();
+    let cl = cluster(&dir, PolicyKind::ChildClosest, 64 << 10, 3).await;
+    let a = client(&cl, |c| c.early_answers = true).await;
+    let b = client(&cl, |c| c.attr_timeout = Duration::ZERO).await;
+    let d = a.mkdir(&root(), 0, "d", 0o755).await.unwrap().attr.ino;
+    let mut n = 0;
+    let mut create = async |a: &Client| {
+        n += 1;
+        let (_, fh) = a
+            .create(&root(), d, &format!("f{n}"), 0o644, true)
+            .await
+            .unwrap();
+        a.release(fh).await.unwrap();
+    };
+    for _ in 0..6 {
+        create(&a).await;
+    }
+    assert!(a.stats().leases_granted >= 1, "{:?}", a.stats());
+    let answered = a.stats().lease_answered;
+    assert!(answered >= 1, "{:?}", a.stats());
+
+    a.mkdir(&root(), d, "sub", 0o755).await.unwrap();
+    create(&a).await;
+    assert!(a.stats().lease_answered > answered, "{:?}", a.stats());
+    assert_eq!(a.getattr(&root(), d).await.unwrap().nlink, 3);
+
+    a.rmdir(&root(), d, "sub").await.unwrap();
+    create(&a).await;
+    assert_eq!(a.getattr(&root(), d).await.unwrap().nlink, 2);
+
+    // Everything sent: the MDS's view (through a second client) and the
+    // holder's agree.
+    a.sync_namespace().await.unwrap();
+    let (mine, mds) = (
+        a.getattr(&root(), d).await.unwrap(),
+        b.getattr(&root(), d).await.unwrap(),
+    );
+    assert_eq!((mine.nlink, mine.size), (mds.nlink, mds.size));
+    assert_eq!(mds.nlink, 2);
+    cl.stop().await.unwrap();
+}
