@@ -148,6 +148,28 @@ struct Budget {
 /// single peer that never reads its replies cannot take all of it).
 const CONNECTION_SHARE: u64 = 4;
 
+/// Polls `fut` once on this task: `None` when it finished (or panicked,
+/// as a task of its own would have: logged, its permits given back), else
+/// the rest to run elsewhere.
+async fn first_step<F>(fut: F) -> Option<std::pin::Pin<Box<F>>>
+where
+    F: Future<Output = ()>,
+{
+    let mut fut = Box::pin(fut);
+    let done = std::future::poll_fn(|cx| {
+        let step = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| fut.as_mut().poll(cx)));
+        std::task::Poll::Ready(match step {
+            Ok(p) => p.is_ready(),
+            Err(_) => {
+                tracing::error!("a request handler panicked");
+                true
+            }
+        })
+    })
+    .await;
+    (!done).then_some(fut)
+}
+
 /// One admitted request and what its answer needs: the service that runs
 /// it, the connection's wire (or its writer task, should the wire be busy)
 /// and the permits given back once the reply is written.
@@ -454,15 +476,19 @@ impl<S: Service> Server<S> {
                 write_timeout,
                 permits: Some((bytes_permit, slot)),
             };
-            // The connection's only request, and a short one: answered
-            // here, so the reply costs no hop to another task (and on a
-            // small machine no thread wake-up). The next request is read
-            // once it is answered.
+            // The connection's only request, and a short one: started
+            // here, so a reply ready at once costs no hop to another task
+            // (and on a small machine no thread wake-up). One that must
+            // wait for anything (a lock, the network) goes on as a task of
+            // its own, so the connection reads on meanwhile.
             let alone = slots.available_permits() + 1 >= self.limits.max_in_flight as usize;
+            let run = answer.run(admitted.request, f);
             if admitted.quick && alone {
-                answer.run(admitted.request, f).await;
+                if let Some(rest) = first_step(run).await {
+                    tokio::spawn(rest);
+                }
             } else {
-                tokio::spawn(answer.run(admitted.request, f));
+                tokio::spawn(run);
             }
         }
         // Finish what is in flight on this connection before closing it.

@@ -47,6 +47,9 @@ impl Service for Bulk {
     }
 
     async fn handle(self: Arc<Self>, _peer: Arc<()>, n: u32, _f: Frame) -> (Bytes, Bytes) {
+        if n == SLOW {
+            tokio::time::sleep(SLOW_FOR).await;
+        }
         (
             Bytes::from(encode(&Ok::<u32, WireError>(n))),
             Bytes::from(vec![7u8; n as usize]),
@@ -61,6 +64,13 @@ impl Service for Bulk {
 /// `Bulk` requests for at most this many bytes are quick: a connection
 /// with nothing else in flight answers them itself.
 const QUICK: u32 = 4096;
+
+/// A quick request that waits [`SLOW_FOR`] before it answers (as a read
+/// behind a lock or a network call would).
+const SLOW: u32 = 4095;
+
+/// How long a [`SLOW`] request waits.
+const SLOW_FOR: Duration = Duration::from_millis(800);
 
 /// Frames with up to 8 MiB of payload.
 fn big_frames() -> Limits {
@@ -317,6 +327,31 @@ async fn quick_requests_are_answered_alone_and_pipelined() {
             "request {i}"
         );
     }
+    let _ = stop.send(true);
+    server.await.unwrap();
+}
+
+/// A quick request that has to wait does not hold its connection: the
+/// requests sent after it are read and answered meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quick_request_that_waits_does_not_hold_its_connection() {
+    let (addr, stop, server) = serve_bulk(Duration::from_secs(5)).await;
+    let mut c = hello(&addr).await;
+    let lim = big_frames();
+    let t = Duration::from_secs(5);
+    let t0 = Instant::now();
+    ask(&mut c, 1, SLOW).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    ask(&mut c, 2, 10).await;
+    let first = read_frame(&mut c, &lim, t, t, None).await.unwrap();
+    assert_eq!((first.tag, first.payload.len()), (2, 10));
+    assert!(
+        t0.elapsed() < SLOW_FOR,
+        "answered after {:?}: it waited for the slow request",
+        t0.elapsed()
+    );
+    let second = read_frame(&mut c, &lim, t, t, None).await.unwrap();
+    assert_eq!((second.tag, second.payload.len()), (1, SLOW as usize));
     let _ = stop.send(true);
     server.await.unwrap();
 }

@@ -402,13 +402,14 @@ pub fn precheck(ctx: &Ctx, holder: u64, req: &Request) -> Result<(), WireError> 
 pub const QUICK_READ: u32 = 64 << 10;
 
 /// Whether `req` is a small read: one device read of at most
-/// [`QUICK_READ`] bytes. The server loop answers such a request on the
+/// [`QUICK_READ`] bytes, and no attributes set (a set list makes it a
+/// change that waits for the device's flush). The server loop answers such a request on the
 /// connection's own task when it is the connection's only one, and the
 /// store call runs on the worker without handing the worker's other tasks
 /// away ([`blocking`]): at depth one each hop is a thread wake-up, and on
 /// a small machine a wake-up costs about as much as the work.
 pub fn quick(req: &Request) -> bool {
-    matches!(req.cmd, Command::Read { len, .. } if len <= QUICK_READ)
+    matches!(req.cmd, Command::Read { len, .. } if len <= QUICK_READ) && req.set.is_empty()
 }
 
 /// Runs `f`, a store call that blocks (device I/O, a group-commit wait),
