@@ -43,6 +43,22 @@ const HOT_WINDOW: Duration = Duration::from_secs(1);
 /// After a refusal or a contended lease, how long before asking again.
 const BACK_OFF: Duration = Duration::from_secs(1);
 
+/// How long a batch that is not full waits for more changes before it
+/// is sent (no longer than a request of this client that needs the queue
+/// sent: see [`DirLeases::drain`]). Without it a lone writer sends a batch
+/// every two or three creates, and the MDS's transactions for them take
+/// the CPU the creates need.
+const BATCH_LINGER: Duration = Duration::from_millis(1);
+
+/// Counts a drain under way while it lives.
+struct Draining<'a>(&'a AtomicUsize);
+
+impl Drop for Draining<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 /// Directories remembered before idle ones are forgotten.
 const MAX_DIRS: usize = 4096;
 
@@ -113,6 +129,10 @@ pub struct DirLeases {
     pending: AtomicUsize,
     /// Signalled whenever `pending` falls or `unreachable` changes.
     drained: tokio::sync::Notify,
+    /// Callers of [`DirLeases::drain`] waiting now: no batch lingers.
+    draining: AtomicUsize,
+    /// Signalled when a drain begins (lingering senders send at once).
+    hurry: tokio::sync::Notify,
     /// Directories whose queue cannot reach the MDS now (sent again
     /// until it answers).
     unreachable: AtomicUsize,
@@ -140,6 +160,8 @@ impl DirLeases {
             dirs: Mutex::new(HashMap::new()),
             pending: AtomicUsize::new(0),
             drained: tokio::sync::Notify::new(),
+            draining: AtomicUsize::new(0),
+            hurry: tokio::sync::Notify::new(),
             unreachable: AtomicUsize::new(0),
             refused: Mutex::new(None),
             ticking: std::sync::atomic::AtomicBool::new(false),
@@ -188,11 +210,19 @@ impl DirLeases {
             Ok(MdsReply::Lease(l)) => {
                 let mut names: HashMap<String, (u64, FileKind)> =
                     l.names.into_iter().map(|(n, i, k)| (n, (i, k))).collect();
+                // A subdirectory made or removed meanwhile: whether the
+                // grant's link count holds it is unknown, so the lease
+                // goes back unused.
+                let mut unsure = false;
                 for (name, now) in during {
-                    match now {
+                    let before = match now {
                         Some(x) => names.insert(name, x),
                         None => names.remove(&name),
                     };
+                    unsure |= [before, now]
+                        .iter()
+                        .flatten()
+                        .any(|(_, k)| *k == FileKind::Dir);
                 }
                 d.lease = Some(Held {
                     attr: l.attr,
@@ -200,9 +230,12 @@ impl DirLeases {
                     ids: l.ids.into(),
                     until: sent + Duration::from_millis(LEASE_TERM_MS),
                     used: Instant::now(),
-                    give_back: false,
+                    give_back: unsure,
                 });
                 self.granted.fetch_add(1, Ordering::Relaxed);
+                if unsure {
+                    self.release_if_done(dir, d);
+                }
                 drop(dirs);
                 self.tick_while_held();
             }
@@ -312,13 +345,12 @@ impl DirLeases {
     /// A change this client made through the MDS: `name` in `dir` now
     /// names `now` (or nothing), and `dir_attr` is the directory as the
     /// MDS's reply left it (when the reply carried it). The lease's copy
-    /// of the directory's attributes follows: the link count is the
-    /// MDS's (only changes through the MDS move it: a subdirectory made,
-    /// removed or moved), the times the later of the two, and the size
-    /// this change's one name more or less on top of the lease's own (the
-    /// MDS's may not count changes still queued here). A subdirectory
-    /// that came or went without the MDS's attributes: the link count is
-    /// unknown, so the lease goes back.
+    /// of the directory's attributes follows the change itself: a
+    /// subdirectory more or less moves the link count by one, a name more
+    /// or less the size, and the times become the later of the reply's
+    /// and the lease's (or now, without a reply's). Replies of concurrent
+    /// requests may be handled in any order, so the MDS's own link count
+    /// is not copied: while the lease is held nothing else moves it.
     pub fn changed(
         &self,
         dir: u64,
@@ -336,20 +368,17 @@ impl DirLeases {
                 Some(x) => h.names.insert(name.into(), x),
                 None => h.names.remove(name),
             };
-            let names = i64::from(now.is_some()) - i64::from(before.is_some());
+            let count = |x: Option<(u64, FileKind)>, dirs_only: bool| {
+                i64::from(x.is_some_and(|(_, k)| !dirs_only || k == FileKind::Dir))
+            };
+            let names = count(now, false) - count(before, false);
+            let subdirs = count(now, true) - count(before, true);
+            h.attr.nlink = h.attr.nlink.saturating_add_signed(subdirs as i32);
             match dir_attr {
                 Some(a) => {
-                    h.attr.nlink = a.nlink;
                     h.attr.mtime = h.attr.mtime.max(a.mtime);
                     h.attr.ctime = h.attr.ctime.max(a.ctime);
                     h.attr.size = h.attr.size.saturating_add_signed(names);
-                }
-                None if [before, now]
-                    .iter()
-                    .flatten()
-                    .any(|(_, k)| *k == FileKind::Dir) =>
-                {
-                    h.give_back = true;
                 }
                 None => touch(&mut h.attr, names, proto::clock::now_ns()),
             }
@@ -378,6 +407,13 @@ impl DirLeases {
     /// while a queue cannot reach the MDS (as the request itself would
     /// fail: a request must not wait for a restart that may wait for it).
     pub async fn drain(&self) -> Result<()> {
+        if self.pending.load(Ordering::SeqCst) == 0 {
+            return Ok(());
+        }
+        // Lingering senders send now, and none lingers while this waits.
+        self.draining.fetch_add(1, Ordering::SeqCst);
+        let _done = Draining(&self.draining);
+        self.hurry.notify_waiters();
         loop {
             let wait = self.drained.notified();
             let pending = self.pending.load(Ordering::SeqCst);
@@ -412,11 +448,14 @@ impl DirLeases {
         }
     }
 
-    /// Sends `dir`'s queue, a batch at a time, until it is empty.
+    /// Sends `dir`'s queue, a batch at a time, until it is empty. A batch
+    /// that is not full waits [`BATCH_LINGER`] for more changes first,
+    /// unless a request of this client waits for the queue.
     async fn send(self: Arc<Self>, dir: u64) {
         let mut retry = Duration::from_millis(50);
         let mut unreachable = false;
         loop {
+            self.linger(dir).await;
             let (creds, ops) = {
                 let mut dirs = lock(&self.dirs);
                 let Some(d) = dirs.get_mut(&dir) else { return };
@@ -517,6 +556,28 @@ impl DirLeases {
             }
             self.pending.fetch_sub(n, Ordering::SeqCst);
             self.drained.notify_waiters();
+        }
+    }
+
+    /// Waits up to [`BATCH_LINGER`] while `dir`'s queue holds less than a
+    /// full batch and no drain waits: changes answered meanwhile go in the
+    /// same batch, so the MDS runs one transaction for many of them.
+    async fn linger(&self, dir: u64) {
+        let hurry = self.hurry.notified();
+        tokio::pin!(hurry);
+        hurry.as_mut().enable();
+        // Not for an empty queue, nor for a lease on its way back
+        // (another client may wait for it).
+        let short = lock(&self.dirs).get(&dir).is_some_and(|d| {
+            !d.queue.is_empty()
+                && d.queue.len() < DIR_OPS_MAX
+                && d.lease.as_ref().is_some_and(|h| h.usable())
+        });
+        if short && self.draining.load(Ordering::SeqCst) == 0 {
+            tokio::select! {
+                _ = tokio::time::sleep(BATCH_LINGER) => {}
+                _ = hurry => {}
+            }
         }
     }
 

@@ -706,8 +706,8 @@ async fn a_tree_walk_reads_prefetched_listings() {
 
 /// A directory's lease keeps the directory's attributes for the holder's
 /// own answers; changes the holder makes through the MDS meanwhile (a
-/// subdirectory made and removed) move its link count, and the holder's
-/// view stays the MDS's once everything is sent.
+/// subdirectory made, moved out, made and removed) move its link count,
+/// and the holder's view is the MDS's once everything is sent.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_follows_subdirectories_made_through_the_mds() {
     let dir = tempfile::tempdir().unwrap();
@@ -736,9 +736,23 @@ async fn a_lease_follows_subdirectories_made_through_the_mds() {
     assert!(a.stats().lease_answered > answered, "{:?}", a.stats());
     assert_eq!(a.getattr(&root(), d).await.unwrap().nlink, 3);
 
-    a.rmdir(&root(), d, "sub").await.unwrap();
+    // Moved out: the link count follows without the MDS's attributes.
+    a.rename(&root(), d, "sub", 0, "moved", false)
+        .await
+        .unwrap();
     create(&a).await;
     assert_eq!(a.getattr(&root(), d).await.unwrap().nlink, 2);
+
+    a.mkdir(&root(), d, "sub2", 0o755).await.unwrap();
+    create(&a).await;
+    assert_eq!(a.getattr(&root(), d).await.unwrap().nlink, 3);
+    a.rmdir(&root(), d, "sub2").await.unwrap();
+    create(&a).await;
+    assert_eq!(a.getattr(&root(), d).await.unwrap().nlink, 2);
+
+    // The creates after each change were answered under the lease (a
+    // lease lost would leave the link counts above right but untested).
+    assert!(a.stats().lease_answered >= answered + 4, "{:?}", a.stats());
 
     // Everything sent: the MDS's view (through a second client) and the
     // holder's agree.
