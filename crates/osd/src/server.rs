@@ -85,11 +85,22 @@ impl Osd {
         shutdown: watch::Receiver<bool>,
     ) -> Result<(), store::StoreError> {
         let limits = self.cfg.serve.clone();
-        Server::new(self.clone(), limits)
+        let drained = Server::new(self.clone(), limits)
             .serve(listener, shutdown)
             .await;
         if let Some(c) = &self.chains {
-            c.shut_down_cleanly();
+            // A request still running when the drain gave up may have made
+            // a change here that is not down its chain yet (and not yet
+            // among the unsent either): no marker, so the next start asks
+            // the MDS to take this OSD out of its chains and fill it again.
+            if drained {
+                c.shut_down_cleanly();
+            } else {
+                tracing::warn!(
+                    "requests still running when the drain timed out: no clean-shutdown \
+                     marker; at its next start this OSD rejoins its chains through the MDS"
+                );
+            }
         }
         let store = self.ctx.store.clone();
         tokio::task::spawn_blocking(move || store.close())

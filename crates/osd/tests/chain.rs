@@ -153,45 +153,17 @@ struct Member {
 }
 
 fn start_member(id: u32, shared: Arc<Mutex<Table>>) -> Member {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("osd.img");
-    let dev: Arc<dyn Device> = Arc::new(FileDevice::create(&path, 64 << 20).unwrap());
-    store::format(dev.clone(), &FormatOptions::default()).unwrap();
-    let s = Store::open(dev, &OpenOptions::default()).unwrap();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let ctx = Ctx::new(Arc::new(StoreHandle::new(path, s)), Some(ring(id)), id);
-    let auth = Arc::new(Authority {
-        me: id,
-        shared: shared.clone(),
-    });
-    let chains = Chains::new(id, CLUSTER, auth, Arc::new(MemberTickets(id)));
-    let osd = Osd::chained(ctx, ServerConfig::new(CLUSTER, id), chains.clone());
-    // The chain state's own task (a first start: it tells the authority).
-    let (epochs, rx) = tokio::sync::watch::channel(0u64);
-    rt.spawn(async move {
-        let _keep = epochs;
-        chains.run(rx).await;
-    });
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.set_nonblocking(true).unwrap();
-    shared
-        .lock()
-        .unwrap()
-        .addrs
-        .insert(id, listener.local_addr().unwrap().to_string());
-    let (stop, rx) = tokio::sync::watch::channel(false);
-    rt.spawn(async move {
+    let drain = ServerConfig::new(CLUSTER, id).serve.drain_timeout;
+    let s = start_stoppable(id, shared, drain);
+    // Never stopped: it runs until its runtime is shut down.
+    let stop = s.stop;
+    s.rt.spawn(async move {
         let _keep = stop;
-        let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-        let _ = osd.serve(listener, rx).await;
+        std::future::pending::<()>().await
     });
     Member {
-        rt: Some(rt),
-        _dir: dir,
+        rt: Some(s.rt),
+        _dir: s.dir,
     }
 }
 
@@ -670,4 +642,140 @@ async fn a_change_that_fails_part_way_leaves_no_member_different() {
     }
     assert_eq!(seen[0], seen[1], "the members differ after a failed change");
     stop_all(&mut members);
+}
+
+/// A member whose shutdown can be awaited: its runtime, its store's
+/// directory, its stop switch, and a receiver that fires once `serve`
+/// has returned (after the drain and the store's close).
+struct Stoppable {
+    rt: tokio::runtime::Runtime,
+    dir: tempfile::TempDir,
+    stop: tokio::sync::watch::Sender<bool>,
+    done: tokio::sync::oneshot::Receiver<()>,
+}
+
+/// Starts member `id` (as [`start_member`]) whose server gives requests
+/// still running at shutdown `drain` to finish.
+fn start_stoppable(id: u32, shared: Arc<Mutex<Table>>, drain: Duration) -> Stoppable {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("osd.img");
+    let dev: Arc<dyn Device> = Arc::new(FileDevice::create(&path, 64 << 20).unwrap());
+    store::format(dev.clone(), &FormatOptions::default()).unwrap();
+    let s = Store::open(dev, &OpenOptions::default()).unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let ctx = Ctx::new(Arc::new(StoreHandle::new(path, s)), Some(ring(id)), id);
+    let auth = Arc::new(Authority {
+        me: id,
+        shared: shared.clone(),
+    });
+    let chains = Chains::new(id, CLUSTER, auth, Arc::new(MemberTickets(id)));
+    let mut cfg = ServerConfig::new(CLUSTER, id);
+    cfg.serve.drain_timeout = drain;
+    let osd = Osd::chained(ctx, cfg, chains.clone());
+    let (epochs, rx) = tokio::sync::watch::channel(0u64);
+    rt.spawn(async move {
+        let _keep = epochs;
+        chains.run(rx).await;
+    });
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    shared
+        .lock()
+        .unwrap()
+        .addrs
+        .insert(id, listener.local_addr().unwrap().to_string());
+    let (stop, rx) = tokio::sync::watch::channel(false);
+    let (tell, done) = tokio::sync::oneshot::channel();
+    rt.spawn(async move {
+        let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+        let _ = osd.serve(listener, rx).await;
+        let _ = tell.send(());
+    });
+    Stoppable {
+        rt,
+        dir,
+        stop,
+        done,
+    }
+}
+
+/// The file a member leaves beside its store at a clean shutdown.
+fn clean_marker(dir: &tempfile::TempDir) -> std::path::PathBuf {
+    dir.path().join("osd.img.chains-clean")
+}
+
+/// A head stopped while a change is still on its way down its chain (the
+/// next member takes the connection and never answers) leaves no
+/// clean-shutdown marker, so its next start rejoins through the
+/// authority; a member stopped with nothing in flight leaves one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_a_shutdown_with_nothing_in_flight_is_clean() {
+    let drain = Duration::from_millis(300);
+
+    // Nothing in flight: clean.
+    let shared = Arc::new(Mutex::new(Table::default()));
+    let lone = start_stoppable(1, shared.clone(), drain);
+    shared.lock().unwrap().table.set(GROUP, vec![1], vec![]);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    lone.stop.send(true).unwrap();
+    tokio::time::timeout(Duration::from_secs(10), lone.done)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        clean_marker(&lone.dir).exists(),
+        "an idle member's shutdown is clean"
+    );
+    lone.rt.shutdown_background();
+
+    // A change on its way down to a member that never answers.
+    let shared = Arc::new(Mutex::new(Table::default()));
+    let hole = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    shared
+        .lock()
+        .unwrap()
+        .addrs
+        .insert(2, hole.local_addr().unwrap().to_string());
+    let head = start_stoppable(1, shared.clone(), drain);
+    shared.lock().unwrap().table.set(GROUP, vec![1, 2], vec![]);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let client = GroupClient {
+        shared: shared.clone(),
+        conns: Mutex::new(HashMap::new()),
+    };
+    let addr = shared.lock().unwrap().addrs[&1].clone();
+    let conn = client.conn(1, &addr);
+    let create = client_request(
+        1,
+        1,
+        Command::Create {
+            pid: group_partition(GROUP),
+            oid: Some(OBJ),
+            count: 1,
+        },
+        vec![],
+    );
+    let stuck = tokio::spawn(async move { conn.call(create, Bytes::new()).await });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        !stuck.is_finished(),
+        "the change was answered: {:?}",
+        stuck.await
+    );
+    head.stop.send(true).unwrap();
+    tokio::time::timeout(Duration::from_secs(10), head.done)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        !clean_marker(&head.dir).exists(),
+        "stopped with a change not down its chain, yet marked clean"
+    );
+    stuck.abort();
+    head.rt.shutdown_background();
+    drop(hole);
 }
