@@ -703,9 +703,19 @@ fn start_stoppable(id: u32, shared: Arc<Mutex<Table>>, drain: Duration) -> Stopp
     }
 }
 
-/// The file a member leaves beside its store at a clean shutdown.
-fn clean_marker(dir: &tempfile::TempDir) -> std::path::PathBuf {
-    dir.path().join("osd.img.chains-clean")
+impl Stoppable {
+    /// Stops the member, waits until `serve` has returned, and says
+    /// whether it left the clean-shutdown marker beside its store.
+    async fn shut_down(self) -> bool {
+        self.stop.send(true).unwrap();
+        tokio::time::timeout(Duration::from_secs(10), self.done)
+            .await
+            .unwrap()
+            .unwrap();
+        let clean = self.dir.path().join("osd.img.chains-clean").exists();
+        self.rt.shutdown_background();
+        clean
+    }
 }
 
 /// A head stopped while a change is still on its way down its chain (the
@@ -721,16 +731,7 @@ async fn only_a_shutdown_with_nothing_in_flight_is_clean() {
     let lone = start_stoppable(1, shared.clone(), drain);
     shared.lock().unwrap().table.set(GROUP, vec![1], vec![]);
     tokio::time::sleep(Duration::from_millis(200)).await;
-    lone.stop.send(true).unwrap();
-    tokio::time::timeout(Duration::from_secs(10), lone.done)
-        .await
-        .unwrap()
-        .unwrap();
-    assert!(
-        clean_marker(&lone.dir).exists(),
-        "an idle member's shutdown is clean"
-    );
-    lone.rt.shutdown_background();
+    assert!(lone.shut_down().await, "an idle member's shutdown is clean");
 
     // A change on its way down to a member that never answers.
     let shared = Arc::new(Mutex::new(Table::default()));
@@ -766,16 +767,10 @@ async fn only_a_shutdown_with_nothing_in_flight_is_clean() {
         "the change was answered: {:?}",
         stuck.await
     );
-    head.stop.send(true).unwrap();
-    tokio::time::timeout(Duration::from_secs(10), head.done)
-        .await
-        .unwrap()
-        .unwrap();
     assert!(
-        !clean_marker(&head.dir).exists(),
+        !head.shut_down().await,
         "stopped with a change not down its chain, yet marked clean"
     );
     stuck.abort();
-    head.rt.shutdown_background();
     drop(hole);
 }
