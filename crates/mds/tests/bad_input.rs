@@ -57,21 +57,6 @@ fn format_options() -> mds::FormatOptions {
     }
 }
 
-async fn mkdir_ok(c: &net::MdsClient, name: &str) -> u64 {
-    match c
-        .call(Op::Mkdir {
-            parent: ROOT_INO,
-            name: name.into(),
-            mode: 0o755,
-        })
-        .await
-        .unwrap()
-    {
-        MdsReply::Found(f) => f.entry.attr.ino,
-        r => panic!("{r:?}"),
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_wire_refuses_garbage_and_wrong_peers_and_keeps_serving() {
     let cl = Cluster::start(1, spec(4096, 1), PolicyKind::ChildClosest).await;
@@ -137,7 +122,7 @@ async fn the_wire_refuses_garbage_and_wrong_peers_and_keeps_serving() {
     assert!(matches!(r.result, Ok(MdsReply::Attr(_))));
     // and ordinary clients were never disturbed
     let c = cl.client();
-    mkdir_ok(&c, "still-fine").await;
+    mkdir(&c, ROOT_INO, "still-fine").await;
     cl.stop().await;
 }
 
@@ -275,7 +260,7 @@ async fn status_counts_the_whole_delete_queue_and_refuses_a_bad_key() {
 async fn bad_config_damaged_database_and_format_over_are_clear_errors() {
     let cl = Cluster::start(1, spec(4096, 1), PolicyKind::ChildClosest).await;
     let c = cl.client();
-    mkdir_ok(&c, "keep-me").await;
+    mkdir(&c, ROOT_INO, "keep-me").await;
     let dir = cl.mds_dir();
     let mut cl = cl;
     cl.mds.take().unwrap().stop().await;

@@ -18,21 +18,6 @@ use common::*;
 use mds::ids::PolicyKind;
 use proto::mds::{DirLease, DirOp, Errno, LEASE_IDS, MdsError, MdsReply, Op, ROOT_INO};
 
-async fn mkdir(c: &net::MdsClient, name: &str) -> u64 {
-    match c
-        .call(Op::Mkdir {
-            parent: ROOT_INO,
-            name: name.into(),
-            mode: 0o755,
-        })
-        .await
-        .unwrap()
-    {
-        MdsReply::Found(f) => f.entry.attr.ino,
-        other => panic!("{other:?}"),
-    }
-}
-
 async fn create(c: &net::MdsClient, dir: u64, name: &str) -> u64 {
     match c
         .call(Op::Create {
@@ -92,7 +77,7 @@ async fn names(c: &net::MdsClient, dir: u64) -> Vec<(String, u64)> {
 async fn one_holder_its_changes_in_order_and_others_wait() {
     let cl = Cluster::start(3, spec(512 << 10, 3), PolicyKind::ChildClosest).await;
     let (a, b) = (cl.client(), cl.client());
-    let d = mkdir(&a, "d").await;
+    let d = mkdir(&a, ROOT_INO, "d").await;
     let old = create(&a, d, "old").await;
 
     let l = lease(&a, d).await.unwrap();
@@ -134,7 +119,7 @@ async fn one_holder_its_changes_in_order_and_others_wait() {
 
     // Refused, each alone: a number never delegated, one delegated for
     // another directory, an existing name, a name not allowed.
-    let e = mkdir(&a, "e").await;
+    let e = mkdir(&a, ROOT_INO, "e").await;
     let le = lease(&a, e).await.unwrap();
     let (failed, _) = ops(
         &a,
@@ -234,7 +219,7 @@ async fn delegated_numbers_are_never_made_by_anyone_else() {
     ] {
         let cl = Cluster::start(1, spec(512 << 10, 1), policy).await;
         let (a, b) = (cl.client(), cl.client());
-        let d = mkdir(&a, "d").await;
+        let d = mkdir(&a, ROOT_INO, "d").await;
         let l = lease(&a, d).await.unwrap();
         a.call(Op::DirRelease { dir: d }).await.unwrap();
         let l2 = lease(&a, d).await.unwrap();
@@ -245,7 +230,7 @@ async fn delegated_numbers_are_never_made_by_anyone_else() {
         );
         // While they are delegated, plain creates by the holder in the
         // directory and by another session next to it never take them.
-        let e = mkdir(&b, "e").await;
+        let e = mkdir(&b, ROOT_INO, "e").await;
         let mut made = HashSet::new();
         for i in 0..2 * LEASE_IDS {
             made.insert(create(&a, d, &format!("f{i}")).await);
@@ -265,7 +250,7 @@ async fn delegated_numbers_are_never_made_by_anyone_else() {
 async fn a_lease_is_refused_where_it_cannot_be_held() {
     let cl = Cluster::start(1, spec(512 << 10, 1), PolicyKind::ChildClosest).await;
     let a = cl.client();
-    let d = mkdir(&a, "d").await;
+    let d = mkdir(&a, ROOT_INO, "d").await;
     let f = create(&a, d, "f").await;
     // Not a directory; no such inode (ESTALE, as for any stale handle).
     assert_eq!(lease(&a, f).await.unwrap_err().errno, Errno::NotDir);

@@ -30,21 +30,6 @@ async fn errno(c: &net::MdsClient, op: Op) -> Errno {
     }
 }
 
-async fn mkdir(c: &net::MdsClient, parent: u64, name: &str) -> u64 {
-    found(
-        c.call(Op::Mkdir {
-            parent,
-            name: name.into(),
-            mode: 0o755,
-        })
-        .await
-        .unwrap(),
-    )
-    .entry
-    .attr
-    .ino
-}
-
 async fn create(c: &net::MdsClient, parent: u64, name: &str) -> Found {
     found(
         c.call(Op::Create {

@@ -217,3 +217,19 @@ pub fn check_clean(mds: &Arc<mds::Mds>) -> mds::fsck::Report {
     assert!(r.problems.is_empty(), "fsck: {:#?}", r.problems);
     r
 }
+
+/// Makes directory `name` in `parent` (mode 0755) as `c`: its inode.
+pub async fn mkdir(c: &MdsClient, parent: u64, name: &str) -> u64 {
+    match c
+        .call(Op::Mkdir {
+            parent,
+            name: name.into(),
+            mode: 0o755,
+        })
+        .await
+        .unwrap()
+    {
+        MdsReply::Found(f) => f.entry.attr.ino,
+        other => panic!("mkdir {name:?}: {other:?}"),
+    }
+}
