@@ -177,14 +177,14 @@ impl DirLeases {
         }
         {
             let mut dirs = lock(&self.dirs);
-            if dirs.len() >= MAX_DIRS {
+            // Idle directories are forgotten only to make room for a new one.
+            if dirs.len() >= MAX_DIRS && !dirs.contains_key(&dir) {
                 dirs.retain(|_, d| !d.idle());
             }
             let d = dirs.entry(dir).or_default();
-            if d.lease.as_ref().is_some_and(Held::usable)
+            if d.lease.is_some()
                 || d.asking.is_some()
                 || d.releasing
-                || d.lease.is_some()
                 || d.not_before.is_some_and(|t| Instant::now() < t)
             {
                 return;
