@@ -16,7 +16,9 @@ use std::time::Duration;
 
 use common::*;
 use mds::ids::PolicyKind;
-use proto::mds::{DirLease, DirOp, Errno, LEASE_IDS, MdsError, MdsReply, Op, ROOT_INO};
+use proto::mds::{
+    DIR_OPS_MAX, DirLease, DirOp, Errno, LEASE_IDS, LEASE_IDS_MAX, MdsError, MdsReply, Op, ROOT_INO,
+};
 
 async fn create(c: &net::MdsClient, dir: u64, name: &str) -> u64 {
     match c
@@ -52,6 +54,17 @@ async fn ops(c: &net::MdsClient, dir: u64, ops: Vec<DirOp>) -> (Vec<(u32, Errno)
             failed.into_iter().map(|(i, e)| (i, e.errno)).collect(),
             contended,
         ),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// The numbers a batch's answer delegated.
+async fn ops_ids(c: &net::MdsClient, dir: u64, ops: Vec<DirOp>) -> Vec<u64> {
+    match c.call(Op::DirOps { dir, ops }).await.unwrap() {
+        MdsReply::DirDone { failed, ids, .. } => {
+            assert!(failed.is_empty(), "{failed:?}");
+            ids
+        }
         other => panic!("{other:?}"),
     }
 }
@@ -244,6 +257,66 @@ async fn delegated_numbers_are_never_made_by_anyone_else() {
         let batch: Vec<DirOp> = l2.ids.iter().map(|&i| mk(&format!("g{i}"), i)).collect();
         assert_eq!(ops(&a, d, batch).await, (vec![], false), "{policy:?}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_that_makes_files_fast_gets_more_numbers() {
+    let cl = Cluster::start(1, spec(512 << 10, 1), PolicyKind::ChildClosest).await;
+    let a = cl.client();
+    let d = mkdir(&a, ROOT_INO, "d").await;
+    let l = lease(&a, d).await.unwrap();
+    let mut unused: Vec<u64> = l.ids;
+    let mut seen: HashSet<u64> = unused.iter().copied().collect();
+    let mut n = 0;
+    let mut make = |unused: &mut Vec<u64>, k: usize| -> Vec<DirOp> {
+        let k = k.min(unused.len());
+        unused
+            .drain(..k)
+            .map(|i| {
+                n += 1;
+                mk(&format!("f{n}"), i)
+            })
+            .collect()
+    };
+    // A slow holder: fewer than half used, nothing more yet.
+    let batch = make(&mut unused, 3);
+    assert!(ops_ids(&a, d, batch).await.is_empty());
+    // Half used in one batch of 30: topped up to eight batches' worth.
+    let batch = make(&mut unused, 30);
+    let mut more = ops_ids(&a, d, batch).await;
+    assert_eq!(
+        unused.len() + more.len(),
+        256,
+        "8 x 30 rounded up to a power of two"
+    );
+    // Batches as large as they come: never more than the cap held, and
+    // never less than half of it after a top-up.
+    for _ in 0..6 {
+        assert!(
+            more_distinct(&mut seen, &more),
+            "numbers are delegated once"
+        );
+        unused.extend(more);
+        let batch = make(&mut unused, DIR_OPS_MAX);
+        more = ops_ids(&a, d, batch).await;
+        assert!(unused.len() + more.len() <= LEASE_IDS_MAX);
+        assert!(unused.len() + more.len() >= LEASE_IDS_MAX / 2);
+    }
+    // Every number delegated works, once.
+    while !unused.is_empty() {
+        let batch = make(&mut unused, DIR_OPS_MAX);
+        let more = ops_ids(&a, d, batch).await;
+        assert!(
+            more_distinct(&mut seen, &more),
+            "numbers are delegated once"
+        );
+    }
+    assert_eq!(names(&a, d).await.len(), n);
+}
+
+/// Adds `ids` to `seen`: false if any was there already.
+fn more_distinct(seen: &mut HashSet<u64>, ids: &[u64]) -> bool {
+    ids.iter().all(|i| seen.insert(*i))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

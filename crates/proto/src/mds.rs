@@ -637,9 +637,15 @@ pub const DIR_OPS_MAX: usize = 256;
 /// to send than the lease saves).
 pub const LEASE_NAMES_MAX: usize = 10_000;
 
-/// Inode numbers the MDS keeps delegated to a lease's holder (topped up
-/// with every [`MdsReply::DirDone`]).
+/// Inode numbers the MDS delegates with a lease, and keeps delegated to
+/// its holder at least (topped up with a [`MdsReply::DirDone`] once half
+/// are used).
 pub const LEASE_IDS: usize = 64;
+
+/// Most inode numbers the MDS keeps delegated to one lease's holder: a
+/// holder that makes many files between batches gets up to this many, so
+/// it does not run out before the next top-up arrives.
+pub const LEASE_IDS_MAX: usize = 4 * DIR_OPS_MAX;
 
 /// How long a holder may use a lease after its last answered request
 /// about it (the grant or a [`Op::DirOps`]): the MDS keeps it for twice

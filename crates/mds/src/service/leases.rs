@@ -13,10 +13,10 @@
 //! ([`crate::delegation`]), so they survive a restart of the MDS with the
 //! replays that name them.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
-use proto::mds::{DirLease, DirOp, LEASE_IDS, LEASE_NAMES_MAX, LEASE_TERM_MS};
+use proto::mds::{DirLease, DirOp, LEASE_IDS, LEASE_IDS_MAX, LEASE_NAMES_MAX, LEASE_TERM_MS};
 
 use super::*;
 use crate::delegation;
@@ -62,6 +62,19 @@ struct Lease {
     contended: bool,
     /// Inode numbers delegated with it and not used yet.
     ids: Vec<u64>,
+    /// How many it is topped up to: [`LEASE_IDS`] at first, up to
+    /// [`LEASE_IDS_MAX`] for a holder that makes files fast.
+    target: usize,
+}
+
+/// The numbers to keep delegated to a holder whose batch made `made`
+/// files, given the current target: eight batches' worth (a batch is
+/// under way while the next fills, and top-ups come once half are used),
+/// never less than before, within [`LEASE_IDS`]..=[`LEASE_IDS_MAX`].
+fn ids_target(target: usize, made: usize) -> usize {
+    target
+        .max((8 * made).next_power_of_two())
+        .clamp(LEASE_IDS, LEASE_IDS_MAX)
 }
 
 impl Lease {
@@ -285,6 +298,7 @@ impl Mds {
                     heard: Instant::now(),
                     contended: false,
                     ids: Vec::new(),
+                    target: LEASE_IDS,
                 },
             );
         }
@@ -404,7 +418,7 @@ impl Mds {
                 tracing::warn!(ino = o, error = %e, "an orphan made under a lease waits for the next pass");
             }
         }
-        let (contended, want) = {
+        let (contended, want, target) = {
             let mut l = self.leases();
             match l.held.get_mut(&dir).filter(|l| l.holder == session) {
                 Some(lease) => {
@@ -413,22 +427,24 @@ impl Mds {
                         .iter()
                         .filter_map(|(i, _)| made.get(*i as usize).copied().flatten())
                         .collect();
+                    let used: HashSet<u64> = made.iter().flatten().copied().collect();
                     lease
                         .ids
-                        .retain(|i| !made.contains(&Some(*i)) || failed.contains(i));
+                        .retain(|i| !used.contains(i) || failed.contains(i));
+                    lease.target = ids_target(lease.target, used.len());
                     let want = if lease.contended {
                         0
                     } else {
-                        LEASE_IDS.saturating_sub(lease.ids.len())
+                        lease.target.saturating_sub(lease.ids.len())
                     };
-                    (lease.contended, want)
+                    (lease.contended, want, lease.target)
                 }
                 // No lease (lapsed, given back, or a replay): apply only.
-                None => (true, 0),
+                None => (true, 0, LEASE_IDS),
             }
         };
         // Numbers are topped up in batches, not one per create.
-        let ids = if want >= LEASE_IDS / 2 {
+        let ids = if want >= target / 2 {
             self.delegate(dir, session, want).await.unwrap_or_else(|e| {
                 tracing::warn!(dir, error = %e, "no more delegated numbers this time");
                 Vec::new()
