@@ -81,6 +81,10 @@ pub struct DeleteJob {
 }
 
 const SUPER_KEY: &[u8] = b"superblock";
+
+/// Inode records a prefetch reads per neighbour it may return, on each
+/// side of the entry (orphans among them are read and skipped).
+pub const NEIGHBOUR_SCAN: usize = 3;
 const STATE_KEY: &[u8] = b"state";
 const NAMESPACE_KEY: &[u8] = b"namespace";
 const CHAINS_KEY: &[u8] = b"chains";
@@ -277,37 +281,44 @@ pub trait Records: View {
         }
     }
 
-    /// Up to `n` inodes with ids nearest `ino` (not `ino` itself), nearest first.
+    /// Up to `n` inodes with ids nearest `ino` (not `ino` itself), nearest
+    /// first. Orphans are skipped, but at most [`NEIGHBOUR_SCAN`] records
+    /// per `n` are read on each side: after a mass removal the ids next
+    /// to a live file are orphans until the delete worker frees them, and
+    /// reading them all made every lookup there cost O(orphans).
     fn neighbours(&self, ino: u64, n: usize) -> Result<Vec<Inode>, MdsError> {
         if n == 0 {
             return Ok(Vec::new());
         }
         let key = num_key(ino);
+        let budget = n.saturating_mul(NEIGHBOUR_SCAN);
         let mut above = Vec::new();
         let mut below = Vec::new();
         let mut bad = None;
-        let mut collect = |out: &mut Vec<Inode>, v: &[u8]| {
+        let mut collect = |out: &mut Vec<Inode>, read: &mut usize, v: &[u8]| {
+            *read += 1;
             match decode::<Inode>("inode", v) {
                 // An orphan has no name to be looked up by: not prefetched.
                 Ok(i) if i.attr.nlink == 0 => {}
                 Ok(i) => out.push(i),
                 Err(e) => bad = Some(e),
             }
-            out.len() < n
+            out.len() < n && *read < budget
         };
+        let (mut read_above, mut read_below) = (0, 0);
         self.scan(
             T::Inodes,
             Bound::Excluded(&key[..]),
             Bound::Unbounded,
             false,
-            &mut |_, v| collect(&mut above, v),
+            &mut |_, v| collect(&mut above, &mut read_above, v),
         )?;
         self.scan(
             T::Inodes,
             Bound::Unbounded,
             Bound::Excluded(&key[..]),
             true,
-            &mut |_, v| collect(&mut below, v),
+            &mut |_, v| collect(&mut below, &mut read_below, v),
         )?;
         if let Some(e) = bad {
             return Err(e);

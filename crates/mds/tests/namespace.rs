@@ -697,6 +697,58 @@ async fn write_stripe(
     .map(|_| ())
 }
 
+/// After a mass removal the ids next to a live file are orphans (held
+/// open here, so they stay): a prefetch reads a bounded run of them
+/// (`NEIGHBOUR_SCAN` records per neighbour it may return) instead of every
+/// one, so a lookup there does not cost O(orphans); a live file within
+/// the run is still prefetched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prefetch_reads_a_bounded_run_of_orphans() {
+    let cl = Cluster::start_holding(1, spec(4096, 1), PolicyKind::CreateOrder).await;
+    let c = cl.client();
+    let dir = mkdir(&c, ROOT_INO, "d").await;
+    // near, 20 orphans, far, 200 orphans, last: ids in create order.
+    let mut names = vec!["near".to_string()];
+    names.extend((0..20).map(|i| format!("o{i}")));
+    names.push("far".into());
+    names.extend((20..220).map(|i| format!("o{i}")));
+    names.push("last".into());
+    let mut ino = Vec::new();
+    for n in &names {
+        ino.push(create(&c, dir, n).await.entry.attr.ino);
+    }
+    assert!(ino.windows(2).all(|w| w[0] < w[1]), "ids in create order");
+    for n in names.iter().filter(|n| n.starts_with('o')) {
+        c.call(Op::Unlink {
+            parent: dir,
+            name: n.clone(),
+        })
+        .await
+        .unwrap();
+    }
+    let prefetched = |name: &str| {
+        let c = &c;
+        let name = name.to_string();
+        async move {
+            let f = found(c.call(Op::Lookup { parent: dir, name }).await.unwrap());
+            f.prefetch
+                .into_iter()
+                .map(|e| e.name)
+                .collect::<Vec<String>>()
+        }
+    };
+    // 32 neighbours at most: 96 records a side. "far" is 21 records from
+    // "near" and 201 from "last".
+    let from_near = prefetched("near").await;
+    assert!(from_near.contains(&"far".to_string()), "{from_near:?}");
+    assert!(!from_near.iter().any(|n| n.starts_with('o')), "no orphan");
+    let from_last = prefetched("last").await;
+    assert!(
+        !from_last.contains(&"far".to_string()),
+        "a neighbour past 200 orphans is not looked for: {from_last:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn capabilities_revocation_truncation_and_deletion_at_the_osds() {
     let cl = Cluster::start(3, spec(4096, 3), PolicyKind::ChildClosest).await;

@@ -33,7 +33,20 @@ impl Cluster {
         self.dir.path().join("mds")
     }
 
+    /// A cluster of `n` OSDs whose MDS frees an unlinked file at once
+    /// (no client is counted as holding it).
     pub async fn start(n: u32, layout: LayoutSpec, policy: PolicyKind) -> Cluster {
+        Cluster::start_with(n, layout, policy, false).await
+    }
+
+    /// As [`Cluster::start`], but sessions hold the files they make or
+    /// open, as in production: an unlinked file held stays an orphan.
+    #[allow(dead_code, reason = "used by some of the test binaries")]
+    pub async fn start_holding(n: u32, layout: LayoutSpec, policy: PolicyKind) -> Cluster {
+        Cluster::start_with(n, layout, policy, true).await
+    }
+
+    async fn start_with(n: u32, layout: LayoutSpec, policy: PolicyKind, holds: bool) -> Cluster {
         let dir = tempfile::tempdir().unwrap();
         let mds_dir = dir.path().join("mds");
         let opts = FormatOptions {
@@ -45,12 +58,14 @@ impl Cluster {
             dir_protocol: String::new(),
         };
         mds::service::format(&mds_dir, &opts).unwrap();
-        // These tests see an unlinked file go at once (no client holds it).
+        // Most tests see an unlinked file go at once (no client holds it).
         let cfg = mds_dir.join("mds.toml");
         let text = std::fs::read_to_string(&cfg).unwrap();
         let line = format!("hold_expiry_ms = {}", proto::mds::HOLD_EXPIRY_MS);
         assert!(text.contains(&line), "{text}");
-        std::fs::write(&cfg, text.replace(&line, "hold_expiry_ms = 0")).unwrap();
+        if !holds {
+            std::fs::write(&cfg, text.replace(&line, "hold_expiry_ms = 0")).unwrap();
+        }
         for i in 0..n {
             provision_osd(
                 &osd_dir(dir.path(), i),
