@@ -210,6 +210,7 @@ impl Client {
             replay_failed: l(&self.inner.mds.replay_failed),
             leases_granted: l(&self.inner.leases.granted),
             lease_answered: l(&self.inner.leases.answered),
+            lease_lookups: l(&self.inner.leases.looked_up),
         }
     }
 
@@ -229,6 +230,16 @@ impl Client {
     /// Finds `name` in directory `parent`.
     pub async fn lookup(&self, c: &Creds, parent: u64, name: &str) -> Result<Entry> {
         let meta = &self.inner.meta;
+        // A held lease knows every name in its directory: a name it does
+        // not list is absent, whatever the cache holds.
+        let leased = self.inner.leases.lookup(parent, name);
+        if leased == Some(None) {
+            meta.hit(false);
+            return Err(FsError::new(
+                Errno::NoEnt,
+                format!("{name:?} not found in directory {parent:#x} (held under its lease)"),
+            ));
+        }
         let cached = {
             let mut cache = meta.cache();
             match cache.ino_of(parent, name) {
@@ -245,13 +256,6 @@ impl Client {
             e.attr = self.with_local_size(e.attr);
             return Ok(e);
         }
-        if self.inner.leases.lookup(parent, name) == Some(None) {
-            meta.hit(false);
-            return Err(FsError::new(
-                Errno::NoEnt,
-                format!("{name:?} not found in directory {parent:#x} (held under its lease)"),
-            ));
-        }
         if self.inner.absent.absent(parent, name) {
             meta.hit(false);
             return Err(FsError::new(
@@ -260,6 +264,17 @@ impl Client {
             ));
         }
         meta.miss();
+        if leased.is_some()
+            && let Some(f) = self
+                .inner
+                .leases
+                .lookup_listed(c, parent, name, |f| meta.absorb(f))
+                .await
+        {
+            let mut e = f.entry;
+            e.attr = self.with_local_size(e.attr);
+            return Ok(e);
+        }
         let f = match self.inner.ns.lookup(c, parent, name).await {
             Ok(f) => f,
             Err(e) => {

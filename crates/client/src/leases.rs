@@ -29,7 +29,9 @@ use std::time::{Duration, Instant};
 
 use net::{CallError, MdsClient};
 use posix::perm::{self, W, X};
-use proto::mds::{Attr, Creds, DIR_OPS_MAX, DirOp, Entry, FileKind, LEASE_TERM_MS, MdsReply, Op};
+use proto::mds::{
+    Attr, Creds, DIR_OPS_MAX, DirOp, Entry, FileKind, Found, LEASE_TERM_MS, MdsReply, Op,
+};
 
 use crate::error::{Errno, FsError, Result};
 
@@ -145,6 +147,8 @@ pub struct DirLeases {
     pub granted: std::sync::atomic::AtomicU64,
     /// Changes this client answered under a lease.
     pub answered: std::sync::atomic::AtomicU64,
+    /// Lookups answered by [`DirLeases::lookup_listed`].
+    pub looked_up: std::sync::atomic::AtomicU64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -167,6 +171,7 @@ impl DirLeases {
             ticking: std::sync::atomic::AtomicBool::new(false),
             granted: std::sync::atomic::AtomicU64::new(0),
             answered: std::sync::atomic::AtomicU64::new(0),
+            looked_up: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -340,6 +345,52 @@ impl DirLeases {
         let dirs = lock(&self.dirs);
         let h = dirs.get(&parent)?.lease.as_ref().filter(|h| h.usable())?;
         Some(h.names.get(name).map(|x| x.0))
+    }
+
+    /// Looks up at the MDS a name `parent`'s lease lists, without waiting
+    /// for the queue: `None` when the lease does not list it or the answer
+    /// cannot be checked against the lease (then the caller asks after the
+    /// queue, as for any request). The MDS may not have this client's
+    /// queued changes yet, so the answer is taken only where the lease
+    /// vouches for it: the entry must name the inode the lease lists, and
+    /// a prefetched neighbour is kept only if it is in `parent` and the
+    /// lease lists its name with that inode. An inode with other names
+    /// (a file or symlink with nlink > 1) is not taken, as a queued
+    /// removal of another of its names would change its link count. This
+    /// is what keeps an `rm` of files whose cached entries have expired
+    /// from waiting for each batch under way (`docs/CLIENT.md`). `absorb`
+    /// caches the answer while the lease's names cannot change, so a
+    /// removal answered meanwhile is either seen here or removes what
+    /// `absorb` cached after it.
+    pub async fn lookup_listed(
+        &self,
+        c: &Creds,
+        parent: u64,
+        name: &str,
+        absorb: impl FnOnce(&Found),
+    ) -> Option<Found> {
+        let ino = self.lookup(parent, name)??;
+        let op = Op::Lookup {
+            parent,
+            name: name.into(),
+        };
+        let Ok(MdsReply::Found(mut f)) = self.mds.call_as(c.clone(), op).await else {
+            return None;
+        };
+        let dirs = lock(&self.dirs);
+        let h = dirs.get(&parent)?.lease.as_ref()?;
+        let vouched = |e: &Entry| {
+            e.parent == parent
+                && h.names.get(&e.name).map(|x| x.0) == Some(e.attr.ino)
+                && (e.attr.kind == FileKind::Dir || e.attr.nlink <= 1)
+        };
+        if f.entry.attr.ino != ino || !vouched(&f.entry) {
+            return None;
+        }
+        f.prefetch.retain(|e| vouched(e));
+        absorb(&f);
+        self.looked_up.fetch_add(1, Ordering::Relaxed);
+        Some(*f)
     }
 
     /// A change this client made through the MDS: `name` in `dir` now

@@ -61,6 +61,9 @@ pub struct ClientStats {
     pub leases_granted: u64,
     /// Creates and removals this client answered under a directory lease.
     pub lease_answered: u64,
+    /// Lookups of names a lease listed, answered by the MDS without
+    /// waiting for the lease's queue.
+    pub lease_lookups: u64,
 }
 
 impl ClientStats {
@@ -128,6 +131,11 @@ impl ClientStats {
             "lease_answered",
             "Creates and removals this client answered under a directory lease.",
             self.lease_answered,
+        );
+        put(
+            "lease_lookups",
+            "Lookups of names a lease listed, answered without waiting for its queue.",
+            self.lease_lookups,
         );
         s.push_str("# EOF\n");
         s

@@ -765,3 +765,52 @@ async fn a_lease_follows_subdirectories_made_through_the_mds() {
     assert_eq!(mds.nlink, 2);
     cl.stop().await.unwrap();
 }
+
+/// Under a held lease, a lookup of a name the lease lists whose cached
+/// entry has expired goes to the MDS without waiting for the queue; what
+/// the MDS answers is cached only where the lease vouches for it, so a
+/// neighbour removed under the lease and not yet sent is never cached as
+/// present (which would show once the lease is back and the cache answers).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_vouches_for_what_a_lookup_brings_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let cl = cluster(&dir, PolicyKind::ChildClosest, 64 << 10, 3).await;
+    let window = Duration::from_secs(2);
+    let a = client(&cl, |c| {
+        c.early_answers = true;
+        c.attr_timeout = window;
+    })
+    .await;
+    let d = a.mkdir(&root(), 0, "d", 0o755).await.unwrap().attr.ino;
+    for i in 0..200 {
+        let (_, fh) = a
+            .create(&root(), d, &format!("f{i}"), 0o644, true)
+            .await
+            .unwrap();
+        a.release(fh).await.unwrap();
+    }
+    a.sync_namespace().await.unwrap();
+    // Every cached entry expires, and the lease goes back idle.
+    tokio::time::sleep(window + Duration::from_millis(200)).await;
+    let granted = a.stats().leases_granted;
+    // Removals in order, each after a lookup (as the kernel's, once its
+    // entries expired): the lease comes back after two, and from then on
+    // a lookup's neighbours may include names the queue has removed.
+    for i in 0..150 {
+        let name = format!("f{i}");
+        assert_eq!(a.lookup(&root(), d, &name).await.unwrap().name, name);
+        a.unlink(&root(), d, &name).await.unwrap();
+    }
+    let st = a.stats();
+    assert!(st.leases_granted > granted, "{st:?}");
+    assert!(st.lease_lookups >= 2, "{st:?}");
+    // Sent, and the lease back (idle): the cache answers now, within its
+    // window, and must not hold a removed name.
+    a.sync_namespace().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    for i in 0..200 {
+        let r = a.lookup(&root(), d, &format!("f{i}")).await;
+        assert_eq!(r.is_ok(), i >= 150, "f{i}: {r:?}");
+    }
+    cl.stop().await.unwrap();
+}
