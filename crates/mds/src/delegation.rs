@@ -6,6 +6,8 @@
 //! each refused one leaving nothing behind (every `ns` operation checks
 //! before it writes).
 
+use std::collections::HashSet;
+
 use proto::mds::{Creds, DirOp, Errno, FileKind, MdsError};
 
 use crate::ids::IdPolicy;
@@ -82,9 +84,24 @@ pub fn undelegate(tx: &mut Tx, session: u64, ids: &[u64]) -> Result<(), MdsError
     Ok(())
 }
 
-/// Forgets delegations given before `before_ms` (their holders are gone:
-/// a live holder uses or gives back its numbers within a lease term).
-pub fn expire(tx: &mut Tx, before_ms: u64, max: usize) -> Result<usize, MdsError> {
+/// Whether the delegation record `(k, v)` was given before `before_ms`
+/// and is not in `held` (numbers a live lease still holds: a holder that
+/// makes files slowly may keep a number longer than any term).
+pub fn expired(k: &[u8], v: &[u8], before_ms: u64, held: &HashSet<u64>) -> bool {
+    let id = <[u8; 8]>::try_from(k).map(u64::from_be_bytes).ok();
+    id.is_none_or(|id| !held.contains(&id))
+        && decode_record(v).is_none_or(|(_, _, ms, _)| ms < before_ms)
+}
+
+/// Forgets up to `max` delegations given before `before_ms` and not in
+/// `held` (their holders are gone: a live holder uses its numbers or
+/// gives them back with its lease).
+pub fn expire(
+    tx: &mut Tx,
+    before_ms: u64,
+    held: &HashSet<u64>,
+    max: usize,
+) -> Result<usize, MdsError> {
     let mut old = Vec::new();
     tx.scan(
         T::Delegated,
@@ -92,7 +109,7 @@ pub fn expire(tx: &mut Tx, before_ms: u64, max: usize) -> Result<usize, MdsError
         std::ops::Bound::Unbounded,
         false,
         &mut |k, v| {
-            if decode_record(v).is_none_or(|(_, _, ms, _)| ms < before_ms) {
+            if expired(k, v, before_ms, held) {
                 old.push(k.to_vec());
             }
             old.len() < max
@@ -193,5 +210,25 @@ fn apply_one(
             // Removed already (a resend), or named anew by someone else.
             _ => Ok(Done::Already),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_number_a_live_lease_holds_never_expires() {
+        let (k, old, new) = (
+            num_key(7),
+            record(1, 2, 100, false),
+            record(1, 2, 5_000, false),
+        );
+        let none = HashSet::new();
+        let held: HashSet<u64> = [7].into_iter().collect();
+        assert!(expired(&k, &old, 1_000, &none), "old and not held");
+        assert!(!expired(&k, &old, 1_000, &held), "old but held");
+        assert!(!expired(&k, &new, 1_000, &none), "recent");
+        assert!(expired(&k, b"junk", 1_000, &none), "undecodable goes");
     }
 }

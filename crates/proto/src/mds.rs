@@ -645,7 +645,12 @@ pub const LEASE_IDS: usize = 64;
 /// Most inode numbers the MDS keeps delegated to one lease's holder: a
 /// holder that makes many files between batches gets up to this many, so
 /// it does not run out before the next top-up arrives.
-pub const LEASE_IDS_MAX: usize = 4 * DIR_OPS_MAX;
+///
+/// No more than a batch's worth: with the default geometry a directory
+/// has 1,024 nearby file numbers, and numbers a lease gives back unused
+/// are never used again, so a larger pool would spend a directory's
+/// nearby numbers (and the prefetch's locality) in a few leases.
+pub const LEASE_IDS_MAX: usize = DIR_OPS_MAX;
 
 /// How long a holder may use a lease after its last answered request
 /// about it (the grant or a [`Op::DirOps`]): the MDS keeps it for twice

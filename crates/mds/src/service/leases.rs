@@ -481,14 +481,22 @@ impl Mds {
             return Ok(());
         }
         let before = proto::clock::now_ms().saturating_sub(10 * LEASE_TERM_MS);
+        // Numbers a live lease holds stay, however old.
+        let held: Arc<HashSet<u64>> = Arc::new(
+            self.leases()
+                .held
+                .values()
+                .flat_map(|l| l.ids.iter().copied())
+                .collect(),
+        );
         let mut any = false;
         self.kv.read()?.scan(
             T::Delegated,
             std::ops::Bound::Unbounded,
             std::ops::Bound::Unbounded,
             false,
-            &mut |_, v| {
-                any = delegation::decode_record(v).is_none_or(|(_, _, ms, _)| ms < before);
+            &mut |k, v| {
+                any = delegation::expired(k, v, before, &held);
                 !any
             },
         )?;
@@ -496,9 +504,10 @@ impl Mds {
             return Ok(());
         }
         loop {
+            let held = held.clone();
             let n = self
                 .kv
-                .write(move |tx| delegation::expire(tx, before, 4096))
+                .write(move |tx| delegation::expire(tx, before, &held, 4096))
                 .await?;
             if n > 0 {
                 tracing::debug!(
