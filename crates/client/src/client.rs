@@ -243,11 +243,12 @@ impl Client {
         let cached = {
             let mut cache = meta.cache();
             match cache.ino_of(parent, name) {
-                Some(ino) => match cache.peek(ino) {
+                // Under a lease, only the inode the lease lists.
+                Some(ino) if leased.is_none_or(|l| l == Some(ino)) => match cache.peek(ino) {
                     Some(x) if meta.fresh(x) => cache.get(ino),
                     _ => None,
                 },
-                None => None,
+                _ => None,
             }
         };
         if let Some((x, first)) = cached {
@@ -256,7 +257,8 @@ impl Client {
             e.attr = self.with_local_size(e.attr);
             return Ok(e);
         }
-        if self.inner.absent.absent(parent, name) {
+        // A name the lease lists is there, whatever an older listing said.
+        if leased.is_none() && self.inner.absent.absent(parent, name) {
             meta.hit(false);
             return Err(FsError::new(
                 Errno::NoEnt,

@@ -342,6 +342,10 @@ impl DirLeases {
     /// What `parent`'s lease says of `name`: `Some(None)` absent,
     /// `Some(Some(ino))` present; `None` when there is no usable lease.
     pub fn lookup(&self, parent: u64, name: &str) -> Option<Option<u64>> {
+        // No lease held or on its way back (the common case): no lock.
+        if !self.ticking.load(Ordering::SeqCst) {
+            return None;
+        }
         let dirs = lock(&self.dirs);
         let h = dirs.get(&parent)?.lease.as_ref().filter(|h| h.usable())?;
         Some(h.names.get(name).map(|x| x.0))
@@ -354,9 +358,10 @@ impl DirLeases {
     /// queued changes yet, so the answer is taken only where the lease
     /// vouches for it: the entry must name the inode the lease lists, and
     /// a prefetched neighbour is kept only if it is in `parent` and the
-    /// lease lists its name with that inode. An inode with other names
-    /// (a file or symlink with nlink > 1) is not taken, as a queued
-    /// removal of another of its names would change its link count. This
+    /// lease lists its name with that inode. A directory is not taken (its
+    /// own lease's queue may change its size and times), nor an inode with
+    /// other names (nlink > 1: a queued removal of another of its names
+    /// would change its link count). This
     /// is what keeps an `rm` of files whose cached entries have expired
     /// from waiting for each batch under way (`docs/CLIENT.md`). `absorb`
     /// caches the answer while the lease's names cannot change, so a
@@ -379,10 +384,13 @@ impl DirLeases {
         };
         let dirs = lock(&self.dirs);
         let h = dirs.get(&parent)?.lease.as_ref()?;
+        // Not a directory: its own lease's queue (this client's creates
+        // in it) may not be in the MDS's size and times yet.
         let vouched = |e: &Entry| {
             e.parent == parent
                 && h.names.get(&e.name).map(|x| x.0) == Some(e.attr.ino)
-                && (e.attr.kind == FileKind::Dir || e.attr.nlink <= 1)
+                && e.attr.kind != FileKind::Dir
+                && e.attr.nlink <= 1
         };
         if f.entry.attr.ino != ino || !vouched(&f.entry) {
             return None;

@@ -803,7 +803,7 @@ async fn a_lease_vouches_for_what_a_lookup_brings_back() {
     }
     let st = a.stats();
     assert!(st.leases_granted > granted, "{st:?}");
-    assert!(st.lease_lookups >= 2, "{st:?}");
+    assert!(st.lease_lookups >= 1, "{st:?}");
     // Sent, and the lease back (idle): the cache answers now, within its
     // window, and must not hold a removed name.
     a.sync_namespace().await.unwrap();
