@@ -80,11 +80,11 @@ pub struct DeleteJob {
     pub layout: Layout,
 }
 
-const SUPER_KEY: &[u8] = b"superblock";
-
 /// Inode records a prefetch reads per neighbour it may return, on each
 /// side of the entry (orphans among them are read and skipped).
 pub const NEIGHBOUR_SCAN: usize = 3;
+
+const SUPER_KEY: &[u8] = b"superblock";
 const STATE_KEY: &[u8] = b"state";
 const NAMESPACE_KEY: &[u8] = b"namespace";
 const CHAINS_KEY: &[u8] = b"chains";
