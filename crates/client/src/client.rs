@@ -220,6 +220,12 @@ impl Client {
         Ok(self.inner.mds.call_as(c.clone(), op).await?)
     }
 
+    /// `e` with the length this client knows of its file, if longer.
+    fn sized(&self, mut e: Entry) -> Entry {
+        e.attr = self.with_local_size(e.attr);
+        e
+    }
+
     fn with_local_size(&self, mut a: Attr) -> Attr {
         if let Some(s) = self.inner.local_size(a.ino) {
             a.size = a.size.max(s);
@@ -253,9 +259,7 @@ impl Client {
         };
         if let Some((x, first)) = cached {
             meta.hit(first);
-            let mut e = x.entry;
-            e.attr = self.with_local_size(e.attr);
-            return Ok(e);
+            return Ok(self.sized(x.entry));
         }
         // A name the lease lists is there, whatever an older listing said.
         if leased.is_none() && self.inner.absent.absent(parent, name) {
@@ -266,16 +270,14 @@ impl Client {
             ));
         }
         meta.miss();
-        if leased.is_some()
+        if let Some(Some(ino)) = leased
             && let Some(f) = self
                 .inner
                 .leases
-                .lookup_listed(c, parent, name, |f| meta.absorb(f))
+                .lookup_listed(c, parent, name, ino, |f| meta.absorb(f))
                 .await
         {
-            let mut e = f.entry;
-            e.attr = self.with_local_size(e.attr);
-            return Ok(e);
+            return Ok(self.sized(f.entry));
         }
         let f = match self.inner.ns.lookup(c, parent, name).await {
             Ok(f) => f,
@@ -287,9 +289,7 @@ impl Client {
             }
         };
         self.inner.meta.absorb(&f);
-        let mut e = f.entry;
-        e.attr = self.with_local_size(e.attr);
-        Ok(e)
+        Ok(self.sized(f.entry))
     }
 
     /// Fetches `dir`'s names for [`crate::absent`] (small directories the
@@ -321,6 +321,20 @@ impl Client {
                 self.inner.leases.forget(parent);
             }
         }
+    }
+
+    /// After an operation that made `name` in `parent`: what the lease,
+    /// the cache and the directory's cached attributes learn from it.
+    fn made(&self, parent: u64, name: &str, r: Result<Found>) -> Result<Found> {
+        self.named(parent, name, &r);
+        let f = r?;
+        let made = (f.entry.attr.ino, f.entry.attr.kind);
+        self.inner
+            .leases
+            .changed(parent, name, Some(made), f.dir.as_ref());
+        self.inner.meta.absorb(&f);
+        self.inner.meta.dir_changed(parent, f.dir.as_ref());
+        Ok(f)
     }
 
     /// After an operation that removes `name` from `parent`.
@@ -416,14 +430,7 @@ impl Client {
         rdev: u32,
     ) -> Result<Entry> {
         let r = self.inner.ns.mknod(c, parent, name, kind, mode, rdev).await;
-        self.named(parent, name, &r);
-        let f = r?;
-        let made = (f.entry.attr.ino, f.entry.attr.kind);
-        self.inner
-            .leases
-            .changed(parent, name, Some(made), f.dir.as_ref());
-        self.inner.meta.absorb(&f);
-        self.inner.meta.dir_changed(parent, f.dir.as_ref());
+        let f = self.made(parent, name, r)?;
         Ok(f.entry)
     }
 
@@ -460,14 +467,7 @@ impl Client {
             return Ok((f.entry, fh));
         }
         let r = self.inner.ns.create(c, parent, name, mode, exclusive).await;
-        self.named(parent, name, &r);
-        let f = r?;
-        let made = (f.entry.attr.ino, f.entry.attr.kind);
-        self.inner
-            .leases
-            .changed(parent, name, Some(made), f.dir.as_ref());
-        self.inner.meta.absorb(&f);
-        self.inner.meta.dir_changed(parent, f.dir.as_ref());
+        let f = self.made(parent, name, r)?;
         let fh = self.install(c, &f.entry, f.grants.clone(), true).await;
         Ok((f.entry, fh))
     }
@@ -475,42 +475,21 @@ impl Client {
     /// Makes a directory.
     pub async fn mkdir(&self, c: &Creds, parent: u64, name: &str, mode: u32) -> Result<Entry> {
         let r = self.inner.ns.mkdir(c, parent, name, mode).await;
-        self.named(parent, name, &r);
-        let f = r?;
-        let made = (f.entry.attr.ino, f.entry.attr.kind);
-        self.inner
-            .leases
-            .changed(parent, name, Some(made), f.dir.as_ref());
-        self.inner.meta.absorb(&f);
-        self.inner.meta.dir_changed(parent, f.dir.as_ref());
+        let f = self.made(parent, name, r)?;
         Ok(f.entry)
     }
 
     /// Makes a symbolic link.
     pub async fn symlink(&self, c: &Creds, parent: u64, name: &str, target: &str) -> Result<Entry> {
         let r = self.inner.ns.symlink(c, parent, name, target).await;
-        self.named(parent, name, &r);
-        let f = r?;
-        let made = (f.entry.attr.ino, f.entry.attr.kind);
-        self.inner
-            .leases
-            .changed(parent, name, Some(made), f.dir.as_ref());
-        self.inner.meta.absorb(&f);
-        self.inner.meta.dir_changed(parent, f.dir.as_ref());
+        let f = self.made(parent, name, r)?;
         Ok(f.entry)
     }
 
     /// Adds a hard link.
     pub async fn link(&self, c: &Creds, ino: u64, parent: u64, name: &str) -> Result<Entry> {
         let r = self.inner.ns.link(c, ino, parent, name).await;
-        self.named(parent, name, &r);
-        let f = r?;
-        let made = (f.entry.attr.ino, f.entry.attr.kind);
-        self.inner
-            .leases
-            .changed(parent, name, Some(made), f.dir.as_ref());
-        self.inner.meta.absorb(&f);
-        self.inner.meta.dir_changed(parent, f.dir.as_ref());
+        let f = self.made(parent, name, r)?;
         Ok(f.entry)
     }
 

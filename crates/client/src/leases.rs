@@ -351,10 +351,10 @@ impl DirLeases {
         Some(h.names.get(name).map(|x| x.0))
     }
 
-    /// Looks up at the MDS a name `parent`'s lease lists, without waiting
-    /// for the queue: `None` when the lease does not list it or the answer
-    /// cannot be checked against the lease (then the caller asks after the
-    /// queue, as for any request). The MDS may not have this client's
+    /// Looks up at the MDS `name`, which `parent`'s lease lists as `ino`
+    /// ([`DirLeases::lookup`]), without waiting for the queue: `None` when
+    /// the answer cannot be checked against the lease (then the caller
+    /// asks after the queue, as for any request). The MDS may not have this client's
     /// queued changes yet, so the answer is taken only where the lease
     /// vouches for it: the entry must name the inode the lease lists, and
     /// a prefetched neighbour is kept only if it is in `parent` and the
@@ -372,9 +372,9 @@ impl DirLeases {
         c: &Creds,
         parent: u64,
         name: &str,
+        ino: u64,
         absorb: impl FnOnce(&Found),
     ) -> Option<Found> {
-        let ino = self.lookup(parent, name)??;
         let op = Op::Lookup {
             parent,
             name: name.into(),
