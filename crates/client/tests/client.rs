@@ -39,6 +39,12 @@ async fn cluster(dir: &tempfile::TempDir, policy: PolicyKind, su: u32, sc: u32) 
         .unwrap()
 }
 
+/// Makes the empty file `name` in `d` (`O_CREAT|O_EXCL`) and closes it.
+async fn touch(c: &Client, d: u64, name: &str) {
+    let (_, fh) = c.create(&root(), d, name, 0o644, true).await.unwrap();
+    c.release(fh).await.unwrap();
+}
+
 async fn client(c: &LocalCluster, f: impl FnOnce(&mut ClientConfig)) -> Client {
     let mut cfg = ClientConfig::new(&c.mds_addr(), &c.cluster_id, c.admin().unwrap());
     f(&mut cfg);
@@ -407,8 +413,7 @@ async fn names_known_absent_save_lookups_and_expire_with_the_window() {
             enoent(a.lookup(&root(), d, &n).await),
             proto::mds::Errno::NoEnt.raw()
         );
-        let (_, fh) = a.create(&root(), d, &n, 0o644, true).await.unwrap();
-        a.release(fh).await.unwrap();
+        touch(&a, d, &n).await;
         a.lookup(&root(), d, &n)
             .await
             .expect("created here: found at once");
@@ -718,11 +723,7 @@ async fn a_lease_follows_subdirectories_made_through_the_mds() {
     let mut n = 0;
     let mut create = async |a: &Client| {
         n += 1;
-        let (_, fh) = a
-            .create(&root(), d, &format!("f{n}"), 0o644, true)
-            .await
-            .unwrap();
-        a.release(fh).await.unwrap();
+        touch(a, d, &format!("f{n}")).await;
     };
     for _ in 0..6 {
         create(&a).await;
@@ -783,11 +784,7 @@ async fn a_lease_vouches_for_what_a_lookup_brings_back() {
     .await;
     let d = a.mkdir(&root(), 0, "d", 0o755).await.unwrap().attr.ino;
     for i in 0..200 {
-        let (_, fh) = a
-            .create(&root(), d, &format!("f{i}"), 0o644, true)
-            .await
-            .unwrap();
-        a.release(fh).await.unwrap();
+        touch(&a, d, &format!("f{i}")).await;
     }
     a.sync_namespace().await.unwrap();
     // Every cached entry expires, and the lease goes back idle.
