@@ -406,7 +406,8 @@ impl IdPolicy {
         taken: &mut dyn FnMut(u64) -> bool,
     ) -> u64 {
         if let Some(id) = FORCED.with(|f| f.take())
-            && id != 0
+            && id != ROOT_ID
+            && proto::layout::is_inode_number(id)
             && !taken(id)
         {
             return id;

@@ -29,6 +29,7 @@ pub fn default_limits() -> ServeLimits {
             max_payload: 0,
         },
         max_connections: 1024,
+        handshake: Default::default(),
         max_in_flight: 256,
         max_inflight_bytes: 64 << 20,
         idle_timeout: Duration::from_secs(600),

@@ -159,7 +159,7 @@ async fn forged_unknown_and_replayed_osd_reports_are_refused() {
         1,
     );
     let e = stranger.call(Op::Status).await.unwrap_err();
-    assert!(e.to_string().contains("no key version 1 for OSD 42"), "{e}");
+    assert!(e.to_string().contains("could not prove"), "{e}");
     // replayed: a correctly signed report older than one already seen
     let key = cl.osd_key(0);
     let mut old = r.clone();

@@ -80,8 +80,12 @@ impl IdentitySource for Identity {
     }
 }
 
-/// How long a minted or issued ticket is accepted at a handshake.
-pub const TICKET_TTL_MS: u64 = 3_600_000;
+/// How long a minted or issued ticket is accepted at a handshake: 5 min,
+/// the capabilities' default lifetime, so a removed or rotated principal
+/// opens no new OSD connection, and sends no request on an old one, more
+/// than 5 minutes after its removal (clients renew a ticket a minute
+/// before it lapses: one MDS request per OSD every 4 min).
+pub const TICKET_TTL_MS: u64 = 300_000;
 
 /// Random bytes from the OS.
 pub fn random_bytes<const N: usize>() -> [u8; N] {

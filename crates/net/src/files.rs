@@ -18,18 +18,33 @@ pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let name = path
         .file_name()
         .ok_or_else(|| std::io::Error::other(format!("{}: not a file name", path.display())))?;
-    let tmp = dir.join(format!(
-        ".{}.tmp-{}",
-        name.to_string_lossy(),
-        std::process::id()
-    ));
+    // A fresh, unpredictable name opened with O_EXCL (which never follows
+    // a symlink): a file or link someone else put in the directory is
+    // never followed, truncated or left readable by them.
+    let (tmp, mut f) = {
+        let mut tries = 0;
+        loop {
+            let tag: [u8; 8] = crate::auth::random_bytes();
+            let tmp = dir.join(format!(
+                ".{}.tmp-{}",
+                name.to_string_lossy(),
+                tag.iter().map(|b| format!("{b:02x}")).collect::<String>()
+            ));
+            match std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&tmp)
+            {
+                Ok(f) => break (tmp, f),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && tries < 8 => {
+                    tries += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    };
     let written = (|| {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)?;
         f.write_all(bytes)?;
         f.sync_all()?;
         std::fs::rename(&tmp, path)?;

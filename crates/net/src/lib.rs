@@ -13,6 +13,7 @@ pub mod auth;
 pub mod connection;
 pub mod files;
 pub mod frame_io;
+pub mod handshakes;
 pub mod heartbeat;
 pub mod keys;
 pub mod mds_client;

@@ -39,8 +39,12 @@ use crate::wire::{self, Sent, Wire};
 pub struct ServeLimits {
     /// Frame size limits after the handshake.
     pub frame: Limits,
-    /// Connections served at once; more are closed at accept.
+    /// Authenticated connections served at once; more are closed after
+    /// their handshake.
     pub max_connections: usize,
+    /// Connections still in their handshake: a bound, a bound per
+    /// address and a deadline of their own (see [`crate::handshakes`]).
+    pub handshake: crate::handshakes::HandshakeLimits,
     /// Requests processed at once per connection.
     pub max_in_flight: u32,
     /// Request bodies and reply data in flight across all connections.
@@ -62,6 +66,7 @@ impl Default for ServeLimits {
         ServeLimits {
             frame: Limits::default(),
             max_connections: 1024,
+            handshake: Default::default(),
             max_in_flight: 64,
             max_inflight_bytes: 512 << 20,
             idle_timeout: Duration::from_secs(300),
@@ -218,6 +223,8 @@ pub struct Server<S: Service> {
     service: Arc<S>,
     limits: ServeLimits,
     bytes: Arc<Semaphore>,
+    handshakes: crate::handshakes::Handshakes,
+    established: Arc<Semaphore>,
 }
 
 impl<S: Service> Server<S> {
@@ -227,6 +234,8 @@ impl<S: Service> Server<S> {
         Arc::new(Server {
             service,
             bytes: Arc::new(Semaphore::new(units as usize)),
+            handshakes: crate::handshakes::Handshakes::new(limits.handshake),
+            established: Arc::new(Semaphore::new(limits.max_connections.max(1))),
             limits,
         })
     }
@@ -247,7 +256,7 @@ impl<S: Service> Server<S> {
         crate::accept::accept_until(
             listener,
             shutdown,
-            self.limits.max_connections,
+            self.limits.max_connections + self.limits.handshake.max,
             self.limits.drain_timeout,
             move |sock, stop| me.clone().connection(sock, stop),
         )
@@ -297,10 +306,31 @@ impl<S: Service> Server<S> {
 
     async fn connection(self: Arc<Self>, sock: TcpStream, mut shutdown: watch::Receiver<bool>) {
         let _ = sock.set_nodelay(true);
+        let Ok(addr) = sock.peer_addr() else { return };
         let (rd, wr) = sock.into_split();
         let mut rd = BufReader::with_capacity(256 << 10, rd);
         let mut wr = BufWriter::with_capacity(256 << 10, wr);
-        let (peer, seals) = match self.handshake(&mut rd, &mut wr).await {
+        let mut slot = self.handshakes.enter(addr.ip());
+        let deadline = self.limits.handshake.timeout;
+        let shaken = tokio::select! {
+            r = tokio::time::timeout(deadline, self.handshake(&mut rd, &mut wr)) => match r {
+                Ok(r) => r,
+                Err(_) => {
+                    tracing::debug!(%addr, ?deadline, "handshake too slow; closing");
+                    return;
+                }
+            },
+            _ = &mut slot.evicted => {
+                tracing::debug!(%addr, "handshake evicted by a newer one; closing");
+                return;
+            }
+        };
+        drop(slot);
+        let Ok(_established) = self.established.clone().try_acquire_owned() else {
+            tracing::warn!(%addr, limit = self.limits.max_connections, "too many connections; closing one");
+            return;
+        };
+        let (peer, seals) = match shaken {
             Ok(p) => p,
             Err(HandshakeError::Refused(e)) if e.code == ErrorCode::Unauthenticated => {
                 tracing::warn!(error = %e, "authentication refused");

@@ -16,6 +16,13 @@ pub const DATA_PARTITION: u64 = 0x10000;
 /// range of inode numbers is a range of object ids).
 pub const DATA_OID_TAG: u64 = 1 << 62;
 
+/// Whether `n` can name an inode: below [`DATA_OID_TAG`] (the tag marks
+/// object ids, so an inode number carrying it would name another file's
+/// objects). The root is 0.
+pub fn is_inode_number(n: u64) -> bool {
+    n < DATA_OID_TAG
+}
+
 /// The OSD object id of namespace id `ino` (first object set of a file).
 pub fn data_oid(ino: u64) -> u64 {
     ino | DATA_OID_TAG

@@ -14,6 +14,7 @@ pub mod frame;
 pub mod layout;
 pub mod mds;
 pub mod msg;
+pub mod nesting;
 pub mod placement;
 
 pub use cap::{CapError, CapSpec, Capability, KeyRing, rights};

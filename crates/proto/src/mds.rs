@@ -722,7 +722,9 @@ pub struct ReplayOp {
     pub transno: u64,
     /// The caller identity it was sent with.
     pub creds: Creds,
-    /// The operation (one that [`Op::may_answer_early`]).
+    /// The operation (one that [`Op::may_answer_early`]); never itself a
+    /// REPLAY (refused while decoding).
+    #[serde(deserialize_with = "crate::nesting::once")]
     pub op: Op,
     /// The inode its answer named: a replayed create, symlink or mknod
     /// makes that inode number again (it is free unless something else
@@ -741,7 +743,9 @@ pub struct EarlyReply {
     pub durable: u64,
     /// The MDS instance (random per start).
     pub instance: u64,
-    /// The answer itself.
+    /// The answer itself; never itself an early answer (refused while
+    /// decoding).
+    #[serde(deserialize_with = "crate::nesting::once")]
     pub reply: MdsReply,
 }
 

@@ -320,7 +320,7 @@ pub enum Command {
     /// one (see [`crate::chain`]); the request's capability covers the
     /// effect's object in the group's partition and names the sender's
     /// principal. The request's set list and payload are the effect's.
-    Forward(Box<crate::chain::Forward>),
+    Forward(#[serde(deserialize_with = "crate::nesting::once")] Box<crate::chain::Forward>),
     /// Compare every copy of replica group `group`'s objects with the
     /// head's and repair those that differ (sent to the head, by the MDS;
     /// right READ and WRITE on the group's partition). `deep` compares
@@ -658,7 +658,14 @@ pub fn encode<T: Serialize>(v: &T) -> Vec<u8> {
 
 /// Decodes a header; trailing bytes are an error.
 pub fn decode<'a, T: Deserialize<'a>>(b: &'a [u8]) -> Result<T, WireError> {
-    let (v, rest) = postcard::take_from_bytes(b).map_err(|e| WireError::bad("header", e))?;
+    crate::nesting::take_refusal();
+    let (v, rest) = postcard::take_from_bytes(b).map_err(|e| {
+        if crate::nesting::take_refusal() {
+            WireError::bad("header", crate::nesting::REFUSAL)
+        } else {
+            WireError::bad("header", e)
+        }
+    })?;
     if !rest.is_empty() {
         return Err(WireError::bad(
             "header",

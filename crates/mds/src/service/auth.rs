@@ -85,9 +85,30 @@ fn inodes_named(op: &Op) -> Vec<u64> {
     }
 }
 
+/// Inode numbers a REPLAY names for the inodes its changes made.
+fn replayed_inodes(op: &Op) -> Vec<u64> {
+    match op {
+        Op::Replay { ops, .. } => ops.iter().filter_map(|o| o.ino).collect(),
+        _ => Vec::new(),
+    }
+}
+
 /// Whether a read-only principal must be refused `op`.
 fn changes_something(op: &Op) -> bool {
-    op.mandatory() || matches!(op, Op::Open { write: true, .. } | Op::NamespaceRoot { .. })
+    op.mandatory()
+        || matches!(
+            op,
+            Op::Open { write: true, .. } | Op::NamespaceRoot { .. } | Op::MarkStale { .. }
+        )
+}
+
+/// Whether `spec` may manage principals and OSDs: an admin with every
+/// right (the whole tree, read-write, its uids trusted).
+pub(crate) fn full_admin(spec: &PrincipalSpec) -> bool {
+    spec.admin
+        && spec.path == "/"
+        && spec.access == Access::ReadWrite
+        && spec.uids == proto::mds::UidMap::Trusted
 }
 
 impl Mds {
@@ -120,25 +141,39 @@ impl Mds {
                     .into(),
             );
         };
+        // An unknown name or key version gets a challenge under a key
+        // nobody holds: its refusal is the wrong key's, so a stranger
+        // cannot tell which principals and versions exist. Why is logged.
+        let decoy = |why: String| {
+            tracing::warn!(principal = %principal, key_version, %why, "handshake for an unknown key");
+            Ok((
+                Some(random_key()),
+                Caller::Client {
+                    name: principal.clone(),
+                    id: u64::MAX,
+                    key_version: *key_version,
+                },
+            ))
+        };
         if let Some(n) = principal.strip_prefix("osd.") {
             let Ok(id) = n.parse::<u32>() else {
-                return unauthenticated(format!("unknown principal {principal:?}"));
+                return decoy("not an OSD number".into());
             };
             let ring = self.osd_ring(id, Some(*key_version));
             return match ring.as_ref().and_then(|r| r.key(*key_version)) {
                 Some(k) => Ok((Some(*k), Caller::Osd(id))),
-                None => unauthenticated(format!(
+                None => decoy(format!(
                     "no key version {key_version} for OSD {id} in {}",
                     self.keys_dir.display()
                 )),
             };
         }
         let Some(p) = self.principals.get(principal) else {
-            return unauthenticated(format!("unknown principal {principal:?}"));
+            return decoy("no such principal".into());
         };
         if p.info.key_version != *key_version {
-            return unauthenticated(format!(
-                "key version {key_version} of {principal} was rotated (current: {}): use its new key file",
+            return decoy(format!(
+                "key version {key_version} was rotated (current: {})",
                 p.info.key_version
             ));
         }
@@ -281,6 +316,33 @@ impl Mds {
                 ),
             ));
         }
+        if admin_only && !full_admin(spec) {
+            // An admin may mint any principal: confined, read-only or
+            // mapped, it could otherwise mint itself out of its bounds.
+            return Err(denied(
+                Errno::Perm,
+                format!(
+                    "{}: {name} is an admin confined to {}, {:?} or with mapped uids; \
+                     only an unconfined, read-write, trusted admin may ask this",
+                    req.op.name(),
+                    spec.path,
+                    spec.access
+                ),
+            ));
+        }
+        if let Some(ino) = inodes_named(&req.op)
+            .into_iter()
+            .chain(replayed_inodes(&req.op))
+            .find(|&i| !proto::layout::is_inode_number(i))
+        {
+            return Err(denied(
+                Errno::Inval,
+                format!(
+                    "{}: {ino:#x} is not an inode number (outside the id space)",
+                    req.op.name()
+                ),
+            ));
+        }
         if spec.access == Access::ReadOnly && changes_something(&req.op) {
             return Err(denied(
                 Errno::RoFs,
@@ -350,7 +412,11 @@ impl Mds {
             }
             op => {
                 req.op = op;
-                HOLDER.scope(id, self.handle(req)).await
+                let top = super::search::TOP.scope(root, async {
+                    self.check_search(&req)?;
+                    self.handle(req).await
+                });
+                HOLDER.scope(id, top).await
             }
         };
         // A restricted principal's resolved path starts at its own root.
@@ -388,6 +454,16 @@ impl Mds {
         spec: PrincipalSpec,
     ) -> Result<MdsReply, MdsError> {
         principals::check_name(&spec.name)?;
+        if spec.admin && !full_admin(&spec) {
+            return Err(denied(
+                Errno::Inval,
+                format!(
+                    "{}: an admin principal has the whole tree, read-write, with trusted uids \
+                     (asked: path {}, access {:?})",
+                    spec.name, spec.path, spec.access
+                ),
+            ));
+        }
         if self.principals.get(&spec.name).is_some() {
             return Err(denied(
                 Errno::Exist,
@@ -456,6 +532,15 @@ impl Mds {
         caller: &PrincipalRecord,
         name: &str,
     ) -> Result<MdsReply, MdsError> {
+        if name == principals::ADMIN && caller.info.spec.name != principals::ADMIN {
+            return Err(denied(
+                Errno::Perm,
+                format!(
+                    "only client.admin rotates client.admin's key, not {}",
+                    caller.info.spec.name
+                ),
+            ));
+        }
         let Some(old) = self.principals.get(name) else {
             return Err(denied(Errno::NoEnt, format!("no principal {name}")));
         };

@@ -3,18 +3,29 @@
 //! OSDs.
 use super::*;
 
+/// Least time between two readings of the key directory for keys it did
+/// not hold (a new OSD retries its report every 2 s, so it waits at most
+/// one more).
+pub const KEY_RELOAD_MS: u64 = 2_000;
+
 impl Mds {
     /// OSD `id`'s key ring (with key `version` in it, when given), reading
     /// the key directory again when it is missing (a key file may have
-    /// been added or rotated since start).
+    /// been added or rotated since start) — at most once per
+    /// [`KEY_RELOAD_MS`], so hellos naming unknown OSDs cost no file reads.
     pub(super) fn osd_ring(&self, id: u32, version: Option<u32>) -> Option<KeyRing> {
+        use std::sync::atomic::Ordering;
         let mut keys = self.keys.lock().unwrap_or_else(|e| e.into_inner());
-        if keys
+        let missing = keys
             .get(&id)
-            .is_none_or(|r| version.is_some_and(|v| r.key(v).is_none()))
-            && let Ok(k) = load_keys(&self.keys_dir, &self.sb.cluster_id)
-        {
-            *keys = k;
+            .is_none_or(|r| version.is_some_and(|v| r.key(v).is_none()));
+        let now = proto::clock::now_ms();
+        let last = self.keys_reloaded.load(Ordering::SeqCst);
+        if missing && now.saturating_sub(last) >= KEY_RELOAD_MS {
+            self.keys_reloaded.store(now, Ordering::SeqCst);
+            if let Ok(k) = load_keys(&self.keys_dir, &self.sb.cluster_id) {
+                *keys = k;
+            }
         }
         keys.get(&id).cloned()
     }

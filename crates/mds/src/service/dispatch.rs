@@ -65,7 +65,7 @@ impl Mds {
                     self.open_file(&c, ino, write, session, pf)
                 }
             }
-            Op::Holding { held } => self.holding(session, held),
+            Op::Holding { held } => self.holding(&c, session, held),
             Op::Mknod {
                 parent,
                 name,
@@ -137,7 +137,10 @@ impl Mds {
                 objset,
                 stripe,
                 osd,
-            } => self.mark_stale(&c, ino, objset, stripe, osd).await,
+            } => {
+                self.mark_stale(&c, session, ino, (objset, stripe, osd))
+                    .await
+            }
             Op::SetOsdOut { osd, out, force } => self.set_osd_out(&c, osd, out, force).await,
             Op::Scrub { ino, deep } => self.scrub_op(&c, ino, deep).await,
             Op::Sync => self.sync_op().await,

@@ -132,6 +132,18 @@ impl Mds {
         let rights = Self::rights_for(&i, c, write, held);
         let grants = self.file_grants(&map, &i, rights, st.cap_version);
         let mut near = v.neighbours(i.attr.ino, n)?;
+        if c.uid != 0 && !near.is_empty() {
+            // A neighbour is named only where the caller could have found
+            // it by a path walk and a listing of its directory.
+            let mut memo = std::collections::HashMap::new();
+            let mut keep = Vec::with_capacity(near.len());
+            for x in near {
+                if super::search::visible(v, c, &x, &mut memo)? {
+                    keep.push(x);
+                }
+            }
+            near = keep;
+        }
         near.sort_by_key(|x| x.attr.ino);
         // The entry itself joins the runs (its own grants come separately):
         // an unbroken run of neighbours goes through it when its rights agree.

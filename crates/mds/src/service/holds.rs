@@ -22,14 +22,39 @@ use proto::mds::HELD_MAX;
 
 use super::*;
 
-/// Most sessions tracked at once (silent ones are dropped first).
+/// Most sessions tracked at once. When full, the principal with the most
+/// sessions loses its least recently seen one: a principal that floods
+/// the table only ever evicts itself.
 pub const SESSIONS_MAX: usize = 16_384;
+/// Most sessions one principal may have tracked (a mount is one session);
+/// a new one beyond it replaces that principal's least recently seen.
+pub const SESSIONS_PER_PRINCIPAL: usize = 256;
+/// Most open files all of one principal's sessions may hold together.
+pub const HELD_PER_PRINCIPAL: usize = 262_144;
+
+/// How a session holds one file.
+#[derive(Debug, Clone, Copy, Default)]
+struct Hold {
+    /// Opened through the MDS with the permission bits checked: the
+    /// session may renew capabilities without a check again.
+    opened: bool,
+    /// Opened for writing (implies `opened`).
+    write: bool,
+}
 
 /// One client session's open files.
 struct Session {
     seen: Instant,
-    /// inode → held for writing.
-    held: HashMap<u64, bool>,
+    /// Its place in its principal's order of use (see [`Holds::order`]).
+    tick: u64,
+    held: HashMap<u64, Hold>,
+}
+
+/// What one principal's sessions take of the table.
+#[derive(Default, Clone, Copy)]
+struct Usage {
+    sessions: usize,
+    held: usize,
 }
 
 /// The sessions, keyed by (principal, session id): a principal cannot
@@ -37,40 +62,151 @@ struct Session {
 #[derive(Default)]
 pub struct Holds {
     sessions: HashMap<(u64, u64), Session>,
+    usage: HashMap<u64, Usage>,
+    /// Per principal, its sessions by last use: the least recently used
+    /// is found without a scan.
+    order: HashMap<u64, std::collections::BTreeSet<(u64, u64)>>,
+    tick: u64,
+    last_prune: Option<Instant>,
 }
 
 impl Holds {
-    fn prune(&mut self, expiry: Duration) {
-        self.sessions.retain(|_, s| s.seen.elapsed() < expiry);
+    fn usage(&mut self, principal: u64) -> &mut Usage {
+        self.usage.entry(principal).or_default()
     }
 
-    fn session(&mut self, key: (u64, u64), expiry: Duration) -> Result<&mut Session, MdsError> {
-        if !self.sessions.contains_key(&key) && self.sessions.len() >= SESSIONS_MAX {
-            self.prune(expiry);
-            if self.sessions.len() >= SESSIONS_MAX {
-                return Err(err(
-                    Errno::Busy,
-                    format!("{SESSIONS_MAX} client sessions hold open files already"),
-                ));
+    fn remove(&mut self, key: (u64, u64)) {
+        if let Some(s) = self.sessions.remove(&key) {
+            let u = self.usage(key.0);
+            u.sessions -= 1;
+            u.held -= s.held.len();
+            if u.sessions == 0 {
+                self.usage.remove(&key.0);
+            }
+            if let Some(o) = self.order.get_mut(&key.0) {
+                o.remove(&(s.tick, key.1));
+                if o.is_empty() {
+                    self.order.remove(&key.0);
+                }
             }
         }
-        let s = self.sessions.entry(key).or_insert_with(|| Session {
-            seen: Instant::now(),
-            held: HashMap::new(),
-        });
-        s.seen = Instant::now();
-        Ok(s)
     }
 
-    /// Whether the session holds `ino` open (for writing, if `write`).
+    /// Drops silent sessions (at most once a second: a scan of them all).
+    fn prune(&mut self, expiry: Duration) {
+        if self
+            .last_prune
+            .is_some_and(|t| t.elapsed() < Duration::from_secs(1))
+        {
+            return;
+        }
+        self.last_prune = Some(Instant::now());
+        let old: Vec<_> = self
+            .sessions
+            .iter()
+            .filter(|(_, s)| s.seen.elapsed() >= expiry)
+            .map(|(k, _)| *k)
+            .collect();
+        for k in old {
+            self.remove(k);
+        }
+    }
+
+    /// The least recently used session of `principal`.
+    fn oldest_of(&self, principal: u64) -> Option<(u64, u64)> {
+        let (_, s) = self.order.get(&principal)?.first()?;
+        Some((principal, *s))
+    }
+
+    /// Makes room for a new session of `principal`: its own oldest goes
+    /// when it is at its bound; when the table is full, the oldest of the
+    /// principal with the most sessions (another one, on a tie).
+    fn make_room(&mut self, principal: u64, expiry: Duration) {
+        if self.usage.get(&principal).map_or(0, |u| u.sessions) >= SESSIONS_PER_PRINCIPAL
+            && let Some(k) = self.oldest_of(principal)
+        {
+            self.remove(k);
+        }
+        if self.sessions.len() >= SESSIONS_MAX {
+            self.prune(expiry);
+        }
+        if self.sessions.len() >= SESSIONS_MAX {
+            let largest = self
+                .usage
+                .iter()
+                .max_by_key(|(p, u)| (u.sessions, **p != principal))
+                .map(|(&p, _)| p);
+            if let Some(k) = largest.and_then(|p| self.oldest_of(p)) {
+                self.remove(k);
+            }
+        }
+    }
+
+    /// The session `key`, made if new (never refused: see
+    /// [`Holds::make_room`]), marked as just used.
+    fn session(&mut self, key: (u64, u64), expiry: Duration) -> &mut Session {
+        if !self.sessions.contains_key(&key) {
+            self.make_room(key.0, expiry);
+            self.usage(key.0).sessions += 1;
+        }
+        self.tick += 1;
+        let tick = self.tick;
+        let order = self.order.entry(key.0).or_default();
+        let s = self.sessions.entry(key).or_insert_with(|| Session {
+            seen: Instant::now(),
+            tick,
+            held: HashMap::new(),
+        });
+        order.remove(&(s.tick, key.1));
+        order.insert((tick, key.1));
+        s.tick = tick;
+        s.seen = Instant::now();
+        s
+    }
+
+    /// Adds `ino` to session `key`'s holds (within its principal's bound).
+    fn hold(
+        &mut self,
+        key: (u64, u64),
+        ino: u64,
+        hold: Hold,
+        expiry: Duration,
+    ) -> Result<(), MdsError> {
+        let s = self.session(key, expiry);
+        if let Some(h) = s.held.get_mut(&ino) {
+            h.opened |= hold.opened;
+            h.write |= hold.write;
+            return Ok(());
+        }
+        let u = self.usage(key.0);
+        if u.held >= HELD_PER_PRINCIPAL {
+            return Err(err(
+                Errno::Busy,
+                format!("this principal holds {HELD_PER_PRINCIPAL} files open already"),
+            ));
+        }
+        u.held += 1;
+        if let Some(s) = self.sessions.get_mut(&key) {
+            s.held.insert(ino, hold);
+        }
+        Ok(())
+    }
+
+    /// Whether the session opened `ino` through the MDS (for writing, if
+    /// `write`). A file it only reported holding does not count: a report
+    /// keeps an orphan alive and grants nothing.
     fn holds(&self, key: (u64, u64), ino: u64, write: bool, expiry: Duration) -> bool {
         self.sessions.get(&key).is_some_and(|s| {
-            s.seen.elapsed() < expiry && s.held.get(&ino).is_some_and(|&w| w || !write)
+            s.seen.elapsed() < expiry
+                && s.held
+                    .get(&ino)
+                    .is_some_and(|h| h.opened && (h.write || !write))
         })
     }
 
     /// Every inode some live session holds.
     fn all_held(&mut self, expiry: Duration) -> HashSet<u64> {
+        self.last_prune = None;
         self.prune(expiry);
         self.sessions
             .values()
@@ -97,21 +233,29 @@ impl Mds {
                 .holds((auth::holder(), session), ino, write, self.hold_expiry())
     }
 
-    /// Counts an open through the MDS at once.
+    /// Counts an open through the MDS at once (a caller whose principal
+    /// holds its bound of open files is refused with EBUSY; no other is).
     pub(super) fn note_open(&self, session: u64, ino: u64, write: bool) -> Result<(), MdsError> {
         if session == 0 || self.cfg.hold_expiry_ms == 0 {
             return Ok(());
         }
-        let mut h = self.holds();
-        let s = h.session((auth::holder(), session), self.hold_expiry())?;
-        let w = s.held.entry(ino).or_insert(false);
-        *w |= write;
-        Ok(())
+        let expiry = self.hold_expiry();
+        let hold = Hold {
+            opened: true,
+            write,
+        };
+        self.holds()
+            .hold((auth::holder(), session), ino, hold, expiry)
     }
 
-    /// HOLDING: the session's open files now (replacing what it said before).
+    /// HOLDING: the session's open files now (replacing what it said
+    /// before). A file new to the session counts only if it exists and,
+    /// unless it is an orphan, the caller could read it; a report grants
+    /// no rights (only an open through the MDS does), and writing stays
+    /// allowed only where the session was granted it.
     pub(super) fn holding(
         &self,
+        c: &Creds,
         session: u64,
         held: Vec<(u64, bool)>,
     ) -> Result<MdsReply, MdsError> {
@@ -124,18 +268,43 @@ impl Mds {
                 format!("holding: {} open files, at most {HELD_MAX}", held.len()),
             ));
         }
+        let key = (auth::holder(), session);
         let expiry = self.hold_expiry();
-        let mut h = self.holds();
-        let s = h.session((auth::holder(), session), expiry)?;
-        let before = std::mem::take(&mut s.held);
+        let before = {
+            let mut h = self.holds();
+            let s = h.session(key, expiry);
+            s.held.clone()
+        };
+        let snap = self.kv.read()?;
+        let holdable = |ino: u64| {
+            snap.live_inode(ino)
+                .is_ok_and(|i| i.attr.nlink == 0 || perm::check(&i.attr, c, R, "hold").is_ok())
+        };
+        let mut now: Vec<(u64, Hold)> = Vec::with_capacity(held.len());
         for (ino, write) in held {
-            // Writing stays allowed only where the session was granted it.
-            let w = write && before.get(&ino).copied().unwrap_or(false);
-            let e = s.held.entry(ino).or_insert(false);
-            *e |= w;
+            match before.get(&ino) {
+                Some(&h) => now.push((
+                    ino,
+                    Hold {
+                        opened: h.opened,
+                        write: write && h.write,
+                    },
+                )),
+                None if holdable(ino) => now.push((ino, Hold::default())),
+                None => {}
+            }
         }
-        if s.held.is_empty() {
-            h.sessions.remove(&(auth::holder(), session));
+        let mut h = self.holds();
+        h.remove(key);
+        if now.is_empty() {
+            return Ok(MdsReply::Done);
+        }
+        for (ino, hold) in now {
+            // Past the principal's bound the rest are not kept: only its
+            // own orphans can then go early.
+            if h.hold(key, ino, hold, expiry).is_err() {
+                break;
+            }
         }
         Ok(MdsReply::Done)
     }
@@ -237,5 +406,62 @@ impl Mds {
             }
         }
         Ok(next.map(|at| Duration::from_millis(at.saturating_sub(now).max(1))))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_flooding_principal_only_ever_evicts_itself() {
+        let mut h = Holds::default();
+        let expiry = Duration::from_secs(60);
+        let opened = Hold {
+            opened: true,
+            write: true,
+        };
+        // The victim holds a file open.
+        h.hold((1, 1), 42, opened, expiry).unwrap();
+        // A flooder makes far more sessions than the table holds.
+        for s in 0..(SESSIONS_MAX as u64 + 5_000) {
+            h.hold((2, s), 7, Hold::default(), expiry).unwrap();
+        }
+        assert!(
+            h.holds((1, 1), 42, true, expiry),
+            "the victim's hold survives"
+        );
+        let flooder = h.usage[&2];
+        assert_eq!(flooder.sessions, SESSIONS_PER_PRINCIPAL);
+        assert_eq!(flooder.held, SESSIONS_PER_PRINCIPAL);
+        // Many principals each at their bound fill the table: the largest
+        // gives way, a newcomer still gets in.
+        for p in 100..(100 + (SESSIONS_MAX / SESSIONS_PER_PRINCIPAL) as u64 + 2) {
+            for s in 0..SESSIONS_PER_PRINCIPAL as u64 {
+                h.hold((p, s), 7, Hold::default(), expiry).unwrap();
+            }
+        }
+        assert!(h.sessions.len() <= SESSIONS_MAX);
+        h.hold((3, 1), 9, opened, expiry).unwrap();
+        assert!(h.holds((3, 1), 9, false, expiry));
+        // A reported hold grants nothing; an opened one does.
+        assert!(!h.holds((2, SESSIONS_MAX as u64 + 4_999), 7, false, expiry));
+        // The per-principal bound on held files refuses only that principal.
+        let mut h = Holds::default();
+        for ino in 0..HELD_PER_PRINCIPAL as u64 {
+            let s = ino % SESSIONS_PER_PRINCIPAL as u64;
+            if h.hold((4, s), 1_000 + ino, Hold::default(), expiry)
+                .is_err()
+            {
+                panic!("refused below the bound at {ino}");
+            }
+        }
+        let u = h.usage[&4];
+        assert_eq!(
+            (u.sessions, u.held),
+            (SESSIONS_PER_PRINCIPAL, HELD_PER_PRINCIPAL)
+        );
+        assert!(h.hold((4, 0), 1, Hold::default(), expiry).is_err());
+        assert!(h.hold((5, 0), 1, Hold::default(), expiry).is_ok());
     }
 }

@@ -31,6 +31,7 @@ mod osd_actions;
 mod redundancy;
 mod replay;
 mod requests;
+mod search;
 
 pub use auth::Caller;
 pub use redundancy::RecoveryState;
@@ -216,6 +217,9 @@ pub struct Mds {
     /// Settings.
     pub cfg: MdsConfig,
     keys: Mutex<HashMap<u32, KeyRing>>,
+    /// When the key directory was last read again for an unknown OSD
+    /// key (ms since the epoch): at most once per [`KEY_RELOAD_MS`].
+    keys_reloaded: std::sync::atomic::AtomicU64,
     keys_dir: PathBuf,
     live: Mutex<LiveMap>,
     osds: Mutex<HashMap<u32, (String, Arc<OsdClient>)>>,
@@ -309,6 +313,7 @@ impl Mds {
             sb,
             cfg,
             keys: Mutex::new(keys),
+            keys_reloaded: std::sync::atomic::AtomicU64::new(0),
             keys_dir: paths.keys(),
             live: Mutex::new(LiveMap::default()),
             osds: Mutex::new(HashMap::new()),

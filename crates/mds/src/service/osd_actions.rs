@@ -362,7 +362,7 @@ impl Mds {
     /// Visits the delete queue in order with each entry's sequence number
     /// (its key checked) and value, while `f` answers `Ok(true)`; the first
     /// error stops the scan and is returned.
-    fn scan_delete_queue(
+    pub(super) fn scan_delete_queue(
         &self,
         mut f: impl FnMut(u64, &[u8]) -> Result<bool, MdsError>,
     ) -> Result<(), MdsError> {

@@ -161,20 +161,21 @@ impl Mds {
         Ok(())
     }
 
-    /// MARK STALE (see the module comment). The caller must be allowed to
-    /// read the file (a reader reports a copy that failed its checksums).
+    /// MARK STALE (see the module comment). Setting a copy aside cuts the
+    /// file's redundancy and revokes every capability for it, so the
+    /// caller must be able to change the file: its session holds it open
+    /// for writing, or the permission bits let it write.
     pub(super) async fn mark_stale(
         &self,
         c: &Creds,
+        session: u64,
         ino: u64,
-        objset: u64,
-        stripe: u32,
-        osd: u32,
+        (objset, stripe, osd): (u64, u32, u32),
     ) -> Result<MdsReply, MdsError> {
-        {
+        if !self.session_holds(session, ino, true) {
             let snap = self.kv.read()?;
             let i = snap.live_inode(ino)?;
-            perm::check(&i.attr, c, R, "mark a copy stale")?;
+            perm::check(&i.attr, c, W, "mark a copy stale")?;
         }
         let stale = vec![(objset, stripe, osd)];
         self.record_stale(ino, stale).await?;

@@ -78,10 +78,20 @@ impl Recovering {
     }
 }
 
-/// What the KV records a session as: its id mixed with its principal's,
-/// so no principal can stand in for another's session in a recovery.
+/// What the KV records a session as: a one-way digest of its principal
+/// and its id, so no principal can stand in for another's session in a
+/// recovery — finding a session id of its own that lands on a victim's
+/// record is a preimage search on SHA-256 (an XOR of the two, as before,
+/// could be solved for directly).
 pub(super) fn session_key(principal: u64, session: u64) -> u64 {
-    (session ^ principal.wrapping_mul(0x9E37_79B9_7F4A_7C15)).max(1)
+    const DOMAIN: &[u8; 32] = b"tessera: replay session record..";
+    let mut msg = [0u8; 16];
+    msg[..8].copy_from_slice(&principal.to_le_bytes());
+    msg[8..].copy_from_slice(&session.to_le_bytes());
+    let d = proto::cap::mac(DOMAIN, &msg);
+    let mut k = [0u8; 8];
+    k.copy_from_slice(&d[..8]);
+    u64::from_le_bytes(k).max(1)
 }
 
 impl Mds {
@@ -320,13 +330,22 @@ impl Mds {
             .map(|r| r.ops.iter().map(|_| Ok(())).collect())
             .collect();
         let (mut redone, mut failed) = (0u64, 0u64);
+        // Numbers whose objects still await deletion: a replayed create
+        // never takes one (its new file would share the old objects).
+        let deleting = self.ids_awaiting_deletion().unwrap_or_else(|e| {
+            tracing::error!(error = %e, "delete queue unreadable: replayed creates refused");
+            None
+        });
         for (transno, w, i) in all {
             if transno <= rec.durable {
                 continue;
             }
             let r = &rec.waiting[w];
             let op = &r.ops[i];
-            let outcome = self.redo(&r.caller, r.session, op).await;
+            let outcome = match unissued(op, deleting.as_ref()) {
+                Err(e) => Err(e),
+                Ok(()) => self.redo(&r.caller, r.session, op).await,
+            };
             match &outcome {
                 Ok(()) => redone += 1,
                 Err(e) => {
@@ -361,6 +380,26 @@ impl Mds {
         self.kv.release_recovered_sessions();
         self.metrics.replay_waiting.set(0);
         self.replaying.send_replace(false);
+    }
+
+    /// Inode numbers and object ids the delete queue still holds
+    /// (`None`: it could not be read).
+    fn ids_awaiting_deletion(&self) -> Result<Option<HashSet<u64>>, MdsError> {
+        let mut ids = HashSet::new();
+        self.scan_delete_queue(|_, v| {
+            let job = postcard::from_bytes::<crate::records::DeleteJob>(v)
+                .map_err(|e| crate::kv::io_err("delete job", e))?;
+            ids.insert(job.ino);
+            ids.extend(job.layout.objsets.iter().copied());
+            ids.extend(
+                job.layout
+                    .objsets
+                    .iter()
+                    .map(|&o| o & !proto::layout::DATA_OID_TAG),
+            );
+            Ok(true)
+        })?;
+        Ok(Some(ids))
     }
 
     /// Redoes one replayed operation as its original request.
@@ -401,5 +440,33 @@ impl Mds {
             )),
             _ => Ok(()),
         }
+    }
+}
+
+/// Whether a replayed operation's inode number is one this MDS could have
+/// issued and not yet taken back: an inode number (not an object id), and
+/// not one whose objects await deletion. A number in use is refused later,
+/// when the create finds it taken.
+fn unissued(op: &ReplayOp, deleting: Option<&HashSet<u64>>) -> Result<(), MdsError> {
+    let Some(ino) = op.ino else { return Ok(()) };
+    let refuse = |why: &str| {
+        Err(err(
+            Errno::Stale,
+            format!(
+                "{} (transno {}) names inode {ino:#x}, {why}: not redone",
+                op.op.name(),
+                op.transno
+            ),
+        ))
+    };
+    if ino == ROOT_INO || !proto::layout::is_inode_number(ino) {
+        return refuse("outside the id space");
+    }
+    match deleting {
+        None => refuse("and the delete queue could not be read"),
+        Some(d) if d.contains(&ino) || d.contains(&proto::layout::data_oid(ino)) => {
+            refuse("whose objects await deletion")
+        }
+        Some(_) => Ok(()),
     }
 }

@@ -31,9 +31,11 @@ pub enum AuthCmd {
         access: String,
         /// How its claimed uids are treated: `trusted` (as claimed),
         /// `squash-root` (root becomes nobody) or `fixed:UID:GID`.
-        #[arg(long, default_value = "squash-root")]
-        uids: String,
-        /// May manage principals and OSDs.
+        /// Default: `squash-root`, or `trusted` with `--admin`.
+        #[arg(long)]
+        uids: Option<String>,
+        /// May manage principals and OSDs: every right, so only with the
+        /// whole tree (`--path /`), `--access rw` and trusted uids.
         #[arg(long)]
         admin: bool,
         /// Where to write the key file (default: ./NAME.key).
@@ -139,11 +141,20 @@ pub fn auth(cmd: AuthCmd) -> anyhow::Result<i32> {
                 out,
                 ..
             } => {
+                let default_uids = if admin { "trusted" } else { "squash-root" };
+                let uids = uids.as_deref().unwrap_or(default_uids);
+                if admin && (path != "/" || access != "rw" || uids != "trusted") {
+                    bail!(
+                        "--admin may mint any principal, so it has every right: \
+                         drop --path, --access ro and --uids (asked: --path {path} \
+                         --access {access} --uids {uids})"
+                    );
+                }
                 let spec = PrincipalSpec {
                     name,
                     path,
                     access: parse_access(&access)?,
-                    uids: UidMap::parse(&uids).map_err(anyhow::Error::msg)?,
+                    uids: UidMap::parse(uids).map_err(anyhow::Error::msg)?,
                     admin,
                 };
                 match c.call(Op::AuthAdd(spec)).await? {

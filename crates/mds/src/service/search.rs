@@ -1,0 +1,161 @@
+//! Search permission along the path to an inode named by number.
+//!
+//! A path walk checks search (`x`) on every directory it passes; a request
+//! that names an inode by number skips the walk, so without this check a
+//! caller could read attributes, listings or capabilities of anything
+//! below a directory it may not enter (`0700` of another user) once it
+//! learnt or guessed a number. Every request that names an inode, and
+//! every neighbour a prefetch would hand out, is checked here against the
+//! directories above it, up to the principal's root. The superuser (after
+//! uid mapping) may search everything, so its requests skip the walk.
+
+use std::collections::HashMap;
+
+use posix::perm::X;
+
+use super::*;
+
+tokio::task_local! {
+    /// The root of the principal the request being answered comes from.
+    pub(super) static TOP: u64;
+}
+
+/// The directory the walk stops at: the caller's principal's root.
+pub(super) fn top() -> u64 {
+    TOP.try_with(|t| *t).unwrap_or(ROOT_INO)
+}
+
+/// Most directories one walk visits before it calls the chain a loop.
+const WALK_MAX: usize = 4096;
+
+/// Whether `c` may search every directory above `ino` up to [`top`]
+/// (`memo` remembers directories already decided, for a batch of
+/// neighbours). An orphan whose last directory is gone has nothing above
+/// it: it is judged by its own bits alone.
+pub(super) fn searchable(
+    v: &impl Records,
+    c: &Creds,
+    ino: u64,
+    memo: &mut HashMap<u64, bool>,
+) -> Result<bool, MdsError> {
+    let top = top();
+    if c.uid == 0 || ino == top || ino == ROOT_INO {
+        return Ok(true);
+    }
+    let Some(first) = v.inode(ino)? else {
+        return Ok(true); // the handler answers "no such inode"
+    };
+    let mut at = first.attr.ino;
+    let mut dir = first.parent;
+    let mut seen = Vec::new();
+    let verdict = 'walk: {
+        for _ in 0..WALK_MAX {
+            if at == top || at == ROOT_INO {
+                break 'walk true;
+            }
+            if let Some(&known) = memo.get(&dir) {
+                break 'walk known;
+            }
+            let Some(d) = v.inode(dir)? else {
+                break 'walk first.attr.nlink == 0;
+            };
+            seen.push(dir);
+            if !perm::allowed(&d.attr, c, X) {
+                break 'walk false;
+            }
+            (at, dir) = (dir, d.parent);
+        }
+        return Err(err(
+            Errno::Loop,
+            "directory parent chain does not reach the root",
+        ));
+    };
+    for d in seen {
+        memo.insert(d, verdict);
+    }
+    Ok(verdict)
+}
+
+/// Whether `c` could have found `x` itself: search on every directory
+/// above it and read on the directory that lists it (what a prefetch may
+/// name).
+pub(super) fn visible(
+    v: &impl Records,
+    c: &Creds,
+    x: &Inode,
+    memo: &mut HashMap<u64, bool>,
+) -> Result<bool, MdsError> {
+    if c.uid == 0 {
+        return Ok(true);
+    }
+    let listed = match v.inode(x.parent)? {
+        Some(d) => perm::allowed(&d.attr, c, R | X),
+        None => false,
+    };
+    Ok(listed && searchable(v, c, x.attr.ino, memo)?)
+}
+
+/// The inodes a request names that must be reachable by a path walk, or
+/// none for a request on a file its session holds open (POSIX: an open
+/// descriptor keeps working after its directory is closed off).
+fn walked_inodes(op: &Op) -> Vec<u64> {
+    match op {
+        Op::Lookup { parent, .. }
+        | Op::Create { parent, .. }
+        | Op::Mkdir { parent, .. }
+        | Op::Symlink { parent, .. }
+        | Op::Mknod { parent, .. }
+        | Op::Unlink { parent, .. }
+        | Op::Rmdir { parent, .. } => vec![*parent],
+        Op::Link { ino, parent, .. } => vec![*ino, *parent],
+        Op::Rename {
+            parent, new_parent, ..
+        } => vec![*parent, *new_parent],
+        Op::DirLease { dir } => vec![*dir],
+        Op::GetAttr { ino }
+        | Op::Stat { ino }
+        | Op::ReaddirPrefetch { ino, .. }
+        | Op::Open { ino, .. }
+        | Op::Readlink { ino }
+        | Op::Readdir { ino, .. }
+        | Op::GetXattr { ino, .. }
+        | Op::ListXattr { ino }
+        | Op::GetLayout { ino } => vec![*ino],
+        _ => Vec::new(),
+    }
+}
+
+impl Mds {
+    /// Refuses `req` (EACCES) when an inode it names lies below a
+    /// directory the caller may not search.
+    pub(super) fn check_search(&self, req: &MdsRequest) -> Result<(), MdsError> {
+        let c = &req.creds;
+        if c.uid == 0 {
+            return Ok(());
+        }
+        let named = walked_inodes(&req.op);
+        if named.is_empty() {
+            return Ok(());
+        }
+        if let Op::Open { ino, write } = req.op
+            && self.session_holds(req.session, ino, write)
+        {
+            return Ok(());
+        }
+        let snap = self.kv.read()?;
+        let mut memo = HashMap::new();
+        for ino in named {
+            if !searchable(&snap, c, ino, &mut memo)? {
+                return Err(err(
+                    Errno::Access,
+                    format!(
+                        "{}: uid {} may not search a directory above inode {ino:#x}",
+                        req.op.name(),
+                        c.uid
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,691 @@
+//! Authenticated but hostile: what a principal holding an ordinary key may
+//! send, over real sockets to live daemons. Nested and mangled headers of
+//! every request kind, replayed inode numbers outside the id space, the
+//! open-file table flooded from many sessions, copies marked stale
+//! without write rights, admins with less than every right, idle sockets
+//! that never say Hello, and inode numbers below a directory the caller
+//! may not search. Each is refused; the daemons go on serving everyone.
+#![expect(clippy::unwrap_used, reason = "tests: a panic is the failure report")]
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::*;
+use mds::ids::PolicyKind;
+use net::auth::{Identity, IdentitySource, TicketsFromMds};
+use net::raw::RawSession;
+use net::{ConnConfig, MdsClient};
+use proto::mds::{
+    Access, Creds, Errno, MDS_ID, MdsReply, MdsRequest, MdsResponse, Op, PrincipalSpec, ROOT_INO,
+    ReplayOp, UidMap,
+};
+use proto::{Frame, Kind};
+
+const T: Duration = Duration::from_secs(5);
+
+async fn add(admin: &MdsClient, spec: PrincipalSpec) -> Result<Identity, Errno> {
+    let name = spec.name.clone();
+    match admin.call(Op::AuthAdd(spec)).await {
+        Ok(MdsReply::PrincipalKey { info, wrapped_key }) => {
+            let own = admin.identity().key.unwrap();
+            let secret = proto::auth::unwrap_session_key(&own, &wrapped_key).unwrap();
+            Ok(Identity::principal(&name, info.key_version, secret))
+        }
+        Err(net::CallError::Mds(e)) => Err(e.errno),
+        r => panic!("{r:?}"),
+    }
+}
+
+fn spec(name: &str, path: &str, access: Access, uids: UidMap, admin: bool) -> PrincipalSpec {
+    PrincipalSpec {
+        name: name.into(),
+        path: path.into(),
+        access,
+        uids,
+        admin,
+    }
+}
+
+fn errno(r: Result<MdsReply, net::CallError>) -> Errno {
+    match r {
+        Err(net::CallError::Mds(e)) => e.errno,
+        other => panic!("expected an MDS error, got {other:?}"),
+    }
+}
+
+fn user(uid: u32) -> Creds {
+    Creds {
+        uid,
+        gid: uid,
+        groups: vec![],
+    }
+}
+
+async fn make(c: &MdsClient, creds: Creds, op: Op) -> u64 {
+    match c.call_as(creds, op).await.unwrap() {
+        MdsReply::Found(f) => f.entry.attr.ino,
+        r => panic!("{r:?}"),
+    }
+}
+
+fn mds_request(session: u64, op: Op) -> MdsRequest {
+    MdsRequest {
+        creds: Creds::root(),
+        prefetch: 0,
+        session,
+        early: false,
+        op,
+    }
+}
+
+fn raw_frame(opcode: u16, tag: u64, header: Vec<u8>) -> Frame {
+    Frame {
+        kind: Kind::Request,
+        opcode,
+        tag,
+        header: Bytes::from(header),
+        payload: Bytes::new(),
+    }
+}
+
+/// Sends `header` on a fresh authenticated connection: the server must
+/// answer with an error or close the connection — never run it.
+async fn send_hostile(addr: &str, server: u32, id: &Identity, opcode: u16, header: Vec<u8>) {
+    let cfg = ConnConfig::new(CLUSTER, server, Arc::new(id.clone()));
+    let mut raw = RawSession::open(addr, &cfg, id).await.unwrap();
+    raw.send(raw_frame(opcode, 7, header)).await.unwrap();
+    if let Ok(f) = raw.recv(T).await {
+        if server == MDS_ID {
+            let r: MdsResponse = proto::msg::decode(&f.header).unwrap();
+            assert!(r.result.is_err(), "a hostile header ran: {:?}", r.result);
+        } else {
+            let r: proto::Response = proto::msg::decode(&f.header).unwrap();
+            assert!(r.result.is_err(), "a hostile header ran: {:?}", r.result);
+        }
+    }
+}
+
+fn replay(op: Op, ino: Option<u64>) -> Op {
+    Op::Replay {
+        instance: 1,
+        ops: vec![ReplayOp {
+            transno: 1,
+            creds: Creds::root(),
+            op,
+            ino,
+        }],
+    }
+}
+
+/// A REPLAY nested `depth` times, as one MDS request's header.
+fn nested_replay(depth: usize) -> Vec<u8> {
+    let inner = Op::GetAttr { ino: 0x5A5A_5A5A };
+    let x = proto::msg::encode(&inner);
+    let l1 = proto::msg::encode(&mds_request(1, replay(inner.clone(), None)));
+    let l2 = proto::msg::encode(&mds_request(1, replay(replay(inner, None), None)));
+    proto::nesting::deepen(&l1, &l2, &x, depth).unwrap()
+}
+
+/// A FORWARD nested `depth` times, as one OSD request's header.
+fn nested_forward(depth: usize) -> Vec<u8> {
+    let inner = proto::Command::DataRanges {
+        pid: 0x5A5A_5A5A_5A5A,
+        oid: 0x5A5A_5A5A_5A5A,
+    };
+    let fwd = |op| {
+        proto::Command::Forward(Box::new(proto::chain::Forward {
+            group: 1,
+            epoch: 1,
+            op,
+            origin: 1,
+            id: 1,
+            reply: proto::Reply::Done,
+            attrs: vec![],
+        }))
+    };
+    let req = |cmd| proto::Request {
+        cap: None,
+        id: 1,
+        cmd,
+        get: vec![],
+        set: vec![],
+    };
+    let x = proto::msg::encode(&inner);
+    let l1 = proto::msg::encode(&req(fwd(inner.clone())));
+    let l2 = proto::msg::encode(&req(fwd(fwd(inner))));
+    proto::nesting::deepen(&l1, &l2, &x, depth).unwrap()
+}
+
+/// Sample requests of many kinds, encoded: what the mangling starts from.
+fn sample_requests() -> Vec<(u16, Vec<u8>)> {
+    let ops = vec![
+        Op::Lookup {
+            parent: ROOT_INO,
+            name: "x".into(),
+        },
+        Op::GetAttr { ino: ROOT_INO },
+        Op::Readdir {
+            ino: ROOT_INO,
+            after: None,
+            max: 10,
+            plus: true,
+        },
+        Op::Mkdir {
+            parent: ROOT_INO,
+            name: "m".into(),
+            mode: 0o755,
+        },
+        Op::Holding {
+            held: vec![(ROOT_INO, false); 3],
+        },
+        Op::DirOps {
+            dir: ROOT_INO,
+            ops: vec![],
+        },
+        replay(
+            Op::Unlink {
+                parent: ROOT_INO,
+                name: "u".into(),
+            },
+            None,
+        ),
+        Op::Status,
+        Op::AuthList,
+    ];
+    ops.into_iter()
+        .map(|op| {
+            let r = mds_request(3, op);
+            (r.op.opcode(), proto::msg::encode(&r))
+        })
+        .collect()
+}
+
+/// A tiny deterministic generator (xorshift), so a failure reproduces.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nested_and_mangled_headers_never_stop_a_daemon() {
+    let cl = Cluster::start(1, spec_layout(), PolicyKind::ChildClosest).await;
+    let admin = cl.client();
+    let ro = add(
+        &admin,
+        spec(
+            "client.ro",
+            "/",
+            Access::ReadOnly,
+            UidMap::SquashRoot,
+            false,
+        ),
+    )
+    .await
+    .unwrap();
+    // Nested REPLAYs to the MDS, from a read-only key: shallow and deep
+    // enough to overflow any stack if decoded recursively.
+    for depth in [2, 3, 64, 200_000] {
+        send_hostile(&cl.mds_addr, MDS_ID, &ro, 0x100, nested_replay(depth)).await;
+    }
+    // Nested FORWARDs to the OSD, from a client's ticket.
+    let tickets = TicketsFromMds::new(Arc::new(MdsClient::new(
+        &cl.mds_addr,
+        CLUSTER,
+        ro.clone(),
+        1,
+    )));
+    let ticket = tickets.identity(0).await.unwrap();
+    let osd = cl.osd0_addr();
+    for depth in [2, 64, 200_000] {
+        send_hostile(&osd, 0, &ticket, 0, nested_forward(depth)).await;
+    }
+    // Mangled encodings of many request kinds: truncated, bytes flipped,
+    // lengths made huge. Fixed seed: a failure reproduces.
+    let mut rng = Rng(0x7E55_E7A5_0001);
+    let samples = sample_requests();
+    for round in 0..300 {
+        let (opcode, mut h) = samples[round % samples.len()].clone();
+        match rng.below(3) {
+            0 => h.truncate(rng.below(h.len())),
+            1 => {
+                for _ in 0..=rng.below(4) {
+                    let at = rng.below(h.len());
+                    h[at] = rng.next() as u8;
+                }
+            }
+            _ => {
+                let at = rng.below(h.len());
+                h.splice(at..at, [0xff, 0xff, 0xff, 0xff, 0x0f]);
+            }
+        }
+        let cfg = ConnConfig::new(CLUSTER, MDS_ID, Arc::new(ro.clone()));
+        let mut raw = RawSession::open(&cl.mds_addr, &cfg, &ro).await.unwrap();
+        raw.send(raw_frame(opcode, 9, h)).await.unwrap();
+        let _ = raw.recv(T).await; // an answer or a close: either is fine
+    }
+    // Both daemons still serve everyone, and nothing changed.
+    assert!(matches!(
+        admin.call(Op::Status).await,
+        Ok(MdsReply::Status(_))
+    ));
+    let (c, cap) = cl.osd_client(0);
+    c.run(
+        Some(&cap),
+        proto::Command::CreateAndWrite {
+            pid: proto::layout::DATA_PARTITION,
+            oid: 0x1_0077,
+        },
+        Bytes::from_static(b"still here"),
+    )
+    .await
+    .unwrap();
+    match admin
+        .call(Op::Lookup {
+            parent: ROOT_INO,
+            name: "m".into(),
+        })
+        .await
+    {
+        Err(net::CallError::Mds(e)) => assert_eq!(e.errno, Errno::NoEnt),
+        r => panic!("a mangled mkdir ran: {r:?}"),
+    }
+    cl.stop().await;
+}
+
+fn spec_layout() -> proto::layout::LayoutSpec {
+    common::spec(4096, 1)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replays_and_requests_cannot_name_object_ids_as_inodes() {
+    let cl = Cluster::start(1, spec_layout(), PolicyKind::ChildClosest).await;
+    let admin = cl.client();
+    let victim = make(
+        &admin,
+        Creds::root(),
+        Op::Create {
+            parent: ROOT_INO,
+            name: "victim".into(),
+            mode: 0o600,
+            exclusive: true,
+        },
+    )
+    .await;
+    let rw = add(
+        &admin,
+        spec(
+            "client.rw",
+            "/",
+            Access::ReadWrite,
+            UidMap::SquashRoot,
+            false,
+        ),
+    )
+    .await
+    .unwrap();
+    let rw = MdsClient::new(&cl.mds_addr, CLUSTER, rw, 1);
+    // A replayed create naming the victim's data object id as its inode.
+    let forged = replay(
+        Op::Create {
+            parent: ROOT_INO,
+            name: "twin".into(),
+            mode: 0o644,
+            exclusive: true,
+        },
+        Some(proto::layout::data_oid(victim)),
+    );
+    assert_eq!(errno(rw.call(forged).await), Errno::Inval);
+    // The same number in any request is refused as not an inode number.
+    for ino in [proto::layout::data_oid(victim), u64::MAX, 1 << 63] {
+        assert_eq!(errno(rw.call(Op::GetAttr { ino }).await), Errno::Inval);
+    }
+    assert_eq!(
+        errno(
+            admin
+                .call(Op::Lookup {
+                    parent: ROOT_INO,
+                    name: "twin".into()
+                })
+                .await
+        ),
+        Errno::NoEnt
+    );
+    check_clean(&cl.mds.as_ref().unwrap().mds);
+    cl.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_sessions_holding_files_refuses_only_its_own_principal() {
+    let cl = Cluster::start_holding(1, spec_layout(), PolicyKind::ChildClosest).await;
+    let admin = cl.client();
+    let secret = make(
+        &admin,
+        Creds::root(),
+        Op::Create {
+            parent: ROOT_INO,
+            name: "secret".into(),
+            mode: 0o600,
+            exclusive: true,
+        },
+    )
+    .await;
+    let ro = add(
+        &admin,
+        spec(
+            "client.ro",
+            "/",
+            Access::ReadOnly,
+            UidMap::SquashRoot,
+            false,
+        ),
+    )
+    .await
+    .unwrap();
+    let mut ro = MdsClient::new(&cl.mds_addr, CLUSTER, ro, 2);
+    // 600 sessions, each claiming to hold every inode it can name (most
+    // of which do not exist) — more than the per-principal bound.
+    let held: Vec<(u64, bool)> = (1..4096u64).map(|i| (i, true)).collect();
+    for s in 1..=600u64 {
+        ro.session = s;
+        ro.call_as(user(1000), Op::Holding { held: held.clone() })
+            .await
+            .unwrap();
+    }
+    // A report grants nothing: the 0600 file stays closed to it.
+    ro.session = 5;
+    let open = Op::Open {
+        ino: secret,
+        write: false,
+    };
+    assert_eq!(errno(ro.call_as(user(1000), open).await), Errno::Access);
+    // Everyone else still opens and creates: no EBUSY.
+    let mut other = cl.client();
+    for i in 0..50 {
+        other.session = 900_000 + i;
+        make(
+            &other,
+            Creds::root(),
+            Op::Create {
+                parent: ROOT_INO,
+                name: format!("after-{i}"),
+                mode: 0o644,
+                exclusive: true,
+            },
+        )
+        .await;
+    }
+    cl.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rights_match_effects() {
+    let cl = Cluster::start(3, common::spec(4096, 1), PolicyKind::ChildClosest).await;
+    let admin = cl.client();
+    let f = match admin
+        .call(Op::Create {
+            parent: ROOT_INO,
+            name: "f".into(),
+            mode: 0o644,
+            exclusive: true,
+        })
+        .await
+        .unwrap()
+    {
+        MdsReply::Found(f) => f,
+        r => panic!("{r:?}"),
+    };
+    let l = f.entry.layout.clone().unwrap();
+    let osd = l.homes[0].stripes[0].fresh[0];
+    let mark = Op::MarkStale {
+        ino: f.entry.attr.ino,
+        objset: 0,
+        stripe: 0,
+        osd,
+    };
+    // Read-only: refused as a change.
+    let ro = add(
+        &admin,
+        spec("client.ro", "/", Access::ReadOnly, UidMap::Trusted, false),
+    )
+    .await
+    .unwrap();
+    let ro = MdsClient::new(&cl.mds_addr, CLUSTER, ro, 1);
+    assert_eq!(errno(ro.call(mark.clone()).await), Errno::RoFs);
+    // Read-write, but the file is not writable for this uid.
+    let rw = add(
+        &admin,
+        spec("client.rw", "/", Access::ReadWrite, UidMap::Trusted, false),
+    )
+    .await
+    .unwrap();
+    let rw = MdsClient::new(&cl.mds_addr, CLUSTER, rw, 1);
+    assert_eq!(
+        errno(rw.call_as(user(1000), mark.clone()).await),
+        Errno::Access
+    );
+    match admin
+        .call(Op::GetLayout {
+            ino: f.entry.attr.ino,
+        })
+        .await
+        .unwrap()
+    {
+        MdsReply::Layout { layout, .. } => {
+            assert!(
+                layout.unwrap().homes[0].stripes[0].fresh.contains(&osd),
+                "copy set aside"
+            )
+        }
+        r => panic!("{r:?}"),
+    }
+    // Admins have every right or none: --admin with a path, ro or mapped
+    // uids is refused; only client.admin rotates client.admin.
+    for bad in [
+        spec(
+            "client.a1",
+            "/sub",
+            Access::ReadWrite,
+            UidMap::Trusted,
+            true,
+        ),
+        spec("client.a2", "/", Access::ReadOnly, UidMap::Trusted, true),
+        spec(
+            "client.a3",
+            "/",
+            Access::ReadWrite,
+            UidMap::SquashRoot,
+            true,
+        ),
+    ] {
+        assert_eq!(add(&admin, bad).await.err(), Some(Errno::Inval));
+    }
+    let other = add(
+        &admin,
+        spec("client.ops", "/", Access::ReadWrite, UidMap::Trusted, true),
+    )
+    .await
+    .unwrap();
+    let other = MdsClient::new(&cl.mds_addr, CLUSTER, other, 1);
+    assert_eq!(
+        errno(
+            other
+                .call(Op::AuthRotate {
+                    name: "client.admin".into()
+                })
+                .await
+        ),
+        Errno::Perm
+    );
+    assert!(matches!(
+        admin.call(Op::Status).await,
+        Ok(MdsReply::Status(_))
+    ));
+    cl.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_sockets_that_never_say_hello_lock_nobody_out() {
+    let cl = Cluster::start(1, spec_layout(), PolicyKind::ChildClosest).await;
+    let admin = cl.client();
+    let mut idle = Vec::new();
+    for addr in [cl.mds_addr.clone(), cl.osd0_addr()] {
+        for _ in 0..1_100 {
+            if let Ok(s) = tokio::net::TcpStream::connect(&addr).await {
+                idle.push(s);
+            }
+        }
+    }
+    assert!(idle.len() >= 2_000, "only {} sockets opened", idle.len());
+    // A fresh client, with its own new connections, works at once.
+    let fresh = MdsClient::new(&cl.mds_addr, CLUSTER, cl.admin(), 1);
+    let t0 = std::time::Instant::now();
+    let r = tokio::time::timeout(Duration::from_secs(10), fresh.call(Op::Status)).await;
+    assert!(matches!(r, Ok(Ok(MdsReply::Status(_)))), "{r:?}");
+    let f = make(
+        &admin,
+        Creds::root(),
+        Op::Create {
+            parent: ROOT_INO,
+            name: "g".into(),
+            mode: 0o644,
+            exclusive: true,
+        },
+    )
+    .await;
+    let _ = f;
+    let (osd, cap) = cl.osd_client(0);
+    let read = osd.read(Some(&cap), proto::layout::DATA_PARTITION, 1, 0, 1);
+    let r = tokio::time::timeout(Duration::from_secs(10), read).await;
+    assert!(
+        !matches!(
+            r,
+            Err(_)
+                | Ok(Err(
+                    net::ConnError::Connect { .. } | net::ConnError::Refused(_)
+                ))
+        ),
+        "the OSD answers a new client while idle sockets wait: {r:?}"
+    );
+    assert!(t0.elapsed() < Duration::from_secs(10));
+    drop(idle);
+    cl.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inode_numbers_below_an_unsearchable_directory_grant_nothing() {
+    let cl = Cluster::start(1, spec_layout(), PolicyKind::ChildClosest).await;
+    let admin = cl.client();
+    let private = make(
+        &admin,
+        Creds::root(),
+        Op::Mkdir {
+            parent: ROOT_INO,
+            name: "private".into(),
+            mode: 0o700,
+        },
+    )
+    .await;
+    let inner = make(
+        &admin,
+        Creds::root(),
+        Op::Mkdir {
+            parent: private,
+            name: "inner".into(),
+            mode: 0o755,
+        },
+    )
+    .await;
+    let file = make(
+        &admin,
+        Creds::root(),
+        Op::Create {
+            parent: inner,
+            name: "readable-by-all".into(),
+            mode: 0o644,
+            exclusive: true,
+        },
+    )
+    .await;
+    let rw_id = add(
+        &admin,
+        spec(
+            "client.rw",
+            "/",
+            Access::ReadWrite,
+            UidMap::SquashRoot,
+            false,
+        ),
+    )
+    .await
+    .unwrap();
+    let rw = MdsClient::new(&cl.mds_addr, CLUSTER, rw_id.clone(), 1);
+    let u = user(1000);
+    for op in [
+        Op::GetAttr { ino: file },
+        Op::Stat { ino: file },
+        Op::Open {
+            ino: file,
+            write: false,
+        },
+        Op::Readdir {
+            ino: inner,
+            after: None,
+            max: 10,
+            plus: true,
+        },
+        Op::Lookup {
+            parent: inner,
+            name: "readable-by-all".into(),
+        },
+        Op::ListXattr { ino: file },
+    ] {
+        let name = op.name();
+        assert_eq!(
+            errno(rw.call_as(u.clone(), op).await),
+            Errno::Access,
+            "{name}"
+        );
+    }
+    // Prefetch from a file next to them names none of them.
+    let next = make(
+        &admin,
+        Creds::root(),
+        Op::Create {
+            parent: ROOT_INO,
+            name: "public".into(),
+            mode: 0o644,
+            exclusive: true,
+        },
+    )
+    .await;
+    let pf = MdsClient::new(&cl.mds_addr, CLUSTER, rw_id.clone(), 1);
+    match pf.call_as(u.clone(), Op::Stat { ino: next }).await.unwrap() {
+        MdsReply::Found(f) => {
+            let named: Vec<u64> = f.prefetch.iter().map(|e| e.attr.ino).collect();
+            assert!(
+                !named.contains(&file) && !named.contains(&inner),
+                "{named:?}"
+            );
+        }
+        r => panic!("{r:?}"),
+    }
+    // Root (trusted) still reaches it, and the directory was what kept
+    // uid 1000 out: the file itself is readable by all.
+    assert!(matches!(
+        admin.call(Op::Stat { ino: file }).await,
+        Ok(MdsReply::Found(_))
+    ));
+    let _ = private;
+    cl.stop().await;
+}
