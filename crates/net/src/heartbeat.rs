@@ -37,6 +37,9 @@ pub struct ReportSource {
 #[derive(Debug, Default)]
 pub struct Lease {
     until: Mutex<Option<Instant>>,
+    /// The MDS requires encryption of every connection (learnt from an
+    /// encrypted report connection; sticky).
+    encrypt: std::sync::atomic::AtomicBool,
 }
 
 impl Lease {
@@ -46,6 +49,18 @@ impl Lease {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .is_some_and(|u| Instant::now() < u)
+    }
+
+    /// From now on every connection to this OSD must be encrypted (the
+    /// cluster's MDS requires it; never turned off again).
+    pub fn require_encryption(&self) {
+        self.encrypt
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Whether every connection to this OSD must be encrypted.
+    pub fn requires_encryption(&self) -> bool {
+        self.encrypt.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Extends the lease to `sent + len` (never shortens it).
@@ -97,6 +112,10 @@ pub async fn report_loop(mds_addr: String, src: ReportSource, lease: std::sync::
                     tx.send_if_modified(|e| std::mem::replace(e, chains_epoch) != chains_epoch);
                 }
                 lease.renew(sent, Duration::from_millis(lease_ms));
+                if client.encrypted().await {
+                    // The MDS encrypts every connection: so must this OSD.
+                    lease.require_encryption();
+                }
                 if !registered {
                     tracing::info!(mds = %mds_addr, epoch, "registered with the MDS");
                     registered = true;

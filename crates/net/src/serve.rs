@@ -342,6 +342,7 @@ impl<S: Service> Server<S> {
             }
         };
         let peer = Arc::new(peer);
+        let encrypted = seals.as_ref().is_some_and(|(s, _)| s.encrypts());
         let (send_seal, mut recv_seal) = match seals {
             Some((s, r)) => (Some(s), Some(r)),
             None => (None, None),
@@ -434,6 +435,12 @@ impl<S: Service> Server<S> {
                 break;
             };
             if tx.is_closed() || wire.is_broken() {
+                break;
+            }
+            if !encrypted && self.service.requires_encryption() {
+                // Encryption became required after this connection began
+                // (an OSD learns it from the MDS): no clear frame after that.
+                tracing::info!("closing a clear connection: encryption is now required");
                 break;
             }
             let got = tokio::select! {

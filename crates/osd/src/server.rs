@@ -143,6 +143,13 @@ impl Service for Osd {
     type Request = Request;
     type Peer = Peer;
 
+    fn requires_encryption(&self) -> bool {
+        self.ctx
+            .lease
+            .as_ref()
+            .is_some_and(|l| l.requires_encryption())
+    }
+
     fn authenticate(&self, h: &Hello) -> Result<(Option<Secret>, Peer), WireError> {
         let refuse = |why: String| Err(WireError::new(ErrorCode::Handshake, why));
         if h.version != PROTOCOL_VERSION {

@@ -51,6 +51,7 @@ impl Mds {
             net::auth::MintWithOsdKeys::one(ring),
         );
         cfg.name = "tessera-mds".into();
+        cfg.encrypt = self.cfg.require_encryption;
         cfg.timeout = Duration::from_secs(10);
         cfg.connections = 1;
         let c = Arc::new(OsdClient::new(addr, cfg));

@@ -249,8 +249,8 @@ impl Chains {
             .collect();
         let ranges = s.data_ranges(pid, oid).map_err(map_err)?;
         self.remote_remove(view, group, joiner, oid).await?;
-        let mut batches = attrs.chunks(MAX_ATTR_LIST);
-        let first = batches.next().map(<[_]>::to_vec).unwrap_or_default();
+        let mut batches = attr_batches(attrs).into_iter();
+        let first = batches.next().unwrap_or_default();
         let create = Command::Create {
             pid,
             oid: Some(oid),
@@ -264,7 +264,7 @@ impl Chains {
                 group,
                 joiner,
                 Command::SetAttributes { pid, oid },
-                b.to_vec(),
+                b,
                 Bytes::new(),
             )
             .await?;
@@ -373,5 +373,68 @@ impl Chains {
         };
         let c = self.peer(view, to).map_err(io)?;
         c.call(req, data).await.map_err(io)
+    }
+}
+
+/// Splits an object's attributes into set lists a member takes: at most
+/// [`MAX_ATTR_LIST`] each and at most [`super::FORWARDABLE_HEADER`] bytes
+/// each (one attribute is at most 64 KiB, so every list fits).
+fn attr_batches(attrs: Vec<(AttrKey, Vec<u8>)>) -> Vec<Vec<(AttrKey, Vec<u8>)>> {
+    let mut out: Vec<Vec<(AttrKey, Vec<u8>)>> = Vec::new();
+    let mut bytes = 0usize;
+    for a in attrs {
+        let n = a.1.len() + 32;
+        match out.last_mut() {
+            Some(b) if b.len() < MAX_ATTR_LIST && bytes + n <= super::FORWARDABLE_HEADER => {
+                bytes += n;
+                b.push(a);
+            }
+            _ => {
+                bytes = n;
+                out.push(vec![a]);
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod batch_tests {
+    use super::*;
+
+    #[test]
+    fn attribute_batches_are_bounded_in_count_and_bytes() {
+        let big: Vec<_> = (0..100u32)
+            .map(|i| {
+                (
+                    AttrKey {
+                        page: FIRST_USER_PAGE,
+                        number: i,
+                    },
+                    vec![7u8; 60 << 10],
+                )
+            })
+            .collect();
+        let b = attr_batches(big);
+        assert!(b.len() >= 12, "{}", b.len());
+        for l in &b {
+            let bytes: usize = l.iter().map(|a| a.1.len()).sum();
+            assert!(bytes <= super::super::FORWARDABLE_HEADER);
+        }
+        assert_eq!(b.iter().map(Vec::len).sum::<usize>(), 100);
+        let small: Vec<_> = (0..3000u32)
+            .map(|i| {
+                (
+                    AttrKey {
+                        page: FIRST_USER_PAGE,
+                        number: i,
+                    },
+                    vec![1u8; 4],
+                )
+            })
+            .collect();
+        let b = attr_batches(small);
+        assert_eq!(b.len(), 3);
+        assert!(b.iter().all(|l| l.len() <= MAX_ATTR_LIST));
     }
 }

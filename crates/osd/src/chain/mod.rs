@@ -549,6 +549,9 @@ impl Chains {
                 format!("OSD {} is starting: not serving as a head yet", self.me),
             ));
         }
+        if changes(&req) {
+            check_forwardable(&req)?;
+        }
         let mut view = self.view().await?;
         let known = self
             .known_epoch
@@ -679,10 +682,18 @@ impl Chains {
             origin: principal,
             id: req.id,
             reply: reply.clone(),
-            attrs: resp.attrs.clone(),
+            attrs: forwarded_attrs(&resp.attrs),
         };
         let answer: Kept = (resp.result.clone(), resp.attrs.clone());
         if let Err(e) = self.pass_down(fwd.clone(), set.clone(), data.clone()).await {
+            if e.code == ErrorCode::BadRequest
+                && let Some((_, oid)) = req.cmd.object()
+            {
+                // Refused as malformed by a member: it gets the head's
+                // whole object instead, and keeps its place.
+                self.resync(ctx, &view, group, oid).await?;
+                return Ok((resp, out));
+            }
             // Applied here, not yet down the chain: kept until it is (a
             // retry, the next request on the object, or the resender).
             if let Some(obj) = req.cmd.object() {
@@ -915,6 +926,14 @@ impl Chains {
                     tokio::time::sleep(Duration::from_millis(20)).await;
                     self.refresh(before).await?;
                 }
+                Err(ConnError::Remote(w)) if w.code == ErrorCode::BadRequest => {
+                    // The member refuses the effect itself (a bound of the
+                    // protocol), not because it failed: dropping it would
+                    // cost a live copy. The caller gives the members the
+                    // head's whole object instead.
+                    tracing::error!(group, osd = next, error = %w, "chain member refused an effect as malformed; resyncing instead of dropping it");
+                    return Err(w);
+                }
                 Err(e) => {
                     // An answer other than "not now" is given every time:
                     // that member cannot take the effect.
@@ -976,6 +995,42 @@ impl Chains {
 
 /// Whether a retry of a command made once must get the first answer (a
 /// second run would answer otherwise): only these answers are kept.
+/// Most header bytes a change sent to a head may have: half the frame
+/// limit, so its FORWARD (the change, the set list, the answer and the
+/// attributes kept for retries) always fits a member's limit.
+pub const FORWARDABLE_HEADER: usize = (1 << 20) / 2;
+/// Most bytes of answered attributes a FORWARD carries for retries.
+pub const FORWARDED_ATTRS: usize = (1 << 20) / 4;
+
+/// Refuses, before it is applied anywhere, a change too large to pass
+/// down the chain: applied at the head and refused by the next member, it
+/// would cost that member its place (see [`Chains::pass_down`]).
+fn check_forwardable(req: &Request) -> Result<(), WireError> {
+    let len = proto::msg::encode(req).len();
+    if len > FORWARDABLE_HEADER {
+        return Err(WireError::bad(
+            "header",
+            format!(
+                "a change of {len} header bytes cannot be passed down a replica chain \
+                 (at most {FORWARDABLE_HEADER}); set fewer or smaller attributes at once"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The answered attributes a FORWARD keeps for retries: all of them when
+/// they fit [`FORWARDED_ATTRS`], else none (a retry after a failover then
+/// answers without them).
+fn forwarded_attrs(attrs: &[(AttrKey, Vec<u8>)]) -> Vec<(AttrKey, Vec<u8>)> {
+    let len: usize = attrs.iter().map(|(_, v)| v.len() + 16).sum();
+    if len <= FORWARDED_ATTRS {
+        attrs.to_vec()
+    } else {
+        Vec::new()
+    }
+}
+
 fn answer_matters(cmd: &Command) -> bool {
     matches!(
         cmd,
