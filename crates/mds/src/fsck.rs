@@ -132,6 +132,7 @@ pub fn check(v: &impl Records) -> Result<Report, MdsError> {
             }
         }
     }
+    shared_objects(&inodes, &mut r.problems);
     // Reachability from the root.
     let mut seen = HashSet::from([ROOT_INO]);
     let mut stack = vec![ROOT_INO];
@@ -186,4 +187,32 @@ pub fn check(v: &impl Records) -> Result<Report, MdsError> {
         },
     )?;
     Ok(r)
+}
+
+/// Reports every object id that more than one file's layout names, and
+/// every inode number that carries the object-id tag: two files sharing
+/// objects read and overwrite each other's bytes (a forged replay could
+/// once make one).
+fn shared_objects(inodes: &HashMap<u64, Inode>, problems: &mut Vec<String>) {
+    let mut owner: HashMap<u64, u64> = HashMap::new();
+    let mut sorted: Vec<&Inode> = inodes.values().collect();
+    sorted.sort_by_key(|i| i.attr.ino);
+    for i in sorted {
+        let ino = i.attr.ino;
+        if !proto::layout::is_inode_number(ino) {
+            problems.push(format!(
+                "inode {ino:#x} is outside the id space (it names object ids)"
+            ));
+        }
+        let Some(l) = i.layout.as_ref() else { continue };
+        for &oid in &l.objsets {
+            if let Some(first) = owner.insert(oid, ino)
+                && first != ino
+            {
+                problems.push(format!(
+                    "object {oid:#x} belongs to both inode {first:#x} and inode {ino:#x}"
+                ));
+            }
+        }
+    }
 }

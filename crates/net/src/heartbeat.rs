@@ -111,11 +111,12 @@ pub async fn report_loop(mds_addr: String, src: ReportSource, lease: std::sync::
                 if let Some(tx) = &src.chains_epoch {
                     tx.send_if_modified(|e| std::mem::replace(e, chains_epoch) != chains_epoch);
                 }
-                lease.renew(sent, Duration::from_millis(lease_ms));
                 if client.encrypted().await {
-                    // The MDS encrypts every connection: so must this OSD.
+                    // The MDS encrypts every connection: so must this OSD,
+                    // from before the lease lets it serve anyone.
                     lease.require_encryption();
                 }
+                lease.renew(sent, Duration::from_millis(lease_ms));
                 if !registered {
                     tracing::info!(mds = %mds_addr, epoch, "registered with the MDS");
                     registered = true;

@@ -480,6 +480,9 @@ impl<S: Service> Server<S> {
                     break;
                 }
             };
+            if !encrypted && self.service.requires_encryption() {
+                break; // required while this frame was read: not served
+            }
             if f.kind != Kind::Request {
                 let err = WireError::bad("frame kind", format!("{:?} after the handshake", f.kind));
                 let _ = tx.send((reply(f.opcode, f.tag, err), None)).await;

@@ -28,7 +28,7 @@ use super::*;
 pub const SESSIONS_MAX: usize = 16_384;
 /// Most sessions one principal may have tracked (a mount is one session);
 /// a new one beyond it replaces that principal's least recently seen.
-pub const SESSIONS_PER_PRINCIPAL: usize = 256;
+pub const SESSIONS_PER_PRINCIPAL: usize = 1024;
 /// Most open files all of one principal's sessions may hold together.
 pub const HELD_PER_PRINCIPAL: usize = 262_144;
 
@@ -249,10 +249,10 @@ impl Mds {
     }
 
     /// HOLDING: the session's open files now (replacing what it said
-    /// before). A file new to the session counts only if it exists and,
-    /// unless it is an orphan, the caller could read it; a report grants
-    /// no rights (only an open through the MDS does), and writing stays
-    /// allowed only where the session was granted it.
+    /// before). A file new to the session counts only if it exists and
+    /// the caller may read it (then as opened for reading) or it is an
+    /// orphan (then only kept alive); writing stays allowed only where the
+    /// session was granted it by an open through the MDS.
     pub(super) fn holding(
         &self,
         c: &Creds,
@@ -270,31 +270,54 @@ impl Mds {
         }
         let key = (auth::holder(), session);
         let expiry = self.hold_expiry();
-        let before = {
+        // Files new to the session are looked at outside the table's lock.
+        let fresh: Vec<u64> = {
             let mut h = self.holds();
             let s = h.session(key, expiry);
-            s.held.clone()
+            held.iter()
+                .map(|&(ino, _)| ino)
+                .filter(|ino| !s.held.contains_key(ino))
+                .collect()
         };
         let snap = self.kv.read()?;
-        let holdable = |ino: u64| {
-            snap.live_inode(ino)
-                .is_ok_and(|i| i.attr.nlink == 0 || perm::check(&i.attr, c, R, "hold").is_ok())
-        };
-        let mut now: Vec<(u64, Hold)> = Vec::with_capacity(held.len());
-        for (ino, write) in held {
-            match before.get(&ino) {
-                Some(&h) => now.push((
+        // A file the caller may read counts as opened for reading (what a
+        // client that opened it before an MDS restart re-announces); an
+        // orphan counts only as kept alive; anything else not at all.
+        let mut judged: HashMap<u64, Hold> = HashMap::with_capacity(fresh.len());
+        for ino in fresh {
+            let Ok(i) = snap.live_inode(ino) else {
+                continue;
+            };
+            let readable = perm::allowed(&i.attr, c, R);
+            if readable || i.attr.nlink == 0 {
+                judged.insert(
                     ino,
                     Hold {
-                        opened: h.opened,
-                        write: write && h.write,
+                        opened: readable,
+                        write: false,
                     },
-                )),
-                None if holdable(ino) => now.push((ino, Hold::default())),
-                None => {}
+                );
             }
         }
+        drop(snap);
+        // Merged with the table as it is now: an open noted meanwhile
+        // keeps what it was granted.
         let mut h = self.holds();
+        let now: Vec<(u64, Hold)> = {
+            let cur = h.sessions.get(&key).map(|s| &s.held);
+            held.into_iter()
+                .filter_map(|(ino, write)| match cur.and_then(|m| m.get(&ino)) {
+                    Some(g) => Some((
+                        ino,
+                        Hold {
+                            opened: g.opened,
+                            write: write && g.write,
+                        },
+                    )),
+                    None => judged.get(&ino).map(|&j| (ino, j)),
+                })
+                .collect()
+        };
         h.remove(key);
         if now.is_empty() {
             return Ok(MdsReply::Done);

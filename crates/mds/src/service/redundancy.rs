@@ -163,8 +163,10 @@ impl Mds {
 
     /// MARK STALE (see the module comment). Setting a copy aside cuts the
     /// file's redundancy and revokes every capability for it, so the
-    /// caller must be able to change the file: its session holds it open
-    /// for writing, or the permission bits let it write.
+    /// caller must be able to change the file (its session holds it open
+    /// for writing, or the permission bits let it write) — or, a reader
+    /// reporting a copy that failed its checksums, the MDS must find that
+    /// copy bad or unreachable itself.
     pub(super) async fn mark_stale(
         &self,
         c: &Creds,
@@ -173,14 +175,37 @@ impl Mds {
         (objset, stripe, osd): (u64, u32, u32),
     ) -> Result<MdsReply, MdsError> {
         if !self.session_holds(session, ino, true) {
-            let snap = self.kv.read()?;
-            let i = snap.live_inode(ino)?;
-            perm::check(&i.attr, c, W, "mark a copy stale")?;
+            let i = self.kv.read()?.live_inode(ino)?;
+            if !perm::allowed(&i.attr, c, W) {
+                perm::check(&i.attr, c, R, "mark a copy stale")?;
+                self.confirm_bad_copy(&i, objset, osd).await?;
+            }
         }
         let stale = vec![(objset, stripe, osd)];
         self.record_stale(ino, stale).await?;
         self.outside_recovery(ino, || self.file_answer(c, ino, None, false))
             .await
+    }
+
+    /// Refuses (EIO) to set aside OSD `osd`'s copy of object set `objset`
+    /// of `i` unless that copy reads bad or cannot be reached: what a
+    /// reader's report must be confirmed by.
+    async fn confirm_bad_copy(&self, i: &Inode, objset: u64, osd: u32) -> Result<(), MdsError> {
+        let oid = i
+            .layout
+            .as_ref()
+            .and_then(|l| l.objsets.get(objset as usize).copied())
+            .ok_or_else(|| err(Errno::Inval, format!("no object set {objset}")))?;
+        let map = self.current_map().unwrap_or_default();
+        match self.digest(&map, osd, oid, true).await {
+            Ok(Some(_)) => Err(err(
+                Errno::Io,
+                format!(
+                    "OSD {osd}'s copy of object {oid:#x} reads whole: a reader cannot set it aside"
+                ),
+            )),
+            Ok(None) | Err(_) => Ok(()),
+        }
     }
 
     /// Records copies (object set, stripe, OSD) of `ino` as stale and fences

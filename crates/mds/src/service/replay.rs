@@ -448,6 +448,13 @@ impl Mds {
 /// not one whose objects await deletion. A number in use is refused later,
 /// when the create finds it taken.
 fn unissued(op: &ReplayOp, deleting: Option<&HashSet<u64>>) -> Result<(), MdsError> {
+    // Only a change that makes an inode takes the number it names.
+    if !matches!(
+        op.op,
+        Op::Create { .. } | Op::Symlink { .. } | Op::Mknod { .. }
+    ) {
+        return Ok(());
+    }
     let Some(ino) = op.ino else { return Ok(()) };
     let refuse = |why: &str| {
         Err(err(

@@ -332,9 +332,16 @@ impl Mds {
         // later siblings, and so on up.
         let mut stack: Vec<u64> = Vec::new();
         let mut at = snap.dir_inode(start)?;
+        // Listing an ancestor to find later siblings needs read on it, not
+        // only search; and the walk never climbs above the caller's root.
+        let listable = |ino: u64| {
+            snap.dir_inode(ino)
+                .is_ok_and(|d| perm::allowed(&d.attr, c, R | perm::X))
+        };
+        let top = super::search::top();
         for _ in 0..LEVELS {
             let (parent, name) = (at.parent, at.name.clone());
-            if parent == at.attr.ino || !searchable(parent) {
+            if parent == at.attr.ino || at.attr.ino == top || !listable(parent) {
                 break;
             }
             let (later, _) = snap.list_dir(parent, Some(&name), LISTINGS_MAX_ENTRIES)?;

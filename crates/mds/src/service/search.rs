@@ -45,6 +45,12 @@ pub(super) fn searchable(
     let Some(first) = v.inode(ino)? else {
         return Ok(true); // the handler answers "no such inode"
     };
+    if first.attr.kind != FileKind::Dir && first.attr.nlink > 1 {
+        // A file with several names records only its last directory: one
+        // user linking it under a closed directory must not lock everyone
+        // else out, so its own bits alone decide.
+        return Ok(true);
+    }
     let mut at = first.attr.ino;
     let mut dir = first.parent;
     let mut seen = Vec::new();
@@ -57,7 +63,9 @@ pub(super) fn searchable(
                 break 'walk known;
             }
             let Some(d) = v.inode(dir)? else {
-                break 'walk first.attr.nlink == 0;
+                // Its recorded directory is gone (an orphan, or a file whose
+                // other name was in it): nothing above it to judge by.
+                break 'walk first.attr.kind != FileKind::Dir;
             };
             seen.push(dir);
             if !perm::allowed(&d.attr, c, X) {
@@ -120,8 +128,36 @@ fn walked_inodes(op: &Op) -> Vec<u64> {
         | Op::Readdir { ino, .. }
         | Op::GetXattr { ino, .. }
         | Op::ListXattr { ino }
-        | Op::GetLayout { ino } => vec![*ino],
+        | Op::GetLayout { ino }
+        | Op::SetAttr { ino, .. }
+        | Op::SetXattr { ino, .. }
+        | Op::RemoveXattr { ino, .. }
+        | Op::CommitSize { ino, .. }
+        | Op::ExtendLayout { ino, .. }
+        | Op::SetLayout { ino, .. }
+        | Op::MarkStale { ino, .. } => vec![*ino],
         _ => Vec::new(),
+    }
+}
+
+/// The inode a request works on through an open descriptor, if it is one
+/// of those (a session holding the file open skips the walk, as POSIX
+/// does: a descriptor keeps working after its directory is closed off).
+fn through_descriptor(op: &Op) -> Option<u64> {
+    match op {
+        Op::Open { ino, .. }
+        | Op::GetAttr { ino }
+        | Op::Stat { ino }
+        | Op::SetAttr { ino, .. }
+        | Op::SetXattr { ino, .. }
+        | Op::RemoveXattr { ino, .. }
+        | Op::GetXattr { ino, .. }
+        | Op::ListXattr { ino }
+        | Op::CommitSize { ino, .. }
+        | Op::ExtendLayout { ino, .. }
+        | Op::GetLayout { ino }
+        | Op::MarkStale { ino, .. } => Some(*ino),
+        _ => None,
     }
 }
 
@@ -137,8 +173,8 @@ impl Mds {
         if named.is_empty() {
             return Ok(());
         }
-        if let Op::Open { ino, write } = req.op
-            && self.session_holds(req.session, ino, write)
+        if let Some(ino) = through_descriptor(&req.op)
+            && self.session_holds(req.session, ino, false)
         {
             return Ok(());
         }

@@ -688,10 +688,10 @@ impl Chains {
         if let Err(e) = self.pass_down(fwd.clone(), set.clone(), data.clone()).await {
             if e.code == ErrorCode::BadRequest
                 && let Some((_, oid)) = req.cmd.object()
+                && self.resync(ctx, &view, group, oid).await.is_ok()
             {
-                // Refused as malformed by a member: it gets the head's
+                // Refused as malformed by a member: it got the head's
                 // whole object instead, and keeps its place.
-                self.resync(ctx, &view, group, oid).await?;
                 return Ok((resp, out));
             }
             // Applied here, not yet down the chain: kept until it is (a
