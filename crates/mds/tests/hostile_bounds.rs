@@ -303,6 +303,111 @@ async fn nested_and_mangled_headers_never_stop_a_daemon() {
     cl.stop().await;
 }
 
+/// `n` requests of every kind from `strategy`, from a fixed seed (a
+/// failure reproduces), encoded.
+fn generated<S: proptest::strategy::Strategy>(strategy: S, n: usize) -> Vec<Vec<u8>>
+where
+    S::Value: serde::Serialize,
+{
+    use proptest::strategy::ValueTree;
+    use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+    let rng = TestRng::from_seed(RngAlgorithm::ChaCha, &[0x7e; 32]);
+    let mut runner = TestRunner::new_with_rng(Config::default(), rng);
+    (0..n)
+        .map(|_| proto::msg::encode(&strategy.new_tree(&mut runner).unwrap().current()))
+        .collect()
+}
+
+/// `h` damaged one of four ways: cut short, bytes changed, a huge length
+/// inserted, or wrapped in itself (a REPLAY or FORWARD of it).
+fn mangle(rng: &mut Rng, mut h: Vec<u8>) -> Vec<u8> {
+    match rng.below(4) {
+        0 => h.truncate(rng.below(h.len())),
+        1 => {
+            for _ in 0..=rng.below(4) {
+                let at = rng.below(h.len());
+                h[at] = rng.next() as u8;
+            }
+        }
+        2 => {
+            let at = rng.below(h.len());
+            h.splice(at..at, [0xff, 0xff, 0xff, 0xff, 0x0f]);
+        }
+        _ => {
+            let copy = h.clone();
+            h.extend_from_slice(&copy);
+        }
+    }
+    h
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn generated_requests_of_every_kind_mangled_leave_both_daemons_serving() {
+    let cl = Cluster::start(1, spec_layout(), PolicyKind::ChildClosest).await;
+    let admin = cl.client();
+    let ro = add(
+        &admin,
+        spec(
+            "client.ro",
+            "/",
+            Access::ReadOnly,
+            UidMap::SquashRoot,
+            false,
+        ),
+    )
+    .await
+    .unwrap();
+    let mut rng = Rng(0x00C0_FFEE_1234_5678);
+    let cfg = ConnConfig::new(CLUSTER, MDS_ID, Arc::new(ro.clone()));
+    let mut raw = RawSession::open(&cl.mds_addr, &cfg, &ro).await.unwrap();
+    for (n, h) in generated(proto::strategies::mds_request(), 400)
+        .into_iter()
+        .enumerate()
+    {
+        let h = mangle(&mut rng, h);
+        if raw.send(raw_frame(0x100, n as u64, h)).await.is_err() || raw.recv(T).await.is_err() {
+            // Closed by the server: a new connection for the next one.
+            raw = RawSession::open(&cl.mds_addr, &cfg, &ro).await.unwrap();
+        }
+    }
+    let tickets = TicketsFromMds::new(Arc::new(MdsClient::new(
+        &cl.mds_addr,
+        CLUSTER,
+        ro.clone(),
+        1,
+    )));
+    let ticket = tickets.identity(0).await.unwrap();
+    let osd = cl.osd0_addr();
+    let ocfg = ConnConfig::new(CLUSTER, 0, Arc::new(ticket.clone()));
+    let mut raw = RawSession::open(&osd, &ocfg, &ticket).await.unwrap();
+    for (n, h) in generated(proto::strategies::osd_request(), 400)
+        .into_iter()
+        .enumerate()
+    {
+        let h = mangle(&mut rng, h);
+        if raw.send(raw_frame(0, n as u64, h)).await.is_err() || raw.recv(T).await.is_err() {
+            raw = RawSession::open(&osd, &ocfg, &ticket).await.unwrap();
+        }
+    }
+    assert!(matches!(
+        admin.call(Op::Status).await,
+        Ok(MdsReply::Status(_))
+    ));
+    let (c, cap) = cl.osd_client(0);
+    c.run(
+        Some(&cap),
+        proto::Command::CreateAndWrite {
+            pid: proto::layout::DATA_PARTITION,
+            oid: 0x1_0078,
+        },
+        Bytes::from_static(b"still here"),
+    )
+    .await
+    .unwrap();
+    check_clean(&cl.mds.as_ref().unwrap().mds);
+    cl.stop().await;
+}
+
 fn spec_layout() -> proto::layout::LayoutSpec {
     common::spec(4096, 1)
 }

@@ -26,7 +26,32 @@ pub use msg::{AttrKey, Command, Hello, Reply, Request, Response, Welcome};
 /// is refused at the handshake.
 pub const PROTOCOL_VERSION: u16 = 7;
 
-#[cfg(test)]
+#[cfg(any(test, feature = "strategies"))]
+#[cfg_attr(
+    not(test),
+    allow(
+        dead_code,
+        unused_imports,
+        reason = "only the generators are used outside tests"
+    )
+)]
 mod mds_proptests;
-#[cfg(test)]
+#[cfg(any(test, feature = "strategies"))]
+#[cfg_attr(
+    not(test),
+    allow(
+        dead_code,
+        unused_imports,
+        reason = "only the generators are used outside tests"
+    )
+)]
 mod proptests;
+
+/// Generators of every request type (feature `strategies`): for tests
+/// that feed live daemons random, nested, oversized and truncated
+/// encodings.
+#[cfg(any(test, feature = "strategies"))]
+pub mod strategies {
+    pub use crate::mds_proptests::{op as mds_op, request as mds_request};
+    pub use crate::proptests::request as osd_request;
+}

@@ -11,7 +11,8 @@ fn name() -> impl Strategy<Value = String> {
     "[a-zA-Z0-9._-]{0,40}"
 }
 
-fn op() -> impl Strategy<Value = Op> {
+/// Any MDS operation.
+pub fn op() -> impl Strategy<Value = Op> {
     let u = any::<u64>;
     prop_oneof![
         (u(), name()).prop_map(|(parent, name)| Op::Lookup { parent, name }),
@@ -167,7 +168,8 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-fn request() -> impl Strategy<Value = MdsRequest> {
+/// Any MDS request.
+pub fn request() -> impl Strategy<Value = MdsRequest> {
     (
         any::<u32>(),
         any::<u32>(),

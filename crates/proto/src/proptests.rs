@@ -165,7 +165,8 @@ fn command_or_forward() -> impl Strategy<Value = Command> {
     ]
 }
 
-fn request() -> impl Strategy<Value = Request> {
+/// Any OSD request (FORWARDs included).
+pub fn request() -> impl Strategy<Value = Request> {
     (
         proptest::option::of(cap()),
         any::<u64>(),
