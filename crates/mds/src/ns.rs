@@ -343,6 +343,18 @@ pub fn link(tx: &mut Tx, c: &Creds, ino: u64, parent: u64, name: &str) -> Result
             format!("inode {ino:#x} has no name left (unlinked)"),
         ));
     }
+    if c.uid != 0 && c.uid != i.attr.uid && !perm::allowed(&i.attr, c, perm::R | perm::W) {
+        // Linux's protected hard links: a name for someone else's file
+        // only with read and write on it (a link moves the directory its
+        // search permission is judged by, and keeps the file alive).
+        return Err(err(
+            Errno::Perm,
+            format!(
+                "link: uid {} neither owns inode {ino:#x} nor may read and write it",
+                c.uid
+            ),
+        ));
+    }
     if tx.dentry(parent, name)?.is_some() {
         return Err(err(Errno::Exist, format!("{name:?} exists in {parent:#x}")));
     }

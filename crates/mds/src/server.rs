@@ -29,6 +29,7 @@ pub fn default_limits() -> ServeLimits {
             max_payload: 0,
         },
         max_connections: 1024,
+        max_connections_per_principal: 512,
         handshake: Default::default(),
         max_in_flight: 256,
         max_inflight_bytes: 64 << 20,
@@ -82,6 +83,13 @@ impl Service for Front {
 
     fn requires_encryption(&self) -> bool {
         self.mds.cfg.require_encryption
+    }
+
+    fn principal_of(&self, peer: &Caller) -> Option<u64> {
+        match peer {
+            Caller::Client { id, .. } => Some(*id),
+            Caller::Osd(_) => None,
+        }
     }
 
     fn welcome(&self) -> Welcome {

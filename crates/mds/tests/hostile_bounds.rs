@@ -792,3 +792,45 @@ async fn inode_numbers_below_an_unsearchable_directory_grant_nothing() {
     let _ = private;
     cl.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_key_cannot_take_every_connection() {
+    let cl = Cluster::start(1, spec_layout(), PolicyKind::ChildClosest).await;
+    let admin = cl.client();
+    let ro = add(
+        &admin,
+        spec(
+            "client.ro",
+            "/",
+            Access::ReadOnly,
+            UidMap::SquashRoot,
+            false,
+        ),
+    )
+    .await
+    .unwrap();
+    let cfg = ConnConfig::new(CLUSTER, MDS_ID, Arc::new(ro.clone()));
+    let mut held = Vec::new();
+    let mut served = 0;
+    for n in 0..1_100u64 {
+        let Ok(mut raw) = RawSession::open(&cl.mds_addr, &cfg, &ro).await else {
+            continue;
+        };
+        let status = mds_request(0, Op::Status);
+        let f = net::frame_io::frame(Kind::Request, 0x100, n, &status, Bytes::new());
+        if raw.send(f).await.is_ok() && raw.recv(T).await.is_ok() {
+            served += 1;
+            held.push(raw);
+        }
+    }
+    let cap = net::serve::ServeLimits::default().max_connections_per_principal;
+    assert_eq!(served, cap, "one principal holds at most {cap} connections");
+    // Another principal still connects and is served.
+    let fresh = MdsClient::new(&cl.mds_addr, CLUSTER, cl.admin(), 1);
+    assert!(matches!(
+        fresh.call(Op::Status).await,
+        Ok(MdsReply::Status(_))
+    ));
+    drop(held);
+    cl.stop().await;
+}

@@ -17,6 +17,7 @@
 //! - shutdown stops accepting and reading, and gives what is in flight up
 //!   to `drain_timeout`.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -42,6 +43,9 @@ pub struct ServeLimits {
     /// Authenticated connections served at once; more are closed after
     /// their handshake.
     pub max_connections: usize,
+    /// Authenticated connections one principal may hold at once (so no
+    /// key can take every connection from the others).
+    pub max_connections_per_principal: usize,
     /// Connections still in their handshake: a bound, a bound per
     /// address and a deadline of their own (see [`crate::handshakes`]).
     pub handshake: crate::handshakes::HandshakeLimits,
@@ -66,6 +70,7 @@ impl Default for ServeLimits {
         ServeLimits {
             frame: Limits::default(),
             max_connections: 1024,
+            max_connections_per_principal: 512,
             handshake: Default::default(),
             max_in_flight: 64,
             max_inflight_bytes: 512 << 20,
@@ -112,6 +117,12 @@ pub trait Service: Send + Sync + 'static {
 
     /// The `Welcome::Ok` an authenticated peer gets (the limits it must respect).
     fn welcome(&self) -> Welcome;
+
+    /// The principal a peer speaks for, when connections are counted per
+    /// principal ([`ServeLimits::max_connections_per_principal`]).
+    fn principal_of(&self, _peer: &Self::Peer) -> Option<u64> {
+        None
+    }
 
     /// Decodes and checks a request frame before any work or reply memory
     /// is committed to it; an error is answered at once.
@@ -225,6 +236,25 @@ pub struct Server<S: Service> {
     bytes: Arc<Semaphore>,
     handshakes: crate::handshakes::Handshakes,
     established: Arc<Semaphore>,
+    per_principal: Arc<std::sync::Mutex<HashMap<u64, usize>>>,
+}
+
+/// One principal's place among its connections; leaving frees it.
+struct PrincipalSlot {
+    principal: u64,
+    counts: Arc<std::sync::Mutex<HashMap<u64, usize>>>,
+}
+
+impl Drop for PrincipalSlot {
+    fn drop(&mut self) {
+        let mut m = self.counts.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = m.get_mut(&self.principal) {
+            *n -= 1;
+            if *n == 0 {
+                m.remove(&self.principal);
+            }
+        }
+    }
 }
 
 impl<S: Service> Server<S> {
@@ -236,6 +266,7 @@ impl<S: Service> Server<S> {
             bytes: Arc::new(Semaphore::new(units as usize)),
             handshakes: crate::handshakes::Handshakes::new(limits.handshake),
             established: Arc::new(Semaphore::new(limits.max_connections.max(1))),
+            per_principal: Arc::default(),
             limits,
         })
     }
@@ -310,7 +341,10 @@ impl<S: Service> Server<S> {
         let (rd, wr) = sock.into_split();
         let mut rd = BufReader::with_capacity(256 << 10, rd);
         let mut wr = BufWriter::with_capacity(256 << 10, wr);
-        let mut slot = self.handshakes.enter(addr.ip());
+        let Some(mut slot) = self.handshakes.enter(addr.ip()) else {
+            tracing::warn!(%addr, "too many handshakes at once; closing one");
+            return;
+        };
         let deadline = self.limits.handshake.timeout;
         let shaken = tokio::select! {
             r = tokio::time::timeout(deadline, self.handshake(&mut rd, &mut wr)) => match r {
@@ -339,6 +373,22 @@ impl<S: Service> Server<S> {
             Err(e) => {
                 tracing::debug!(error = %e, "handshake failed");
                 return;
+            }
+        };
+        let _principal_slot = match self.service.principal_of(&peer) {
+            None => None,
+            Some(p) => {
+                let mut m = self.per_principal.lock().unwrap_or_else(|e| e.into_inner());
+                let n = m.entry(p).or_default();
+                if *n >= self.limits.max_connections_per_principal.max(1) {
+                    tracing::warn!(%addr, principal = p, limit = self.limits.max_connections_per_principal, "a principal's connection limit; closing one");
+                    return;
+                }
+                *n += 1;
+                Some(PrincipalSlot {
+                    principal: p,
+                    counts: self.per_principal.clone(),
+                })
             }
         };
         let peer = Arc::new(peer);

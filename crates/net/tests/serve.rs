@@ -121,6 +121,7 @@ async fn serve_bulk(
     let limits = ServeLimits {
         frame: big_frames(),
         max_connections: 8,
+        max_connections_per_principal: 512,
         handshake: Default::default(),
         max_in_flight: 8,
         max_inflight_bytes: 8 << 20,

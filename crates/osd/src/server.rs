@@ -143,6 +143,10 @@ impl Service for Osd {
     type Request = Request;
     type Peer = Peer;
 
+    fn principal_of(&self, peer: &Peer) -> Option<u64> {
+        Some(peer.principal_id)
+    }
+
     fn requires_encryption(&self) -> bool {
         self.ctx
             .lease

@@ -80,7 +80,17 @@ fn inodes_named(op: &Op) -> Vec<u64> {
         | Op::SetLayout { ino, .. }
         | Op::MarkStale { ino, .. }
         | Op::Scrub { ino, .. } => vec![*ino],
-        Op::Holding { held, .. } => held.iter().map(|h| h.0).collect(),
+        // A HOLDING report is judged file by file (confinement included)
+        // by the holds table, which drops what the caller may not hold
+        // rather than refusing the whole report.
+        _ => Vec::new(),
+    }
+}
+
+/// Inode numbers a HOLDING report names.
+fn held_inodes(op: &Op) -> Vec<u64> {
+    match op {
+        Op::Holding { held } => held.iter().map(|h| h.0).collect(),
         _ => Vec::new(),
     }
 }
@@ -333,6 +343,7 @@ impl Mds {
         if let Some(ino) = inodes_named(&req.op)
             .into_iter()
             .chain(replayed_inodes(&req.op))
+            .chain(held_inodes(&req.op))
             .find(|&i| !proto::layout::is_inode_number(i))
         {
             return Err(denied(

@@ -270,43 +270,53 @@ impl Mds {
         }
         let key = (auth::holder(), session);
         let expiry = self.hold_expiry();
-        // Files new to the session are looked at outside the table's lock.
-        let fresh: Vec<u64> = {
+        let mut seen = HashSet::with_capacity(held.len());
+        let held: Vec<(u64, bool)> = held.into_iter().filter(|h| seen.insert(h.0)).collect();
+        // Files new to the session are judged outside the table's lock;
+        // what it held when the report was read is remembered, so an open
+        // noted meanwhile is kept.
+        let (fresh, known): (Vec<(u64, bool)>, HashSet<u64>) = {
             let mut h = self.holds();
             let s = h.session(key, expiry);
-            held.iter()
-                .map(|&(ino, _)| ino)
-                .filter(|ino| !s.held.contains_key(ino))
-                .collect()
+            let fresh = held
+                .iter()
+                .filter(|(ino, _)| !s.held.contains_key(ino))
+                .copied()
+                .collect();
+            (fresh, s.held.keys().copied().collect())
         };
         let snap = self.kv.read()?;
-        // A file the caller may read counts as opened for reading (what a
-        // client that opened it before an MDS restart re-announces); an
-        // orphan counts only as kept alive; anything else not at all.
+        // A file the caller could open now — reachable by a path walk
+        // inside its subtree, and readable (writable, if reported so) —
+        // counts as opened that way: what a client that opened it before
+        // an MDS restart re-announces, and never more than an open would
+        // grant. An orphan inside the subtree counts only as kept alive.
+        let mut memo = HashMap::new();
         let mut judged: HashMap<u64, Hold> = HashMap::with_capacity(fresh.len());
-        for ino in fresh {
+        for (ino, write) in fresh {
             let Ok(i) = snap.live_inode(ino) else {
                 continue;
             };
+            if !super::search::searchable(&snap, c, ino, &mut memo)? {
+                continue;
+            }
             let readable = perm::allowed(&i.attr, c, R);
             if readable || i.attr.nlink == 0 {
                 judged.insert(
                     ino,
                     Hold {
                         opened: readable,
-                        write: false,
+                        write: write && readable && perm::allowed(&i.attr, c, W),
                     },
                 );
             }
         }
         drop(snap);
-        // Merged with the table as it is now: an open noted meanwhile
-        // keeps what it was granted.
         let mut h = self.holds();
-        let now: Vec<(u64, Hold)> = {
+        let mut now: Vec<(u64, Hold)> = {
             let cur = h.sessions.get(&key).map(|s| &s.held);
-            held.into_iter()
-                .filter_map(|(ino, write)| match cur.and_then(|m| m.get(&ino)) {
+            held.iter()
+                .filter_map(|&(ino, write)| match cur.and_then(|m| m.get(&ino)) {
                     Some(g) => Some((
                         ino,
                         Hold {
@@ -318,6 +328,14 @@ impl Mds {
                 })
                 .collect()
         };
+        if let Some(cur) = h.sessions.get(&key) {
+            now.extend(
+                cur.held
+                    .iter()
+                    .filter(|(ino, _)| !known.contains(ino) && !seen.contains(ino))
+                    .map(|(&ino, &g)| (ino, g)),
+            );
+        }
         h.remove(key);
         if now.is_empty() {
             return Ok(MdsReply::Done);

@@ -166,7 +166,7 @@ impl Mds {
     /// caller must be able to change the file (its session holds it open
     /// for writing, or the permission bits let it write) — or, a reader
     /// reporting a copy that failed its checksums, the MDS must find that
-    /// copy bad or unreachable itself.
+    /// copy bad itself.
     pub(super) async fn mark_stale(
         &self,
         c: &Creds,
@@ -187,24 +187,40 @@ impl Mds {
             .await
     }
 
-    /// Refuses (EIO) to set aside OSD `osd`'s copy of object set `objset`
-    /// of `i` unless that copy reads bad or cannot be reached: what a
-    /// reader's report must be confirmed by.
+    /// Refuses to set aside OSD `osd`'s copy of object set `objset` of `i`
+    /// unless the MDS reads that copy and finds it bad (EIO when it reads
+    /// whole, EBUSY when it cannot be checked now): what a reader's report
+    /// must be confirmed by.
     async fn confirm_bad_copy(&self, i: &Inode, objset: u64, osd: u32) -> Result<(), MdsError> {
         let oid = i
             .layout
             .as_ref()
             .and_then(|l| l.objsets.get(objset as usize).copied())
             .ok_or_else(|| err(Errno::Inval, format!("no object set {objset}")))?;
+        // One confirmation at a time in the whole MDS (each reads a whole
+        // copy): readers' reports cannot make it read without end.
+        static CONFIRMING: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
+        let Ok(_one) = CONFIRMING.try_acquire() else {
+            return Err(err(
+                Errno::Busy,
+                "another reader's report is being checked; try again",
+            ));
+        };
         let map = self.current_map().unwrap_or_default();
         match self.digest(&map, osd, oid, true).await {
+            Ok(None) => Ok(()),
             Ok(Some(_)) => Err(err(
                 Errno::Io,
                 format!(
                     "OSD {osd}'s copy of object {oid:#x} reads whole: a reader cannot set it aside"
                 ),
             )),
-            Ok(None) | Err(_) => Ok(()),
+            Err(e) => Err(err(
+                Errno::Busy,
+                format!(
+                    "OSD {osd}'s copy of object {oid:#x} could not be checked ({e}); try again"
+                ),
+            )),
         }
     }
 

@@ -30,8 +30,13 @@ const WALK_MAX: usize = 4096;
 
 /// Whether `c` may search every directory above `ino` up to [`top`]
 /// (`memo` remembers directories already decided, for a batch of
-/// neighbours). An orphan whose last directory is gone has nothing above
-/// it: it is judged by its own bits alone.
+/// neighbours). A walk that reaches the global root without passing a
+/// confined principal's root is refused: the inode is outside its
+/// subtree. A file whose recorded directory is gone (an orphan) has
+/// nothing above it: its own bits alone decide. A file with several names
+/// is judged by the directory its last name was made in (linking needs
+/// ownership or read and write on the file, so nobody can move that
+/// directory under a closed one for others).
 pub(super) fn searchable(
     v: &impl Records,
     c: &Creds,
@@ -45,19 +50,18 @@ pub(super) fn searchable(
     let Some(first) = v.inode(ino)? else {
         return Ok(true); // the handler answers "no such inode"
     };
-    if first.attr.kind != FileKind::Dir && first.attr.nlink > 1 {
-        // A file with several names records only its last directory: one
-        // user linking it under a closed directory must not lock everyone
-        // else out, so its own bits alone decide.
-        return Ok(true);
-    }
     let mut at = first.attr.ino;
     let mut dir = first.parent;
     let mut seen = Vec::new();
     let verdict = 'walk: {
         for _ in 0..WALK_MAX {
-            if at == top || at == ROOT_INO {
+            if at == top {
                 break 'walk true;
+            }
+            if at == ROOT_INO {
+                // Reached the global root without passing the principal's:
+                // outside its subtree.
+                break 'walk top == ROOT_INO;
             }
             if let Some(&known) = memo.get(&dir) {
                 break 'walk known;
@@ -173,8 +177,9 @@ impl Mds {
         if named.is_empty() {
             return Ok(());
         }
+        let write = matches!(req.op, Op::Open { write: true, .. });
         if let Some(ino) = through_descriptor(&req.op)
-            && self.session_holds(req.session, ino, false)
+            && self.session_holds(req.session, ino, write)
         {
             return Ok(());
         }
