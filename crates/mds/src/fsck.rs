@@ -216,3 +216,55 @@ fn shared_objects(inodes: &HashMap<u64, Inode>, problems: &mut Vec<String>) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proto::layout::{Layout, LayoutSpec, data_oid};
+    use proto::mds::Attr;
+
+    fn file(ino: u64, objsets: Vec<u64>) -> Inode {
+        Inode {
+            attr: Attr {
+                ino,
+                kind: FileKind::File,
+                mode: 0o644,
+                nlink: 1,
+                uid: 0,
+                gid: 0,
+                size: 0,
+                atime: 0,
+                mtime: 0,
+                ctime: 0,
+                rdev: 0,
+            },
+            parent: ROOT_INO,
+            name: format!("f{ino}"),
+            layout: Some(Layout {
+                spec: LayoutSpec::default(),
+                map_epoch: 1,
+                objsets,
+                homes: Vec::new(),
+            }),
+            target: None,
+            dir: None,
+        }
+    }
+
+    #[test]
+    fn two_files_sharing_an_object_are_reported() {
+        let mut inodes = HashMap::new();
+        inodes.insert(7, file(7, vec![data_oid(7)]));
+        inodes.insert(8, file(8, vec![data_oid(8)]));
+        let mut p = Vec::new();
+        shared_objects(&inodes, &mut p);
+        assert!(p.is_empty(), "{p:?}");
+        // A forged replay once made an inode whose number was 7's object id.
+        let forged = data_oid(7);
+        inodes.insert(forged, file(forged, vec![data_oid(forged)]));
+        shared_objects(&inodes, &mut p);
+        assert_eq!(p.len(), 2, "{p:?}");
+        assert!(p.iter().any(|m| m.contains("outside the id space")));
+        assert!(p.iter().any(|m| m.contains("belongs to both")));
+    }
+}

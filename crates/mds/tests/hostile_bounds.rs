@@ -39,6 +39,23 @@ async fn add(admin: &MdsClient, spec: PrincipalSpec) -> Result<Identity, Errno> 
     }
 }
 
+/// A principal of the whole tree, not an admin: its identity.
+async fn key(admin: &MdsClient, name: &str, access: Access, uids: UidMap) -> Identity {
+    add(admin, spec(name, "/", access, uids, false))
+        .await
+        .unwrap()
+}
+
+/// An exclusive create of `name` in `parent`.
+fn create(parent: u64, name: &str, mode: u32) -> Op {
+    Op::Create {
+        parent,
+        name: name.into(),
+        mode,
+        exclusive: true,
+    }
+}
+
 fn spec(name: &str, path: &str, access: Access, uids: UidMap, admin: bool) -> PrincipalSpec {
     PrincipalSpec {
         name: name.into(),
@@ -221,18 +238,7 @@ impl Rng {
 async fn nested_and_mangled_headers_never_stop_a_daemon() {
     let cl = Cluster::start(1, spec_layout(), PolicyKind::ChildClosest).await;
     let admin = cl.client();
-    let ro = add(
-        &admin,
-        spec(
-            "client.ro",
-            "/",
-            Access::ReadOnly,
-            UidMap::SquashRoot,
-            false,
-        ),
-    )
-    .await
-    .unwrap();
+    let ro = key(&admin, "client.ro", Access::ReadOnly, UidMap::SquashRoot).await;
     // Nested REPLAYs to the MDS, from a read-only key: shallow and deep
     // enough to overflow any stack if decoded recursively.
     for depth in [2, 3, 64, 200_000] {
@@ -345,18 +351,7 @@ fn mangle(rng: &mut Rng, mut h: Vec<u8>) -> Vec<u8> {
 async fn generated_requests_of_every_kind_mangled_leave_both_daemons_serving() {
     let cl = Cluster::start(1, spec_layout(), PolicyKind::ChildClosest).await;
     let admin = cl.client();
-    let ro = add(
-        &admin,
-        spec(
-            "client.ro",
-            "/",
-            Access::ReadOnly,
-            UidMap::SquashRoot,
-            false,
-        ),
-    )
-    .await
-    .unwrap();
+    let ro = key(&admin, "client.ro", Access::ReadOnly, UidMap::SquashRoot).await;
     let mut rng = Rng(0x00C0_FFEE_1234_5678);
     let cfg = ConnConfig::new(CLUSTER, MDS_ID, Arc::new(ro.clone()));
     let mut raw = RawSession::open(&cl.mds_addr, &cfg, &ro).await.unwrap();
@@ -416,38 +411,12 @@ fn spec_layout() -> proto::layout::LayoutSpec {
 async fn replays_and_requests_cannot_name_object_ids_as_inodes() {
     let cl = Cluster::start(1, spec_layout(), PolicyKind::ChildClosest).await;
     let admin = cl.client();
-    let victim = make(
-        &admin,
-        Creds::root(),
-        Op::Create {
-            parent: ROOT_INO,
-            name: "victim".into(),
-            mode: 0o600,
-            exclusive: true,
-        },
-    )
-    .await;
-    let rw = add(
-        &admin,
-        spec(
-            "client.rw",
-            "/",
-            Access::ReadWrite,
-            UidMap::SquashRoot,
-            false,
-        ),
-    )
-    .await
-    .unwrap();
+    let victim = make(&admin, Creds::root(), create(ROOT_INO, "victim", 0o600)).await;
+    let rw = key(&admin, "client.rw", Access::ReadWrite, UidMap::SquashRoot).await;
     let rw = MdsClient::new(&cl.mds_addr, CLUSTER, rw, 1);
     // A replayed create naming the victim's data object id as its inode.
     let forged = replay(
-        Op::Create {
-            parent: ROOT_INO,
-            name: "twin".into(),
-            mode: 0o644,
-            exclusive: true,
-        },
+        create(ROOT_INO, "twin", 0o644),
         Some(proto::layout::data_oid(victim)),
     );
     assert_eq!(errno(rw.call(forged).await), Errno::Inval);
@@ -474,29 +443,8 @@ async fn replays_and_requests_cannot_name_object_ids_as_inodes() {
 async fn a_flood_of_sessions_holding_files_refuses_only_its_own_principal() {
     let cl = Cluster::start_holding(1, spec_layout(), PolicyKind::ChildClosest).await;
     let admin = cl.client();
-    let secret = make(
-        &admin,
-        Creds::root(),
-        Op::Create {
-            parent: ROOT_INO,
-            name: "secret".into(),
-            mode: 0o600,
-            exclusive: true,
-        },
-    )
-    .await;
-    let ro = add(
-        &admin,
-        spec(
-            "client.ro",
-            "/",
-            Access::ReadOnly,
-            UidMap::SquashRoot,
-            false,
-        ),
-    )
-    .await
-    .unwrap();
+    let secret = make(&admin, Creds::root(), create(ROOT_INO, "secret", 0o600)).await;
+    let ro = key(&admin, "client.ro", Access::ReadOnly, UidMap::SquashRoot).await;
     let mut ro = MdsClient::new(&cl.mds_addr, CLUSTER, ro, 2);
     // 600 sessions, each claiming to hold every inode it can name (most
     // of which do not exist) — more than the per-principal bound.
@@ -537,16 +485,7 @@ async fn a_flood_of_sessions_holding_files_refuses_only_its_own_principal() {
 async fn rights_match_effects() {
     let cl = Cluster::start(3, common::spec(4096, 1), PolicyKind::ChildClosest).await;
     let admin = cl.client();
-    let f = match admin
-        .call(Op::Create {
-            parent: ROOT_INO,
-            name: "f".into(),
-            mode: 0o644,
-            exclusive: true,
-        })
-        .await
-        .unwrap()
-    {
+    let f = match admin.call(create(ROOT_INO, "f", 0o644)).await.unwrap() {
         MdsReply::Found(f) => f,
         r => panic!("{r:?}"),
     };
@@ -559,22 +498,12 @@ async fn rights_match_effects() {
         osd,
     };
     // Read-only: refused as a change.
-    let ro = add(
-        &admin,
-        spec("client.ro", "/", Access::ReadOnly, UidMap::Trusted, false),
-    )
-    .await
-    .unwrap();
+    let ro = key(&admin, "client.ro", Access::ReadOnly, UidMap::Trusted).await;
     let ro = MdsClient::new(&cl.mds_addr, CLUSTER, ro, 1);
     assert_eq!(errno(ro.call(mark.clone()).await), Errno::RoFs);
     // Read-write, but the file is only readable for this uid: a reader's
     // report is confirmed by the MDS first, and this copy reads whole.
-    let rw = add(
-        &admin,
-        spec("client.rw", "/", Access::ReadWrite, UidMap::Trusted, false),
-    )
-    .await
-    .unwrap();
+    let rw = key(&admin, "client.rw", Access::ReadWrite, UidMap::Trusted).await;
     let rw = MdsClient::new(&cl.mds_addr, CLUSTER, rw, 1);
     assert_eq!(errno(rw.call_as(user(1000), mark.clone()).await), Errno::Io);
     match admin
@@ -655,17 +584,7 @@ async fn idle_sockets_that_never_say_hello_lock_nobody_out() {
     let t0 = std::time::Instant::now();
     let r = tokio::time::timeout(Duration::from_secs(10), fresh.call(Op::Status)).await;
     assert!(matches!(r, Ok(Ok(MdsReply::Status(_)))), "{r:?}");
-    let f = make(
-        &admin,
-        Creds::root(),
-        Op::Create {
-            parent: ROOT_INO,
-            name: "g".into(),
-            mode: 0o644,
-            exclusive: true,
-        },
-    )
-    .await;
+    let f = make(&admin, Creds::root(), create(ROOT_INO, "g", 0o644)).await;
     let _ = f;
     let (osd, cap) = cl.osd_client(0);
     let read = osd.read(Some(&cap), proto::layout::DATA_PARTITION, 1, 0, 1);
@@ -712,26 +631,10 @@ async fn inode_numbers_below_an_unsearchable_directory_grant_nothing() {
     let file = make(
         &admin,
         Creds::root(),
-        Op::Create {
-            parent: inner,
-            name: "readable-by-all".into(),
-            mode: 0o644,
-            exclusive: true,
-        },
+        create(inner, "readable-by-all", 0o644),
     )
     .await;
-    let rw_id = add(
-        &admin,
-        spec(
-            "client.rw",
-            "/",
-            Access::ReadWrite,
-            UidMap::SquashRoot,
-            false,
-        ),
-    )
-    .await
-    .unwrap();
+    let rw_id = key(&admin, "client.rw", Access::ReadWrite, UidMap::SquashRoot).await;
     let rw = MdsClient::new(&cl.mds_addr, CLUSTER, rw_id.clone(), 1);
     let u = user(1000);
     for op in [
@@ -761,17 +664,7 @@ async fn inode_numbers_below_an_unsearchable_directory_grant_nothing() {
         );
     }
     // Prefetch from a file next to them names none of them.
-    let next = make(
-        &admin,
-        Creds::root(),
-        Op::Create {
-            parent: ROOT_INO,
-            name: "public".into(),
-            mode: 0o644,
-            exclusive: true,
-        },
-    )
-    .await;
+    let next = make(&admin, Creds::root(), create(ROOT_INO, "public", 0o644)).await;
     let pf = MdsClient::new(&cl.mds_addr, CLUSTER, rw_id.clone(), 1);
     match pf.call_as(u.clone(), Op::Stat { ino: next }).await.unwrap() {
         MdsReply::Found(f) => {
@@ -797,22 +690,11 @@ async fn inode_numbers_below_an_unsearchable_directory_grant_nothing() {
 async fn one_key_cannot_take_every_connection() {
     let cl = Cluster::start(1, spec_layout(), PolicyKind::ChildClosest).await;
     let admin = cl.client();
-    let ro = add(
-        &admin,
-        spec(
-            "client.ro",
-            "/",
-            Access::ReadOnly,
-            UidMap::SquashRoot,
-            false,
-        ),
-    )
-    .await
-    .unwrap();
+    let ro = key(&admin, "client.ro", Access::ReadOnly, UidMap::SquashRoot).await;
     let cfg = ConnConfig::new(CLUSTER, MDS_ID, Arc::new(ro.clone()));
     let mut held = Vec::new();
     let mut served = 0;
-    for n in 0..1_100u64 {
+    for n in 0..600u64 {
         let Ok(mut raw) = RawSession::open(&cl.mds_addr, &cfg, &ro).await else {
             continue;
         };
@@ -832,5 +714,48 @@ async fn one_key_cannot_take_every_connection() {
         Ok(MdsReply::Status(_))
     ));
     drop(held);
+    cl.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_key_records_a_bounded_number_of_early_answered_sessions() {
+    let cl = Cluster::start(1, spec_layout(), PolicyKind::ChildClosest).await;
+    let admin = cl.client();
+    let rw = key(&admin, "client.rw", Access::ReadWrite, UidMap::Trusted).await;
+    let cfg = ConnConfig::new(CLUSTER, MDS_ID, Arc::new(rw.clone()));
+    let mut raw = RawSession::open(&cl.mds_addr, &cfg, &rw).await.unwrap();
+    let mut early = 0;
+    // A session's first change is answered durable (it records the
+    // session); its second may be early.
+    for (n, s) in (1..=100u64).flat_map(|s| [s, s]).enumerate() {
+        let req = MdsRequest {
+            creds: Creds::root(),
+            prefetch: 0,
+            session: s * 7919,
+            early: true,
+            op: create(ROOT_INO, &format!("s{n}"), 0o644),
+        };
+        let f = net::frame_io::frame(Kind::Request, 0x100, n as u64, &req, Bytes::new());
+        raw.send(f).await.unwrap();
+        let r: MdsResponse = proto::msg::decode(&raw.recv(T).await.unwrap().header).unwrap();
+        match r.result.unwrap() {
+            MdsReply::Early(_) => early += 1,
+            MdsReply::Found(_) => {} // answered durable: past the bound
+            other => panic!("{other:?}"),
+        }
+    }
+    let bound = mds::service::EARLY_SESSIONS_PER_PRINCIPAL;
+    assert_eq!(
+        early, bound,
+        "early answers for at most {bound} sessions of one key"
+    );
+    // Every create was made, early or not.
+    for n in 0..200 {
+        let op = Op::Lookup {
+            parent: ROOT_INO,
+            name: format!("s{n}"),
+        };
+        assert!(matches!(admin.call(op).await, Ok(MdsReply::Found(_))));
+    }
     cl.stop().await;
 }

@@ -48,8 +48,9 @@ fn denied(e: Errno, m: impl Into<String>) -> MdsError {
     MdsError::new(e, m)
 }
 
-/// Inodes a request names (each must be inside a restricted principal's subtree).
-fn inodes_named(op: &Op) -> Vec<u64> {
+/// Inodes a request names (each must be inside a restricted principal's
+/// subtree, and reachable by a path walk: see `search`).
+pub(super) fn inodes_named(op: &Op) -> Vec<u64> {
     match op {
         Op::Lookup { parent, .. }
         | Op::Create { parent, .. }

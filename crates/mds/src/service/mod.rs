@@ -35,6 +35,7 @@ mod search;
 
 pub use auth::Caller;
 pub use redundancy::RecoveryState;
+pub use replay::EARLY_SESSIONS_PER_PRINCIPAL;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -251,6 +252,9 @@ pub struct Mds {
     prev_instance: u64,
     /// Replays waited for after a crash (`None` once served).
     replays: Mutex<Option<replay::Recovering>>,
+    /// Per principal, its sessions recently answered early (record key →
+    /// last answer): bounded, see [`replay::EARLY_SESSIONS_PER_PRINCIPAL`].
+    early_sessions: Mutex<HashMap<u64, HashMap<u64, std::time::Instant>>>,
     /// True while replays are waited for: other requests wait.
     replaying: tokio::sync::watch::Sender<bool>,
     /// When the replays were served (ms since the epoch; 0: none waited
@@ -328,6 +332,7 @@ impl Mds {
             prev_instance,
             replaying: tokio::sync::watch::Sender::new(recovering.is_some()),
             replays: Mutex::new(recovering),
+            early_sessions: Mutex::default(),
             serving_since_ms: std::sync::atomic::AtomicU64::new(0),
             leases: Mutex::new(leases::Leases::default()),
         });

@@ -78,6 +78,13 @@ impl Recovering {
     }
 }
 
+/// Most sessions of one principal answered early at once (a mount is one
+/// session): more get durable answers until some go quiet.
+pub const EARLY_SESSIONS_PER_PRINCIPAL: usize = 64;
+/// How long after its last early answer a session still counts against
+/// its principal's bound (longer than the KV keeps its record idle).
+const EARLY_SESSION_IDLE: Duration = Duration::from_secs(5);
+
 /// What the KV records a session as: a one-way digest of its principal
 /// and its id, so no principal can stand in for another's session in a
 /// recovery — finding a session id of its own that lands on a victim's
@@ -96,10 +103,30 @@ pub(super) fn session_key(principal: u64, session: u64) -> u64 {
 
 impl Mds {
     /// How a request that may be answered early asks for it: the
-    /// session, if the request allows it.
+    /// session, if the request allows it — and if its principal has fewer
+    /// than [`EARLY_SESSIONS_PER_PRINCIPAL`] sessions answered early
+    /// lately; past that it is answered durable (every recorded session
+    /// is one a restarted MDS waits for).
     pub(super) fn early_for(&self, req: &MdsRequest) -> Option<u64> {
-        (req.early && req.session != 0 && req.op.may_answer_early())
-            .then(|| session_key(super::auth::holder(), req.session))
+        if !(req.early && req.session != 0 && req.op.may_answer_early()) {
+            return None;
+        }
+        let principal = super::auth::holder();
+        let key = session_key(principal, req.session);
+        let mut all = self
+            .early_sessions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let mine = all.entry(principal).or_default();
+        let now = Instant::now();
+        if !mine.contains_key(&key) && mine.len() >= EARLY_SESSIONS_PER_PRINCIPAL {
+            mine.retain(|_, at| now.duration_since(*at) < EARLY_SESSION_IDLE);
+            if mine.len() >= EARLY_SESSIONS_PER_PRINCIPAL {
+                return None;
+            }
+        }
+        mine.insert(key, now);
+        Some(key)
     }
 
     /// Writes a namespace change: early for `early`'s session, else

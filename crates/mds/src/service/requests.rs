@@ -93,7 +93,13 @@ impl Mds {
                 ns::create(tx, policy, &c2, parent, &name, mode, exclusive)
             })
             .await?;
-        self.note_open(session, i.attr.ino, true)?;
+        if let Err(e) = self.note_open(session, i.attr.ino, true) {
+            // The file is made: answering an error now would leave it
+            // behind a failed request. Past its principal's bound of held
+            // files the hold alone is not kept (only that principal's own
+            // orphans can then go early).
+            tracing::warn!(session, ino = i.attr.ino, error = %e, "create: hold not recorded");
+        }
         if !created {
             // Opening an existing file for writing: outside its recovery.
             let ino = i.attr.ino;

@@ -107,43 +107,6 @@ pub(super) fn visible(
     Ok(listed && searchable(v, c, x.attr.ino, memo)?)
 }
 
-/// The inodes a request names that must be reachable by a path walk, or
-/// none for a request on a file its session holds open (POSIX: an open
-/// descriptor keeps working after its directory is closed off).
-fn walked_inodes(op: &Op) -> Vec<u64> {
-    match op {
-        Op::Lookup { parent, .. }
-        | Op::Create { parent, .. }
-        | Op::Mkdir { parent, .. }
-        | Op::Symlink { parent, .. }
-        | Op::Mknod { parent, .. }
-        | Op::Unlink { parent, .. }
-        | Op::Rmdir { parent, .. } => vec![*parent],
-        Op::Link { ino, parent, .. } => vec![*ino, *parent],
-        Op::Rename {
-            parent, new_parent, ..
-        } => vec![*parent, *new_parent],
-        Op::DirLease { dir } => vec![*dir],
-        Op::GetAttr { ino }
-        | Op::Stat { ino }
-        | Op::ReaddirPrefetch { ino, .. }
-        | Op::Open { ino, .. }
-        | Op::Readlink { ino }
-        | Op::Readdir { ino, .. }
-        | Op::GetXattr { ino, .. }
-        | Op::ListXattr { ino }
-        | Op::GetLayout { ino }
-        | Op::SetAttr { ino, .. }
-        | Op::SetXattr { ino, .. }
-        | Op::RemoveXattr { ino, .. }
-        | Op::CommitSize { ino, .. }
-        | Op::ExtendLayout { ino, .. }
-        | Op::SetLayout { ino, .. }
-        | Op::MarkStale { ino, .. } => vec![*ino],
-        _ => Vec::new(),
-    }
-}
-
 /// The inode a request works on through an open descriptor, if it is one
 /// of those (a session holding the file open skips the walk, as POSIX
 /// does: a descriptor keeps working after its directory is closed off).
@@ -173,7 +136,8 @@ impl Mds {
         if c.uid == 0 {
             return Ok(());
         }
-        let named = walked_inodes(&req.op);
+        // Every inode a request names must be reachable by a path walk.
+        let named = super::auth::inodes_named(&req.op);
         if named.is_empty() {
             return Ok(());
         }
