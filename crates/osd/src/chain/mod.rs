@@ -761,11 +761,22 @@ impl Chains {
                     // (a fill replaces it if it joins again).
                     return Err(e);
                 }
-                lock(&self.unsent).insert(obj, pending);
-                return Err(WireError::new(
-                    ErrorCode::Busy,
-                    format!("an earlier change of this object is not yet down the chain: {e}"),
-                ));
+                // Refused as malformed however often it is sent: the
+                // members take the head's whole object instead.
+                let resynced = e.code == ErrorCode::BadRequest
+                    && match (self.ctx.get(), self.view().await) {
+                        (Some(ctx), Ok(view)) => {
+                            self.resync(ctx, &view, u.fwd.group, obj.1).await.is_ok()
+                        }
+                        _ => false,
+                    };
+                if !resynced {
+                    lock(&self.unsent).insert(obj, pending);
+                    return Err(WireError::new(
+                        ErrorCode::Busy,
+                        format!("an earlier change of this object is not yet down the chain: {e}"),
+                    ));
+                }
             }
             let u = pending.remove(0);
             if u.key == key && key.1 != 0 {
