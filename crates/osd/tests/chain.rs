@@ -774,3 +774,80 @@ async fn only_a_shutdown_with_nothing_in_flight_is_clean() {
     stuck.abort();
     drop(hole);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_too_large_to_forward_is_refused_at_the_head_and_costs_no_member() {
+    let (shared, mut members, client) = chain_of(2);
+    let pid = group_partition(GROUP);
+    client
+        .call(
+            1,
+            Command::Create {
+                pid,
+                oid: Some(OBJ),
+                count: 1,
+            },
+            vec![],
+        )
+        .await;
+    // Fourteen 60 KiB attributes: 840 KiB of header, under the frame
+    // limit (1 MiB), but its FORWARD (the set list, the change, the
+    // answer) would not fit the next member's.
+    let set: Vec<(AttrKey, Vec<u8>)> = (0..14)
+        .map(|n| (key(100 + n), vec![n as u8; 60 << 10]))
+        .collect();
+    let addr1 = shared.lock().unwrap().addrs[&1].clone();
+    let req = client_request(1, 3, Command::SetAttributes { pid, oid: OBJ }, set);
+    match client.conn(1, &addr1).call(req, Bytes::new()).await {
+        Err(ConnError::Remote(w)) => {
+            assert_eq!(w.code, ErrorCode::BadRequest, "{w}");
+            assert!(w.message.contains("cannot be passed down"), "{w}");
+        }
+        other => panic!("an unforwardable change answered {other:?}"),
+    }
+    // Nothing applied at the head, both members still in the chain.
+    let (_, attrs) = client
+        .call(0, Command::GetAttributes { pid, oid: OBJ }, vec![key(100)])
+        .await;
+    assert!(
+        attrs.iter().all(|(k, v)| *k != key(100) || v.is_empty()),
+        "{attrs:?}"
+    );
+    let members_now = shared
+        .lock()
+        .unwrap()
+        .table
+        .chain(GROUP)
+        .unwrap()
+        .members
+        .clone();
+    assert_eq!(members_now, vec![1, 2], "a member was dropped");
+    // The same attributes in batches that fit go down the chain to both.
+    for chunk in 0..2u32 {
+        let set: Vec<(AttrKey, Vec<u8>)> = (0..7)
+            .map(|n| (key(100 + chunk * 7 + n), vec![1u8; 60 << 10]))
+            .collect();
+        let req = client_request(
+            1,
+            10 + u64::from(chunk),
+            Command::SetAttributes { pid, oid: OBJ },
+            set,
+        );
+        client
+            .conn(1, &addr1)
+            .call(req, Bytes::new())
+            .await
+            .unwrap();
+    }
+    let mut seen = Vec::new();
+    for order in [vec![1, 2], vec![2, 1]] {
+        shared.lock().unwrap().table.set(GROUP, order, vec![]);
+        let (_, attrs) = client
+            .call(0, Command::GetAttributes { pid, oid: OBJ }, vec![key(113)])
+            .await;
+        seen.push(attrs);
+    }
+    assert_eq!(seen[0], seen[1], "the members differ");
+    assert_eq!(seen[0].len(), 1);
+    stop_all(&mut members);
+}
