@@ -281,21 +281,7 @@ async fn nested_and_mangled_headers_never_stop_a_daemon() {
         let _ = raw.recv(T).await; // an answer or a close: either is fine
     }
     // Both daemons still serve everyone, and nothing changed.
-    assert!(matches!(
-        admin.call(Op::Status).await,
-        Ok(MdsReply::Status(_))
-    ));
-    let (c, cap) = cl.osd_client(0);
-    c.run(
-        Some(&cap),
-        proto::Command::CreateAndWrite {
-            pid: proto::layout::DATA_PARTITION,
-            oid: 0x1_0077,
-        },
-        Bytes::from_static(b"still here"),
-    )
-    .await
-    .unwrap();
+    both_still_serve(&cl, &admin, 0x1_0077).await;
     match admin
         .call(Op::Lookup {
             parent: ROOT_INO,
@@ -384,6 +370,13 @@ async fn generated_requests_of_every_kind_mangled_leave_both_daemons_serving() {
             raw = RawSession::open(&osd, &ocfg, &ticket).await.unwrap();
         }
     }
+    both_still_serve(&cl, &admin, 0x1_0078).await;
+    check_clean(&cl.mds.as_ref().unwrap().mds);
+    cl.stop().await;
+}
+
+/// The MDS answers the admin and OSD 0 takes a write to object `oid`.
+async fn both_still_serve(cl: &Cluster, admin: &MdsClient, oid: u64) {
     assert!(matches!(
         admin.call(Op::Status).await,
         Ok(MdsReply::Status(_))
@@ -393,14 +386,12 @@ async fn generated_requests_of_every_kind_mangled_leave_both_daemons_serving() {
         Some(&cap),
         proto::Command::CreateAndWrite {
             pid: proto::layout::DATA_PARTITION,
-            oid: 0x1_0078,
+            oid,
         },
         Bytes::from_static(b"still here"),
     )
     .await
     .unwrap();
-    check_clean(&cl.mds.as_ref().unwrap().mds);
-    cl.stop().await;
 }
 
 fn spec_layout() -> proto::layout::LayoutSpec {
