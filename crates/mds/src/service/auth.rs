@@ -341,8 +341,12 @@ impl Mds {
                 ),
             ));
         }
-        if let Some(ino) = inodes_named(&req.op)
-            .into_iter()
+        // The inodes a request names: checked once here for the id space,
+        // the subtree and (in `search`) the path above them.
+        let named = inodes_named(&req.op);
+        if let Some(ino) = named
+            .iter()
+            .copied()
             .chain(replayed_inodes(&req.op))
             .chain(held_inodes(&req.op))
             .find(|&i| !proto::layout::is_inode_number(i))
@@ -374,7 +378,7 @@ impl Mds {
                     ),
                 ));
             }
-            for ino in inodes_named(&req.op) {
+            for &ino in &named {
                 if !self.within(ino, root)? {
                     return Err(denied(
                         Errno::Access,
@@ -425,7 +429,7 @@ impl Mds {
             op => {
                 req.op = op;
                 let top = super::search::TOP.scope(root, async {
-                    self.check_search(&req)?;
+                    self.check_search(&req, &named)?;
                     self.handle(req).await
                 });
                 HOLDER.scope(id, top).await

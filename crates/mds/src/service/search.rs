@@ -129,15 +129,14 @@ fn through_descriptor(op: &Op) -> Option<u64> {
 }
 
 impl Mds {
-    /// Refuses `req` (EACCES) when an inode it names lies below a
-    /// directory the caller may not search.
-    pub(super) fn check_search(&self, req: &MdsRequest) -> Result<(), MdsError> {
+    /// Refuses `req` (EACCES) when an inode it names (`named`, from
+    /// [`super::auth::inodes_named`]) lies below a directory the caller
+    /// may not search: each must be reachable by a path walk.
+    pub(super) fn check_search(&self, req: &MdsRequest, named: &[u64]) -> Result<(), MdsError> {
         let c = &req.creds;
         if c.uid == 0 {
             return Ok(());
         }
-        // Every inode a request names must be reachable by a path walk.
-        let named = super::auth::inodes_named(&req.op);
         if named.is_empty() {
             return Ok(());
         }
@@ -149,7 +148,7 @@ impl Mds {
         }
         let snap = self.kv.read()?;
         let mut memo = HashMap::new();
-        for ino in named {
+        for &ino in named {
             if !searchable(&snap, c, ino, &mut memo)? {
                 return Err(err(
                     Errno::Access,
