@@ -116,6 +116,7 @@ impl Client {
             mds,
             osds,
             dirty_total: AtomicU64::new(0),
+            locks: Default::default(),
             inodes: Mutex::new(HashMap::new()),
             handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
@@ -157,6 +158,7 @@ impl Client {
             loop {
                 tick.tick().await;
                 let Some(inner) = weak.upgrade() else { return };
+                crate::locks::report(&inner).await;
                 let held = inner.held();
                 // Nothing open, and the MDS knows: nothing to say.
                 if held.is_empty() && !told_some {
@@ -407,7 +409,11 @@ impl Client {
             Some(f) => Some(f.st.lock().await),
             None => None,
         };
-        if let (Some(st), Some(_)) = (guard.as_mut(), set.size) {
+        // Buffered data goes out before a truncate, and before new times:
+        // its length commit would otherwise stamp "now" over them.
+        if let Some(st) = guard.as_mut()
+            && (set.size.is_some() || set.mtime.is_some())
+        {
             file::commit(&self.inner, ino, st).await?;
         }
         let a = self.inner.ns.setattr(c, ino, &set).await?;
@@ -416,7 +422,8 @@ impl Client {
         }
         drop(guard);
         self.inner.meta.cache_attr(a.clone());
-        Ok(a)
+        // The MDS knows the committed length; this client may hold more.
+        Ok(self.with_local_size(a))
     }
 
     /// Makes a FIFO, device or socket (`mknod`; devices need root).
@@ -791,11 +798,21 @@ impl Client {
                 return Ok(self.install(c, &x.entry, x.grants, false).await);
             }
         }
-        let (entry, grants) = self.inner.open_grants(ino, c, write).await?;
+        let (entry, grants) = match self.inner.open_grants(ino, c, write).await {
+            Ok(x) => x,
+            Err(e) => {
+                if e.errno == Errno::Stale.raw() {
+                    // A cached name of a file since removed elsewhere: the
+                    // kernel's second look must reach the namespace.
+                    self.inner.meta.cache().remove(ino);
+                }
+                return Err(e);
+            }
+        };
         Ok(self.install(c, &entry, grants, write).await)
     }
 
-    fn handle(&self, fh: u64) -> Result<Handle> {
+    pub(crate) fn handle(&self, fh: u64) -> Result<Handle> {
         lock(&self.inner.handles)
             .get(&fh)
             .cloned()

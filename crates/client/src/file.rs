@@ -297,7 +297,9 @@ pub(crate) async fn ensure_caps(
     let expiring = st.grants.iter().any(|g| g.expiry_ms < soon);
     // A file made under a directory lease has neither layout nor
     // capabilities until it is first read or written.
-    if expiring || (write && !st.write_caps) || (st.layout.is_none() && st.grants.is_empty()) {
+    // No capabilities at all: a file made under a directory lease, or a
+    // caller that dropped refused ones and wants them renewed.
+    if expiring || (write && !st.write_caps) || st.grants.is_empty() {
         let (entry, grants) = inner
             .open_grants(ino, &st.creds, write || st.write_caps)
             .await?;

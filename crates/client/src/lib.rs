@@ -16,6 +16,7 @@ pub mod file;
 pub mod holes;
 pub mod leases;
 pub mod listings;
+pub mod locks;
 pub mod meta;
 pub mod namespace;
 pub mod on_mds;

@@ -41,6 +41,8 @@ pub struct Inner {
     pub ns: Arc<dyn Namespace>,
     /// Directory leases (MDS namespace with early answers only).
     pub leases: Arc<crate::leases::DirLeases>,
+    /// The byte-range locks this client holds.
+    pub locks: crate::locks::HeldLocks,
     /// Bytes buffered or being written in the whole client.
     pub dirty_total: AtomicU64,
     pub(crate) inodes: Mutex<HashMap<u64, Arc<OpenInode>>>,

@@ -13,12 +13,14 @@ use fuser::{
     AccessFlags, CopyFileRangeFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags,
     Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenAccMode, OpenFlags, RenameFlags,
     ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,
-    ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    ReplyLock, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
+    WriteFlags,
 };
 use proto::mds::{Attr, Creds, DirEntry, FileKind, SetAttr, SetTime, XattrMode};
 use tokio::runtime::Handle as Rt;
 
 use crate::attr::{Inodes, file_attr, kind, kind_of_mode, ns};
+use crate::locks;
 
 /// A directory listing taken at opendir, served by offset.
 struct Listing {
@@ -36,6 +38,8 @@ pub struct TesseraFs {
     dirs: Mutex<HashMap<u64, Arc<Listing>>>,
     next_dir: AtomicU64,
     groups: Mutex<HashMap<u32, GroupsAt>>,
+    /// Tells the kernel to drop its caches of an inode (set once mounted).
+    notifier: locks::Notifier,
 }
 
 /// A process's supplementary groups and when they were read.
@@ -57,7 +61,19 @@ fn done(reply: ReplyEmpty, r: Result<(), Errno>) {
     }
 }
 
+/// A path component as the namespace takes it: longer than `NAME_MAX`
+/// bytes is ENAMETOOLONG for every operation (lookup included), as on a
+/// local file system.
 fn name(n: &OsStr) -> Result<&str, Errno> {
+    if n.len() > proto::mds::NAME_MAX {
+        return Err(Errno::from_i32(libc::ENAMETOOLONG));
+    }
+    n.to_str().ok_or(Errno::from_i32(libc::EINVAL))
+}
+
+/// An extended attribute's name (its length is checked by the namespace:
+/// ERANGE, as Linux answers).
+fn xattr_name(n: &OsStr) -> Result<&str, Errno> {
     n.to_str().ok_or(Errno::from_i32(libc::EINVAL))
 }
 
@@ -125,7 +141,13 @@ impl TesseraFs {
             dirs: Mutex::new(HashMap::new()),
             next_dir: AtomicU64::new(1),
             groups: Mutex::new(HashMap::new()),
+            notifier: locks::Notifier::default(),
         }
+    }
+
+    /// Where the mount puts the session's notifier once mounted.
+    pub fn notifier(&self) -> locks::Notifier {
+        self.notifier.clone()
     }
 
     /// The caller's credentials: uid and gid from the request, supplementary
@@ -195,7 +217,10 @@ impl Filesystem for TesseraFs {
             InitFlags::FUSE_MAX_PAGES
                 | InitFlags::FUSE_DO_READDIRPLUS
                 | InitFlags::FUSE_READDIRPLUS_AUTO
-                | InitFlags::FUSE_PARALLEL_DIROPS,
+                | InitFlags::FUSE_PARALLEL_DIROPS
+                // Locks between mounts: the kernel passes them on.
+                | InitFlags::FUSE_POSIX_LOCKS
+                | InitFlags::FUSE_FLOCK_LOCKS,
         );
         Ok(())
     }
@@ -442,25 +467,116 @@ impl Filesystem for TesseraFs {
     fn flush(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
-        _lock_owner: LockOwner,
+        lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        done(reply, self.run(self.client.flush(fh.0)));
+        let r = self.run(self.client.flush(fh.0));
+        // A process's close drops its POSIX locks on the file.
+        let u = self.run(
+            self.client
+                .unlock_owner(self.inos.from_fuse(ino), lock_owner.0),
+        );
+        done(reply, r.and(u));
     }
 
     fn release(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
+        lock_owner: Option<LockOwner>,
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        done(reply, self.run(self.client.release(fh.0)));
+        // The last close of an open file drops its flock lock.
+        let u = match lock_owner {
+            Some(o) => self.run(self.client.unlock_owner(self.inos.from_fuse(ino), o.0)),
+            None => Ok(()),
+        };
+        done(reply, self.run(self.client.release(fh.0)).and(u));
+    }
+
+    fn getlk(
+        &self,
+        req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        lock_owner: LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
+        pid: u32,
+        reply: ReplyLock,
+    ) {
+        let c = self.creds(req);
+        let r = locks::spec(lock_owner, start, end, typ, pid)
+            .and_then(|l| self.run(self.client.getlk(&c, fh.0, l)));
+        match r {
+            Ok(Some(x)) => {
+                reply.locked(x.start, locks::kernel_end(x.end), locks::typ(x.kind), x.pid)
+            }
+            Ok(None) => reply.locked(0, 0, libc::F_UNLCK, 0),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn setlk(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        lock_owner: LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
+        pid: u32,
+        sleep: bool,
+        reply: ReplyEmpty,
+    ) {
+        let c = self.creds(req);
+        let l = match locks::spec(lock_owner, start, end, typ, pid) {
+            Ok(l) => l,
+            Err(e) => return reply.error(e),
+        };
+        let notifier = self.notifier.clone();
+        // A granted lock: the kernel's cached pages and attributes of the
+        // file may be another client's past.
+        let drop_cache = move |r: &Result<(), Errno>| {
+            if r.is_ok() && l.kind != proto::locks::LockKind::Unlock {
+                locks::drop_kernel_cache(&notifier, ino);
+            }
+        };
+        if !sleep {
+            let r = self.run(self.client.setlk(&c, fh.0, l, false));
+            drop_cache(&r);
+            return done(reply, r);
+        }
+        // A wait may be long: it must not hold one of the request threads.
+        let client = self.client.clone();
+        self.rt.spawn(async move {
+            let r = client.setlk(&c, fh.0, l, true).await.map_err(errno);
+            drop_cache(&r);
+            done(reply, r);
+        });
+    }
+
+    /// No ioctls (a terminal check, `isatty`, is the usual caller): ENOTTY,
+    /// quietly.
+    fn ioctl(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: fuser::IoctlFlags,
+        _cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: fuser::ReplyIoctl,
+    ) {
+        reply.error(Errno::from_i32(libc::ENOTTY));
     }
 
     fn fsync(
@@ -717,7 +833,7 @@ impl Filesystem for TesseraFs {
         } else {
             XattrMode::Either
         };
-        let r = name(n).and_then(|n| {
+        let r = xattr_name(n).and_then(|n| {
             self.run(
                 self.client
                     .setxattr(&c, self.inos.from_fuse(ino), n, value, mode),
@@ -728,7 +844,8 @@ impl Filesystem for TesseraFs {
 
     fn getxattr(&self, req: &Request, ino: INodeNo, n: &OsStr, size: u32, reply: ReplyXattr) {
         let c = self.creds(req);
-        match name(n).and_then(|n| self.run(self.client.getxattr(&c, self.inos.from_fuse(ino), n)))
+        match xattr_name(n)
+            .and_then(|n| self.run(self.client.getxattr(&c, self.inos.from_fuse(ino), n)))
         {
             Ok(v) if size == 0 => reply.size(v.len() as u32),
             Ok(v) if v.len() > size as usize => reply.error(Errno::from_i32(libc::ERANGE)),
@@ -762,7 +879,7 @@ impl Filesystem for TesseraFs {
         let c = self.creds(req);
         done(
             reply,
-            name(n)
+            xattr_name(n)
                 .and_then(|n| self.run(self.client.removexattr(&c, self.inos.from_fuse(ino), n))),
         );
     }

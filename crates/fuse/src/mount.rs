@@ -127,12 +127,15 @@ pub fn mount(
     }
     cfg.n_threads = Some(opts.threads.max(1));
     cfg.clone_fd = true;
-    fuser::spawn_mount(fs, &mp, &cfg).map_err(|e| match e.raw_os_error() {
+    let notifier = fs.notifier();
+    let session = fuser::spawn_mount(fs, &mp, &cfg).map_err(|e| match e.raw_os_error() {
         Some(libc::EPERM) | Some(libc::EACCES) => MountError::PermissionDenied(mp.clone()),
         Some(libc::EBUSY) => MountError::Busy(mp.clone()),
         _ => MountError::Io {
             path: mp.clone(),
             source: e,
         },
-    })
+    })?;
+    let _ = notifier.set(session.notifier());
+    Ok(session)
 }

@@ -91,8 +91,22 @@ pub struct LocalOsd {
     /// Its store.
     pub store: Arc<StoreHandle>,
     stop: watch::Sender<bool>,
-    task: JoinHandle<Result<(), StoreError>>,
+    task: Option<JoinHandle<Result<(), StoreError>>>,
     reporter: Option<JoinHandle<()>>,
+}
+
+/// An OSD dropped without [`LocalOsd::stop`] (a test that fails, a
+/// benchmark that returns early) stops at once and writes nothing more
+/// under its directory, so the directory can be removed after it.
+impl Drop for LocalOsd {
+    fn drop(&mut self) {
+        if let Some(r) = &self.reporter {
+            r.abort();
+        }
+        if let Some(t) = &self.task {
+            t.abort();
+        }
+    }
 }
 
 /// Where an OSD's files live under a cluster directory.
@@ -277,19 +291,22 @@ impl LocalOsd {
             addr,
             store: handle,
             stop,
-            task,
+            task: Some(task),
             reporter,
         })
     }
 
     /// Stops cleanly: drains requests and closes the store.
-    pub async fn stop(self) -> Result<(), LocalError> {
+    pub async fn stop(mut self) -> Result<(), LocalError> {
         if let Some(r) = &self.reporter {
             r.abort();
         }
         let _ = self.stop.send(true);
         let path = self.store.path().to_path_buf();
-        self.task.await?.map_err(store_at(&path))
+        match self.task.take() {
+            Some(t) => t.await?.map_err(store_at(&path)),
+            None => Ok(()),
+        }
     }
 }
 

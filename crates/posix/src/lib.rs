@@ -7,10 +7,13 @@
 //! - [`attr`]: a new inode's attributes (setgid inheritance) and the rules
 //!   of setattr;
 //! - [`names`]: path-component and extended-attribute name checks;
+//! - [`locks`]: POSIX byte-range locks on one file (and `flock` as NFS
+//!   emulates it);
 //! - [`errno`]: the one [`Errno`] and the one mapping from OSD errors.
 
 pub mod attr;
 pub mod errno;
+pub mod locks;
 pub mod names;
 pub mod perm;
 

@@ -30,8 +30,22 @@ pub fn check_name(name: &str) -> Result<(), MdsError> {
     Ok(())
 }
 
-/// Checks an extended attribute name.
+/// The extended attributes through which Linux programs read and set
+/// POSIX ACLs. Tessera does not enforce ACLs, so it refuses them with
+/// EOPNOTSUPP (as a local file system mounted `noacl` does): `setfacl`
+/// says so, and `cp -a`, `rsync -A` and coreutils' `install` fall back to
+/// the permission bits instead of leaving an ACL that nothing applies.
+pub const ACL_XATTRS: [&str; 2] = ["system.posix_acl_access", "system.posix_acl_default"];
+
+/// Checks an extended attribute name (POSIX ACLs are refused, see
+/// [`ACL_XATTRS`]).
 pub fn check_xattr_name(name: &str) -> Result<(), MdsError> {
+    if ACL_XATTRS.contains(&name) {
+        return Err(err(
+            Errno::OpNotSupp,
+            format!("{name}: POSIX ACLs are not supported; use the permission bits"),
+        ));
+    }
     if name.is_empty() || name.len() > XATTR_NAME_MAX || name.contains('\0') {
         return Err(err(
             if name.len() > XATTR_NAME_MAX {
@@ -69,5 +83,18 @@ mod tests {
             Errno::NameTooLong
         );
         assert!(check_name(&"x".repeat(255)).is_ok());
+    }
+
+    #[test]
+    fn acls_are_refused_so_tools_fall_back_to_the_mode() {
+        for n in ACL_XATTRS {
+            assert_eq!(check_xattr_name(n).unwrap_err().errno, Errno::OpNotSupp);
+        }
+        assert!(check_xattr_name("system.posix_acl_accessx").is_ok());
+        assert!(check_xattr_name("user.mime_type").is_ok());
+        assert_eq!(
+            check_xattr_name(&"u".repeat(256)).unwrap_err().errno,
+            Errno::Range
+        );
     }
 }

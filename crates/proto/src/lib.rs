@@ -12,6 +12,7 @@ pub mod clock;
 pub mod error;
 pub mod frame;
 pub mod layout;
+pub mod locks;
 pub mod mds;
 pub mod msg;
 pub mod nesting;

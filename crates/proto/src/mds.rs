@@ -619,6 +619,28 @@ pub enum Op {
         /// The directory.
         dir: u64,
     },
+    /// Sets or removes a byte-range lock of the session's owner on `ino`
+    /// (EAGAIN when another owner's lock conflicts; EBUSY while a
+    /// restarted MDS waits for sessions to reclaim their locks).
+    Lock {
+        /// Inode.
+        ino: u64,
+        /// The lock.
+        lock: crate::locks::LockSpec,
+    },
+    /// Which lock of another owner would conflict with `lock` (F_GETLK).
+    TestLock {
+        /// Inode.
+        ino: u64,
+        /// The lock that would be asked for.
+        lock: crate::locks::LockSpec,
+    },
+    /// The session's locks (sent every [`HOLD_INTERVAL_MS`] while it holds
+    /// any): keeps them alive, and re-takes them at a restarted MDS.
+    LocksHeld {
+        /// (inode, lock), at most [`crate::locks::LOCKS_REPORT_MAX`].
+        locks: Vec<(u64, crate::locks::LockSpec)>,
+    },
 }
 
 /// Most operations a client keeps acknowledged but not yet durable (it
@@ -961,7 +983,13 @@ impl Op {
     pub fn is_access(&self) -> bool {
         !matches!(
             self,
-            Op::Holding { .. } | Op::Sync | Op::Replay { .. } | Op::DirRelease { .. }
+            Op::Holding { .. }
+                | Op::Sync
+                | Op::Replay { .. }
+                | Op::DirRelease { .. }
+                | Op::Lock { .. }
+                | Op::TestLock { .. }
+                | Op::LocksHeld { .. }
         )
     }
 
@@ -1007,6 +1035,9 @@ impl Op {
             Op::RemoveXattr { .. } => "removexattr",
             Op::Open { .. } => "open",
             Op::Holding { .. } => "holding",
+            Op::Lock { .. } => "lock",
+            Op::TestLock { .. } => "testlock",
+            Op::LocksHeld { .. } => "locksheld",
             Op::CommitSize { .. } => "commitsize",
             Op::ExtendLayout { .. } => "extendlayout",
             Op::GetLayout { .. } => "getlayout",
@@ -1438,6 +1469,8 @@ pub enum MdsReply {
         /// The directory's attributes after the changes.
         dir: Option<Attr>,
     },
+    /// The lock of another owner a TEST LOCK found in the way, if any.
+    LockedBy(Option<crate::locks::LockSpec>),
 }
 
 impl MdsReply {
@@ -1503,6 +1536,10 @@ pub enum Errno {
     RoFs,
     /// ENXIO (SEEK_DATA/SEEK_HOLE at or past the end).
     NxIo,
+    /// EAGAIN (a lock held by another owner is in the way).
+    Again,
+    /// ENOLCK (the principal holds its bound of locks).
+    NoLck,
 }
 
 impl Errno {
@@ -1533,6 +1570,8 @@ impl Errno {
             Errno::OpNotSupp => 95,
             Errno::RoFs => 30,
             Errno::NxIo => 6,
+            Errno::Again => 11,
+            Errno::NoLck => 37,
         }
     }
 }

@@ -11,6 +11,25 @@ fn name() -> impl Strategy<Value = String> {
     "[a-zA-Z0-9._-]{0,40}"
 }
 
+/// Any lock request.
+fn lock() -> impl Strategy<Value = crate::locks::LockSpec> {
+    use crate::locks::{LockKind, LockSpec};
+    let kind = prop_oneof![
+        Just(LockKind::Read),
+        Just(LockKind::Write),
+        Just(LockKind::Unlock)
+    ];
+    (any::<u64>(), any::<u64>(), any::<u64>(), kind, any::<u32>()).prop_map(
+        |(owner, start, end, kind, pid)| LockSpec {
+            owner,
+            start,
+            end,
+            kind,
+            pid,
+        },
+    )
+}
+
 /// Any MDS operation.
 pub fn op() -> impl Strategy<Value = Op> {
     let u = any::<u64>;
@@ -108,6 +127,9 @@ pub fn op() -> impl Strategy<Value = Op> {
         }),
         (u(), any::<bool>()).prop_map(|(ino, deep)| Op::Scrub { ino, deep }),
         any::<u32>().prop_map(|osd| Op::Ticket { osd }),
+        (u(), lock()).prop_map(|(ino, lock)| Op::Lock { ino, lock }),
+        (u(), lock()).prop_map(|(ino, lock)| Op::TestLock { ino, lock }),
+        proptest::collection::vec((u(), lock()), 0..8).prop_map(|locks| Op::LocksHeld { locks }),
         Just(Op::Whoami),
         Just(Op::AuthList),
         Just(Op::Sync),

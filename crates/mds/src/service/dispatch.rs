@@ -31,6 +31,9 @@ impl Mds {
                 | Op::AuthList
                 | Op::AuthRemove { .. }
                 | Op::AuthRotate { .. }
+                | Op::Lock { .. }
+                | Op::TestLock { .. }
+                | Op::LocksHeld { .. }
         );
         if self.namespace == NamespaceMode::Osd && !cluster_op {
             return Err(err(
@@ -66,6 +69,9 @@ impl Mds {
                 }
             }
             Op::Holding { held } => self.holding(&c, session, held),
+            Op::Lock { ino, lock } => self.lock_range(&c, session, ino, lock),
+            Op::TestLock { ino, lock } => self.test_lock(&c, session, ino, lock),
+            Op::LocksHeld { locks } => self.locks_held(&c, session, locks),
             Op::Mknod {
                 parent,
                 name,

@@ -17,6 +17,7 @@
 //!   inodes (orphans) they keep alive;
 //! - [`leases`]: directory leases (changes a client makes on its own and
 //!   sends after);
+//! - [`locks`]: byte-range locks between clients;
 //! - [`replay`]: early answers, and redoing what clients replay after a
 //!   crash.
 
@@ -27,6 +28,7 @@ mod dispatch;
 mod grants;
 mod holds;
 mod leases;
+mod locks;
 mod osd_actions;
 mod redundancy;
 mod replay;
@@ -262,6 +264,8 @@ pub struct Mds {
     serving_since_ms: std::sync::atomic::AtomicU64,
     /// Directory leases and the requests under way in each directory.
     leases: Mutex<leases::Leases>,
+    /// Byte-range locks between clients.
+    locks: Mutex<locks::Locks>,
 }
 
 fn err(e: Errno, m: impl Into<String>) -> MdsError {
@@ -335,6 +339,7 @@ impl Mds {
             early_sessions: Mutex::default(),
             serving_since_ms: std::sync::atomic::AtomicU64::new(0),
             leases: Mutex::new(leases::Leases::default()),
+            locks: Mutex::new(locks::Locks::default()),
         });
         mds.index_stale_copies()?;
         Ok(mds)

@@ -63,6 +63,18 @@ impl Mds {
             return Err(err(Errno::IsDir, "cannot open a directory for writing"));
         }
         let held = self.session_holds(session, ino, write);
+        // A file without a name is reachable only through what was open
+        // before it lost it: another client's open comes from a stale
+        // cached name (ESTALE, so the kernel looks the name up again).
+        if i.attr.nlink == 0
+            && i.attr.kind != FileKind::Dir
+            && !self.session_holds(session, ino, false)
+        {
+            return Err(err(
+                Errno::Stale,
+                format!("inode {ino:#x} was unlinked and this session does not hold it open"),
+            ));
+        }
         if !held {
             perm::check(&i.attr, c, if write { W } else { R }, "open")?;
         }

@@ -1,0 +1,81 @@
+//! The kernel's lock requests in the client's terms. With
+//! `FUSE_POSIX_LOCKS` and `FUSE_FLOCK_LOCKS` the kernel hands every
+//! `fcntl` and `flock` lock to the file system instead of keeping it in
+//! this machine; the client has the MDS arbitrate them between mounts.
+//! The kernel ends a range "to the end of the file" at `OFFSET_MAX`
+//! (`i64::MAX`); the wire says `u64::MAX`.
+
+use fuser::{Errno, LockOwner};
+use proto::locks::{LockKind, LockSpec};
+
+/// The kernel's lock request as a [`LockSpec`] (EINVAL for an unknown type
+/// or a range ending before it starts).
+pub fn spec(owner: LockOwner, start: u64, end: u64, typ: i32, pid: u32) -> Result<LockSpec, Errno> {
+    let kind = match typ {
+        libc::F_RDLCK => LockKind::Read,
+        libc::F_WRLCK => LockKind::Write,
+        libc::F_UNLCK => LockKind::Unlock,
+        _ => return Err(Errno::from_i32(libc::EINVAL)),
+    };
+    let end = if end >= i64::MAX as u64 {
+        u64::MAX
+    } else {
+        end
+    };
+    if start > end {
+        return Err(Errno::from_i32(libc::EINVAL));
+    }
+    Ok(LockSpec {
+        owner: owner.0,
+        start,
+        end,
+        kind,
+        pid,
+    })
+}
+
+/// A range's end as the kernel says it.
+pub fn kernel_end(end: u64) -> u64 {
+    end.min(i64::MAX as u64)
+}
+
+/// The mounted session's notifier, shared by the file system (which
+/// exists before the session does) and the mount that sets it.
+pub type Notifier = std::sync::Arc<std::sync::OnceLock<fuser::Notifier>>;
+
+/// Has the kernel drop its cached attributes and pages of inode `ino`
+/// (as the kernel numbers it).
+pub fn drop_kernel_cache(n: &Notifier, ino: fuser::INodeNo) {
+    if let Some(n) = n.get()
+        && let Err(e) = n.inval_inode(ino, 0, 0)
+    {
+        tracing::debug!(ino = ino.0, error = %e, "the kernel did not drop its cache of a locked file");
+    }
+}
+
+/// A lock's type as `struct flock` says it.
+pub fn typ(kind: LockKind) -> i32 {
+    match kind {
+        LockKind::Read => libc::F_RDLCK,
+        LockKind::Write => libc::F_WRLCK,
+        LockKind::Unlock => libc::F_UNLCK,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_ranges_map_both_ways() {
+        let l = spec(LockOwner(7), 10, i64::MAX as u64, libc::F_WRLCK, 42).unwrap();
+        assert_eq!(
+            (l.owner, l.start, l.end, l.kind),
+            (7, 10, u64::MAX, LockKind::Write)
+        );
+        assert_eq!(kernel_end(l.end), i64::MAX as u64);
+        assert!(spec(LockOwner(1), 5, 4, libc::F_RDLCK, 1).is_err());
+        assert!(spec(LockOwner(1), 0, 4, 99, 1).is_err());
+        assert_eq!(typ(LockKind::Unlock), libc::F_UNLCK);
+    }
+}

@@ -1,0 +1,342 @@
+//! Real programs, and the patterns they rely on, through two FUSE mounts
+//! of one cluster (separate daemons), in both namespace modes: locks
+//! between mounts (`fcntl`, `F_GETLK`, `flock(1)`, a blocking wait, release
+//! at close), sqlite3 writing one database from both mounts, a chmod of a
+//! file whose data is still buffered, explicit mtimes kept (`tar` then
+//! `tar -d`), a hole punched after a truncate, `cp -a` keeping modes,
+//! long names, and a file re-made under a name the other mount still
+//! caches. Each of these failed on the landing before this test. Skipped
+//! (with a message) where FUSE cannot be mounted.
+#![expect(clippy::unwrap_used, reason = "tests: a panic is the failure report")]
+
+mod common;
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::io::AsRawFd;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// A little more than the mounts' attribute timeout (1 s by default).
+const ATTR_TIMEOUT: Duration = Duration::from_millis(1200);
+
+fn sh(script: &str) -> std::process::Output {
+    Command::new("bash").args(["-c", script]).output().unwrap()
+}
+
+fn sh_ok(script: &str) -> String {
+    let o = sh(script);
+    assert!(
+        o.status.success(),
+        "{script}: {}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// `fcntl(F_SETLK/F_SETLKW/F_GETLK)` on `fd`: the answer, and for F_GETLK
+/// the lock found in the way (type, start, len).
+fn fcntl_lock(fd: i32, cmd: i32, typ: i32, start: i64, len: i64) -> (i32, (i32, i64, i64)) {
+    // SAFETY: a zeroed flock is a valid value; fcntl fills it in.
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = typ as i16;
+    fl.l_whence = libc::SEEK_SET as i16;
+    fl.l_start = start;
+    fl.l_len = len;
+    // SAFETY: fd is open; fl lives across the call.
+    let r = unsafe { libc::fcntl(fd, cmd, &mut fl) };
+    let r = if r < 0 {
+        std::io::Error::last_os_error().raw_os_error().unwrap()
+    } else {
+        0
+    };
+    (r, (fl.l_type as i32, fl.l_start, fl.l_len))
+}
+
+fn open_rw(p: &Path) -> std::fs::File {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(p)
+        .unwrap()
+}
+
+fn locks_between_mounts(a: &Path, b: &Path) {
+    let fa = open_rw(&a.join("locked"));
+    let fb = open_rw(&b.join("locked"));
+    let (x, y) = (fa.as_raw_fd(), fb.as_raw_fd());
+    assert_eq!(fcntl_lock(x, libc::F_SETLK, libc::F_WRLCK, 0, 10).0, 0);
+    assert_eq!(
+        fcntl_lock(y, libc::F_SETLK, libc::F_WRLCK, 5, 10).0,
+        libc::EAGAIN,
+        "an overlapping write lock on the other mount is refused"
+    );
+    assert_eq!(
+        fcntl_lock(y, libc::F_SETLK, libc::F_RDLCK, 9, 1).0,
+        libc::EAGAIN
+    );
+    assert_eq!(
+        fcntl_lock(y, libc::F_SETLK, libc::F_WRLCK, 10, 10).0,
+        0,
+        "a disjoint range is free"
+    );
+    let (r, found) = fcntl_lock(y, libc::F_GETLK, libc::F_WRLCK, 0, 0);
+    assert_eq!(
+        (r, found),
+        (0, (libc::F_WRLCK, 0, 10)),
+        "F_GETLK names the holder's range"
+    );
+    // A blocking wait is granted once the holder closes its descriptor.
+    let waiter = std::thread::spawn(move || {
+        let t = Instant::now();
+        let r = fcntl_lock(y, libc::F_SETLKW, libc::F_WRLCK, 0, 10).0;
+        (r, t.elapsed(), fb)
+    });
+    std::thread::sleep(Duration::from_millis(600));
+    assert!(
+        !waiter.is_finished(),
+        "the wait waits while the lock is held"
+    );
+    drop(fa);
+    let (r, waited, fb) = waiter.join().unwrap();
+    assert_eq!(r, 0);
+    assert!(waited >= Duration::from_millis(500), "{waited:?}");
+    let fa = open_rw(&a.join("locked"));
+    assert_eq!(
+        fcntl_lock(fa.as_raw_fd(), libc::F_SETLK, libc::F_RDLCK, 0, 1).0,
+        libc::EAGAIN,
+        "now the other mount holds it"
+    );
+    drop(fb);
+    assert_eq!(
+        fcntl_lock(fa.as_raw_fd(), libc::F_SETLK, libc::F_RDLCK, 0, 1).0,
+        0
+    );
+    drop(fa);
+    // flock(1): one holder at a time across the mounts, released at exit.
+    let held = Command::new("flock")
+        .args(["-n", a.join("flocked").to_str().unwrap(), "sleep", "2"])
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    let o = sh(&format!("flock -n '{}' true", b.join("flocked").display()));
+    assert!(
+        !o.status.success(),
+        "flock -n on the other mount while held"
+    );
+    let mut held = held;
+    assert!(held.wait().unwrap().success());
+    sh_ok(&format!("flock -n '{}' true", b.join("flocked").display()));
+}
+
+fn sqlite_from_two_mounts(a: &Path, b: &Path) {
+    let db = |m: &Path| m.join("shared.db").display().to_string();
+    sh_ok(&format!(
+        "sqlite3 '{}' 'create table t (who text, n int)'",
+        db(a)
+    ));
+    let writer = |m: &Path, who: &str| {
+        let script = format!(
+            "for i in $(seq 1 60); do echo \"begin; insert into t values ('{who}', $i); commit;\"; done \
+             | sqlite3 -cmd '.timeout 60000' '{}'",
+            db(m)
+        );
+        std::thread::spawn(move || sh(&script))
+    };
+    let (wa, wb) = (writer(a, "a"), writer(b, "b"));
+    for w in [wa, wb] {
+        let o = w.join().unwrap();
+        assert!(
+            o.status.success() && o.stderr.is_empty(),
+            "sqlite3: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    for m in [a, b] {
+        let rows = sh_ok(&format!(
+            "sqlite3 '{}' 'select who, count(*) from t group by who; pragma integrity_check'",
+            db(m)
+        ));
+        assert_eq!(
+            rows, "a|60\nb|60\nok\n",
+            "every committed row, seen from {m:?}"
+        );
+    }
+}
+
+fn setattr_on_buffered_data(a: &Path, b: &Path) {
+    // chmod of a file whose bytes are still buffered: the length stays.
+    let p = a.join("buffered");
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&p)
+        .unwrap();
+    use std::io::Write;
+    f.write_all(&[b'x'; 1000]).unwrap();
+    f.set_permissions(std::fs::Permissions::from_mode(0o600))
+        .unwrap();
+    assert_eq!(std::fs::metadata(&p).unwrap().len(), 1000);
+    f.write_all(b"yy").unwrap();
+    drop(f);
+    let got = std::fs::read(&p).unwrap();
+    assert_eq!(got.len(), 1002, "an append after fchmod appends");
+    assert_eq!(&got[..3], b"xxx");
+    // utimensat after writing through the same descriptor: kept at close.
+    let p = a.join("stamped");
+    let f = std::fs::File::create(&p).unwrap();
+    use std::io::Write as _;
+    (&f).write_all(&[7u8; 5000]).unwrap();
+    let when = std::time::UNIX_EPOCH + Duration::from_secs(1_000_000_000);
+    f.set_times(
+        std::fs::FileTimes::new()
+            .set_modified(when)
+            .set_accessed(when),
+    )
+    .unwrap();
+    drop(f);
+    // The other mount may answer from what it cached for up to the
+    // attribute timeout (close-to-open, docs/CLIENT.md).
+    std::thread::sleep(ATTR_TIMEOUT);
+    for m in [a, b] {
+        let md = std::fs::metadata(m.join("stamped")).unwrap();
+        assert_eq!((md.mtime(), md.len()), (1_000_000_000, 5000), "{m:?}");
+    }
+}
+
+fn tar_keeps_every_mtime(a: &Path, work: &Path) {
+    let src = work.join("tar-src");
+    for i in 0..40 {
+        let d = src.join(format!("d{}", i % 5));
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join(format!("f{i}")), vec![i as u8; 3000 + i * 97]).unwrap();
+    }
+    sh_ok(&format!(
+        "touch -d '2001-02-03 04:05:06' '{0}'/d*/f1* && chmod 0755 '{0}'/d1/f1 && \
+         tar -C '{0}' -czf '{1}/t.tgz' .",
+        src.display(),
+        work.display()
+    ));
+    let dst = a.join("untarred");
+    std::fs::create_dir(&dst).unwrap();
+    sh_ok(&format!(
+        "tar -C '{}' -xzf '{}/t.tgz'",
+        dst.display(),
+        work.display()
+    ));
+    let d = sh(&format!(
+        "tar -C '{}' -dzf '{}/t.tgz'",
+        dst.display(),
+        work.display()
+    ));
+    assert!(
+        d.status.success(),
+        "tar -d: {}",
+        String::from_utf8_lossy(&d.stdout)
+    );
+    // cp -a keeps modes and times (ACLs are refused, so it falls back to
+    // the mode bits).
+    let copy = a.join("copied");
+    sh_ok(&format!("cp -a '{}' '{}'", src.display(), copy.display()));
+    let o = sh_ok(&format!(
+        "cd '{}' && find . -printf '%p %m %T@\\n' | sort; cd '{}' && find . -printf '%p %m %T@\\n' | sort",
+        src.display(),
+        copy.display()
+    ));
+    let lines: Vec<&str> = o.lines().collect();
+    let (x, y) = lines.split_at(lines.len() / 2);
+    assert_eq!(x, y, "cp -a: same modes and mtimes");
+    let o = sh(&format!(
+        "setfacl -m u:nobody:r '{}/d0/f0' 2>&1",
+        copy.display()
+    ));
+    assert!(!o.status.success(), "setfacl is refused, not ignored");
+}
+
+fn punch_after_truncate(a: &Path) {
+    let p = a.join("punched");
+    let f = open_rw(&p);
+    let data: Vec<u8> = (0..228_065u32).map(|i| (i % 251) as u8).collect();
+    use std::os::unix::fs::FileExt;
+    f.write_all_at(&data, 0).unwrap();
+    f.set_len(177_180).unwrap();
+    // SAFETY: fd is open.
+    let r = unsafe {
+        libc::fallocate(
+            f.as_raw_fd(),
+            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+            87_125,
+            11_557,
+        )
+    };
+    assert_eq!(r, 0, "punch: {}", std::io::Error::last_os_error());
+    drop(f);
+    let got = std::fs::read(&p).unwrap();
+    let mut want = data[..177_180].to_vec();
+    want[87_125..87_125 + 11_557].fill(0);
+    assert!(got == want, "the hole reads as zeros, the rest as written");
+}
+
+fn long_names_and_stale_names(a: &Path, b: &Path) {
+    let long = "n".repeat(256);
+    for r in [
+        std::fs::metadata(a.join(&long)).map(|_| ()),
+        std::fs::remove_file(a.join(&long)),
+        std::fs::remove_dir(a.join(&long)),
+        std::fs::set_permissions(a.join(&long), std::fs::Permissions::from_mode(0o644)),
+    ] {
+        assert_eq!(r.unwrap_err().raw_os_error(), Some(libc::ENAMETOOLONG));
+    }
+    // One mount makes and removes a journal; the other, which has just
+    // seen it, makes its own under the same name, then removes it.
+    for i in 0..4 {
+        let j = |m: &Path| m.join("db-journal");
+        std::fs::write(j(a), [i as u8; 512]).unwrap();
+        std::thread::sleep(ATTR_TIMEOUT);
+        assert!(std::fs::metadata(j(b)).is_ok());
+        std::fs::remove_file(j(a)).unwrap();
+        std::fs::write(j(b), [1u8; 100]).unwrap();
+        assert_eq!(std::fs::read(j(b)).unwrap(), vec![1u8; 100]);
+        std::fs::remove_file(j(b)).unwrap_or_else(|e| panic!("round {i}: {e}"));
+    }
+}
+
+fn run(cluster: &str, format_extra: &[&str]) {
+    if !can_mount() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (mds, osds, _, mds_addr) = daemons(d, cluster, format_extra);
+    let (mpa, mpb) = (d.join("mnta"), d.join("mntb"));
+    let mut ma = mount_fg(&mds_addr, cluster, &mpa, &[]);
+    let mut mb = mount_fg(&mds_addr, cluster, &mpb, &[]);
+    locks_between_mounts(&mpa, &mpb);
+    sqlite_from_two_mounts(&mpa, &mpb);
+    setattr_on_buffered_data(&mpa, &mpb);
+    tar_keeps_every_mtime(&mpa, d);
+    punch_after_truncate(&mpa);
+    long_names_and_stale_names(&mpa, &mpb);
+    sigint_wait(&mut mb);
+    sigint_wait(&mut ma);
+    for mut c in osds.into_iter().chain([mds]) {
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+        assert!(c.wait().unwrap().success());
+    }
+}
+
+#[test]
+fn real_programs_on_two_mounts_namespace_on_the_mds() {
+    run("progs-mds", &[]);
+}
+
+#[test]
+fn real_programs_on_two_mounts_namespace_on_the_osds() {
+    run("progs-osd", &["--namespace", "osd"]);
+}
