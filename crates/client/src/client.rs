@@ -798,16 +798,29 @@ impl Client {
                 return Ok(self.install(c, &x.entry, x.grants, false).await);
             }
         }
-        let (entry, grants) = match self.inner.open_grants(ino, c, write).await {
-            Ok(x) => x,
-            Err(e) => {
-                if e.errno == Errno::Stale.raw() {
-                    // A cached name of a file since removed elsewhere: the
-                    // kernel's second look must reach the namespace.
-                    self.inner.meta.cache().remove(ino);
-                }
-                return Err(e);
+        let held_here = self.inner.is_open(ino);
+        let r = self.inner.open_grants(ino, c, write).await.and_then(|(e, g)| {
+            // Without a name, a file is reachable only through what was
+            // open before (the MDS checks its sessions; a namespace on
+            // the OSDs has only this client to ask).
+            if e.attr.nlink == 0 && e.attr.kind != FileKind::Dir && !held_here {
+                return Err(FsError::new(
+                    Errno::Stale,
+                    format!("inode {ino:#x} was unlinked"),
+                ));
             }
+            Ok((e, g))
+        });
+        let (entry, grants) = match r {
+            Ok(x) => x,
+            // An inode that is gone, reached through a cached name of a
+            // file removed elsewhere: ESTALE makes the kernel look the
+            // name up again, and that look must reach the namespace.
+            Err(e) if e.errno == Errno::Stale.raw() || e.errno == Errno::NoEnt.raw() => {
+                self.inner.meta.cache().remove(ino);
+                return Err(FsError::new(Errno::Stale, e.message));
+            }
+            Err(e) => return Err(e),
         };
         Ok(self.install(c, &entry, grants, write).await)
     }

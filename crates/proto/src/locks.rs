@@ -34,5 +34,8 @@ pub struct LockSpec {
 /// Most locks (ranges) one principal's sessions may hold together; more is
 /// ENOLCK.
 pub const LOCKS_PER_PRINCIPAL: usize = 65_536;
+/// Most locks (ranges) one file may carry, all owners together; more is
+/// ENOLCK. Bounds the work of every lock request on the file.
+pub const LOCKS_PER_FILE: usize = 4096;
 /// Most locks one session reports at once in a LOCKS HELD.
 pub const LOCKS_REPORT_MAX: usize = 16_384;

@@ -16,7 +16,7 @@
 use std::time::Instant;
 
 use posix::locks::FileLocks;
-use proto::locks::{LOCKS_PER_PRINCIPAL, LOCKS_REPORT_MAX, LockKind, LockSpec};
+use proto::locks::{LOCKS_PER_FILE, LOCKS_PER_PRINCIPAL, LOCKS_REPORT_MAX, LockKind, LockSpec};
 
 use super::*;
 
@@ -119,6 +119,12 @@ impl Locks {
             return Err(err(
                 Errno::NoLck,
                 format!("this principal holds {LOCKS_PER_PRINCIPAL} locks already"),
+            ));
+        }
+        if after > before && trial.held().len() > LOCKS_PER_FILE {
+            return Err(err(
+                Errno::NoLck,
+                format!("inode {ino:#x} carries {LOCKS_PER_FILE} locks already"),
             ));
         }
         let n = self.per_principal.entry(owner.0).or_default();
@@ -309,5 +315,58 @@ impl Mds {
     /// How many locks are held (for status and tests).
     pub fn locks_count(&self) -> usize {
         self.locks().files.values().map(|f| f.held().len()).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn l(owner: u64, start: u64, end: u64, kind: LockKind) -> LockSpec {
+        LockSpec {
+            owner,
+            start,
+            end,
+            kind,
+            pid: 1,
+        }
+    }
+
+    #[test]
+    fn principals_and_sessions_are_apart_and_bounded() {
+        let mut t = Locks::default();
+        let (p, q) = (10, 11);
+        t.set(5, (p, 1, 7), &l(7, 0, 9, LockKind::Write)).unwrap();
+        // The same owner number in another session or principal is
+        // another owner: refused, and its unlock drops nothing.
+        let e = t.set(5, (q, 1, 7), &l(7, 0, 0, LockKind::Read)).unwrap_err();
+        assert_eq!(e.errno, Errno::Again);
+        t.set(5, (p, 2, 7), &l(7, 0, 9, LockKind::Unlock)).unwrap();
+        t.set(5, (q, 1, 7), &l(7, 0, 9, LockKind::Unlock)).unwrap();
+        assert_eq!(t.set(5, (p, 2, 7), &l(7, 3, 3, LockKind::Read)).unwrap_err().errno, Errno::Again);
+        // One file's bound: every other byte locked by one owner.
+        let mut n = 0;
+        let e = loop {
+            match t.set(6, (q, 1, 1), &l(1, 2 * n, 2 * n, LockKind::Read)) {
+                Ok(()) => n += 1,
+                Err(e) => break e,
+            }
+        };
+        assert_eq!((e.errno, n as usize), (Errno::NoLck, LOCKS_PER_FILE));
+        assert_eq!(t.per_principal[&q], LOCKS_PER_FILE);
+        // Unlocking the whole file gives the count back.
+        t.set(6, (q, 1, 1), &l(1, 0, u64::MAX, LockKind::Unlock)).unwrap();
+        assert!(!t.per_principal.contains_key(&q));
+        assert!(!t.files.contains_key(&6));
+    }
+
+    #[test]
+    fn a_silent_session_loses_its_locks() {
+        let mut t = Locks::default();
+        t.set(5, (1, 1, 1), &l(1, 0, u64::MAX, LockKind::Write)).unwrap();
+        t.sessions.insert((1, 1), Instant::now() - Duration::from_secs(60));
+        t.prune(Duration::from_secs(8), true);
+        t.set(5, (2, 1, 1), &l(1, 0, u64::MAX, LockKind::Write)).unwrap();
+        assert!(!t.per_principal.contains_key(&1));
     }
 }
