@@ -799,18 +799,22 @@ impl Client {
             }
         }
         let held_here = self.inner.is_open(ino);
-        let r = self.inner.open_grants(ino, c, write).await.and_then(|(e, g)| {
-            // Without a name, a file is reachable only through what was
-            // open before (the MDS checks its sessions; a namespace on
-            // the OSDs has only this client to ask).
-            if e.attr.nlink == 0 && e.attr.kind != FileKind::Dir && !held_here {
-                return Err(FsError::new(
-                    Errno::Stale,
-                    format!("inode {ino:#x} was unlinked"),
-                ));
-            }
-            Ok((e, g))
-        });
+        let r = self
+            .inner
+            .open_grants(ino, c, write)
+            .await
+            .and_then(|(e, g)| {
+                // Without a name, a file is reachable only through what was
+                // open before (the MDS checks its sessions; a namespace on
+                // the OSDs has only this client to ask).
+                if e.attr.nlink == 0 && e.attr.kind != FileKind::Dir && !held_here {
+                    return Err(FsError::new(
+                        Errno::Stale,
+                        format!("inode {ino:#x} was unlinked"),
+                    ));
+                }
+                Ok((e, g))
+            });
         let (entry, grants) = match r {
             Ok(x) => x,
             // An inode that is gone, reached through a cached name of a

@@ -190,7 +190,6 @@ fn setattr_on_buffered_data(a: &Path, b: &Path) {
     // utimensat after writing through the same descriptor: kept at close.
     let p = a.join("stamped");
     let f = std::fs::File::create(&p).unwrap();
-    use std::io::Write as _;
     (&f).write_all(&[7u8; 5000]).unwrap();
     let when = std::time::UNIX_EPOCH + Duration::from_secs(1_000_000_000);
     f.set_times(

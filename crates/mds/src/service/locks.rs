@@ -339,11 +339,18 @@ mod tests {
         t.set(5, (p, 1, 7), &l(7, 0, 9, LockKind::Write)).unwrap();
         // The same owner number in another session or principal is
         // another owner: refused, and its unlock drops nothing.
-        let e = t.set(5, (q, 1, 7), &l(7, 0, 0, LockKind::Read)).unwrap_err();
+        let e = t
+            .set(5, (q, 1, 7), &l(7, 0, 0, LockKind::Read))
+            .unwrap_err();
         assert_eq!(e.errno, Errno::Again);
         t.set(5, (p, 2, 7), &l(7, 0, 9, LockKind::Unlock)).unwrap();
         t.set(5, (q, 1, 7), &l(7, 0, 9, LockKind::Unlock)).unwrap();
-        assert_eq!(t.set(5, (p, 2, 7), &l(7, 3, 3, LockKind::Read)).unwrap_err().errno, Errno::Again);
+        assert_eq!(
+            t.set(5, (p, 2, 7), &l(7, 3, 3, LockKind::Read))
+                .unwrap_err()
+                .errno,
+            Errno::Again
+        );
         // One file's bound: every other byte locked by one owner.
         let mut n = 0;
         let e = loop {
@@ -355,7 +362,8 @@ mod tests {
         assert_eq!((e.errno, n as usize), (Errno::NoLck, LOCKS_PER_FILE));
         assert_eq!(t.per_principal[&q], LOCKS_PER_FILE);
         // Unlocking the whole file gives the count back.
-        t.set(6, (q, 1, 1), &l(1, 0, u64::MAX, LockKind::Unlock)).unwrap();
+        t.set(6, (q, 1, 1), &l(1, 0, u64::MAX, LockKind::Unlock))
+            .unwrap();
         assert!(!t.per_principal.contains_key(&q));
         assert!(!t.files.contains_key(&6));
     }
@@ -363,10 +371,13 @@ mod tests {
     #[test]
     fn a_silent_session_loses_its_locks() {
         let mut t = Locks::default();
-        t.set(5, (1, 1, 1), &l(1, 0, u64::MAX, LockKind::Write)).unwrap();
-        t.sessions.insert((1, 1), Instant::now() - Duration::from_secs(60));
+        t.set(5, (1, 1, 1), &l(1, 0, u64::MAX, LockKind::Write))
+            .unwrap();
+        t.sessions
+            .insert((1, 1), Instant::now() - Duration::from_secs(60));
         t.prune(Duration::from_secs(8), true);
-        t.set(5, (2, 1, 1), &l(1, 0, u64::MAX, LockKind::Write)).unwrap();
+        t.set(5, (2, 1, 1), &l(1, 0, u64::MAX, LockKind::Write))
+            .unwrap();
         assert!(!t.per_principal.contains_key(&1));
     }
 }
