@@ -158,17 +158,20 @@ impl Client {
             loop {
                 tick.tick().await;
                 let Some(inner) = weak.upgrade() else { return };
-                crate::locks::report(&inner).await;
                 let held = inner.held();
                 // Nothing open, and the MDS knows: nothing to say.
-                if held.is_empty() && !told_some {
-                    continue;
+                if !held.is_empty() || told_some {
+                    let some = !held.is_empty();
+                    match inner.ns.holding(held).await {
+                        Ok(()) => told_some = some,
+                        Err(e) => {
+                            tracing::debug!(error = %e, "telling the MDS the open files failed")
+                        }
+                    }
                 }
-                let some = !held.is_empty();
-                match inner.ns.holding(held).await {
-                    Ok(()) => told_some = some,
-                    Err(e) => tracing::debug!(error = %e, "telling the MDS the open files failed"),
-                }
+                // After the holds: a restarted MDS judges taken-back locks
+                // by what the session holds open.
+                crate::locks::report(&inner).await;
             }
         });
         Ok(Client { inner })
@@ -896,11 +899,13 @@ impl Client {
             }
             r
         };
+        // After the changes are out: the next holder sees them.
+        let unlocked = self.release_locks(fh, h.inode.ino).await;
         lock(&self.inner.handles).remove(&fh);
         if !self.inner.is_open(h.inode.ino) {
             self.inner.ns.released(h.inode.ino).await?;
         }
-        r
+        r.and(unlocked)
     }
 
     /// The parent directory this client last saw for `ino` (the root if unknown).

@@ -20,6 +20,17 @@ use crate::client::Client;
 use crate::error::{FsError, Result};
 use crate::state::lock;
 
+/// An unlock of everything `owner` holds on a file.
+fn unlock_all(owner: u64) -> LockSpec {
+    LockSpec {
+        owner,
+        start: 0,
+        end: u64::MAX,
+        kind: LockKind::Unlock,
+        pid: 0,
+    }
+}
+
 /// The longest pause between two tries of a blocking lock.
 const WAIT_MAX: Duration = Duration::from_millis(250);
 
@@ -27,9 +38,13 @@ const WAIT_MAX: Duration = Duration::from_millis(250);
 #[derive(Default)]
 pub struct HeldLocks {
     files: Mutex<HashMap<u64, FileLocks<u64>>>,
-    /// Releases the MDS has not confirmed yet: (inode, owner), sent again
-    /// with the next report.
-    unsent: Mutex<Vec<(u64, u64)>>,
+    /// Releases the MDS has not confirmed yet: (inode, the unlock), sent
+    /// again with the next report, or before the same owner's next lock
+    /// on the inode.
+    unsent: Mutex<Vec<(u64, LockSpec)>>,
+    /// The lock owners each handle was used with: an open file's own
+    /// (OFD) locks go when the handle is released.
+    by_handle: Mutex<HashMap<u64, std::collections::HashSet<u64>>>,
 }
 
 impl HeldLocks {
@@ -93,44 +108,113 @@ impl Client {
             .map_err(FsError::from)
     }
 
+    /// Sends now the releases still owed for `owner` on `ino` (before a
+    /// new lock of that owner, which they must not undo later).
+    async fn settle_owed(&self, ino: u64, owner: u64) -> Result<()> {
+        let owed: Vec<LockSpec> = {
+            let mut u = lock(&self.inner().locks.unsent);
+            let (mine, rest): (Vec<_>, Vec<_>) = u
+                .drain(..)
+                .partition(|(i, l)| *i == ino && l.owner == owner);
+            *u = rest;
+            mine.into_iter().map(|(_, l)| l).collect()
+        };
+        for (k, l) in owed.iter().enumerate() {
+            if let Err(e) = self
+                .lock_call(&self.creds(), Op::Lock { ino, lock: *l })
+                .await
+            {
+                lock(&self.inner().locks.unsent).extend(owed[k..].iter().map(|l| (ino, *l)));
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
     /// Sets or removes lock `l` on the file open as handle `fh` (F_SETLK;
-    /// with `wait`, F_SETLKW: until it is granted or the handle closes).
+    /// with `wait`, F_SETLKW: until it is granted, the handle closes, or
+    /// `interrupted` says the caller gave up — EINTR).
     ///
-    /// As NFS does for programs that share a file under locks (sqlite), an
-    /// unlock first writes out and commits this client's changes to the
-    /// file, and a granted lock drops what this client had cached of it
-    /// and asks its length anew ([`Client::revalidate`]); the caller drops
-    /// the kernel's cache of it too.
-    pub async fn setlk(&self, c: &Creds, fh: u64, l: LockSpec, wait: bool) -> Result<()> {
+    /// As NFS does for programs that share a file under locks (sqlite),
+    /// every lock request first writes out and commits this client's
+    /// changes to the file (an unlock or a downgrade hands them on), and a
+    /// granted lock drops what this client had cached of it and asks its
+    /// length anew ([`Client::revalidate`]); the caller drops the kernel's
+    /// cache of it too. A write lock needs a handle open for writing.
+    pub async fn setlk(
+        &self,
+        c: &Creds,
+        fh: u64,
+        l: LockSpec,
+        wait: bool,
+        interrupted: &(dyn Fn() -> bool + Send + Sync),
+    ) -> Result<()> {
         let h = self.handle(fh)?;
         let ino = h.inode.ino;
-        if l.kind == LockKind::Unlock {
+        if l.kind == LockKind::Write && !h.write {
+            return Err(FsError::new(
+                Errno::BadF,
+                "a write lock needs a descriptor open for writing",
+            ));
+        }
+        let mut flushed = {
             let mut st = h.inode.st.lock().await;
-            crate::file::commit(self.inner(), ino, &mut st).await?;
+            crate::file::commit(self.inner(), ino, &mut st).await
+        };
+        if l.kind != LockKind::Unlock {
+            std::mem::replace(&mut flushed, Ok(()))?;
+            self.settle_owed(ino, l.owner).await?;
         }
         let mut pause = Duration::from_millis(5);
         loop {
             match self.lock_call(c, Op::Lock { ino, lock: l }).await {
                 Ok(_) => {
                     self.inner().locks.set(ino, &l);
+                    lock(&self.inner().locks.by_handle)
+                        .entry(fh)
+                        .or_default()
+                        .insert(l.owner);
                     if self.handle(fh).is_err() {
                         // Closed while it waited: nothing will release it.
                         self.unlock_owner(ino, l.owner).await?;
-                    } else if l.kind != LockKind::Unlock {
-                        self.revalidate(c, &h.inode).await?;
+                    } else if l.kind != LockKind::Unlock
+                        && let Err(e) = self.revalidate(c, &h.inode).await
+                    {
+                        // The lock is held: say so; the next read asks.
+                        tracing::debug!(ino, error = %e, "revalidating a locked file failed");
                     }
-                    return Ok(());
+                    // An unlock is done even if the changes before it
+                    // could not be written out; that failure is reported.
+                    return flushed;
                 }
                 // A restarted MDS taking locks back: always wait.
                 Err(e) if e.errno == Errno::Busy.raw() => {}
                 Err(e) if e.errno == Errno::Again.raw() && wait => {}
-                Err(e) => return Err(e),
+                Err(e) => {
+                    if e.errno == Errno::Io.raw() && l.kind != LockKind::Unlock {
+                        // The MDS may have granted it before the answer
+                        // was lost: owe its release.
+                        let undo = LockSpec {
+                            kind: LockKind::Unlock,
+                            ..l
+                        };
+                        lock(&self.inner().locks.unsent).push((ino, undo));
+                    }
+                    if l.kind == LockKind::Unlock {
+                        self.inner().locks.set(ino, &l);
+                        lock(&self.inner().locks.unsent).push((ino, l));
+                    }
+                    return Err(e);
+                }
             }
             if self.handle(fh).is_err() {
                 return Err(FsError::new(
                     Errno::BadF,
                     format!("handle {fh} closed while waiting for a lock"),
                 ));
+            }
+            if interrupted() {
+                return Err(FsError::new(EINTR, "the waiting process was interrupted"));
             }
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(WAIT_MAX);
@@ -150,15 +234,23 @@ impl Client {
     }
 
     /// The lock of another owner (in any mount) in the way of `l` on the
-    /// file open as `fh`, if any (F_GETLK).
+    /// file open as `fh`, if any (F_GETLK). Waits out an MDS's grace.
     pub async fn getlk(&self, c: &Creds, fh: u64, l: LockSpec) -> Result<Option<LockSpec>> {
         let ino = self.handle(fh)?.inode.ino;
-        match self.lock_call(c, Op::TestLock { ino, lock: l }).await? {
-            MdsReply::LockedBy(x) => Ok(x),
-            other => Err(FsError::new(
-                Errno::Io,
-                format!("TEST LOCK answered {other:?}"),
-            )),
+        loop {
+            match self.lock_call(c, Op::TestLock { ino, lock: l }).await {
+                Ok(MdsReply::LockedBy(x)) => return Ok(x),
+                Ok(other) => {
+                    return Err(FsError::new(
+                        Errno::Io,
+                        format!("TEST LOCK answered {other:?}"),
+                    ));
+                }
+                Err(e) if e.errno == Errno::Busy.raw() => {
+                    tokio::time::sleep(WAIT_MAX).await;
+                }
+                Err(e) => return Err(e),
+            }
         }
     }
 
@@ -169,39 +261,42 @@ impl Client {
         if !self.inner().locks.owns(ino, owner) {
             return Ok(());
         }
-        let l = LockSpec {
-            owner,
-            start: 0,
-            end: u64::MAX,
-            kind: LockKind::Unlock,
-            pid: 0,
-        };
+        let l = unlock_all(owner);
         self.inner().locks.set(ino, &l);
         let r = self
             .lock_call(&self.creds(), Op::Lock { ino, lock: l })
             .await;
         if r.is_err() {
-            lock(&self.inner().locks.unsent).push((ino, owner));
+            lock(&self.inner().locks.unsent).push((ino, l));
         }
         r.map(|_| ())
     }
+
+    /// At the release of handle `fh` of inode `ino`: every owner that
+    /// locked through it is done with it (a process's POSIX locks went at
+    /// its close already), so what is left is the open file's own
+    /// (`flock`, OFD) and goes now.
+    pub async fn release_locks(&self, fh: u64, ino: u64) -> Result<()> {
+        let owners = lock(&self.inner().locks.by_handle).remove(&fh);
+        let mut r = Ok(());
+        for o in owners.into_iter().flatten() {
+            r = r.and(self.unlock_owner(ino, o).await);
+        }
+        r
+    }
 }
+
+/// EINTR (Linux), which the namespace's errno type does not carry.
+const EINTR: i32 = 4;
 
 /// What the client's reporter sends every interval: the releases still
 /// owed, then the locks held (nothing when it holds none).
 pub(crate) async fn report(inner: &crate::state::Inner) {
     let owed = std::mem::take(&mut *lock(&inner.locks.unsent));
-    for (ino, owner) in owed {
-        let l = LockSpec {
-            owner,
-            start: 0,
-            end: u64::MAX,
-            kind: LockKind::Unlock,
-            pid: 0,
-        };
+    for (ino, l) in owed {
         if let Err(e) = inner.mds.call(Op::Lock { ino, lock: l }).await {
             tracing::debug!(ino, error = %e, "releasing a lock failed; trying again later");
-            lock(&inner.locks.unsent).push((ino, owner));
+            lock(&inner.locks.unsent).push((ino, l));
         }
     }
     let locks = inner.locks.report();

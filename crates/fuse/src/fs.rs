@@ -542,23 +542,22 @@ impl Filesystem for TesseraFs {
             Err(e) => return reply.error(e),
         };
         let notifier = self.notifier.clone();
-        // A granted lock: the kernel's cached pages and attributes of the
-        // file may be another client's past.
-        let drop_cache = move |r: &Result<(), Errno>| {
-            if r.is_ok() && l.kind != proto::locks::LockKind::Unlock {
-                locks::drop_kernel_cache(&notifier, ino);
-            }
-        };
-        if !sleep {
-            let r = self.run(self.client.setlk(&c, fh.0, l, false));
-            drop_cache(&r);
-            return done(reply, r);
-        }
-        // A wait may be long: it must not hold one of the request threads.
         let client = self.client.clone();
+        let waiter = req.pid();
+        // Every lock request runs as a task: a wait may be long, and the
+        // kernel's cache is dropped off the request threads (dropping it
+        // waits for pages whose reads those threads serve).
         self.rt.spawn(async move {
-            let r = client.setlk(&c, fh.0, l, true).await.map_err(errno);
-            drop_cache(&r);
+            let gave_up = move || locks::interrupted(waiter);
+            let r = client
+                .setlk(&c, fh.0, l, sleep, &gave_up)
+                .await
+                .map_err(errno);
+            if r.is_ok() && l.kind != proto::locks::LockKind::Unlock {
+                let _ =
+                    tokio::task::spawn_blocking(move || locks::drop_kernel_cache(&notifier, ino))
+                        .await;
+            }
             done(reply, r);
         });
     }

@@ -53,6 +53,24 @@ pub fn drop_kernel_cache(n: &Notifier, ino: fuser::INodeNo) {
     }
 }
 
+/// Whether process `pid`, waiting in a lock request, has gone or has a
+/// signal to take (what would interrupt the wait on a local file system:
+/// `flock -w`, `alarm`, Ctrl-C, a kill). fuser does not pass the kernel's
+/// interrupts on, so the wait looks for itself.
+pub fn interrupted(pid: u32) -> bool {
+    let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return true;
+    };
+    let field = |name: &str| {
+        s.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+            .unwrap_or(0)
+    };
+    let pending = field("SigPnd:") | field("ShdPnd:");
+    pending & !field("SigBlk:") != 0
+}
+
 /// A lock's type as `struct flock` says it.
 pub fn typ(kind: LockKind) -> i32 {
     match kind {
@@ -77,5 +95,11 @@ mod tests {
         assert!(spec(LockOwner(1), 5, 4, libc::F_RDLCK, 1).is_err());
         assert!(spec(LockOwner(1), 0, 4, 99, 1).is_err());
         assert_eq!(typ(LockKind::Unlock), libc::F_UNLCK);
+    }
+
+    #[test]
+    fn a_live_process_without_signals_is_not_interrupted() {
+        assert!(!interrupted(std::process::id()));
+        assert!(interrupted(u32::MAX), "a process that is gone");
     }
 }

@@ -750,3 +750,131 @@ async fn one_key_records_a_bounded_number_of_early_answered_sessions() {
     }
     cl.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locks_stay_within_a_principal_its_subtree_and_its_rights() {
+    use proto::locks::{LockKind, LockSpec};
+    let lk = |kind, start, end| LockSpec {
+        owner: 7,
+        start,
+        end,
+        kind,
+        pid: 1,
+    };
+    let cl = Cluster::start(1, spec_layout(), PolicyKind::ChildClosest).await;
+    let admin = cl.client();
+    let a = make(
+        &admin,
+        Creds::root(),
+        Op::Mkdir {
+            parent: ROOT_INO,
+            name: "a".into(),
+            mode: 0o755,
+        },
+    )
+    .await;
+    let outside = make(&admin, Creds::root(), create(ROOT_INO, "outside", 0o644)).await;
+    let inside = make(&admin, Creds::root(), create(a, "inside", 0o644)).await;
+    // A confined key claiming uid 0 reaches nothing outside its subtree,
+    // not even to learn who holds a lock there.
+    let conf = add(
+        &admin,
+        spec(
+            "client.conf",
+            "/a",
+            Access::ReadWrite,
+            UidMap::Trusted,
+            false,
+        ),
+    )
+    .await
+    .unwrap();
+    let conf = MdsClient::new(&cl.mds_addr, CLUSTER, conf, 1);
+    admin
+        .call(Op::Lock {
+            ino: outside,
+            lock: lk(LockKind::Write, 0, u64::MAX),
+        })
+        .await
+        .unwrap();
+    for op in [
+        Op::Lock {
+            ino: outside,
+            lock: lk(LockKind::Read, 0, 0),
+        },
+        Op::TestLock {
+            ino: outside,
+            lock: lk(LockKind::Write, 0, u64::MAX),
+        },
+    ] {
+        assert_eq!(errno(conf.call(op).await), Errno::Access);
+    }
+    // Its report of a lock outside takes nothing (and is not an error).
+    conf.call(Op::LocksHeld {
+        locks: vec![(outside, lk(LockKind::Write, 0, 5))],
+    })
+    .await
+    .unwrap();
+    // Another principal's unlock of the same owner number, on a file it
+    // may not name, is refused; the admin's lock stays either way.
+    let unlock = Op::Lock {
+        ino: outside,
+        lock: lk(LockKind::Unlock, 0, u64::MAX),
+    };
+    assert_eq!(
+        errno(conf.call(unlock).await),
+        Errno::Access,
+        "{outside:#x}"
+    );
+    match admin
+        .call(Op::TestLock {
+            ino: outside,
+            lock: LockSpec {
+                owner: 8,
+                ..lk(LockKind::Read, 0, 0)
+            },
+        })
+        .await
+        .unwrap()
+    {
+        MdsReply::LockedBy(Some(l)) => assert_eq!((l.start, l.kind), (0, LockKind::Write)),
+        r => panic!("the admin's lock must still be there: {r:?}"),
+    }
+    // Inside, a read-only file (for uid 1000) takes read locks only;
+    // ranges past where a file can reach are refused.
+    let rw = key(&admin, "client.rw", Access::ReadWrite, UidMap::Trusted).await;
+    let rw = MdsClient::new(&cl.mds_addr, CLUSTER, rw, 1);
+    let u = user(1000);
+    let lock = |kind, start, end| Op::Lock {
+        ino: inside,
+        lock: lk(kind, start, end),
+    };
+    rw.call_as(u.clone(), lock(LockKind::Read, 0, 9))
+        .await
+        .unwrap();
+    assert_eq!(
+        errno(rw.call_as(u.clone(), lock(LockKind::Write, 0, 9)).await),
+        Errno::BadF
+    );
+    assert_eq!(
+        errno(
+            rw.call_as(u.clone(), lock(LockKind::Read, 1 << 63, u64::MAX))
+                .await
+        ),
+        Errno::Inval
+    );
+    assert_eq!(
+        errno(rw.call_as(u.clone(), lock(LockKind::Read, 9, 3)).await),
+        Errno::Inval
+    );
+    // A directory, a missing inode: the same refusal as no right.
+    for ino in [a, inside + 1_000_000] {
+        let op = Op::Lock {
+            ino,
+            lock: lk(LockKind::Read, 0, 0),
+        };
+        assert_eq!(errno(rw.call_as(u.clone(), op).await), Errno::BadF);
+    }
+    assert!(cl.mds.as_ref().unwrap().mds.locks_count() >= 2);
+    cl.stop().await;
+}

@@ -34,6 +34,9 @@ pub struct LockSpec {
 /// Most locks (ranges) one principal's sessions may hold together; more is
 /// ENOLCK.
 pub const LOCKS_PER_PRINCIPAL: usize = 65_536;
+/// Most locks (ranges) one principal may hold on one file: no principal
+/// fills a file's bound alone.
+pub const LOCKS_PER_PRINCIPAL_FILE: usize = 1024;
 /// Most locks (ranges) one file may carry, all owners together; more is
 /// ENOLCK. Bounds the work of every lock request on the file.
 pub const LOCKS_PER_FILE: usize = 4096;

@@ -80,10 +80,12 @@ pub(super) fn inodes_named(op: &Op) -> Vec<u64> {
         | Op::GetLayout { ino }
         | Op::SetLayout { ino, .. }
         | Op::MarkStale { ino, .. }
+        | Op::Lock { ino, .. }
+        | Op::TestLock { ino, .. }
         | Op::Scrub { ino, .. } => vec![*ino],
-        // A HOLDING report is judged file by file (confinement included)
-        // by the holds table, which drops what the caller may not hold
-        // rather than refusing the whole report.
+        // A HOLDING or LOCKS HELD report is judged file by file
+        // (confinement included) by the holds or locks table, which drops
+        // what the caller may not hold rather than refusing the report.
         _ => Vec::new(),
     }
 }
@@ -92,6 +94,7 @@ pub(super) fn inodes_named(op: &Op) -> Vec<u64> {
 fn held_inodes(op: &Op) -> Vec<u64> {
     match op {
         Op::Holding { held } => held.iter().map(|h| h.0).collect(),
+        Op::LocksHeld { locks } => locks.iter().map(|l| l.0).collect(),
         _ => Vec::new(),
     }
 }
@@ -219,7 +222,7 @@ impl Mds {
     }
 
     /// Whether `ino` is `root` or below it (following each inode's parent).
-    fn within(&self, ino: u64, root: u64) -> Result<bool, MdsError> {
+    pub(super) fn within(&self, ino: u64, root: u64) -> Result<bool, MdsError> {
         if root == ROOT_INO || ino == root {
             return Ok(true);
         }
@@ -368,7 +371,14 @@ impl Mds {
         let root = p.info.root_ino;
         if root != ROOT_INO {
             if self.namespace == NamespaceMode::Osd
-                && matches!(req.op, Op::NamespaceGrant | Op::NamespaceRoot { .. })
+                && matches!(
+                    req.op,
+                    Op::NamespaceGrant
+                        | Op::NamespaceRoot { .. }
+                        | Op::Lock { .. }
+                        | Op::TestLock { .. }
+                        | Op::LocksHeld { .. }
+                )
             {
                 return Err(denied(
                     Errno::Access,

@@ -233,6 +233,18 @@ impl Mds {
                 .holds((auth::holder(), session), ino, write, self.hold_expiry())
     }
 
+    /// Whether the caller's `session` holds `ino` in any way (opened, or
+    /// reported holding it): an unlinked file stays reachable to it.
+    pub(super) fn session_knows(&self, session: u64, ino: u64) -> bool {
+        let expiry = self.hold_expiry();
+        session != 0
+            && self
+                .holds()
+                .sessions
+                .get(&(auth::holder(), session))
+                .is_some_and(|s| s.seen.elapsed() < expiry && s.held.contains_key(&ino))
+    }
+
     /// Counts an open through the MDS at once (a caller whose principal
     /// holds its bound of open files is refused with EBUSY; no other is).
     pub(super) fn note_open(&self, session: u64, ino: u64, write: bool) -> Result<(), MdsError> {

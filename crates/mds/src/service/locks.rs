@@ -16,7 +16,10 @@
 use std::time::Instant;
 
 use posix::locks::FileLocks;
-use proto::locks::{LOCKS_PER_FILE, LOCKS_PER_PRINCIPAL, LOCKS_REPORT_MAX, LockKind, LockSpec};
+use proto::locks::{
+    LOCKS_PER_FILE, LOCKS_PER_PRINCIPAL, LOCKS_PER_PRINCIPAL_FILE, LOCKS_REPORT_MAX, LockKind,
+    LockSpec,
+};
 
 use super::*;
 
@@ -36,11 +39,12 @@ impl Locks {
     /// Drops the locks of sessions silent for `expiry` (at most once a
     /// second unless `now`).
     fn prune(&mut self, expiry: Duration, now: bool) {
-        if !now
-            && self
-                .last_prune
-                .is_some_and(|t| t.elapsed() < Duration::from_secs(1))
-        {
+        let every = if now {
+            Duration::from_millis(100)
+        } else {
+            Duration::from_secs(1)
+        };
+        if self.last_prune.is_some_and(|t| t.elapsed() < every) {
             return;
         }
         self.last_prune = Some(Instant::now());
@@ -87,15 +91,16 @@ impl Locks {
     }
 
     /// Sets `l` for `owner` on `ino`: EAGAIN if another owner's lock is in
-    /// the way, ENOLCK past the principal's bound.
+    /// the way, ENOLCK past a bound (only ever for a request that adds to
+    /// the caller's own ranges).
     fn set(&mut self, ino: u64, owner: Owner, l: &LockSpec) -> Result<(), MdsError> {
         let kind = match l.kind {
             LockKind::Read => Some(false),
             LockKind::Write => Some(true),
             LockKind::Unlock => None,
         };
-        let f = self.files.entry(ino).or_default();
-        if let Some(write) = kind
+        let current = self.files.get(&ino);
+        if let (Some(write), Some(f)) = (kind, current)
             && let Some(c) = f.conflict(owner, l.start, l.end, write)
         {
             return Err(err(
@@ -109,23 +114,33 @@ impl Locks {
                 ),
             ));
         }
+        if current.is_none() && kind.is_none() {
+            return Ok(());
+        }
         let before = self.count_of(ino, owner.0);
-        let mut trial = self.files.get(&ino).cloned().unwrap_or_default();
+        let mut trial = current.cloned().unwrap_or_default();
         trial.set(owner, l.start, l.end, kind, l.pid);
         let after = trial.held().iter().filter(|r| r.owner.0 == owner.0).count();
-        let cur = self.per_principal.get(&owner.0).copied().unwrap_or(0);
-        let total = (cur + after).saturating_sub(before);
-        if after > before && total > LOCKS_PER_PRINCIPAL {
-            return Err(err(
-                Errno::NoLck,
-                format!("this principal holds {LOCKS_PER_PRINCIPAL} locks already"),
-            ));
-        }
-        if after > before && trial.held().len() > LOCKS_PER_FILE {
-            return Err(err(
-                Errno::NoLck,
-                format!("inode {ino:#x} carries {LOCKS_PER_FILE} locks already"),
-            ));
+        if after > before {
+            let cur = self.per_principal.get(&owner.0).copied().unwrap_or(0);
+            let bound = if cur + after - before > LOCKS_PER_PRINCIPAL {
+                Some(format!(
+                    "this principal holds {LOCKS_PER_PRINCIPAL} locks already"
+                ))
+            } else if after > LOCKS_PER_PRINCIPAL_FILE {
+                Some(format!(
+                    "this principal holds {LOCKS_PER_PRINCIPAL_FILE} locks on inode {ino:#x} already"
+                ))
+            } else if trial.held().len() > LOCKS_PER_FILE {
+                Some(format!(
+                    "inode {ino:#x} carries {LOCKS_PER_FILE} locks already"
+                ))
+            } else {
+                None
+            };
+            if let Some(m) = bound {
+                return Err(err(Errno::NoLck, m));
+            }
         }
         let n = self.per_principal.entry(owner.0).or_default();
         *n = (*n + after).saturating_sub(before);
@@ -144,15 +159,23 @@ impl Locks {
     }
 }
 
-/// The range a request names, checked (start ≤ end).
-fn checked(l: &LockSpec) -> Result<(), MdsError> {
-    if l.start > l.end {
+/// The range a request names, checked: it starts at most at `i64::MAX`
+/// (where the kernel's ranges end) and not after its end; an end past
+/// `i64::MAX` means to the end of the file.
+fn checked(mut l: LockSpec) -> Result<LockSpec, MdsError> {
+    if l.start > i64::MAX as u64 || l.start > l.end {
         return Err(err(
             Errno::Inval,
-            format!("lock range {}..={} ends before it starts", l.start, l.end),
+            format!(
+                "lock range {}..={}: not a range a file can have",
+                l.start, l.end
+            ),
         ));
     }
-    Ok(())
+    if l.end >= i64::MAX as u64 {
+        l.end = u64::MAX;
+    }
+    Ok(l)
 }
 
 impl Mds {
@@ -170,30 +193,62 @@ impl Mds {
     }
 
     /// Whether new locks wait: a restarted MDS gives the sessions one
-    /// expiry to take back their locks first.
+    /// expiry, from when it serves again after the replays, to take back
+    /// their locks first.
     fn in_lock_grace(&self) -> bool {
-        self.prev_instance != 0 && self.started.elapsed() < self.lock_expiry()
+        if self.prev_instance == 0 {
+            return false;
+        }
+        let expiry = self.lock_expiry().as_millis() as u64;
+        let served = self
+            .serving_since_ms
+            .load(std::sync::atomic::Ordering::SeqCst);
+        if served > 0 {
+            return proto::clock::now_ms() < served + expiry;
+        }
+        self.started.elapsed() < self.lock_expiry() || *self.replaying.borrow()
     }
 
-    /// Whether the caller may lock `ino`: in the MDS namespace, a file it
-    /// holds open, or could open for reading now. In the OSD namespace the
-    /// MDS does not know the files; the principal's bound is all.
-    fn may_lock(&self, c: &Creds, session: u64, ino: u64) -> Result<(), MdsError> {
-        if self.namespace == NamespaceMode::Osd || self.session_holds(session, ino, false) {
+    fn in_grace_error() -> MdsError {
+        err(
+            Errno::Busy,
+            "the MDS restarted: locks are being taken back; try again",
+        )
+    }
+
+    /// Whether the caller may lock `ino` (for writing: `write`): in the
+    /// MDS namespace, a file it holds open so, or could open so now
+    /// (inside its subtree, search on the way, read — and write — on the
+    /// file); one answer (EBADF) for every refusal, so it tells nothing of
+    /// files it may not see. In the OSD namespace the MDS does not know
+    /// the files (confined principals are refused there); the bounds are
+    /// all.
+    fn may_lock(&self, c: &Creds, session: u64, ino: u64, write: bool) -> Result<(), MdsError> {
+        if self.namespace == NamespaceMode::Osd || self.session_holds(session, ino, write) {
             return Ok(());
         }
-        let v = self.kv.read()?;
-        let i = v.live_inode(ino)?;
-        if i.attr.kind == FileKind::Dir {
-            return Err(err(Errno::BadF, format!("inode {ino:#x} is a directory")));
-        }
-        if !super::search::searchable(&v, c, ino, &mut HashMap::new())?
-            || !perm::allowed(&i.attr, c, R)
-        {
-            return Err(err(
+        let refused = || {
+            err(
                 Errno::BadF,
-                format!("inode {ino:#x}: not open here and not readable by the caller"),
-            ));
+                format!(
+                    "inode {ino:#x}: no file the caller holds or may open for {}",
+                    if write { "writing" } else { "reading" }
+                ),
+            )
+        };
+        if !proto::layout::is_inode_number(ino) || !self.within(ino, super::search::top())? {
+            return Err(refused());
+        }
+        let v = self.kv.read()?;
+        let Ok(i) = v.live_inode(ino) else {
+            return Err(refused());
+        };
+        let need = if write { R | W } else { R };
+        if i.attr.kind == FileKind::Dir
+            || !super::search::searchable(&v, c, ino, &mut HashMap::new())?
+            || !perm::allowed(&i.attr, c, need)
+        {
+            return Err(refused());
         }
         Ok(())
     }
@@ -206,19 +261,16 @@ impl Mds {
         ino: u64,
         l: LockSpec,
     ) -> Result<MdsReply, MdsError> {
-        checked(&l)?;
+        let l = checked(l)?;
         if session == 0 {
             return Err(err(Errno::Inval, "lock: session 0 is not a session"));
         }
         let owner = (auth::holder(), session, l.owner);
         if l.kind != LockKind::Unlock {
             if self.in_lock_grace() {
-                return Err(err(
-                    Errno::Busy,
-                    "the MDS restarted: locks are being taken back; try again",
-                ));
+                return Err(Self::in_grace_error());
             }
-            self.may_lock(c, session, ino)?;
+            self.may_lock(c, session, ino, l.kind == LockKind::Write)?;
         }
         let expiry = self.lock_expiry();
         let mut t = self.locks();
@@ -240,8 +292,11 @@ impl Mds {
         ino: u64,
         l: LockSpec,
     ) -> Result<MdsReply, MdsError> {
-        checked(&l)?;
-        self.may_lock(c, session, ino)?;
+        let l = checked(l)?;
+        if self.in_lock_grace() {
+            return Err(Self::in_grace_error());
+        }
+        self.may_lock(c, session, ino, false)?;
         let owner = (auth::holder(), session, l.owner);
         let mut t = self.locks();
         t.prune(self.lock_expiry(), false);
@@ -266,8 +321,10 @@ impl Mds {
         })))
     }
 
-    /// LOCKS HELD: keeps the session's locks alive and takes back, where
-    /// nothing conflicts, those this MDS does not know (after a restart).
+    /// LOCKS HELD: keeps the session's locks alive; in the grace after a
+    /// restart, also takes back those this MDS does not know, where the
+    /// caller may still lock the file and nobody conflicts. Outside the
+    /// grace it takes nothing (a report can cross an unlock on the wire).
     pub(super) fn locks_held(
         &self,
         c: &Creds,
@@ -287,27 +344,37 @@ impl Mds {
             ));
         }
         let principal = auth::holder();
+        let grace = self.in_lock_grace();
         let mut fresh = Vec::new();
         {
             let mut t = self.locks();
             if let Some(seen) = t.sessions.get_mut(&(principal, session)) {
                 *seen = Instant::now();
             }
+            if !grace {
+                return Ok(MdsReply::Done);
+            }
             for (ino, l) in locks {
                 let owner = (principal, session, l.owner);
-                if l.kind != LockKind::Unlock && checked(&l).is_ok() && !t.has(ino, owner, &l) {
+                if let Ok(l) = checked(l)
+                    && l.kind != LockKind::Unlock
+                    && !t.has(ino, owner, &l)
+                {
                     fresh.push((ino, l));
                 }
             }
         }
+        let mut lost = 0usize;
         for (ino, l) in fresh {
-            if self.may_lock(c, session, ino).is_err() {
-                continue;
-            }
             let owner = (principal, session, l.owner);
-            if let Err(e) = self.locks().set(ino, owner, &l) {
-                tracing::warn!(ino, session, error = %e, "a reported lock cannot be taken back");
-            }
+            let ok = self
+                .may_lock(c, session, ino, l.kind == LockKind::Write)
+                .is_ok()
+                && self.locks().set(ino, owner, &l).is_ok();
+            lost += usize::from(!ok);
+        }
+        if lost > 0 {
+            tracing::warn!(session, lost, "reported locks that cannot be taken back");
         }
         Ok(MdsReply::Done)
     }
@@ -351,21 +418,39 @@ mod tests {
                 .errno,
             Errno::Again
         );
-        // One file's bound: every other byte locked by one owner.
-        let mut n = 0;
-        let e = loop {
-            match t.set(6, (q, 1, 1), &l(1, 2 * n, 2 * n, LockKind::Read)) {
-                Ok(()) => n += 1,
-                Err(e) => break e,
+        // One principal's bound on one file, then the file's, every other
+        // byte locked by one owner of each principal.
+        let fill = |t: &mut Locks, p: u64, from: u64| {
+            let mut n = 0;
+            loop {
+                match t.set(
+                    6,
+                    (p, 1, 1),
+                    &l(1, 2 * (from + n), 2 * (from + n), LockKind::Read),
+                ) {
+                    Ok(()) => n += 1,
+                    Err(e) => break (e.errno, n as usize),
+                }
             }
         };
-        assert_eq!((e.errno, n as usize), (Errno::NoLck, LOCKS_PER_FILE));
-        assert_eq!(t.per_principal[&q], LOCKS_PER_FILE);
+        assert_eq!(fill(&mut t, q, 0), (Errno::NoLck, LOCKS_PER_PRINCIPAL_FILE));
+        assert_eq!(t.per_principal[&q], LOCKS_PER_PRINCIPAL_FILE);
+        for (i, p) in [20, 21, 22].into_iter().enumerate() {
+            let got = fill(&mut t, p, 10_000 * (i as u64 + 1));
+            assert_eq!(got, (Errno::NoLck, LOCKS_PER_PRINCIPAL_FILE));
+        }
+        assert_eq!(
+            fill(&mut t, 23, 90_000),
+            (Errno::NoLck, 0),
+            "the file is full"
+        );
+        // A request that adds nothing to the caller's ranges still goes.
+        t.set(6, (q, 1, 1), &l(1, 0, 0, LockKind::Write)).unwrap();
         // Unlocking the whole file gives the count back.
         t.set(6, (q, 1, 1), &l(1, 0, u64::MAX, LockKind::Unlock))
             .unwrap();
         assert!(!t.per_principal.contains_key(&q));
-        assert!(!t.files.contains_key(&6));
+        assert_eq!(t.count_of(6, 20), LOCKS_PER_PRINCIPAL_FILE, "others' stay");
     }
 
     #[test]

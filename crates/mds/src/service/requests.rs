@@ -66,10 +66,7 @@ impl Mds {
         // A file without a name is reachable only through what was open
         // before it lost it: another client's open comes from a stale
         // cached name (ESTALE, so the kernel looks the name up again).
-        if i.attr.nlink == 0
-            && i.attr.kind != FileKind::Dir
-            && !self.session_holds(session, ino, false)
-        {
+        if i.attr.nlink == 0 && i.attr.kind != FileKind::Dir && !self.session_knows(session, ino) {
             return Err(err(
                 Errno::Stale,
                 format!("inode {ino:#x} was unlinked and this session does not hold it open"),

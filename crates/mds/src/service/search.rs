@@ -123,7 +123,9 @@ fn through_descriptor(op: &Op) -> Option<u64> {
         | Op::CommitSize { ino, .. }
         | Op::ExtendLayout { ino, .. }
         | Op::GetLayout { ino }
-        | Op::MarkStale { ino, .. } => Some(*ino),
+        | Op::MarkStale { ino, .. }
+        | Op::Lock { ino, .. }
+        | Op::TestLock { ino, .. } => Some(*ino),
         _ => None,
     }
 }
