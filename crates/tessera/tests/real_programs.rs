@@ -140,6 +140,10 @@ fn sqlite_from_two_mounts(a: &Path, b: &Path) {
         "sqlite3 '{}' 'create table t (who text, n int)'",
         db(a)
     ));
+    // The other mount may still answer from its listing of the directory
+    // without the new database for up to the attribute timeout
+    // (close-to-open, docs/CLIENT.md).
+    std::thread::sleep(ATTR_TIMEOUT);
     let writer = |m: &Path, who: &str| {
         let script = format!(
             "for i in $(seq 1 60); do echo \"begin; insert into t values ('{who}', $i); commit;\"; done \
