@@ -13,6 +13,7 @@ pub mod config;
 pub mod copy;
 pub mod error;
 pub mod file;
+pub mod handles;
 pub mod holes;
 pub mod leases;
 pub mod listings;

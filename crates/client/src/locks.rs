@@ -49,11 +49,7 @@ pub struct HeldLocks {
 
 impl HeldLocks {
     fn set(&self, ino: u64, l: &LockSpec) {
-        let kind = match l.kind {
-            LockKind::Read => Some(false),
-            LockKind::Write => Some(true),
-            LockKind::Unlock => None,
-        };
+        let kind = posix::locks::kind_of(l.kind);
         let mut m = lock(&self.files);
         let f = m.entry(ino).or_default();
         f.set(l.owner, l.start, l.end, kind, l.pid);
@@ -74,24 +70,7 @@ impl HeldLocks {
     pub fn report(&self) -> Vec<(u64, LockSpec)> {
         let m = lock(&self.files);
         m.iter()
-            .flat_map(|(&ino, f)| {
-                f.held().iter().map(move |r| {
-                    (
-                        ino,
-                        LockSpec {
-                            owner: r.owner,
-                            start: r.start,
-                            end: r.end,
-                            kind: if r.write {
-                                LockKind::Write
-                            } else {
-                                LockKind::Read
-                            },
-                            pid: r.pid,
-                        },
-                    )
-                })
-            })
+            .flat_map(|(&ino, f)| f.held().iter().map(move |r| (ino, r.spec(r.owner))))
             .take(LOCKS_REPORT_MAX)
             .collect()
     }

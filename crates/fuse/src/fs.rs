@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use client::{Client, FsError};
 use fuser::{
@@ -16,11 +16,12 @@ use fuser::{
     ReplyLock, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
     WriteFlags,
 };
-use proto::mds::{Attr, Creds, DirEntry, FileKind, SetAttr, SetTime, XattrMode};
+use proto::mds::{Attr, Creds, DirEntry, FileKind, SetAttr, XattrMode};
 use tokio::runtime::Handle as Rt;
 
-use crate::attr::{Inodes, file_attr, kind, kind_of_mode, ns};
+use crate::attr::{Inodes, file_attr, kind, kind_of_mode};
 use crate::locks;
+use crate::request::{Groups, done, errno, may, name, set_time, xattr_name};
 
 /// A directory listing taken at opendir, served by offset.
 struct Listing {
@@ -37,94 +38,9 @@ pub struct TesseraFs {
     ttl: Duration,
     dirs: Mutex<HashMap<u64, Arc<Listing>>>,
     next_dir: AtomicU64,
-    groups: Mutex<HashMap<u32, GroupsAt>>,
+    groups: Groups,
     /// Tells the kernel to drop its caches of an inode (set once mounted).
     notifier: locks::Notifier,
-}
-
-/// A process's supplementary groups and when they were read.
-type GroupsAt = (Instant, Arc<Vec<u32>>);
-
-/// How long a process's supplementary groups are reused before /proc is read again.
-const GROUPS_TTL: Duration = Duration::from_secs(1);
-
-fn errno(e: FsError) -> Errno {
-    tracing::debug!("fuse: {e}");
-    Errno::from_i32(e.errno)
-}
-
-/// Answers an operation that returns nothing.
-fn done(reply: ReplyEmpty, r: Result<(), Errno>) {
-    match r {
-        Ok(()) => reply.ok(),
-        Err(e) => reply.error(e),
-    }
-}
-
-/// A path component as the namespace takes it: longer than `NAME_MAX`
-/// bytes is ENAMETOOLONG for every operation (lookup included), as on a
-/// local file system.
-fn name(n: &OsStr) -> Result<&str, Errno> {
-    if n.len() > proto::mds::NAME_MAX {
-        return Err(Errno::from_i32(libc::ENAMETOOLONG));
-    }
-    n.to_str().ok_or(Errno::from_i32(libc::EINVAL))
-}
-
-/// An extended attribute's name (its length is checked by the namespace:
-/// ERANGE, as Linux answers).
-fn xattr_name(n: &OsStr) -> Result<&str, Errno> {
-    n.to_str().ok_or(Errno::from_i32(libc::EINVAL))
-}
-
-/// The caller's supplementary groups (from /proc; empty if it has exited).
-fn supplementary_groups(pid: u32) -> Vec<u32> {
-    let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
-        return Vec::new();
-    };
-    s.lines()
-        .find_map(|l| l.strip_prefix("Groups:"))
-        .map(|g| {
-            g.split_whitespace()
-                .filter_map(|x| x.parse().ok())
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-fn set_time(t: TimeOrNow) -> SetTime {
-    match t {
-        TimeOrNow::Now => SetTime::Now,
-        TimeOrNow::SpecificTime(s) => SetTime::At(ns(s)),
-    }
-}
-
-fn may(a: &Attr, c: &Creds, mask: AccessFlags) -> bool {
-    if c.uid == 0 {
-        // Root may do anything but execute a file nobody can execute.
-        return !mask.contains(AccessFlags::X_OK) || a.kind == FileKind::Dir || a.mode & 0o111 != 0;
-    }
-    let bits = if a.uid == c.uid {
-        (a.mode >> 6) & 7
-    } else if a.gid == c.gid || c.groups.contains(&a.gid) {
-        (a.mode >> 3) & 7
-    } else {
-        a.mode & 7
-    };
-    let want = (if mask.contains(AccessFlags::R_OK) {
-        4
-    } else {
-        0
-    }) | (if mask.contains(AccessFlags::W_OK) {
-        2
-    } else {
-        0
-    }) | (if mask.contains(AccessFlags::X_OK) {
-        1
-    } else {
-        0
-    });
-    bits & want == want
 }
 
 impl TesseraFs {
@@ -140,7 +56,7 @@ impl TesseraFs {
             ttl,
             dirs: Mutex::new(HashMap::new()),
             next_dir: AtomicU64::new(1),
-            groups: Mutex::new(HashMap::new()),
+            groups: Groups::default(),
             notifier: locks::Notifier::default(),
         }
     }
@@ -150,43 +66,9 @@ impl TesseraFs {
         self.notifier.clone()
     }
 
-    /// The caller's credentials: uid and gid from the request, supplementary
-    /// groups from /proc (root needs none), cached per process for a second
-    /// so a busy non-root process does not read /proc on every request.
+    /// The caller's credentials (see [`Groups::creds`]).
     fn creds(&self, req: &Request) -> Creds {
-        let (uid, gid) = (req.uid(), req.gid());
-        if uid == 0 {
-            return Creds {
-                uid,
-                gid,
-                groups: Vec::new(),
-            };
-        }
-        let pid = req.pid();
-        let cached = {
-            let cache = self.groups.lock().unwrap_or_else(|e| e.into_inner());
-            cache
-                .get(&pid)
-                .filter(|(at, _)| at.elapsed() < GROUPS_TTL)
-                .map(|(_, g)| g.clone())
-        };
-        let groups = match cached {
-            Some(g) => g,
-            None => {
-                let g = Arc::new(supplementary_groups(pid));
-                let mut cache = self.groups.lock().unwrap_or_else(|e| e.into_inner());
-                if cache.len() > 4096 {
-                    cache.retain(|_, (at, _)| at.elapsed() < GROUPS_TTL);
-                }
-                cache.insert(pid, (Instant::now(), g.clone()));
-                g
-            }
-        };
-        Creds {
-            uid,
-            gid,
-            groups: groups.to_vec(),
-        }
+        self.groups.creds(req)
     }
 
     fn run<T>(&self, f: impl Future<Output = client::Result<T>>) -> Result<T, Errno> {
@@ -484,19 +366,16 @@ impl Filesystem for TesseraFs {
     fn release(
         &self,
         _req: &Request,
-        ino: INodeNo,
+        _ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
-        lock_owner: Option<LockOwner>,
+        _lock_owner: Option<LockOwner>,
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        // The last close of an open file drops its flock lock.
-        let u = match lock_owner {
-            Some(o) => self.run(self.client.unlock_owner(self.inos.from_fuse(ino), o.0)),
-            None => Ok(()),
-        };
-        done(reply, self.run(self.client.release(fh.0)).and(u));
+        // The open file's own locks (flock, OFD) go with it: the client
+        // knows which owners locked through the handle.
+        done(reply, self.run(self.client.release(fh.0)));
     }
 
     fn getlk(
@@ -541,25 +420,17 @@ impl Filesystem for TesseraFs {
             Ok(l) => l,
             Err(e) => return reply.error(e),
         };
-        let notifier = self.notifier.clone();
-        let client = self.client.clone();
-        let waiter = req.pid();
-        // Every lock request runs as a task: a wait may be long, and the
-        // kernel's cache is dropped off the request threads (dropping it
-        // waits for pages whose reads those threads serve).
-        self.rt.spawn(async move {
-            let gave_up = move || locks::interrupted(waiter);
-            let r = client
-                .setlk(&c, fh.0, l, sleep, &gave_up)
-                .await
-                .map_err(errno);
-            if r.is_ok() && l.kind != proto::locks::LockKind::Unlock {
-                let _ =
-                    tokio::task::spawn_blocking(move || locks::drop_kernel_cache(&notifier, ino))
-                        .await;
-            }
-            done(reply, r);
-        });
+        let set = locks::set(
+            self.client.clone(),
+            self.notifier.clone(),
+            ino,
+            c,
+            fh.0,
+            (l, sleep),
+            req.pid(),
+        );
+        // A wait may be long: it must not hold one of the request threads.
+        self.rt.spawn(async move { done(reply, set.await) });
     }
 
     /// No ioctls (a terminal check, `isatty`, is the usual caller): ENOTTY,

@@ -71,6 +71,32 @@ pub fn interrupted(pid: u32) -> bool {
     pending & !field("SigBlk:") != 0
 }
 
+/// Runs one lock request of the kernel's (`setlk`): the client asks the
+/// MDS (waiting, if `l` says so, until `waiter` has a signal), and after a
+/// granted lock the kernel's cache of inode `ino` is dropped — off the
+/// request threads, since dropping it waits for pages whose reads those
+/// threads serve.
+pub async fn set(
+    client: client::Client,
+    notifier: Notifier,
+    ino: fuser::INodeNo,
+    c: proto::mds::Creds,
+    fh: u64,
+    l: (LockSpec, bool),
+    waiter: u32,
+) -> Result<(), Errno> {
+    let (l, wait) = l;
+    let gave_up = move || interrupted(waiter);
+    let r = client
+        .setlk(&c, fh, l, wait, &gave_up)
+        .await
+        .map_err(crate::request::errno);
+    if r.is_ok() && l.kind != LockKind::Unlock {
+        let _ = tokio::task::spawn_blocking(move || drop_kernel_cache(&notifier, ino)).await;
+    }
+    r
+}
+
 /// A lock's type as `struct flock` says it.
 pub fn typ(kind: LockKind) -> i32 {
     match kind {

@@ -609,16 +609,7 @@ async fn inode_numbers_below_an_unsearchable_directory_grant_nothing() {
         },
     )
     .await;
-    let inner = make(
-        &admin,
-        Creds::root(),
-        Op::Mkdir {
-            parent: private,
-            name: "inner".into(),
-            mode: 0o755,
-        },
-    )
-    .await;
+    let inner = mkdir(&admin, private, "inner").await;
     let file = make(
         &admin,
         Creds::root(),
@@ -763,16 +754,7 @@ async fn locks_stay_within_a_principal_its_subtree_and_its_rights() {
     };
     let cl = Cluster::start(1, spec_layout(), PolicyKind::ChildClosest).await;
     let admin = cl.client();
-    let a = make(
-        &admin,
-        Creds::root(),
-        Op::Mkdir {
-            parent: ROOT_INO,
-            name: "a".into(),
-            mode: 0o755,
-        },
-    )
-    .await;
+    let a = mkdir(&admin, ROOT_INO, "a").await;
     let outside = make(&admin, Creds::root(), create(ROOT_INO, "outside", 0o644)).await;
     let inside = make(&admin, Creds::root(), create(a, "inside", 0o644)).await;
     // A confined key claiming uid 0 reaches nothing outside its subtree,

@@ -12,6 +12,18 @@
 //! "local_lock"): the two kinds then conflict with each other, which they
 //! do not on a local file system.
 
+use proto::locks::{LockKind, LockSpec};
+
+/// What a lock request does to its owner's range: `Some(write)` to lock
+/// it (exclusively if `write`), `None` to unlock it.
+pub fn kind_of(kind: LockKind) -> Option<bool> {
+    match kind {
+        LockKind::Read => Some(false),
+        LockKind::Write => Some(true),
+        LockKind::Unlock => None,
+    }
+}
+
 /// One held lock: `owner`'s lock on bytes `start..=end`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Range<K> {
@@ -28,6 +40,21 @@ pub struct Range<K> {
 }
 
 impl<K> Range<K> {
+    /// The lock as the wire says it, naming `owner`.
+    pub fn spec(&self, owner: u64) -> LockSpec {
+        LockSpec {
+            owner,
+            start: self.start,
+            end: self.end,
+            kind: if self.write {
+                LockKind::Write
+            } else {
+                LockKind::Read
+            },
+            pid: self.pid,
+        }
+    }
+
     fn overlaps(&self, start: u64, end: u64) -> bool {
         self.start <= end && start <= self.end
     }

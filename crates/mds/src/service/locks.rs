@@ -94,11 +94,7 @@ impl Locks {
     /// the way, ENOLCK past a bound (only ever for a request that adds to
     /// the caller's own ranges).
     fn set(&mut self, ino: u64, owner: Owner, l: &LockSpec) -> Result<(), MdsError> {
-        let kind = match l.kind {
-            LockKind::Read => Some(false),
-            LockKind::Write => Some(true),
-            LockKind::Unlock => None,
-        };
+        let kind = posix::locks::kind_of(l.kind);
         let current = self.files.get(&ino);
         if let (Some(write), Some(f)) = (kind, current)
             && let Some(c) = f.conflict(owner, l.start, l.end, write)
@@ -253,6 +249,27 @@ impl Mds {
         Ok(())
     }
 
+    /// What LOCK and TEST LOCK check first: the range, and — for a
+    /// request that would take a lock of kind `taking` — the grace and
+    /// the caller's right to the file. Answers the range and its owner.
+    fn admit_lock(
+        &self,
+        c: &Creds,
+        session: u64,
+        ino: u64,
+        l: LockSpec,
+        taking: LockKind,
+    ) -> Result<(LockSpec, Owner), MdsError> {
+        let l = checked(l)?;
+        if taking != LockKind::Unlock {
+            if self.in_lock_grace() {
+                return Err(Self::in_grace_error());
+            }
+            self.may_lock(c, session, ino, taking == LockKind::Write)?;
+        }
+        Ok((l, (auth::holder(), session, l.owner)))
+    }
+
     /// LOCK: sets or removes one of the session's locks.
     pub(super) fn lock_range(
         &self,
@@ -261,17 +278,10 @@ impl Mds {
         ino: u64,
         l: LockSpec,
     ) -> Result<MdsReply, MdsError> {
-        let l = checked(l)?;
         if session == 0 {
             return Err(err(Errno::Inval, "lock: session 0 is not a session"));
         }
-        let owner = (auth::holder(), session, l.owner);
-        if l.kind != LockKind::Unlock {
-            if self.in_lock_grace() {
-                return Err(Self::in_grace_error());
-            }
-            self.may_lock(c, session, ino, l.kind == LockKind::Write)?;
-        }
+        let (l, owner) = self.admit_lock(c, session, ino, l, l.kind)?;
         let expiry = self.lock_expiry();
         let mut t = self.locks();
         t.prune(expiry, false);
@@ -292,12 +302,7 @@ impl Mds {
         ino: u64,
         l: LockSpec,
     ) -> Result<MdsReply, MdsError> {
-        let l = checked(l)?;
-        if self.in_lock_grace() {
-            return Err(Self::in_grace_error());
-        }
-        self.may_lock(c, session, ino, false)?;
-        let owner = (auth::holder(), session, l.owner);
+        let (l, owner) = self.admit_lock(c, session, ino, l, LockKind::Read)?;
         let mut t = self.locks();
         t.prune(self.lock_expiry(), false);
         let write = l.kind == LockKind::Write;
@@ -308,17 +313,7 @@ impl Mds {
                 .get(&ino)
                 .and_then(|f| f.conflict(owner, l.start, l.end, write)),
         };
-        Ok(MdsReply::LockedBy(found.map(|r| LockSpec {
-            owner: 0,
-            start: r.start,
-            end: r.end,
-            kind: if r.write {
-                LockKind::Write
-            } else {
-                LockKind::Read
-            },
-            pid: r.pid,
-        })))
+        Ok(MdsReply::LockedBy(found.map(|r| r.spec(0))))
     }
 
     /// LOCKS HELD: keeps the session's locks alive; in the grace after a

@@ -1,0 +1,258 @@
+//! Open files through a [`Client`]: handles (open, install, close),
+//! reads and writes, flush and fsync, and the calls made on a descriptor
+//! (fallocate, copy_file_range, SEEK_DATA/SEEK_HOLE). The data path itself
+//! is [`crate::file`]; the namespace calls are in [`crate::client`].
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use bytes::Bytes;
+use proto::layout::data_oid;
+use proto::mds::{Creds, Entry, FileKind, Grant};
+use proto::rights;
+
+use crate::client::Client;
+use crate::error::{Errno, FsError, Result};
+use crate::file;
+use crate::open_file::OpenInode;
+use crate::state::{Handle, lock};
+
+impl Client {
+    /// `fallocate` on handle `fh` (open for writing): mode 0 and
+    /// KEEP_SIZE reserve room for the range on the OSDs (ENOSPC when the
+    /// cluster or an OSD lacks it; mode 0 also sets the length to at least
+    /// `off + len`); PUNCH_HOLE | KEEP_SIZE and
+    /// ZERO_RANGE make the range read as zeros, freeing whole allocation
+    /// units on the OSDs (ZERO_RANGE without KEEP_SIZE also extends the
+    /// length). COLLAPSE_RANGE and INSERT_RANGE: EOPNOTSUPP.
+    pub async fn fallocate(&self, c: &Creds, fh: u64, off: u64, len: u64, m: i32) -> Result<()> {
+        use crate::holes::{self, mode};
+        let h = self.handle(fh)?;
+        if !h.write {
+            return Err(FsError::new(Errno::BadF, "handle not open for writing"));
+        }
+        let end = holes::check(off, len, m)?;
+        if m & (mode::PUNCH_HOLE | mode::ZERO_RANGE) != 0 {
+            holes::zero(&self.inner, &h.inode, off, len).await?;
+        } else {
+            let s = self.statfs(c).await?;
+            let free = s.capacity.saturating_sub(s.used);
+            if free < len {
+                return Err(FsError::new(
+                    Errno::NoSpc,
+                    format!("fallocate of {len} bytes: the cluster has {free} bytes free"),
+                ));
+            }
+            holes::reserve(&self.inner, &h.inode, off, len).await?;
+        }
+        if m & mode::KEEP_SIZE == 0 {
+            holes::grow(&self.inner, &h.inode, end).await?;
+        }
+        Ok(())
+    }
+
+    /// `copy_file_range` from handle `fh_in` at `off_in` to handle `fh_out`
+    /// (open for writing) at `off_out`: up to `len` bytes (at most
+    /// [`crate::copy::MAX_CALL`] per call), copied on the OSDs where both
+    /// files' objects share them. Answers the bytes copied (0 at the
+    /// source's end).
+    pub async fn copy_range(
+        &self,
+        fh_in: u64,
+        off_in: u64,
+        fh_out: u64,
+        off_out: u64,
+        len: u64,
+    ) -> Result<u64> {
+        let (i, o) = (self.handle(fh_in)?, self.handle(fh_out)?);
+        if !o.write {
+            return Err(FsError::new(Errno::BadF, "handle not open for writing"));
+        }
+        crate::copy::copy_range(&self.inner, &i.inode, off_in, &o.inode, off_out, len).await
+    }
+
+    /// SEEK_DATA (`data`) or SEEK_HOLE from `off` on handle `fh`.
+    pub async fn seek_data(&self, fh: u64, off: u64, data: bool) -> Result<u64> {
+        let h = self.handle(fh)?;
+        crate::holes::seek(&self.inner, &h.inode, off, data).await
+    }
+
+    /// Registers a handle on an inode (sharing the open state of other handles).
+    pub(crate) async fn install(
+        &self,
+        c: &Creds,
+        e: &Entry,
+        grants: Vec<Grant>,
+        write: bool,
+    ) -> u64 {
+        let ino = e.attr.ino;
+        let f = {
+            let mut m = lock(&self.inner.inodes);
+            m.entry(ino)
+                .or_insert_with(|| {
+                    Arc::new(OpenInode::new(
+                        ino,
+                        e.layout.clone(),
+                        grants.clone(),
+                        write,
+                        c.clone(),
+                        e.attr.size,
+                    ))
+                })
+                .clone()
+        };
+        {
+            let mut st = f.st.lock().await;
+            if st.handles > 0 {
+                // Another handle has it open: keep what this client wrote,
+                // take newer capabilities and a longer length from the MDS.
+                if write && !st.write_caps || grants.iter().any(|g| g.rights & rights::WRITE != 0) {
+                    st.grants = grants;
+                    st.write_caps |= write;
+                    st.creds = c.clone();
+                }
+                if !st.busy() {
+                    st.size = st.size.max(e.attr.size);
+                    f.size.store(st.size, Ordering::Relaxed);
+                }
+                if st.layout.is_none() {
+                    st.layout = e.layout.clone();
+                }
+            }
+            st.handles += 1;
+        }
+        let fh = self.inner.next_fh.fetch_add(1, Ordering::Relaxed);
+        lock(&self.inner.handles).insert(fh, Handle { inode: f, write });
+        fh
+    }
+
+    /// Opens a file; read-only opens are answered from the cache when a
+    /// fresh entry with a read capability is there (what prefetch buys).
+    pub async fn open(&self, c: &Creds, ino: u64, write: bool) -> Result<u64> {
+        if !write {
+            let margin = self.inner.cfg.cap_margin.as_millis() as u64;
+            let cached = {
+                let mut cache = self.inner.meta.cache();
+                let usable = cache.peek(ino).is_some_and(|x| {
+                    self.inner.meta.fresh(x)
+                        && x.layout_known
+                        && (x.entry.attr.kind != FileKind::File
+                            || x.grants.iter().any(|g| {
+                                g.covers(data_oid(ino), rights::READ)
+                                    && g.expiry_ms > proto::clock::now_ms() + margin
+                            }))
+                });
+                if usable { cache.get(ino) } else { None }
+            };
+            if let Some((x, first)) = cached {
+                self.inner.meta.hit(first);
+                return Ok(self.install(c, &x.entry, x.grants, false).await);
+            }
+        }
+        let held_here = self.inner.is_open(ino);
+        let r = self
+            .inner
+            .open_grants(ino, c, write)
+            .await
+            .and_then(|(e, g)| {
+                // Without a name, a file is reachable only through what was
+                // open before (the MDS checks its sessions; a namespace on
+                // the OSDs has only this client to ask).
+                if e.attr.nlink == 0 && e.attr.kind != FileKind::Dir && !held_here {
+                    return Err(FsError::new(
+                        Errno::Stale,
+                        format!("inode {ino:#x} was unlinked"),
+                    ));
+                }
+                Ok((e, g))
+            });
+        let (entry, grants) = match r {
+            Ok(x) => x,
+            // An inode that is gone, reached through a cached name of a
+            // file removed elsewhere: ESTALE makes the kernel look the
+            // name up again, and that look must reach the namespace.
+            Err(e) if e.errno == Errno::Stale.raw() || e.errno == Errno::NoEnt.raw() => {
+                self.inner.meta.cache().remove(ino);
+                return Err(FsError::new(Errno::Stale, e.message));
+            }
+            Err(e) => return Err(e),
+        };
+        Ok(self.install(c, &entry, grants, write).await)
+    }
+
+    pub(crate) fn handle(&self, fh: u64) -> Result<Handle> {
+        lock(&self.inner.handles)
+            .get(&fh)
+            .cloned()
+            .ok_or_else(|| FsError::new(Errno::BadF, format!("no open file handle {fh}")))
+    }
+
+    /// Reads up to `len` bytes at `off`.
+    pub async fn read(&self, fh: u64, off: u64, len: u32) -> Result<Bytes> {
+        let h = self.handle(fh)?;
+        file::read(&self.inner, &h.inode, off, len).await
+    }
+
+    /// Writes `data` at `off` (buffered; durable after fsync or close).
+    pub async fn write(&self, fh: u64, off: u64, data: &[u8]) -> Result<u32> {
+        let h = self.handle(fh)?;
+        if !h.write {
+            return Err(FsError::new(Errno::BadF, "handle not open for writing"));
+        }
+        file::write(&self.inner, &h.inode, off, data).await
+    }
+
+    /// Writes buffered data out and commits the length (close and fsync).
+    pub async fn flush(&self, fh: u64) -> Result<()> {
+        let h = self.handle(fh)?;
+        let mut st = h.inode.st.lock().await;
+        file::commit(&self.inner, h.inode.ino, &mut st).await
+    }
+
+    /// fsync: when it returns, every byte written through this client to
+    /// the file is on the OSDs' devices, and its length and every
+    /// namespace change this client saw answered are in the MDS log.
+    pub async fn fsync(&self, fh: u64) -> Result<()> {
+        self.flush(fh).await?;
+        self.sync_namespace().await
+    }
+
+    /// Returns once every namespace change this client saw answered is
+    /// durable at the MDS (fsync of a directory; at once when nothing was
+    /// answered early).
+    pub async fn sync_namespace(&self) -> Result<()> {
+        self.inner.leases.drain().await?;
+        if let Some(e) = self.inner.leases.take_refused() {
+            return Err(FsError::new(
+                Errno::Io,
+                format!("a change answered under a directory lease was refused: {e}"),
+            ));
+        }
+        self.inner
+            .mds
+            .sync()
+            .await
+            .map_err(|e| FsError::new(e.errno(), format!("sync with the MDS: {e}")))
+    }
+
+    /// Closes a handle (writes out and commits if it was the last).
+    pub async fn release(&self, fh: u64) -> Result<()> {
+        let h = self.handle(fh)?;
+        let r = {
+            let mut st = h.inode.st.lock().await;
+            let r = file::commit(&self.inner, h.inode.ino, &mut st).await;
+            st.handles = st.handles.saturating_sub(1);
+            if st.handles == 0 && !st.busy() {
+                lock(&self.inner.inodes).remove(&h.inode.ino);
+            }
+            r
+        };
+        // After the changes are out: the next holder sees them.
+        let unlocked = self.release_locks(fh, h.inode.ino).await;
+        lock(&self.inner.handles).remove(&fh);
+        if !self.inner.is_open(h.inode.ino) {
+            self.inner.ns.released(h.inode.ino).await?;
+        }
+        r.and(unlocked)
+    }
+}
