@@ -1023,6 +1023,7 @@ fn two_mounts_share_a_directory_one_lease_at_a_time() {
         &["--stats-file", stats.to_str().unwrap()],
     );
     let mut mb = mount_fg(&mds_addr, cluster, &mpb, &[]);
+    let _guard = PanicGuard::new(osds.iter().chain([&mds, &ma, &mb]), &[&mpa, &mpb]);
     let sorted = |p: &Path| {
         let mut v: Vec<String> = std::fs::read_dir(p)
             .unwrap()

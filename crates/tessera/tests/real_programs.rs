@@ -319,6 +319,7 @@ fn run(cluster: &str, format_extra: &[&str]) {
     let (mpa, mpb) = (d.join("mnta"), d.join("mntb"));
     let mut ma = mount_fg(&mds_addr, cluster, &mpa, &[]);
     let mut mb = mount_fg(&mds_addr, cluster, &mpb, &[]);
+    let _guard = PanicGuard::new(osds.iter().chain([&mds, &ma, &mb]), &[&mpa, &mpb]);
     locks_between_mounts(&mpa, &mpb);
     sqlite_from_two_mounts(&mpa, &mpb);
     setattr_on_buffered_data(&mpa, &mpb);

@@ -313,3 +313,35 @@ pub fn daemons(
     wait_osds_up(&mds_addr, cluster, 3);
     (mds, osds, addrs, mds_addr)
 }
+
+/// When a test panics, kills the daemons and mounts it started (by pid)
+/// and detaches its mount points, so a failure leaves no process, mount
+/// or directory behind; a passing test stops them itself and checks how.
+pub struct PanicGuard {
+    pids: Vec<u32>,
+    mounts: Vec<PathBuf>,
+}
+
+impl PanicGuard {
+    pub fn new<'a>(children: impl IntoIterator<Item = &'a Child>, mounts: &[&Path]) -> PanicGuard {
+        PanicGuard {
+            pids: children.into_iter().map(|c| c.id()).collect(),
+            mounts: mounts.iter().map(|m| m.to_path_buf()).collect(),
+        }
+    }
+}
+
+impl Drop for PanicGuard {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        for m in &self.mounts {
+            let _ = Command::new("umount").arg("-l").arg(m).status();
+        }
+        for &p in &self.pids {
+            // SAFETY: signalling a process this test started.
+            unsafe { libc::kill(p as i32, libc::SIGKILL) };
+        }
+    }
+}
