@@ -82,6 +82,18 @@ impl TesseraFs {
         }
     }
 
+    /// For a handle opened with `O_APPEND`: its writes go at the client's
+    /// end of the file ([`Client::append_only`]), and the kernel's page
+    /// cache is not used for it (it would hold them where the kernel
+    /// thought the end was).
+    fn appending(&self, fh: u64, flags: i32) -> FopenFlags {
+        if flags & libc::O_APPEND == 0 {
+            return FopenFlags::empty();
+        }
+        self.client.append_only(fh);
+        FopenFlags::FOPEN_DIRECT_IO
+    }
+
     fn listing(&self, fh: FileHandle) -> Option<Arc<Listing>> {
         self.dirs
             .lock()
@@ -306,7 +318,7 @@ impl Filesystem for TesseraFs {
         let c = self.creds(req);
         let write = flags.acc_mode() != OpenAccMode::O_RDONLY;
         match self.run(self.client.open(&c, self.inos.from_fuse(ino), write)) {
-            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            Ok(fh) => reply.opened(FileHandle(fh), self.appending(fh, flags.0)),
             Err(e) => reply.error(e),
         }
     }
@@ -790,7 +802,7 @@ impl Filesystem for TesseraFs {
                 &file_attr(&self.inos, &e.attr),
                 Generation(0),
                 FileHandle(fh),
-                FopenFlags::empty(),
+                self.appending(fh, flags),
             ),
             Err(e) => reply.error(e),
         }
