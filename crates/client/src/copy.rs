@@ -287,7 +287,7 @@ pub async fn copy_range(
             let data = file::read(inner, src, off_in + at, n as u32).await?;
             let mut data = data.to_vec();
             data.resize(n as usize, 0);
-            file::write(inner, dst, file::At::Offset(off_out + at), &data).await?;
+            file::write(inner, dst, off_out + at, &data).await?;
             at += n;
         }
     }

@@ -439,24 +439,10 @@ pub async fn commit(inner: &Arc<Inner>, ino: u64, st: &mut FileState) -> Result<
     Ok(())
 }
 
-/// Where a write goes: at an offset, or at the end of the file as this
-/// client knows it when the write takes the file's state (`O_APPEND`).
-#[derive(Debug, Clone, Copy)]
-pub enum At {
-    /// At this offset.
-    Offset(u64),
-    /// At the end.
-    End,
-}
-
 /// Buffers a write; writes out when the buffer reaches a chunk or the
 /// client is over its memory limit.
-pub async fn write(inner: &Arc<Inner>, f: &OpenInode, at: At, data: &[u8]) -> Result<u32> {
+pub async fn write(inner: &Arc<Inner>, f: &OpenInode, off: u64, data: &[u8]) -> Result<u32> {
     let mut st = f.st.lock().await;
-    let off = match at {
-        At::Offset(o) => o,
-        At::End => st.size,
-    };
     st.take_error()?;
     if !st.write_caps {
         return Err(FsError::new(Errno::BadF, "file not open for writing"));

@@ -122,11 +122,7 @@ impl Client {
             st.handles += 1;
         }
         let fh = self.inner.next_fh.fetch_add(1, Ordering::Relaxed);
-        lock(&self.inner.handles).insert(fh, Handle {
-                inode: f,
-                write,
-                append: false,
-            });
+        lock(&self.inner.handles).insert(fh, Handle { inode: f, write });
         fh
     }
 
@@ -203,24 +199,7 @@ impl Client {
         if !h.write {
             return Err(FsError::new(Errno::BadF, "handle not open for writing"));
         }
-        let at = if h.append {
-            file::At::End
-        } else {
-            file::At::Offset(off)
-        };
-        file::write(&self.inner, &h.inode, at, data).await
-    }
-
-    /// Marks handle `fh` as opened with `O_APPEND`: its writes go at the
-    /// end of the file as this client knows it — after a lock, the length
-    /// the namespace has — not where the kernel's cached length says (the
-    /// kernel does not ask for the length before an append, so after
-    /// another mount appended under the same lock it would write over
-    /// that). The mount serves such a handle without the page cache.
-    pub fn append_only(&self, fh: u64) {
-        if let Some(h) = lock(&self.inner.handles).get_mut(&fh) {
-            h.append = true;
-        }
+        file::write(&self.inner, &h.inode, off, data).await
     }
 
     /// Writes buffered data out and commits the length (close and fsync).

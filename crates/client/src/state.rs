@@ -22,10 +22,6 @@ use crate::osds::OsdSet;
 pub(crate) struct Handle {
     pub(crate) inode: Arc<OpenInode>,
     pub(crate) write: bool,
-    /// Opened with `O_APPEND`: every write goes at the end this client
-    /// knows, whatever offset the kernel computed (see
-    /// [`crate::client::Client::append_only`]).
-    pub(crate) append: bool,
 }
 
 /// Shared state of a client (what background tasks hold).

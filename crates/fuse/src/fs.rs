@@ -82,18 +82,6 @@ impl TesseraFs {
         }
     }
 
-    /// For a handle opened with `O_APPEND`: its writes go at the client's
-    /// end of the file ([`Client::append_only`]), and the kernel's page
-    /// cache is not used for it (it would hold them where the kernel
-    /// thought the end was).
-    fn appending(&self, fh: u64, flags: i32) -> FopenFlags {
-        if flags & libc::O_APPEND == 0 {
-            return FopenFlags::empty();
-        }
-        self.client.append_only(fh);
-        FopenFlags::FOPEN_DIRECT_IO
-    }
-
     fn listing(&self, fh: FileHandle) -> Option<Arc<Listing>> {
         self.dirs
             .lock()
@@ -318,7 +306,7 @@ impl Filesystem for TesseraFs {
         let c = self.creds(req);
         let write = flags.acc_mode() != OpenAccMode::O_RDONLY;
         match self.run(self.client.open(&c, self.inos.from_fuse(ino), write)) {
-            Ok(fh) => reply.opened(FileHandle(fh), self.appending(fh, flags.0)),
+            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
             Err(e) => reply.error(e),
         }
     }
@@ -802,7 +790,7 @@ impl Filesystem for TesseraFs {
                 &file_attr(&self.inos, &e.attr),
                 Generation(0),
                 FileHandle(fh),
-                self.appending(fh, flags),
+                FopenFlags::empty(),
             ),
             Err(e) => reply.error(e),
         }

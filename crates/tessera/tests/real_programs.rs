@@ -173,26 +173,29 @@ fn sqlite_from_two_mounts(a: &Path, b: &Path) {
     }
 }
 
-/// Appenders on two mounts that take an `flock` around each append (what
-/// docs/CLIENT.md asks of them: `O_APPEND` alone is not atomic between
-/// mounts, as on NFS) lose no line.
+/// Appenders on two mounts that take an `flock` before they open the file
+/// to append (as `flock FILE -c 'cmd >> FILE'` does; docs/CLIENT.md:
+/// `O_APPEND` alone is not atomic between mounts, as on NFS) lose no
+/// line.
 fn appends_under_flock_from_two_mounts(a: &Path, b: &Path) {
     let writer = |m: &Path, who: &'static str| {
         let p = m.join("appended.log");
         std::thread::spawn(move || {
             for i in 0..150 {
-                let f = std::fs::OpenOptions::new()
+                let l = std::fs::OpenOptions::new()
                     .create(true)
                     .append(true)
                     .open(&p)
                     .unwrap();
-                // SAFETY: f is open.
-                assert_eq!(unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) }, 0);
+                // SAFETY: l is open.
+                assert_eq!(unsafe { libc::flock(l.as_raw_fd(), libc::LOCK_EX) }, 0);
+                let f = std::fs::OpenOptions::new().append(true).open(&p).unwrap();
                 use std::io::Write;
                 (&f).write_all(format!("{who} {i:04}\n").as_bytes())
                     .unwrap();
-                // SAFETY: f is open.
-                assert_eq!(unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_UN) }, 0);
+                drop(f);
+                // SAFETY: l is open.
+                assert_eq!(unsafe { libc::flock(l.as_raw_fd(), libc::LOCK_UN) }, 0);
             }
         })
     };
