@@ -616,6 +616,48 @@ async fn every_namespace_operation_and_error() {
         .errno(),
         1
     );
+    // A length commit from a session that holds no handle: its owner may
+    // (a close answered early is redone so after an MDS restart, before
+    // any hold is known again), no one else without the right to write.
+    let ro = create(&c, ROOT_INO, "read-only, of uid 5")
+        .await
+        .entry
+        .attr
+        .ino;
+    c.call(Op::SetAttr {
+        ino: ro,
+        set: SetAttr {
+            mode: Some(0o444),
+            uid: Some(5),
+            ..Default::default()
+        },
+    })
+    .await
+    .unwrap();
+    let fresh = cl.client();
+    let commit = Op::CommitSize {
+        ino: ro,
+        size: 77_777,
+        mtime: 0,
+    };
+    assert_eq!(
+        fresh
+            .call_as(user.clone(), commit.clone())
+            .await
+            .unwrap_err()
+            .errno(),
+        13,
+        "a commit by a non-owner who may not write"
+    );
+    let owner = Creds {
+        uid: 5,
+        gid: 5,
+        groups: vec![],
+    };
+    match fresh.call_as(owner, commit).await.unwrap() {
+        MdsReply::Attr(a) => assert_eq!(a.size, 77_777),
+        r => panic!("{r:?}"),
+    }
     // statfs, map, layouts
     match c.call(Op::Statfs).await.unwrap() {
         MdsReply::Statfs(s) => {

@@ -994,22 +994,29 @@ impl Op {
     }
 
     /// Whether the MDS may answer it before it is durable (when the
-    /// request asks for [`MdsRequest::early`]): namespace changes whose
-    /// only effects are in the MDS's own tables. Not mkdir: a directory's
-    /// inode number also fixes its children's numbering, so a replay could
-    /// not make it again whatever was lost before it.
+    /// request asks for [`MdsRequest::early`]): changes whose only effects
+    /// are in the MDS's own tables — namespace changes, a writer's length
+    /// commit (a close), and a chmod, chown or utimens that sets no length
+    /// (a truncate cuts objects on the OSDs first, so it stays durable).
+    /// Not mkdir: a directory's inode number also fixes its children's
+    /// numbering, so a replay could not make it again whatever was lost
+    /// before it.
     pub fn may_answer_early(&self) -> bool {
-        matches!(
-            self,
-            Op::Create { .. }
-                | Op::Symlink { .. }
-                | Op::Mknod { .. }
-                | Op::Link { .. }
-                | Op::Unlink { .. }
-                | Op::Rmdir { .. }
-                | Op::Rename { .. }
-                | Op::DirOps { .. }
-        )
+        match self {
+            Op::SetAttr { set, .. } => set.size.is_none(),
+            _ => matches!(
+                self,
+                Op::Create { .. }
+                    | Op::Symlink { .. }
+                    | Op::Mknod { .. }
+                    | Op::Link { .. }
+                    | Op::Unlink { .. }
+                    | Op::Rmdir { .. }
+                    | Op::Rename { .. }
+                    | Op::DirOps { .. }
+                    | Op::CommitSize { .. }
+            ),
+        }
     }
 
     /// A short name for logs and metrics.

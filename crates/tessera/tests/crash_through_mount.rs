@@ -170,6 +170,62 @@ fn names(dir: &std::path::Path) -> Vec<String> {
     v
 }
 
+/// Files being written: (name, open file, content, mtime to set).
+type Writing = Vec<(String, std::fs::File, Vec<u8>, u64)>;
+
+/// Makes read-only (0444) files in `a` and writes the first half of each,
+/// fsync'd (so the create and that part are durable); they stay open.
+fn start_writing(a: &std::path::Path) -> Writing {
+    use std::os::unix::fs::OpenOptionsExt;
+    (0..20u64)
+        .map(|i| {
+            let name = format!("d{i:02}");
+            let data = format!("data {i}\n").repeat(100 + i as usize).into_bytes();
+            let mut f = std::fs::OpenOptions::new()
+                .create_new(true)
+                .write(true)
+                .mode(0o444)
+                .open(a.join(&name))
+                .unwrap();
+            f.write_all(&data[..data.len() / 2]).unwrap();
+            f.sync_all().unwrap();
+            (name, f, data, 1_000_000 + i)
+        })
+        .collect()
+}
+
+/// Writes the rest of each file and closes it (the close that commits
+/// the length is answered early), then gives it mode 0555 (a chmod that
+/// takes no right away) and an explicit mtime; answers (name, content,
+/// mtime).
+fn finish_writing(a: &std::path::Path, files: Writing) -> Vec<(String, Vec<u8>, u64)> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut out = Vec::new();
+    for (name, mut f, data, mtime) in files {
+        f.write_all(&data[data.len() / 2..]).unwrap();
+        drop(f);
+        std::fs::set_permissions(a.join(&name), std::fs::Permissions::from_mode(0o555)).unwrap();
+        std::fs::File::open(a.join(&name))
+            .unwrap()
+            .set_modified(std::time::UNIX_EPOCH + Duration::from_secs(mtime))
+            .unwrap();
+        out.push((name, data, mtime));
+    }
+    out
+}
+
+/// Each of `written` is in `a` with its content, mode 0555 and mtime.
+fn check_written(a: &std::path::Path, written: &[(String, Vec<u8>, u64)]) {
+    use std::os::unix::fs::MetadataExt;
+    for (name, data, mtime) in written {
+        let m = std::fs::metadata(a.join(name)).unwrap();
+        assert_eq!(m.len(), data.len() as u64, "{name}: length after replay");
+        assert_eq!(m.mode() & 0o777, 0o555, "{name}: mode after replay");
+        assert_eq!(m.mtime() as u64, *mtime, "{name}: mtime after replay");
+        assert_eq!(&std::fs::read(a.join(name)).unwrap(), data, "{name}");
+    }
+}
+
 #[test]
 fn early_answered_changes_are_replayed_to_a_restarted_mds() {
     if !can_mount() {
@@ -209,6 +265,7 @@ fn early_answered_changes_are_replayed_to_a_restarted_mds() {
     let a = mp.join("a");
     std::fs::create_dir(&a).unwrap();
     std::fs::create_dir(a.join("sub")).unwrap();
+    let writing = start_writing(&a);
     for i in 0..200 {
         std::fs::File::create(a.join(format!("f{i:03}"))).unwrap();
         std::fs::File::create(mpb.join("a").join(format!("g{i:03}"))).unwrap();
@@ -224,9 +281,14 @@ fn early_answered_changes_are_replayed_to_a_restarted_mds() {
         std::fs::remove_file(a.join(format!("f{i:03}"))).unwrap();
     }
     std::os::unix::fs::symlink("f150", a.join("link")).unwrap();
+    // Closes, chmods and utimens are answered early too: files made
+    // read-only and written (their owner's close is redone without the
+    // hold a restarted MDS does not know yet), given more rights (a chmod
+    // that takes none away) and explicit mtimes.
+    let written = finish_writing(&a, writing);
     let want_a = names(&a);
     let want_sub = names(&a.join("sub"));
-    assert_eq!(want_a.len(), 100 + 200 + 2, "{want_a:?}");
+    assert_eq!(want_a.len(), 100 + 200 + 2 + written.len(), "{want_a:?}");
     // Kill at once: the last changes are not in the log yet.
     mds.kill().unwrap();
     mds.wait().unwrap();
@@ -255,6 +317,7 @@ fn early_answered_changes_are_replayed_to_a_restarted_mds() {
     let mp2 = d.join("mnt2");
     let mut m2 = mount_fg(&mds_addr, cluster, &mp2, &[]);
     assert_eq!(names(&mp2.join("a")), want_a, "on a fresh mount");
+    check_written(&mp2.join("a"), &written);
     assert_eq!(names(&mp2.join("a").join("sub")), want_sub);
     assert_eq!(names(&mpb.join("a")), want_a, "through the second mount");
     sigint_wait(&mut m2);
@@ -327,6 +390,7 @@ fn early_answered_changes_are_replayed_to_a_restarted_mds() {
         want_a,
         "replayed changes are durable"
     );
+    check_written(&mp3.join("a"), &written);
     assert!(
         waited >= Duration::from_millis(3000),
         "the MDS waited for the dead mount's replay ({waited:?})"

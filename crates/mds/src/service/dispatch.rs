@@ -118,7 +118,7 @@ impl Mds {
                 self.readdir_prefetch(&c, ino, after.as_deref(), max, pf)
             }
             Op::Statfs => self.statfs(),
-            Op::SetAttr { ino, set } => self.setattr(c, ino, set, session).await,
+            Op::SetAttr { ino, set } => self.setattr(c, ino, set, (session, early)).await,
             Op::GetXattr { ino, name } => self.getxattr(&c, ino, &name),
             Op::ListXattr { ino } => self.listxattr(ino),
             Op::SetXattr {
@@ -129,7 +129,8 @@ impl Mds {
             } => self.setxattr(c, ino, name, value, mode).await,
             Op::RemoveXattr { ino, name } => self.removexattr(c, ino, name).await,
             Op::CommitSize { ino, size, mtime } => {
-                self.commit_size(c, ino, (size, mtime), session).await
+                self.commit_size(c, ino, (size, mtime), (session, early))
+                    .await
             }
             Op::ExtendLayout { ino, objset } => self.extend_layout(c, ino, objset, session).await,
             Op::GetLayout { ino } => self.get_layout(ino),

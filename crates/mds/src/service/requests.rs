@@ -405,13 +405,18 @@ impl Mds {
 
     /// SETATTR: chmod, chown, utimens, truncate (through a handle the
     /// session holds for writing, a truncate skips the permission check).
+    /// One without a length may be answered early (`early`); one that
+    /// takes rights away is durable before any OSD hears of it all the
+    /// same, so a lost change can never leave OSDs refusing a version the
+    /// MDS hands out again.
     pub(super) async fn setattr(
         self: &Arc<Self>,
         c: Creds,
         ino: u64,
         mut set: proto::mds::SetAttr,
-        session: u64,
+        (session, early): (u64, Option<u64>),
     ) -> Result<MdsReply, MdsError> {
+        let early = early.filter(|_| set.size.is_none());
         if set.via_handle && !self.session_holds(session, ino, true) {
             set.via_handle = false;
         }
@@ -437,9 +442,8 @@ impl Mds {
         // version every older capability is refused at is taken and
         // recorded as pending in the same transaction, so an MDS crash
         // before the OSDs are reached leaves it to be retried, not lost.
-        let (done, pending) = self
-            .kv
-            .write(move |tx| {
+        let ((done, pending), mut ack) = self
+            .write_ns(early, move |tx| {
                 let done = ns::setattr(tx, &c, ino, &set)?;
                 let mut pending = None;
                 if done.revoke && done.inode.layout.is_some() {
@@ -451,9 +455,12 @@ impl Mds {
             })
             .await?;
         if let (Some(v), Some(l)) = (pending, &done.inode.layout) {
+            if ack.transno != 0 {
+                ack.durable = self.kv.sync().await?;
+            }
             self.finish_revocation(ino, l, v).await;
         }
-        Ok(MdsReply::Attr(done.inode.attr))
+        Ok(self.answer(MdsReply::Attr(done.inode.attr), ack))
     }
 
     /// GETXATTR.
@@ -501,20 +508,22 @@ impl Mds {
         Ok(MdsReply::Done)
     }
 
-    /// COMMIT SIZE: a writer's length and mtime (the length only grows).
+    /// COMMIT SIZE: a writer's length and mtime (the length only grows);
+    /// answered early for `early`'s session.
     pub(super) async fn commit_size(
         &self,
         c: Creds,
         ino: u64,
         (size, mtime): (u64, i64),
-        session: u64,
+        (session, early): (u64, Option<u64>),
     ) -> Result<MdsReply, MdsError> {
         let opened = self.session_holds(session, ino, true);
-        let i = self
-            .kv
-            .write(move |tx| ns::commit_size(tx, &c, ino, (size, mtime), opened))
+        let (i, ack) = self
+            .write_ns(early, move |tx| {
+                ns::commit_size(tx, &c, ino, (size, mtime), opened)
+            })
             .await?;
-        Ok(MdsReply::Attr(i.attr))
+        Ok(self.answer(MdsReply::Attr(i.attr), ack))
     }
 
     /// EXTEND LAYOUT: object sets up to `objset`, with write grants.
