@@ -244,6 +244,7 @@ impl Client {
         // not list is absent, whatever the cache holds.
         let leased = self.inner.leases.lookup(parent, name);
         if leased == Some(None) {
+            tracing::trace!(parent, name, "lookup: absent under the lease");
             meta.hit(false);
             return Err(FsError::new(
                 Errno::NoEnt,
@@ -267,6 +268,7 @@ impl Client {
         }
         // A name the lease lists is there, whatever an older listing said.
         if leased.is_none() && self.inner.absent.absent(parent, name) {
+            tracing::trace!(parent, name, "lookup: absent from the recent list");
             meta.hit(false);
             return Err(FsError::new(
                 Errno::NoEnt,
@@ -286,6 +288,7 @@ impl Client {
         let f = match self.inner.ns.lookup(c, parent, name).await {
             Ok(f) => f,
             Err(e) => {
+                tracing::trace!(parent, name, error = %e, "lookup: the namespace says");
                 if e.errno == Errno::NoEnt.raw() && self.inner.absent.missed(parent) {
                     self.list_names(c, parent).await;
                 }
