@@ -61,8 +61,15 @@ pub fn apply_setattr(a: &mut Attr, c: &Creds, set: &SetAttr, now: i64) -> Result
     let mut b = a.clone();
     let mut revoke = false;
     if let Some(mode) = set.mode {
-        perm::owner(&b, c, "chmod")?;
         let mut m = mode & 0o7777;
+        // A writer's kernel clears the set-id bits of a file it writes
+        // (`file_remove_privs`) with a chmod in the writer's name: that
+        // alone needs only the right to write, not ownership.
+        let old = b.mode & 0o7777;
+        let only_drops_set_id = m & !old == 0 && old & !m != 0 && (old & !m) & !0o6000 == 0;
+        if !(only_drops_set_id && perm::allowed(&b, c, W)) {
+            perm::owner(&b, c, "chmod")?;
+        }
         if c.uid != 0 && b.kind != FileKind::Dir && !perm::in_group(c, b.gid) {
             m &= !0o2000; // non-members cannot set setgid
         }
@@ -145,4 +152,60 @@ pub fn apply_setattr(a: &mut Attr, c: &Creds, set: &SetAttr, now: i64) -> Result
     b.ctime = now;
     *a = b;
     Ok(revoke)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(mode: u32) -> Attr {
+        Attr {
+            ino: 9,
+            kind: FileKind::File,
+            mode,
+            nlink: 1,
+            uid: 10,
+            gid: 20,
+            size: 0,
+            atime: 0,
+            mtime: 0,
+            ctime: 0,
+            rdev: 0,
+        }
+    }
+
+    fn chmod(mode: u32) -> SetAttr {
+        SetAttr {
+            mode: Some(mode),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_writer_may_only_clear_the_set_id_bits() {
+        let writer = Creds {
+            uid: 11,
+            gid: 5,
+            groups: vec![],
+        };
+        // What the kernel asks when a non-owner writes a 06777 file.
+        let mut a = file(0o6777);
+        apply_setattr(&mut a, &writer, &chmod(0o0777), 1).unwrap();
+        assert_eq!(a.mode, 0o777);
+        let mut a = file(0o4777);
+        apply_setattr(&mut a, &writer, &chmod(0o0777), 1).unwrap();
+        assert_eq!(a.mode, 0o777);
+        // Anything else stays the owner's: the same mode, another bit
+        // cleared or set with them, or no right to write.
+        for (from, to) in [
+            (0o6777, 0o6777),
+            (0o777, 0o777),
+            (0o6777, 0o0775),
+            (0o4777, 0o1777),
+            (0o6775, 0o0775),
+        ] {
+            let e = apply_setattr(&mut file(from), &writer, &chmod(to), 1).unwrap_err();
+            assert_eq!(e.errno, Errno::Perm, "{from:o} -> {to:o}");
+        }
+    }
 }

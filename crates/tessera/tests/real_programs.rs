@@ -5,7 +5,8 @@
 //! file whose data is still buffered, explicit mtimes kept (`tar` then
 //! `tar -d`), a hole punched after a truncate, `cp -a` keeping modes,
 //! long names, a file re-made under a name the other mount still
-//! caches, and an editor's atomic saves under readers on both mounts.
+//! caches, an editor's atomic saves under readers on both mounts, and a
+//! non-owner's write to a set-id file.
 //! Each of these failed on an earlier landing. Skipped
 //! (with a message) where FUSE cannot be mounted.
 #![expect(clippy::unwrap_used, reason = "tests: a panic is the failure report")]
@@ -414,6 +415,35 @@ fn atomic_saves_under_readers(a: &Path, b: &Path) {
     );
 }
 
+/// A user who is not the owner appends to a 06777 file: the write
+/// succeeds and clears the set-id bits (the kernel asks with a chmod in
+/// the writer's name). Needs root to act as `nobody`; skipped otherwise.
+fn set_id_bits_cleared_by_a_writer(a: &Path) {
+    // SAFETY: a plain query.
+    if unsafe { libc::geteuid() } != 0 {
+        println!("not root: the set-id write is not tried");
+        return;
+    }
+    let p = a.join("setid");
+    std::fs::write(&p, b"x\n").unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o6777)).unwrap();
+    let o = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "sh",
+            "-c",
+        ])
+        .arg(format!("echo hi >> '{}'", p.display()))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let m = std::fs::metadata(&p).unwrap();
+    assert_eq!(m.mode() & 0o7777, 0o777, "set-id bits cleared by the write");
+    assert_eq!(std::fs::read(&p).unwrap(), b"x\nhi\n");
+}
+
 fn run(cluster: &str, format_extra: &[&str]) {
     if !can_mount() {
         return;
@@ -433,6 +463,7 @@ fn run(cluster: &str, format_extra: &[&str]) {
     punch_after_truncate(&mpa);
     long_names_and_stale_names(&mpa, &mpb);
     atomic_saves_under_readers(&mpa, &mpb);
+    set_id_bits_cleared_by_a_writer(&mpa);
     sigint_wait(&mut mb);
     sigint_wait(&mut ma);
     for mut c in osds.into_iter().chain([mds]) {
