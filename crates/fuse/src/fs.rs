@@ -110,7 +110,7 @@ impl Filesystem for TesseraFs {
     fn lookup(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEntry) {
         let c = self.creds(req);
         let r = name(n).and_then(|n| {
-            self.run(self.client.lookup(&c, self.inos.from_fuse(parent), n))
+            self.run(self.client.lookup(&c, self.inos.from_fuse(parent), &n))
                 .map(|e| e.attr)
         });
         self.entry(reply, r);
@@ -162,7 +162,7 @@ impl Filesystem for TesseraFs {
     fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
         let c = self.creds(req);
         match self.run(self.client.readlink(&c, self.inos.from_fuse(ino))) {
-            Ok(t) => reply.data(t.as_bytes()),
+            Ok(t) => reply.data(posix::name_to_bytes(&t).as_ref()),
             Err(e) => reply.error(e),
         }
     }
@@ -187,9 +187,9 @@ impl Filesystem for TesseraFs {
         let r = name(n).and_then(|n| {
             self.run(async {
                 if k != FileKind::File {
-                    return Ok(self.client.mknod(&c, parent, n, k, perm, rdev).await?.attr);
+                    return Ok(self.client.mknod(&c, parent, &n, k, perm, rdev).await?.attr);
                 }
-                let (e, fh) = self.client.create(&c, parent, n, perm, true).await?;
+                let (e, fh) = self.client.create(&c, parent, &n, perm, true).await?;
                 self.client.release(fh).await?;
                 Ok(e.attr)
             })
@@ -210,7 +210,7 @@ impl Filesystem for TesseraFs {
         let r = name(n).and_then(|n| {
             self.run(
                 self.client
-                    .mkdir(&c, self.inos.from_fuse(parent), n, mode & !umask & 0o7777),
+                    .mkdir(&c, self.inos.from_fuse(parent), &n, mode & !umask & 0o7777),
             )
             .map(|e| e.attr)
         });
@@ -221,7 +221,7 @@ impl Filesystem for TesseraFs {
         let c = self.creds(req);
         done(
             reply,
-            name(n).and_then(|n| self.run(self.client.unlink(&c, self.inos.from_fuse(parent), n))),
+            name(n).and_then(|n| self.run(self.client.unlink(&c, self.inos.from_fuse(parent), &n))),
         );
     }
 
@@ -229,7 +229,7 @@ impl Filesystem for TesseraFs {
         let c = self.creds(req);
         done(
             reply,
-            name(n).and_then(|n| self.run(self.client.rmdir(&c, self.inos.from_fuse(parent), n))),
+            name(n).and_then(|n| self.run(self.client.rmdir(&c, self.inos.from_fuse(parent), &n))),
         );
     }
 
@@ -243,8 +243,8 @@ impl Filesystem for TesseraFs {
     ) {
         let c = self.creds(req);
         let r = name(link_name).and_then(|n| {
-            let t = target.to_str().ok_or(Errno::from_i32(libc::EINVAL))?;
-            self.run(self.client.symlink(&c, self.inos.from_fuse(parent), n, t))
+            let t = crate::request::target(target)?;
+            self.run(self.client.symlink(&c, self.inos.from_fuse(parent), &n, &t))
                 .map(|e| e.attr)
         });
         self.entry(reply, r);
@@ -272,9 +272,9 @@ impl Filesystem for TesseraFs {
             self.run(self.client.rename(
                 &c,
                 self.inos.from_fuse(parent),
-                a,
+                &a,
                 self.inos.from_fuse(newparent),
-                b,
+                &b,
                 noreplace,
             ))
         });
@@ -295,7 +295,7 @@ impl Filesystem for TesseraFs {
                 &c,
                 self.inos.from_fuse(ino),
                 self.inos.from_fuse(newparent),
-                n,
+                &n,
             ))
             .map(|e| e.attr)
         });
@@ -585,7 +585,12 @@ impl Filesystem for TesseraFs {
                 reply.add(self.inos.to_fuse(ino), i + 1, FileType::Directory, n)
             } else {
                 let e = &l.entries[(i - 2) as usize];
-                reply.add(self.inos.to_fuse(e.ino), i + 1, kind(e.kind), &e.name)
+                reply.add(
+                    self.inos.to_fuse(e.ino),
+                    i + 1,
+                    kind(e.kind),
+                    crate::request::os_name(&e.name),
+                )
             };
             if full {
                 break;
@@ -635,7 +640,7 @@ impl Filesystem for TesseraFs {
                 reply.add(
                     self.inos.to_fuse(e.ino),
                     i + 1,
-                    &e.name,
+                    crate::request::os_name(&e.name),
                     &self.ttl,
                     &a,
                     Generation(0),
@@ -779,7 +784,7 @@ impl Filesystem for TesseraFs {
             self.run(self.client.create(
                 &c,
                 self.inos.from_fuse(parent),
-                n,
+                &n,
                 mode & !umask & 0o7777,
                 exclusive,
             ))

@@ -36,12 +36,31 @@ pub fn done(reply: ReplyEmpty, r: Result<(), Errno>) {
 
 /// A path component as the namespace takes it: longer than `NAME_MAX`
 /// bytes is ENAMETOOLONG for every operation (lookup included), as on a
-/// local file system.
-pub fn name(n: &OsStr) -> Result<&str, Errno> {
+/// local file system; bytes that are not UTF-8 are carried as escapes
+/// (`posix::names::name_from_bytes`).
+pub fn name(n: &OsStr) -> Result<std::borrow::Cow<'_, str>, Errno> {
+    use std::os::unix::ffi::OsStrExt;
     if n.len() > proto::mds::NAME_MAX {
         return Err(Errno::from_i32(libc::ENAMETOOLONG));
     }
-    n.to_str().ok_or(Errno::from_i32(libc::EINVAL))
+    posix::name_from_bytes(n.as_bytes()).map_err(|_| Errno::from_i32(libc::EINVAL))
+}
+
+/// A symlink's target as the namespace keeps it (escaped as a name is).
+pub fn target(t: &std::path::Path) -> Result<std::borrow::Cow<'_, str>, Errno> {
+    use std::os::unix::ffi::OsStrExt;
+    posix::name_from_bytes(t.as_os_str().as_bytes()).map_err(|_| Errno::from_i32(libc::EINVAL))
+}
+
+/// The bytes a name or target kept by the namespace stands for.
+pub fn os_name(n: &str) -> std::borrow::Cow<'_, OsStr> {
+    use std::os::unix::ffi::OsStrExt;
+    match posix::name_to_bytes(n) {
+        std::borrow::Cow::Borrowed(b) => std::borrow::Cow::Borrowed(OsStr::from_bytes(b)),
+        std::borrow::Cow::Owned(v) => {
+            std::borrow::Cow::Owned(std::os::unix::ffi::OsStringExt::from_vec(v))
+        }
+    }
 }
 
 /// An extended attribute's name (its length is checked by the namespace:

@@ -258,20 +258,18 @@ pub fn symlink(
     target: &str,
 ) -> Result<Inode, MdsError> {
     check_name(name)?;
-    if target.is_empty() || target.len() > PATH_MAX || target.contains('\0') {
+    let len = posix::raw_len(target);
+    if target.is_empty() || len > PATH_MAX || target.contains('\0') {
         return Err(err(
             Errno::Inval,
-            format!(
-                "symlink target of {} bytes: must be 1..={PATH_MAX} bytes without NUL",
-                target.len()
-            ),
+            format!("symlink target of {len} bytes: must be 1..={PATH_MAX} bytes without NUL"),
         ));
     }
     let mut dir = writable_dir(tx, c, parent, "symlink")?;
     let (mut st, ino) = new_name_and_id(tx, policy, &mut dir, name)?;
     let now = now_ns();
     let mut attr = new_attr(ino, FileKind::Symlink, 0o777, c, &dir.attr, now);
-    attr.size = target.len() as u64;
+    attr.size = len as u64;
     let inode = Inode {
         attr,
         parent,

@@ -250,7 +250,7 @@ impl Slot {
         ino.copy_from_slice(&b[7..15]);
         let name = std::str::from_utf8(&b[SLOT_FIXED..])
             .map_err(|_| NsError::corrupt("directory entry name is not UTF-8"))?;
-        if name.len() > NAME_MAX || name.contains('/') || name.contains('\0') {
+        if posix::raw_len(name) > NAME_MAX || name.contains('/') || name.contains('\0') {
             return Err(NsError::corrupt(format!("directory entry name {name:?}")));
         }
         Ok(Slot {

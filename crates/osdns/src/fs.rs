@@ -282,7 +282,7 @@ impl OsdFs {
             uid: o.uid,
             gid: o.gid,
             nlink: if kind == Kind::Dir { 2 } else { 1 },
-            size: target.as_ref().map_or(0, |s| s.len() as u64),
+            size: target.as_ref().map_or(0, |s| posix::raw_len(s) as u64),
             atime: t,
             mtime: t,
             ctime: t,

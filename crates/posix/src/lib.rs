@@ -19,5 +19,5 @@ pub mod perm;
 
 pub use attr::{apply_setattr, kind_name, new_attr};
 pub use errno::Errno;
-pub use names::{check_name, check_xattr_name};
+pub use names::{check_name, check_xattr_name, name_from_bytes, name_to_bytes, raw_len};
 pub use perm::{R, W, X};

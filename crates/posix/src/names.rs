@@ -6,8 +6,100 @@ fn err(e: Errno, m: impl Into<String>) -> MdsError {
     MdsError::new(e, m)
 }
 
+/// The first of the 128 code points (U+10FE80..=U+10FEFF, in the private
+/// use plane 16) that stand for the bytes 0x80..=0xFF of a name that is not
+/// UTF-8: Linux names are bytes, Tessera's are strings, and this mapping
+/// (the idea of Python's `surrogateescape`, with code points a Rust string
+/// may hold) carries any byte string through unchanged.
+const ESCAPE_BASE: u32 = 0x10_FE00;
+
+fn escaped_byte(c: char) -> Option<u8> {
+    let v = c as u32;
+    (ESCAPE_BASE + 0x80..=ESCAPE_BASE + 0xFF)
+        .contains(&v)
+        .then(|| (v - ESCAPE_BASE) as u8)
+}
+
+/// A name (or symlink target) as Tessera keeps it, from the bytes a
+/// program gave: UTF-8 as it is; each byte of a sequence that is not UTF-8
+/// as one escape code point. A UTF-8 name that itself holds an escape code
+/// point is refused (EINVAL): it could not be told from an escaped one.
+pub fn name_from_bytes(b: &[u8]) -> Result<std::borrow::Cow<'_, str>, MdsError> {
+    let refuse = || {
+        err(
+            Errno::Inval,
+            "the name holds a code point of U+10FE80..U+10FEFF, which Tessera \
+             uses to carry bytes that are not UTF-8",
+        )
+    };
+    if let Ok(s) = std::str::from_utf8(b) {
+        return match s.chars().any(|c| escaped_byte(c).is_some()) {
+            true => Err(refuse()),
+            false => Ok(std::borrow::Cow::Borrowed(s)),
+        };
+    }
+    let mut out = String::with_capacity(b.len() * 2);
+    let mut rest = b;
+    while !rest.is_empty() {
+        match std::str::from_utf8(rest) {
+            Ok(s) => {
+                if s.chars().any(|c| escaped_byte(c).is_some()) {
+                    return Err(refuse());
+                }
+                out.push_str(s);
+                break;
+            }
+            Err(e) => {
+                let (good, bad) = rest.split_at(e.valid_up_to());
+                // SAFETY-free: `good` was just checked to be UTF-8.
+                let good = std::str::from_utf8(good).unwrap_or_default();
+                if good.chars().any(|c| escaped_byte(c).is_some()) {
+                    return Err(refuse());
+                }
+                out.push_str(good);
+                let n = e.error_len().unwrap_or(bad.len());
+                for &byte in &bad[..n] {
+                    out.extend(char::from_u32(ESCAPE_BASE + u32::from(byte)));
+                }
+                rest = &bad[n..];
+            }
+        }
+    }
+    Ok(std::borrow::Cow::Owned(out))
+}
+
+/// The bytes a name stands for (the inverse of [`name_from_bytes`]).
+pub fn name_to_bytes(name: &str) -> std::borrow::Cow<'_, [u8]> {
+    if !name.chars().any(|c| escaped_byte(c).is_some()) {
+        return std::borrow::Cow::Borrowed(name.as_bytes());
+    }
+    let mut out = Vec::with_capacity(name.len());
+    for c in name.chars() {
+        match escaped_byte(c) {
+            Some(b) => out.push(b),
+            None => out.extend_from_slice(c.encode_utf8(&mut [0; 4]).as_bytes()),
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// The length in bytes of what a name stands for (each escape code point,
+/// four bytes of UTF-8, is one byte).
+pub fn raw_len(name: &str) -> usize {
+    name.len() - 3 * name.chars().filter(|&c| escaped_byte(c).is_some()).count()
+}
+
+/// Whether a name is in the one form [`name_from_bytes`] gives: escape
+/// code points only where the bytes are not UTF-8 (so no two names stand
+/// for the same bytes).
+pub fn canonical(name: &str) -> bool {
+    !name.chars().any(|c| escaped_byte(c).is_some())
+        || name_from_bytes(&name_to_bytes(name)).is_ok_and(|n| n == name)
+}
+
 /// Checks one path component: not empty, not `.`/`..`, no `/` or NUL, at
-/// most [`NAME_MAX`] bytes.
+/// most [`NAME_MAX`] bytes (as the bytes it stands for, see
+/// [`name_from_bytes`]), escapes in their one form.
 pub fn check_name(name: &str) -> Result<(), MdsError> {
     if name.is_empty() || name == "." || name == ".." {
         return Err(err(
@@ -15,10 +107,16 @@ pub fn check_name(name: &str) -> Result<(), MdsError> {
             format!("invalid name {name:?}: empty, '.' and '..' cannot be entries"),
         ));
     }
-    if name.len() > NAME_MAX {
+    if raw_len(name) > NAME_MAX {
         return Err(err(
             Errno::NameTooLong,
-            format!("name of {} bytes; the limit is {NAME_MAX}", name.len()),
+            format!("name of {} bytes; the limit is {NAME_MAX}", raw_len(name)),
+        ));
+    }
+    if !canonical(name) {
+        return Err(err(
+            Errno::Inval,
+            format!("invalid name {name:?}: escapes UTF-8 bytes that need none"),
         ));
     }
     if let Some(c) = name.chars().find(|&c| c == '/' || c == '\0') {
@@ -83,6 +181,72 @@ mod tests {
             Errno::NameTooLong
         );
         assert!(check_name(&"x".repeat(255)).is_ok());
+    }
+
+    #[test]
+    fn any_bytes_survive_the_escape_and_only_one_form_is_taken() {
+        for b in [
+            &b"plain.txt"[..],
+            b"caf\xc3\xa9",
+            b"latin1 caf\xe9",
+            b"\xff\xfe\x80",
+            b"trunc \xe2\x82",
+            b"mix \xe9 \xc3\xa9 \xf0\x9f\x98\x80 \xc0\xaf",
+        ] {
+            let n = name_from_bytes(b).unwrap();
+            assert_eq!(&*name_to_bytes(&n), b, "{n:?}");
+            assert_eq!(raw_len(&n), b.len());
+            assert!(canonical(&n));
+        }
+        let latin = name_from_bytes(&[b'x'; 255]).unwrap();
+        assert!(check_name(&latin).is_ok());
+        let long = name_from_bytes(&[0xe9; 255]).unwrap();
+        assert!(check_name(&long).is_ok(), "255 bytes, 1,020 as escapes");
+        let too_long = name_from_bytes(&[0xe9; 256]).unwrap();
+        assert_eq!(check_name(&too_long).unwrap_err().errno, Errno::NameTooLong);
+        // "é" escaped byte by byte stands for the bytes "é" is: refused,
+        // as is a UTF-8 name holding an escape code point itself.
+        let forged: String = [0x10_FEC3u32, 0x10_FEA9]
+            .iter()
+            .filter_map(|&v| char::from_u32(v))
+            .collect();
+        assert!(!canonical(&forged));
+        assert_eq!(check_name(&forged).unwrap_err().errno, Errno::Inval);
+        assert!(name_from_bytes(forged.as_bytes()).is_err());
+    }
+
+    /// Seeded random byte strings (biased toward bytes ≥ 0x80 and UTF-8
+    /// lead bytes): every one comes back unchanged, in canonical form,
+    /// with its own length.
+    #[test]
+    fn random_bytes_round_trip() {
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for _ in 0..20_000 {
+            let len = (next() % 40) as usize;
+            let b: Vec<u8> = (0..len)
+                .map(|_| match next() % 4 {
+                    0 => b'a' + (next() % 26) as u8,
+                    1 => 0x80 + (next() % 0x40) as u8,
+                    2 => 0xc2 + (next() % 0x33) as u8,
+                    _ => next() as u8,
+                })
+                .collect();
+            let Ok(n) = name_from_bytes(&b) else {
+                // Only valid UTF-8 holding an escape code point is refused.
+                let s = std::str::from_utf8(&b).expect("refused bytes that are not UTF-8");
+                assert!(s.chars().any(|c| escaped_byte(c).is_some()));
+                continue;
+            };
+            assert_eq!(&*name_to_bytes(&n), &b[..]);
+            assert_eq!(raw_len(&n), b.len());
+            assert!(canonical(&n));
+        }
     }
 
     #[test]

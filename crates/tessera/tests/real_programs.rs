@@ -5,8 +5,8 @@
 //! file whose data is still buffered, explicit mtimes kept (`tar` then
 //! `tar -d`), a hole punched after a truncate, `cp -a` keeping modes,
 //! long names, a file re-made under a name the other mount still
-//! caches, an editor's atomic saves under readers on both mounts, and a
-//! non-owner's write to a set-id file.
+//! caches, an editor's atomic saves under readers on both mounts, a
+//! non-owner's write to a set-id file, and names that are not UTF-8.
 //! Each of these failed on an earlier landing. Skipped
 //! (with a message) where FUSE cannot be mounted.
 #![expect(clippy::unwrap_used, reason = "tests: a panic is the failure report")]
@@ -444,6 +444,67 @@ fn set_id_bits_cleared_by_a_writer(a: &Path) {
     assert_eq!(std::fs::read(&p).unwrap(), b"x\nhi\n");
 }
 
+/// Names and symlink targets that are not UTF-8 (Linux names are bytes):
+/// `cp -a` of such a tree matches it byte for byte (`diff -r`), the other
+/// mount lists the same bytes, renames and 255-byte Latin-1 names work,
+/// 256 bytes is ENAMETOOLONG.
+fn names_that_are_not_utf8(a: &Path, b: &Path, work: &Path) {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let src = work.join("bytes-src");
+    let names: [&[u8]; 6] = [
+        b"caf\xe9",
+        b"\xff\xfe",
+        "caf\u{e9}".as_bytes(),
+        b"mix \xe9 \xc3\xa9 \xc0\xaf",
+        &[b'x'; 255],
+        &[0xe9; 255],
+    ];
+    std::fs::create_dir_all(src.join(OsStr::from_bytes(b"dir\xe8"))).unwrap();
+    for n in names {
+        std::fs::write(src.join(OsStr::from_bytes(n)), n).unwrap();
+    }
+    std::os::unix::fs::symlink(OsStr::from_bytes(b"caf\xe9"), src.join("link")).unwrap();
+    sh_ok(&format!(
+        "cp -a '{}' '{}'",
+        src.display(),
+        a.join("bytes").display()
+    ));
+    sh_ok(&format!(
+        "diff -r '{}' '{}'",
+        src.display(),
+        a.join("bytes").display()
+    ));
+    std::thread::sleep(ATTR_TIMEOUT);
+    let mut here: Vec<_> = std::fs::read_dir(b.join("bytes"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    let mut there: Vec<_> = std::fs::read_dir(&src)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    here.sort();
+    there.sort();
+    assert_eq!(here, there, "the other mount lists the same bytes");
+    let link = b.join("bytes").join("link");
+    assert_eq!(
+        std::fs::read_link(&link).unwrap().as_os_str().as_bytes(),
+        b"caf\xe9"
+    );
+    assert_eq!(std::fs::symlink_metadata(&link).unwrap().len(), 4);
+    let from = a.join("bytes").join(OsStr::from_bytes(b"caf\xe9"));
+    let to = a.join("bytes").join(OsStr::from_bytes(b"new\xe1"));
+    std::fs::rename(&from, &to).unwrap();
+    assert_eq!(std::fs::read(&to).unwrap(), b"caf\xe9");
+    let long = a.join(OsStr::from_bytes(&[0xe9; 256]));
+    assert_eq!(
+        std::fs::write(long, b"").unwrap_err().raw_os_error(),
+        Some(libc::ENAMETOOLONG)
+    );
+    std::fs::remove_dir_all(a.join("bytes")).unwrap();
+}
+
 fn run(cluster: &str, format_extra: &[&str]) {
     if !can_mount() {
         return;
@@ -464,6 +525,7 @@ fn run(cluster: &str, format_extra: &[&str]) {
     long_names_and_stale_names(&mpa, &mpb);
     atomic_saves_under_readers(&mpa, &mpb);
     set_id_bits_cleared_by_a_writer(&mpa);
+    names_that_are_not_utf8(&mpa, &mpb, d);
     sigint_wait(&mut mb);
     sigint_wait(&mut ma);
     for mut c in osds.into_iter().chain([mds]) {
