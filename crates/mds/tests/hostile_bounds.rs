@@ -860,3 +860,63 @@ async fn locks_stay_within_a_principal_its_subtree_and_its_rights() {
     assert!(cl.mds.as_ref().unwrap().mds.locks_count() >= 2);
     cl.stop().await;
 }
+
+/// Pages of a directory of the longest names that are not UTF-8 (1,020
+/// bytes each as escapes): every READDIR page fits its frame, so the
+/// directory lists whole, and a prefetching READDIR of its parent answers
+/// too (before the pages were cut by bytes, 1,000 such names made the
+/// directory impossible to list).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn directories_of_the_longest_names_still_list() {
+    let cl = Cluster::start(1, spec_layout(), PolicyKind::ChildClosest).await;
+    let c = cl.client();
+    let mkdir = Op::Mkdir {
+        parent: ROOT_INO,
+        name: "long".into(),
+        mode: 0o755,
+    };
+    let dir = make(&c, Creds::root(), mkdir).await;
+    let mut want = Vec::new();
+    for i in 0..1100u32 {
+        let mut b = vec![0xe9u8; 251];
+        b.extend_from_slice(format!("{i:04}").as_bytes());
+        let n = posix::name_from_bytes(&b).unwrap().into_owned();
+        make(&c, Creds::root(), create(dir, &n, 0o644)).await;
+        want.push(n);
+    }
+    want.sort();
+    let (mut got, mut after, mut pages) = (Vec::new(), None, 0);
+    loop {
+        let readdir = Op::Readdir {
+            ino: dir,
+            after: after.clone(),
+            max: 4096,
+            plus: true,
+        };
+        match c.call(readdir).await.unwrap() {
+            MdsReply::Dir { entries, more } => {
+                assert!(!entries.is_empty());
+                pages += 1;
+                after = entries.last().map(|e| e.name.clone());
+                got.extend(entries.into_iter().map(|e| e.name));
+                if !more {
+                    break;
+                }
+            }
+            r => panic!("{r:?}"),
+        }
+    }
+    got.sort();
+    assert_eq!(got, want);
+    assert!(pages >= 3, "{pages} pages");
+    let prefetch = Op::ReaddirPrefetch {
+        ino: ROOT_INO,
+        after: None,
+        max: 1000,
+    };
+    match c.call(prefetch).await.unwrap() {
+        MdsReply::DirPrefetch { .. } => {}
+        r => panic!("{r:?}"),
+    }
+    cl.stop().await;
+}

@@ -66,7 +66,10 @@ pub fn apply_setattr(a: &mut Attr, c: &Creds, set: &SetAttr, now: i64) -> Result
         // (`file_remove_privs`) with a chmod in the writer's name: that
         // alone needs only the right to write, not ownership.
         let old = b.mode & 0o7777;
-        let only_drops_set_id = m & !old == 0 && old & !m != 0 && (old & !m) & !0o6000 == 0;
+        // Regular files only: a directory's setgid is its group's
+        // inheritance, no write clears it.
+        let only_drops_set_id =
+            b.kind == FileKind::File && m & !old == 0 && old & !m != 0 && (old & !m) & !0o6000 == 0;
         if !(only_drops_set_id && perm::allowed(&b, c, W)) {
             perm::owner(&b, c, "chmod")?;
         }
@@ -197,6 +200,14 @@ mod tests {
         assert_eq!(a.mode, 0o777);
         // Anything else stays the owner's: the same mode, another bit
         // cleared or set with them, or no right to write.
+        let mut dir = file(0o2777);
+        dir.kind = FileKind::Dir;
+        let e = apply_setattr(&mut dir, &writer, &chmod(0o777), 1).unwrap_err();
+        assert_eq!(
+            e.errno,
+            Errno::Perm,
+            "a directory's setgid stays its owner's"
+        );
         for (from, to) in [
             (0o6777, 0o6777),
             (0o777, 0o777),

@@ -254,9 +254,19 @@ fn posix_calls(mp: &Path) {
     let e = std::fs::write(&long, b"x").unwrap_err();
     assert_eq!(e.raw_os_error(), Some(libc::ENAMETOOLONG), "{e}");
     use std::os::unix::ffi::OsStrExt;
-    let bad = d.join(std::ffi::OsStr::from_bytes(b"bad\xffname"));
+    // Names are bytes: one that is not UTF-8 is kept as it is; a UTF-8
+    // name holding a code point Tessera escapes bytes with is refused.
+    let raw = d.join(std::ffi::OsStr::from_bytes(b"raw\xffname"));
+    std::fs::write(&raw, b"x").unwrap();
+    assert_eq!(std::fs::read(&raw).unwrap(), b"x");
+    std::fs::remove_file(&raw).unwrap();
+    let bad = d.join("bad\u{10fec3}name");
     let e = std::fs::write(&bad, b"x").unwrap_err();
-    assert_eq!(e.raw_os_error(), Some(libc::EINVAL), "non-UTF-8 names: {e}");
+    assert_eq!(
+        e.raw_os_error(),
+        Some(libc::EINVAL),
+        "escape code points: {e}"
+    );
     // A FIFO is made (every class of special file is in posix_classes.rs).
     let fifo = d.join("fifo");
     // SAFETY: valid path.

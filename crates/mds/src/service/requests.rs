@@ -279,7 +279,9 @@ impl Mds {
         let dir = snap.dir_inode(ino)?;
         perm::check(&dir.attr, c, R, "readdir")?;
         let max = max.clamp(1, READDIR_MAX) as usize;
-        let (list, more) = snap.list_dir(ino, after, max)?;
+        let (mut list, mut more) = snap.list_dir(ino, after, max)?;
+        let mut page_bytes = REPLY_NAME_BYTES;
+        more |= cut_to_bytes(&mut list, &mut page_bytes);
         let entries = dir_entries(&snap, list, plus)?;
         Ok(MdsReply::Dir { entries, more })
     }
@@ -375,6 +377,7 @@ impl Mds {
         own.reverse();
         stack.extend(own);
         let mut budget = LISTINGS_MAX_ENTRIES;
+        let mut bytes = REPLY_NAME_BYTES;
         let mut out = Vec::new();
         while let Some(d) = stack.pop() {
             if out.len() >= dirs {
@@ -386,8 +389,8 @@ impl Mds {
             if perm::check(&dir.attr, c, R, "readdir").is_err() {
                 continue;
             }
-            let (list, more) = snap.list_dir(d, None, budget)?;
-            if more {
+            let (mut list, more) = snap.list_dir(d, None, budget)?;
+            if more || cut_to_bytes(&mut list, &mut bytes) {
                 break;
             }
             budget -= list.len();
@@ -406,9 +409,10 @@ impl Mds {
     /// SETATTR: chmod, chown, utimens, truncate (through a handle the
     /// session holds for writing, a truncate skips the permission check).
     /// One without a length may be answered early (`early`); one that
-    /// takes rights away is durable before any OSD hears of it all the
-    /// same, so a lost change can never leave OSDs refusing a version the
-    /// MDS hands out again.
+    /// takes rights away (of any inode) is made durable before it is
+    /// answered and before any OSD hears of it, so a lost change can never
+    /// leave OSDs refusing a version the MDS hands out again, nor a
+    /// replay after a crash run under the rights it took away.
     pub(super) async fn setattr(
         self: &Arc<Self>,
         c: Creds,
@@ -454,10 +458,10 @@ impl Mds {
                 Ok((done, pending))
             })
             .await?;
+        if done.revoke && ack.transno != 0 {
+            ack.durable = self.kv.sync().await?;
+        }
         if let (Some(v), Some(l)) = (pending, &done.inode.layout) {
-            if ack.transno != 0 {
-                ack.durable = self.kv.sync().await?;
-            }
             self.finish_revocation(ino, l, v).await;
         }
         Ok(self.answer(MdsReply::Attr(done.inode.attr), ack))
@@ -603,6 +607,30 @@ impl Mds {
         }
         Ok(MdsReply::Path(out))
     }
+}
+
+/// Most bytes of names, with [`ENTRY_BYTES`] each for the rest of an
+/// entry, that one READDIR page — and apart from it, one prefetch's
+/// listings — carries: a reply stays well under the 1 MiB frame whatever
+/// the names (a 255-byte name that is not UTF-8 is 1,020 bytes escaped).
+const REPLY_NAME_BYTES: usize = 384 << 10;
+/// What an entry costs besides its name (its attributes encoded, at most
+/// about 100 bytes).
+const ENTRY_BYTES: usize = 128;
+
+/// Cuts `list` where it would pass `budget` bytes (keeping at least one
+/// entry) and takes what it keeps from the budget; true if it cut.
+fn cut_to_bytes(list: &mut Vec<(String, u64, FileKind)>, budget: &mut usize) -> bool {
+    let mut used = 0usize;
+    for (i, (name, _, _)) in list.iter().enumerate() {
+        used += name.len() + ENTRY_BYTES;
+        if used > *budget && i > 0 {
+            list.truncate(i);
+            return true;
+        }
+    }
+    *budget = budget.saturating_sub(used);
+    false
 }
 
 /// A listing's entries as READDIR answers them (with attributes if `plus`).
