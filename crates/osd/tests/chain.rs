@@ -851,3 +851,65 @@ async fn a_change_too_large_to_forward_is_refused_at_the_head_and_costs_no_membe
     assert_eq!(seen[0].len(), 1);
     stop_all(&mut members);
 }
+
+/// The copy floor holds for the whole change, not only when it starts: a
+/// change that finds three members, two of which are down and dropped
+/// while it is passed on, is not acknowledged on the one copy left (it
+/// was, before), and the group then refuses changes until it has members
+/// again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_is_never_acknowledged_on_fewer_copies_than_the_floor() {
+    let (shared, mut members, client) = chain_of(3);
+    {
+        let mut t = shared.lock().unwrap();
+        t.table.replicas = 3;
+        // One group per OSD, as a cluster of three has: the floor is two.
+        t.table.set(2, vec![2, 3, 1], vec![]);
+        t.table.set(3, vec![3, 1, 2], vec![]);
+    }
+    let pid = group_partition(GROUP);
+    let create = Command::Create {
+        pid,
+        oid: Some(OBJ),
+        count: 1,
+    };
+    client.call(1, create, vec![]).await;
+    for id in [2, 3] {
+        if let Some(rt) = members.get_mut(&id).unwrap().rt.take() {
+            rt.shutdown_background();
+        }
+    }
+    shared.lock().unwrap().down.extend([2, 3]);
+    let addr1 = shared.lock().unwrap().addrs[&1].clone();
+    let cas = |id, new: &[u8]| {
+        let cmd = Command::Cas {
+            pid,
+            oid: OBJ,
+            key: key(5),
+            expected: Vec::new(),
+            new: new.to_vec(),
+        };
+        client_request(1, id, cmd, vec![])
+    };
+    match client
+        .conn(1, &addr1)
+        .call(cas(2, b"one copy"), Bytes::new())
+        .await
+    {
+        Err(ConnError::Remote(w)) => assert_eq!(w.code, ErrorCode::Busy, "{w}"),
+        other => panic!("a change left on one copy of three was answered {other:?}"),
+    }
+    let t = shared.lock().unwrap().table.chain(GROUP).cloned().unwrap();
+    assert_eq!(t.members, vec![1], "both dead members dropped");
+    match client
+        .conn(1, &addr1)
+        .call(cas(3, b"again"), Bytes::new())
+        .await
+    {
+        Err(ConnError::Remote(w)) => {
+            assert!(matches!(w.code, ErrorCode::Busy | ErrorCode::Io), "{w}")
+        }
+        other => panic!("a change on a group of one copy was answered {other:?}"),
+    }
+    stop_all(&mut members);
+}

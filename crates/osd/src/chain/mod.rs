@@ -578,10 +578,7 @@ impl Chains {
                 chain.head()
             )));
         }
-        // Changes need `replicas - 1` full copies (at least one), and no
-        // more than the cluster has OSDs (one group per OSD id).
-        let min = usize::from(view.table.replicas.saturating_sub(1).max(1))
-            .min(view.table.chains.len().max(1));
+        let min = min_copies(&view.table);
         if changes(&req) && chain.members.len() < min {
             let why = format!(
                 "group {group} has {} full copies, fewer than the {min} a change needs \
@@ -919,6 +916,23 @@ impl Chains {
                 )));
             }
             let Some(next) = chain.successor(self.me) else {
+                // Every member now has it — but members dropped on the way
+                // may have left fewer than a change needs: the floor holds
+                // for the whole change, not only when it started. "Busy":
+                // an upstream member must not take this for its
+                // successor's failure, and the head keeps the change until
+                // a new member is filled.
+                let min = min_copies(&view.table);
+                if chain.members.len() < min {
+                    return Err(WireError::new(
+                        ErrorCode::Busy,
+                        format!(
+                            "group {group}: the change reached {} copies, fewer than the \
+                             {min} a change needs; kept until a new member is filled",
+                            chain.members.len()
+                        ),
+                    ));
+                }
                 return Ok(());
             };
             f.epoch = chain.epoch;
@@ -1010,6 +1024,12 @@ impl Chains {
 
 /// Whether a retry of a command made once must get the first answer (a
 /// second run would answer otherwise): only these answers are kept.
+/// Full copies a change needs: `replicas - 1` (at least one), and no more
+/// than the cluster has OSDs (one group per OSD id).
+fn min_copies(table: &proto::chain::ChainTable) -> usize {
+    usize::from(table.replicas.saturating_sub(1).max(1)).min(table.chains.len().max(1))
+}
+
 fn answer_matters(cmd: &Command) -> bool {
     matches!(
         cmd,
