@@ -17,6 +17,7 @@ pub mod mds;
 pub mod msg;
 pub mod nesting;
 pub mod placement;
+pub mod space;
 
 pub use cap::{CapError, CapSpec, Capability, KeyRing, rights};
 pub use error::{ErrorCode, UnknownName, WireError};

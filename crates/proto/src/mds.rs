@@ -1264,8 +1264,9 @@ pub struct Health {
 
 impl ClusterStatus {
     /// The one-line health summary: ERR when objects are unfound (no fresh
-    /// copy reachable), WARN when degraded, misplaced, inconsistent,
-    /// OSDs down or fewer OSDs than copies asked for.
+    /// copy reachable) or an OSD is 95 % full, WARN when degraded,
+    /// misplaced, inconsistent, OSDs down, an OSD 85 % full or fewer OSDs
+    /// than copies asked for.
     pub fn health(&self) -> Health {
         let r = &self.redundancy;
         let mut err = Vec::new();
@@ -1314,6 +1315,18 @@ impl ClusterStatus {
                 "degraded: layouts ask for {} copies but only {placeable} OSDs are in",
                 r.max_replicas
             ));
+        }
+        for o in self.osds.iter().filter(|o| o.up && o.is_in) {
+            let f = crate::space::fill_ratio(o);
+            if f >= crate::space::FULL {
+                err.push(format!("OSD {} is full ({:.0} % used)", o.id, f * 100.0));
+            } else if f >= crate::space::NEARFULL {
+                warn.push(format!(
+                    "OSD {} is nearly full ({:.0} % used)",
+                    o.id,
+                    f * 100.0
+                ));
+            }
         }
         if !r.checked && !self.osds.is_empty() {
             warn.push("copies not checked yet (first recovery pass running)".into());

@@ -6,7 +6,8 @@
 //! `tar -d`), a hole punched after a truncate, `cp -a` keeping modes,
 //! long names, a file re-made under a name the other mount still
 //! caches, an editor's atomic saves under readers on both mounts, a
-//! non-owner's write to a set-id file, and names that are not UTF-8.
+//! non-owner's write to a set-id file, names that are not UTF-8, and
+//! `df` at the replica count.
 //! Each of these failed on an earlier landing. Skipped
 //! (with a message) where FUSE cannot be mounted.
 #![expect(clippy::unwrap_used, reason = "tests: a panic is the failure report")]
@@ -505,6 +506,50 @@ fn names_that_are_not_utf8(a: &Path, b: &Path, work: &Path) {
     std::fs::remove_dir_all(a.join("bytes")).unwrap();
 }
 
+/// `df` tells what a user can write: three OSDs at three copies (the
+/// default) hold one OSD's worth of data, not three; `status` shows the
+/// raw space and the usable space on its own line.
+fn df_counts_the_copies(a: &Path, mds_addr: &str, cluster: &str) {
+    let o = bin()
+        .args(["status", "--json", "--mds", mds_addr, "--cluster", cluster])
+        .output()
+        .unwrap();
+    let st: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let raw: u64 = st["osds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["capacity"].as_u64().unwrap())
+        .sum();
+    let p = std::ffi::CString::new(a.to_str().unwrap()).unwrap();
+    // SAFETY: a valid path and a zeroed struct for the kernel to fill.
+    let mut v: libc::statvfs = unsafe { std::mem::zeroed() };
+    assert_eq!(unsafe { libc::statvfs(p.as_ptr(), &mut v) }, 0);
+    let size = v.f_blocks * v.f_frsize;
+    let avail = v.f_bavail * v.f_frsize;
+    assert!(
+        size <= raw / 3 && size + (1 << 20) >= raw / 3,
+        "df size {size} for {raw} raw bytes at three copies"
+    );
+    assert!(
+        avail <= size && avail > size / 2,
+        "df avail {avail} of {size}"
+    );
+    let text = String::from_utf8(
+        bin()
+            .args(["status", "--mds", mds_addr, "--cluster", cluster])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("space: raw ") && l.contains("at 3 copies")),
+        "{text}"
+    );
+}
+
 fn run(cluster: &str, format_extra: &[&str]) {
     if !can_mount() {
         return;
@@ -526,6 +571,7 @@ fn run(cluster: &str, format_extra: &[&str]) {
     atomic_saves_under_readers(&mpa, &mpb);
     set_id_bits_cleared_by_a_writer(&mpa);
     names_that_are_not_utf8(&mpa, &mpb, d);
+    df_counts_the_copies(&mpa, &mds_addr, cluster);
     sigint_wait(&mut mb);
     sigint_wait(&mut ma);
     for mut c in osds.into_iter().chain([mds]) {

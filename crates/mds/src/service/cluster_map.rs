@@ -232,14 +232,32 @@ impl Mds {
     }
 
     /// STATFS: space of the OSDs that are up, inodes in use.
+    /// STATFS: what a user can write at the root's replica count (the
+    /// replica groups' in OSD-namespace mode), not the raw space — three
+    /// OSDs of 8 GiB at three copies hold 8 GiB ([`proto::space`]).
     pub(super) fn statfs(&self) -> Result<MdsReply, MdsError> {
         let (st, rows) = self.osd_rows()?;
+        let space = proto::space::usable(&rows, self.root_replicas()?);
         Ok(MdsReply::Statfs(FsStat {
-            capacity: rows.iter().filter(|r| r.up).map(|r| r.capacity).sum(),
-            used: rows.iter().filter(|r| r.up).map(|r| r.used).sum(),
+            capacity: space.capacity,
+            used: space.capacity.saturating_sub(space.avail),
             inodes: st.inodes,
             name_max: NAME_MAX as u32,
         }))
+    }
+
+    /// Copies new files get at the root: the replica groups' count in
+    /// OSD-namespace mode, else the root directory's default layout's.
+    pub(super) fn root_replicas(&self) -> Result<u32, MdsError> {
+        if let Some(t) = self.chain_table()? {
+            return Ok(u32::from(t.replicas.max(1)));
+        }
+        Ok(self
+            .kv
+            .read()?
+            .live_inode(ROOT_INO)?
+            .dir
+            .map_or(1, |d| u32::from(d.default_layout.replicas.max(1))))
     }
 
     /// GET MAP: the map of `epoch`, or the current one.

@@ -104,6 +104,15 @@ pub fn print_status(s: &ClusterStatus) {
         "cluster {}  map epoch {}  inodes {}  id policy {}",
         s.cluster_id, s.epoch, s.inodes, s.id_policy
     );
+    let sp = proto::space::usable(&s.osds, r.max_replicas);
+    println!(
+        "space: raw {} used of {}; at {} copies {} available of {}",
+        human(sp.raw_used),
+        human(sp.raw_capacity),
+        sp.copies,
+        human(sp.avail),
+        human(sp.capacity)
+    );
     println!(
         "MDS requests: {} mandatory, {} non-mandatory; {} files waiting for object deletion, \
          {} unlinked files kept while open",
