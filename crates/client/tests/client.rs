@@ -548,19 +548,27 @@ async fn fallocate_reserves_room_on_the_osds() {
     let dir = tempfile::tempdir().unwrap();
     let cl = cluster(&dir, PolicyKind::ChildClosest, 65536, 2).await;
     let a = client(&cl, |_| {}).await;
-    let used = || async { a.statfs(&root()).await.unwrap().used };
+    // The raw space the OSDs report (statfs gives it through the copies).
+    let raw_used = |a: &client::Client| {
+        let a = a.clone();
+        async move {
+            let st = a.status().await.unwrap();
+            st.osds.iter().filter(|o| o.up).map(|o| o.used).sum::<u64>()
+        }
+    };
+    let used = || raw_used(&a);
     let base = used().await;
     let wait_for = |pred: Box<dyn Fn(u64) -> bool + Send>| {
         let a = &a;
         async move {
             for _ in 0..100 {
-                let u = a.statfs(&root()).await.unwrap().used;
+                let u = raw_used(a).await;
                 if pred(u) {
                     return u;
                 }
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
-            let u = a.statfs(&root()).await.unwrap();
+            let u = raw_used(a).await;
             panic!("the OSDs never reported the expected space: {u:?} (base {base})");
         }
     };
