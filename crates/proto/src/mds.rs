@@ -1251,6 +1251,8 @@ pub struct Redundancy {
     pub groups_unavailable: u32,
     /// Groups filling a new member.
     pub groups_filling: u32,
+    /// What the last scrub could not check (see [`ScrubReport::unchecked`]).
+    pub scrub_unchecked: u64,
 }
 
 /// How healthy the cluster is, with the reasons.
@@ -1328,6 +1330,12 @@ impl ClusterStatus {
                 ));
             }
         }
+        if r.scrub_unchecked > 0 {
+            warn.push(format!(
+                "the last scrub could not check {} objects or groups (run it again)",
+                r.scrub_unchecked
+            ));
+        }
         if !r.checked && !self.osds.is_empty() {
             warn.push("copies not checked yet (first recovery pass running)".into());
         }
@@ -1371,6 +1379,10 @@ pub struct ScrubReport {
     pub repaired: u64,
     /// One line per problem found.
     pub problems: Vec<String>,
+    /// Objects (MDS mode) or replica groups (OSD-namespace mode) the scrub
+    /// could not check — a copy that could not be asked, no copy up, a
+    /// head down: the scrub was incomplete, and says so.
+    pub unchecked: u64,
 }
 
 /// Successful answers.

@@ -346,6 +346,19 @@ fn a_flipped_byte_in_a_chain_copy_is_repaired_by_deep_scrub_and_by_a_read() {
                 .contains("repaired a bad copy"),
             "the head did not log its repair"
         );
+        // A head that cannot be reached (stopped, its lease not lapsed):
+        // the scrub says it is incomplete and exits 2, and status warns
+        // until a scrub checks everything again.
+        cl.stop_osd(head);
+        let out = cl.cli(&["scrub"]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(2), "{text}");
+        assert!(text.contains("INCOMPLETE"), "{text}");
+        let status = cl.cli_text(&["status"]);
+        assert!(
+            status.contains("the last scrub could not check"),
+            "{status}"
+        );
     });
 }
 

@@ -248,6 +248,22 @@ fn a_flipped_byte_is_never_read_and_deep_scrub_repairs_it() {
             text.contains("0 inconsistent"),
             "read did not get the copy repaired: {text}"
         );
+        // A copy that cannot be asked (its OSD killed, its lease not run
+        // out yet): the scrub says it is incomplete and exits 2, and
+        // status warns until a scrub checks everything again.
+        cl.kill_osd(victim);
+        let out = cl.cli(&["scrub", "/precious"]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(2), "{text}");
+        assert!(
+            text.contains("INCOMPLETE: 1 could not be checked"),
+            "{text}"
+        );
+        let status = cl.cli_text(&["status"]);
+        assert!(
+            status.contains("the last scrub could not check 1"),
+            "{status}"
+        );
     });
 }
 

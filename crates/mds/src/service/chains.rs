@@ -457,6 +457,7 @@ impl Mds {
             let Some(head) = c.head().filter(|h| up.contains(h)) else {
                 rep.problems
                     .push(format!("group {g}: its head is down; not scrubbed"));
+                rep.unchecked += 1;
                 continue;
             };
             let client = self.osd_client(&map, head)?;
@@ -488,12 +489,16 @@ impl Mds {
                     rep.repaired += repaired;
                     rep.problems.extend(problems);
                 }
-                Ok(other) => rep
-                    .problems
-                    .push(format!("group {g}: OSD {head} answered {:?}", other.reply)),
-                Err(e) => rep
-                    .problems
-                    .push(format!("group {g}: OSD {head} could not scrub: {e}")),
+                Ok(other) => {
+                    rep.unchecked += 1;
+                    rep.problems
+                        .push(format!("group {g}: OSD {head} answered {:?}", other.reply));
+                }
+                Err(e) => {
+                    rep.unchecked += 1;
+                    rep.problems
+                        .push(format!("group {g}: OSD {head} could not scrub: {e}"));
+                }
             }
         }
         tracing::info!(

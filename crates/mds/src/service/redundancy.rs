@@ -49,6 +49,8 @@ pub struct RecoveryState {
     samples: Vec<(Instant, u64)>,
     /// Inconsistent copies found by scrubs and not yet repaired.
     inconsistent: HashSet<(u64, u64, u32)>,
+    /// What the last scrub could not check.
+    scrub_unchecked: u64,
     /// The rate limit's window: when it started and bytes copied since.
     throttle: Option<(Instant, u64)>,
     /// Copies dropped from layouts, removed once every capability that
@@ -1082,7 +1084,11 @@ impl Mds {
 
     /// The redundancy counts of the last pass.
     pub fn redundancy(&self) -> Redundancy {
-        self.rec().counts.clone()
+        let rec = self.rec();
+        Redundancy {
+            scrub_unchecked: rec.scrub_unchecked,
+            ..rec.counts.clone()
+        }
     }
 
     /// Compares the copies of every stripe object under `ino` (a file or a
@@ -1092,7 +1098,9 @@ impl Mds {
     pub async fn scrub(&self, ino: u64, deep: bool) -> Result<ScrubReport, MdsError> {
         if self.namespace == NamespaceMode::Osd {
             // Copies kept by replica chains: every group, whatever `ino`.
-            return self.chain_scrub(deep).await;
+            let rep = self.chain_scrub(deep).await?;
+            self.rec().scrub_unchecked = rep.unchecked;
+            return Ok(rep);
         }
         let files = self.files_under(ino)?;
         let map = self.current_map()?;
@@ -1109,6 +1117,12 @@ impl Mds {
                 for (j, c) in h.stripes.iter().enumerate() {
                     rep.objects += 1;
                     let mut seen: Vec<(u32, Option<(u64, u64)>)> = Vec::new();
+                    let mut missed = c.fresh.iter().all(|o| !up.contains(o));
+                    if missed {
+                        rep.problems.push(format!(
+                            "inode {f:#x} object {oid:#x} stripe {j}: no fresh copy is up; not checked"
+                        ));
+                    }
                     for &osd in c.fresh.iter().filter(|o| up.contains(o)) {
                         let d = match self.digest(&map, osd, oid, deep).await {
                             Ok(d) => d,
@@ -1116,6 +1130,7 @@ impl Mds {
                                 rep.problems.push(format!(
                                     "inode {f:#x} object {oid:#x} stripe {j}: copy on OSD {osd} not compared: {e}"
                                 ));
+                                missed = true;
                                 continue;
                             }
                         };
@@ -1126,6 +1141,9 @@ impl Mds {
                             rep.bytes += size;
                         }
                         seen.push((osd, d));
+                    }
+                    if missed {
+                        rep.unchecked += 1;
                     }
                     // The majority answer among the copies that could be read.
                     let mut votes: HashMap<(u64, u64), usize> = HashMap::new();
@@ -1199,6 +1217,7 @@ impl Mds {
             }
         }
         self.metrics.scrub_inconsistent.inc_by(rep.inconsistent);
+        self.rec().scrub_unchecked = rep.unchecked;
         Ok(rep)
     }
 

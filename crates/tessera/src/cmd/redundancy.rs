@@ -70,7 +70,10 @@ pub fn osd_action(a: OsdAction) -> anyhow::Result<i32> {
 ///
 /// A light scrub compares sizes; --deep reads every byte of every copy
 /// (through each OSD's block checksums) and compares digests. Exit status:
-/// 0 when every copy agreed or was repaired, 2 otherwise.
+/// 0 when every copy agreed or was repaired, 2 otherwise — including when
+/// something could not be checked (a copy unreachable, no copy up, a
+/// replica group's head down): the summary then says INCOMPLETE, and
+/// `status` warns until a later scrub checks everything.
 ///
 /// Example: tessera scrub /data --deep
 #[derive(clap::Args)]
@@ -104,7 +107,7 @@ pub fn scrub(a: ScrubArgs) -> anyhow::Result<i32> {
                 println!("{p}");
             }
             println!(
-                "{} scrub: {} objects, {} copies compared{}; {} inconsistent, {} repaired",
+                "{} scrub: {} objects, {} copies compared{}; {} inconsistent, {} repaired{}",
                 if a.deep { "deep" } else { "light" },
                 r.objects,
                 r.copies,
@@ -114,9 +117,20 @@ pub fn scrub(a: ScrubArgs) -> anyhow::Result<i32> {
                     String::new()
                 },
                 r.inconsistent,
-                r.repaired
+                r.repaired,
+                if r.unchecked > 0 {
+                    format!("; INCOMPLETE: {} could not be checked", r.unchecked)
+                } else {
+                    String::new()
+                }
             );
         }
-        Ok(if r.inconsistent == r.repaired { 0 } else { 2 })
+        // Anything found and left, or anything not looked at, is not a
+        // clean bill of health.
+        Ok(if r.inconsistent == r.repaired && r.unchecked == 0 {
+            0
+        } else {
+            2
+        })
     })
 }
