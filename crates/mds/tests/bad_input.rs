@@ -566,6 +566,7 @@ async fn replay_refuses_bad_input_and_early_answers_are_kept_until_durable() {
     // Early answers: the first change of the session is durable, later
     // ones come early and are kept until synced.
     c.set_early(true);
+    let mut inos = Vec::new();
     for name in ["d1", "d2", "d3"] {
         let op = Op::Create {
             parent: ROOT_INO,
@@ -573,7 +574,10 @@ async fn replay_refuses_bad_input_and_early_answers_are_kept_until_durable() {
             mode: 0o644,
             exclusive: true,
         };
-        assert!(matches!(c.call(op).await.unwrap(), MdsReply::Found(_)));
+        match c.call(op).await.unwrap() {
+            MdsReply::Found(f) => inos.push(f.entry.attr.ino),
+            r => panic!("{r:?}"),
+        }
     }
     let mds = &cl.mds.as_ref().unwrap().mds;
     let early = mds.metrics.early_answers.get();
@@ -586,6 +590,45 @@ async fn replay_refuses_bad_input_and_early_answers_are_kept_until_durable() {
     ] {
         assert!(text.contains(line), "{line} in\n{text}");
     }
+    // A close's length commit and a chmod or utimens without a length
+    // come early too; a truncate does not, nor a request whose
+    // credentials alone would fill much of a REPLAY.
+    let ino = inos[0];
+    let set = |s: proto::mds::SetAttr| Op::SetAttr { ino, set: s };
+    let chmod = set(proto::mds::SetAttr {
+        mode: Some(0o664),
+        ..Default::default()
+    });
+    c.call(chmod).await.unwrap();
+    let commit = Op::CommitSize {
+        ino,
+        size: 10,
+        mtime: 0,
+    };
+    c.call(commit).await.unwrap();
+    assert_eq!(mds.metrics.early_answers.get(), 4);
+    let truncate = set(proto::mds::SetAttr {
+        size: Some(5),
+        ..Default::default()
+    });
+    c.call(truncate).await.unwrap();
+    let many = Creds {
+        uid: 0,
+        gid: 0,
+        groups: (0..10_000).collect(),
+    };
+    let create = Op::Create {
+        parent: ROOT_INO,
+        name: "d4".into(),
+        mode: 0o644,
+        exclusive: true,
+    };
+    c.call_as(many, create).await.unwrap();
+    assert_eq!(
+        mds.metrics.early_answers.get(),
+        4,
+        "a truncate and a create by a user in 10,000 groups were durable"
+    );
     assert!(c.sync().await.is_ok());
     assert_eq!(c.undurable(), 0, "nothing kept once synced");
     match c.call(Op::Sync).await.unwrap() {
@@ -594,7 +637,7 @@ async fn replay_refuses_bad_input_and_early_answers_are_kept_until_durable() {
     }
     let names = c.readdir_all(ROOT_INO, false).await.unwrap();
     let names: Vec<_> = names.iter().map(|e| e.name.as_str()).collect();
-    assert_eq!(names, ["d1", "d2", "d3"], "nothing else was made");
+    assert_eq!(names, ["d1", "d2", "d3", "d4"], "nothing else was made");
     check_clean(&cl.mds.as_ref().unwrap().mds);
     cl.stop().await;
 }

@@ -101,7 +101,7 @@ impl ReplayLog {
                 self.bytes = self
                     .ops
                     .iter()
-                    .map(|o| proto::mds::replay_footprint(&o.op))
+                    .map(|o| proto::mds::replay_footprint(&o.creds, &o.op))
                     .sum();
             }
         }
@@ -230,7 +230,7 @@ impl MdsClient {
             if let Some(o) = log.ops.pop_front() {
                 log.bytes = log
                     .bytes
-                    .saturating_sub(proto::mds::replay_footprint(&o.op));
+                    .saturating_sub(proto::mds::replay_footprint(&o.creds, &o.op));
             }
         }
         log.instance = now;
@@ -278,8 +278,12 @@ impl MdsClient {
         } else if op.is_access() {
             self.non_mandatory.fetch_add(1, Ordering::Relaxed);
         }
-        let early = self.early.load(Ordering::SeqCst) && op.may_answer_early();
-        let foot = proto::mds::replay_footprint(&op);
+        let foot = proto::mds::replay_footprint(&creds, &op);
+        // One that would take a large part of a REPLAY by itself (a user
+        // in very many groups) is answered durably instead.
+        let early = self.early.load(Ordering::SeqCst)
+            && op.may_answer_early()
+            && foot <= proto::mds::REPLAY_MAX_BYTES / 16;
         if early {
             // Bounded, counting what is in flight: wait for the MDS's
             // flush rather than hold more than one REPLAY may carry.

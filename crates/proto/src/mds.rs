@@ -722,8 +722,15 @@ pub struct DirLease {
     pub ids: Vec<u64>,
 }
 
-/// Roughly how many bytes `op` adds to a REPLAY.
-pub fn replay_footprint(op: &Op) -> usize {
+/// Roughly how many bytes `op`, sent as `creds`, adds to a REPLAY (the
+/// credentials travel with every operation: a user in many groups makes
+/// each one larger).
+pub fn replay_footprint(creds: &Creds, op: &Op) -> usize {
+    16 + 5 * creds.groups.len() + op_footprint(op)
+}
+
+/// The operation's part of [`replay_footprint`].
+fn op_footprint(op: &Op) -> usize {
     let names = match op {
         Op::Create { name, .. } | Op::Mknod { name, .. } | Op::Link { name, .. } => name.len(),
         Op::Unlink { name, .. } | Op::Rmdir { name, .. } | Op::Mkdir { name, .. } => name.len(),
