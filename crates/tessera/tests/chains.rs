@@ -670,3 +670,66 @@ fn an_added_osd_gets_its_share_of_the_existing_groups() {
         }
     });
 }
+
+/// Full disks (three OSDs of 128 MiB, three copies): writes fail with
+/// ENOSPC, not EIO, before a store is out of room; no member is dropped
+/// (before, a full member was dropped and the group refilled onto full
+/// disks, degraded for good); deletes still work and make room for new
+/// writes; every file written is intact.
+#[test]
+fn full_disks_refuse_writes_with_enospc_and_deletes_make_room() {
+    let dir = tempfile::tempdir().unwrap();
+    runtime().block_on(async {
+        let cl = Cluster::start_sized(dir.path(), (3, 128 << 20), 3, "", &["--namespace", "osd"]);
+        cl.wait_healthy(60).await;
+        let c = cl.client().await;
+        let mut kept = Vec::new();
+        let refused = loop {
+            let name = format!("f{}", kept.len());
+            let data = content(kept.len() as u64, 4 << 20);
+            match write_file_in(&c, ROOT_INO, &name, &data).await {
+                Ok(()) => kept.push((name, data)),
+                Err(e) => break e,
+            }
+            assert!(
+                kept.len() < 40,
+                "128 MiB stores took {} files of 4 MiB",
+                kept.len()
+            );
+        };
+        assert_eq!(refused.errno, libc::ENOSPC, "{refused}");
+        let st = cl.status().await.unwrap();
+        assert_eq!(
+            st.redundancy.groups_degraded, 0,
+            "a full member was dropped"
+        );
+        assert!(
+            st.health().reasons.iter().any(|r| r.contains("full")),
+            "{:?}",
+            st.health()
+        );
+        for (name, _) in kept.drain(..3) {
+            c.unlink(&root(), ROOT_INO, &name).await.unwrap();
+        }
+        let data = content(999, 4 << 20);
+        // Room comes back once the removals are durable on the stores.
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let _ = c.unlink(&root(), ROOT_INO, "after").await;
+            match write_file_in(&c, ROOT_INO, "after", &data).await {
+                Ok(()) => break,
+                Err(e) if std::time::Instant::now() < deadline => {
+                    assert_eq!(e.errno, libc::ENOSPC, "{e}");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+                Err(e) => panic!("no room after three deletes: {e}"),
+            }
+        }
+        kept.push(("after".into(), data));
+        let fresh = cl.client().await;
+        for (name, data) in &kept {
+            assert_eq!(&read_file(&fresh, ROOT_INO, name).await, data, "{name}");
+        }
+        assert_eq!(cl.status().await.unwrap().redundancy.groups_degraded, 0);
+    });
+}

@@ -598,6 +598,9 @@ impl Chains {
                 )
             });
         }
+        if takes_space(&req.cmd) {
+            refuse_when_full(ctx, group)?;
+        }
         self.ensure_partition(ctx, proto::chain::group_partition(group))?;
         let key = (principal, req.id);
         if let Command::Create { count, .. } = req.cmd
@@ -965,9 +968,15 @@ impl Chains {
                 }
                 Err(e) => {
                     // An answer other than "not now" is given every time:
-                    // that member cannot take the effect.
+                    // that member cannot take the effect. A full member is
+                    // "not now" too: dropping it would only have the group
+                    // refill onto full disks; it takes the effect once a
+                    // delete has made room.
                     let refused = matches!(&e, ConnError::Remote(w)
-                        if !matches!(w.code, ErrorCode::NotReady | ErrorCode::Busy));
+                    if !matches!(
+                        w.code,
+                        ErrorCode::NotReady | ErrorCode::Busy | ErrorCode::NoSpace
+                    ));
                     tracing::warn!(
                         group,
                         osd = next,
@@ -1024,6 +1033,45 @@ impl Chains {
 
 /// Whether a retry of a command made once must get the first answer (a
 /// second run would answer otherwise): only these answers are kept.
+/// A head refuses the changes that take space — new objects and data
+/// (ENOSPC, before anything is made) — once its store is this full, so
+/// the members, which hold the same objects, keep room for what frees it:
+/// a delete is a directory's compare-and-swap and a removal, and a store
+/// with no room left cannot even journal those.
+const FULL_RATIO: f64 = 0.95;
+
+/// Commands that make objects or write data. Attribute changes (the
+/// directories' compare-and-swaps, counters) are small and stay served,
+/// so names can still be removed on a full group.
+fn takes_space(cmd: &Command) -> bool {
+    matches!(
+        cmd,
+        Command::Create { .. }
+            | Command::CreateAndWrite { .. }
+            | Command::CreatePartition { .. }
+            | Command::Write { .. }
+            | Command::Append { .. }
+            | Command::Reserve { .. }
+    )
+}
+
+/// ENOSPC when this OSD's store is [`FULL_RATIO`] full.
+fn refuse_when_full(ctx: &Ctx, group: u32) -> Result<(), WireError> {
+    let st = ctx.store.get()?.statfs();
+    let used = st.total_bytes.saturating_sub(st.free_bytes);
+    if st.total_bytes > 0 && used as f64 >= FULL_RATIO * st.total_bytes as f64 {
+        return Err(WireError::new(
+            ErrorCode::NoSpace,
+            format!(
+                "group {group}: this head's store is {:.0} % full; no new objects or \
+                 data until room is made (deletes are served)",
+                used as f64 * 100.0 / st.total_bytes as f64
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Full copies a change needs: `replicas - 1` (at least one), and no more
 /// than the cluster has OSDs (one group per OSD id).
 fn min_copies(table: &proto::chain::ChainTable) -> usize {

@@ -51,6 +51,17 @@ impl Cluster {
         settings: &str,
         format: &[&str],
     ) -> Cluster {
+        Self::start_sized(dir, (n, 512 << 20), replicas, settings, format)
+    }
+
+    /// [`Cluster::start_formatted`] with `n` OSDs of `store_bytes` each.
+    pub fn start_sized(
+        dir: &Path,
+        (n, store_bytes): (u32, u64),
+        replicas: u8,
+        settings: &str,
+        format: &[&str],
+    ) -> Cluster {
         let mds_dir = dir.join("mds");
         let out = Command::new(BIN)
             .args(["mds", "format", "--data"])
@@ -104,7 +115,7 @@ impl Cluster {
                 &c.osd_dir(id),
                 id,
                 CLUSTER,
-                512 << 20,
+                store_bytes,
                 &mds_dir.join("keys"),
             )
             .unwrap();
