@@ -16,7 +16,9 @@ pub struct Space {
     pub raw_capacity: u64,
     /// Bytes used, every copy counted.
     pub raw_used: u64,
-    /// Bytes of file data the cluster holds at `copies` copies.
+    /// Bytes of file data at `copies` copies the cluster holds and can
+    /// still take (`used / copies + avail`: raw room no placement can
+    /// reach counts as neither).
     pub capacity: u64,
     /// Bytes of file data that can still be written at `copies` copies:
     /// placement spreads data by weight, so the OSD that fills first
@@ -29,31 +31,77 @@ pub struct Space {
 /// The space of `osds` (those up and in) at `replicas` copies.
 pub fn usable(osds: &[OsdStatus], replicas: u32) -> Space {
     let live: Vec<&OsdStatus> = osds.iter().filter(|o| o.up && o.is_in).collect();
-    let raw_capacity: u64 = live.iter().map(|o| o.capacity).sum();
-    let raw_used: u64 = live.iter().map(|o| o.used.min(o.capacity)).sum();
+    let raw_capacity = live.iter().fold(0u64, |a, o| a.saturating_add(o.capacity));
+    let raw_used = live
+        .iter()
+        .fold(0u64, |a, o| a.saturating_add(o.used.min(o.capacity)));
     let copies = replicas.clamp(1, (live.len() as u32).max(1));
     let free = |o: &OsdStatus| o.capacity.saturating_sub(o.used) as f64;
     let total_free: f64 = live.iter().map(|o| free(o)).sum();
-    let weights: f64 = live.iter().map(|o| f64::from(o.weight)).sum();
-    // Each OSD takes `weight / weights` of the data written (times the
-    // copies): it is full once `free / share` bytes are written in all.
-    let by_fullest = live
+    let takers: Vec<&&OsdStatus> = live.iter().filter(|o| o.weight > 0).collect();
+    let weights: Vec<f64> = takers.iter().map(|o| f64::from(o.weight)).collect();
+    let shares = shares(&weights, copies);
+    // Each OSD takes its share of the raw bytes written: it is full once
+    // `free / share` raw bytes are written in all.
+    let by_fullest = takers
         .iter()
-        .filter(|o| o.weight > 0)
-        .map(|o| free(o) / (f64::from(o.weight) / weights))
+        .zip(&shares)
+        .filter(|(_, s)| **s > 0.0)
+        .map(|(o, s)| free(o) / s)
         .fold(f64::INFINITY, f64::min);
-    let raw_avail = if weights > 0.0 {
+    // Too few OSDs take data to hold `copies` copies: nothing can be placed.
+    let placeable = shares.iter().sum::<f64>() > 1.0 - 1e-9;
+    let raw_avail = if by_fullest.is_finite() && placeable {
         by_fullest.min(total_free)
     } else {
         0.0
     };
+    let used = raw_used / u64::from(copies);
+    let avail = (raw_avail / f64::from(copies)) as u64;
     Space {
         raw_capacity,
         raw_used,
-        capacity: raw_capacity / u64::from(copies),
-        avail: (raw_avail / f64::from(copies)) as u64,
+        // What is stored plus what can still be: space no placement can
+        // reach (a lone large OSD) is neither.
+        capacity: used.saturating_add(avail),
+        avail,
         copies,
     }
+}
+
+/// Each OSD's part of the raw bytes written at `copies` copies: by weight,
+/// but never more than one copy of each object (1 / `copies`), the excess
+/// going to the others by weight (water-filling). The parts sum to less
+/// than 1 when too few OSDs take data to hold every copy.
+fn shares(weights: &[f64], copies: u32) -> Vec<f64> {
+    let cap = 1.0 / f64::from(copies);
+    let mut share = vec![0.0; weights.len()];
+    let mut capped = vec![false; weights.len()];
+    let mut left = 1.0;
+    for _ in 0..=weights.len() {
+        let open: f64 = (0..weights.len())
+            .filter(|&i| !capped[i])
+            .map(|i| weights[i])
+            .sum();
+        if open <= 0.0 || left <= 1e-12 {
+            break;
+        }
+        for i in (0..weights.len()).filter(|&i| !capped[i]) {
+            share[i] = left * weights[i] / open;
+        }
+        let over: Vec<usize> = (0..weights.len())
+            .filter(|&i| !capped[i] && share[i] > cap)
+            .collect();
+        if over.is_empty() {
+            break;
+        }
+        for i in over {
+            share[i] = cap;
+            capped[i] = true;
+            left -= cap;
+        }
+    }
+    share
 }
 
 /// The fill ratio of an OSD (0 when it reports no capacity).
@@ -128,6 +176,25 @@ mod tests {
     }
 
     #[test]
+    fn one_osd_holds_at_most_one_copy_of_each_object() {
+        // Weights 1 and 3 at two copies: every object has a copy on each,
+        // so the small one bounds it (10 GiB), not its weight (20 GiB).
+        let osds = vec![osd(1, 10 * GIB, 0, 1 << 16), osd(2, 30 * GIB, 0, 3 << 16)];
+        let s = usable(&osds, 2);
+        assert_eq!(s.avail, 10 * GIB);
+        assert_eq!(
+            s.capacity,
+            10 * GIB,
+            "the big OSD's extra room is not usable"
+        );
+        let sh = shares(&[1.0, 1.0, 6.0], 2);
+        assert!(
+            (sh[2] - 0.5).abs() < 1e-9 && (sh[0] - 0.25).abs() < 1e-9,
+            "{sh:?}"
+        );
+    }
+
+    #[test]
     fn the_fullest_osd_bounds_what_can_be_written() {
         // Equal weights, one OSD nearly full: data lands evenly, so it
         // fills first — 1 GiB free there is 3 GiB of raw writes in all.
@@ -138,7 +205,8 @@ mod tests {
         ];
         let s = usable(&osds, 2);
         assert_eq!(s.avail, 3 * GIB / 2);
-        assert_eq!(s.capacity, 12 * GIB);
+        // What is stored (7 GiB raw at two copies) plus what still fits.
+        assert_eq!(s.capacity, 7 * GIB / 2 + 3 * GIB / 2);
     }
 
     #[test]
@@ -151,7 +219,9 @@ mod tests {
         let s = usable(&osds, 3);
         assert_eq!(s.copies, 2, "at most the OSDs in and up");
         assert_eq!(s.raw_capacity, 16 * GIB);
-        assert_eq!(s.avail, 8 * GIB / 2);
+        // One OSD takes new data and holds one copy of each object:
+        // nothing can be placed at two copies.
+        assert_eq!(s.avail, 0);
         assert_eq!(
             usable(&[], 3),
             Space {

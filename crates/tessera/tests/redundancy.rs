@@ -252,7 +252,7 @@ fn a_flipped_byte_is_never_read_and_deep_scrub_repairs_it() {
         // out yet): the scrub says it is incomplete and exits 2, and
         // status warns until a scrub checks everything again.
         cl.kill_osd(victim);
-        let out = cl.cli(&["scrub", "/precious"]);
+        let out = cl.cli(&["scrub"]);
         let text = String::from_utf8_lossy(&out.stdout);
         assert_eq!(out.status.code(), Some(2), "{text}");
         assert!(

@@ -231,7 +231,6 @@ impl Mds {
         })))
     }
 
-    /// STATFS: space of the OSDs that are up, inodes in use.
     /// STATFS: what a user can write at the root's replica count (the
     /// replica groups' in OSD-namespace mode), not the raw space — three
     /// OSDs of 8 GiB at three copies hold 8 GiB ([`proto::space`]).

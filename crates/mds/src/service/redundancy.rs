@@ -1117,10 +1117,17 @@ impl Mds {
                 for (j, c) in h.stripes.iter().enumerate() {
                     rep.objects += 1;
                     let mut seen: Vec<(u32, Option<(u64, u64)>)> = Vec::new();
-                    let mut missed = c.fresh.iter().all(|o| !up.contains(o));
+                    // A fresh copy on an OSD that is down is not checked.
+                    let down: Vec<u32> = c
+                        .fresh
+                        .iter()
+                        .copied()
+                        .filter(|o| !up.contains(o))
+                        .collect();
+                    let mut missed = !down.is_empty();
                     if missed {
                         rep.problems.push(format!(
-                            "inode {f:#x} object {oid:#x} stripe {j}: no fresh copy is up; not checked"
+                            "inode {f:#x} object {oid:#x} stripe {j}: copies on OSDs {down:?} are down; not checked"
                         ));
                     }
                     for &osd in c.fresh.iter().filter(|o| up.contains(o)) {
@@ -1217,7 +1224,11 @@ impl Mds {
             }
         }
         self.metrics.scrub_inconsistent.inc_by(rep.inconsistent);
-        self.rec().scrub_unchecked = rep.unchecked;
+        // Only a scrub of everything says whether everything was checked
+        // (a subtree's must not clear an earlier warning).
+        if ino == ROOT_INO {
+            self.rec().scrub_unchecked = rep.unchecked;
+        }
         Ok(rep)
     }
 

@@ -966,6 +966,15 @@ impl Chains {
                     tracing::error!(group, osd = next, error = %w, "chain member refused an effect as malformed; resyncing instead of dropping it");
                     return Err(w);
                 }
+                Err(ConnError::Remote(w))
+                    if w.code == ErrorCode::Busy
+                        && chain.members.len() < min_copies(&view.table) =>
+                {
+                    // Below the floor here too: the successor keeps the
+                    // change for the same reason. Passed straight up — not
+                    // its failure, so it is neither dropped nor waited on.
+                    return Err(w);
+                }
                 Err(e) => {
                     // An answer other than "not now" is given every time:
                     // that member cannot take the effect. A full member is
@@ -1031,8 +1040,6 @@ impl Chains {
     }
 }
 
-/// Whether a retry of a command made once must get the first answer (a
-/// second run would answer otherwise): only these answers are kept.
 /// A head refuses the changes that take space — new objects and data
 /// (ENOSPC, before anything is made) — once its store is this full, so
 /// the members, which hold the same objects, keep room for what frees it:
@@ -1078,6 +1085,8 @@ fn min_copies(table: &proto::chain::ChainTable) -> usize {
     usize::from(table.replicas.saturating_sub(1).max(1)).min(table.chains.len().max(1))
 }
 
+/// Whether a retry of a command made once must get the first answer (a
+/// second run would answer otherwise): only these answers are kept.
 fn answer_matters(cmd: &Command) -> bool {
     matches!(
         cmd,
