@@ -83,6 +83,7 @@ pub async fn report_loop(mds_addr: String, src: ReportSource, lease: std::sync::
     let client = MdsClient::new(&mds_addr, &src.cluster_id, identity, 1);
     let mut interval = Duration::from_secs(2);
     let mut registered = false;
+    let mut last_report = None;
     loop {
         let (capacity, used, objects) = (src.space)();
         let mut r = OsdReport {
@@ -94,7 +95,7 @@ pub async fn report_loop(mds_addr: String, src: ReportSource, lease: std::sync::
             used,
             objects,
             key_version: src.key.0,
-            at_ms: proto::clock::now_ms(),
+            at_ms: report_time(&mut last_report, proto::clock::now_ms()),
             mac: [0; 32],
         };
         r.sign(&src.cluster_id, &src.key.1);
@@ -132,5 +133,42 @@ pub async fn report_loop(mds_addr: String, src: ReportSource, lease: std::sync::
             }
         }
         tokio::time::sleep(interval).await;
+    }
+}
+
+/// A report's time: the wall clock, but never behind the last report's
+/// time plus the (monotonic) time since it. The MDS refuses a report no
+/// later than the last it took (a replay), so a wall clock stepped back
+/// would otherwise silence a live OSD — and make it "down" — until the
+/// clock caught up again.
+fn report_time(last: &mut Option<(u64, Instant)>, wall_ms: u64) -> u64 {
+    let at = match *last {
+        Some((t, when)) => {
+            let mono = t.saturating_add(when.elapsed().as_millis() as u64);
+            wall_ms.max(mono).max(t + 1)
+        }
+        None => wall_ms,
+    };
+    *last = Some((at, Instant::now()));
+    at
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn report_times_only_go_forward_when_the_clock_steps_back() {
+        let mut last = None;
+        let t0 = report_time(&mut last, 10_000_000);
+        assert_eq!(t0, 10_000_000);
+        std::thread::sleep(Duration::from_millis(20));
+        // The wall clock steps back an hour.
+        let t1 = report_time(&mut last, 10_000_000 - 3_600_000);
+        assert!(t1 >= t0 + 20, "{t1} after {t0}");
+        let t2 = report_time(&mut last, 10_000_000 - 3_600_000);
+        assert!(t2 > t1);
+        // And forward again: the wall clock wins.
+        assert_eq!(report_time(&mut last, 20_000_000), 20_000_000);
     }
 }
