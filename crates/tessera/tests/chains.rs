@@ -346,6 +346,26 @@ fn a_flipped_byte_in_a_chain_copy_is_repaired_by_deep_scrub_and_by_a_read() {
                 .contains("repaired a bad copy"),
             "the head did not log its repair"
         );
+        // Rot in the head's copy and the next member's: a deep scrub (no
+        // read first) makes the head's copy again from the tail's — the
+        // first member whose copy reads — and then the middle's from the
+        // head (before, the scrub of the group stopped at the head's bad
+        // copy and nothing was repaired).
+        let middle = chain.members[1];
+        rot(&mut cl, head);
+        rot(&mut cl, middle);
+        let text = cl.cli_ok(&["scrub", "--deep"]);
+        assert!(text.contains("2 inconsistent, 2 repaired"), "{text}");
+        assert!(
+            text.contains(&format!("repaired from OSD {tail}")),
+            "{text}"
+        );
+        let text = cl.cli_ok(&["scrub", "--deep"]);
+        assert!(text.contains("0 inconsistent"), "{text}");
+        assert_eq!(
+            read_file(&cl.client().await, ROOT_INO, "precious").await,
+            data
+        );
         // A head that cannot be reached (stopped, its lease not lapsed):
         // the scrub says it is incomplete and exits 2, and status warns
         // until a scrub checks everything again.

@@ -109,7 +109,40 @@ impl Chains {
                 .map_err(map_err)?;
             for &oid in &page.ids {
                 let _held = self.lock_objects(&Command::Remove { pid, oid }).await;
-                let Some(mine) = self.local_digest(ctx, pid, oid, deep)? else {
+                let mine = match self.local_digest(ctx, pid, oid, deep) {
+                    Ok(d) => d,
+                    // The head's own copy is bad: made again from the
+                    // first member whose copy reads (then compared as
+                    // usual), rather than stop the group's scrub.
+                    Err(e) if e.code == ErrorCode::Checksum => {
+                        inconsistent += 1;
+                        match self
+                            .heal_head(ctx, &view, (group, &others), oid, deep)
+                            .await
+                        {
+                            Ok((from, d)) => {
+                                repaired += 1;
+                                note(format!(
+                                    "group {group} object {oid:#x} on OSD {} (the head): {e}; \
+                                     repaired from OSD {from}",
+                                    self.me
+                                ));
+                                d
+                            }
+                            Err(why) => {
+                                note(format!(
+                                    "group {group} object {oid:#x} on OSD {} (the head): {e}; \
+                                     no member's copy could repair it: {why}",
+                                    self.me
+                                ));
+                                objects += 1;
+                                continue;
+                            }
+                        }
+                    }
+                    Err(e) => return Err(e),
+                };
+                let Some(mine) = mine else {
                     continue;
                 };
                 objects += 1;
@@ -234,6 +267,31 @@ impl Chains {
 
     /// Replaces this OSD's copy of `oid` with member `from`'s (the caller
     /// holds the object's lock).
+    /// Makes the head's bad copy of `oid` again from the first of
+    /// `members` whose copy reads whole; answers that member and the new
+    /// digest.
+    async fn heal_head(
+        &self,
+        ctx: &Ctx,
+        view: &ChainView,
+        (group, members): (u32, &[u32]),
+        oid: u64,
+        deep: bool,
+    ) -> Result<(u32, Option<CopyDigest>), String> {
+        let pid = group_partition(group);
+        let mut why = String::from("no other member");
+        for &m in members {
+            match self.repair_from(ctx, view, group, m, oid).await {
+                Ok(()) => match self.local_digest(ctx, pid, oid, deep) {
+                    Ok(d) => return Ok((m, d)),
+                    Err(e) => why = format!("from OSD {m}: still bad: {e}"),
+                },
+                Err(e) => why = format!("from OSD {m}: {e}"),
+            }
+        }
+        Err(why)
+    }
+
     pub(super) async fn repair_from(
         &self,
         ctx: &Ctx,
