@@ -733,11 +733,7 @@ impl Filesystem for TesseraFs {
         let c = self.creds(req);
         match self.run(self.client.listxattr(&c, self.inos.from_fuse(ino))) {
             Ok(names) => {
-                let mut buf = Vec::new();
-                for n in names {
-                    buf.extend_from_slice(n.as_bytes());
-                    buf.push(0);
-                }
+                let buf = crate::request::xattr_list(&names);
                 if size == 0 {
                     reply.size(buf.len() as u32);
                 } else if buf.len() > size as usize {

@@ -46,6 +46,16 @@ pub fn name(n: &OsStr) -> Result<std::borrow::Cow<'_, str>, Errno> {
     posix::name_from_bytes(n.as_bytes()).map_err(|_| Errno::from_i32(libc::EINVAL))
 }
 
+/// A LISTXATTR answer: each name followed by a NUL.
+pub fn xattr_list(names: &[String]) -> Vec<u8> {
+    let mut buf = Vec::new();
+    for n in names {
+        buf.extend_from_slice(n.as_bytes());
+        buf.push(0);
+    }
+    buf
+}
+
 /// A symlink's target as the namespace keeps it (escaped as a name is).
 pub fn target(t: &std::path::Path) -> Result<std::borrow::Cow<'_, str>, Errno> {
     use std::os::unix::ffi::OsStrExt;
