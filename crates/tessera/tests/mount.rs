@@ -747,6 +747,8 @@ fn mount_with_the_namespace_on_the_osds() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let mp = d.join("mnt");
     let mut m = mount_fg(&mds_addr, cluster, &mp, &[]);
+    // A failure below leaves no daemon or mount behind.
+    let _guard = PanicGuard::new(osds.iter().chain([&mds, &m]), &[&mp]);
     let src = real_tree(d, 2);
     let dst = mp.join("tree");
     let o = sh(&format!("cp -r '{}' '{}'", src.display(), dst.display()));
