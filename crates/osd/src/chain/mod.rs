@@ -1040,13 +1040,6 @@ impl Chains {
     }
 }
 
-/// A head refuses the changes that take space — new objects and data
-/// (ENOSPC, before anything is made) — once its store is this full, so
-/// the members, which hold the same objects, keep room for what frees it:
-/// a delete is a directory's compare-and-swap and a removal, and a store
-/// with no room left cannot even journal those.
-const FULL_RATIO: f64 = 0.95;
-
 /// Commands that make objects or write data. Attribute changes (the
 /// directories' compare-and-swaps, counters) are small and stay served,
 /// so names can still be removed on a full group.
@@ -1062,17 +1055,22 @@ fn takes_space(cmd: &Command) -> bool {
     )
 }
 
-/// ENOSPC when this OSD's store is [`FULL_RATIO`] full.
+/// ENOSPC when this OSD's store is as full as health calls "full"
+/// ([`proto::space::FULL`]): a head refuses the changes that take space —
+/// new objects and data — before anything is made, so the members, which
+/// hold the same objects, keep room for what frees it (a delete is a
+/// directory's compare-and-swap and a removal, and a store with no room
+/// left cannot even journal those).
 fn refuse_when_full(ctx: &Ctx, group: u32) -> Result<(), WireError> {
-    let st = ctx.store.get()?.statfs();
-    let used = st.total_bytes.saturating_sub(st.free_bytes);
-    if st.total_bytes > 0 && used as f64 >= FULL_RATIO * st.total_bytes as f64 {
+    let (total, free) = ctx.store.get()?.space();
+    let used = total.saturating_sub(free) as f64;
+    if total > 0 && used >= proto::space::FULL * total as f64 {
         return Err(WireError::new(
             ErrorCode::NoSpace,
             format!(
                 "group {group}: this head's store is {:.0} % full; no new objects or \
                  data until room is made (deletes are served)",
-                used as f64 * 100.0 / st.total_bytes as f64
+                used * 100.0 / total as f64
             ),
         ));
     }

@@ -391,8 +391,7 @@ impl Store {
         let f = st.alloc.free_stats();
         SpaceInfo {
             total_bytes: self.inner.label.data_len,
-            // Reserved blocks are promised to their objects: not free.
-            free_bytes: f.free_blocks.saturating_sub(st.meta.reserved_blocks) * BLOCK,
+            free_bytes: free_bytes(&st),
             largest_free_bytes: f.largest_free * BLOCK,
             free_extents: f.free_extents,
             objects: st.meta.objects.len() as u64,
@@ -400,6 +399,13 @@ impl Store {
             journal_bytes: self.inner.label.journal_len,
             policy: st.alloc.name(),
         }
+    }
+
+    /// (total, free) bytes of the data area as [`Store::statfs`] counts
+    /// them, without walking the free space (cheap enough for every write).
+    pub fn space(&self) -> (u64, u64) {
+        let st = self.inner.lock();
+        (self.inner.label.data_len, free_bytes(&st))
     }
 
     /// Reads attribute (page, number): a user attribute or one the store
@@ -630,4 +636,13 @@ impl Store {
         )?;
         commit::wait(&self.inner, st, seq)
     }
+}
+
+/// Free bytes of the data area: reserved blocks are promised to their
+/// objects, so not free.
+fn free_bytes(st: &super::State) -> u64 {
+    st.alloc
+        .free_blocks()
+        .saturating_sub(st.meta.reserved_blocks)
+        * BLOCK
 }
