@@ -1,5 +1,7 @@
 //! Name checks: path components and extended-attribute names.
 
+use std::borrow::Cow;
+
 use proto::mds::{Errno, MdsError, NAME_MAX, XATTR_NAME_MAX};
 
 fn err(e: Errno, m: impl Into<String>) -> MdsError {
@@ -24,54 +26,40 @@ fn escaped_byte(c: char) -> Option<u8> {
 /// program gave: UTF-8 as it is; each byte of a sequence that is not UTF-8
 /// as one escape code point. A UTF-8 name that itself holds an escape code
 /// point is refused (EINVAL): it could not be told from an escaped one.
-pub fn name_from_bytes(b: &[u8]) -> Result<std::borrow::Cow<'_, str>, MdsError> {
-    let refuse = || {
-        err(
-            Errno::Inval,
-            "the name holds a code point of U+10FE80..U+10FEFF, which Tessera \
-             uses to carry bytes that are not UTF-8",
-        )
-    };
-    if let Ok(s) = std::str::from_utf8(b) {
-        return match s.chars().any(|c| escaped_byte(c).is_some()) {
-            true => Err(refuse()),
-            false => Ok(std::borrow::Cow::Borrowed(s)),
-        };
-    }
-    let mut out = String::with_capacity(b.len() * 2);
-    let mut rest = b;
-    while !rest.is_empty() {
-        match std::str::from_utf8(rest) {
-            Ok(s) => {
-                if s.chars().any(|c| escaped_byte(c).is_some()) {
-                    return Err(refuse());
-                }
-                out.push_str(s);
-                break;
-            }
-            Err(e) => {
-                let (good, bad) = rest.split_at(e.valid_up_to());
-                // SAFETY-free: `good` was just checked to be UTF-8.
-                let good = std::str::from_utf8(good).unwrap_or_default();
-                if good.chars().any(|c| escaped_byte(c).is_some()) {
-                    return Err(refuse());
-                }
-                out.push_str(good);
-                let n = e.error_len().unwrap_or(bad.len());
-                for &byte in &bad[..n] {
-                    out.extend(char::from_u32(ESCAPE_BASE + u32::from(byte)));
-                }
-                rest = &bad[n..];
-            }
+pub fn name_from_bytes(b: &[u8]) -> Result<Cow<'_, str>, MdsError> {
+    let mut chunks = b.utf8_chunks().peekable();
+    let mut out = String::new();
+    while let Some(c) = chunks.next() {
+        if has_escape(c.valid()) {
+            return Err(err(
+                Errno::Inval,
+                "the name holds a code point of U+10FE80..U+10FEFF, which Tessera \
+                 uses to carry bytes that are not UTF-8",
+            ));
         }
+        if c.invalid().is_empty() && out.is_empty() && chunks.peek().is_none() {
+            // All of it is UTF-8: kept as it is.
+            return Ok(Cow::Borrowed(c.valid()));
+        }
+        out.push_str(c.valid());
+        out.extend(
+            c.invalid()
+                .iter()
+                .filter_map(|&byte| char::from_u32(ESCAPE_BASE + u32::from(byte))),
+        );
     }
-    Ok(std::borrow::Cow::Owned(out))
+    Ok(Cow::Owned(out))
+}
+
+/// Whether `s` holds an escape code point.
+fn has_escape(s: &str) -> bool {
+    s.chars().any(|c| escaped_byte(c).is_some())
 }
 
 /// The bytes a name stands for (the inverse of [`name_from_bytes`]).
-pub fn name_to_bytes(name: &str) -> std::borrow::Cow<'_, [u8]> {
-    if !name.chars().any(|c| escaped_byte(c).is_some()) {
-        return std::borrow::Cow::Borrowed(name.as_bytes());
+pub fn name_to_bytes(name: &str) -> Cow<'_, [u8]> {
+    if !has_escape(name) {
+        return Cow::Borrowed(name.as_bytes());
     }
     let mut out = Vec::with_capacity(name.len());
     for c in name.chars() {
@@ -80,7 +68,7 @@ pub fn name_to_bytes(name: &str) -> std::borrow::Cow<'_, [u8]> {
             None => out.extend_from_slice(c.encode_utf8(&mut [0; 4]).as_bytes()),
         }
     }
-    std::borrow::Cow::Owned(out)
+    Cow::Owned(out)
 }
 
 /// The length in bytes of what a name stands for (each escape code point,
@@ -93,8 +81,7 @@ pub fn raw_len(name: &str) -> usize {
 /// code points only where the bytes are not UTF-8 (so no two names stand
 /// for the same bytes).
 pub fn canonical(name: &str) -> bool {
-    !name.chars().any(|c| escaped_byte(c).is_some())
-        || name_from_bytes(&name_to_bytes(name)).is_ok_and(|n| n == name)
+    !has_escape(name) || name_from_bytes(&name_to_bytes(name)).is_ok_and(|n| n == name)
 }
 
 /// Checks one path component: not empty, not `.`/`..`, no `/` or NUL, at
@@ -107,10 +94,11 @@ pub fn check_name(name: &str) -> Result<(), MdsError> {
             format!("invalid name {name:?}: empty, '.' and '..' cannot be entries"),
         ));
     }
-    if raw_len(name) > NAME_MAX {
+    let len = raw_len(name);
+    if len > NAME_MAX {
         return Err(err(
             Errno::NameTooLong,
-            format!("name of {} bytes; the limit is {NAME_MAX}", raw_len(name)),
+            format!("name of {len} bytes; the limit is {NAME_MAX}"),
         ));
     }
     if !canonical(name) {

@@ -408,7 +408,8 @@ impl Mds {
 
     /// SETATTR: chmod, chown, utimens, truncate (through a handle the
     /// session holds for writing, a truncate skips the permission check).
-    /// One without a length may be answered early (`early`); one that
+    /// One without a length may be answered early (`early`, which
+    /// [`Mds::early_for`] gives only such a one); one that
     /// takes rights away (of any inode) is made durable before it is
     /// answered and before any OSD hears of it, so a lost change can never
     /// leave OSDs refusing a version the MDS hands out again, nor a
@@ -420,7 +421,6 @@ impl Mds {
         mut set: proto::mds::SetAttr,
         (session, early): (u64, Option<u64>),
     ) -> Result<MdsReply, MdsError> {
-        let early = early.filter(|_| set.size.is_none());
         if set.via_handle && !self.session_holds(session, ino, true) {
             set.via_handle = false;
         }
