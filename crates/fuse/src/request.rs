@@ -39,11 +39,10 @@ pub fn done(reply: ReplyEmpty, r: Result<(), Errno>) {
 /// local file system; bytes that are not UTF-8 are carried as escapes
 /// (`posix::names::name_from_bytes`).
 pub fn name(n: &OsStr) -> Result<std::borrow::Cow<'_, str>, Errno> {
-    use std::os::unix::ffi::OsStrExt;
     if n.len() > proto::mds::NAME_MAX {
         return Err(Errno::from_i32(libc::ENAMETOOLONG));
     }
-    posix::name_from_bytes(n.as_bytes()).map_err(|_| Errno::from_i32(libc::EINVAL))
+    escaped(n)
 }
 
 /// A LISTXATTR answer: each name followed by a NUL.
@@ -58,8 +57,13 @@ pub fn xattr_list(names: &[String]) -> Vec<u8> {
 
 /// A symlink's target as the namespace keeps it (escaped as a name is).
 pub fn target(t: &std::path::Path) -> Result<std::borrow::Cow<'_, str>, Errno> {
+    escaped(t.as_os_str())
+}
+
+/// Bytes as the namespace keeps them (`posix::names::name_from_bytes`).
+fn escaped(n: &OsStr) -> Result<std::borrow::Cow<'_, str>, Errno> {
     use std::os::unix::ffi::OsStrExt;
-    posix::name_from_bytes(t.as_os_str().as_bytes()).map_err(|_| Errno::from_i32(libc::EINVAL))
+    posix::name_from_bytes(n.as_bytes()).map_err(|_| Errno::from_i32(libc::EINVAL))
 }
 
 /// The bytes a name or target kept by the namespace stands for.
