@@ -100,11 +100,7 @@ fn acknowledged_creates_survive_an_mds_killed_mid_storm() {
     );
     sigint_wait(&mut m2);
     sigint_wait(&mut m);
-    for mut c in osds.into_iter().chain([mds]) {
-        // SAFETY: signalling our own child.
-        unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
-        assert!(c.wait().unwrap().success());
-    }
+    stop_daemons(osds, mds);
 }
 
 /// Lets the storm of `workers` run 1.5 s, kills the MDS of `d` with
@@ -401,11 +397,7 @@ fn early_answered_changes_are_replayed_to_a_restarted_mds() {
         got.iter().filter(|n| n.starts_with('y')).count()
     );
     sigint_wait(&mut m3);
-    for mut c in osds.into_iter().chain([mds]) {
-        // SAFETY: signalling our own child.
-        unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
-        assert!(c.wait().unwrap().success());
-    }
+    stop_daemons(osds, mds);
 }
 
 /// The default mount (early answers, no fsync): four threads create empty
@@ -494,9 +486,5 @@ fn an_unsynced_storm_survives_an_mds_killed_mid_storm() {
     );
     sigint_wait(&mut m2);
     sigint_wait(&mut m);
-    for mut c in osds.into_iter().chain([mds]) {
-        // SAFETY: signalling our own child.
-        unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
-        assert!(c.wait().unwrap().success());
-    }
+    stop_daemons(osds, mds);
 }

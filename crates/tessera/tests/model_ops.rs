@@ -264,27 +264,12 @@ fn two_mounts(a: &Path, b: &Path, seed: u64, steps: usize) {
 }
 
 fn run(cluster: &str, format_extra: &[&str]) {
-    if !can_mount() {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    let (mds, osds, _, mds_addr) = daemons(d, cluster, format_extra);
-    let (mpa, mpb) = (d.join("mnta"), d.join("mntb"));
-    let mut ma = mount_fg(&mds_addr, cluster, &mpa, &[]);
-    let mut mb = mount_fg(&mds_addr, cluster, &mpb, &[]);
-    let _guard = PanicGuard::new(osds.iter().chain([&mds, &ma, &mb]), &[&mpa, &mpb]);
-    for seed in [1, 2] {
-        one_mount(&mpa, seed, 250);
-    }
-    two_mounts(&mpa, &mpb, 3, 120);
-    sigint_wait(&mut mb);
-    sigint_wait(&mut ma);
-    for mut c in osds.into_iter().chain([mds]) {
-        // SAFETY: signalling our own child.
-        unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
-        assert!(c.wait().unwrap().success());
-    }
+    with_two_mounts(cluster, format_extra, |a, b, _, _| {
+        for seed in [1, 2] {
+            one_mount(a, seed, 250);
+        }
+        two_mounts(a, b, 3, 120);
+    });
 }
 
 #[test]

@@ -642,11 +642,7 @@ fn osd_killed_during_reads_gives_eio_then_data_returns() {
     assert!(out.contains("mounted"), "{out}");
     assert!(std::fs::read(mp.join("striped")).unwrap() == data);
     assert!(Command::new("umount").arg(&mp).status().unwrap().success());
-    for mut c in osds.into_iter().chain([mds]) {
-        // SAFETY: signalling our own child.
-        unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
-        assert!(c.wait().unwrap().success());
-    }
+    stop_daemons(osds, mds);
 }
 
 /// The prefetch benefit on a real tree: MDS requests of `find | xargs grep`
@@ -785,11 +781,7 @@ fn mount_with_the_namespace_on_the_osds() {
         cluster,
     ]);
     assert!(out.contains("namespace is consistent"), "{out}");
-    for mut c in osds.into_iter().chain([mds]) {
-        // SAFETY: signalling our own child.
-        unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
-        assert!(c.wait().unwrap().success());
-    }
+    stop_daemons(osds, mds);
 }
 
 /// `tessera up --namespace osd --mount` (atomic protocol): the same POSIX
@@ -1103,9 +1095,5 @@ fn two_mounts_share_a_directory_one_lease_at_a_time() {
         st["lease_answered"].as_u64().unwrap() >= 300,
         "the lone mount answered under its lease"
     );
-    for mut c in osds.into_iter().chain([mds]) {
-        // SAFETY: signalling our own child.
-        unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
-        assert!(c.wait().unwrap().success());
-    }
+    stop_daemons(osds, mds);
 }

@@ -713,9 +713,5 @@ fn held_across_an_mds_restart() {
         std::thread::sleep(Duration::from_millis(200));
     }
     sigint_wait(&mut m);
-    for mut c in osds.into_iter().chain([mds]) {
-        // SAFETY: signalling our own child.
-        unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
-        assert!(c.wait().unwrap().success());
-    }
+    stop_daemons(osds, mds);
 }

@@ -551,34 +551,19 @@ fn df_counts_the_copies(a: &Path, mds_addr: &str, cluster: &str) {
 }
 
 fn run(cluster: &str, format_extra: &[&str]) {
-    if !can_mount() {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    let (mds, osds, _, mds_addr) = daemons(d, cluster, format_extra);
-    let (mpa, mpb) = (d.join("mnta"), d.join("mntb"));
-    let mut ma = mount_fg(&mds_addr, cluster, &mpa, &[]);
-    let mut mb = mount_fg(&mds_addr, cluster, &mpb, &[]);
-    let _guard = PanicGuard::new(osds.iter().chain([&mds, &ma, &mb]), &[&mpa, &mpb]);
-    locks_between_mounts(&mpa, &mpb);
-    sqlite_from_two_mounts(&mpa, &mpb);
-    appends_under_flock_from_two_mounts(&mpa, &mpb);
-    setattr_on_buffered_data(&mpa, &mpb);
-    tar_keeps_every_mtime(&mpa, d);
-    punch_after_truncate(&mpa);
-    long_names_and_stale_names(&mpa, &mpb);
-    atomic_saves_under_readers(&mpa, &mpb);
-    set_id_bits_cleared_by_a_writer(&mpa);
-    names_that_are_not_utf8(&mpa, &mpb, d);
-    df_counts_the_copies(&mpa, &mds_addr, cluster);
-    sigint_wait(&mut mb);
-    sigint_wait(&mut ma);
-    for mut c in osds.into_iter().chain([mds]) {
-        // SAFETY: signalling our own child.
-        unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
-        assert!(c.wait().unwrap().success());
-    }
+    with_two_mounts(cluster, format_extra, |a, b, d, mds_addr| {
+        locks_between_mounts(a, b);
+        sqlite_from_two_mounts(a, b);
+        appends_under_flock_from_two_mounts(a, b);
+        setattr_on_buffered_data(a, b);
+        tar_keeps_every_mtime(a, d);
+        punch_after_truncate(a);
+        long_names_and_stale_names(a, b);
+        atomic_saves_under_readers(a, b);
+        set_id_bits_cleared_by_a_writer(a);
+        names_that_are_not_utf8(a, b, d);
+        df_counts_the_copies(a, mds_addr, cluster);
+    });
 }
 
 #[test]

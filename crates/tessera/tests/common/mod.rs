@@ -226,6 +226,42 @@ pub fn sigint_wait(c: &mut Child) {
     assert!(c.wait().unwrap().success());
 }
 
+/// Stops the daemons `daemons` started with SIGTERM and asserts each
+/// exits cleanly (OSDs first, then the MDS).
+pub fn stop_daemons(osds: Vec<Child>, mds: Child) {
+    for mut c in osds.into_iter().chain([mds]) {
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+        assert!(c.wait().unwrap().success());
+    }
+}
+
+/// Separate daemons of `cluster` (formatted with `format_extra`) and two
+/// foreground mounts of it; runs `body(mount_a, mount_b, test_dir,
+/// mds_addr)`, then unmounts and stops everything, asserting clean exits.
+/// A panic in `body` kills the daemons and detaches the mounts. Skipped
+/// (with a message) where FUSE cannot be mounted.
+pub fn with_two_mounts(
+    cluster: &str,
+    format_extra: &[&str],
+    body: impl FnOnce(&Path, &Path, &Path, &str),
+) {
+    if !can_mount() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (mds, osds, _, mds_addr) = daemons(d, cluster, format_extra);
+    let (mpa, mpb) = (d.join("mnta"), d.join("mntb"));
+    let mut ma = mount_fg(&mds_addr, cluster, &mpa, &[]);
+    let mut mb = mount_fg(&mds_addr, cluster, &mpb, &[]);
+    let _guard = PanicGuard::new(osds.iter().chain([&mds, &ma, &mb]), &[&mpa, &mpb]);
+    body(&mpa, &mpb, d, &mds_addr);
+    sigint_wait(&mut mb);
+    sigint_wait(&mut ma);
+    stop_daemons(osds, mds);
+}
+
 pub fn drop_caches() {
     std::fs::write("/proc/sys/vm/drop_caches", "3").unwrap();
 }
