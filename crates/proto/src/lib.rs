@@ -18,6 +18,7 @@ pub mod msg;
 pub mod nesting;
 pub mod placement;
 pub mod space;
+pub mod status;
 
 pub use cap::{CapError, CapSpec, Capability, KeyRing, rights};
 pub use error::{ErrorCode, UnknownName, WireError};
