@@ -211,6 +211,10 @@ pub fn spawn_reporter(
             weight: reg.weight,
             host: reg.host,
             key: (version, key),
+            store: {
+                let store = store.clone();
+                Box::new(move || store.mark())
+            },
             space: Box::new(move || match store.get() {
                 Ok(s) => {
                     let f = s.statfs();

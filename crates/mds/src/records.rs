@@ -89,6 +89,13 @@ const STATE_KEY: &[u8] = b"state";
 const NAMESPACE_KEY: &[u8] = b"namespace";
 const CHAINS_KEY: &[u8] = b"chains";
 
+/// The key of the mark of the store OSD `osd` was last seen on.
+fn store_key(osd: u32) -> Vec<u8> {
+    let mut k = b"store.".to_vec();
+    k.extend_from_slice(&osd.to_be_bytes());
+    k
+}
+
 /// Where the namespace lives and, on the OSDs, where its root is. Kept
 /// under its own key (absent = the MDS namespace, as before it existed).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -189,6 +196,14 @@ pub trait Records: View {
     fn chains(&self) -> Result<Option<proto::chain::ChainTable>, MdsError> {
         match self.get(T::Meta, CHAINS_KEY)? {
             Some(b) => Ok(Some(decode("chains", &b)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// The mark of the store OSD `osd` was last seen on, if recorded.
+    fn store_mark(&self, osd: u32) -> Result<Option<proto::mds::StoreMark>, MdsError> {
+        match self.get(T::Meta, &store_key(osd))? {
+            Some(b) => Ok(Some(decode("store mark", &b)?)),
             None => Ok(None),
         }
     }
@@ -397,6 +412,11 @@ impl Tx<'_> {
     /// Stores the replica chains.
     pub fn put_chains(&mut self, t: &proto::chain::ChainTable) -> Result<(), MdsError> {
         self.put(T::Meta, CHAINS_KEY, &encode(t)?)
+    }
+
+    /// Records the mark of the store OSD `osd` runs on.
+    pub fn put_store_mark(&mut self, osd: u32, m: &proto::mds::StoreMark) -> Result<(), MdsError> {
+        self.put(T::Meta, &store_key(osd), &encode(m)?)
     }
 
     /// Stores the superblock.

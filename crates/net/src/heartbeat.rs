@@ -25,6 +25,8 @@ pub struct ReportSource {
     pub key: (u32, [u8; 32]),
     /// Current (capacity, used, objects).
     pub space: Box<dyn Fn() -> (u64, u64, u64) + Send + Sync>,
+    /// The store it runs on now (its identity and newest durable batch).
+    pub store: Box<dyn Fn() -> proto::mds::StoreMark + Send + Sync>,
     /// Where the replica chains' epoch each accepted report names is
     /// published (the OSD's chain state fetches the chains when it moves).
     pub chains_epoch: Option<tokio::sync::watch::Sender<u64>>,
@@ -96,6 +98,7 @@ pub async fn report_loop(mds_addr: String, src: ReportSource, lease: std::sync::
             objects,
             key_version: src.key.0,
             at_ms: report_time(&mut last_report, proto::clock::now_ms()),
+            store: (src.store)(),
             mac: [0; 32],
         };
         r.sign(&src.cluster_id, &src.key.1);

@@ -105,8 +105,11 @@ impl ChainAuthority for MdsChains {
         }))
     }
 
-    fn restarted(&self) -> BoxFuture<'_, Result<ChainView, WireError>> {
-        Box::pin(self.ask(Op::ChainRestarted))
+    fn restarted(
+        &self,
+        store: proto::mds::StoreMark,
+    ) -> BoxFuture<'_, Result<ChainView, WireError>> {
+        Box::pin(self.ask(Op::ChainRestarted { store }))
     }
 
     fn filled(

@@ -43,6 +43,17 @@ impl StoreHandle {
             })
     }
 
+    /// Which store this is and how far its journal has come (all zeros
+    /// while none is open), for the OSD's reports.
+    pub fn mark(&self) -> proto::mds::StoreMark {
+        self.get()
+            .map(|s| proto::mds::StoreMark {
+                uuid: s.label().uuid,
+                seq: s.durable_seq(),
+            })
+            .unwrap_or_default()
+    }
+
     /// Closes the store (flushing it) once no request holds it.
     pub fn close(&self) -> Result<(), StoreError> {
         let taken = self.store.write().unwrap_or_else(|e| e.into_inner()).take();

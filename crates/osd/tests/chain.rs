@@ -79,7 +79,7 @@ impl Authority {
 }
 
 impl ChainAuthority for Authority {
-    fn restarted(&self) -> BoxFuture<'_, Result<ChainView, WireError>> {
+    fn restarted(&self, _: proto::mds::StoreMark) -> BoxFuture<'_, Result<ChainView, WireError>> {
         let v = self.view();
         Box::pin(async move { Ok(v) })
     }

@@ -5,10 +5,11 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::cap::{Capability, KEY_LEN, KeyRing, mac, mac_ok};
+use crate::cap::Capability;
 use crate::layout::{Layout, LayoutSpec};
 use crate::placement::OsdMap;
 
+pub use crate::report::{OsdReport, StoreMark};
 pub use crate::status::{ClusterStatus, Health, OsdStatus, Redundancy, ScrubReport};
 
 /// The id a Hello names to reach the metadata server.
@@ -188,65 +189,6 @@ pub enum XattrMode {
     Create,
     /// Fail with ENODATA if absent.
     Replace,
-}
-
-/// An OSD's registration and heartbeat, authenticated with its key.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct OsdReport {
-    /// OSD id.
-    pub osd_id: u32,
-    /// Address clients reach it at.
-    pub addr: String,
-    /// Placement weight asked for (16.16 fixed point; 0 = take no new data).
-    pub weight: u32,
-    /// Failure domain: the host it runs on.
-    pub host: String,
-    /// Bytes of capacity.
-    pub capacity: u64,
-    /// Bytes in use.
-    pub used: u64,
-    /// Objects stored.
-    pub objects: u64,
-    /// Key version the MAC is made with.
-    pub key_version: u32,
-    /// The OSD's clock (ms since the epoch): replays are refused.
-    pub at_ms: u64,
-    /// HMAC-SHA256 over [`OsdReport::signed_bytes`] with the OSD's key.
-    pub mac: [u8; 32],
-}
-
-impl OsdReport {
-    /// The bytes the MAC covers.
-    pub fn signed_bytes(&self, cluster_id: &str) -> Vec<u8> {
-        let mut b = b"TSREPORT2".to_vec();
-        for part in [
-            cluster_id.as_bytes(),
-            self.addr.as_bytes(),
-            self.host.as_bytes(),
-        ] {
-            b.extend_from_slice(&(part.len() as u32).to_le_bytes());
-            b.extend_from_slice(part);
-        }
-        b.extend_from_slice(&self.osd_id.to_le_bytes());
-        b.extend_from_slice(&self.weight.to_le_bytes());
-        b.extend_from_slice(&self.capacity.to_le_bytes());
-        b.extend_from_slice(&self.used.to_le_bytes());
-        b.extend_from_slice(&self.objects.to_le_bytes());
-        b.extend_from_slice(&self.key_version.to_le_bytes());
-        b.extend_from_slice(&self.at_ms.to_le_bytes());
-        b
-    }
-
-    /// Signs the report with the OSD's key (what the OSD does).
-    pub fn sign(&mut self, cluster_id: &str, key: &[u8; KEY_LEN]) {
-        self.mac = mac(key, &self.signed_bytes(cluster_id));
-    }
-
-    /// Whether the MAC verifies with the OSD's key ring (what the MDS does).
-    pub fn verify(&self, cluster_id: &str, ring: &KeyRing) -> bool {
-        ring.key(self.key_version)
-            .is_some_and(|k| mac_ok(k, &self.signed_bytes(cluster_id), &self.mac))
-    }
 }
 
 /// Metadata operations.
@@ -579,9 +521,14 @@ pub enum Op {
     },
     /// (An OSD.) It started again without having shut down cleanly: it
     /// may hold changes it never passed down, or have lost its store.
-    /// Every chain it is in that another full member holds drops it (it
-    /// is filled again later). Answers [`MdsReply::Chains`].
-    ChainRestarted,
+    /// A store the MDS does not know (`store`) leaves every chain; else
+    /// every chain where another full member is heard from drops it (it
+    /// is filled again later), and one where none is keeps it alone.
+    /// Answers [`MdsReply::Chains`].
+    ChainRestarted {
+        /// The store it runs on now.
+        store: StoreMark,
+    },
     /// (An OSD.) It has filled `osd`, the first joining member after it
     /// in `group`'s chain at `epoch`: count `osd` as a full member.
     /// Answers [`MdsReply::Chains`].
@@ -1080,7 +1027,7 @@ impl Op {
             Op::Chains => "chains",
             Op::ChainDrop { .. } => "chaindrop",
             Op::ChainFilled { .. } => "chainfilled",
-            Op::ChainRestarted => "chainrestarted",
+            Op::ChainRestarted { .. } => "chainrestarted",
             Op::DirLease { .. } => "dirlease",
             Op::DirOps { .. } => "dirops",
             Op::DirRelease { .. } => "dirrelease",

@@ -181,6 +181,10 @@ pub fn op() -> impl Strategy<Value = Op> {
                     objects: 0,
                     key_version,
                     at_ms,
+                    store: crate::mds::StoreMark {
+                        uuid: mac[..16].try_into().unwrap_or_default(),
+                        seq: at_ms ^ capacity,
+                    },
                     mac,
                     host: format!("host-{osd_id}"),
                 })

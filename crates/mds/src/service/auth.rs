@@ -283,7 +283,7 @@ impl Mds {
                     )),
                     Op::GetMap { .. } | Op::Status => self.handle(req).await,
                     Op::Chains => self.chain_grant(*osd),
-                    Op::ChainRestarted => self.chain_restarted(*osd).await,
+                    Op::ChainRestarted { store } => self.chain_restarted(*osd, *store).await,
                     Op::ChainDrop {
                         group,
                         epoch,

@@ -23,8 +23,9 @@ const DROP_POLL: Duration = Duration::from_millis(100);
 /// - An OSD id without a chain gets one once that OSD is up: itself first,
 ///   then the others in its placement order (distinct hosts first), all
 ///   full members (a new group holds no object yet).
-/// - Members that are down leave (the next one becomes head), unless none
-///   would be left: then the group waits for one to come back.
+/// - Members that are down leave (the next one becomes head), but only
+///   while a member that stays is `heard` from now: otherwise the group
+///   waits for one to come back, its chain unchanged.
 /// - A chain with fewer members than copies asked for gets one joining
 ///   member: the first OSD in its placement order that is up, in and not
 ///   in the chain, on a host the chain does not use if there is one.
@@ -35,11 +36,11 @@ const DROP_POLL: Duration = Duration::from_millis(100);
 /// `up` are the OSDs reporting now (new members come from them); `alive`
 /// those whose lease may still run (`up`, and after an MDS restart the
 /// OSDs not heard from yet for a lease): members leave only when not alive.
+/// `heard` those heard from within the last heartbeat or so.
 pub fn plan_chains(
     t: &ChainTable,
     map: &OsdMap,
-    up: &HashSet<u32>,
-    alive: &HashSet<u32>,
+    (up, alive, heard): (&HashSet<u32>, &HashSet<u32>, &HashSet<u32>),
 ) -> Option<ChainTable> {
     let r = usize::from(t.replicas.max(1));
     let mut next = t.clone();
@@ -101,10 +102,13 @@ pub fn plan_chains(
             .copied()
             .filter(|m| alive.contains(m))
             .collect();
-        let mut members = if living.is_empty() {
-            c.members.clone()
-        } else {
+        // Only while a member that stays is heard from now: when every
+        // member went down together, their leases lapse one by one, and
+        // the last to lapse is no better a survivor than the others.
+        let mut members = if living.iter().any(|m| heard.contains(m)) {
             living
+        } else {
+            c.members.clone()
         };
         let mut joining: Vec<u32> = c
             .joining
@@ -183,7 +187,8 @@ impl Mds {
             .map(|e| e.id)
             .filter(|o| up.contains(o) || !self.lease_lapsed(*o))
             .collect();
-        if let Some(next) = plan_chains(&t, &map, &up, &alive) {
+        let heard = self.heard_recently();
+        if let Some(next) = plan_chains(&t, &map, (&up, &alive, &heard)) {
             self.store_chains(&t, next).await?;
         }
         let mut counts = proto::mds::Redundancy::default();
@@ -306,40 +311,6 @@ impl Mds {
             self.recovery_wake.notify_one();
         }
         self.chain_grant(me)
-    }
-
-    /// CHAIN RESTARTED from OSD `me`: it did not shut down cleanly, so
-    /// every chain it is in that another full member holds drops it.
-    pub(super) async fn chain_restarted(&self, me: u32) -> Result<MdsReply, MdsError> {
-        for _ in 0..8 {
-            let Some(t) = self.chain_table()? else {
-                return Err(err(
-                    Errno::Inval,
-                    "this file system keeps no replica chains",
-                ));
-            };
-            let mut next = t.clone();
-            let mut changed = false;
-            for (g, c) in &t.chains {
-                if !c.holds(me) || !c.members.iter().any(|m| *m != me) {
-                    continue;
-                }
-                let keep = |v: &[u32]| v.iter().copied().filter(|m| *m != me).collect();
-                next.set(*g, keep(&c.members), keep(&c.joining));
-                changed = true;
-            }
-            if !changed || self.store_chains(&t, next).await? {
-                if changed {
-                    tracing::warn!(
-                        osd = me,
-                        "OSD restarted after a crash: left its chains, to be filled again"
-                    );
-                    self.recovery_wake.notify_one();
-                }
-                return self.chain_grant(me);
-            }
-        }
-        Err(err(Errno::Busy, "the chains kept changing; try again"))
     }
 
     /// CHAIN FILLED from OSD `me`: it filled `osd`, the first joining
@@ -612,7 +583,7 @@ mod tests {
     fn every_osd_gets_a_chain_headed_by_itself_with_distinct_members() {
         let m = map(4);
         let up: HashSet<u32> = (1..=4).collect();
-        let t = plan_chains(&table(3), &m, &up, &up).unwrap();
+        let t = plan_chains(&table(3), &m, (&up, &up, &up)).unwrap();
         assert_eq!(t.chains.len(), 4);
         for (g, c) in &t.chains {
             assert_eq!(c.head(), Some(*g));
@@ -620,17 +591,20 @@ mod tests {
             assert!(c.validate().is_ok());
             assert!(c.joining.is_empty());
         }
-        assert!(plan_chains(&t, &m, &up, &up).is_none(), "stable once made");
+        assert!(
+            plan_chains(&t, &m, (&up, &up, &up)).is_none(),
+            "stable once made"
+        );
     }
 
     #[test]
     fn a_down_head_is_replaced_by_the_next_member_and_a_joiner_is_added() {
         let m = map(4);
         let mut up: HashSet<u32> = (1..=4).collect();
-        let t = plan_chains(&table(2), &m, &up, &up).unwrap();
+        let t = plan_chains(&table(2), &m, (&up, &up, &up)).unwrap();
         let before = t.chain(1).unwrap().clone();
         up.remove(&1);
-        let t2 = plan_chains(&t, &m, &up, &up).unwrap();
+        let t2 = plan_chains(&t, &m, (&up, &up, &up)).unwrap();
         let c = t2.chain(1).unwrap();
         assert_eq!(c.members, before.members[1..].to_vec());
         assert_eq!(c.joining.len(), 1);
@@ -638,23 +612,45 @@ mod tests {
         assert!(c.epoch > before.epoch);
         // Every member down: the group waits, its chain unchanged.
         let none: HashSet<u32> = HashSet::new();
-        let t3 = plan_chains(&t2, &m, &none, &none);
+        let t3 = plan_chains(&t2, &m, (&none, &none, &none));
         let c3 = t3.as_ref().map_or(c, |t| t.chain(1).unwrap());
         assert_eq!(c3.members, c.members, "no member up: nobody promoted");
         // After an MDS restart, members not heard from yet are kept.
-        let t4 = plan_chains(&t2, &m, &none, &(1..=4).collect());
+        let t4 = plan_chains(&t2, &m, (&none, &(1..=4).collect(), &none));
         assert!(t4.is_none_or(|t| t.chain(1).unwrap().members == c.members));
+    }
+
+    #[test]
+    fn members_that_went_down_together_all_stay_while_none_is_heard() {
+        let m = map(3);
+        let all: HashSet<u32> = (1..=3).collect();
+        let t = plan_chains(&table(3), &m, (&all, &all, &all)).unwrap();
+        let before = t.chain(1).unwrap().members.clone();
+        // Every OSD crashed at once; the first lease lapses while the
+        // others' still run, but nobody is heard from any more.
+        let mut alive = all.clone();
+        alive.remove(&before[0]);
+        let none = HashSet::new();
+        let t2 = plan_chains(&t, &m, (&alive, &alive, &none));
+        assert!(
+            t2.is_none_or(|t| t.chain(1).unwrap().members == before),
+            "a member left while nobody was heard from"
+        );
+        // Once a member that stays is heard from, the lapsed one leaves.
+        let heard: HashSet<u32> = [before[2]].into();
+        let t3 = plan_chains(&t, &m, (&alive, &alive, &heard)).unwrap();
+        assert_eq!(t3.chain(1).unwrap().members, before[1..].to_vec());
     }
 
     #[test]
     fn a_member_marked_out_leaves_once_another_is_filled() {
         let mut m = map(4);
         let up: HashSet<u32> = (1..=4).collect();
-        let t = plan_chains(&table(2), &m, &up, &up).unwrap();
+        let t = plan_chains(&table(2), &m, (&up, &up, &up)).unwrap();
         let c = t.chain(1).unwrap().clone();
         let second = c.members[1];
         m.osds.iter_mut().find(|e| e.id == second).unwrap().out = true;
-        let t2 = plan_chains(&t, &m, &up, &up).unwrap();
+        let t2 = plan_chains(&t, &m, (&up, &up, &up)).unwrap();
         let c2 = t2.chain(1).unwrap();
         assert_eq!(c2.members, c.members, "kept until another is filled");
         assert_eq!(c2.joining.len(), 1);
@@ -662,18 +658,18 @@ mod tests {
         let mut filled = t2.clone();
         let j = c2.joining[0];
         filled.set(1, vec![1, second, j], vec![]);
-        let t3 = plan_chains(&filled, &m, &up, &up).unwrap();
+        let t3 = plan_chains(&filled, &m, (&up, &up, &up)).unwrap();
         assert_eq!(t3.chain(1).unwrap().members, vec![1, j]);
     }
 
     #[test]
     fn an_added_osd_gets_its_share_and_the_surplus_member_leaves_after_the_fill() {
         let up3: HashSet<u32> = (1..=3).collect();
-        let mut t = plan_chains(&table(2), &map(3), &up3, &up3).unwrap();
+        let mut t = plan_chains(&table(2), &map(3), (&up3, &up3, &up3)).unwrap();
         let (m4, up4): (OsdMap, HashSet<u32>) = (map(4), (1..=4).collect());
         let mut moved = 0;
         for _ in 0..10 {
-            let Some(n) = plan_chains(&t, &m4, &up4, &up4) else {
+            let Some(n) = plan_chains(&t, &m4, (&up4, &up4, &up4)) else {
                 break;
             };
             // Every joiner is filled at once.
@@ -688,7 +684,10 @@ mod tests {
             }
             t = f;
         }
-        assert!(plan_chains(&t, &m4, &up4, &up4).is_none(), "settles");
+        assert!(
+            plan_chains(&t, &m4, (&up4, &up4, &up4)).is_none(),
+            "settles"
+        );
         assert!(moved > 0, "no existing group moved to the new OSD");
         assert_eq!(t.chain(4).unwrap().head(), Some(4));
         for (g, c) in &t.chains {
@@ -709,18 +708,18 @@ mod tests {
     fn a_short_chain_waits_for_its_filling_member() {
         let m = map(3);
         let mut up: HashSet<u32> = [1].into();
-        let t = plan_chains(&table(2), &m, &up, &up).unwrap();
+        let t = plan_chains(&table(2), &m, (&up, &up, &up)).unwrap();
         assert_eq!(t.chain(1).unwrap().members, vec![1]);
         assert!(t.chain(2).is_none(), "a group waits for its own OSD");
         up.extend([2, 3]);
-        let t2 = plan_chains(&t, &m, &up, &up).unwrap();
+        let t2 = plan_chains(&t, &m, (&up, &up, &up)).unwrap();
         let c = t2.chain(1).unwrap();
         assert_eq!(c.members, vec![1]);
         assert_eq!(c.joining.len(), 1, "one joiner at a time");
         // New groups for 2 and 3 start full.
         assert_eq!(t2.chain(2).unwrap().members.len(), 2);
         assert!(
-            plan_chains(&t2, &m, &up, &up).is_none(),
+            plan_chains(&t2, &m, (&up, &up, &up)).is_none(),
             "nothing more until it is filled"
         );
     }

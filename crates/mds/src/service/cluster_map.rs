@@ -75,9 +75,12 @@ impl Mds {
         }
         let was_up = self.up_osds().contains(&r.osd_id);
         let r2 = r.clone();
-        let epoch = self
+        // The store is checked, and an OSD on a new or older store taken
+        // out of its chains, in the transaction that lets it count as up.
+        let (epoch, verdict, left) = self
             .kv
             .write(move |tx| {
+                let (verdict, left) = super::restarts::check_store(tx, r2.osd_id, r2.store)?;
                 let mut st = tx.state()?;
                 let cur = tx.map(st.map_epoch)?.unwrap_or_default();
                 if let Some(m) = map_after(&cur, &r2) {
@@ -85,9 +88,10 @@ impl Mds {
                     tx.put_map(&m)?;
                     tx.put_state(&st)?;
                 }
-                Ok(st.map_epoch)
+                Ok((st.map_epoch, verdict, left))
             })
             .await?;
+        self.log_store_verdict(r.osd_id, verdict, &left);
         // Stale copies on it are fenced, and revocations it missed applied,
         // before it gets a lease.
         self.fence_osd(r.osd_id).await?;

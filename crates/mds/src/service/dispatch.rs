@@ -24,7 +24,7 @@ impl Mds {
                 | Op::Chains
                 | Op::ChainDrop { .. }
                 | Op::ChainFilled { .. }
-                | Op::ChainRestarted
+                | Op::ChainRestarted { .. }
                 | Op::Ticket { .. }
                 | Op::Whoami
                 | Op::AuthAdd(_)
@@ -154,7 +154,7 @@ impl Mds {
             op @ (Op::Chains
             | Op::ChainDrop { .. }
             | Op::ChainFilled { .. }
-            | Op::ChainRestarted) => Err(err(
+            | Op::ChainRestarted { .. }) => Err(err(
                 Errno::Access,
                 format!("{}: only an OSD (with its own key) asks this", op.name()),
             )),

@@ -33,6 +33,7 @@ mod osd_actions;
 mod redundancy;
 mod replay;
 mod requests;
+mod restarts;
 mod search;
 
 pub use auth::Caller;

@@ -142,6 +142,7 @@ impl Cluster {
             objects: 0,
             key_version: 1,
             at_ms,
+            store: proto::mds::StoreMark::default(),
             mac: [0; 32],
             host: host.into(),
         }

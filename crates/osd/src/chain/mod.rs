@@ -67,9 +67,13 @@ pub trait ChainAuthority: Send + Sync {
         osd: u32,
         refused: bool,
     ) -> BoxFuture<'_, Result<ChainView, WireError>>;
-    /// Reports that this OSD started again without a clean shutdown;
-    /// returns the view after the authority took it out of its chains.
-    fn restarted(&self) -> BoxFuture<'_, Result<ChainView, WireError>>;
+    /// Reports that this OSD started again without a clean shutdown, on
+    /// `store`; returns the view after the authority took it out of its
+    /// chains (or kept it alone where no other member is heard from).
+    fn restarted(
+        &self,
+        store: proto::mds::StoreMark,
+    ) -> BoxFuture<'_, Result<ChainView, WireError>>;
     /// Reports that this OSD filled `osd`, the first joining member after
     /// it in `group`'s chain at `epoch`; returns the view after.
     fn filled(
@@ -284,7 +288,7 @@ impl Chains {
             return;
         }
         loop {
-            match self.authority.restarted().await {
+            match self.authority.restarted(ctx.store.mark()).await {
                 Ok(v) => {
                     self.install(v);
                     self.ready.store(true, std::sync::atomic::Ordering::SeqCst);

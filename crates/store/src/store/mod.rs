@@ -136,6 +136,13 @@ impl Store {
         self.inner.lock().stats.clone()
     }
 
+    /// The sequence number of the newest journal batch on the device. It
+    /// only grows, and a restart replays at least up to it, so an OSD that
+    /// reports a smaller one than before runs on an older copy of its store.
+    pub fn durable_seq(&self) -> u64 {
+        self.inner.lock().durable_seq
+    }
+
     /// Writes a checkpoint now and waits for it (normally automatic).
     pub fn checkpoint(&self) -> Result<()> {
         let mut st = self.inner.lock_ok()?;
