@@ -163,6 +163,19 @@ mod tests {
         let h = status(96).health();
         assert_eq!(h.level, "HEALTH_ERR");
         assert_eq!(h.reasons, ["OSD 1 is full (96 % used)"]);
+        // A group that lost every full copy is an error of its own, not
+        // counted again among the unavailable ones.
+        let mut lost = status(10);
+        lost.redundancy.groups = 3;
+        lost.redundancy.groups_unavailable = 2;
+        lost.redundancy.groups_lost = 1;
+        let h = lost.health();
+        assert_eq!(h.level, "HEALTH_ERR");
+        assert!(
+            h.reasons[0].starts_with("1 replica groups lost every full copy"),
+            "{h:?}"
+        );
+        assert_eq!(h.reasons[1], "1 replica groups unavailable (no member up)");
     }
 
     #[test]

@@ -95,6 +95,9 @@ pub struct Redundancy {
     pub groups_unavailable: u32,
     /// Groups filling a new member.
     pub groups_filling: u32,
+    /// Groups with no full member left at all: every full copy was on a
+    /// store that came back new or older. They stay unavailable.
+    pub groups_lost: u32,
     /// What the last scrub could not check (see [`ScrubReport::unchecked`]).
     pub scrub_unchecked: u64,
 }
@@ -126,10 +129,17 @@ impl ClusterStatus {
         if r.inconsistent > 0 {
             err.push(format!("{} objects inconsistent", r.inconsistent));
         }
-        if r.groups_unavailable > 0 {
+        if r.groups_lost > 0 {
+            err.push(format!(
+                "{} replica groups lost every full copy (their members' stores came back \
+                 new or older)",
+                r.groups_lost
+            ));
+        }
+        if r.groups_unavailable > r.groups_lost {
             err.push(format!(
                 "{} replica groups unavailable (no member up)",
-                r.groups_unavailable
+                r.groups_unavailable - r.groups_lost
             ));
         }
         if r.groups_degraded > 0 {

@@ -637,3 +637,89 @@ fn a_revocation_that_misses_a_down_osd_is_applied_before_it_serves_again() {
         }
     });
 }
+
+/// Copies a store image keeping its holes (the images are sparse).
+fn copy_image(from: &Path, to: &Path) {
+    let out = std::process::Command::new("cp")
+        .arg("--sparse=always")
+        .arg(from)
+        .arg(to)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+}
+
+#[test]
+fn an_osd_back_on_an_empty_or_older_store_serves_none_of_its_old_copies() {
+    let dir = tempfile::tempdir().unwrap();
+    runtime().block_on(async {
+        let mut cl = Cluster::start(dir.path(), 3, 3, "");
+        cl.wait_healthy(30).await;
+        let c = cl.client().await;
+        let mut files = write_many(&c, "f", 0..12, |k| 1000 + k as usize * 90_001).await;
+        // A copy of OSD 2's store as it is now (stopped cleanly for it).
+        let img2 = cl.osd_dir(2).join("store.img");
+        let old2 = dir.path().join("old2.img");
+        cl.stop_osd(2);
+        copy_image(&img2, &old2);
+        cl.start_osd(2);
+        cl.wait_healthy(30).await;
+        // Files rewritten and added since: the old copy lacks them.
+        for k in 0..4u64 {
+            c.unlink(&root(), ROOT_INO, &format!("f{k}")).await.unwrap();
+        }
+        files.retain(|(n, _, _)| !["f0", "f1", "f2", "f3"].contains(&n.as_str()));
+        files.extend(write_many(&c, "f", 100..104, |k| 5000 + k as usize).await);
+        for k in 0..4u64 {
+            let (name, n) = (format!("f{k}"), 7000 + k as usize);
+            write_file(&c, &name, &content(k + 500, n)).await.unwrap();
+            files.push((name, k + 500, n));
+        }
+        // Let OSD 2 report its store's newer state.
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        // OSD 1's disk is replaced by an empty one; OSD 2 comes back on
+        // the older copy of its store.
+        cl.kill_osd(1);
+        cl.kill_osd(2);
+        std::fs::remove_file(cl.osd_dir(1).join("store.img")).unwrap();
+        local::provision_osd(
+            &cl.osd_dir(1),
+            1,
+            CLUSTER,
+            512 << 20,
+            &cl.dir.join("mds").join("keys"),
+        )
+        .unwrap();
+        copy_image(&old2, &img2);
+        cl.start_osd(1);
+        cl.start_osd(2);
+        // Both are seen, their copies set aside, and recovery makes them
+        // again (HEALTH_OK only once no copy is stale).
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let log = std::fs::read_to_string(cl.dir.join("mds.log")).unwrap();
+            if log.contains("did not run on before")
+                && log.contains("older copy of its store")
+                && log.matches("set aside every copy").count() == 2
+            {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{}",
+                tail(&cl.dir.join("mds.log"))
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        cl.wait_healthy(90).await;
+        // With OSD 3 (the only one that kept its store) gone, OSDs 1 and
+        // 2 serve every file exactly: recovery made their copies again.
+        cl.kill_osd(3);
+        cl.wait_for("OSD 3 down", 30, |s| {
+            s.osds.iter().any(|o| o.id == 3 && !o.up)
+        })
+        .await;
+        let fresh = cl.client().await;
+        check_all(&fresh, &files).await;
+    });
+}

@@ -497,6 +497,9 @@ impl Mds {
             if full_up == 0 {
                 r.groups_unavailable += 1;
             }
+            if c.members.is_empty() {
+                r.groups_lost += 1;
+            }
             if full_up < want {
                 r.groups_degraded += 1;
             }

@@ -92,6 +92,9 @@ impl Mds {
             })
             .await?;
         self.log_store_verdict(r.osd_id, verdict, &left);
+        if verdict.lost() && self.chain_table()?.is_none() {
+            return Err(self.refuse_until_set_aside(r.osd_id, r.store));
+        }
         // Stale copies on it are fenced, and revocations it missed applied,
         // before it gets a lease.
         self.fence_osd(r.osd_id).await?;

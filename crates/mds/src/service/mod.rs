@@ -236,6 +236,8 @@ pub struct Mds {
     delete_due_ms: std::sync::atomic::AtomicU64,
     /// Recovery's state (stale copies, counts, files being copied).
     recovery: Mutex<RecoveryState>,
+    /// OSDs on a new or older store whose copies are being set aside.
+    setting_aside: Mutex<std::collections::HashSet<u32>>,
     /// Wakes the recovery worker.
     pub recovery_wake: tokio::sync::Notify,
     /// When this MDS started: an OSD it has not heard from yet may hold a
@@ -330,6 +332,7 @@ impl Mds {
             delete_wake: tokio::sync::Notify::new(),
             delete_due_ms: std::sync::atomic::AtomicU64::new(u64::MAX),
             recovery: Mutex::new(RecoveryState::default()),
+            setting_aside: Mutex::default(),
             recovery_wake: tokio::sync::Notify::new(),
             started: std::time::Instant::now(),
             holds: Mutex::new(holds::Holds::default()),

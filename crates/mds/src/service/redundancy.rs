@@ -42,7 +42,7 @@ pub struct RecoveryState {
     /// Inodes whose objects are being copied: no write grants meanwhile.
     busy: HashSet<u64>,
     /// Stale copies per OSD: object id → fenced since this MDS started.
-    stale_on: HashMap<u32, HashMap<u64, bool>>,
+    pub(super) stale_on: HashMap<u32, HashMap<u64, bool>>,
     /// When each OSD was first seen down (or this MDS started).
     down_since: HashMap<u32, Instant>,
     /// Recent (time, bytes recovered) samples for the rate.
@@ -67,7 +67,7 @@ struct Stripe {
 }
 
 impl Mds {
-    fn rec(&self) -> std::sync::MutexGuard<'_, RecoveryState> {
+    pub(super) fn rec(&self) -> std::sync::MutexGuard<'_, RecoveryState> {
         self.recovery.lock().unwrap_or_else(|e| e.into_inner())
     }
 

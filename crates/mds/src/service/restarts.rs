@@ -17,8 +17,14 @@
 //! are caught up from it when they return. So a simultaneous crash of every
 //! member never leaves the choice of the survivor to the order in which
 //! leases lapse.
+//!
+//! Without chains (copies recorded in layouts), an OSD on a new or older
+//! store is refused until every copy it was recorded fresh for is set
+//! aside (stale): recovery copies them again, and none is read as zeros
+//! or old bytes meanwhile.
 
 use std::collections::HashSet;
+use std::sync::Arc;
 
 use super::*;
 use proto::chain::ChainTable;
@@ -136,6 +142,11 @@ pub(super) fn check_store(
 ) -> Result<(StoreVerdict, Vec<u32>), MdsError> {
     let known = tx.store_mark(osd)?;
     let verdict = judge(known.as_ref(), &mark);
+    let chains = tx.chains()?;
+    if verdict.lost() && chains.is_none() {
+        // Copies in layouts: the mark is recorded once they are set aside.
+        return Ok((verdict, Vec::new()));
+    }
     let write = match (verdict, known) {
         (StoreVerdict::Unknown, _) => false,
         (StoreVerdict::Same, Some(k)) => mark.seq > k.seq,
@@ -146,7 +157,7 @@ pub(super) fn check_store(
     }
     let mut left = Vec::new();
     if verdict.lost()
-        && let Some(mut t) = tx.chains()?
+        && let Some(mut t) = chains
     {
         left = leave_every_chain(&mut t, osd);
         if !left.is_empty() {
@@ -193,6 +204,114 @@ impl Mds {
         if v.lost() {
             self.recovery_wake.notify_one();
         }
+    }
+
+    /// An OSD on a new or older store, with copies recorded in layouts
+    /// (no chains): its report is refused (Busy) until every copy it was
+    /// recorded fresh for is set aside, by a task started here once per OSD.
+    pub(super) fn refuse_until_set_aside(self: &Arc<Self>, osd: u32, mark: StoreMark) -> MdsError {
+        if self
+            .setting_aside
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(osd)
+        {
+            let me = self.clone();
+            tokio::spawn(async move {
+                match me.set_aside_copies(osd, mark).await {
+                    Ok(files) => tracing::warn!(
+                        osd,
+                        files,
+                        "set aside every copy on the OSD's new or older store; \
+                         recovery copies them again"
+                    ),
+                    Err(e) => tracing::error!(
+                        osd,
+                        error = %e,
+                        "could not set aside the copies on the OSD's new or older store; \
+                         its next report tries again"
+                    ),
+                }
+                me.setting_aside
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(&osd);
+            });
+        }
+        err(
+            Errno::Busy,
+            format!(
+                "OSD {osd} runs on a new or older store: its copies are being set aside \
+                 before it serves again"
+            ),
+        )
+    }
+
+    /// Records every fresh copy on `osd` stale, in each file's layout —
+    /// the last fresh copy of a stripe too: it is gone, and the object is
+    /// unfound (HEALTH_ERR, reads fail with EIO) rather than read as
+    /// zeros or old bytes. The OSD's next report fences them before its
+    /// lease. Then records its store's mark. Returns the files changed.
+    async fn set_aside_copies(&self, osd: u32, mark: StoreMark) -> Result<u64, MdsError> {
+        let mut inos = Vec::new();
+        self.kv
+            .read()?
+            .try_scan_all(crate::kv::T::Inodes, &mut |_, v| {
+                let i = postcard::from_bytes::<crate::records::Inode>(v)
+                    .map_err(|e| crate::kv::io_err("inode", e))?;
+                let on_it = i.layout.as_ref().is_some_and(|l| {
+                    l.homes
+                        .iter()
+                        .any(|h| h.stripes.iter().any(|c| c.fresh.contains(&osd)))
+                });
+                if on_it {
+                    inos.push(i.attr.ino);
+                }
+                Ok(true)
+            })?;
+        let mut files = 0;
+        for ino in inos {
+            let oids = self
+                .kv
+                .write(move |tx| {
+                    let Ok(mut i) = tx.live_inode(ino) else {
+                        return Ok(Vec::new()); // removed meanwhile
+                    };
+                    let Some(l) = i.layout.as_mut() else {
+                        return Ok(Vec::new());
+                    };
+                    let mut oids = Vec::new();
+                    for (set, h) in l.homes.iter_mut().enumerate() {
+                        for c in &mut h.stripes {
+                            if let Some(at) = c.fresh.iter().position(|o| *o == osd) {
+                                c.fresh.remove(at);
+                                c.stale.push(osd);
+                                oids.push(l.objsets.get(set).copied().unwrap_or(0));
+                            }
+                        }
+                    }
+                    if !oids.is_empty() {
+                        tx.take_cap_version()?;
+                        tx.put_inode(&i)?;
+                    }
+                    Ok(oids)
+                })
+                .await?;
+            if oids.is_empty() {
+                continue;
+            }
+            files += 1;
+            let mut rec = self.rec();
+            let index = rec.stale_on.entry(osd).or_default();
+            for oid in oids {
+                index.insert(oid, false);
+            }
+        }
+        self.kv
+            .write(move |tx| tx.put_store_mark(osd, &mark))
+            .await?;
+        self.recovery_wake.notify_one();
+        Ok(files)
     }
 
     /// CHAIN RESTARTED from OSD `me`, on `store`: see the module comment.

@@ -78,8 +78,13 @@ pub fn print_status(s: &ClusterStatus) {
     );
     if r.groups > 0 {
         println!(
-            "replica groups (namespace on the OSDs): {} with {} copies each; {} degraded, {} filling a new member, {} unavailable",
-            r.groups, r.max_replicas, r.groups_degraded, r.groups_filling, r.groups_unavailable
+            "replica groups (namespace on the OSDs): {} with {} copies each; {} degraded, {} filling a new member, {} unavailable, {} lost every full copy",
+            r.groups,
+            r.max_replicas,
+            r.groups_degraded,
+            r.groups_filling,
+            r.groups_unavailable,
+            r.groups_lost
         );
     }
     if r.objects_left > 0 {
