@@ -162,36 +162,42 @@ pub fn op() -> impl Strategy<Value = Op> {
                 admin: ro,
             })
         ),
-        (
-            any::<u32>(),
-            name(),
-            u(),
-            u(),
-            any::<u32>(),
-            u(),
-            any::<[u8; 32]>()
-        )
-            .prop_map(
-                |(osd_id, addr, capacity, used, key_version, at_ms, mac)| Op::Report(OsdReport {
-                    osd_id,
-                    addr,
-                    weight: key_version ^ 0x1_0000,
-                    capacity,
-                    used,
-                    objects: 0,
-                    key_version,
-                    at_ms,
-                    store: crate::mds::StoreMark {
-                        uuid: mac[..16].try_into().unwrap_or_default(),
-                        seq: at_ms ^ capacity,
-                    },
-                    mac,
-                    host: format!("host-{osd_id}"),
-                })
-            ),
+        report(),
         Just(Op::Status),
         name().prop_map(|path| Op::Resolve { path }),
     ]
+}
+
+/// Any OSD report.
+fn report() -> impl Strategy<Value = Op> {
+    let u = any::<u64>;
+    (
+        any::<u32>(),
+        name(),
+        u(),
+        u(),
+        any::<u32>(),
+        u(),
+        any::<[u8; 32]>(),
+    )
+        .prop_map(|(osd_id, addr, capacity, used, key_version, at_ms, mac)| {
+            Op::Report(OsdReport {
+                osd_id,
+                addr,
+                weight: key_version ^ 0x1_0000,
+                capacity,
+                used,
+                objects: 0,
+                key_version,
+                at_ms,
+                store: crate::mds::StoreMark {
+                    uuid: mac[..16].try_into().unwrap_or_default(),
+                    seq: at_ms ^ capacity,
+                },
+                mac,
+                host: format!("host-{osd_id}"),
+            })
+        })
 }
 
 /// Any MDS request.

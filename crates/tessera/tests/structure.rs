@@ -19,8 +19,8 @@ const BIG_FILES: &[(&str, usize)] = &[
     ("crates/mds/src/kv/mod.rs", 825),
     ("crates/mds/src/ns.rs", 841),
     ("crates/mds/src/service/redundancy.rs", 1454),
-    ("crates/osd/src/chain/mod.rs", 1206),
-    ("crates/proto/src/mds.rs", 1425),
+    ("crates/osd/src/chain/mod.rs", 1154),
+    ("crates/proto/src/mds.rs", 1372),
 ];
 
 /// Functions over [`FN_MAX`] lines (file, name), and their length then.
@@ -34,7 +34,6 @@ const LONG_FNS: &[(&str, &str, usize)] = &[
     ("crates/osd/src/chain/mod.rs", "serve_at_head", 188),
     ("crates/osd/src/exec.rs", "run", 312),
     ("crates/osdns/src/fsck.rs", "fsck", 191),
-    ("crates/proto/src/mds_proptests.rs", "op", 158),
     ("crates/store/src/crashtest.rs", "run", 161),
     ("crates/store/src/meta.rs", "apply", 156),
     ("crates/tessera/src/cmd/store_ops.rs", "run", 221),

@@ -31,6 +31,7 @@ use crate::exec::{Ctx, execute};
 
 mod bounds;
 mod fill;
+mod restart;
 mod scrub;
 
 pub use bounds::{FORWARDABLE_HEADER, FORWARDED_ATTRS};
@@ -157,14 +158,6 @@ pub struct Chains {
     ready: std::sync::atomic::AtomicBool,
 }
 
-/// The file beside a store saying its OSD shut down cleanly with every
-/// change passed down its chains.
-fn clean_marker(store: &std::path::Path) -> std::path::PathBuf {
-    let mut p = store.as_os_str().to_owned();
-    p.push(".chains-clean");
-    p.into()
-}
-
 /// Each object's lock, while anyone holds or waits for it.
 type ObjectLocks = HashMap<(u64, u64), std::sync::Weak<tokio::sync::Mutex<()>>>;
 
@@ -268,53 +261,6 @@ impl Chains {
                 }
             }
             let _ = tokio::time::timeout(Duration::from_secs(2), epochs.changed()).await;
-        }
-    }
-
-    /// After a start: a clean shutdown before it (the marker) keeps this
-    /// OSD's places; otherwise it may hold changes it never passed down,
-    /// or a new empty store, so it asks to leave its chains (to be filled
-    /// again) before it acts as a head.
-    async fn after_start(&self) {
-        let ctx = loop {
-            if let Some(c) = self.ctx.get() {
-                break c.clone();
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        };
-        let marker = clean_marker(ctx.store.path());
-        if std::fs::remove_file(&marker).is_ok() {
-            self.ready.store(true, std::sync::atomic::Ordering::SeqCst);
-            return;
-        }
-        loop {
-            match self.authority.restarted(ctx.store.mark()).await {
-                Ok(v) => {
-                    self.install(v);
-                    self.ready.store(true, std::sync::atomic::Ordering::SeqCst);
-                    return;
-                }
-                // A file system without chains: nothing to leave.
-                Err(e) if e.message.contains("no replica chains") => {
-                    self.ready.store(true, std::sync::atomic::Ordering::SeqCst);
-                    return;
-                }
-                Err(e) => {
-                    tracing::debug!(error = %e, "cannot tell the MDS of the restart yet");
-                    tokio::time::sleep(Duration::from_millis(500)).await;
-                }
-            }
-        }
-    }
-
-    /// At a clean shutdown (every request drained): leaves the marker if
-    /// every change made here is down its chain.
-    pub fn shut_down_cleanly(&self) {
-        let (Some(ctx), true) = (self.ctx.get(), lock(&self.unsent).is_empty()) else {
-            return;
-        };
-        if let Err(e) = std::fs::write(clean_marker(ctx.store.path()), b"clean\n") {
-            tracing::warn!(error = %e, "cannot leave the clean-shutdown marker");
         }
     }
 

@@ -1,0 +1,64 @@
+//! A chain member's start and clean shutdown: the marker a clean
+//! shutdown leaves beside the store, and CHAIN RESTARTED (with the store's
+//! mark) after any other start, before the OSD acts as a head.
+
+use std::time::Duration;
+
+use super::{Chains, lock};
+
+/// The file beside a store saying its OSD shut down cleanly with every
+/// change passed down its chains.
+fn clean_marker(store: &std::path::Path) -> std::path::PathBuf {
+    let mut p = store.as_os_str().to_owned();
+    p.push(".chains-clean");
+    p.into()
+}
+
+impl Chains {
+    /// After a start: a clean shutdown before it (the marker) keeps this
+    /// OSD's places; otherwise it may hold changes it never passed down,
+    /// or a new empty store, so it asks to leave its chains (to be filled
+    /// again) before it acts as a head.
+    pub(super) async fn after_start(&self) {
+        let ctx = loop {
+            if let Some(c) = self.ctx.get() {
+                break c.clone();
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        let marker = clean_marker(ctx.store.path());
+        if std::fs::remove_file(&marker).is_ok() {
+            self.ready.store(true, std::sync::atomic::Ordering::SeqCst);
+            return;
+        }
+        loop {
+            match self.authority.restarted(ctx.store.mark()).await {
+                Ok(v) => {
+                    self.install(v);
+                    self.ready.store(true, std::sync::atomic::Ordering::SeqCst);
+                    return;
+                }
+                // A file system without chains: nothing to leave.
+                Err(e) if e.message.contains("no replica chains") => {
+                    self.ready.store(true, std::sync::atomic::Ordering::SeqCst);
+                    return;
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "cannot tell the MDS of the restart yet");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            }
+        }
+    }
+
+    /// At a clean shutdown (every request drained): leaves the marker if
+    /// every change made here is down its chain.
+    pub fn shut_down_cleanly(&self) {
+        let (Some(ctx), true) = (self.ctx.get(), lock(&self.unsent).is_empty()) else {
+            return;
+        };
+        if let Err(e) = std::fs::write(clean_marker(ctx.store.path()), b"clean\n") {
+            tracing::warn!(error = %e, "cannot leave the clean-shutdown marker");
+        }
+    }
+}
