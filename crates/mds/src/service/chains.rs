@@ -161,6 +161,21 @@ pub fn plan_chains(
     changed.then_some(next)
 }
 
+/// Records in `next` who left which chain since `before`, and when: a
+/// member that joins again is sent only what changed since about then.
+/// Only full members: a joining member that leaves never held everything,
+/// so it keeps the departure it had (or none, and is filled whole).
+pub fn record_departures(before: &ChainTable, next: &mut ChainTable, now_ms: u64) {
+    for (g, c) in &mut next.chains {
+        if let Some(b) = before.chain(*g) {
+            let gone: Vec<u32> = b.members.iter().copied().filter(|o| !c.holds(*o)).collect();
+            for o in gone {
+                c.record_left(o, now_ms);
+            }
+        }
+    }
+}
+
 impl Mds {
     /// The replica chains, when this file system keeps copies on the OSDs.
     pub(super) fn chain_table(&self) -> Result<Option<ChainTable>, MdsError> {
@@ -208,16 +223,7 @@ impl Mds {
         before: &ChainTable,
         mut next: ChainTable,
     ) -> Result<bool, MdsError> {
-        // Who left which chain, and when: a member that joins again is
-        // sent only what changed since about then.
-        let now = proto::clock::now_ms();
-        for (g, c) in &mut next.chains {
-            if let Some(b) = before.chain(*g) {
-                for o in b.order().filter(|o| !c.holds(*o)).collect::<Vec<_>>() {
-                    c.record_left(o, now);
-                }
-            }
-        }
+        record_departures(before, &mut next, proto::clock::now_ms());
         let expect = before.epoch;
         let to_write = next.clone();
         let written = self
@@ -621,6 +627,24 @@ mod tests {
         // After an MDS restart, members not heard from yet are kept.
         let t4 = plan_chains(&t2, &m, (&none, &(1..=4).collect(), &none));
         assert!(t4.is_none_or(|t| t.chain(1).unwrap().members == c.members));
+    }
+
+    #[test]
+    fn only_full_members_leave_a_departure_a_joiner_keeps_its_old_one() {
+        let mut before = table(3);
+        before.set(1, vec![1, 2], vec![3]);
+        before.chain_mut(1).unwrap().record_left(3, 100);
+        before.set(2, vec![2, 3, 1], vec![]);
+        let mut next = before.clone();
+        next.set(1, vec![1, 2], vec![]);
+        next.set(2, vec![2, 1], vec![]);
+        record_departures(&before, &mut next, 5000);
+        assert_eq!(
+            next.chain(1).unwrap().left_at(3),
+            Some(100),
+            "a joiner dropped mid-fill must not look caught up to now"
+        );
+        assert_eq!(next.chain(2).unwrap().left_at(3), Some(5000));
     }
 
     #[test]

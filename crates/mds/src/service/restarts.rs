@@ -108,7 +108,8 @@ pub fn restart_in_chains(
         let Some(c) = t.chain(*g).cloned() else {
             continue;
         };
-        let others: Vec<u32> = c.order().filter(|m| *m != osd).collect();
+        // Only full members leave a departure (a joiner never held all).
+        let others: Vec<u32> = c.members.iter().copied().filter(|m| *m != osd).collect();
         let keep = |v: &[u32]| v.iter().copied().filter(|m| *m != osd).collect::<Vec<_>>();
         let alone =
             c.members.contains(&osd) && !c.members.iter().any(|m| *m != osd && heard.contains(m));
