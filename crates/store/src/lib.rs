@@ -25,5 +25,6 @@ pub mod store;
 pub mod table;
 
 pub use error::{Result, StoreError};
+pub use format::FORMAT_VERSION;
 pub use format::label::Policy;
 pub use store::{DEFAULT_PARTITION, FormatOptions, OpenOptions, Store, format};

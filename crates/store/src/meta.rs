@@ -137,6 +137,12 @@ impl Meta {
                 freed
             }
             Record::RemoveObject { pid, oid } => self.remove_object(*pid, *oid),
+            Record::MoveObject {
+                from_pid,
+                from_oid,
+                pid,
+                oid,
+            } => self.move_object((*from_pid, *from_oid), (*pid, *oid))?,
             Record::SetData {
                 pid,
                 oid,
@@ -288,6 +294,38 @@ impl Meta {
             }
             None => Vec::new(),
         }
+    }
+
+    /// Moves object `from` to `to`, replacing (and freeing) any object there.
+    fn move_object(&mut self, from: (u64, u64), to: (u64, u64)) -> Result<Vec<Extent>, ApplyError> {
+        if !self.partitions.contains_key(&to.0) {
+            return Err(ApplyError(format!("partition {:#x} does not exist", to.0)));
+        }
+        if !self.objects.contains_key(&from) {
+            return Err(ApplyError(format!(
+                "object {:#x} of partition {:#x} does not exist",
+                from.1, from.0
+            )));
+        }
+        if from == to {
+            return Ok(Vec::new());
+        }
+        let freed = self.remove_object(to.0, to.1);
+        let o = self
+            .objects
+            .remove(&from)
+            .ok_or_else(|| ApplyError("the object to move vanished".into()))?;
+        if let Some(p) = self.partitions.get_mut(&from.0) {
+            p.objects -= 1;
+        }
+        let part = self
+            .partitions
+            .get_mut(&to.0)
+            .ok_or_else(|| ApplyError(format!("partition {:#x} does not exist", to.0)))?;
+        part.objects += 1;
+        part.next_oid = part.next_oid.max(to.1.saturating_add(1));
+        self.objects.insert(to, o);
+        Ok(freed)
     }
 
     fn remove_range(&mut self, pid: u64) -> Vec<Extent> {

@@ -680,3 +680,62 @@ fn remove_many_removes_what_exists_and_counts_the_rest() {
         }
     }
 }
+
+#[test]
+fn a_moved_object_replaces_its_target_whole_and_survives_a_crash() {
+    const ASIDE: u64 = 0x20001;
+    for policy in POLICIES {
+        let (dev, s) = fresh(policy);
+        s.create_partition(ASIDE).unwrap();
+        // The target, as it was: bigger, so its blocks come back.
+        let old = pattern(300_000, 1);
+        s.create_and_write(P, 0x10005, &old).unwrap();
+        s.set_attr(P, 0x10005, 0x10, 1, b"old").unwrap();
+        // The new copy, built aside.
+        let new = pattern(70_000, 2);
+        s.create(ASIDE, Some(0x10005)).unwrap();
+        s.write(ASIDE, 0x10005, 0, &new).unwrap();
+        s.set_attr(ASIDE, 0x10005, 0x10, 1, b"new").unwrap();
+        s.set_version(ASIDE, 0x10005, 42).unwrap();
+        let free_before = s.statfs().free_bytes;
+        s.move_object((ASIDE, 0x10005), (P, 0x10005)).unwrap();
+        // A crash right after (the move in the journal only).
+        let crashed = dev.image();
+        s.checkpoint().unwrap(); // frees are released once durable
+        assert!(
+            s.statfs().free_bytes > free_before,
+            "the old blocks are freed"
+        );
+        let check = |s: &Store| {
+            assert_eq!(s.read(P, 0x10005, 0, 1 << 20).unwrap(), new);
+            assert_eq!(s.get_attr(P, 0x10005, 0x10, 1).unwrap().unwrap(), b"new");
+            assert_eq!(s.stat(P, 0x10005).unwrap().version, 42);
+            assert!(matches!(
+                s.stat(ASIDE, 0x10005),
+                Err(StoreError::NoObject { .. })
+            ));
+            assert_eq!(s.list(ASIDE, 0, u64::MAX, None, 10).unwrap().ids.len(), 0);
+        };
+        check(&s);
+        // Bad moves change nothing.
+        assert!(matches!(
+            s.move_object((ASIDE, 0x10006), (P, 0x10005)),
+            Err(StoreError::NoObject { .. })
+        ));
+        assert!(matches!(
+            s.move_object((P, 0x10005), (0x30000, 0x10005)),
+            Err(StoreError::NoPartition(0x30000))
+        ));
+        check(&s);
+        // The crash right after the move: replay moves it again.
+        drop(s);
+        let s = Store::open(
+            Arc::new(MemDevice::from_image(crashed)),
+            &OpenOptions::default(),
+        )
+        .unwrap();
+        check(&s);
+        let r = store::fsck::fsck(s.device().clone(), |_, _| {}).unwrap();
+        assert!(r.is_clean(), "{:?}", r.problems);
+    }
+}

@@ -12,7 +12,7 @@ pub mod signature;
 pub mod slot;
 
 /// The newest on-disk format version this build writes and reads.
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
 
 /// Block number of the label (immutable geometry).
 pub const LABEL_BLOCK: u64 = 0;

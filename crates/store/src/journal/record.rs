@@ -105,6 +105,19 @@ pub enum Record {
         /// One past the last logical block.
         end: u64,
     },
+    /// Object `from_oid` of partition `from_pid` is now object `oid` of
+    /// partition `pid` (data, attributes, version and times), replacing any
+    /// object of that id: a copy built aside is installed in one step.
+    MoveObject {
+        /// Partition the object was in.
+        from_pid: u64,
+        /// Its id there.
+        from_oid: u64,
+        /// Partition it is in now.
+        pid: u64,
+        /// Its id now.
+        oid: u64,
+    },
     /// The object's version is `version`.
     SetVersion {
         /// Partition id.
@@ -126,6 +139,7 @@ const T_TRUNCATE: u8 = 7;
 const T_SET_ATTR: u8 = 8;
 const T_SET_VERSION: u8 = 9;
 const T_RESERVE: u8 = 10;
+const T_MOVE_OBJECT: u8 = 11;
 
 impl Record {
     /// Appends the encoding to `w`.
@@ -148,6 +162,18 @@ impl Record {
             }
             Record::RemoveObject { pid, oid } => {
                 w.u8(T_REMOVE_OBJECT);
+                w.u64(*pid);
+                w.u64(*oid);
+            }
+            Record::MoveObject {
+                from_pid,
+                from_oid,
+                pid,
+                oid,
+            } => {
+                w.u8(T_MOVE_OBJECT);
+                w.u64(*from_pid);
+                w.u64(*from_oid);
                 w.u64(*pid);
                 w.u64(*oid);
             }
@@ -250,6 +276,12 @@ impl Record {
                 time: r.u64("time")?,
             },
             T_REMOVE_OBJECT => Record::RemoveObject {
+                pid: r.u64("pid")?,
+                oid: r.u64("oid")?,
+            },
+            T_MOVE_OBJECT => Record::MoveObject {
+                from_pid: r.u64("from_pid")?,
+                from_oid: r.u64("from_oid")?,
                 pid: r.u64("pid")?,
                 oid: r.u64("oid")?,
             },
@@ -407,6 +439,12 @@ mod tests {
                     value,
                     time
                 }),
+            (id, id, id, id).prop_map(|(from_pid, from_oid, pid, oid)| Record::MoveObject {
+                from_pid,
+                from_oid,
+                pid,
+                oid
+            }),
             (id, id, any::<u64>()).prop_map(|(pid, oid, version)| Record::SetVersion {
                 pid,
                 oid,

@@ -92,6 +92,12 @@ pub struct Store {
     committer: Mutex<Option<JoinHandle<()>>>,
 }
 
+/// Which stripe lock object `oid` of partition `pid` takes.
+fn stripe_index(pid: u64, oid: u64) -> usize {
+    let h = (pid.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ oid).wrapping_mul(0xff51_afd7_ed55_8ccd);
+    (h >> 58) as usize % STRIPES
+}
+
 impl Inner {
     pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
@@ -110,9 +116,31 @@ impl Inner {
     }
 
     pub(crate) fn stripe(&self, pid: u64, oid: u64) -> MutexGuard<'_, ()> {
-        let h = (pid.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ oid).wrapping_mul(0xff51_afd7_ed55_8ccd);
-        let i = (h >> 58) as usize % STRIPES;
-        self.stripes[i].lock().unwrap_or_else(|e| e.into_inner())
+        self.stripes[stripe_index(pid, oid)]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The stripe locks of two objects, taken in a fixed order (one lock
+    /// when they share a stripe), so two movers never wait on each other.
+    pub(crate) fn stripes2(
+        &self,
+        a: (u64, u64),
+        b: (u64, u64),
+    ) -> (MutexGuard<'_, ()>, Option<MutexGuard<'_, ()>>) {
+        let (i, j) = (stripe_index(a.0, a.1), stripe_index(b.0, b.1));
+        let take = |k: usize| self.stripes[k].lock().unwrap_or_else(|e| e.into_inner());
+        match i.cmp(&j) {
+            std::cmp::Ordering::Equal => (take(i), None),
+            std::cmp::Ordering::Less => {
+                let first = take(i);
+                (first, Some(take(j)))
+            }
+            std::cmp::Ordering::Greater => {
+                let first = take(j);
+                (first, Some(take(i)))
+            }
+        }
     }
 
     pub(crate) fn data_offset(&self, block: u64) -> u64 {

@@ -232,6 +232,36 @@ impl Store {
         Ok(oid)
     }
 
+    /// Moves object `from` (partition, id) to `to`, replacing any object
+    /// there, in one journal record: a copy built aside is installed so
+    /// that a crash leaves the old object or the new one whole, never a
+    /// mix. The object keeps its data, attributes, version and times.
+    pub fn move_object(&self, from: (u64, u64), to: (u64, u64)) -> Result<()> {
+        check_ids(from.0, from.1)?;
+        check_ids(to.0, to.1)?;
+        let seq = {
+            let _g = self.inner.stripes2(from, to);
+            let mut st = self.inner.lock_ok()?;
+            if !st.meta.objects.contains_key(&from) {
+                return Err(self.missing(&st.meta, from.0, from.1));
+            }
+            if !st.meta.partitions.contains_key(&to.0) {
+                return Err(StoreError::NoPartition(to.0));
+            }
+            commit::log(
+                &self.inner,
+                &mut st,
+                &[Record::MoveObject {
+                    from_pid: from.0,
+                    from_oid: from.1,
+                    pid: to.0,
+                    oid: to.1,
+                }],
+            )?
+        };
+        commit::wait(&self.inner, self.inner.lock(), seq)
+    }
+
     /// Removes an object and releases its space.
     pub fn remove(&self, pid: u64, oid: u64) -> Result<()> {
         check_ids(pid, oid)?;
