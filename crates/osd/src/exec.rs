@@ -310,8 +310,13 @@ fn need(cmd: &Command, req: &Request) -> Need {
         Command::Reserve { pid, oid, .. } | Command::Copy { pid, oid, .. } => {
             one(pid, oid, rights::WRITE | rights::CREATE)
         }
+        Command::Install { pid, oid } => {
+            one(pid, oid, rights::WRITE | rights::CREATE | rights::REMOVE)
+        }
     };
     n.rights |= extra;
+    // A group's staging partition is reached with the group's capability.
+    n.partition = proto::chain::cap_partition(n.partition);
     n
 }
 
@@ -576,6 +581,15 @@ fn run(
             Ok(Reply::Created(ids))
         }
         Command::Remove { pid, oid } => s.remove(*pid, *oid).map(|()| Reply::Done),
+        Command::Install { pid, oid } => {
+            let staged = proto::chain::partition_group(*pid).map(proto::chain::staging_partition);
+            match staged {
+                Some(from) => s
+                    .move_object((from, *oid), (*pid, *oid))
+                    .map(|()| Reply::Done),
+                None => Err(StoreError::invalid("partition", "not a replica group's")),
+            }
+        }
         Command::RemoveObjects { pid, oids } => s
             .remove_many(*pid, oids)
             .map(|(removed, absent)| Reply::Removed { removed, absent }),

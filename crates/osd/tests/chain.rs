@@ -531,6 +531,31 @@ async fn only_chain_members_pass_effects_and_only_the_head_serves() {
         Err(ConnError::Remote(w)) => assert_eq!(w.code, ErrorCode::NotHead, "{w}"),
         other => panic!("a non-head member answered {other:?}"),
     }
+    // A client may neither write a group's staging partition, where
+    // fills and repairs build copies, nor install a staged copy: not at
+    // the head, not at another member.
+    let addr1 = shared.lock().unwrap().addrs[&1].clone();
+    for (osd, addr) in [(1, &addr1), (2, &addr2)] {
+        for cmd in [
+            Command::Create {
+                pid: proto::chain::staging_partition(GROUP),
+                oid: Some(OBJ),
+                count: 1,
+            },
+            Command::Install {
+                pid: group_partition(GROUP),
+                oid: OBJ,
+            },
+        ] {
+            let req = client_request(osd, 0, cmd.clone(), Vec::new());
+            match client.conn(osd, addr).call(req, Bytes::new()).await {
+                Err(ConnError::Remote(w)) => {
+                    assert_eq!(w.code, ErrorCode::BadRequest, "{cmd:?} at {osd}: {w}")
+                }
+                other => panic!("a client's {cmd:?} at OSD {osd} answered {other:?}"),
+            }
+        }
+    }
     // Three copies asked for, one member left: a change is refused with
     // EIO rather than kept on too few; a read is served.
     {
@@ -555,7 +580,6 @@ async fn only_chain_members_pass_effects_and_only_the_head_serves() {
             vec![],
         )
         .await;
-    let addr1 = shared.lock().unwrap().addrs[&1].clone();
     let set = client_request(
         1,
         78,

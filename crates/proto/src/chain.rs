@@ -44,6 +44,29 @@ pub fn group_partition(group: u32) -> u64 {
     GROUP_PARTITION_BASE + u64::from(group)
 }
 
+/// First partition id of the groups' staging partitions.
+pub const STAGING_PARTITION_BASE: u64 = GROUP_PARTITION_BASE + MAX_GROUPS as u64;
+
+/// Where a member builds a copy of one of group `group`'s objects before it
+/// installs it (INSTALL): a partition of its own, never listed, read or
+/// filled, so a copy cut short never stands in for the object.
+pub fn staging_partition(group: u32) -> u64 {
+    STAGING_PARTITION_BASE + u64::from(group)
+}
+
+/// The group whose staging partition `pid` is, if it is one.
+pub fn staging_group(pid: u64) -> Option<u32> {
+    pid.checked_sub(STAGING_PARTITION_BASE)
+        .filter(|g| *g < u64::from(MAX_GROUPS))
+        .map(|g| g as u32)
+}
+
+/// The partition a capability must name to reach `pid`: a group's staging
+/// partition is reached with a capability over the group's partition.
+pub fn cap_partition(pid: u64) -> u64 {
+    staging_group(pid).map_or(pid, group_partition)
+}
+
 /// The group a partition belongs to, if it is a group's.
 pub fn partition_group(pid: u64) -> Option<u32> {
     pid.checked_sub(GROUP_PARTITION_BASE)
@@ -279,6 +302,26 @@ mod tests {
         assert_eq!(
             partition_group(GROUP_PARTITION_BASE + u64::from(MAX_GROUPS)),
             None
+        );
+    }
+
+    #[test]
+    fn staging_partitions_are_apart_and_reached_with_the_groups_capability() {
+        for g in [0, 1, 77, MAX_GROUPS - 1] {
+            let s = staging_partition(g);
+            assert_eq!(staging_group(s), Some(g));
+            assert_eq!(partition_group(s), None, "never taken for a group's own");
+            assert_eq!(cap_partition(s), group_partition(g));
+            assert_eq!(cap_partition(group_partition(g)), group_partition(g));
+            assert_eq!(staging_group(group_partition(g)), None);
+        }
+        assert_eq!(
+            staging_group(STAGING_PARTITION_BASE + u64::from(MAX_GROUPS)),
+            None
+        );
+        assert_eq!(
+            cap_partition(crate::layout::DATA_PARTITION),
+            crate::layout::DATA_PARTITION
         );
     }
 

@@ -342,6 +342,17 @@ pub enum Command {
         /// Objects (1 ..= [`MAX_REMOVE_OBJECTS`]).
         oids: Vec<u64>,
     },
+    /// (Replica chains: only from the member before this one or the head.)
+    /// The copy of object `oid` built in the group's staging partition
+    /// ([`crate::chain::staging_partition`]) replaces the object in the
+    /// group's partition `pid`, in one store record: a fill or repair cut
+    /// short leaves the old copy whole, never a part of the new one.
+    Install {
+        /// The group's partition.
+        pid: u64,
+        /// Object.
+        oid: u64,
+    },
 }
 
 /// Most objects one REMOVE OBJECTS names.
@@ -384,6 +395,7 @@ impl Command {
             Command::Forward(_) => 25,
             Command::ScrubGroup { .. } => 26,
             Command::RemoveObjects { .. } => 27,
+            Command::Install { .. } => 28,
         }
     }
 
@@ -417,6 +429,7 @@ impl Command {
             Command::Forward(_) => "forward",
             Command::ScrubGroup { .. } => "scrub_group",
             Command::RemoveObjects { .. } => "remove_objects",
+            Command::Install { .. } => "install",
         }
     }
 
@@ -438,6 +451,7 @@ impl Command {
                 | Command::Copy { .. }
                 | Command::ScrubGroup { .. }
                 | Command::RemoveObjects { .. }
+                | Command::Install { .. }
         )
     }
 
@@ -477,6 +491,7 @@ impl Command {
             | Command::Punch { pid, oid, .. }
             | Command::DataRanges { pid, oid }
             | Command::Reserve { pid, oid, .. }
+            | Command::Install { pid, oid }
             | Command::Copy { pid, oid, .. } => Some((pid, oid)),
             Command::Forward(ref f) => f.op.object(),
             _ => None,
@@ -508,6 +523,7 @@ impl Command {
             | Command::DataRanges { pid, .. }
             | Command::Reserve { pid, .. }
             | Command::Copy { pid, .. }
+            | Command::Install { pid, .. }
             | Command::RemoveObjects { pid, .. } => *pid = to,
             Command::Format { .. }
             | Command::CreatePartition { .. }
@@ -714,6 +730,12 @@ impl Request {
                 Err(WireError::bad(
                     "partition",
                     format!("{pid:#x} is a replica group's: remove its objects one by one"),
+                ))
+            }
+            Command::Install { pid, .. } if crate::chain::partition_group(*pid).is_none() => {
+                Err(WireError::bad(
+                    "partition",
+                    format!("{pid:#x} is not a replica group's: nothing is staged for it"),
                 ))
             }
             Command::Create { count, .. } if *count == 0 || *count > MAX_CREATE => Err(

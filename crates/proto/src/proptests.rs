@@ -105,6 +105,7 @@ fn command() -> impl Strategy<Value = Command> {
             len
         }),
         (u(), u()).prop_map(|(pid, oid)| Command::DataRanges { pid, oid }),
+        (u(), u()).prop_map(|(pid, oid)| Command::Install { pid, oid }),
         (u(), proptest::collection::vec(u(), 0..8))
             .prop_map(|(pid, oids)| Command::RemoveObjects { pid, oids }),
         (u(), u(), u(), u()).prop_map(|(pid, oid, offset, len)| Command::Reserve {

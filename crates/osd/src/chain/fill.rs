@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use net::ConnError;
-use proto::chain::group_partition;
+use proto::chain::{group_partition, staging_partition};
 use proto::msg::{AttrKey, Command, MAX_ATTR_LIST, Reply, Request};
 use proto::{ErrorCode, WireError};
 use store::StoreError;
@@ -248,7 +248,12 @@ impl Chains {
             .map(|((page, number), v)| (AttrKey { page, number }, v))
             .collect();
         let ranges = s.data_ranges(pid, oid).map_err(map_err)?;
-        self.remote_remove(view, group, joiner, oid).await?;
+        // Built aside (the group's staging partition there), then
+        // installed in one step: a copy cut short by a crash of either
+        // side leaves the member's old copy whole.
+        let (target, pid) = (pid, staging_partition(group));
+        self.remote_remove_in(view, group, joiner, (pid, oid))
+            .await?;
         let mut batches = attr_batches(attrs).into_iter();
         let first = batches.next().unwrap_or_default();
         let create = Command::Create {
@@ -273,7 +278,7 @@ impl Chains {
             let mut at = off;
             while at < off + len {
                 let n = CHUNK.min(off + len - at);
-                let data = s.read(pid, oid, at, n).map_err(map_err)?;
+                let data = s.read(target, oid, at, n).map_err(map_err)?;
                 if !data.is_empty() {
                     let write = Command::Write {
                         pid,
@@ -308,6 +313,9 @@ impl Chains {
             self.remote(view, group, joiner, sv, vec![], Bytes::new())
                 .await?;
         }
+        let install = Command::Install { pid: target, oid };
+        self.remote(view, group, joiner, install, vec![], Bytes::new())
+            .await?;
         Ok(st.size)
     }
 
@@ -320,7 +328,19 @@ impl Chains {
         to: u32,
         oid: u64,
     ) -> Result<(), WireError> {
-        let pid = group_partition(group);
+        self.remote_remove_in(view, group, to, (group_partition(group), oid))
+            .await
+    }
+
+    /// Removes object `(pid, oid)` on member `to` (a partition of `group`:
+    /// its own or its staging one); done when it was not there.
+    async fn remote_remove_in(
+        &self,
+        view: &ChainView,
+        group: u32,
+        to: u32,
+        (pid, oid): (u64, u64),
+    ) -> Result<(), WireError> {
         match self
             .remote(
                 view,

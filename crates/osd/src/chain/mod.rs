@@ -288,10 +288,10 @@ impl Chains {
         }
     }
 
-    /// Whether a request belongs to a chain (names a group's partition).
+    /// Whether a request belongs to a chain (names a group's partition or
+    /// its staging partition).
     pub fn handles(req: &Request) -> bool {
-        matches!(req.cmd, Command::Forward(_))
-            || req.cmd.partition().and_then(partition_group).is_some()
+        matches!(req.cmd, Command::Forward(_)) || req.cmd.partition().and_then(group_of).is_some()
     }
 
     fn current(&self) -> Option<(Arc<ChainView>, Instant)> {
@@ -463,7 +463,7 @@ impl Chains {
     /// repair: the sender holds the object's lock, so nothing of it is on
     /// its way down meanwhile).
     fn sent_by_upstream(&self, principal: u64, name: &str, req: &Request) -> bool {
-        let Some(group) = req.cmd.partition().and_then(partition_group) else {
+        let Some(group) = req.cmd.partition().and_then(group_of) else {
             return false;
         };
         let Some(n) = name
@@ -489,8 +489,17 @@ impl Chains {
         payload: Bytes,
     ) -> Result<(Response, Bytes), WireError> {
         let Some(group) = req.cmd.partition().and_then(partition_group) else {
-            return Err(WireError::bad("partition", "not a replica group's"));
+            return Err(WireError::bad(
+                "partition",
+                "not a replica group's (a staging partition takes only the member before)",
+            ));
         };
+        if let Command::Install { .. } = req.cmd {
+            return Err(WireError::bad(
+                "command",
+                "INSTALL comes only from the member before, or the head",
+            ));
+        }
         if let Command::Create { oid: None, .. } = req.cmd {
             return Err(WireError::bad(
                 "oid",
@@ -1048,6 +1057,11 @@ fn answer_matters(cmd: &Command) -> bool {
 }
 
 /// Whether a request may change something (reads with a set list do).
+/// The group a partition is the partition or the staging partition of.
+fn group_of(pid: u64) -> Option<u32> {
+    partition_group(pid).or_else(|| proto::chain::staging_group(pid))
+}
+
 fn changes(req: &Request) -> bool {
     !req.set.is_empty()
         || !matches!(

@@ -362,23 +362,27 @@ impl Chains {
                 at += n;
             }
         }
+        // Built aside and installed in one step: a crash part-way leaves
+        // the old copy, not a part of the new one.
+        let aside = proto::chain::staging_partition(group);
+        self.ensure_partition(ctx, aside)?;
         let s = ctx.store.get()?;
         tokio::task::block_in_place(|| {
-            match s.remove(pid, oid) {
+            match s.remove(aside, oid) {
                 Ok(()) | Err(StoreError::NoObject { .. }) => {}
                 Err(e) => return Err(e),
             }
-            s.create_with_attrs(pid, oid, &attrs)?;
+            s.create_with_attrs(aside, oid, &attrs)?;
             for (at, data) in &pieces {
                 if !data.is_empty() {
-                    s.write(pid, oid, *at, data)?;
+                    s.write(aside, oid, *at, data)?;
                 }
             }
-            s.truncate(pid, oid, size)?;
+            s.truncate(aside, oid, size)?;
             if version > 0 {
-                s.set_version(pid, oid, version)?;
+                s.set_version(aside, oid, version)?;
             }
-            Ok(())
+            s.move_object((aside, oid), (pid, oid))
         })
         .map_err(map_err)?;
         tracing::warn!(
