@@ -548,6 +548,17 @@ fn run(
                 ),
             ));
         }
+        Command::Format { .. } if ctx.lease.is_some() => {
+            // Its MDS holds what the store held (copies, chain places, the
+            // store's mark): a store wiped under a running member would
+            // serve nothing it is counted for. Offline, a new store is
+            // recognised as new when the OSD reports again.
+            return Err(WireError::new(
+                ErrorCode::BadRequest,
+                "FORMAT: this OSD belongs to a cluster; stop it and make its store again \
+                 (tessera mkfs) instead",
+            ));
+        }
         Command::Format { policy } => {
             let p: store::Policy = policy.parse().map_err(|e: store::StoreError| {
                 WireError::new(ErrorCode::BadRequest, e.to_string())

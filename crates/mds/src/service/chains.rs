@@ -163,14 +163,23 @@ pub fn plan_chains(
 
 /// Records in `next` who left which chain since `before`, and when: a
 /// member that joins again is sent only what changed since about then.
+/// "When" is when it was last heard from (`last_heard_ms`; a member that
+/// went down long ago did not get the changes since), and a member not
+/// heard from since this MDS started gets no record (it is filled whole).
 /// Only full members: a joining member that leaves never held everything,
 /// so it keeps the departure it had (or none, and is filled whole).
-pub fn record_departures(before: &ChainTable, next: &mut ChainTable, now_ms: u64) {
+pub fn record_departures(
+    before: &ChainTable,
+    next: &mut ChainTable,
+    last_heard_ms: &std::collections::HashMap<u32, u64>,
+) {
     for (g, c) in &mut next.chains {
         if let Some(b) = before.chain(*g) {
             let gone: Vec<u32> = b.members.iter().copied().filter(|o| !c.holds(*o)).collect();
             for o in gone {
-                c.record_left(o, now_ms);
+                if let Some(at) = last_heard_ms.get(&o) {
+                    c.record_left(o, *at);
+                }
             }
         }
     }
@@ -223,7 +232,7 @@ impl Mds {
         before: &ChainTable,
         mut next: ChainTable,
     ) -> Result<bool, MdsError> {
-        record_departures(before, &mut next, proto::clock::now_ms());
+        record_departures(before, &mut next, &self.last_heard_ms());
         let expect = before.epoch;
         let to_write = next.clone();
         let written = self
@@ -638,13 +647,22 @@ mod tests {
         let mut next = before.clone();
         next.set(1, vec![1, 2], vec![]);
         next.set(2, vec![2, 1], vec![]);
-        record_departures(&before, &mut next, 5000);
+        record_departures(&before, &mut next, &[(3, 5000)].into());
         assert_eq!(
             next.chain(1).unwrap().left_at(3),
             Some(100),
             "a joiner dropped mid-fill must not look caught up to now"
         );
-        assert_eq!(next.chain(2).unwrap().left_at(3), Some(5000));
+        assert_eq!(
+            next.chain(2).unwrap().left_at(3),
+            Some(5000),
+            "when last heard"
+        );
+        // Not heard from since this MDS started: no record, filled whole.
+        let mut next = before.clone();
+        next.set(2, vec![2, 1], vec![]);
+        record_departures(&before, &mut next, &std::collections::HashMap::new());
+        assert_eq!(next.chain(2).unwrap().left_at(3), None);
     }
 
     #[test]

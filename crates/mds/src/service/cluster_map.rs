@@ -80,7 +80,7 @@ impl Mds {
         let (epoch, verdict, left) = self
             .kv
             .write(move |tx| {
-                let (verdict, left) = super::restarts::check_store(tx, r2.osd_id, r2.store)?;
+                let (verdict, left) = super::restarts::check_store(tx, r2.osd_id, r2.store, true)?;
                 let mut st = tx.state()?;
                 let cur = tx.map(st.map_epoch)?.unwrap_or_default();
                 if let Some(m) = map_after(&cur, &r2) {
@@ -92,6 +92,15 @@ impl Mds {
             })
             .await?;
         self.log_store_verdict(r.osd_id, verdict, &left);
+        if verdict == super::restarts::StoreVerdict::Missing {
+            return Err(err(
+                Errno::Busy,
+                format!(
+                    "OSD {} names no store (none open?), but one is recorded for it",
+                    r.osd_id
+                ),
+            ));
+        }
         if verdict.lost() && self.chain_table()?.is_none() {
             return Err(self.refuse_until_set_aside(r.osd_id, r.store));
         }

@@ -35,6 +35,7 @@ mod replay;
 mod requests;
 mod restarts;
 mod search;
+mod set_aside;
 
 pub use auth::Caller;
 pub use redundancy::RecoveryState;

@@ -9,22 +9,21 @@
 //! once, in the transaction that records the new mark — a chain's last
 //! member too: a group whose full copies are all gone waits, unavailable and
 //! said so, rather than adopt an empty store and fill its joiners from it.
+//! (Without chains, see `set_aside.rs`.)
 //!
 //! An OSD that did not shut down cleanly may also hold changes it never
-//! passed down. Where another full member of a chain is heard from, the
-//! chain drops it (it is filled again later); where none is (every member
-//! went down together), it stays as the chain's only member and the others
-//! are caught up from it when they return. So a simultaneous crash of every
-//! member never leaves the choice of the survivor to the order in which
-//! leases lapse.
-//!
-//! Without chains (copies recorded in layouts), an OSD on a new or older
-//! store is refused until every copy it was recorded fresh for is set
-//! aside (stale): recovery copies them again, and none is read as zeros
-//! or old bytes meanwhile.
+//! passed down. CHAIN RESTARTED first waits until every other full member
+//! of its chains has either been heard from since the request came or let
+//! its lease run out (at most a lease). Where another member was heard, the
+//! chain drops the OSD (it is filled again later). Where every other
+//! member's lease ran out (every member went down together) and the OSD's
+//! store is the one it had, it stays as the chain's only member and the
+//! others are caught up from it when they return. So a simultaneous crash
+//! of every member never leaves the choice of the survivor to the order in
+//! which leases lapse, and a member whose lease still runs is never cut out.
 
-use std::collections::HashSet;
-use std::sync::Arc;
+use std::collections::{HashMap, HashSet};
+use std::time::Instant;
 
 use super::*;
 use proto::chain::ChainTable;
@@ -33,8 +32,10 @@ use proto::mds::StoreMark;
 /// What an OSD's store mark says about the copies it holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StoreVerdict {
-    /// No mark (the OSD could not say): nothing is checked.
+    /// No mark, and none recorded: nothing is checked.
     Unknown,
+    /// No mark although one is recorded (no store open): refused.
+    Missing,
     /// The first mark seen for this OSD: trusted, as before marks were kept.
     First,
     /// The store it ran on before.
@@ -58,7 +59,8 @@ impl StoreVerdict {
 /// Judges the mark `now` an OSD reports against the one `known` for it.
 pub fn judge(known: Option<&StoreMark>, now: &StoreMark) -> StoreVerdict {
     match known {
-        _ if !now.known() => StoreVerdict::Unknown,
+        None if !now.known() => StoreVerdict::Unknown,
+        Some(_) if !now.known() => StoreVerdict::Missing,
         None => StoreVerdict::First,
         Some(k) if k.uuid != now.uuid => StoreVerdict::Replaced,
         Some(k) if now.seq < k.seq => StoreVerdict::Rewound { was: k.seq },
@@ -67,8 +69,9 @@ pub fn judge(known: Option<&StoreMark>, now: &StoreMark) -> StoreVerdict {
 }
 
 /// Takes `osd` out of every chain of `t` and forgets when it left them (it
-/// is filled whole, not caught up); returns the groups it left.
-pub fn leave_every_chain(t: &mut ChainTable, osd: u32) -> Vec<u32> {
+/// is filled whole, not caught up). Returns the groups it left and whether
+/// `t` changed at all.
+pub fn leave_every_chain(t: &mut ChainTable, osd: u32) -> (Vec<u32>, bool) {
     let groups: Vec<u32> = t
         .chains
         .iter()
@@ -81,21 +84,40 @@ pub fn leave_every_chain(t: &mut ChainTable, osd: u32) -> Vec<u32> {
         let (members, joining) = (keep(&c.members), keep(&c.joining));
         t.set(*g, members, joining);
     }
+    let mut forgot = false;
     for (_, c) in &mut t.chains {
+        let before = c.left.len();
         c.left.retain(|(o, _)| *o != osd);
+        forgot |= c.left.len() != before;
     }
-    groups
+    let changed = !groups.is_empty() || forgot;
+    (groups, changed)
 }
 
-/// What CHAIN RESTARTED does to `t` for `osd` (its store checked): a
-/// joining member leaves; a full member leaves where another full member
-/// is `heard` from, and elsewhere stays as the only member, the others
-/// leaving (recorded at `now_ms`, to be caught up). Returns the groups
-/// changed.
+/// Who else is in `osd`'s chains and what the MDS knows of them, for
+/// [`restart_in_chains`].
+#[derive(Debug, Default)]
+pub struct Others {
+    /// Heard from since the restart was reported.
+    pub heard: HashSet<u32>,
+    /// Whose lease may still run.
+    pub alive: HashSet<u32>,
+    /// When each was last heard from (ms since the epoch), if known.
+    pub last_heard_ms: HashMap<u32, u64>,
+}
+
+/// What CHAIN RESTARTED does to `t` for `osd` (its store checked: `same`
+/// when it is the store it had). A joining member leaves. A full member
+/// leaves where another full member was heard from; it stays as the only
+/// member where every other one's lease ran out and its store is the one
+/// it had — the others leave, each recorded as gone when it was last
+/// heard from (not recorded when that is unknown: filled whole). Elsewhere
+/// it leaves if any other member is left. Returns the groups changed.
 pub fn restart_in_chains(
     t: &mut ChainTable,
     osd: u32,
-    heard: &HashSet<u32>,
+    others: &Others,
+    same: bool,
     now_ms: u64,
 ) -> Vec<u32> {
     let groups: Vec<u32> = t
@@ -104,67 +126,84 @@ pub fn restart_in_chains(
         .filter(|(_, c)| c.holds(osd))
         .map(|(g, _)| *g)
         .collect();
-    for g in &groups {
-        let Some(c) = t.chain(*g).cloned() else {
+    let mut changed = Vec::new();
+    for g in groups {
+        let Some(c) = t.chain(g).cloned() else {
             continue;
         };
-        // Only full members leave a departure (a joiner never held all).
-        let others: Vec<u32> = c.members.iter().copied().filter(|m| *m != osd).collect();
+        let rest: Vec<u32> = c.members.iter().copied().filter(|m| *m != osd).collect();
         let keep = |v: &[u32]| v.iter().copied().filter(|m| *m != osd).collect::<Vec<_>>();
-        let alone =
-            c.members.contains(&osd) && !c.members.iter().any(|m| *m != osd && heard.contains(m));
+        let full = c.members.contains(&osd);
+        let alone = full
+            && same
+            && rest
+                .iter()
+                .all(|m| !others.alive.contains(m) && !others.heard.contains(m));
         if alone {
-            t.set(*g, vec![osd], Vec::new());
-            if let Some(c) = t.chain_mut(*g) {
-                for o in others {
-                    c.record_left(o, now_ms);
+            if c.members == [osd] && c.joining.is_empty() {
+                continue;
+            }
+            t.set(g, vec![osd], Vec::new());
+            if let Some(c) = t.chain_mut(g) {
+                for o in rest {
+                    if let Some(at) = others.last_heard_ms.get(&o) {
+                        c.record_left(o, *at);
+                    }
                 }
             }
-        } else {
-            t.set(*g, keep(&c.members), keep(&c.joining));
-            if let Some(c) = t.chain_mut(*g)
-                && c.left_at(osd).is_none()
-            {
+        } else if !full || !rest.is_empty() {
+            t.set(g, keep(&c.members), keep(&c.joining));
+            if full && let Some(c) = t.chain_mut(g) {
                 c.record_left(osd, now_ms);
             }
+        } else {
+            continue;
         }
+        changed.push(g);
     }
-    groups
+    changed
 }
 
 /// In `tx`: judges OSD `osd`'s store mark and records it (every report
-/// whose sequence moved: so a copy of a store older than the OSD's last
-/// report is recognised); an OSD whose copies are gone leaves every chain
-/// in the same transaction. Returns the verdict and the groups it left.
+/// whose sequence moved, so a copy of a store older than the OSD's last
+/// report is recognised; `check_seq` false judges the identity only, for a
+/// mark that may have been taken before a report already judged). With
+/// chains, an OSD whose copies are gone leaves every chain in the same
+/// transaction; without, its mark is recorded once its copies are set
+/// aside. Returns the verdict and the groups it left.
 pub(super) fn check_store(
     tx: &mut crate::kv::Tx,
     osd: u32,
     mark: StoreMark,
+    check_seq: bool,
 ) -> Result<(StoreVerdict, Vec<u32>), MdsError> {
     let known = tx.store_mark(osd)?;
-    let verdict = judge(known.as_ref(), &mark);
-    let chains = tx.chains()?;
-    if verdict.lost() && chains.is_none() {
-        // Copies in layouts: the mark is recorded once they are set aside.
-        return Ok((verdict, Vec::new()));
+    let mut verdict = judge(known.as_ref(), &mark);
+    if !check_seq && matches!(verdict, StoreVerdict::Rewound { .. }) {
+        verdict = StoreVerdict::Same;
     }
-    let write = match (verdict, known) {
-        (StoreVerdict::Unknown, _) => false,
-        (StoreVerdict::Same, Some(k)) => mark.seq > k.seq,
-        _ => true,
-    };
-    if write {
-        tx.put_store_mark(osd, &mark)?;
-    }
-    let mut left = Vec::new();
-    if verdict.lost()
-        && let Some(mut t) = chains
-    {
-        left = leave_every_chain(&mut t, osd);
-        if !left.is_empty() {
-            tx.put_chains(&t)?;
+    match verdict {
+        StoreVerdict::Unknown | StoreVerdict::Missing => return Ok((verdict, Vec::new())),
+        StoreVerdict::Same => {
+            if check_seq && known.is_some_and(|k| mark.seq > k.seq) {
+                tx.put_store_mark(osd, &mark)?;
+            }
+            return Ok((verdict, Vec::new()));
         }
+        StoreVerdict::First => {
+            tx.put_store_mark(osd, &mark)?;
+            return Ok((verdict, Vec::new()));
+        }
+        StoreVerdict::Replaced | StoreVerdict::Rewound { .. } => {}
     }
+    let Some(mut t) = tx.chains()? else {
+        return Ok((verdict, Vec::new()));
+    };
+    let (left, changed) = leave_every_chain(&mut t, osd);
+    if changed {
+        tx.put_chains(&t)?;
+    }
+    tx.put_store_mark(osd, &mark)?;
     Ok((verdict, left))
 }
 
@@ -174,13 +213,31 @@ impl Mds {
     pub(super) fn heard_recently(&self) -> HashSet<u32> {
         let window =
             Duration::from_millis((self.cfg.heartbeat_ms * 3 / 2).min(self.cfg.down_after_ms / 2));
+        self.heard_since(Instant::now() - window)
+    }
+
+    /// OSDs whose last report arrived after `since`.
+    fn heard_since(&self, since: Instant) -> HashSet<u32> {
         self.live
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .osds
             .iter()
-            .filter(|(_, l)| l.seen.elapsed() < window)
+            .filter(|(_, l)| l.seen > since)
             .map(|(&id, _)| id)
+            .collect()
+    }
+
+    /// When each OSD heard from since this MDS started was last heard
+    /// from (ms since the epoch).
+    pub(super) fn last_heard_ms(&self) -> HashMap<u32, u64> {
+        let now = proto::clock::now_ms();
+        self.live
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .osds
+            .iter()
+            .map(|(&id, l)| (id, now.saturating_sub(l.seen.elapsed().as_millis() as u64)))
             .collect()
     }
 
@@ -202,117 +259,9 @@ impl Mds {
             ),
             _ => {}
         }
-        if v.lost() {
+        if !left.is_empty() {
             self.recovery_wake.notify_one();
         }
-    }
-
-    /// An OSD on a new or older store, with copies recorded in layouts
-    /// (no chains): its report is refused (Busy) until every copy it was
-    /// recorded fresh for is set aside, by a task started here once per OSD.
-    pub(super) fn refuse_until_set_aside(self: &Arc<Self>, osd: u32, mark: StoreMark) -> MdsError {
-        if self
-            .setting_aside
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(osd)
-        {
-            let me = self.clone();
-            tokio::spawn(async move {
-                match me.set_aside_copies(osd, mark).await {
-                    Ok(files) => tracing::warn!(
-                        osd,
-                        files,
-                        "set aside every copy on the OSD's new or older store; \
-                         recovery copies them again"
-                    ),
-                    Err(e) => tracing::error!(
-                        osd,
-                        error = %e,
-                        "could not set aside the copies on the OSD's new or older store; \
-                         its next report tries again"
-                    ),
-                }
-                me.setting_aside
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .remove(&osd);
-            });
-        }
-        err(
-            Errno::Busy,
-            format!(
-                "OSD {osd} runs on a new or older store: its copies are being set aside \
-                 before it serves again"
-            ),
-        )
-    }
-
-    /// Records every fresh copy on `osd` stale, in each file's layout —
-    /// the last fresh copy of a stripe too: it is gone, and the object is
-    /// unfound (HEALTH_ERR, reads fail with EIO) rather than read as
-    /// zeros or old bytes. The OSD's next report fences them before its
-    /// lease. Then records its store's mark. Returns the files changed.
-    async fn set_aside_copies(&self, osd: u32, mark: StoreMark) -> Result<u64, MdsError> {
-        let mut inos = Vec::new();
-        self.kv
-            .read()?
-            .try_scan_all(crate::kv::T::Inodes, &mut |_, v| {
-                let i = postcard::from_bytes::<crate::records::Inode>(v)
-                    .map_err(|e| crate::kv::io_err("inode", e))?;
-                let on_it = i.layout.as_ref().is_some_and(|l| {
-                    l.homes
-                        .iter()
-                        .any(|h| h.stripes.iter().any(|c| c.fresh.contains(&osd)))
-                });
-                if on_it {
-                    inos.push(i.attr.ino);
-                }
-                Ok(true)
-            })?;
-        let mut files = 0;
-        for ino in inos {
-            let oids = self
-                .kv
-                .write(move |tx| {
-                    let Ok(mut i) = tx.live_inode(ino) else {
-                        return Ok(Vec::new()); // removed meanwhile
-                    };
-                    let Some(l) = i.layout.as_mut() else {
-                        return Ok(Vec::new());
-                    };
-                    let mut oids = Vec::new();
-                    for (set, h) in l.homes.iter_mut().enumerate() {
-                        for c in &mut h.stripes {
-                            if let Some(at) = c.fresh.iter().position(|o| *o == osd) {
-                                c.fresh.remove(at);
-                                c.stale.push(osd);
-                                oids.push(l.objsets.get(set).copied().unwrap_or(0));
-                            }
-                        }
-                    }
-                    if !oids.is_empty() {
-                        tx.take_cap_version()?;
-                        tx.put_inode(&i)?;
-                    }
-                    Ok(oids)
-                })
-                .await?;
-            if oids.is_empty() {
-                continue;
-            }
-            files += 1;
-            let mut rec = self.rec();
-            let index = rec.stale_on.entry(osd).or_default();
-            for oid in oids {
-                index.insert(oid, false);
-            }
-        }
-        self.kv
-            .write(move |tx| tx.put_store_mark(osd, &mark))
-            .await?;
-        self.recovery_wake.notify_one();
-        Ok(files)
     }
 
     /// CHAIN RESTARTED from OSD `me`, on `store`: see the module comment.
@@ -327,25 +276,38 @@ impl Mds {
                 "this file system keeps no replica chains",
             ));
         }
-        let heard = self.heard_recently();
-        let now = proto::clock::now_ms();
-        let (verdict, left, changed) = self
+        // The identity only: a report may have judged a newer sequence
+        // since this mark was taken.
+        let (verdict, left) = self
             .kv
-            .write(move |tx| {
-                let (verdict, left) = check_store(tx, me, store)?;
-                let mut changed = Vec::new();
-                if !verdict.lost()
-                    && let Some(mut t) = tx.chains()?
-                {
-                    changed = restart_in_chains(&mut t, me, &heard, now);
-                    if !changed.is_empty() {
-                        tx.put_chains(&t)?;
-                    }
-                }
-                Ok((verdict, left, changed))
-            })
+            .write(move |tx| check_store(tx, me, store, false))
             .await?;
         self.log_store_verdict(me, verdict, &left);
+        if verdict == StoreVerdict::Missing {
+            return Err(err(
+                Errno::Busy,
+                format!("OSD {me} names no store, but one is recorded for it"),
+            ));
+        }
+        if verdict.lost() {
+            return self.chain_grant(me);
+        }
+        let others = self.wait_for_the_others(me).await?;
+        let same = verdict == StoreVerdict::Same;
+        let now = proto::clock::now_ms();
+        let changed = self
+            .kv
+            .write(move |tx| {
+                let Some(mut t) = tx.chains()? else {
+                    return Ok(Vec::new());
+                };
+                let changed = restart_in_chains(&mut t, me, &others, same, now);
+                if !changed.is_empty() {
+                    tx.put_chains(&t)?;
+                }
+                Ok(changed)
+            })
+            .await?;
         if !changed.is_empty() {
             let t = self.chain_table()?.unwrap_or_default();
             for g in &changed {
@@ -362,11 +324,47 @@ impl Mds {
             tracing::warn!(
                 osd = me,
                 "OSD restarted after a crash: left its chains where another member is \
-                 heard from, to be filled again; kept alone where none is"
+                 heard from, to be filled again; kept alone where every other's lease ran out"
             );
             self.recovery_wake.notify_one();
         }
         self.chain_grant(me)
+    }
+
+    /// Waits (at most a lease and a second) until every other full member
+    /// of `me`'s chains has been heard from since now or let its lease run
+    /// out; then what is known of them.
+    async fn wait_for_the_others(&self, me: u32) -> Result<Others, MdsError> {
+        let asked = Instant::now();
+        let deadline = asked + Duration::from_millis(self.cfg.down_after_ms + 1_000);
+        let rest: HashSet<u32> = self
+            .chain_table()?
+            .unwrap_or_default()
+            .chains
+            .iter()
+            .filter(|(_, c)| c.members.contains(&me))
+            .flat_map(|(_, c)| c.members.clone())
+            .filter(|m| *m != me)
+            .collect();
+        loop {
+            let heard = self.heard_since(asked);
+            let undecided = rest
+                .iter()
+                .any(|m| !heard.contains(m) && !self.lease_lapsed(*m));
+            if !undecided || Instant::now() >= deadline {
+                let alive = rest
+                    .iter()
+                    .copied()
+                    .filter(|m| !self.lease_lapsed(*m))
+                    .collect();
+                return Ok(Others {
+                    heard,
+                    alive,
+                    last_heard_ms: self.last_heard_ms(),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 }
 
@@ -402,9 +400,11 @@ mod tests {
             judge(Some(&mark(1, 5)), &mark(2, 50)),
             StoreVerdict::Replaced
         );
-        assert_eq!(judge(Some(&mark(1, 5)), &mark(0, 0)), StoreVerdict::Unknown);
+        assert_eq!(judge(Some(&mark(1, 5)), &mark(0, 0)), StoreVerdict::Missing);
+        assert_eq!(judge(None, &mark(0, 0)), StoreVerdict::Unknown);
         assert!(StoreVerdict::Replaced.lost() && StoreVerdict::Rewound { was: 1 }.lost());
         assert!(!StoreVerdict::Same.lost() && !StoreVerdict::First.lost());
+        assert!(!StoreVerdict::Missing.lost());
     }
 
     #[test]
@@ -413,37 +413,68 @@ mod tests {
         t.set(4, vec![2], vec![]);
         t.chain_mut(1).unwrap().record_left(2, 77);
         let e = t.epoch;
-        let left = leave_every_chain(&mut t, 2);
+        let (left, changed) = leave_every_chain(&mut t, 2);
+        assert!(changed);
         assert_eq!(left, vec![1, 2, 3, 4]);
         assert!(t.chains.iter().all(|(_, c)| !c.holds(2)));
         assert!(t.chain(4).unwrap().members.is_empty(), "no full copy left");
         assert_eq!(t.chain(1).unwrap().left_at(2), None, "filled whole");
         assert!(t.epoch > e);
+        // In no chain any more, but remembered as having left one: the
+        // record goes (a rejoin must not be a catch-up from it).
+        let mut t = table();
+        t.set(1, vec![1, 3], vec![]);
+        t.set(2, vec![3, 1], vec![]);
+        t.set(3, vec![3, 1], vec![]);
+        t.chain_mut(1).unwrap().record_left(2, 77);
+        let (left, changed) = leave_every_chain(&mut t, 2);
+        assert!(left.is_empty() && changed);
+        assert_eq!(t.chain(1).unwrap().left_at(2), None);
+    }
+
+    fn others(heard: &[u32], alive: &[u32]) -> Others {
+        Others {
+            heard: heard.iter().copied().collect(),
+            alive: alive.iter().copied().collect(),
+            last_heard_ms: [(2, 400), (3, 500)].into(),
+        }
     }
 
     #[test]
-    fn a_restarted_member_leaves_where_another_is_heard_and_stays_alone_where_none_is() {
+    fn a_restarted_member_stays_alone_only_when_every_other_lease_ran_out() {
+        // Every other member's lease ran out: alone in every chain where
+        // it is a full member; the others are recorded gone when last
+        // heard from.
         let mut t = table();
-        // Nobody else heard: it keeps every chain where it is a full
-        // member, alone; the others are caught up later.
-        let changed = restart_in_chains(&mut t, 1, &HashSet::new(), 1000);
+        let changed = restart_in_chains(&mut t, 1, &others(&[], &[]), true, 1000);
         assert_eq!(changed, vec![1, 2, 3]);
         assert_eq!(t.chain(1).unwrap().members, vec![1]);
         assert_eq!(t.chain(2).unwrap().members, vec![1]);
-        assert_eq!(t.chain(1).unwrap().left_at(2), Some(1000));
-        // OSD 2 restarts next: 1 is heard, so it leaves (it was not in
-        // them any more anyway) and its own new group is untouched.
+        assert_eq!(t.chain(1).unwrap().left_at(2), Some(400));
+        assert_eq!(t.chain(1).unwrap().left_at(3), Some(500));
+        let again = restart_in_chains(&mut t, 1, &others(&[], &[]), true, 2000);
+        assert!(again.is_empty(), "already alone: no new epoch");
+        // Another member heard from: it leaves.
         let mut t = table();
-        let heard: HashSet<u32> = [3].into();
-        restart_in_chains(&mut t, 1, &heard, 5);
+        restart_in_chains(&mut t, 1, &others(&[3], &[3]), true, 5);
         assert_eq!(t.chain(1).unwrap().members, vec![2, 3]);
         assert_eq!(t.chain(2).unwrap().members, vec![2, 3]);
         assert_eq!(t.chain(3).unwrap().members, vec![3]);
-        assert_eq!(t.chain(3).unwrap().joining, vec![2]);
-        // A joining member always leaves.
+        assert_eq!(t.chain(1).unwrap().left_at(1), Some(5));
+        // Another member's lease still runs (not heard): it does not take
+        // the chain from it.
         let mut t = table();
-        restart_in_chains(&mut t, 2, &HashSet::new(), 5);
+        restart_in_chains(&mut t, 1, &others(&[], &[2]), true, 5);
+        assert_eq!(t.chain(1).unwrap().members, vec![2, 3]);
+        // A store seen for the first time is never kept alone.
+        let mut t = table();
+        restart_in_chains(&mut t, 1, &others(&[], &[]), false, 5);
+        assert_eq!(t.chain(1).unwrap().members, vec![2, 3]);
+        // A joining member always leaves, and leaves no departure.
+        let mut t = table();
+        restart_in_chains(&mut t, 2, &others(&[], &[]), true, 5);
         assert_eq!(t.chain(3).unwrap().members, vec![3, 1]);
         assert!(t.chain(3).unwrap().joining.is_empty());
+        assert_eq!(t.chain(3).unwrap().left_at(2), None);
     }
 }
