@@ -358,6 +358,7 @@ impl MdsClient {
                             creds,
                             op,
                             ino: e.reply.named_ino(),
+                            seal: e.seal,
                         },
                     );
                 }

@@ -162,6 +162,34 @@ impl Ctx {
     }
 }
 
+/// FORMAT: a new store in place of the current one — refused on an OSD
+/// that belongs to a cluster: its MDS holds what the store held (copies,
+/// chain places, the store's mark), so a store wiped under a running
+/// member would serve nothing it is counted for. Offline, a new store is
+/// recognised as new when the OSD reports again.
+fn format_store(ctx: &Ctx, policy: &str) -> Result<Reply, WireError> {
+    if ctx.lease.is_some() {
+        return Err(WireError::new(
+            ErrorCode::BadRequest,
+            "FORMAT: this OSD belongs to a cluster; stop it and make its store again \
+             (tessera mkfs) instead",
+        ));
+    }
+    let p: store::Policy = policy
+        .parse()
+        .map_err(|e: store::StoreError| WireError::new(ErrorCode::BadRequest, e.to_string()))?;
+    ctx.store.format(p)?;
+    Ok(Reply::Done)
+}
+
+/// INSTALL: the group's staged copy of `oid` replaces the object.
+fn install(s: &Store, pid: u64, oid: u64) -> Result<Reply, StoreError> {
+    match proto::chain::partition_group(pid).map(proto::chain::staging_partition) {
+        Some(from) => s.move_object((from, oid), (pid, oid)).map(|()| Reply::Done),
+        None => Err(StoreError::invalid("partition", "not a replica group's")),
+    }
+}
+
 /// Bytes a deep digest reads at a time.
 const DIGEST_CHUNK: u64 = 4 << 20;
 
@@ -548,24 +576,9 @@ fn run(
                 ),
             ));
         }
-        Command::Format { .. } if ctx.lease.is_some() => {
-            // Its MDS holds what the store held (copies, chain places, the
-            // store's mark): a store wiped under a running member would
-            // serve nothing it is counted for. Offline, a new store is
-            // recognised as new when the OSD reports again.
-            return Err(WireError::new(
-                ErrorCode::BadRequest,
-                "FORMAT: this OSD belongs to a cluster; stop it and make its store again \
-                 (tessera mkfs) instead",
-            ));
-        }
         Command::Format { policy } => {
-            let p: store::Policy = policy.parse().map_err(|e: store::StoreError| {
-                WireError::new(ErrorCode::BadRequest, e.to_string())
-            })?;
             drop(s);
-            ctx.store.format(p)?;
-            return Ok(Reply::Done);
+            return format_store(ctx, policy);
         }
         Command::CreatePartition { pid } => s.create_partition(*pid).map(|()| Reply::Done),
         Command::RemovePartition { pid } => s.remove_partition(*pid).map(|()| Reply::Done),
@@ -592,15 +605,7 @@ fn run(
             Ok(Reply::Created(ids))
         }
         Command::Remove { pid, oid } => s.remove(*pid, *oid).map(|()| Reply::Done),
-        Command::Install { pid, oid } => {
-            let staged = proto::chain::partition_group(*pid).map(proto::chain::staging_partition);
-            match staged {
-                Some(from) => s
-                    .move_object((from, *oid), (*pid, *oid))
-                    .map(|()| Reply::Done),
-                None => Err(StoreError::invalid("partition", "not a replica group's")),
-            }
-        }
+        Command::Install { pid, oid } => install(&s, *pid, *oid),
         Command::RemoveObjects { pid, oids } => s
             .remove_many(*pid, oids)
             .map(|(removed, absent)| Reply::Removed { removed, absent }),

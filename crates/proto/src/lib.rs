@@ -17,6 +17,7 @@ pub mod mds;
 pub mod msg;
 pub mod nesting;
 pub mod placement;
+pub mod replay;
 pub mod report;
 pub mod space;
 pub mod status;

@@ -143,6 +143,11 @@ pub fn op() -> impl Strategy<Value = Op> {
                         creds: Creds::root(),
                         op: Op::Unlink { parent, name },
                         ino: (transno % 2 == 0).then_some(parent),
+                        seal: transno
+                            .to_le_bytes()
+                            .repeat(2)
+                            .try_into()
+                            .unwrap_or_default(),
                     })
                     .collect(),
             }

@@ -142,6 +142,7 @@ mod tests {
                 creds: Creds::root(),
                 op,
                 ino: None,
+                seal: [0x5A; crate::mds::SEAL_LEN],
             }],
         }
     }
@@ -199,6 +200,7 @@ mod tests {
                 transno: 1,
                 durable: 0,
                 instance: 2,
+                seal: [0x5A; crate::mds::SEAL_LEN],
                 reply,
             }))
         };

@@ -115,27 +115,7 @@ impl Meta {
                 }
                 freed
             }
-            Record::CreateObject { pid, oid, time } => {
-                let freed = self.remove_object(*pid, *oid);
-                let part = self
-                    .partitions
-                    .get_mut(pid)
-                    .ok_or_else(|| ApplyError(format!("partition {pid:#x} does not exist")))?;
-                part.objects += 1;
-                part.next_oid = part.next_oid.max(oid.saturating_add(1));
-                self.approx_bytes += ONODE_BYTES;
-                self.objects.insert(
-                    (*pid, *oid),
-                    Onode {
-                        created: *time,
-                        data_mtime: *time,
-                        attr_mtime: *time,
-                        atime: *time,
-                        ..Onode::default()
-                    },
-                );
-                freed
-            }
+            Record::CreateObject { pid, oid, time } => self.create_object(*pid, *oid, *time)?,
             Record::RemoveObject { pid, oid } => self.remove_object(*pid, *oid),
             Record::MoveObject {
                 from_pid,
@@ -294,6 +274,29 @@ impl Meta {
             }
             None => Vec::new(),
         }
+    }
+
+    /// Makes an empty object, replacing (and freeing) any object of its id.
+    fn create_object(&mut self, pid: u64, oid: u64, time: u64) -> Result<Vec<Extent>, ApplyError> {
+        let freed = self.remove_object(pid, oid);
+        let part = self
+            .partitions
+            .get_mut(&pid)
+            .ok_or_else(|| ApplyError(format!("partition {pid:#x} does not exist")))?;
+        part.objects += 1;
+        part.next_oid = part.next_oid.max(oid.saturating_add(1));
+        self.approx_bytes += ONODE_BYTES;
+        self.objects.insert(
+            (pid, oid),
+            Onode {
+                created: time,
+                data_mtime: time,
+                attr_mtime: time,
+                atime: time,
+                ..Onode::default()
+            },
+        );
+        Ok(freed)
     }
 
     /// Moves object `from` to `to`, replacing (and freeing) any object there.

@@ -418,6 +418,10 @@ impl Mds {
                 format!("{name} is read-only or its uids are mapped: it gets no directory leases"),
             ));
         }
+        // What an early answer's seal covers: the request as the client
+        // sent it, and keeps to replay.
+        let kept = (req.early && req.op.may_answer_early())
+            .then(|| (req.creds.clone(), req.op.clone(), req.session));
         req.creds = spec.uids.apply(req.creds);
         let op = std::mem::replace(&mut req.op, Op::Statfs);
         let reply = match op {
@@ -445,12 +449,29 @@ impl Mds {
                 HOLDER.scope(id, top).await
             }
         };
-        // A restricted principal's resolved path starts at its own root.
-        match reply {
-            Ok(MdsReply::Path(v)) if root != ROOT_INO => Ok(MdsReply::Path(
+        self.finish(id, root, kept, reply)
+    }
+
+    /// An answer as principal `id` (confined to `root`) gets it: an early
+    /// one sealed for the request `kept` (credentials, operation, session
+    /// as sent), a resolved path starting at its own root.
+    fn finish(
+        &self,
+        id: u64,
+        root: u64,
+        kept: Option<(proto::mds::Creds, Op, u64)>,
+        reply: Result<MdsReply, MdsError>,
+    ) -> Result<MdsReply, MdsError> {
+        match (reply, kept) {
+            (Ok(MdsReply::Early(mut e)), Some((creds, op, session))) => {
+                let key = super::replay::session_key(id, session);
+                e.seal = self.seal(key, e.transno, &creds, &op, e.reply.named_ino());
+                Ok(MdsReply::Early(e))
+            }
+            (Ok(MdsReply::Path(v)), _) if root != ROOT_INO => Ok(MdsReply::Path(
                 v.into_iter().skip_while(|e| e.attr.ino != root).collect(),
             )),
-            r => r,
+            (r, _) => r,
         }
     }
 

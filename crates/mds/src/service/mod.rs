@@ -192,6 +192,8 @@ pub fn load_keys(dir: &Path, cluster_id: &str) -> Result<HashMap<u32, KeyRing>, 
 
 /// Where the `meta` table keeps the instance of the MDS's last start.
 const INSTANCE_KEY: &[u8] = b"instance";
+/// Where the key that seals early answers is kept (made at first start).
+const SEAL_KEY: &[u8] = b"replay_seal_key";
 
 /// Most delete jobs the worker takes from the queue per pass.
 pub const DELETE_BATCH: usize = 10_000;
@@ -256,6 +258,9 @@ pub struct Mds {
     /// The previous start's instance (kept in the KV): the only one whose
     /// early answers a replay to this start can settle.
     prev_instance: u64,
+    /// The key early answers are sealed with (kept in the log, so a
+    /// restarted MDS checks the seals its predecessor gave).
+    seal_key: [u8; 32],
     /// Replays waited for after a crash (`None` once served).
     replays: Mutex<Option<replay::Recovering>>,
     /// Per principal, its sessions recently answered early (record key →
@@ -304,6 +309,15 @@ impl Mds {
             .and_then(|v| <[u8; 8]>::try_from(&v[..]).ok())
             .map_or(0, u64::from_le_bytes);
         kv.write_blocking(move |tx| tx.put(T::Meta, INSTANCE_KEY, &instance.to_le_bytes()))?;
+        let seal_key = match kv.read()?.get(T::Meta, SEAL_KEY)? {
+            Some(v) => <[u8; 32]>::try_from(&v[..])
+                .map_err(|_| err(Errno::Io, "the replay seal key record is damaged"))?,
+            None => {
+                let k: [u8; 32] = net::auth::random_bytes();
+                kv.write_blocking(move |tx| tx.put(T::Meta, SEAL_KEY, &k))?;
+                k
+            }
+        };
         let sb = kv.read()?.superblock()?;
         if sb.version != RECORDS_VERSION {
             return Err(err(
@@ -339,6 +353,7 @@ impl Mds {
             holds: Mutex::new(holds::Holds::default()),
             instance,
             prev_instance,
+            seal_key,
             replaying: tokio::sync::watch::Sender::new(recovering.is_some()),
             replays: Mutex::new(recovering),
             early_sessions: Mutex::default(),

@@ -101,7 +101,44 @@ pub(super) fn session_key(principal: u64, session: u64) -> u64 {
     u64::from_le_bytes(k).max(1)
 }
 
+/// The bytes an early answer's seal is the MAC of: the session's record
+/// key, the transno, and the credentials, operation and inode the client
+/// keeps and replays.
+fn sealed_bytes(key: u64, transno: u64, creds: &Creds, op: &Op, ino: Option<u64>) -> Vec<u8> {
+    let mut msg = b"tessera: early answer seal v1".to_vec();
+    msg.extend_from_slice(&key.to_le_bytes());
+    msg.extend_from_slice(&transno.to_le_bytes());
+    msg.extend(postcard::to_allocvec(&(creds, op, ino)).unwrap_or_default());
+    msg
+}
+
 impl Mds {
+    /// The seal of an early answer to `key`'s session (see
+    /// [`proto::mds::EarlyReply::seal`]).
+    pub(super) fn seal(
+        &self,
+        key: u64,
+        transno: u64,
+        creds: &Creds,
+        op: &Op,
+        ino: Option<u64>,
+    ) -> [u8; proto::mds::SEAL_LEN] {
+        let d = proto::cap::mac(&self.seal_key, &sealed_bytes(key, transno, creds, op, ino));
+        let mut out = [0u8; proto::mds::SEAL_LEN];
+        out.copy_from_slice(&d[..proto::mds::SEAL_LEN]);
+        out
+    }
+
+    /// Whether a replayed operation carries the seal its early answer to
+    /// `key`'s session had (compared in constant time).
+    fn sealed(&self, key: u64, op: &ReplayOp) -> bool {
+        let want = self.seal(key, op.transno, &op.creds, &op.op, op.ino);
+        want.iter()
+            .zip(op.seal.iter())
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0
+    }
+
     /// How a request that may be answered early asks for it: the
     /// session, if the request allows it — and if its principal has fewer
     /// than [`EARLY_SESSIONS_PER_PRINCIPAL`] sessions answered early
@@ -169,6 +206,8 @@ impl Mds {
             transno: ack.transno,
             durable: ack.durable,
             instance: self.instance,
+            // Sealed where the request's session and principal are known.
+            seal: [0; proto::mds::SEAL_LEN],
             reply,
         }))
     }
@@ -225,6 +264,19 @@ impl Mds {
                 format!(
                     "replay of {}: only early-answered changes are replayed",
                     op.op.name()
+                ),
+            ));
+        }
+        // Only what this MDS (or the one before it) answered this session,
+        // at the place it gave: nothing forged, nothing of another's.
+        if let Some((i, op)) = ops.iter().enumerate().find(|(_, o)| !self.sealed(key, o)) {
+            return Err(err(
+                Errno::Access,
+                format!(
+                    "replay: operation {i} ({}, transno {}) does not carry the seal the MDS \
+                     gave this session for it",
+                    op.op.name(),
+                    op.transno
                 ),
             ));
         }

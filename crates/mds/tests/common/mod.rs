@@ -142,7 +142,13 @@ impl Cluster {
             objects: 0,
             key_version: 1,
             at_ms,
-            store: proto::mds::StoreMark::default(),
+            // The store OSD 0 runs on (its own reports name it too).
+            store: self
+                .osds
+                .first()
+                .and_then(|o| o.as_ref())
+                .map(|o| o.store.mark())
+                .unwrap_or_default(),
             mac: [0; 32],
             host: host.into(),
         }

@@ -1,9 +1,11 @@
-//! What a replica chain can pass down: a change sent to a head must fit,
-//! as a FORWARD, the next member's frame limit, or applying it at the head
-//! would cost that member its place when it refuses the forward.
+//! What a replica chain's head takes, and what it can pass down: a change
+//! sent to a head must fit, as a FORWARD, the next member's frame limit,
+//! or applying it at the head would cost that member its place when it
+//! refuses the forward.
 
-use proto::WireError;
-use proto::msg::{AttrKey, Request};
+use proto::chain::partition_group;
+use proto::msg::{AttrKey, Command, Request};
+use proto::{ErrorCode, WireError};
 
 /// Most header bytes a change sent to a head may have: half the frame
 /// limit, so its FORWARD (the change, the set list, the answer and the
@@ -39,4 +41,60 @@ pub(super) fn forwarded_attrs(attrs: &[(AttrKey, Vec<u8>)]) -> Vec<(AttrKey, Vec
     } else {
         Vec::new()
     }
+}
+
+/// The group a partition is the partition or the staging partition of.
+pub(super) fn group_of(pid: u64) -> Option<u32> {
+    partition_group(pid).or_else(|| proto::chain::staging_group(pid))
+}
+
+pub(super) fn changes(req: &Request) -> bool {
+    !req.set.is_empty()
+        || !matches!(
+            req.cmd,
+            Command::Read { .. }
+                | Command::GetAttributes { .. }
+                | Command::GetPage { .. }
+                | Command::Digest { .. }
+                | Command::DataRanges { .. }
+                | Command::List { .. }
+                | Command::Flush { .. }
+                | Command::Statfs
+        )
+}
+
+/// What a head refuses before it looks at its chain, and the group of a
+/// request it takes: a partition that is not a group's (a staging one
+/// takes only the member before), INSTALL, an unnamed create, a change
+/// too large to pass down, and anything while it is `ready` to head no
+/// group yet.
+pub(super) fn admissible_at_head(req: &Request, ready: bool, me: u32) -> Result<u32, WireError> {
+    let Some(group) = req.cmd.partition().and_then(partition_group) else {
+        return Err(WireError::bad(
+            "partition",
+            "not a replica group's (a staging partition takes only the member before)",
+        ));
+    };
+    if let Command::Install { .. } = req.cmd {
+        return Err(WireError::bad(
+            "command",
+            "INSTALL comes only from the member before, or the head",
+        ));
+    }
+    if let Command::Create { oid: None, .. } = req.cmd {
+        return Err(WireError::bad(
+            "oid",
+            "a replica group's partition takes only creates that name their objects",
+        ));
+    }
+    if !ready {
+        return Err(WireError::new(
+            ErrorCode::NotReady,
+            format!("OSD {me} is starting: not serving as a head yet"),
+        ));
+    }
+    if changes(req) {
+        check_forwardable(req)?;
+    }
+    Ok(group)
 }

@@ -35,7 +35,7 @@ mod restart;
 mod scrub;
 
 pub use bounds::{FORWARDABLE_HEADER, FORWARDED_ATTRS};
-use bounds::{check_forwardable, forwarded_attrs};
+use bounds::{admissible_at_head, changes, forwarded_attrs, group_of};
 
 /// A boxed future (the authority is called through a trait object).
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -488,33 +488,8 @@ impl Chains {
         req: Request,
         payload: Bytes,
     ) -> Result<(Response, Bytes), WireError> {
-        let Some(group) = req.cmd.partition().and_then(partition_group) else {
-            return Err(WireError::bad(
-                "partition",
-                "not a replica group's (a staging partition takes only the member before)",
-            ));
-        };
-        if let Command::Install { .. } = req.cmd {
-            return Err(WireError::bad(
-                "command",
-                "INSTALL comes only from the member before, or the head",
-            ));
-        }
-        if let Command::Create { oid: None, .. } = req.cmd {
-            return Err(WireError::bad(
-                "oid",
-                "a replica group's partition takes only creates that name their objects",
-            ));
-        }
-        if !self.ready.load(std::sync::atomic::Ordering::SeqCst) {
-            return Err(WireError::new(
-                ErrorCode::NotReady,
-                format!("OSD {} is starting: not serving as a head yet", self.me),
-            ));
-        }
-        if changes(&req) {
-            check_forwardable(&req)?;
-        }
+        let ready = self.ready.load(std::sync::atomic::Ordering::SeqCst);
+        let group = admissible_at_head(&req, ready, self.me)?;
         let mut view = self.view().await?;
         let known = self
             .known_epoch
@@ -1057,26 +1032,6 @@ fn answer_matters(cmd: &Command) -> bool {
 }
 
 /// Whether a request may change something (reads with a set list do).
-/// The group a partition is the partition or the staging partition of.
-fn group_of(pid: u64) -> Option<u32> {
-    partition_group(pid).or_else(|| proto::chain::staging_group(pid))
-}
-
-fn changes(req: &Request) -> bool {
-    !req.set.is_empty()
-        || !matches!(
-            req.cmd,
-            Command::Read { .. }
-                | Command::GetAttributes { .. }
-                | Command::GetPage { .. }
-                | Command::Digest { .. }
-                | Command::DataRanges { .. }
-                | Command::List { .. }
-                | Command::Flush { .. }
-                | Command::Statfs
-        )
-}
-
 /// The effect of a request that changed something, in a form whose
 /// repetition is harmless: the command, its set list and its payload as
 /// passed down the chain. `None` for a request that changed nothing.
