@@ -543,19 +543,28 @@ async fn replay_refuses_bad_input_and_early_answers_are_kept_until_durable() {
         ops: vec![lookup],
     };
     assert_eq!(errno(c.call(not_early).await), Errno::Inval.raw());
-    // Operations no early answer sealed for this session: refused whole.
+    // Operations no early answer sealed for this session: each refused
+    // (EACCES), none made — even at a transno counted durable.
     let mut durable_looking = op("e");
     durable_looking.transno = 0;
-    assert_eq!(
-        errno(
-            c.call(Op::Replay {
-                instance: 7,
-                ops: vec![op("c"), durable_looking],
-            })
-            .await
-        ),
-        Errno::Access.raw()
-    );
+    let mut later = op("c");
+    later.transno = 2;
+    match c
+        .call(Op::Replay {
+            instance: 7,
+            ops: vec![durable_looking, later],
+        })
+        .await
+        .unwrap()
+    {
+        MdsReply::Replayed { results, .. } => {
+            assert_eq!(results.len(), 2);
+            for r in &results {
+                assert_eq!(r.as_ref().unwrap_err().errno, Errno::Access);
+            }
+        }
+        r => panic!("{r:?}"),
+    }
     // Early answers: the first change of the session is durable, later
     // ones come early and are kept until synced.
     c.set_early(true);

@@ -978,52 +978,56 @@ async fn a_replay_carries_only_what_the_mds_sealed_for_that_session() {
         MdsReply::Replayed { results, .. } => assert!(results[0].is_ok(), "{results:?}"),
         r => panic!("{r:?}"),
     }
-    // Sealed, but for an instance this start does not know (no crash
-    // waited for): reported lost, not made.
-    let unknown = Op::Replay {
-        instance: 7,
-        ops: vec![sealed.clone()],
-    };
-    match admin.call(unknown).await.unwrap() {
+    // The same operation twice, or out of order: not a client's list.
+    assert_eq!(
+        errno(
+            admin
+                .call(replay(vec![sealed.clone(), sealed.clone()]))
+                .await
+        ),
+        Errno::Inval
+    );
+    // Anything changed, another instance named, another session or
+    // principal: that operation is refused (EACCES) and not made; the
+    // sealed one beside it still counts.
+    let refused = |r: Result<MdsReply, net::CallError>, what: &str| match r.unwrap() {
         MdsReply::Replayed { results, .. } => {
-            assert_eq!(results[0].as_ref().unwrap_err().errno, Errno::Stale)
+            let last = results.last().unwrap();
+            assert_eq!(last.as_ref().unwrap_err().errno, Errno::Access, "{what}");
         }
-        r => panic!("{r:?}"),
-    }
-    // Anything else: refused, and nothing is made.
+        r => panic!("{what}: {r:?}"),
+    };
     let mut changed = Vec::new();
     let mut c = sealed.clone();
-    c.transno -= 1;
-    changed.push(c);
+    c.transno += 1;
+    changed.push(("a later transno", c));
     let mut c = sealed.clone();
     c.op = create(ROOT_INO, "forged", 0o644);
-    changed.push(c);
+    c.transno += 1;
+    changed.push(("another operation", c));
     let mut c = sealed.clone();
     c.creds = user(1000);
-    changed.push(c);
+    c.transno += 1;
+    changed.push(("other credentials", c));
     let mut c = sealed.clone();
     c.ino = c.ino.map(|i| i + 1);
-    changed.push(c);
-    for c in changed {
-        assert_eq!(
-            errno(admin.call(replay(vec![sealed.clone(), c.clone()])).await),
-            Errno::Access,
-            "{c:?}"
-        );
+    c.transno += 1;
+    changed.push(("another inode", c));
+    for (what, c) in changed {
+        let r = admin.call(replay(vec![sealed.clone(), c])).await;
+        refused(r, what);
     }
+    let other_instance = Op::Replay {
+        instance: e.instance + 1,
+        ops: vec![sealed.clone()],
+    };
+    refused(admin.call(other_instance).await, "another instance");
     admin.session = S + 1;
-    assert_eq!(
-        errno(admin.call(replay(vec![sealed.clone()])).await),
-        Errno::Access,
-        "another session of the same principal"
-    );
+    let r = admin.call(replay(vec![sealed.clone()])).await;
+    refused(r, "another session of the same principal");
     let mut thief = MdsClient::new(&cl.mds_addr, CLUSTER, other, 1);
     thief.session = S;
-    assert_eq!(
-        errno(thief.call(replay(vec![sealed])).await),
-        Errno::Access,
-        "the same session id from another principal"
-    );
+    refused(thief.call(replay(vec![sealed])).await, "another principal");
     assert_eq!(
         errno(
             cl.client()

@@ -182,12 +182,20 @@ fn format_store(ctx: &Ctx, policy: &str) -> Result<Reply, WireError> {
     Ok(Reply::Done)
 }
 
-/// INSTALL: the group's staged copy of `oid` replaces the object.
-fn install(s: &Store, pid: u64, oid: u64) -> Result<Reply, StoreError> {
-    match proto::chain::partition_group(pid).map(proto::chain::staging_partition) {
-        Some(from) => s.move_object((from, oid), (pid, oid)).map(|()| Reply::Done),
-        None => Err(StoreError::invalid("partition", "not a replica group's")),
+/// INSTALL from `principal` (a chain member): the copy of `oid` it staged
+/// replaces the object.
+fn install(s: &Store, principal: u64, pid: u64, oid: u64) -> Result<Reply, StoreError> {
+    let Some(group) = proto::chain::partition_group(pid) else {
+        return Err(StoreError::invalid("partition", "not a replica group's"));
+    };
+    if principal & (1 << 63) == 0 {
+        return Err(StoreError::invalid(
+            "principal",
+            "only a chain member installs",
+        ));
     }
+    let from = proto::chain::staging_partition(group, principal as u32);
+    s.move_object((from, oid), (pid, oid)).map(|()| Reply::Done)
 }
 
 /// Bytes a deep digest reads at a time.
@@ -605,7 +613,7 @@ fn run(
             Ok(Reply::Created(ids))
         }
         Command::Remove { pid, oid } => s.remove(*pid, *oid).map(|()| Reply::Done),
-        Command::Install { pid, oid } => install(&s, *pid, *oid),
+        Command::Install { pid, oid } => install(&s, holder, *pid, *oid),
         Command::RemoveObjects { pid, oids } => s
             .remove_many(*pid, oids)
             .map(|(removed, absent)| Reply::Removed { removed, absent }),

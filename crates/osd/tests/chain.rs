@@ -538,7 +538,7 @@ async fn only_chain_members_pass_effects_and_only_the_head_serves() {
     for (osd, addr) in [(1, &addr1), (2, &addr2)] {
         for cmd in [
             Command::Create {
-                pid: proto::chain::staging_partition(GROUP),
+                pid: proto::chain::staging_partition(GROUP, 1),
                 oid: Some(OBJ),
                 count: 1,
             },

@@ -45,20 +45,27 @@ pub fn group_partition(group: u32) -> u64 {
 }
 
 /// First partition id of the groups' staging partitions.
-pub const STAGING_PARTITION_BASE: u64 = GROUP_PARTITION_BASE + MAX_GROUPS as u64;
+pub const STAGING_PARTITION_BASE: u64 = 1 << 32;
 
-/// Where a member builds a copy of one of group `group`'s objects before it
-/// installs it (INSTALL): a partition of its own, never listed, read or
-/// filled, so a copy cut short never stands in for the object.
-pub fn staging_partition(group: u32) -> u64 {
-    STAGING_PARTITION_BASE + u64::from(group)
+/// Where OSD `sender` builds, on another member, a copy of one of group
+/// `group`'s objects before it installs it (INSTALL): a partition of its
+/// own per group and sender — never listed, read or filled, so a copy cut
+/// short never stands in for the object, and two senders copying the same
+/// object to one member (a fill and a resync) never build into each other.
+pub fn staging_partition(group: u32, sender: u32) -> u64 {
+    STAGING_PARTITION_BASE + (u64::from(group) << 16) + u64::from(sender & 0xFFFF)
+}
+
+/// The (group, sender) whose staging partition `pid` is, if it is one.
+pub fn staging_of(pid: u64) -> Option<(u32, u32)> {
+    let off = pid.checked_sub(STAGING_PARTITION_BASE)?;
+    let group = off >> 16;
+    (group < u64::from(MAX_GROUPS)).then_some((group as u32, (off & 0xFFFF) as u32))
 }
 
 /// The group whose staging partition `pid` is, if it is one.
 pub fn staging_group(pid: u64) -> Option<u32> {
-    pid.checked_sub(STAGING_PARTITION_BASE)
-        .filter(|g| *g < u64::from(MAX_GROUPS))
-        .map(|g| g as u32)
+    staging_of(pid).map(|(g, _)| g)
 }
 
 /// The partition a capability must name to reach `pid`: a group's staging
@@ -308,17 +315,18 @@ mod tests {
     #[test]
     fn staging_partitions_are_apart_and_reached_with_the_groups_capability() {
         for g in [0, 1, 77, MAX_GROUPS - 1] {
-            let s = staging_partition(g);
-            assert_eq!(staging_group(s), Some(g));
-            assert_eq!(partition_group(s), None, "never taken for a group's own");
-            assert_eq!(cap_partition(s), group_partition(g));
+            for sender in [0, 3, 0xFFFF] {
+                let s = staging_partition(g, sender);
+                assert_eq!(staging_of(s), Some((g, sender)));
+                assert_eq!(partition_group(s), None, "never taken for a group's own");
+                assert_eq!(cap_partition(s), group_partition(g));
+            }
+            assert_ne!(staging_partition(g, 1), staging_partition(g, 2));
             assert_eq!(cap_partition(group_partition(g)), group_partition(g));
             assert_eq!(staging_group(group_partition(g)), None);
         }
-        assert_eq!(
-            staging_group(STAGING_PARTITION_BASE + u64::from(MAX_GROUPS)),
-            None
-        );
+        let past = STAGING_PARTITION_BASE + (u64::from(MAX_GROUPS) << 16);
+        assert_eq!(staging_group(past), None);
         assert_eq!(
             cap_partition(crate::layout::DATA_PARTITION),
             crate::layout::DATA_PARTITION

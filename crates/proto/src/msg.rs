@@ -342,11 +342,9 @@ pub enum Command {
         /// Objects (1 ..= [`MAX_REMOVE_OBJECTS`]).
         oids: Vec<u64>,
     },
-    /// (Replica chains: only from the member before this one or the head.)
-    /// The copy of object `oid` built in the group's staging partition
-    /// ([`crate::chain::staging_partition`]) replaces the object in the
-    /// group's partition `pid`, in one store record: a fill or repair cut
-    /// short leaves the old copy whole, never a part of the new one.
+    /// (Chains: from the member before or the head.) The copy of `oid` the
+    /// sender built in its staging partition ([`crate::chain::staging_partition`])
+    /// replaces the object in group partition `pid`, in one store record.
     Install {
         /// The group's partition.
         pid: u64,

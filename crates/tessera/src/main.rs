@@ -70,6 +70,8 @@ enum Command {
     /// Simulators that reproduce the seeds' long-run experiments with the real code.
     #[command(subcommand)]
     Sim(cmd::sim::SimCmd),
+    /// Hunt for lost writes: a local cluster, a checked workload, seeded crashes.
+    Thrash(cmd::thrash::Args),
 }
 
 fn main() {
@@ -114,6 +116,7 @@ fn main() {
         Command::Demo(a) => cmd::demo::run(a),
         Command::Bench(c) => cmd::bench::run(c),
         Command::Sim(c) => cmd::sim::run(c),
+        Command::Thrash(a) => cmd::thrash::run(a),
         Command::Osd(a) => cmd::osd::run(a),
         Command::Keygen(a) => cmd::osd::keygen(a),
         Command::Mds(c) => cmd::mds::run(c),

@@ -465,7 +465,13 @@ impl Mds {
         match (reply, kept) {
             (Ok(MdsReply::Early(mut e)), Some((creds, op, session))) => {
                 let key = super::replay::session_key(id, session);
-                e.seal = self.seal(key, e.transno, &creds, &op, e.reply.named_ino());
+                e.seal = self.seal(
+                    (key, e.instance),
+                    e.transno,
+                    &creds,
+                    &op,
+                    e.reply.named_ino(),
+                );
                 Ok(MdsReply::Early(e))
             }
             (Ok(MdsReply::Path(v)), _) if root != ROOT_INO => Ok(MdsReply::Path(

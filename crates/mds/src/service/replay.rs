@@ -102,37 +102,47 @@ pub(super) fn session_key(principal: u64, session: u64) -> u64 {
 }
 
 /// The bytes an early answer's seal is the MAC of: the session's record
-/// key, the transno, and the credentials, operation and inode the client
-/// keeps and replays.
-fn sealed_bytes(key: u64, transno: u64, creds: &Creds, op: &Op, ino: Option<u64>) -> Vec<u8> {
-    let mut msg = b"tessera: early answer seal v1".to_vec();
+/// key, the MDS instance that answered, the transno, and the credentials,
+/// operation and inode the client keeps and replays. (The instance: a
+/// transno lost in a crash is given again by the next instance, so an
+/// answer must not be replayable as another instance's.)
+fn sealed_bytes(
+    (key, instance): (u64, u64),
+    transno: u64,
+    creds: &Creds,
+    op: &Op,
+    ino: Option<u64>,
+) -> Vec<u8> {
+    let mut msg = b"tessera: early answer seal v2".to_vec();
     msg.extend_from_slice(&key.to_le_bytes());
+    msg.extend_from_slice(&instance.to_le_bytes());
     msg.extend_from_slice(&transno.to_le_bytes());
     msg.extend(postcard::to_allocvec(&(creds, op, ino)).unwrap_or_default());
     msg
 }
 
 impl Mds {
-    /// The seal of an early answer to `key`'s session (see
+    /// The seal of an early answer to `key`'s session by `instance` (see
     /// [`proto::mds::EarlyReply::seal`]).
     pub(super) fn seal(
         &self,
-        key: u64,
+        (key, instance): (u64, u64),
         transno: u64,
         creds: &Creds,
         op: &Op,
         ino: Option<u64>,
     ) -> [u8; proto::mds::SEAL_LEN] {
-        let d = proto::cap::mac(&self.seal_key, &sealed_bytes(key, transno, creds, op, ino));
+        let msg = sealed_bytes((key, instance), transno, creds, op, ino);
+        let d = proto::cap::mac(&self.seal_key, &msg);
         let mut out = [0u8; proto::mds::SEAL_LEN];
         out.copy_from_slice(&d[..proto::mds::SEAL_LEN]);
         out
     }
 
     /// Whether a replayed operation carries the seal its early answer to
-    /// `key`'s session had (compared in constant time).
-    fn sealed(&self, key: u64, op: &ReplayOp) -> bool {
-        let want = self.seal(key, op.transno, &op.creds, &op.op, op.ino);
+    /// `key`'s session by `instance` had (compared in constant time).
+    fn sealed(&self, (key, instance): (u64, u64), op: &ReplayOp) -> bool {
+        let want = self.seal((key, instance), op.transno, &op.creds, &op.op, op.ino);
         want.iter()
             .zip(op.seal.iter())
             .fold(0u8, |acc, (a, b)| acc | (a ^ b))
@@ -267,19 +277,63 @@ impl Mds {
                 ),
             ));
         }
-        // Only what this MDS (or the one before it) answered this session,
-        // at the place it gave: nothing forged, nothing of another's.
-        if let Some((i, op)) = ops.iter().enumerate().find(|(_, o)| !self.sealed(key, o)) {
+        if ops.windows(2).any(|w| w[0].transno >= w[1].transno) {
             return Err(err(
-                Errno::Access,
-                format!(
-                    "replay: operation {i} ({}, transno {}) does not carry the seal the MDS \
-                     gave this session for it",
-                    op.op.name(),
-                    op.transno
-                ),
+                Errno::Inval,
+                "replay: operations must come in strictly increasing transno order",
             ));
         }
+        // Only what this MDS (or the one before it) answered this session,
+        // at the place it gave: nothing forged, nothing of another's. An
+        // operation without its seal fails on its own (EACCES), so one bad
+        // entry never costs a client the rest, nor its connection.
+        let (mut good, mut refused) = (Vec::new(), Vec::new());
+        for (i, op) in ops.into_iter().enumerate() {
+            if self.sealed((key, instance), &op) {
+                good.push(op);
+            } else {
+                refused.push(i);
+            }
+        }
+        let n = good.len() + refused.len();
+        let reply = self
+            .replay_sealed(caller, (key, session), instance, good)
+            .await?;
+        let MdsReply::Replayed { instance, results } = reply else {
+            return Ok(reply);
+        };
+        let mut results = results.into_iter();
+        let merged = (0..n)
+            .map(|i| {
+                if refused.contains(&i) {
+                    Err(err(
+                        Errno::Access,
+                        format!(
+                            "replay: operation {i} does not carry the seal the MDS gave this \
+                             session for it"
+                        ),
+                    ))
+                } else {
+                    results
+                        .next()
+                        .unwrap_or_else(|| Err(err(Errno::Io, "replay: result missing")))
+                }
+            })
+            .collect();
+        Ok(MdsReply::Replayed {
+            instance,
+            results: merged,
+        })
+    }
+
+    /// [`Mds::replay`] of the operations whose seals hold.
+    async fn replay_sealed(
+        self: &Arc<Self>,
+        caller: &Caller,
+        (key, session): (u64, u64),
+        instance: u64,
+        ops: Vec<ReplayOp>,
+    ) -> Result<MdsReply, MdsError> {
         let all_ok = |n: usize| MdsReply::Replayed {
             instance: self.instance,
             results: (0..n).map(|_| Ok(())).collect(),

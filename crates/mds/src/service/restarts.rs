@@ -47,6 +47,11 @@ pub enum StoreVerdict {
         /// The sequence the MDS had seen.
         was: u64,
     },
+    /// The store it ran on, with a mark older than the one recorded, where
+    /// only the identity is judged (CHAIN RESTARTED: the mark may have
+    /// been taken before a report the MDS has already seen). Not lost —
+    /// the report judges that — but never trusted to keep a chain alone.
+    Behind,
 }
 
 impl StoreVerdict {
@@ -180,10 +185,12 @@ pub(super) fn check_store(
     let known = tx.store_mark(osd)?;
     let mut verdict = judge(known.as_ref(), &mark);
     if !check_seq && matches!(verdict, StoreVerdict::Rewound { .. }) {
-        verdict = StoreVerdict::Same;
+        verdict = StoreVerdict::Behind;
     }
     match verdict {
-        StoreVerdict::Unknown | StoreVerdict::Missing => return Ok((verdict, Vec::new())),
+        StoreVerdict::Unknown | StoreVerdict::Missing | StoreVerdict::Behind => {
+            return Ok((verdict, Vec::new()));
+        }
         StoreVerdict::Same => {
             if check_seq && known.is_some_and(|k| mark.seq > k.seq) {
                 tx.put_store_mark(osd, &mark)?;

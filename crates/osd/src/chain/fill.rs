@@ -251,7 +251,7 @@ impl Chains {
         // Built aside (the group's staging partition there), then
         // installed in one step: a copy cut short by a crash of either
         // side leaves the member's old copy whole.
-        let (target, pid) = (pid, staging_partition(group));
+        let (target, pid) = (pid, staging_partition(group, self.me));
         self.remote_remove_in(view, group, joiner, (pid, oid))
             .await?;
         let mut batches = attr_batches(attrs).into_iter();

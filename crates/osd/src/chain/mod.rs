@@ -472,7 +472,14 @@ impl Chains {
         else {
             return false;
         };
+        // A staging partition is its sender's own.
+        let own_staging = req
+            .cmd
+            .partition()
+            .and_then(proto::chain::staging_of)
+            .is_none_or(|(_, sender)| sender == n);
         proto::chain::member_principal(n) == principal
+            && own_staging
             && self.current().is_some_and(|(v, _)| {
                 v.table.chain(group).is_some_and(|c| {
                     c.head() != Some(self.me)

@@ -14,6 +14,19 @@ fn clean_marker(store: &std::path::Path) -> std::path::PathBuf {
     p.into()
 }
 
+/// Removes every staging partition: at a start no copy is being built,
+/// so what is there is what copies cut short left (space, not data).
+fn drop_staged(ctx: &crate::exec::Ctx) {
+    let Ok(store) = ctx.store.get() else { return };
+    for pid in store.partitions() {
+        if proto::chain::staging_of(pid).is_some()
+            && let Err(e) = store.remove_partition(pid)
+        {
+            tracing::warn!(pid, error = %e, "cannot remove a staging partition");
+        }
+    }
+}
+
 impl Chains {
     /// After a start: a clean shutdown before it (the marker) keeps this
     /// OSD's places; otherwise it may hold changes it never passed down,
@@ -26,6 +39,7 @@ impl Chains {
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         };
+        drop_staged(&ctx);
         let marker = clean_marker(ctx.store.path());
         if std::fs::remove_file(&marker).is_ok() {
             self.ready.store(true, std::sync::atomic::Ordering::SeqCst);

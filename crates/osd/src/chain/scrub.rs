@@ -364,10 +364,10 @@ impl Chains {
         }
         // Built aside and installed in one step: a crash part-way leaves
         // the old copy, not a part of the new one.
-        let aside = proto::chain::staging_partition(group);
+        let aside = proto::chain::staging_partition(group, self.me);
         self.ensure_partition(ctx, aside)?;
         let s = ctx.store.get()?;
-        tokio::task::block_in_place(|| {
+        let built = tokio::task::block_in_place(|| {
             match s.remove(aside, oid) {
                 Ok(()) | Err(StoreError::NoObject { .. }) => {}
                 Err(e) => return Err(e),
@@ -383,8 +383,12 @@ impl Chains {
                 s.set_version(aside, oid, version)?;
             }
             s.move_object((aside, oid), (pid, oid))
-        })
-        .map_err(map_err)?;
+        });
+        if let Err(e) = built {
+            // What was built aside is space, not data.
+            let _ = s.remove(aside, oid);
+            return Err(map_err(e));
+        }
         tracing::warn!(
             group,
             oid,

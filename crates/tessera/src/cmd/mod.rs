@@ -15,6 +15,7 @@ pub mod redundancy;
 pub mod sim;
 pub mod status;
 pub mod store_ops;
+pub mod thrash;
 pub mod up;
 
 use std::path::Path;
