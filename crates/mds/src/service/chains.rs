@@ -17,6 +17,33 @@ use proto::msg::Reply;
 /// How often a chain drop re-checks whether the member is down.
 const DROP_POLL: Duration = Duration::from_millis(100);
 
+/// What the MDS knows of the OSDs, for [`plan_chains`].
+#[derive(Debug, Default, Clone)]
+pub struct Seen {
+    /// Reporting now: new members come from them.
+    pub up: HashSet<u32>,
+    /// Whose lease may still run (`up`, and after an MDS restart the OSDs
+    /// not heard from yet for a lease): members leave only when not alive.
+    pub alive: HashSet<u32>,
+    /// Heard from within the last heartbeat or so.
+    pub heard: HashSet<u32>,
+    /// Full (`proto::space::FULL`): never picked as a joining member.
+    pub full: HashSet<u32>,
+}
+
+#[cfg(test)]
+impl Seen {
+    /// Every OSD of `osds` up, alive and heard, none full (tests).
+    pub fn all(osds: &HashSet<u32>) -> Seen {
+        Seen {
+            up: osds.clone(),
+            alive: osds.clone(),
+            heard: osds.clone(),
+            full: HashSet::new(),
+        }
+    }
+}
+
 /// What the chains should become, given the map and the OSDs up: `None`
 /// when nothing changes. Pure, so it is tested on its own.
 ///
@@ -27,21 +54,15 @@ const DROP_POLL: Duration = Duration::from_millis(100);
 ///   while a member that stays is `heard` from now: otherwise the group
 ///   waits for one to come back, its chain unchanged.
 /// - A chain with fewer members than copies asked for gets one joining
-///   member: the first OSD in its placement order that is up, in and not
-///   in the chain, on a host the chain does not use if there is one.
+///   member: the first OSD in its placement order that is up, in, not
+///   full and not in the chain, on a host the chain does not use if there
+///   is one.
 /// - A whole, healthy chain that placement would now put elsewhere (an
 ///   OSD was added or came back in) gets the OSD placement prefers as a
 ///   joiner; once it is filled, a member placement no longer names leaves.
 ///
-/// `up` are the OSDs reporting now (new members come from them); `alive`
-/// those whose lease may still run (`up`, and after an MDS restart the
-/// OSDs not heard from yet for a lease): members leave only when not alive.
-/// `heard` those heard from within the last heartbeat or so.
-pub fn plan_chains(
-    t: &ChainTable,
-    map: &OsdMap,
-    (up, alive, heard): (&HashSet<u32>, &HashSet<u32>, &HashSet<u32>),
-) -> Option<ChainTable> {
+pub fn plan_chains(t: &ChainTable, map: &OsdMap, seen: &Seen) -> Option<ChainTable> {
+    let (up, alive, heard) = (&seen.up, &seen.alive, &seen.heard);
     let r = usize::from(t.replicas.max(1));
     let mut next = t.clone();
     let mut changed = false;
@@ -52,7 +73,7 @@ pub fn plan_chains(
             .ranking(u64::from(g))
             .into_iter()
             .map(|e| e.id)
-            .filter(|o| up.contains(o) && is_in(*o) && !taken.contains(o))
+            .filter(|o| up.contains(o) && is_in(*o) && !taken.contains(o) && !seen.full.contains(o))
             .collect();
         let hosts: Vec<String> = taken.iter().map(|o| host(*o)).collect();
         ranked
@@ -211,8 +232,13 @@ impl Mds {
             .map(|e| e.id)
             .filter(|o| up.contains(o) || !self.lease_lapsed(*o))
             .collect();
-        let heard = self.heard_recently();
-        if let Some(next) = plan_chains(&t, &map, (&up, &alive, &heard)) {
+        let seen = Seen {
+            heard: self.heard_recently(),
+            full: self.full_osds(),
+            up,
+            alive,
+        };
+        if let Some(next) = plan_chains(&t, &map, &seen) {
             self.store_chains(&t, next).await?;
         }
         let mut counts = proto::mds::Redundancy::default();
@@ -601,7 +627,7 @@ mod tests {
     fn every_osd_gets_a_chain_headed_by_itself_with_distinct_members() {
         let m = map(4);
         let up: HashSet<u32> = (1..=4).collect();
-        let t = plan_chains(&table(3), &m, (&up, &up, &up)).unwrap();
+        let t = plan_chains(&table(3), &m, &Seen::all(&up)).unwrap();
         assert_eq!(t.chains.len(), 4);
         for (g, c) in &t.chains {
             assert_eq!(c.head(), Some(*g));
@@ -610,7 +636,7 @@ mod tests {
             assert!(c.joining.is_empty());
         }
         assert!(
-            plan_chains(&t, &m, (&up, &up, &up)).is_none(),
+            plan_chains(&t, &m, &Seen::all(&up)).is_none(),
             "stable once made"
         );
     }
@@ -619,10 +645,10 @@ mod tests {
     fn a_down_head_is_replaced_by_the_next_member_and_a_joiner_is_added() {
         let m = map(4);
         let mut up: HashSet<u32> = (1..=4).collect();
-        let t = plan_chains(&table(2), &m, (&up, &up, &up)).unwrap();
+        let t = plan_chains(&table(2), &m, &Seen::all(&up)).unwrap();
         let before = t.chain(1).unwrap().clone();
         up.remove(&1);
-        let t2 = plan_chains(&t, &m, (&up, &up, &up)).unwrap();
+        let t2 = plan_chains(&t, &m, &Seen::all(&up)).unwrap();
         let c = t2.chain(1).unwrap();
         assert_eq!(c.members, before.members[1..].to_vec());
         assert_eq!(c.joining.len(), 1);
@@ -630,11 +656,15 @@ mod tests {
         assert!(c.epoch > before.epoch);
         // Every member down: the group waits, its chain unchanged.
         let none: HashSet<u32> = HashSet::new();
-        let t3 = plan_chains(&t2, &m, (&none, &none, &none));
+        let t3 = plan_chains(&t2, &m, &Seen::all(&none));
         let c3 = t3.as_ref().map_or(c, |t| t.chain(1).unwrap());
         assert_eq!(c3.members, c.members, "no member up: nobody promoted");
         // After an MDS restart, members not heard from yet are kept.
-        let t4 = plan_chains(&t2, &m, (&none, &(1..=4).collect(), &none));
+        let seen = Seen {
+            alive: (1..=4).collect(),
+            ..Seen::default()
+        };
+        let t4 = plan_chains(&t2, &m, &seen);
         assert!(t4.is_none_or(|t| t.chain(1).unwrap().members == c.members));
     }
 
@@ -669,33 +699,72 @@ mod tests {
     fn members_that_went_down_together_all_stay_while_none_is_heard() {
         let m = map(3);
         let all: HashSet<u32> = (1..=3).collect();
-        let t = plan_chains(&table(3), &m, (&all, &all, &all)).unwrap();
+        let t = plan_chains(&table(3), &m, &Seen::all(&all)).unwrap();
         let before = t.chain(1).unwrap().members.clone();
         // Every OSD crashed at once; the first lease lapses while the
         // others' still run, but nobody is heard from any more.
         let mut alive = all.clone();
         alive.remove(&before[0]);
-        let none = HashSet::new();
-        let t2 = plan_chains(&t, &m, (&alive, &alive, &none));
+        let seen = Seen {
+            up: alive.clone(),
+            alive: alive.clone(),
+            ..Seen::default()
+        };
+        let t2 = plan_chains(&t, &m, &seen);
         assert!(
             t2.is_none_or(|t| t.chain(1).unwrap().members == before),
             "a member left while nobody was heard from"
         );
         // Once a member that stays is heard from, the lapsed one leaves.
         let heard: HashSet<u32> = [before[2]].into();
-        let t3 = plan_chains(&t, &m, (&alive, &alive, &heard)).unwrap();
+        let seen = Seen {
+            up: alive.clone(),
+            alive: alive.clone(),
+            heard,
+            full: HashSet::new(),
+        };
+        let t3 = plan_chains(&t, &m, &seen).unwrap();
         assert_eq!(t3.chain(1).unwrap().members, before[1..].to_vec());
+    }
+
+    #[test]
+    fn a_full_osd_is_never_picked_to_join() {
+        let m = map(4);
+        let all: HashSet<u32> = (1..=4).collect();
+        let t = plan_chains(&table(2), &m, &Seen::all(&all)).unwrap();
+        let before = t.chain(1).unwrap().clone();
+        // The second member goes down; the OSD placement would pick next
+        // is full, so another one joins.
+        let gone = before.members[1];
+        let mut seen = Seen::all(&all);
+        for s in [&mut seen.up, &mut seen.alive, &mut seen.heard] {
+            s.remove(&gone);
+        }
+        let want = plan_chains(&t, &m, &seen)
+            .unwrap()
+            .chain(1)
+            .unwrap()
+            .joining[0];
+        seen.full.insert(want);
+        let c = plan_chains(&t, &m, &seen).unwrap();
+        let joiner = c.chain(1).unwrap().joining[0];
+        assert_ne!(joiner, want, "a full OSD picked to join");
+        assert_ne!(joiner, gone);
+        // Every candidate full: nobody joins, the chain waits.
+        seen.full = all.clone();
+        let c = plan_chains(&t, &m, &seen).unwrap();
+        assert!(c.chain(1).unwrap().joining.is_empty());
     }
 
     #[test]
     fn a_member_marked_out_leaves_once_another_is_filled() {
         let mut m = map(4);
         let up: HashSet<u32> = (1..=4).collect();
-        let t = plan_chains(&table(2), &m, (&up, &up, &up)).unwrap();
+        let t = plan_chains(&table(2), &m, &Seen::all(&up)).unwrap();
         let c = t.chain(1).unwrap().clone();
         let second = c.members[1];
         m.osds.iter_mut().find(|e| e.id == second).unwrap().out = true;
-        let t2 = plan_chains(&t, &m, (&up, &up, &up)).unwrap();
+        let t2 = plan_chains(&t, &m, &Seen::all(&up)).unwrap();
         let c2 = t2.chain(1).unwrap();
         assert_eq!(c2.members, c.members, "kept until another is filled");
         assert_eq!(c2.joining.len(), 1);
@@ -703,18 +772,18 @@ mod tests {
         let mut filled = t2.clone();
         let j = c2.joining[0];
         filled.set(1, vec![1, second, j], vec![]);
-        let t3 = plan_chains(&filled, &m, (&up, &up, &up)).unwrap();
+        let t3 = plan_chains(&filled, &m, &Seen::all(&up)).unwrap();
         assert_eq!(t3.chain(1).unwrap().members, vec![1, j]);
     }
 
     #[test]
     fn an_added_osd_gets_its_share_and_the_surplus_member_leaves_after_the_fill() {
         let up3: HashSet<u32> = (1..=3).collect();
-        let mut t = plan_chains(&table(2), &map(3), (&up3, &up3, &up3)).unwrap();
+        let mut t = plan_chains(&table(2), &map(3), &Seen::all(&up3)).unwrap();
         let (m4, up4): (OsdMap, HashSet<u32>) = (map(4), (1..=4).collect());
         let mut moved = 0;
         for _ in 0..10 {
-            let Some(n) = plan_chains(&t, &m4, (&up4, &up4, &up4)) else {
+            let Some(n) = plan_chains(&t, &m4, &Seen::all(&up4)) else {
                 break;
             };
             // Every joiner is filled at once.
@@ -729,10 +798,7 @@ mod tests {
             }
             t = f;
         }
-        assert!(
-            plan_chains(&t, &m4, (&up4, &up4, &up4)).is_none(),
-            "settles"
-        );
+        assert!(plan_chains(&t, &m4, &Seen::all(&up4)).is_none(), "settles");
         assert!(moved > 0, "no existing group moved to the new OSD");
         assert_eq!(t.chain(4).unwrap().head(), Some(4));
         for (g, c) in &t.chains {
@@ -753,18 +819,18 @@ mod tests {
     fn a_short_chain_waits_for_its_filling_member() {
         let m = map(3);
         let mut up: HashSet<u32> = [1].into();
-        let t = plan_chains(&table(2), &m, (&up, &up, &up)).unwrap();
+        let t = plan_chains(&table(2), &m, &Seen::all(&up)).unwrap();
         assert_eq!(t.chain(1).unwrap().members, vec![1]);
         assert!(t.chain(2).is_none(), "a group waits for its own OSD");
         up.extend([2, 3]);
-        let t2 = plan_chains(&t, &m, (&up, &up, &up)).unwrap();
+        let t2 = plan_chains(&t, &m, &Seen::all(&up)).unwrap();
         let c = t2.chain(1).unwrap();
         assert_eq!(c.members, vec![1]);
         assert_eq!(c.joining.len(), 1, "one joiner at a time");
         // New groups for 2 and 3 start full.
         assert_eq!(t2.chain(2).unwrap().members.len(), 2);
         assert!(
-            plan_chains(&t2, &m, (&up, &up, &up)).is_none(),
+            plan_chains(&t2, &m, &Seen::all(&up)).is_none(),
             "nothing more until it is filled"
         );
     }

@@ -223,6 +223,20 @@ impl Mds {
         self.heard_since(Instant::now() - window)
     }
 
+    /// OSDs whose last report said they are full (`proto::space::FULL`).
+    pub(super) fn full_osds(&self) -> HashSet<u32> {
+        self.live
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .osds
+            .iter()
+            .filter(|(_, l)| {
+                l.capacity > 0 && l.used as f64 >= proto::space::FULL * l.capacity as f64
+            })
+            .map(|(&id, _)| id)
+            .collect()
+    }
+
     /// OSDs whose last report arrived after `since`.
     fn heard_since(&self, since: Instant) -> HashSet<u32> {
         self.live

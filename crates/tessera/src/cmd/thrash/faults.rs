@@ -162,34 +162,46 @@ pub async fn strike(
     Ok(())
 }
 
-/// The first OSD whose store holds `needle` (read while it runs).
-pub fn holder(cl: &Cluster, needle: &[u8]) -> anyhow::Result<Option<u32>> {
+/// The OSDs whose stores hold `needle`, with where (read while they run).
+pub fn holders(cl: &Cluster, needle: &[u8]) -> anyhow::Result<Vec<(u32, Vec<u64>)>> {
+    let mut out = Vec::new();
     for id in 1..=cl.osd_count() {
         let img = std::fs::read(cl.image(id))?;
-        if img.windows(needle.len()).any(|w| w == needle) {
-            return Ok(Some(id));
+        let at: Vec<u64> = img
+            .windows(needle.len())
+            .enumerate()
+            .filter(|(_, w)| *w == needle)
+            .map(|(i, _)| i as u64)
+            .collect();
+        if !at.is_empty() {
+            out.push((id, at));
         }
     }
-    Ok(None)
+    Ok(out)
 }
 
-/// Flips a bit in the middle of `needle` wherever it is in OSD `osd`'s
-/// store (stopped cleanly for it, started again after); whether found.
-pub fn flip(cl: &mut Cluster, osd: u32, needle: &[u8]) -> anyhow::Result<bool> {
+/// Flips a bit in the middle of `needle` at each of `at` in OSD `osd`'s
+/// store where it still is — in place, with the OSD stopped cleanly for a
+/// moment (well inside its lease, so it keeps its places); whether any.
+pub fn flip(cl: &mut Cluster, osd: u32, needle: &[u8], at: &[u64]) -> anyhow::Result<bool> {
+    use std::os::unix::fs::FileExt;
     cl.stop_osd(osd)?;
-    let path = cl.image(osd);
-    let mut img = std::fs::read(&path)?;
-    let mut found = false;
-    let mut from = 0;
-    while let Some(at) = img[from..].windows(needle.len()).position(|w| w == needle) {
-        let at = from + at;
-        img[at + needle.len() / 2] ^= 0x40;
-        found = true;
-        from = at + needle.len();
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(cl.image(osd))?;
+    let mut flipped = false;
+    for &off in at {
+        let mut got = vec![0u8; needle.len()];
+        f.read_exact_at(&mut got, off)?;
+        if got == needle {
+            let mid = off + needle.len() as u64 / 2;
+            f.write_all_at(&[got[needle.len() / 2] ^ 0x40], mid)?;
+            flipped = true;
+        }
     }
-    if found {
-        std::fs::write(&path, img)?;
-    }
+    f.sync_all()?;
+    drop(f);
     cl.start_osd(osd)?;
-    Ok(found)
+    Ok(flipped)
 }

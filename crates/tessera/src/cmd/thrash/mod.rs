@@ -246,8 +246,12 @@ async fn thrash(a: &Args, dir: &std::path::Path) -> anyhow::Result<String> {
     ))
 }
 
-/// Flips a bit of one acknowledged file's bytes in a store that holds
-/// them, then deep-scrubs; what it did (`None`: no file large enough).
+/// Flips a bit of one acknowledged file's bytes in a store that holds a
+/// live copy of them, then deep-scrubs; what it did (`None`: no file
+/// large enough). A store may also hold the bytes in freed blocks (an
+/// older copy, a copy it no longer serves): a flip there changes nothing
+/// a scrub can see, so the stores are tried in turn until a scrub finds
+/// the flipped copy.
 async fn flip_and_scrub(
     cl: &mut Cluster,
     oracle: &Oracle,
@@ -266,26 +270,50 @@ async fn flip_and_scrub(
     let data = oracle::content(*seed, *len);
     let at = (*len / 2) & !4095;
     let needle = &data[at..at + 64];
-    // Wait for every copy to be written down before searching the images.
+    // Every copy written down before the images are searched.
     let _ = cl.wait_healthy(heal).await;
-    let Some(osd) = faults::holder(cl, needle)? else {
-        return Ok(Some(format!("{name}'s bytes not found in any store image")));
-    };
-    faults::flip(cl, osd, needle)?;
-    let _ = cl.wait_healthy(heal).await;
-    let m = net::MdsClient::new(&cl.mds_addr, cluster::CLUSTER, cl.admin()?, 1);
-    let r = match m
-        .call(Op::Scrub {
-            ino: ROOT_INO,
-            deep: true,
-        })
-        .await?
-    {
-        MdsReply::Scrubbed(r) => r,
-        other => bail!("scrub answered {other:?}"),
-    };
+    for (osd, at) in faults::holders(cl, needle)? {
+        if !faults::flip(cl, osd, needle, &at)? {
+            continue;
+        }
+        let _ = cl.wait_healthy(heal).await;
+        let (inconsistent, repaired) = deep_scrub(cl).await?;
+        if inconsistent > 0 {
+            return Ok(Some(format!(
+                "flipped a bit of {name} on OSD {osd}; deep scrub: {inconsistent} inconsistent, \
+                 {repaired} repaired"
+            )));
+        }
+    }
     Ok(Some(format!(
-        "flipped a bit of {name} on OSD {osd}; deep scrub: {} inconsistent, {} repaired",
-        r.inconsistent, r.repaired
+        "{name}'s bytes: no store's live copy found to flip"
     )))
+}
+
+/// A deep scrub of everything, run again (up to five times, a second
+/// apart) while it could not check everything — an OSD just restarted may
+/// not answer yet — as an operator would: (inconsistent, repaired) over
+/// the runs.
+async fn deep_scrub(cl: &Cluster) -> anyhow::Result<(u64, u64)> {
+    let m = net::MdsClient::new(&cl.mds_addr, cluster::CLUSTER, cl.admin()?, 1);
+    let (mut inconsistent, mut repaired) = (0, 0);
+    for _ in 0..5 {
+        let r = match m
+            .call(Op::Scrub {
+                ino: ROOT_INO,
+                deep: true,
+            })
+            .await?
+        {
+            MdsReply::Scrubbed(r) => r,
+            other => bail!("scrub answered {other:?}"),
+        };
+        inconsistent += r.inconsistent;
+        repaired += r.repaired;
+        if r.unchecked == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    Ok((inconsistent, repaired))
 }
