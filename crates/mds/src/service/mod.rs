@@ -22,6 +22,7 @@
 //!   crash.
 
 mod auth;
+mod chain_plan;
 mod chains;
 mod cluster_map;
 mod dispatch;
