@@ -31,6 +31,22 @@ fn free_port() -> anyhow::Result<String> {
     Ok(l.local_addr()?.to_string())
 }
 
+/// A daemon of the thrasher's: killed with the thrasher, however the
+/// thrasher ends (`PR_SET_PDEATHSIG`), so none outlives a killed run.
+fn daemon(exe: &Path) -> Command {
+    use std::os::unix::process::CommandExt;
+    let mut c = Command::new(exe);
+    // SAFETY: prctl is async-signal-safe; nothing else runs between fork
+    // and exec here.
+    unsafe {
+        c.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
+    c
+}
+
 fn log_file(p: &Path) -> anyhow::Result<Stdio> {
     let f = std::fs::OpenOptions::new()
         .create(true)
@@ -124,7 +140,7 @@ impl Cluster {
 
     /// Starts the MDS (logging to `mds.log`).
     pub fn start_mds(&mut self) -> anyhow::Result<()> {
-        let child = Command::new(&self.exe)
+        let child = daemon(&self.exe)
             .args(["mds", "serve", "--data"])
             .arg(self.dir.join("mds"))
             .args(["--listen", &self.mds_addr])
@@ -147,7 +163,7 @@ impl Cluster {
     /// Starts OSD `id` on its store (logging to its `osd.log`).
     pub fn start_osd(&mut self, id: u32) -> anyhow::Result<()> {
         let d = self.osd_dir(id);
-        let child = Command::new(&self.exe)
+        let child = daemon(&self.exe)
             .arg("osd")
             .arg("--store")
             .arg(d.join("store.img"))

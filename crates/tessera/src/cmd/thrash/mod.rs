@@ -69,8 +69,8 @@ pub struct Args {
     /// How long a round may take to be healthy again, in seconds.
     #[arg(long, default_value_t = 180)]
     heal_secs: u64,
-    /// (For testing the thrasher itself.) Replace every OSD's store by an
-    /// empty one after the first round: a loss it must report.
+    /// (For testing the thrasher itself.) Overwrite an acknowledged file
+    /// behind the oracle's back after each round: a change it must report.
     #[arg(long, hide = true)]
     sabotage: bool,
     /// Where the cluster lives (must not exist; default: a new directory
@@ -120,7 +120,8 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     let rt = super::runtime()?;
     let outcome = rt.block_on(thrash(&a, &dir));
     let replay = format!(
-        "tessera thrash --seed {} --rounds {} --osds {} --replicas {} --namespace {} --changes {}",
+        "tessera thrash --seed {} --rounds {} --osds {} --replicas {} --namespace {} --changes {} \
+         --heal-secs {}",
         a.seed,
         a.rounds,
         a.osds,
@@ -129,7 +130,8 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             Mode::Mds => "mds",
             Mode::Osd => "osd",
         },
-        a.changes
+        a.changes,
+        a.heal_secs
     );
     match outcome {
         Ok(summary) => {
@@ -185,13 +187,14 @@ async fn thrash(a: &Args, dir: &std::path::Path) -> anyhow::Result<String> {
             snapshot = Some(osd);
         }
         written += done.written;
-        if a.sabotage {
-            for id in 1..=a.osds {
-                cl.kill_osd(id);
-                cl.replace_store(id)?;
-                cl.start_osd(id)?;
-            }
-            schedule.push("  (sabotage: every store replaced)".into());
+        if a.sabotage
+            && let Some(name) = oracle.files.keys().next().cloned()
+        {
+            // Bytes the oracle was not told of: the read-back must see it.
+            oracle::write_whole(&client, &name, b"not what was acknowledged").await?;
+            schedule.push(format!(
+                "  (sabotage: {name} overwritten behind the oracle's back)"
+            ));
         }
         let mut flipped = String::new();
         if fault == Fault::FlipBit
@@ -276,28 +279,36 @@ async fn flip_and_scrub(
         if !faults::flip(cl, osd, needle, &at)? {
             continue;
         }
+        // The MDS sees the restart first (a lease and a heartbeat).
+        tokio::time::sleep(Duration::from_millis(2_000)).await;
         let _ = cl.wait_healthy(heal).await;
-        let (inconsistent, repaired) = deep_scrub(cl).await?;
+        let (inconsistent, repaired) = deep_scrub(cl, heal).await?;
         if inconsistent > 0 {
             return Ok(Some(format!(
                 "flipped a bit of {name} on OSD {osd}; deep scrub: {inconsistent} inconsistent, \
                  {repaired} repaired"
             )));
         }
+        // Not a live copy (freed blocks): flipped back, so no two stores
+        // ever hold a flipped copy of one object.
+        let mut flipped = needle.to_vec();
+        flipped[needle.len() / 2] ^= 0x40;
+        faults::flip(cl, osd, &flipped, &at)?;
     }
     Ok(Some(format!(
         "{name}'s bytes: no store's live copy found to flip"
     )))
 }
 
-/// A deep scrub of everything, run again (up to five times, a second
-/// apart) while it could not check everything — an OSD just restarted may
-/// not answer yet — as an operator would: (inconsistent, repaired) over
-/// the runs.
-async fn deep_scrub(cl: &Cluster) -> anyhow::Result<(u64, u64)> {
+/// A deep scrub of everything, run again (a second apart, within `heal`)
+/// while it could not check everything — an OSD just restarted may not
+/// answer yet — as an operator would: (inconsistent, repaired) over the
+/// runs.
+async fn deep_scrub(cl: &Cluster, heal: Duration) -> anyhow::Result<(u64, u64)> {
     let m = net::MdsClient::new(&cl.mds_addr, cluster::CLUSTER, cl.admin()?, 1);
     let (mut inconsistent, mut repaired) = (0, 0);
-    for _ in 0..5 {
+    let started = Instant::now();
+    while started.elapsed() < heal {
         let r = match m
             .call(Op::Scrub {
                 ino: ROOT_INO,

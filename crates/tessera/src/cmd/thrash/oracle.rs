@@ -25,11 +25,14 @@ pub fn content(seed: u64, len: usize) -> Vec<u8> {
     v
 }
 
-/// What the cluster acknowledged: each file's content (seed, length).
+/// What the cluster acknowledged: each file's content (seed, length), and
+/// the names whose removal it acknowledged (durably).
 #[derive(Debug, Default)]
 pub struct Oracle {
     /// Name in the root directory → (content seed, length).
     pub files: BTreeMap<String, (u64, usize)>,
+    /// Names removed: they must stay gone.
+    pub removed: std::collections::BTreeSet<String>,
 }
 
 /// What one round's workload did.
@@ -57,7 +60,9 @@ pub async fn connect(mds: &str, id: net::auth::Identity) -> anyhow::Result<Clien
     }
 }
 
-async fn write_whole(c: &Client, name: &str, data: &[u8]) -> client::Result<()> {
+/// Writes `data` as file `name` of the root (made or replaced), fsync'd
+/// and closed: acknowledged once this returns Ok.
+pub async fn write_whole(c: &Client, name: &str, data: &[u8]) -> client::Result<()> {
     let (_, fh) = c
         .create(&Creds::root(), ROOT_INO, name, 0o644, false)
         .await?;
@@ -107,18 +112,22 @@ impl Oracle {
             let pick = rng.below(10);
             if pick < 2 && !existing.is_empty() {
                 let name = existing[rng.below(existing.len() as u64) as usize].clone();
-                let r =
-                    tokio::time::timeout(OP_LIMIT, c.unlink(&Creds::root(), ROOT_INO, &name)).await;
+                // Acknowledged once durable: a removal may be answered
+                // before the MDS has it (a directory lease, an early
+                // answer), so the namespace is synced first.
+                let unlink = async {
+                    c.unlink(&Creds::root(), ROOT_INO, &name).await?;
+                    c.sync_namespace().await
+                };
+                let r = tokio::time::timeout(OP_LIMIT, unlink).await;
+                self.files.remove(&name);
                 match r {
                     Ok(Ok(())) => {
-                        self.files.remove(&name);
+                        self.removed.insert(name);
                         done.removed += 1;
                     }
                     // Not acknowledged: it may or may not be gone.
-                    _ => {
-                        self.files.remove(&name);
-                        done.failed += 1;
-                    }
+                    _ => done.failed += 1,
                 }
                 continue;
             }
@@ -135,6 +144,7 @@ impl Oracle {
             };
             let seed = rng.next();
             let data = content(seed, len);
+            self.removed.remove(&name);
             match tokio::time::timeout(OP_LIMIT, write_whole(c, &name, &data)).await {
                 Ok(Ok(())) => {
                     self.files.insert(name, (seed, len));
@@ -170,6 +180,14 @@ impl Oracle {
                 }
                 Ok(Err(e)) => bad.push(format!("{name}: {e}")),
                 Err(_) => bad.push(format!("{name}: no answer in {OP_LIMIT:?}")),
+            }
+        }
+        for name in &self.removed {
+            let found = c.lookup(&Creds::root(), ROOT_INO, name).await;
+            match found {
+                Err(e) if e.errno == libc::ENOENT => {}
+                Ok(_) => bad.push(format!("{name}: removed (acknowledged), but back")),
+                Err(e) => bad.push(format!("{name}: removed, but lookup says {e}")),
             }
         }
         bad
