@@ -118,6 +118,13 @@ impl Chain {
         self.members.first().copied()
     }
 
+    /// The members and the joining ones without `osd` (what the chain is
+    /// once `osd` leaves it).
+    pub fn without(&self, osd: u32) -> (Vec<u32>, Vec<u32>) {
+        let keep = |v: &[u32]| v.iter().copied().filter(|m| *m != osd).collect();
+        (keep(&self.members), keep(&self.joining))
+    }
+
     /// Every member in chain order (full members, then joining ones).
     pub fn order(&self) -> impl Iterator<Item = u32> + '_ {
         self.members.iter().chain(self.joining.iter()).copied()
@@ -189,6 +196,15 @@ pub struct ChainTable {
 }
 
 impl ChainTable {
+    /// The groups whose chains hold `osd` (full or joining).
+    pub fn groups_holding(&self, osd: u32) -> Vec<u32> {
+        self.chains
+            .iter()
+            .filter(|(_, c)| c.holds(osd))
+            .map(|(g, _)| *g)
+            .collect()
+    }
+
     /// Group `group`'s chain.
     pub fn chain(&self, group: u32) -> Option<&Chain> {
         self.chains

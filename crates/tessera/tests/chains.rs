@@ -19,7 +19,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use common::cluster::{
-    Cluster, MountGuard, content, flip_in_image, read_file_in, root, runtime, write_file_in,
+    Cluster, MountGuard, content, copy_image, flip_in_image, read_file_in, root, runtime,
+    write_file_in,
 };
 
 async fn write_file(c: &client::Client, dir: u64, name: &str, data: &[u8]) {
@@ -754,17 +755,6 @@ fn full_disks_refuse_writes_with_enospc_and_deletes_make_room() {
         }
         assert_eq!(cl.status().await.unwrap().redundancy.groups_degraded, 0);
     });
-}
-
-/// Copies a store image keeping its holes (the images are sparse).
-fn copy_image(from: &std::path::Path, to: &std::path::Path) {
-    let out = std::process::Command::new("cp")
-        .arg("--sparse=always")
-        .arg(from)
-        .arg(to)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
 }
 
 #[test]

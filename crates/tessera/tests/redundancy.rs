@@ -18,8 +18,8 @@ use proto::mds::{Creds, MdsReply, Op, ROOT_INO};
 mod common;
 
 use common::cluster::{
-    CLUSTER, Cluster, MountGuard, content, flip_in_image, read_file_in, root, runtime, tail,
-    write_file_in,
+    CLUSTER, Cluster, MountGuard, content, copy_image, flip_in_image, read_file_in, root, runtime,
+    tail, write_file_in,
 };
 
 /// Writes a whole file in the root and closes it (an acknowledged write).
@@ -636,17 +636,6 @@ fn a_revocation_that_misses_a_down_osd_is_applied_before_it_serves_again() {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     });
-}
-
-/// Copies a store image keeping its holes (the images are sparse).
-fn copy_image(from: &Path, to: &Path) {
-    let out = std::process::Command::new("cp")
-        .arg("--sparse=always")
-        .arg(from)
-        .arg(to)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
 }
 
 #[test]

@@ -18,6 +18,17 @@ use proto::msg::Reply;
 /// How often a chain drop re-checks whether the member is down.
 const DROP_POLL: Duration = Duration::from_millis(100);
 
+/// The structured log line of a chain that changed.
+pub(super) fn log_chain_change(group: u32, c: &Chain) {
+    tracing::info!(
+        group,
+        epoch = c.epoch,
+        members = ?c.members,
+        joining = ?c.joining,
+        "replica chain changed"
+    );
+}
+
 impl Mds {
     /// The replica chains, when this file system keeps copies on the OSDs.
     pub(super) fn chain_table(&self) -> Result<Option<ChainTable>, MdsError> {
@@ -87,13 +98,7 @@ impl Mds {
         if written {
             for (g, c) in &next.chains {
                 if before.chain(*g) != Some(c) {
-                    tracing::info!(
-                        group = g,
-                        epoch = c.epoch,
-                        members = ?c.members,
-                        joining = ?c.joining,
-                        "replica chain changed"
-                    );
+                    log_chain_change(*g, c);
                 }
             }
         }
@@ -155,10 +160,7 @@ impl Mds {
         // the head, so no client reads it, and it is filled again later.
         if refused || self.lease_lapsed(osd) {
             self.change_chain(group, epoch, |c| {
-                (c.successor(me) == Some(osd)).then(|| {
-                    let keep = |v: &[u32]| v.iter().copied().filter(|m| *m != osd).collect();
-                    (keep(&c.members), keep(&c.joining))
-                })
+                (c.successor(me) == Some(osd)).then(|| c.without(osd))
             })
             .await?;
             self.recovery_wake.notify_one();

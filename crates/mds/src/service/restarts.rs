@@ -77,16 +77,11 @@ pub fn judge(known: Option<&StoreMark>, now: &StoreMark) -> StoreVerdict {
 /// is filled whole, not caught up). Returns the groups it left and whether
 /// `t` changed at all.
 pub fn leave_every_chain(t: &mut ChainTable, osd: u32) -> (Vec<u32>, bool) {
-    let groups: Vec<u32> = t
-        .chains
-        .iter()
-        .filter(|(_, c)| c.holds(osd))
-        .map(|(g, _)| *g)
-        .collect();
+    let groups = t.groups_holding(osd);
     for g in &groups {
-        let Some(c) = t.chain(*g) else { continue };
-        let keep = |v: &[u32]| v.iter().copied().filter(|m| *m != osd).collect();
-        let (members, joining) = (keep(&c.members), keep(&c.joining));
+        let Some((members, joining)) = t.chain(*g).map(|c| c.without(osd)) else {
+            continue;
+        };
         t.set(*g, members, joining);
     }
     let mut forgot = false;
@@ -125,19 +120,12 @@ pub fn restart_in_chains(
     same: bool,
     now_ms: u64,
 ) -> Vec<u32> {
-    let groups: Vec<u32> = t
-        .chains
-        .iter()
-        .filter(|(_, c)| c.holds(osd))
-        .map(|(g, _)| *g)
-        .collect();
     let mut changed = Vec::new();
-    for g in groups {
+    for g in t.groups_holding(osd) {
         let Some(c) = t.chain(g).cloned() else {
             continue;
         };
-        let rest: Vec<u32> = c.members.iter().copied().filter(|m| *m != osd).collect();
-        let keep = |v: &[u32]| v.iter().copied().filter(|m| *m != osd).collect::<Vec<_>>();
+        let (rest, joining) = c.without(osd);
         let full = c.members.contains(&osd);
         let alone = full
             && same
@@ -157,7 +145,7 @@ pub fn restart_in_chains(
                 }
             }
         } else if !full || !rest.is_empty() {
-            t.set(g, keep(&c.members), keep(&c.joining));
+            t.set(g, rest, joining);
             if full && let Some(c) = t.chain_mut(g) {
                 c.record_left(osd, now_ms);
             }
@@ -316,7 +304,8 @@ impl Mds {
         let others = self.wait_for_the_others(me).await?;
         let same = verdict == StoreVerdict::Same;
         let now = proto::clock::now_ms();
-        let changed = self
+        // The chains as written: logged from the transaction's own copy.
+        let changed: Vec<(u32, proto::chain::Chain)> = self
             .kv
             .write(move |tx| {
                 let Some(mut t) = tx.chains()? else {
@@ -326,21 +315,15 @@ impl Mds {
                 if !changed.is_empty() {
                     tx.put_chains(&t)?;
                 }
-                Ok(changed)
+                Ok(changed
+                    .into_iter()
+                    .filter_map(|g| t.chain(g).map(|c| (g, c.clone())))
+                    .collect())
             })
             .await?;
         if !changed.is_empty() {
-            let t = self.chain_table()?.unwrap_or_default();
-            for g in &changed {
-                if let Some(c) = t.chain(*g) {
-                    tracing::info!(
-                        group = g,
-                        epoch = c.epoch,
-                        members = ?c.members,
-                        joining = ?c.joining,
-                        "replica chain changed"
-                    );
-                }
+            for (g, c) in &changed {
+                super::chains::log_chain_change(*g, c);
             }
             tracing::warn!(
                 osd = me,

@@ -419,6 +419,17 @@ pub async fn read_file_in(c: &Client, dir: u64, name: &str) -> Vec<u8> {
     out
 }
 
+/// Copies a store image keeping its holes (the images are sparse).
+pub fn copy_image(from: &Path, to: &Path) {
+    let out = Command::new("cp")
+        .arg("--sparse=always")
+        .arg(from)
+        .arg(to)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+}
+
 /// Flips a bit in the middle of every place `needle` is found in a store
 /// image (its OSD stopped); whether it was found.
 pub fn flip_in_image(path: &Path, needle: &[u8]) -> bool {
