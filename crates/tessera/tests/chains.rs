@@ -726,11 +726,13 @@ fn full_disks_refuse_writes_with_enospc_and_deletes_make_room() {
             st.redundancy.groups_degraded, 0,
             "a full member was dropped"
         );
-        assert!(
-            st.health().reasons.iter().any(|r| r.contains("full")),
-            "{:?}",
-            st.health()
-        );
+        // Health counts space from the OSDs' reports: a heartbeat later.
+        let st = cl
+            .wait_for("a full OSD named in health", 10, |s| {
+                s.health().reasons.iter().any(|r| r.contains("full"))
+            })
+            .await;
+        assert!(st.health().level != "HEALTH_OK", "{:?}", st.health());
         for (name, _) in kept.drain(..3) {
             c.unlink(&root(), ROOT_INO, &name).await.unwrap();
         }
