@@ -5,6 +5,7 @@
 //! - [`store_bench`]: the OBFS object mix on the store vs ext4/XFS flat
 //!   directories vs fio's ceilings on the raw device.
 
+pub mod agreement;
 pub mod dirops;
 pub mod fio;
 pub mod fs_bench;

@@ -131,7 +131,7 @@ pub enum Op {
         /// What it named.
         child: Option<(Handle, Kind)>,
     },
-    /// Attributes of a handle were needed (getattr, access, read, write).
+    /// Attributes of a handle were needed (getattr, access, readlink).
     Use {
         /// The handle.
         node: Handle,
@@ -174,7 +174,13 @@ pub enum Op {
         /// (name, handle and kind if the reply carried them).
         entries: Vec<(String, Option<(Handle, Kind)>)>,
     },
-    /// Attributes changed (setattr): must reach the MDS.
+    /// The file's data read or written (read, write, commit): needs the
+    /// file's layout and capability, which a listing does not carry.
+    Data {
+        /// The handle.
+        node: Handle,
+    },
+    /// Attributes changed (setattr, a truncate).
     Modify {
         /// The handle.
         node: Handle,
@@ -182,12 +188,14 @@ pub enum Op {
 }
 
 /// An operation by one client.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Event {
     /// Client number (dense, in order of first appearance).
     pub client: u32,
     /// What it did.
     pub op: Op,
+    /// When, in the trace's seconds (only differences matter).
+    pub time: f64,
 }
 
 /// How parsing went; nothing malformed stops it.
@@ -234,6 +242,8 @@ pub struct Trace {
     pub root: Option<Handle>,
     /// Parse statistics.
     pub stats: ParseStats,
+    /// The time of the record being parsed (stamped on each event pushed).
+    pub clock: f64,
     handle_ids: HashMap<String, Handle>,
     client_ids: HashMap<String, u32>,
 }
@@ -272,6 +282,10 @@ impl Trace {
     /// Appends an event.
     pub fn push(&mut self, client: u32, op: Op) {
         self.stats.events += 1;
-        self.events.push(Event { client, op });
+        self.events.push(Event {
+            client,
+            op,
+            time: self.clock,
+        });
     }
 }

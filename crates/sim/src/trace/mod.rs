@@ -18,5 +18,6 @@ pub mod nfsdump;
 pub mod pathfmt;
 pub mod replay;
 pub mod report;
+pub mod strace;
 
 pub use event::{Event, Handle, Kind, Op, ParseStats, Trace};

@@ -57,6 +57,8 @@ pub struct Namespace {
     pub root: Handle,
     /// Its shape.
     pub shape: Shape,
+    /// Nodes whose parent the trace never showed (hung under the root).
+    pub orphans: HashSet<Handle>,
 }
 
 impl Namespace {
@@ -67,6 +69,7 @@ impl Namespace {
             nodes: HashMap::new(),
             root,
             shape: Shape::default(),
+            orphans: HashSet::new(),
         };
         ns.nodes.insert(
             root,
@@ -87,7 +90,7 @@ impl Namespace {
                     }
                 }
                 Op::Use { node, kind } => ns.touch(*node, kind.unwrap_or(Kind::File)),
-                Op::Modify { node } => ns.touch(*node, Kind::File),
+                Op::Modify { node } | Op::Data { node } => ns.touch(*node, Kind::File),
                 Op::Create {
                     dir,
                     name,
@@ -124,6 +127,7 @@ impl Namespace {
         orphans.sort_unstable();
         ns.shape.orphans = orphans.len() as u64;
         for h in orphans {
+            ns.orphans.insert(h);
             ns.nodes.get_mut(&h).expect("listed").parent = Some(root);
             ns.nodes.get_mut(&root).expect("root").children.push(h);
         }
@@ -132,6 +136,17 @@ impl Namespace {
         ns.shape.created = ns.nodes.values().filter(|n| n.created.is_some()).count() as u64;
         ns.shape.preexisting = ns.shape.nodes - ns.shape.created;
         ns
+    }
+
+    /// Orphans that head no subtree: where they fit is unclear, so
+    /// accesses to them are ignored (Hendricks et al. §4.2). An orphan
+    /// with children is the top of a subtree the trace shows.
+    pub fn unplaced(&self) -> HashSet<Handle> {
+        self.orphans
+            .iter()
+            .filter(|h| self.nodes[h].children.is_empty())
+            .copied()
+            .collect()
     }
 
     fn touch(&mut self, h: Handle, kind: Kind) {

@@ -21,6 +21,7 @@ use super::event::{Handle, Kind, LineError, Op, Trace};
 const ENOENT: u32 = 2;
 
 struct Call {
+    time: f64,
     client: u32,
     proc: u32,
     keys: Vec<(String, String)>,
@@ -163,8 +164,15 @@ impl Parser {
         }
         if is_call {
             let client = self.t.client(host(f[1]));
-            self.pending
-                .insert((host(f[1]).to_string(), xid), Call { client, proc, keys });
+            self.pending.insert(
+                (host(f[1]).to_string(), xid),
+                Call {
+                    time,
+                    client,
+                    proc,
+                    keys,
+                },
+            );
             return Ok(());
         }
         let Some(call) = self.pending.remove(&(host(f[2]).to_string(), xid)) else {
@@ -195,6 +203,7 @@ impl Parser {
         reply: &[(String, String)],
     ) -> Result<(), LineError> {
         let c = call.client;
+        self.t.clock = call.time;
         let ck = &call.keys;
         let name = |k: &str| {
             get(ck, k)
@@ -244,10 +253,16 @@ impl Parser {
                     );
                 }
             }
-            // getattr, access, read, write
-            1 | 4 | 6 | 7 => {
+            // getattr, access, readlink
+            1 | 4 | 5 => {
                 let node = self.handle(ck, "fh")?;
                 self.t.push(c, Op::Use { node, kind });
+            }
+            // read, write, and commit (a length the client settles itself:
+            // non-mandatory, as §4.2 models it)
+            6 | 7 | 0x15 => {
+                let node = self.handle(ck, "fh")?;
+                self.t.push(c, Op::Data { node });
             }
             // setattr
             2 => {
@@ -305,11 +320,20 @@ impl Parser {
                 let dir = self.handle(ck, "fh")?;
                 let mut entries = Vec::new();
                 for (k, v) in reply {
-                    if k.starts_with("name-") {
+                    if let Some(i) = k.strip_prefix("name-") {
                         let n = unquote(v)?;
-                        if n != "." && n != ".." {
-                            entries.push((n, None));
+                        if n == "." || n == ".." {
+                            continue;
                         }
+                        // READDIRPLUS replies carry each entry's handle.
+                        let child = match self.handle(reply, &format!("fh-{i}")) {
+                            Ok(h) => {
+                                let kind = kind_of(get(reply, &format!("ftype-{i}")));
+                                Some((h, kind.unwrap_or(Kind::File)))
+                            }
+                            Err(_) => None,
+                        };
+                        entries.push((n, child));
                     }
                 }
                 self.t.push(c, Op::Readdir { dir, entries });

@@ -4,7 +4,8 @@
 //! # tessera trace v1 — '#' starts a comment; blank lines are skipped
 //! <time> <client> <op> <path> [<path2>]
 //! ```
-//! - `time`: seconds (decimal); only the order of lines matters.
+//! - `time`: seconds (decimal); lines are replayed in file order, and
+//!   times matter only to `sim trace --attr-timeout`.
 //! - `client`: any token naming the client (host, process…).
 //! - `op`: `stat` / `open` / `lookup` (resolve the path, then use its
 //!   attributes), `readdir` (resolve, then list), `create` / `mkdir` /
@@ -90,6 +91,7 @@ impl Parser {
         if !time.is_finite() {
             return Err(LineError::TimeNotFinite);
         }
+        self.t.clock = time;
         let client = self.t.client(f[1]);
         let path = components(f[3])?;
         let want = if f[2] == "rename" { 5 } else { 4 };

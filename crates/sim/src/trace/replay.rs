@@ -1,30 +1,47 @@
 //! Phase two: the trace replayed per client through the client's own
-//! metadata cache ([`MetaCache`], a segmented LRU).
+//! metadata cache ([`MetaCache`], a segmented LRU), counted as Hendricks
+//! et al. count it (§4.2; docs/SIMULATORS.md has the table):
 //!
-//! - A lookup or attribute use the client's cache can answer costs nothing.
-//!   Otherwise it is a *non-mandatory* MDS request: the answer is cached in
-//!   the demand segment and, with prefetch N, the N live inodes with the
-//!   nearest object ids come along into the prefetch segment (the MDS's own
-//!   choice, [`nearest_by_id`]). A negative lookup always goes to the MDS.
-//! - A directory listing is a *non-mandatory* request too (it changes
-//!   nothing), but the cache keeps no listings, so every one reaches the MDS.
-//! - Creates, removes, renames and attribute changes are *mandatory*: they
-//!   reach the MDS whatever the cache holds. A create's reply is cached; a
-//!   remove or rename drops the entry.
+//! - **Mandatory**: changes to the namespace — create, mkdir, symlink,
+//!   remove, rename. They reach the MDS whatever the cache holds. A
+//!   create's reply is cached; a rename moves the cached entry; a remove
+//!   drops it.
+//! - **Non-mandatory**: every other access to an object the namespace
+//!   holds — a lookup, a stat, an access check, a read or write, an
+//!   attribute or length change (the model lets clients settle lengths
+//!   themselves), a commit. One the client's cache answers costs nothing
+//!   (a read or write needs an entry with the file's layout, which only an
+//!   MDS answer carries, not a listing);
+//!   otherwise it is an MDS request whose answer is cached on demand and,
+//!   with prefetch N, brings the N live inodes with the nearest object ids
+//!   into the prefetch segment (the MDS's own choice, [`nearest_by_id`]).
+//! - **A directory listing** is non-mandatory too. The client keeps no
+//!   listing it read, but a listing the MDS sent ahead answers one read:
+//!   with prefetch N, each listing the MDS serves carries the next N
+//!   directories (at most [`LISTINGS_MAX_DIRS`]) of a depth-first walk —
+//!   the live client's and the MDS's own behaviour. A listing's entries
+//!   (READDIRPLUS carries their attributes) enter the prefetch segment.
+//! - **Ignored**: accesses to objects the reconstructed namespace does not
+//!   hold — a lookup of a name that does not exist, and any access to a
+//!   handle whose place the trace never shows (an orphan with no
+//!   children), as "where they fit is unclear".
 //! - Each client has its own cache; the namespace they change is shared.
 //!   Other clients' caches are not invalidated (the simulator counts
 //!   requests, not staleness).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::time::Instant;
 
 use client::cache::{Cached, MetaCache, Segment};
 use mds::ids::nearest_by_id;
-use proto::mds::{Attr, Entry, FileKind};
+use proto::mds::{Attr, Entry, FileKind, LISTINGS_MAX_DIRS, LISTINGS_MAX_ENTRIES};
 use serde::{Deserialize, Serialize};
 
 use super::event::{Handle, Kind, Op, Trace};
 use super::namespace::Namespace;
+
+/// Prefetched listings a client holds at once (the live client's bound).
+pub const HELD_LISTINGS: usize = 1024;
 
 /// Cache and prefetch settings of a replay.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -35,6 +52,11 @@ pub struct ReplayConfig {
     pub demand_entries: usize,
     /// Prefetch-segment entries.
     pub prefetch_entries: usize,
+    /// How long a cached entry or a listing sent ahead answers, in
+    /// milliseconds of trace time (the live client's `attr_timeout`);
+    /// `None`: until evicted, as Hendricks et al.'s simulator keeps them.
+    #[serde(default)]
+    pub attr_timeout_ms: Option<u64>,
 }
 
 impl Default for ReplayConfig {
@@ -43,6 +65,7 @@ impl Default for ReplayConfig {
             prefetch: 32,
             demand_entries: 2000,
             prefetch_entries: 1000,
+            attr_timeout_ms: None,
         }
     }
 }
@@ -54,8 +77,12 @@ pub struct Requests {
     pub mandatory: u64,
     /// Requests a cache could have answered.
     pub non_mandatory: u64,
-    /// Prefetched entries that were used before being evicted.
+    /// Prefetched entries (and listings) that were used before being evicted.
     pub prefetch_hits: u64,
+    /// Accesses not counted: objects the reconstructed namespace does not
+    /// hold (names that do not exist, handles with no known place).
+    #[serde(default)]
+    pub ignored: u64,
 }
 
 impl Requests {
@@ -73,6 +100,65 @@ fn file_kind(k: Kind) -> FileKind {
     }
 }
 
+/// One client: its cache (with when each entry was fetched) and the
+/// listings the MDS sent ahead (with when).
+struct Client {
+    cache: MetaCache,
+    fetched: HashMap<u64, f64>,
+    listings: HashMap<Handle, f64>,
+    order: VecDeque<Handle>,
+    /// The window entries answer for (seconds; infinite without a timeout).
+    window: f64,
+    now: f64,
+}
+
+impl Client {
+    fn new(cfg: &ReplayConfig) -> Client {
+        Client {
+            cache: MetaCache::new(cfg.demand_entries, cfg.prefetch_entries),
+            fetched: HashMap::new(),
+            listings: HashMap::new(),
+            order: VecDeque::new(),
+            window: cfg
+                .attr_timeout_ms
+                .map_or(f64::INFINITY, |ms| ms as f64 / 1000.0),
+            now: 0.0,
+        }
+    }
+
+    fn insert(&mut self, c: Cached, seg: Segment) {
+        self.fetched.insert(c.entry.attr.ino, self.now);
+        self.cache.insert(c, seg);
+    }
+
+    /// Whether `ino` is cached and younger than the window.
+    fn fresh(&self, ino: u64) -> bool {
+        self.cache.peek(ino).is_some()
+            && self
+                .fetched
+                .get(&ino)
+                .is_some_and(|t| self.now - t < self.window)
+    }
+
+    fn hold_listing(&mut self, dir: Handle) {
+        if self.listings.insert(dir, self.now).is_none() {
+            self.order.push_back(dir);
+        }
+        while self.listings.len() > HELD_LISTINGS {
+            if let Some(old) = self.order.pop_front() {
+                self.listings.remove(&old);
+            }
+        }
+    }
+
+    /// Uses the listing of `dir` sent ahead, if one is held and young.
+    fn take_listing(&mut self, dir: Handle) -> bool {
+        self.listings
+            .remove(&dir)
+            .is_some_and(|t| self.now - t < self.window)
+    }
+}
+
 struct State<'a> {
     ids: &'a HashMap<Handle, u64>,
     /// Live inodes by id, for neighbour choice.
@@ -81,12 +167,18 @@ struct State<'a> {
     place: HashMap<Handle, (Handle, String)>,
     /// Current names.
     names: HashMap<(Handle, String), Handle>,
+    /// Current children of each directory, in name order (as the MDS lists).
+    children: HashMap<Handle, BTreeMap<String, Handle>>,
     kinds: HashMap<Handle, Kind>,
+    /// Handles whose place the trace never shows (accesses are ignored).
+    unplaced: HashSet<Handle>,
     now: Instant,
 }
 
 impl State<'_> {
-    fn cached(&self, h: Handle) -> Cached {
+    /// What the client caches of `h`; `layout`: whether it came from an
+    /// MDS answer (with the layout and capabilities) rather than a listing.
+    fn cached(&self, h: Handle, layout: bool) -> Cached {
         let (parent, name) = self.place.get(&h).cloned().unwrap_or((h, String::new()));
         let id = self.ids[&h];
         Cached {
@@ -110,14 +202,14 @@ impl State<'_> {
             },
             grants: Vec::new(),
             fetched: self.now,
-            layout_known: false,
+            layout_known: layout,
             changed: false,
         }
     }
 
     /// An MDS answer for `h`: the entry itself, plus neighbours.
-    fn fetch(&self, cache: &mut MetaCache, h: Handle, n: usize) {
-        cache.insert(self.cached(h), Segment::Demand);
+    fn fetch(&self, cl: &mut Client, h: Handle, n: usize) {
+        cl.insert(self.cached(h, true), Segment::Demand);
         if n == 0 {
             return;
         }
@@ -125,8 +217,17 @@ impl State<'_> {
         let above = self.live.range(id + 1..).take(n);
         let below = self.live.range(..id).rev().take(n);
         for (_, &nh) in nearest_by_id(id, above, below, n, |(i, _)| **i) {
-            cache.insert(self.cached(nh), Segment::Prefetch);
+            cl.insert(self.cached(nh, true), Segment::Prefetch);
         }
+    }
+
+    fn link(&mut self, dir: Handle, name: &str, h: Handle) {
+        self.place.insert(h, (dir, name.to_string()));
+        self.names.insert((dir, name.to_string()), h);
+        self.children
+            .entry(dir)
+            .or_default()
+            .insert(name.to_string(), h);
     }
 
     fn unlink(&mut self, cache: &mut MetaCache, dir: Handle, name: &str) {
@@ -134,6 +235,77 @@ impl State<'_> {
             self.live.remove(&self.ids[&h]);
             self.place.remove(&h);
             cache.remove(self.ids[&h]);
+            if let Some(c) = self.children.get_mut(&dir) {
+                c.remove(name);
+            }
+        }
+    }
+
+    fn subdirs(&self, dir: Handle, after: Option<&str>) -> Vec<Handle> {
+        let Some(c) = self.children.get(&dir) else {
+            return Vec::new();
+        };
+        let range: Box<dyn Iterator<Item = (&String, &Handle)>> = match after {
+            Some(a) => Box::new(
+                c.range::<str, _>((std::ops::Bound::Excluded(a), std::ops::Bound::Unbounded)),
+            ),
+            None => Box::new(c.iter()),
+        };
+        range
+            .filter(|(_, h)| self.kinds.get(h) == Some(&Kind::Dir))
+            .map(|(_, h)| *h)
+            .collect()
+    }
+
+    /// The directories a depth-first walker reads after `start`, as the
+    /// MDS sends them ahead with a listing of `start`: its subdirectories,
+    /// then later siblings of it and of its ancestors (16 levels up), at
+    /// most `dirs` of them and [`LISTINGS_MAX_ENTRIES`] entries in all.
+    fn walk_after(&self, start: Handle, dirs: usize) -> Vec<Handle> {
+        let mut stack: Vec<Handle> = Vec::new();
+        let mut at = start;
+        for _ in 0..16 {
+            let Some((parent, name)) = self.place.get(&at) else {
+                break;
+            };
+            let mut next = self.subdirs(*parent, Some(name));
+            next.reverse();
+            next.append(&mut stack);
+            stack = next;
+            at = *parent;
+        }
+        let mut own = self.subdirs(start, None);
+        own.reverse();
+        stack.extend(own);
+        let mut out = Vec::new();
+        let mut budget = LISTINGS_MAX_ENTRIES;
+        while let Some(d) = stack.pop() {
+            if out.len() >= dirs {
+                break;
+            }
+            let n = self.children.get(&d).map_or(0, BTreeMap::len);
+            if n > budget {
+                break;
+            }
+            budget -= n;
+            let mut below = self.subdirs(d, None);
+            below.reverse();
+            stack.extend(below);
+            out.push(d);
+        }
+        out
+    }
+
+    /// A listing's entries, with their attributes, as prefetch (an entry
+    /// already cached and fresh stays as it is).
+    fn listed(&self, cl: &mut Client, dir: Handle) {
+        let Some(c) = self.children.get(&dir) else {
+            return;
+        };
+        for h in c.values() {
+            if !cl.fresh(self.ids[h]) {
+                cl.insert(self.cached(*h, false), Segment::Prefetch);
+            }
         }
     }
 }
@@ -150,86 +322,122 @@ pub fn replay(
         live: BTreeMap::new(),
         place: HashMap::new(),
         names: HashMap::new(),
+        children: HashMap::new(),
         kinds: ns.nodes.iter().map(|(h, n)| (*h, n.kind)).collect(),
+        unplaced: ns.unplaced(),
         now: Instant::now(),
     };
     for (h, n) in &ns.nodes {
         if n.created.is_none() {
             st.live.insert(ids[h], *h);
             if let Some(p) = n.parent {
-                st.place.insert(*h, (p, n.name.clone()));
-                st.names.insert((p, n.name.clone()), *h);
+                st.link(p, &n.name, *h);
             }
         }
     }
-    let mut caches: Vec<MetaCache> = Vec::new();
+    let mut clients: Vec<Client> = Vec::new();
     let mut out = vec![Requests::default(); t.clients.len()];
     for e in &t.events {
         let c = e.client as usize;
-        while caches.len() <= c {
-            caches.push(MetaCache::new(cfg.demand_entries, cfg.prefetch_entries));
+        while clients.len() <= c {
+            clients.push(Client::new(cfg));
         }
-        let cache = &mut caches[c];
-        let r = &mut out[c];
-        let use_node =
-            |st: &State, cache: &mut MetaCache, r: &mut Requests, h: Handle, hit: bool| {
-                if hit {
-                    if let Some((_, first_use)) = cache.get(ids[&h])
-                        && first_use
-                    {
-                        r.prefetch_hits += 1;
+        clients[c].now = e.time;
+        step(&mut st, &mut clients[c], &mut out[c], &e.op, cfg);
+    }
+    out
+}
+
+/// An access to `h` that the cache may answer (`hit`).
+fn access(st: &State, cl: &mut Client, r: &mut Requests, h: Handle, hit: bool, cfg: &ReplayConfig) {
+    if st.unplaced.contains(&h) {
+        r.ignored += 1;
+    } else if hit {
+        if let Some((_, first_use)) = cl.cache.get(st.ids[&h])
+            && first_use
+        {
+            r.prefetch_hits += 1;
+        }
+    } else {
+        r.non_mandatory += 1;
+        st.fetch(cl, h, cfg.prefetch);
+    }
+}
+
+fn step(st: &mut State, cl: &mut Client, r: &mut Requests, op: &Op, cfg: &ReplayConfig) {
+    let ids = st.ids;
+    match op {
+        Op::Lookup { dir, name, child } => match child {
+            Some((h, _)) => {
+                let hit = cl.cache.ino_of(ids[dir], name) == Some(ids[h]) && cl.fresh(ids[h]);
+                access(st, cl, r, *h, hit, cfg);
+            }
+            // A name the namespace does not hold: ignored (§4.2).
+            None => r.ignored += 1,
+        },
+        Op::Use { node, .. } | Op::Modify { node } => {
+            let hit = cl.fresh(ids[node]);
+            access(st, cl, r, *node, hit, cfg);
+        }
+        // Reading or writing needs the layout, which a listing lacks.
+        Op::Data { node } => {
+            let hit =
+                cl.fresh(ids[node]) && cl.cache.peek(ids[node]).is_some_and(|x| x.layout_known);
+            access(st, cl, r, *node, hit, cfg);
+        }
+        Op::Readdir { dir, .. } => {
+            if st.unplaced.contains(dir) && !st.children.contains_key(dir) {
+                r.ignored += 1;
+                return;
+            }
+            if cl.take_listing(*dir) {
+                r.prefetch_hits += 1;
+            } else {
+                r.non_mandatory += 1;
+                let n = cfg.prefetch.min(LISTINGS_MAX_DIRS);
+                if n > 0 {
+                    for d in st.walk_after(*dir, n) {
+                        cl.hold_listing(d);
                     }
-                } else {
-                    r.non_mandatory += 1;
-                    st.fetch(cache, h, cfg.prefetch);
                 }
-            };
-        match &e.op {
-            Op::Lookup { dir, name, child } => match child {
-                Some((h, _)) => {
-                    let hit = cache.ino_of(ids[dir], name) == Some(ids[h])
-                        && cache.peek(ids[h]).is_some();
-                    use_node(&st, cache, r, *h, hit);
+            }
+            st.listed(cl, *dir);
+        }
+        Op::Create {
+            dir, name, child, ..
+        } => {
+            r.mandatory += 1;
+            st.unlink(&mut cl.cache, *dir, name);
+            st.live.insert(ids[child], *child);
+            st.link(*dir, name, *child);
+            cl.insert(st.cached(*child, true), Segment::Demand);
+            cl.listings.remove(dir);
+        }
+        Op::Remove { dir, name } => {
+            r.mandatory += 1;
+            st.unlink(&mut cl.cache, *dir, name);
+            cl.listings.remove(dir);
+        }
+        Op::Rename {
+            from_dir,
+            from,
+            to_dir,
+            to,
+        } => {
+            r.mandatory += 1;
+            cl.listings.remove(from_dir);
+            cl.listings.remove(to_dir);
+            if let Some(h) = st.names.remove(&(*from_dir, from.clone())) {
+                if let Some(c) = st.children.get_mut(from_dir) {
+                    c.remove(from);
                 }
-                None => r.non_mandatory += 1,
-            },
-            Op::Use { node, .. } => {
-                let hit = cache.peek(ids[node]).is_some();
-                use_node(&st, cache, r, *node, hit);
-            }
-            // A listing changes nothing: non-mandatory, as Hendricks et
-            // al. count it; the cache holds no listings, so it always asks.
-            Op::Readdir { .. } => r.non_mandatory += 1,
-            Op::Modify { .. } => r.mandatory += 1,
-            Op::Create {
-                dir, name, child, ..
-            } => {
-                r.mandatory += 1;
-                st.unlink(cache, *dir, name);
-                st.live.insert(ids[child], *child);
-                st.place.insert(*child, (*dir, name.clone()));
-                st.names.insert((*dir, name.clone()), *child);
-                cache.insert(st.cached(*child), Segment::Demand);
-            }
-            Op::Remove { dir, name } => {
-                r.mandatory += 1;
-                st.unlink(cache, *dir, name);
-            }
-            Op::Rename {
-                from_dir,
-                from,
-                to_dir,
-                to,
-            } => {
-                r.mandatory += 1;
-                if let Some(h) = st.names.remove(&(*from_dir, from.clone())) {
-                    st.unlink(cache, *to_dir, to);
-                    st.names.insert((*to_dir, to.clone()), h);
-                    st.place.insert(h, (*to_dir, to.clone()));
-                    cache.remove(ids[&h]);
-                }
+                st.unlink(&mut cl.cache, *to_dir, to);
+                st.link(*to_dir, to, h);
+                // The client made the change: its entry moves with it.
+                let layout = cl.cache.peek(ids[&h]).is_some_and(|x| x.layout_known);
+                cl.cache.remove(ids[&h]);
+                cl.insert(st.cached(h, layout), Segment::Demand);
             }
         }
     }
-    out
 }

@@ -71,6 +71,7 @@ fn sum(v: &[Requests]) -> Requests {
         mandatory: a.mandatory + r.mandatory,
         non_mandatory: a.non_mandatory + r.non_mandatory,
         prefetch_hits: a.prefetch_hits + r.prefetch_hits,
+        ignored: a.ignored + r.ignored,
     })
 }
 

@@ -147,6 +147,31 @@ pub enum BenchCmd {
         #[arg(long, default_value = "prefetch-figure3.svg")]
         chart: PathBuf,
     },
+    /// Does `sim trace` agree with the live mount? Runs one workload
+    /// through a real FUSE mount under strace with prefetch 32 and 0 (a
+    /// fresh cluster each), converts the recorded run to an nfsdump trace
+    /// and replays it in the simulator; prints the share of non-mandatory
+    /// MDS requests prefetching eliminated, live and simulated. Needs
+    /// root (FUSE) and strace.
+    ///
+    /// Example: tessera bench agreement --workload compile --tree /usr/lib/python3.11
+    Agreement {
+        /// search (`find | xargs grep`) or compile (`python3 -m compileall`).
+        #[arg(long, default_value = "search")]
+        workload: String,
+        /// The tree to copy into the mount and run over.
+        #[arg(long)]
+        tree: PathBuf,
+        /// Keep the converted nfsdump trace here.
+        #[arg(long)]
+        keep_trace: Option<PathBuf>,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// Where the clusters and traces go.
+        #[arg(long, default_value = "./tessera-data/bench")]
+        dir: PathBuf,
+    },
     /// The OSD over loopback TCP against the same store in-process: 512 KiB
     /// writes and reads and 4 KiB create-and-writes at queue depth 1 and 16,
     /// in one run. Prints both and the ratio.
@@ -261,6 +286,24 @@ pub fn run(c: BenchCmd) -> anyhow::Result<i32> {
                 println!("figure: {}", chart.display());
             }
             Ok(code)
+        }
+        BenchCmd::Agreement {
+            workload,
+            tree,
+            keep_trace,
+            json,
+            dir,
+        } => {
+            let p = bench::agreement::AgreementParams {
+                tree,
+                workload: bench::agreement::Workload::parse(&workload)
+                    .map_err(anyhow::Error::msg)?,
+                dir,
+                keep_trace,
+            };
+            emit(json, &bench::agreement::run(&p)?, |a| {
+                bench::agreement::print(a)
+            })
         }
         BenchCmd::Osd { quick, json, dir } => emit(
             json,

@@ -13,6 +13,7 @@ pub mod mount;
 pub mod osd;
 pub mod redundancy;
 pub mod sim;
+pub mod sim_record;
 pub mod status;
 pub mod store_ops;
 pub mod thrash;

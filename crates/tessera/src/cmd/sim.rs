@@ -50,6 +50,16 @@ pub enum SimCmd {
     ///
     /// Example: zcat lair62b.gz > t.txt && tessera sim trace t.txt --prefetch 32
     Trace(TraceArgs),
+    /// Run a command under strace and write what an NFS client of the
+    /// traced tree would have asked its server, as an nfsdump trace for
+    /// `sim trace`: one LOOKUP per path component a process has not looked
+    /// up, GETATTR per stat, READDIRPLUS per directory read, CREATE,
+    /// REMOVE, RENAME, SETATTR… as the system calls say.
+    ///
+    /// Example: tessera sim record --root /mnt/t/src -o search.nfs -- sh -c 'find . -type f | xargs grep -l x'
+    Record(super::sim_record::RecordArgs),
+    /// Convert a strace log recorded as `sim record` records it into an nfsdump trace.
+    ConvertStrace(super::sim_record::ConvertArgs),
     /// Write a synthetic trace in the path format (a random tree; clients
     /// walking it depth- and breadth-first, making temporary files).
     TraceGen(TraceGenArgs),
@@ -73,6 +83,11 @@ pub struct TraceArgs {
     /// Client cache: prefetch-segment entries.
     #[arg(long, default_value_t = 1000)]
     prefetch_entries: usize,
+    /// Cached entries and listings sent ahead answer this many seconds of
+    /// trace time (a live mount's attribute timeout is 1); default: until
+    /// evicted, as Hendricks et al.'s simulator keeps them.
+    #[arg(long)]
+    attr_timeout: Option<f64>,
     /// Policies to compare (create-order, pseudo-random, child-closest, cousin-closest).
     #[arg(
         long,
@@ -202,6 +217,8 @@ pub fn run(cmd: SimCmd) -> anyhow::Result<i32> {
         SimCmd::Alloc(a) => alloc(a),
         SimCmd::Trace(a) => trace(a),
         SimCmd::TraceGen(a) => trace_gen(a),
+        SimCmd::Record(a) => super::sim_record::record(a),
+        SimCmd::ConvertStrace(a) => super::sim_record::convert_cmd(a),
     }
 }
 
@@ -487,6 +504,7 @@ fn trace(a: TraceArgs) -> anyhow::Result<i32> {
         prefetch: a.prefetch,
         demand_entries: a.demand_entries,
         prefetch_entries: a.prefetch_entries,
+        attr_timeout_ms: a.attr_timeout.map(|s| (s.max(0.0) * 1000.0) as u64),
     };
     let s = report::study(&t, &cfg, &policies).map_err(anyhow::Error::msg)?;
     let ns = &s.namespace;

@@ -1,0 +1,65 @@
+//! `sim trace` against the live mount on the same run: a search through a
+//! real FUSE mount under strace, with prefetch 32 and 0, and the
+//! simulator on the recorded trace, must eliminate the same share of
+//! non-mandatory MDS requests within 3 points.
+
+use std::path::Path;
+
+use bench::agreement::{AgreementParams, Workload, run};
+
+/// A source-like tree: 6 top directories, each with 5 subdirectories of
+/// 16 files, and a few files at every level (about 560 files).
+fn tree(root: &Path) {
+    for d in 0..6 {
+        let top = root.join(format!("mod{d}"));
+        for s in 0..5 {
+            let sub = top.join(format!("part{s}"));
+            std::fs::create_dir_all(&sub).expect("the test setup");
+            for f in 0..16 {
+                std::fs::write(sub.join(format!("f{f:02}.c")), format!("int f{d}{s}{f};\n"))
+                    .expect("the test setup");
+            }
+        }
+        for f in 0..4 {
+            std::fs::write(top.join(format!("top{f}.h")), "/* header */\n")
+                .expect("the test setup");
+        }
+    }
+    std::fs::write(root.join("README"), "tree\n").expect("the test setup");
+}
+
+#[test]
+fn the_simulator_predicts_the_live_search_within_three_points() {
+    let dir = tempfile::tempdir().expect("the test setup");
+    let src = dir.path().join("src");
+    tree(&src);
+    let keep = dir.path().join("search.nfs");
+    let a = run(&AgreementParams {
+        tree: src,
+        workload: Workload::Search,
+        dir: dir.path().join("work"),
+        keep_trace: Some(keep.clone()),
+    })
+    .expect("the test setup");
+    bench::agreement::print(&a);
+    // Both sides did real work: a request per file or so without prefetch.
+    assert!(a.live.non_mandatory_without >= 400, "{a:?}");
+    assert!(a.sim.non_mandatory_without >= 400, "{a:?}");
+    // A search changes nothing.
+    assert_eq!(a.live.mandatory_without, 0, "{a:?}");
+    assert_eq!(a.sim.mandatory_with, 0, "{a:?}");
+    assert!(a.live.eliminated() > 50.0, "{a:?}");
+    let gap = (a.live.eliminated() - a.sim.eliminated()).abs();
+    assert!(
+        gap <= 3.0,
+        "live {:.1} % vs sim {:.1} %: {a:?}",
+        a.live.eliminated(),
+        a.sim.eliminated()
+    );
+    // The kept trace is the one the simulator read.
+    assert!(
+        std::fs::read_to_string(&keep)
+            .expect("the test setup")
+            .contains(" readdirp ")
+    );
+}
