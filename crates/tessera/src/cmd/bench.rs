@@ -293,18 +293,7 @@ pub fn run(c: BenchCmd) -> anyhow::Result<i32> {
             keep_trace,
             json,
             dir,
-        } => {
-            let p = bench::agreement::AgreementParams {
-                tree,
-                workload: bench::agreement::Workload::parse(&workload)
-                    .map_err(anyhow::Error::msg)?,
-                dir,
-                keep_trace,
-            };
-            emit(json, &bench::agreement::run(&p)?, |a| {
-                bench::agreement::print(a)
-            })
-        }
+        } => agreement(&workload, tree, keep_trace, json, dir),
         BenchCmd::Osd { quick, json, dir } => emit(
             json,
             &bench::osd_bench::run(&dir, if quick { 400 } else { 2000 })?,
@@ -356,4 +345,23 @@ fn emit<R: serde::Serialize + ?Sized>(
         table(r);
     }
     Ok(0)
+}
+
+/// `tessera bench agreement`.
+fn agreement(
+    workload: &str,
+    tree: PathBuf,
+    keep_trace: Option<PathBuf>,
+    json: bool,
+    dir: PathBuf,
+) -> anyhow::Result<i32> {
+    let p = bench::agreement::AgreementParams {
+        tree,
+        workload: bench::agreement::Workload::parse(workload).map_err(anyhow::Error::msg)?,
+        dir,
+        keep_trace,
+    };
+    emit(json, &bench::agreement::run(&p)?, |a| {
+        bench::agreement::print(a)
+    })
 }
