@@ -107,22 +107,6 @@ pub struct Agreement {
 const PREFETCH: u32 = 32;
 const POLICY: PolicyKind = PolicyKind::ChildClosest;
 
-fn sh(dir: &Path, script: &str) -> anyhow::Result<()> {
-    let out = Command::new("sh")
-        .arg("-c")
-        .arg(script)
-        .current_dir(dir)
-        .output()?;
-    anyhow::ensure!(
-        out.status.success(),
-        "`{script}` in {} failed ({}): {}",
-        dir.display(),
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok(())
-}
-
 /// One traced run on a fresh cluster: (mandatory, non-mandatory) requests
 /// of the workload, and the strace log written to `log`.
 fn traced_run(
@@ -152,7 +136,13 @@ fn traced_run(
         crate::mounted::mounted(rt, config()?, &dir, |_, mp| {
             let w = mp.join("w");
             std::fs::create_dir_all(&w)?;
-            sh(&w, &format!("tar xf '{}'", archive.display()))
+            let st = Command::new("tar")
+                .arg("xf")
+                .arg(archive)
+                .current_dir(&w)
+                .status()?;
+            anyhow::ensure!(st.success(), "tar xf {} failed ({st})", archive.display());
+            Ok(())
         })?;
         crate::mounted::mounted(rt, config()?, &dir, |probe, mp| {
             let w = mp.join("w").join("tree");
@@ -222,7 +212,9 @@ fn simulate(trace: &str) -> anyhow::Result<(Requests, Requests)> {
 /// Runs the comparison.
 pub fn run(p: &AgreementParams) -> anyhow::Result<Agreement> {
     std::fs::create_dir_all(&p.dir)?;
-    let work = p.dir.join(format!("agreement-{}", std::process::id()));
+    // Absolute and with symlinks resolved: strace prints descriptors' real paths.
+    let dir = p.dir.canonicalize()?;
+    let work = dir.join(format!("agreement-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&work);
     std::fs::create_dir_all(&work)?;
     let res = run_in(p, &work);
@@ -233,14 +225,14 @@ pub fn run(p: &AgreementParams) -> anyhow::Result<Agreement> {
 fn run_in(p: &AgreementParams, work: &Path) -> anyhow::Result<Agreement> {
     let tree = p.tree.canonicalize()?;
     let archive = work.join("tree.tar");
-    sh(
-        work,
-        &format!(
-            "tar cf '{}' -C '{}' --transform 's,^\\.,tree,' .",
-            archive.display(),
-            tree.display()
-        ),
-    )?;
+    let st = Command::new("tar")
+        .arg("cf")
+        .arg(&archive)
+        .arg("-C")
+        .arg(&tree)
+        .args(["--transform", "s,^\\.,tree,", "."])
+        .status()?;
+    anyhow::ensure!(st.success(), "archiving {} failed ({st})", tree.display());
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;

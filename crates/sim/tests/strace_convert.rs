@@ -174,3 +174,56 @@ fn garbage_and_cut_lines_are_skipped() {
     assert_eq!(stats.calls, 1, "{nfs}");
     assert_eq!(nfsdump::parse(&nfs).events.len(), 1);
 }
+
+/// The traced root made, removed, probed and renamed around; names moved
+/// out of the tree and in; a child reported before its fork; an exit.
+#[test]
+fn the_root_and_the_tree_edges_never_break_the_converter() {
+    let log = r#"1 1.0 mkdir("/m/t", 0777) = 0
+1 1.1 mkdir("/m/t/d", 0777) = 0
+2 1.15 chdir("/m/t/d") = 0
+1 1.2 clone(child_stack=NULL, flags=SIGCHLD) = 2
+2 1.25 openat(AT_FDCWD, "x", O_WRONLY|O_CREAT|O_EXCL, 0644) = 3</m/t/d/x>
+1 1.3 rename("/m/t/d/x", "/tmp/out") = 0
+1 1.4 rename("/tmp/in", "/m/t/d/y") = 0
+1 1.45 rename("/m/t/d/y", "/m/t/d/y") = 0
+1 1.5 rmdir("/m/t/d") = -1 ENOTEMPTY (Directory not empty)
+1 1.6 unlink("/m/t/d/y") = 0
+1 1.7 rmdir("/m/t/d") = 0
+1 1.8 rmdir("/m/t") = 0
+1 1.9 stat("/m/t", 0x7ff) = -1 ENOENT (No such file or directory)
+1 2.0 stat("/m/t/gone/deeper", 0x7ff) = -1 ENOENT (No such file or directory)
+1 2.1 mkdir("/m/t", 0777) = 0
+1 2.2 openat(AT_FDCWD, "/m/t/z", O_WRONLY|O_CREAT, 0644) = 4</m/t/z>
+2 2.3 +++ exited with 0 +++
+1 2.4 mkdir("/m/t/q", 0777) = ? ERESTARTSYS (To be restarted if SA_RESTART is set)
+"#;
+    let (nfs, _) = convert(log);
+    let t = nfsdump::parse(&nfs);
+    assert_eq!(t.stats.malformed, 0, "{:?}\n{nfs}", t.stats.examples);
+    let creates: Vec<&str> = t
+        .events
+        .iter()
+        .filter_map(|e| match &e.op {
+            Op::Create { name, .. } => Some(name.as_str()),
+            _ => None,
+        })
+        .collect();
+    // d, the child's x (in d: the child's own chdir holds), y moved in, z;
+    // never the root, never the interrupted mkdir.
+    assert_eq!(creates, vec!["d", "x", "y", "z"], "{nfs}");
+    let removes: Vec<&str> = t
+        .events
+        .iter()
+        .filter_map(|e| match &e.op {
+            Op::Remove { name, .. } => Some(name.as_str()),
+            _ => None,
+        })
+        .collect();
+    // x moved out, y, then d.
+    assert_eq!(removes, vec!["x", "y", "d"], "{nfs}");
+    assert!(
+        !t.events.iter().any(|e| matches!(&e.op, Op::Rename { .. })),
+        "renames across the tree's edge or onto themselves are not renames"
+    );
+}

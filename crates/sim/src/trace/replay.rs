@@ -105,8 +105,12 @@ fn file_kind(k: Kind) -> FileKind {
 struct Client {
     cache: MetaCache,
     fetched: HashMap<u64, f64>,
-    listings: HashMap<Handle, f64>,
-    order: VecDeque<Handle>,
+    /// Held listings: when each was sent, and its place in `order`.
+    listings: HashMap<Handle, (f64, u64)>,
+    /// Listings in the order they came, for eviction; an entry whose
+    /// number no longer matches its listing is stale and skipped.
+    order: VecDeque<(Handle, u64)>,
+    serial: u64,
     /// The window entries answer for (seconds; infinite without a timeout).
     window: f64,
     now: f64,
@@ -119,6 +123,7 @@ impl Client {
             fetched: HashMap::new(),
             listings: HashMap::new(),
             order: VecDeque::new(),
+            serial: 0,
             window: cfg
                 .attr_timeout_ms
                 .map_or(f64::INFINITY, |ms| ms as f64 / 1000.0),
@@ -141,13 +146,22 @@ impl Client {
     }
 
     fn hold_listing(&mut self, dir: Handle) {
-        if self.listings.insert(dir, self.now).is_none() {
-            self.order.push_back(dir);
-        }
+        self.serial += 1;
+        self.listings.insert(dir, (self.now, self.serial));
+        self.order.push_back((dir, self.serial));
         while self.listings.len() > HELD_LISTINGS {
-            if let Some(old) = self.order.pop_front() {
+            let Some((old, n)) = self.order.pop_front() else {
+                break;
+            };
+            if self.listings.get(&old).is_some_and(|(_, m)| *m == n) {
                 self.listings.remove(&old);
             }
+        }
+        // Stale places are dropped once they outnumber the held listings.
+        if self.order.len() > 2 * HELD_LISTINGS.max(self.listings.len()) {
+            let held = &self.listings;
+            self.order
+                .retain(|(d, n)| held.get(d).is_some_and(|(_, m)| m == n));
         }
     }
 
@@ -155,7 +169,7 @@ impl Client {
     fn take_listing(&mut self, dir: Handle) -> bool {
         self.listings
             .remove(&dir)
-            .is_some_and(|t| self.now - t < self.window)
+            .is_some_and(|(t, _)| self.now - t < self.window)
     }
 }
 

@@ -42,8 +42,13 @@ pub struct ConvertArgs {
     out: PathBuf,
 }
 
+/// Absolute, with symlinks resolved where the path exists (strace prints
+/// descriptors' real paths).
 fn abs(p: &Path) -> anyhow::Result<String> {
-    let p = std::path::absolute(p).with_context(|| format!("resolving {}", p.display()))?;
+    let p = match p.canonicalize() {
+        Ok(c) => c,
+        Err(_) => std::path::absolute(p).with_context(|| format!("resolving {}", p.display()))?,
+    };
     p.to_str()
         .map(str::to_string)
         .with_context(|| format!("{} is not UTF-8", p.display()))

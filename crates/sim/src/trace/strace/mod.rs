@@ -37,7 +37,7 @@ pub const SYSCALLS: &str = "openat,open,creat,stat,lstat,newfstatat,statx,fstat,
 
 /// The strace flags the converter needs: follow children, print
 /// times, print descriptors' paths, print directory entries, whole strings.
-pub const STRACE_FLAGS: [&str; 7] = ["-f", "-qq", "-ttt", "-y", "-v", "-s", "65535"];
+pub const STRACE_FLAGS: [&str; 7] = ["-f", "-q", "-ttt", "-y", "-v", "-s", "65535"];
 
 /// What the conversion did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -58,6 +58,9 @@ type Reading = (String, Vec<(Vec<u8>, Kind)>);
 #[derive(Default, Clone)]
 struct Proc {
     cwd: String,
+    /// Whether the process changed directory itself (a fork's late
+    /// report must not undo it).
+    cwd_set: bool,
     looked: HashSet<String>,
     /// Directories being read, by descriptor: (path, entries so far).
     reading: HashMap<i64, Reading>,
@@ -121,6 +124,14 @@ fn kind_of_mode(s: &str) -> Option<Kind> {
     }
 }
 
+/// The kind a stat call's result buffer shows (`{st_mode=S_IFDIR|…`).
+fn stat_kind(c: &Syscall) -> Option<Kind> {
+    c.args
+        .iter()
+        .filter(|a| a.starts_with('{'))
+        .find_map(|a| kind_of_mode(a))
+}
+
 fn ftype(k: Kind) -> &'static str {
     match k {
         Kind::File => "1",
@@ -173,6 +184,16 @@ impl<W: Write> Converter<W> {
     /// Feeds one line of strace output.
     pub fn line(&mut self, line: &str) -> std::io::Result<()> {
         self.stats.lines += 1;
+        if let Some(pid) = syntax::exited(line) {
+            // Its directory reads end; its state goes (pids are reused).
+            let mut fds: Vec<i64> = self.proc(pid).reading.keys().copied().collect();
+            fds.sort_unstable();
+            for fd in fds {
+                self.listed(pid, fd)?;
+            }
+            self.procs.remove(&pid);
+            return Ok(());
+        }
         if let Some(call) = self.lines.line(line) {
             self.stats.calls += 1;
             self.now = call.time;
@@ -184,11 +205,12 @@ impl<W: Write> Converter<W> {
     /// Ends the conversion (directories still being read are listed) and
     /// gives the output back.
     pub fn finish(mut self) -> std::io::Result<W> {
-        let open: Vec<(u32, i64)> = self
+        let mut open: Vec<(u32, i64)> = self
             .procs
             .iter()
             .flat_map(|(p, st)| st.reading.keys().map(move |fd| (*p, *fd)))
             .collect();
+        open.sort_unstable();
         for (pid, fd) in open {
             self.listed(pid, fd)?;
         }
@@ -270,7 +292,10 @@ impl<W: Write> Converter<W> {
         ok: bool,
     ) -> std::io::Result<Option<u64>> {
         if path == self.root {
-            return Ok(self.handles.get(path).copied());
+            return Ok(Some(self.handle(path, Kind::Dir)));
+        }
+        if !self.under_root(path) {
+            return Ok(None);
         }
         let rel = path[self.root.len()..].to_string();
         let comps: Vec<&str> = rel.split('/').filter(|c| !c.is_empty()).collect();
@@ -286,7 +311,7 @@ impl<W: Write> Converter<W> {
             };
             let looked = self.proc(pid).looked.contains(&child);
             if !(looked && known.is_some() && exists) {
-                let dir = self.handles[&cur];
+                let dir = self.handle(&cur, Kind::Dir);
                 let keys = format!("fh {dir:08x} name {}", quote(comp.as_bytes()));
                 if !exists {
                     self.request(3, "lookup", &keys, Reply::Err(ENOENT))?;
@@ -318,11 +343,21 @@ impl<W: Write> Converter<W> {
 
     /// Drops `path` and everything below it (removed, or renamed away).
     fn forget(&mut self, path: &str) {
-        let below = format!("{path}/");
-        self.handles
-            .retain(|p, _| p != path && !p.starts_with(&below));
+        // The root itself stays (its handle is the mount's); only a
+        // directory has names below it, so only then is everything scanned.
+        let dir = path == self.root || self.kind_known(path) == Some(Kind::Dir);
+        if path != self.root {
+            self.handles.remove(path);
+        }
         for st in self.procs.values_mut() {
-            st.looked.retain(|p| p != path && !p.starts_with(&below));
+            st.looked.remove(path);
+        }
+        if dir {
+            let below = format!("{path}/");
+            self.handles.retain(|p, _| !p.starts_with(&below));
+            for st in self.procs.values_mut() {
+                st.looked.retain(|p| !p.starts_with(&below));
+            }
         }
     }
 
@@ -377,6 +412,10 @@ impl<W: Write> Converter<W> {
     ) -> std::io::Result<()> {
         let (parent, leaf) = last_name(path);
         let parent = parent.to_string();
+        if path == self.root || !self.under_root(&parent) {
+            self.handle(path, kind);
+            return Ok(());
+        }
         let Some(dir) = self.walk(pid, &parent, Some(Kind::Dir), true)? else {
             return Ok(());
         };
@@ -390,6 +429,32 @@ impl<W: Write> Converter<W> {
             ("ftype".into(), ftype(kind).into()),
         ];
         self.request(proc, name, &keys, Reply::Ok(reply))
+    }
+
+    /// A name removed (or moved out of the traced tree).
+    fn remove(&mut self, pid: u32, path: &str, rmdir: bool) -> std::io::Result<()> {
+        if path == self.root {
+            self.forget(path);
+            return Ok(());
+        }
+        let kind = if rmdir {
+            Kind::Dir
+        } else {
+            self.kind_known(path).unwrap_or(Kind::File)
+        };
+        self.walk(pid, path, Some(kind), true)?;
+        let (parent, leaf) = last_name(path);
+        if let Some(&dir) = self.handles.get(parent) {
+            let keys = format!("fh {dir:08x} name {}", quote(leaf.as_bytes()));
+            let (proc, name) = if kind == Kind::Dir {
+                (0xd, "rmdir")
+            } else {
+                (0xc, "remove")
+            };
+            self.request(proc, name, &keys, Reply::Ok(Vec::new()))?;
+        }
+        self.forget(path);
+        Ok(())
     }
 
     /// Lists what a process read of the directory on descriptor `fd`.
@@ -447,14 +512,13 @@ impl<W: Write> Converter<W> {
                 if let Ok(child) = c.result
                     && child > 0
                 {
-                    let parent = self.proc(pid).clone();
-                    self.procs.insert(
-                        child as u32,
-                        Proc {
-                            cwd: parent.cwd,
-                            ..Proc::default()
-                        },
-                    );
+                    // The child may have run (and been seen) before this
+                    // result was printed: keep what it did itself.
+                    let cwd = self.proc(pid).cwd.clone();
+                    let ch = self.proc(child as u32);
+                    if !ch.cwd_set {
+                        ch.cwd = cwd;
+                    }
                 }
                 return Ok(());
             }
@@ -468,6 +532,7 @@ impl<W: Write> Converter<W> {
                 let to = path.clone().or(fd_target.clone().map(|(_, p)| p));
                 if let Some(to) = to {
                     self.proc(pid).cwd = to.clone();
+                    self.proc(pid).cwd_set = true;
                     if self.under_root(&to) {
                         self.walk(pid, &to, Some(Kind::Dir), true)?;
                     }
@@ -515,21 +580,32 @@ impl<W: Write> Converter<W> {
         let Some(to) = path(self, to) else {
             return Ok(());
         };
-        if !self.under_root(&to) || c.result.is_err() {
-            if !self.under_root(&to) {
-                self.stats.outside += 1;
-            }
+        if c.result.is_err() {
             return Ok(());
         }
         if c.name.starts_with("symlink") {
+            if !self.under_root(&to) {
+                self.stats.outside += 1;
+                return Ok(());
+            }
             return self.create(pid, &to, Kind::Symlink, 0xa, "symlink");
         }
         let Some(from) = path(self, from) else {
             return Ok(());
         };
-        if !self.under_root(&from) {
-            self.stats.outside += 1;
-            return Ok(());
+        let rename = c.name.starts_with("rename");
+        match (self.under_root(&from), self.under_root(&to)) {
+            (false, false) => {
+                self.stats.outside += 1;
+                return Ok(());
+            }
+            // Moved out of the traced tree: for its server, a removal.
+            (true, false) if rename => return self.remove(pid, &from, false),
+            (true, false) => return Ok(()),
+            // Moved or linked in from outside: a new name.
+            (false, true) => return self.create(pid, &to, Kind::File, 8, "create"),
+            (true, true) if from == to => return Ok(()),
+            (true, true) => {}
         }
         let kind = self.kind_known(&from).unwrap_or(Kind::File);
         let Some(fh) = self.walk(pid, &from, Some(kind), true)? else {
@@ -582,9 +658,13 @@ impl<W: Write> Converter<W> {
             Ok(_) => None,
             Err(e) => Some(e.as_str()),
         };
-        let mode_kind = c.args.iter().find_map(|x| kind_of_mode(x));
+        let mode_kind = stat_kind(c);
         match c.name.as_str() {
             "open" | "openat" | "creat" => {
+                // A descriptor number reused: what was read on it is done.
+                if let Ok(fd) = c.result {
+                    self.listed(pid, fd)?;
+                }
                 let flags = if c.name == "creat" {
                     "O_CREAT|O_WRONLY|O_TRUNC"
                 } else if c.name == "open" {
@@ -615,7 +695,7 @@ impl<W: Write> Converter<W> {
                         }
                         // Opening a file's data needs its layout: one READ
                         // or WRITE per open stands for the I/O that follows.
-                        if kind == Kind::File {
+                        if kind == Kind::File && !flags.contains("O_PATH") {
                             let (p, n) = if flags.contains("O_WRONLY") {
                                 (7, "write")
                             } else {
@@ -656,21 +736,7 @@ impl<W: Write> Converter<W> {
             "unlink" | "unlinkat" | "rmdir" => match err {
                 None => {
                     let rmdir = c.name == "rmdir" || arg(2).contains("AT_REMOVEDIR");
-                    let kind = if rmdir { Kind::Dir } else { Kind::File };
-                    self.walk(pid, path, Some(kind), true)?;
-                    let (parent, leaf) = last_name(path);
-                    let dir = self.handles.get(parent).copied();
-                    if let Some(dir) = dir {
-                        let keys = format!("fh {dir:08x} name {}", quote(leaf.as_bytes()));
-                        let (proc, name) = if rmdir {
-                            (0xd, "rmdir")
-                        } else {
-                            (0xc, "remove")
-                        };
-                        self.request(proc, name, &keys, Reply::Ok(Vec::new()))?;
-                    }
-                    self.forget(path);
-                    Ok(())
+                    self.remove(pid, path, rmdir)
                 }
                 Some(e) => self.failed(pid, path, e),
             },
@@ -690,7 +756,7 @@ impl<W: Write> Converter<W> {
         if c.result.is_err() {
             return Ok(());
         }
-        let mode_kind = c.args.iter().find_map(|x| kind_of_mode(x));
+        let mode_kind = stat_kind(c);
         match c.name.as_str() {
             "fstat" | "newfstatat" | "statx" => {
                 let kind = mode_kind
@@ -734,6 +800,15 @@ impl<W: Write> Converter<W> {
                         })
                         .collect();
                 self.handle(path, Kind::Dir);
+                // A different directory on a reused descriptor: the old read is done.
+                if self
+                    .proc(pid)
+                    .reading
+                    .get(&fd)
+                    .is_some_and(|(p, _)| p != path)
+                {
+                    self.listed(pid, fd)?;
+                }
                 let reading = &mut self.proc(pid).reading;
                 reading
                     .entry(fd)

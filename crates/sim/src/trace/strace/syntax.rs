@@ -32,7 +32,20 @@ pub struct Lines {
 /// Splits `PID  [SECONDS.MICROS] rest`; a line without a pid (strace
 /// without `-f`) is pid 0, one without a timestamp (no `-ttt`) time 0.
 fn split_pid(line: &str) -> (u32, f64, &str) {
-    let t = line.trim_start();
+    let mut t = line.trim_start();
+    // strace writing to stderr (no -o) prints `[pid  N] ` before a child's calls.
+    if let Some(rest) = t.strip_prefix("[pid")
+        && let Some((n, after)) = rest.split_once(']')
+        && let Ok(pid) = n.trim().parse::<u32>()
+    {
+        t = after.trim_start();
+        let (_, time, r) = split_pid_plain(t);
+        return (pid, time, r);
+    }
+    split_pid_plain(t)
+}
+
+fn split_pid_plain(t: &str) -> (u32, f64, &str) {
     let digits = t.bytes().take_while(u8::is_ascii_digit).count();
     let (pid, rest) = match t[..digits].parse() {
         Ok(pid) if t[digits..].starts_with(' ') => (pid, t[digits..].trim_start()),
@@ -57,13 +70,23 @@ impl Lines {
             return None;
         }
         if let Some(tail) = rest.strip_prefix("<... ") {
-            let (_, after) = tail.split_once(" resumed>")?;
+            let (name, after) = tail.split_once(" resumed>")?;
             let (started, head) = self.unfinished.remove(&pid)?;
+            if !head.starts_with(&format!("{name}(")) {
+                return None;
+            }
             let joined = format!("{head}{after}");
             return parse_call(pid, started, &joined);
         }
         parse_call(pid, time, rest)
     }
+}
+
+/// The process a `+++ exited with N +++` or `+++ killed by SIG +++` line
+/// reports gone.
+pub fn exited(line: &str) -> Option<u32> {
+    let (pid, _, rest) = split_pid(line);
+    (rest.starts_with("+++ exited") || rest.starts_with("+++ killed")).then_some(pid)
 }
 
 /// Where the top-level argument list of `s` (which starts just after the
@@ -102,11 +125,17 @@ fn scan_args(s: &str) -> Option<(usize, Vec<usize>)> {
 }
 
 /// A descriptor as `-y` prints it: `3</some/path>` gives (3, the path).
+/// strace escapes the path as it escapes strings (`\303\251`, `\<`…);
+/// a descriptor of a deleted file (`(deleted)`) names nothing.
 pub fn fd_path(arg: &str) -> Option<(i64, String)> {
     let (n, rest) = arg.split_once('<')?;
     let n: i64 = n.trim().parse().ok()?;
     let path = rest.strip_suffix('>')?;
-    Some((n, path.to_string()))
+    if path.ends_with(" (deleted)") {
+        return None;
+    }
+    let bytes = unescape_c(path)?;
+    Some((n, String::from_utf8_lossy(&bytes).into_owned()))
 }
 
 fn parse_call(pid: u32, time: f64, s: &str) -> Option<Syscall> {
@@ -134,8 +163,9 @@ fn parse_call(pid: u32, time: f64, s: &str) -> Option<Syscall> {
         .and_then(|_| Some(&ret[..ret.rfind('>')? + 1]));
     let mut words = ret.split_whitespace();
     let first = words.next()?;
+    // `= ?`: interrupted or never returned (restarted, killed): not a success.
     let (result, result_path) = if first == "?" {
-        (Ok(0), None)
+        (Err("?".to_string()), None)
     } else if let Some((n, p)) = described.and_then(fd_path) {
         (Ok(n), Some(p))
     } else if let Ok(n) = first.parse::<i64>() {
@@ -167,6 +197,11 @@ pub fn string(arg: &str) -> Option<Vec<u8>> {
     let inner = inner
         .strip_suffix("\"...")
         .or_else(|| inner.strip_suffix('"'))?;
+    unescape_c(inner)
+}
+
+/// Decodes C escapes (`\n`, `\"`, `\303`, `\x41`…) as strace prints them.
+fn unescape_c(inner: &str) -> Option<Vec<u8>> {
     let b = inner.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
@@ -265,6 +300,16 @@ mod tests {
         assert!(l.line("7 +++ exited with 0 +++").is_none());
         let t = l.line("8 1795662028.094678 close(3</a>) = 0").unwrap();
         assert_eq!((t.pid, t.time), (8, 1795662028.094678));
+        let p = l
+            .line("[pid  9] openat(AT_FDCWD, \"x\", O_RDONLY) = 4</caf\\303\\251 \\<1\\>>")
+            .unwrap();
+        assert_eq!(p.pid, 9);
+        assert_eq!(p.result_path.as_deref(), Some("/caf\u{e9} <1>"));
+        let q = l
+            .line("9 mkdir(\"d\", 0777) = ? ERESTARTSYS (To be restarted)")
+            .unwrap();
+        assert!(q.result.is_err());
+        assert_eq!(fd_path("3</gone (deleted)>"), None);
         assert!(l.line("7 --- SIGCHLD {si_signo=SIGCHLD} ---").is_none());
     }
 
