@@ -21,7 +21,6 @@ use net::MdsClient;
 use proto::layout::{Layout, LayoutSpec};
 use proto::mds::{
     Attr, ClusterStatus, Creds, DirEntry, Entry, FileKind, Found, FsStat, MdsReply, Op, SetAttr,
-    XattrMode,
 };
 
 use crate::config::ClientConfig;
@@ -110,6 +109,7 @@ impl Client {
             ns,
             leases,
             absent: crate::absent::Absent::new(cfg.attr_timeout),
+            bare: crate::xattrs::Bare::new(cfg.attr_timeout),
             meta,
             cfg,
             mds,
@@ -203,6 +203,7 @@ impl Client {
         ClientStats {
             mds_mandatory: l(&self.inner.mds.mandatory),
             mds_non_mandatory: l(&self.inner.mds.non_mandatory),
+            mds_absent: l(&self.inner.mds.absent),
             cache_hits: l(&c.cache_hits),
             prefetch_hits: l(&c.prefetch_hits),
             cache_misses: l(&c.cache_misses),
@@ -341,6 +342,10 @@ impl Client {
             .changed(parent, name, Some(made), f.dir.as_ref());
         self.inner.meta.absorb(&f);
         self.inner.meta.dir_changed(parent, f.dir.as_ref());
+        if f.entry.attr.nlink <= 1 || f.entry.attr.kind == FileKind::Dir {
+            // New (not a second link to an old file): no extended attributes.
+            self.inner.bare.made(f.entry.attr.ino);
+        }
         Ok(f)
     }
 
@@ -475,6 +480,7 @@ impl Client {
             };
             self.inner.meta.absorb(&f);
             self.inner.meta.dir_changed(parent, f.dir.as_ref());
+            self.inner.bare.made(f.entry.attr.ino);
             let fh = self.install(c, &f.entry, Vec::new(), true).await;
             return Ok((f.entry, fh));
         }
@@ -565,18 +571,32 @@ impl Client {
             .ns
             .rename(c, (parent, name), (new_parent, new_name), noreplace, &open)
             .await;
-        // The old directory's attributes are not in a rename's reply.
-        self.unnamed(parent, name, &r, None);
+        // The reply carries the target directory's attributes, not the
+        // source's (the same one in a rename within a directory).
+        let found = r.as_ref().ok().and_then(|x| x.found.clone());
+        let target = found.as_ref().and_then(|f| f.dir.clone());
+        self.unnamed(
+            parent,
+            name,
+            &r,
+            target.as_ref().filter(|_| parent == new_parent),
+        );
         self.named(new_parent, new_name, &r);
         // What the new name names, and its kind, this lease does not know.
         self.inner.leases.forget(new_parent);
-        self.inner.meta.changed(parent);
-        self.inner.meta.changed(new_parent);
+        if parent != new_parent || target.is_none() {
+            self.inner.meta.changed(parent);
+        }
+        self.inner.meta.dir_changed(new_parent, target.as_ref());
         // The moved inode's ctime (and a directory's parent) changed; a
         // replaced one lost a link.
-        let moved = r.as_ref().ok().copied().flatten();
+        let moved = r.as_ref().ok().and_then(|x| x.moved);
         for i in [cached, moved, replaced].into_iter().flatten() {
             self.inner.meta.changed(i);
+        }
+        // The moved entry as it is now, under its new name.
+        if let Some(f) = found {
+            self.inner.meta.absorb(&f);
         }
         r.map(|_| ())
     }
@@ -639,33 +659,6 @@ impl Client {
             MdsReply::Status(s) => Ok(*s),
             r => Err(bad_reply("status", &r)),
         }
-    }
-
-    /// Reads an extended attribute.
-    pub async fn getxattr(&self, c: &Creds, ino: u64, name: &str) -> Result<Vec<u8>> {
-        self.inner.ns.getxattr(c, ino, name).await
-    }
-
-    /// Sets an extended attribute.
-    pub async fn setxattr(
-        &self,
-        c: &Creds,
-        ino: u64,
-        name: &str,
-        value: &[u8],
-        mode: XattrMode,
-    ) -> Result<()> {
-        self.inner.ns.setxattr(c, ino, name, value, mode).await
-    }
-
-    /// Names of the extended attributes.
-    pub async fn listxattr(&self, c: &Creds, ino: u64) -> Result<Vec<String>> {
-        self.inner.ns.listxattr(c, ino).await
-    }
-
-    /// Removes an extended attribute.
-    pub async fn removexattr(&self, c: &Creds, ino: u64, name: &str) -> Result<()> {
-        self.inner.ns.removexattr(c, ino, name).await
     }
 
     /// Sets a directory's default layout or an empty file's layout.

@@ -27,6 +27,7 @@ pub mod osds;
 pub mod state;
 pub mod stats;
 pub mod striped;
+pub mod xattrs;
 
 pub use client::Client;
 pub use config::ClientConfig;

@@ -35,6 +35,26 @@ pub type OpenHere<'a> = &'a (dyn Fn(u64) -> bool + Sync);
 
 /// Where the namespace lives, seen from one client. Every call is made as
 /// the caller `c`; errors carry the POSIX errno the mount returns.
+/// What a rename's answer tells the client.
+#[derive(Debug, Clone, Default)]
+pub struct Renamed {
+    /// The moved inode, when the namespace knows it.
+    pub moved: Option<u64>,
+    /// Its entry under the new name, with the target directory's
+    /// attributes after the change (MDS namespace).
+    pub found: Option<Found>,
+}
+
+impl Renamed {
+    /// A rename whose answer names only the moved inode.
+    pub fn of(moved: u64) -> Renamed {
+        Renamed {
+            moved: Some(moved),
+            found: None,
+        }
+    }
+}
+
 pub trait Namespace: Send + Sync {
     /// `name` in directory `parent`.
     fn lookup<'a>(&'a self, c: &'a Creds, parent: u64, name: &'a str) -> NsFuture<'a, Found>;
@@ -128,7 +148,7 @@ pub trait Namespace: Send + Sync {
         to: (u64, &'a str),
         noreplace: bool,
         open_here: OpenHere<'a>,
-    ) -> NsFuture<'a, Option<u64>>;
+    ) -> NsFuture<'a, Renamed>;
 
     /// A symlink's target.
     fn readlink<'a>(&'a self, c: &'a Creds, ino: u64) -> NsFuture<'a, String>;

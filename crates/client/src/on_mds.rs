@@ -11,7 +11,7 @@ use proto::mds::{
 };
 
 use crate::error::{Errno, FsError, Result};
-use crate::namespace::{Namespace, NsFuture, OpenHere, Removed};
+use crate::namespace::{Namespace, NsFuture, OpenHere, Removed, Renamed};
 
 /// The MDS as the namespace.
 pub struct MdsNamespace {
@@ -239,7 +239,7 @@ impl Namespace for MdsNamespace {
         to: (u64, &'a str),
         noreplace: bool,
         _open_here: OpenHere<'a>,
-    ) -> NsFuture<'a, Option<u64>> {
+    ) -> NsFuture<'a, Renamed> {
         let op = Op::Rename {
             parent: from.0,
             name: from.1.into(),
@@ -248,10 +248,15 @@ impl Namespace for MdsNamespace {
             noreplace,
         };
         Box::pin(async move {
-            match self.call(c, op).await? {
-                MdsReply::Attr(a) => Ok(Some(a.ino)),
-                _ => Ok(None),
-            }
+            Ok(match self.call(c, op).await? {
+                MdsReply::Found(f) => Renamed {
+                    moved: Some(f.entry.attr.ino),
+                    found: Some(*f),
+                },
+                // An MDS of before the target directory came with it.
+                MdsReply::Attr(a) => Renamed::of(a.ino),
+                _ => Renamed::default(),
+            })
         })
     }
 

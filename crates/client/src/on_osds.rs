@@ -26,7 +26,7 @@ use proto::mds::{
 use crate::config::ClientConfig;
 use crate::error::{Errno, FsError, Result};
 use crate::meta::{Meta, found};
-use crate::namespace::{Namespace, NsFuture, OpenHere, Removed};
+use crate::namespace::{Namespace, NsFuture, OpenHere, Removed, Renamed};
 
 /// How long this client's directory locks and marks block others if it
 /// dies (Ali et al. leases).
@@ -712,7 +712,7 @@ impl Namespace for OsdNamespace {
         to: (u64, &'a str),
         noreplace: bool,
         open_here: OpenHere<'a>,
-    ) -> NsFuture<'a, Option<u64>> {
+    ) -> NsFuture<'a, Renamed> {
         Box::pin(async move {
             self.removable(c, from.0, from.1, "rename (source)").await?;
             let da = self.changeable(c, to.0, "rename (target)").await?;
@@ -721,9 +721,8 @@ impl Namespace for OsdNamespace {
             {
                 posix::perm::sticky(&da, &t.attr, c).map_err(FsError::from)?;
             }
-            self.rename_names(from, to, noreplace, open_here)
-                .await
-                .map(Some)
+            let moved = self.rename_names(from, to, noreplace, open_here).await?;
+            Ok(Renamed::of(moved))
         })
     }
 

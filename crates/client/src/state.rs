@@ -37,6 +37,8 @@ pub struct Inner {
     pub meta: Arc<Meta>,
     /// Names known absent (fresh directory lists).
     pub absent: crate::absent::Absent,
+    /// Inodes this client made, known to have no extended attributes.
+    pub bare: crate::xattrs::Bare,
     /// Where the namespace lives.
     pub ns: Arc<dyn Namespace>,
     /// Directory leases (MDS namespace with early answers only).

@@ -39,6 +39,9 @@ pub struct ClientStats {
     pub mds_mandatory: u64,
     /// MDS requests that only fetch metadata (what prefetching saves).
     pub mds_non_mandatory: u64,
+    /// MDS requests about names that do not exist (negative lookups and
+    /// the name lists that answer them); not counted as non-mandatory.
+    pub mds_absent: u64,
     /// Answered from the cache.
     pub cache_hits: u64,
     /// First uses of prefetched entries.
@@ -84,6 +87,11 @@ impl ClientStats {
             "mds_non_mandatory_requests",
             "MDS requests that only fetch metadata.",
             self.mds_non_mandatory,
+        );
+        put(
+            "mds_absent_requests",
+            "MDS requests about names that do not exist.",
+            self.mds_absent,
         );
         put(
             "cache_hits",

@@ -50,6 +50,11 @@ pub struct MdsClient {
     pub mandatory: AtomicU64,
     /// Non-mandatory requests sent.
     pub non_mandatory: AtomicU64,
+    /// Requests about names that do not exist: a lookup answered ENOENT,
+    /// and the name lists that let the client answer such lookups itself.
+    /// Hendricks et al.'s accounting ignores accesses to objects the
+    /// namespace does not hold; they are counted here, not as non-mandatory.
+    pub absent: AtomicU64,
     /// This client's session (random, never 0), sent with every request:
     /// the MDS counts the files it opens and creates as held by it.
     pub session: u64,
@@ -134,6 +139,7 @@ impl MdsClient {
             prefetch: 32,
             mandatory: AtomicU64::new(0),
             non_mandatory: AtomicU64::new(0),
+            absent: AtomicU64::new(0),
             session: u64::from_le_bytes(crate::auth::random_bytes()).max(1),
             early: AtomicBool::new(false),
             log: std::sync::Mutex::new(ReplayLog::default()),
@@ -273,11 +279,27 @@ impl MdsClient {
 
     /// Sends `op` as `creds`.
     pub async fn call_as(&self, creds: Creds, op: Op) -> Result<MdsReply, CallError> {
+        let lookup = matches!(op, Op::Lookup { .. });
         if op.mandatory() {
             self.mandatory.fetch_add(1, Ordering::Relaxed);
+        } else if matches!(op, Op::Readdir { plus: false, .. }) {
+            self.absent.fetch_add(1, Ordering::Relaxed);
         } else if op.is_access() {
             self.non_mandatory.fetch_add(1, Ordering::Relaxed);
         }
+        let result = self.call_counted(creds, op).await;
+        if lookup
+            && let Err(CallError::Mds(e)) = &result
+            && e.errno == proto::mds::Errno::NoEnt
+        {
+            self.non_mandatory.fetch_sub(1, Ordering::Relaxed);
+            self.absent.fetch_add(1, Ordering::Relaxed);
+        }
+        result
+    }
+
+    /// [`MdsClient::call_as`] once counted.
+    async fn call_counted(&self, creds: Creds, op: Op) -> Result<MdsReply, CallError> {
         let foot = proto::mds::replay_footprint(&creds, &op);
         // One that would take a large part of a REPLAY by itself (a user
         // in very many groups) is answered durably instead.

@@ -219,8 +219,11 @@ impl Mds {
         Ok(self.answer(self.removed_from(parent), ack))
     }
 
-    /// RENAME `from` to `to`: answers the moved inode's attributes; a
-    /// replaced file's last name gone leaves an orphan.
+    /// RENAME `from` to `to`: answers the moved inode's entry under its
+    /// new name, with the target directory's attributes after the change
+    /// (a client renaming within one directory, as an atomic save does,
+    /// then needs no GETATTR of it); a replaced file's last name gone
+    /// leaves an orphan.
     pub(super) async fn rename(
         &self,
         c: Creds,
@@ -229,13 +232,19 @@ impl Mds {
         noreplace: bool,
         early: Option<u64>,
     ) -> Result<MdsReply, MdsError> {
+        let (dir, new_name) = (to.0, to.1.clone());
         let ((moved, orphan), ack) = self
             .write_ns(early, move |tx| {
                 ns::rename(tx, &c, from.0, &from.1, to.0, &to.1, noreplace)
             })
             .await?;
         self.orphaned(orphan).await?;
-        Ok(self.answer(MdsReply::Attr(moved.attr), ack))
+        let mut f = Self::bare(&moved);
+        f.entry.parent = dir;
+        f.entry.name = new_name;
+        // The change is made: a failed read only costs the client a getattr.
+        f.dir = self.dir_attr(dir).ok();
+        Ok(self.answer(MdsReply::Found(Box::new(f)), ack))
     }
 
     /// The answer to a change that made (or linked) `i` in `parent`: the
