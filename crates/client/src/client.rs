@@ -333,7 +333,10 @@ impl Client {
 
     /// After an operation that made `name` in `parent`: what the lease,
     /// the cache and the directory's cached attributes learn from it.
-    fn made(&self, parent: u64, name: &str, r: Result<Found>) -> Result<Found> {
+    /// `new`: the operation cannot have answered an existing inode (an
+    /// exclusive create, mkdir, mknod, symlink), which then has no
+    /// extended attributes.
+    fn made(&self, parent: u64, name: &str, r: Result<Found>, new: bool) -> Result<Found> {
         self.named(parent, name, &r);
         let f = r?;
         let made = (f.entry.attr.ino, f.entry.attr.kind);
@@ -342,8 +345,7 @@ impl Client {
             .changed(parent, name, Some(made), f.dir.as_ref());
         self.inner.meta.absorb(&f);
         self.inner.meta.dir_changed(parent, f.dir.as_ref());
-        if f.entry.attr.nlink <= 1 || f.entry.attr.kind == FileKind::Dir {
-            // New (not a second link to an old file): no extended attributes.
+        if new {
             self.inner.bare.made(f.entry.attr.ino);
         }
         Ok(f)
@@ -447,7 +449,7 @@ impl Client {
         rdev: u32,
     ) -> Result<Entry> {
         let r = self.inner.ns.mknod(c, parent, name, kind, mode, rdev).await;
-        let f = self.made(parent, name, r)?;
+        let f = self.made(parent, name, r, true)?;
         Ok(f.entry)
     }
 
@@ -485,7 +487,8 @@ impl Client {
             return Ok((f.entry, fh));
         }
         let r = self.inner.ns.create(c, parent, name, mode, exclusive).await;
-        let f = self.made(parent, name, r)?;
+        // A create that is not exclusive may open a file that was there.
+        let f = self.made(parent, name, r, exclusive)?;
         let fh = self.install(c, &f.entry, f.grants.clone(), true).await;
         Ok((f.entry, fh))
     }
@@ -493,21 +496,21 @@ impl Client {
     /// Makes a directory.
     pub async fn mkdir(&self, c: &Creds, parent: u64, name: &str, mode: u32) -> Result<Entry> {
         let r = self.inner.ns.mkdir(c, parent, name, mode).await;
-        let f = self.made(parent, name, r)?;
+        let f = self.made(parent, name, r, true)?;
         Ok(f.entry)
     }
 
     /// Makes a symbolic link.
     pub async fn symlink(&self, c: &Creds, parent: u64, name: &str, target: &str) -> Result<Entry> {
         let r = self.inner.ns.symlink(c, parent, name, target).await;
-        let f = self.made(parent, name, r)?;
+        let f = self.made(parent, name, r, true)?;
         Ok(f.entry)
     }
 
     /// Adds a hard link.
     pub async fn link(&self, c: &Creds, ino: u64, parent: u64, name: &str) -> Result<Entry> {
         let r = self.inner.ns.link(c, ino, parent, name).await;
-        let f = self.made(parent, name, r)?;
+        let f = self.made(parent, name, r, false)?;
         Ok(f.entry)
     }
 
@@ -594,8 +597,10 @@ impl Client {
         for i in [cached, moved, replaced].into_iter().flatten() {
             self.inner.meta.changed(i);
         }
-        // The moved entry as it is now, under its new name.
-        if let Some(f) = found {
+        // The moved entry as it is now, under its new name — unless this
+        // client has it open (a close or flush racing with the rename may
+        // have newer attributes than the rename's answer).
+        if let Some(f) = found.filter(|f| !self.inner.is_open(f.entry.attr.ino)) {
             self.inner.meta.absorb(&f);
         }
         r.map(|_| ())

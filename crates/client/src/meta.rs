@@ -159,13 +159,21 @@ impl Meta {
             return self.changed(dir);
         };
         self.listings.forget(dir);
+        let mut stale = false;
         self.cache().update(dir, |c| {
             if (a.ctime, a.mtime) >= (c.entry.attr.ctime, c.entry.attr.mtime) {
                 c.entry.attr = a.clone();
                 c.fetched = Instant::now();
                 c.changed = false;
+            } else {
+                // Cached times ahead of the answer's (a lease's local
+                // change stamps this client's clock): ask next time.
+                stale = true;
             }
         });
+        if stale {
+            self.changed(dir);
+        }
     }
 
     /// Whether `ino` is cached and out of date only through

@@ -73,7 +73,8 @@ impl MdsNamespace {
         }
     }
 
-    /// A whole directory, page by page (with attributes if `plus`).
+    /// A whole directory, page by page (with attributes if `plus`; names
+    /// only are fetched to answer lookups of absent names, and counted so).
     async fn list(&self, c: &Creds, ino: u64, plus: bool) -> Result<Vec<DirEntry>> {
         let mut out: Vec<DirEntry> = Vec::new();
         loop {
@@ -84,7 +85,15 @@ impl MdsNamespace {
                 max: 1000,
                 plus,
             };
-            match self.call(c, op).await? {
+            let reply = if plus {
+                self.call(c, op).await?
+            } else {
+                if let Some(l) = &self.leases {
+                    l.drain().await?;
+                }
+                self.mds.call_as_absent(c.clone(), op).await?
+            };
+            match reply {
                 MdsReply::Dir { entries, more } => {
                     out.extend(entries);
                     if !more {

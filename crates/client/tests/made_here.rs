@@ -72,6 +72,46 @@ async fn a_new_files_missing_xattrs_cost_no_request_and_a_set_one_is_seen() {
     // A second name for an old file is not a new file.
     let l = a.link(&r, ino, a.root(), "f2").await.unwrap();
     assert_eq!(a.getxattr(&r, l.attr.ino, "user.k").await.unwrap(), b"v");
+    // Nor is a create that is not exclusive: it may open a file that was
+    // there, attributes and all (a setcap binary must keep showing its
+    // capability, or a write would not strip it).
+    let (h, fh3) = b.create(&r, b.root(), "h", 0o755, true).await.unwrap();
+    b.setxattr(
+        &r,
+        h.attr.ino,
+        "security.capability",
+        b"caps",
+        XattrMode::Either,
+    )
+    .await
+    .unwrap();
+    b.release(fh3).await.unwrap();
+    let (again, fh4) = a.create(&r, a.root(), "h", 0o755, false).await.unwrap();
+    assert_eq!(again.attr.ino, h.attr.ino);
+    assert_eq!(
+        a.getxattr(&r, h.attr.ino, "security.capability")
+            .await
+            .unwrap(),
+        b"caps"
+    );
+    a.release(fh4).await.unwrap();
+    // Only the owner (or root) is answered without the MDS; a name the
+    // namespace may refuse is left to it.
+    let (n, fh5) = a.create(&r, a.root(), "n", 0o600, true).await.unwrap();
+    let before = asked(&a);
+    let stranger = Creds {
+        uid: 4242,
+        gid: 4242,
+        groups: vec![],
+    };
+    let err = a
+        .getxattr(&stranger, n.attr.ino, "user.k")
+        .await
+        .unwrap_err();
+    assert_eq!(err.errno, Errno::Access.raw(), "{err}");
+    a.getxattr(&r, n.attr.ino, "nonamespace").await.unwrap_err();
+    assert_eq!(asked(&a), before + 2, "both were the namespace's to answer");
+    a.release(fh5).await.unwrap();
     cl.stop().await.unwrap();
 }
 

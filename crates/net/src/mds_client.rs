@@ -282,8 +282,6 @@ impl MdsClient {
         let lookup = matches!(op, Op::Lookup { .. });
         if op.mandatory() {
             self.mandatory.fetch_add(1, Ordering::Relaxed);
-        } else if matches!(op, Op::Readdir { plus: false, .. }) {
-            self.absent.fetch_add(1, Ordering::Relaxed);
         } else if op.is_access() {
             self.non_mandatory.fetch_add(1, Ordering::Relaxed);
         }
@@ -296,6 +294,14 @@ impl MdsClient {
             self.absent.fetch_add(1, Ordering::Relaxed);
         }
         result
+    }
+
+    /// [`MdsClient::call_as`] for a request made only to answer lookups
+    /// of names that do not exist (a client's name list): counted as
+    /// `absent`.
+    pub async fn call_as_absent(&self, creds: Creds, op: Op) -> Result<MdsReply, CallError> {
+        self.absent.fetch_add(1, Ordering::Relaxed);
+        self.call_counted(creds, op).await
     }
 
     /// [`MdsClient::call_as`] once counted.

@@ -689,8 +689,9 @@ fn prefetch_benefit_on_a_real_tree_per_policy() {
             sigint_wait(&mut m);
             let s: serde_json::Value =
                 serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
-            let total =
-                s["mds_mandatory"].as_u64().unwrap() + s["mds_non_mandatory"].as_u64().unwrap();
+            let total = s["mds_mandatory"].as_u64().unwrap()
+                + s["mds_non_mandatory"].as_u64().unwrap()
+                + s["mds_absent"].as_u64().unwrap();
             row.push(total);
         }
         let saved = 100.0 * (1.0 - row[0] as f64 / row[1] as f64);
