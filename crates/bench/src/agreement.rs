@@ -63,6 +63,9 @@ pub struct AgreementParams {
     pub dir: PathBuf,
     /// Keep the nfsdump trace here.
     pub keep_trace: Option<PathBuf>,
+    /// Whether the mount takes directory leases (its default; the paper's
+    /// clients have none).
+    pub dir_leases: bool,
 }
 
 /// One side's requests with and without prefetch.
@@ -128,6 +131,7 @@ fn traced_run(
         let mut cfg = ClientConfig::new(&cl.mds_addr(), &cl.cluster_id, cl.admin()?);
         cfg.prefetch = n;
         cfg.early_answers = true;
+        cfg.dir_leases = p.dir_leases;
         Ok(cfg)
     };
     let result = (|| -> anyhow::Result<(u64, u64, String)> {

@@ -39,6 +39,7 @@ fn the_simulator_predicts_the_live_search_within_three_points() {
         workload: Workload::Search,
         dir: dir.path().join("work"),
         keep_trace: Some(keep.clone()),
+        dir_leases: true,
     })
     .expect("the test setup");
     bench::agreement::print(&a);

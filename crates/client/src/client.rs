@@ -110,6 +110,7 @@ impl Client {
             leases,
             absent: crate::absent::Absent::new(cfg.attr_timeout),
             bare: crate::xattrs::Bare::new(cfg.attr_timeout),
+            targets: Default::default(),
             meta,
             cfg,
             mds,
@@ -604,11 +605,6 @@ impl Client {
             self.inner.meta.absorb(&f);
         }
         r.map(|_| ())
-    }
-
-    /// A symlink's target.
-    pub async fn readlink(&self, c: &Creds, ino: u64) -> Result<String> {
-        self.inner.ns.readlink(c, ino).await
     }
 
     /// Every entry of a directory, in name order, with attributes.

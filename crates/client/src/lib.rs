@@ -27,6 +27,7 @@ pub mod osds;
 pub mod state;
 pub mod stats;
 pub mod striped;
+pub mod targets;
 pub mod xattrs;
 
 pub use client::Client;

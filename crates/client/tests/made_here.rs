@@ -148,3 +148,23 @@ async fn a_rename_within_a_directory_brings_its_attributes_and_the_moved_entry()
     );
     cl.stop().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_links_target_is_read_from_the_mds_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cl, a, b) = setup(&dir).await;
+    let r = Creds::root();
+    let l = b.symlink(&r, b.root(), "l", "some/where").await.unwrap();
+    let before = asked(&a);
+    for _ in 0..3 {
+        assert_eq!(a.readlink(&r, l.attr.ino).await.unwrap(), "some/where");
+    }
+    assert_eq!(asked(&a), before + 1);
+    // Removed elsewhere, a new link of the same name is a new inode: its
+    // own target.
+    b.unlink(&r, b.root(), "l").await.unwrap();
+    let l2 = b.symlink(&r, b.root(), "l", "else/where").await.unwrap();
+    assert_ne!(l2.attr.ino, l.attr.ino);
+    assert_eq!(a.readlink(&r, l2.attr.ino).await.unwrap(), "else/where");
+    cl.stop().await.unwrap();
+}

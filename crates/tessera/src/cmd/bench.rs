@@ -165,6 +165,10 @@ pub enum BenchCmd {
         /// Keep the converted nfsdump trace here.
         #[arg(long)]
         keep_trace: Option<PathBuf>,
+        /// Mount without directory leases (the paper's clients have none;
+        /// a mount takes them by default).
+        #[arg(long)]
+        no_dir_leases: bool,
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
@@ -291,9 +295,10 @@ pub fn run(c: BenchCmd) -> anyhow::Result<i32> {
             workload,
             tree,
             keep_trace,
+            no_dir_leases,
             json,
             dir,
-        } => agreement(&workload, tree, keep_trace, json, dir),
+        } => agreement(&workload, tree, keep_trace, !no_dir_leases, json, dir),
         BenchCmd::Osd { quick, json, dir } => emit(
             json,
             &bench::osd_bench::run(&dir, if quick { 400 } else { 2000 })?,
@@ -352,6 +357,7 @@ fn agreement(
     workload: &str,
     tree: PathBuf,
     keep_trace: Option<PathBuf>,
+    dir_leases: bool,
     json: bool,
     dir: PathBuf,
 ) -> anyhow::Result<i32> {
@@ -360,6 +366,7 @@ fn agreement(
         workload: bench::agreement::Workload::parse(workload).map_err(anyhow::Error::msg)?,
         dir,
         keep_trace,
+        dir_leases,
     };
     emit(json, &bench::agreement::run(&p)?, |a| {
         bench::agreement::print(a)
