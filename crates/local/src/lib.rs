@@ -128,6 +128,7 @@ pub fn provision_osd(
     if !img.exists() {
         let dev: Arc<dyn Device> = Arc::new(FileDevice::create(&img, size).map_err(io_at(&img))?);
         store::format(dev, &StoreFormat::default()).map_err(store_at(&img))?;
+        osd::chain::mark_new_store(&img).map_err(io_at(&img))?;
     }
     let key = dir.join("key.toml");
     if !key.exists() {

@@ -36,6 +36,7 @@ mod scrub;
 
 pub use bounds::{FORWARDABLE_HEADER, FORWARDED_ATTRS};
 use bounds::{admissible_at_head, changes, forwarded_attrs, group_of};
+pub use restart::mark_new_store;
 
 /// A boxed future (the authority is called through a trait object).
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

@@ -14,6 +14,18 @@ fn clean_marker(store: &std::path::Path) -> std::path::PathBuf {
     p.into()
 }
 
+/// Marks a store just formatted at `store` (its device path) as needing
+/// no CHAIN RESTARTED at its OSD's first start: it holds no change the OSD
+/// could have failed to pass down. Without it every OSD of a new cluster
+/// would leave its chains at its first start and be filled again (empty
+/// into empty), and a namespace on the OSDs could not be made meanwhile.
+/// A replaced disk is still caught: the MDS judges the store's mark (a
+/// new identity) in the OSD's first report, before the OSD is given any
+/// chain view, and takes it out of its chains then.
+pub fn mark_new_store(store: &std::path::Path) -> std::io::Result<()> {
+    std::fs::write(clean_marker(store), b"new\n")
+}
+
 /// Removes every staging partition: at a start no copy is being built,
 /// so what is there is what copies cut short left (space, not data).
 fn drop_staged(ctx: &crate::exec::Ctx) {
