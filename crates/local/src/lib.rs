@@ -127,8 +127,9 @@ pub fn provision_osd(
     let img = dir.join("store.img");
     if !img.exists() {
         let dev: Arc<dyn Device> = Arc::new(FileDevice::create(&img, size).map_err(io_at(&img))?);
-        store::format(dev, &StoreFormat::default()).map_err(store_at(&img))?;
-        osd::chain::mark_new_store(&img).map_err(io_at(&img))?;
+        let label = store::format(dev, &StoreFormat::default()).map_err(store_at(&img))?;
+        // Without the mark the first start only costs a refill.
+        let _ = osd::chain::mark_new_store(&img, &label.uuid);
     }
     let key = dir.join("key.toml");
     if !key.exists() {

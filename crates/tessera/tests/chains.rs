@@ -383,6 +383,24 @@ fn a_flipped_byte_in_a_chain_copy_is_repaired_by_deep_scrub_and_by_a_read() {
     });
 }
 
+/// A new cluster's OSDs start on stores just formatted: nothing to pass
+/// down, so none leaves its chains to be filled again (every OSD of a new
+/// cluster used to, and a namespace on the OSDs could not be made
+/// meanwhile).
+#[test]
+fn a_new_clusters_osds_keep_their_chain_places_at_their_first_start() {
+    let dir = tempfile::tempdir().unwrap();
+    runtime().block_on(async {
+        let cl = start_long_lease(dir.path(), 3).await;
+        let t = grant(&cl).await.chains.unwrap();
+        assert!(!t.chains.is_empty());
+        for (g, c) in &t.chains {
+            assert!(c.left.is_empty(), "group {g}: an OSD left at start: {t:?}");
+        }
+        drop(cl);
+    });
+}
+
 #[test]
 fn a_head_killed_and_restarted_within_its_lease_leaves_its_chains_and_is_refilled() {
     let dir = tempfile::tempdir().unwrap();

@@ -185,10 +185,19 @@ pub(super) fn check_store(
             }
             return Ok((verdict, Vec::new()));
         }
-        StoreVerdict::First => {
+        // A store never seen, for an OSD that already holds places in
+        // chains (a log from before marks were kept): nothing says its
+        // copies are there, so it is treated as replaced. An OSD of a new
+        // cluster reports before any chain names it.
+        StoreVerdict::First
+            if tx
+                .chains()?
+                .is_none_or(|t| t.groups_holding(osd).is_empty()) =>
+        {
             tx.put_store_mark(osd, &mark)?;
             return Ok((verdict, Vec::new()));
         }
+        StoreVerdict::First => {}
         StoreVerdict::Replaced | StoreVerdict::Rewound { .. } => {}
     }
     let Some(mut t) = tx.chains()? else {

@@ -154,8 +154,8 @@ pub struct Chains {
     /// Whether a resend of unsent changes is running.
     resending: std::sync::atomic::AtomicBool,
     /// Whether this OSD may act as a head yet: after a start that did not
-    /// follow a clean shutdown, only once the authority has taken it out
-    /// of its chains.
+    /// follow a clean shutdown (or the format of its store), only once the
+    /// authority has judged its restart.
     ready: std::sync::atomic::AtomicBool,
 }
 

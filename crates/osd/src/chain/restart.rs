@@ -1,6 +1,7 @@
 //! A chain member's start and clean shutdown: the marker a clean
-//! shutdown leaves beside the store, and CHAIN RESTARTED (with the store's
-//! mark) after any other start, before the OSD acts as a head.
+//! shutdown (or the format of a new store) leaves beside the store, and
+//! CHAIN RESTARTED (with the store's mark) after any other start, before
+//! the OSD acts as a head.
 
 use std::time::Duration;
 
@@ -14,16 +15,32 @@ fn clean_marker(store: &std::path::Path) -> std::path::PathBuf {
     p.into()
 }
 
-/// Marks a store just formatted at `store` (its device path) as needing
-/// no CHAIN RESTARTED at its OSD's first start: it holds no change the OSD
-/// could have failed to pass down. Without it every OSD of a new cluster
-/// would leave its chains at its first start and be filled again (empty
-/// into empty), and a namespace on the OSDs could not be made meanwhile.
-/// A replaced disk is still caught: the MDS judges the store's mark (a
-/// new identity) in the OSD's first report, before the OSD is given any
-/// chain view, and takes it out of its chains then.
-pub fn mark_new_store(store: &std::path::Path) -> std::io::Result<()> {
-    std::fs::write(clean_marker(store), b"new\n")
+/// Marks the store just formatted at `store` (its device path), whose
+/// identity is `uuid`, as needing no CHAIN RESTARTED at its OSD's first
+/// start: it holds no change the OSD could have failed to pass down.
+/// Without it every OSD of a new cluster would leave its chains at its
+/// first start and be filled again (empty into empty), and a namespace on
+/// the OSDs could not be made meanwhile. The mark names the store: found
+/// beside any other store (an image copied over the path), it is ignored.
+/// A replaced disk is still caught: the MDS judges the store's mark (a new
+/// identity) in the OSD's first report, before it grants the OSD a lease
+/// to serve, and takes it out of its chains then.
+pub fn mark_new_store(store: &std::path::Path, uuid: &[u8; 16]) -> std::io::Result<()> {
+    std::fs::write(clean_marker(store), new_mark(uuid))
+}
+
+fn new_mark(uuid: &[u8; 16]) -> String {
+    let hex: String = uuid.iter().map(|b| format!("{b:02x}")).collect();
+    format!("new {hex}\n")
+}
+
+/// Whether the marker's text lets this start skip CHAIN RESTARTED: a
+/// clean shutdown's, or a new store's naming this very store.
+fn marker_holds(text: &[u8], uuid: &[u8; 16]) -> bool {
+    match text.strip_prefix(b"new ") {
+        Some(_) => text == new_mark(uuid).as_bytes(),
+        None => true,
+    }
 }
 
 /// Removes every staging partition: at a start no copy is being built,
@@ -53,7 +70,11 @@ impl Chains {
         };
         drop_staged(&ctx);
         let marker = clean_marker(ctx.store.path());
-        if std::fs::remove_file(&marker).is_ok() {
+        let uuid = ctx.store.mark().uuid;
+        if let Ok(text) = std::fs::read(&marker)
+            && std::fs::remove_file(&marker).is_ok()
+            && marker_holds(&text, &uuid)
+        {
             self.ready.store(true, std::sync::atomic::Ordering::SeqCst);
             return;
         }
@@ -86,5 +107,20 @@ impl Chains {
         if let Err(e) = std::fs::write(clean_marker(ctx.store.path()), b"clean\n") {
             tracing::warn!(error = %e, "cannot leave the clean-shutdown marker");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_new_stores_mark_holds_only_beside_that_store() {
+        let u = [7u8; 16];
+        assert!(marker_holds(b"clean\n", &u), "a clean shutdown's");
+        assert!(marker_holds(new_mark(&u).as_bytes(), &u));
+        // Another store copied over the path: its start must be judged.
+        assert!(!marker_holds(new_mark(&[8u8; 16]).as_bytes(), &u));
+        assert!(!marker_holds(b"new garbage\n", &u));
     }
 }

@@ -72,7 +72,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     let label = store::format(dev.clone(), &opts)?;
     // A new store holds nothing its OSD could have failed to pass down
     // (without the mark, its first start only costs a refill).
-    if let Err(e) = osd::chain::mark_new_store(&a.path) {
+    if let Err(e) = osd::chain::mark_new_store(&a.path, &label.uuid) {
         eprintln!(
             "note: cannot mark {} as a new store ({e}): its OSD's first start will ask the MDS",
             a.path.display()
