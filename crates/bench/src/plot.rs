@@ -13,7 +13,7 @@ pub fn ratios_svg(path: &Path, title: &str, bars: &[(String, f64)]) -> anyhow::R
     let mut chart = ChartBuilder::on(&root)
         .caption(title, ("sans-serif", 20))
         .margin(20)
-        .x_label_area_size(60)
+        .x_label_area_size(64)
         .y_label_area_size(60)
         .build_cartesian_2d(0f64..bars.len() as f64, 0f64..top)
         .map_err(|e| anyhow::anyhow!("{e:?}"))?;
@@ -22,7 +22,10 @@ pub fn ratios_svg(path: &Path, title: &str, bars: &[(String, f64)]) -> anyhow::R
         .configure_mesh()
         .disable_x_mesh()
         .x_labels(bars.len())
-        .x_label_formatter(&|x| labels.get(x.floor() as usize).cloned().unwrap_or_default())
+        // Every bar is named below it (plotters' own labels fall on round
+        // numbers, which skipped every other bar).
+        .x_label_formatter(&|_| String::new())
+        .x_desc("phase")
         .y_desc("Tessera / best baseline")
         .draw()
         .map_err(|e| anyhow::anyhow!("{e:?}"))?;
@@ -39,6 +42,7 @@ pub fn ratios_svg(path: &Path, title: &str, bars: &[(String, f64)]) -> anyhow::R
             )
         }))
         .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    sim::plot::name_bars(&root, &chart, &labels)?;
     chart
         .draw_series(LineSeries::new(
             vec![(0.0, 1.0), (bars.len() as f64, 1.0)],

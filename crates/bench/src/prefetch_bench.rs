@@ -370,6 +370,7 @@ pub fn chart(rows: &[PrefetchRow], path: &Path) -> anyhow::Result<()> {
     sim::plot::stacked_bars_svg(
         path,
         "MDS requests with prefetch 32, % of prefetch 0",
+        "object-id policy and workload",
         "% of requests without prefetch",
         &cats,
         &stacks,

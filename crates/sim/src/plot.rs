@@ -16,6 +16,8 @@ pub enum Scale {
     Linear,
     /// Logarithmic (values must be positive; others are dropped).
     Log,
+    /// Linear, counting things (clients, ranks): ticks only at whole numbers.
+    Integer,
 }
 
 /// A line chart's labels and scales.
@@ -49,7 +51,7 @@ fn err(e: impl std::fmt::Debug) -> anyhow::Error {
 
 /// Draws `series` as lines with markers into an SVG file at `path`.
 pub fn lines_svg(path: &Path, chart: &Chart, series: &[Series]) -> anyhow::Result<()> {
-    let keep = |v: f64, s: Scale| v.is_finite() && (s == Scale::Linear || v > 0.0);
+    let keep = |v: f64, s: Scale| v.is_finite() && (s != Scale::Log || v > 0.0);
     let series: Vec<Series> = series
         .iter()
         .map(|(n, pts)| {
@@ -74,8 +76,8 @@ pub fn lines_svg(path: &Path, chart: &Chart, series: &[Series]) -> anyhow::Resul
     }
     let pad = |lo: f64, hi: f64, s: Scale| match s {
         Scale::Log => (lo / 1.2, hi * 1.2),
-        Scale::Linear if hi > lo => (lo - (hi - lo) * 0.05, hi + (hi - lo) * 0.05),
-        Scale::Linear => (lo - 1.0, hi + 1.0),
+        _ if hi > lo => (lo - (hi - lo) * 0.05, hi + (hi - lo) * 0.05),
+        _ => (lo - 1.0, hi + 1.0),
     };
     let (x0, x1) = pad(x0, x1, chart.x_scale);
     let (y0, y1) = pad(y0, y1, chart.y_scale);
@@ -87,9 +89,9 @@ pub fn lines_svg(path: &Path, chart: &Chart, series: &[Series]) -> anyhow::Resul
             (x0..x1).log_scale(),
             (y0..y1).log_scale(),
         ),
-        (Scale::Log, Scale::Linear) => draw(path, chart, &series, (x0..x1).log_scale(), y0..y1),
-        (Scale::Linear, Scale::Log) => draw(path, chart, &series, x0..x1, (y0..y1).log_scale()),
-        (Scale::Linear, Scale::Linear) => draw(path, chart, &series, x0..x1, y0..y1),
+        (Scale::Log, _) => draw(path, chart, &series, (x0..x1).log_scale(), y0..y1),
+        (_, Scale::Log) => draw(path, chart, &series, x0..x1, (y0..y1).log_scale()),
+        _ => draw(path, chart, &series, x0..x1, y0..y1),
     }
 }
 
@@ -112,8 +114,8 @@ where
     c.configure_mesh()
         .x_desc(chart.x)
         .y_desc(chart.y)
-        .x_label_formatter(&|v| short(*v))
-        .y_label_formatter(&|v| short(*v))
+        .x_label_formatter(&|v| label(*v, chart.x_scale))
+        .y_label_formatter(&|v| label(*v, chart.y_scale))
         .draw()
         .map_err(err)?;
     for (i, (name, pts)) in series.iter().enumerate() {
@@ -134,6 +136,15 @@ where
         .map_err(err)?;
     root.present().map_err(err)?;
     Ok(())
+}
+
+/// An axis label: whole numbers only on an [`Scale::Integer`] axis.
+fn label(v: f64, s: Scale) -> String {
+    if s == Scale::Integer && (v - v.round()).abs() > 1e-9 {
+        String::new()
+    } else {
+        short(v)
+    }
 }
 
 /// A compact axis label: 1e6 as "1M", 0.25 as "0.25".
@@ -163,6 +174,7 @@ fn short(v: f64) -> String {
 pub fn stacked_bars_svg(
     path: &Path,
     title: &str,
+    x_desc: &str,
     y_desc: &str,
     categories: &[String],
     stacks: &[(String, Vec<f64>)],
@@ -176,25 +188,23 @@ pub fn stacked_bars_svg(
                 .sum::<f64>()
         })
         .fold(1.0f64, f64::max)
-        * 1.15;
+        * 1.3;
     let root = SVGBackend::new(path, (200 + 120 * n as u32, 500)).into_drawing_area();
     root.fill(&WHITE).map_err(err)?;
     let mut c = ChartBuilder::on(&root)
         .caption(title, ("sans-serif", 20))
         .margin(20)
-        .x_label_area_size(50)
+        .x_label_area_size(64)
         .y_label_area_size(70)
         .build_cartesian_2d(0f64..n as f64, 0f64..top)
         .map_err(err)?;
     c.configure_mesh()
         .disable_x_mesh()
         .x_labels(n)
-        .x_label_formatter(&|x| {
-            categories
-                .get(x.floor() as usize)
-                .cloned()
-                .unwrap_or_default()
-        })
+        // Every bar is named below it (plotters' own labels fall on round
+        // numbers, which skipped every other bar).
+        .x_label_formatter(&|_| String::new())
+        .x_desc(x_desc)
         .y_desc(y_desc)
         .draw()
         .map_err(err)?;
@@ -217,11 +227,98 @@ pub fn stacked_bars_svg(
             .label(name.as_str())
             .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 15, y + 5)], color.filled()));
     }
+    name_bars(&root, &c, categories)?;
     c.configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
         .background_style(WHITE.mix(0.8))
         .border_style(BLACK)
         .draw()
         .map_err(err)?;
     root.present().map_err(err)?;
     Ok(())
+}
+
+/// Writes each category's name centred under its bar (bar `i` spans
+/// `i..i+1` on the x axis).
+pub fn name_bars<DB: DrawingBackend>(
+    root: &DrawingArea<DB, plotters::coord::Shift>,
+    c: &ChartContext<
+        '_,
+        DB,
+        Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
+    >,
+    names: &[String],
+) -> anyhow::Result<()> {
+    let style = TextStyle::from(("sans-serif", 14).into_font()).pos(
+        plotters::style::text_anchor::Pos::new(
+            plotters::style::text_anchor::HPos::Center,
+            plotters::style::text_anchor::VPos::Top,
+        ),
+    );
+    for (i, name) in names.iter().enumerate() {
+        let (x, y) = c.backend_coord(&(i as f64 + 0.5, 0.0));
+        root.draw(&Text::new(name.clone(), (x, y + 6), style.clone()))
+            .map_err(err)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every bar carries its name (plotters' own labels skipped every other
+    /// bar), and an axis counting clients shows whole numbers only.
+    #[test]
+    fn every_bar_is_named_and_counts_have_whole_ticks() {
+        let dir = std::env::temp_dir().join(format!("tessera-plot-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let cats: Vec<String> = [
+            "create-order",
+            "pseudo-random",
+            "child-closest",
+            "cousin-closest",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let bars = dir.join("bars.svg");
+        stacked_bars_svg(
+            &bars,
+            "title",
+            "object-id policy",
+            "% of requests",
+            &cats,
+            &[
+                ("mandatory".into(), vec![60.0, 60.0, 60.0, 60.0]),
+                ("non-mandatory".into(), vec![5.0, 12.0, 4.0, 4.5]),
+            ],
+        )
+        .expect("drawn");
+        let svg = std::fs::read_to_string(&bars).expect("written");
+        let texts: Vec<&str> = svg.lines().map(str::trim).collect();
+        for c in &cats {
+            assert!(texts.contains(&c.as_str()), "{c} is not named");
+        }
+        assert!(svg.contains("object-id policy"));
+        let lines = dir.join("lines.svg");
+        let chart = Chart {
+            title: "per client",
+            x: "client (busiest first)",
+            y: "%",
+            x_scale: Scale::Integer,
+            y_scale: Scale::Linear,
+        };
+        lines_svg(&lines, &chart, &[("a".into(), vec![(1.0, 67.4)])]).expect("drawn");
+        let svg = std::fs::read_to_string(&lines).expect("written");
+        let texts: Vec<&str> = svg.lines().map(str::trim).collect();
+        assert!(texts.contains(&"1"), "the client's tick");
+        assert!(
+            !texts.contains(&"0.2") && !texts.contains(&"1.2"),
+            "no fractional ticks"
+        );
+        if std::env::var_os("TESSERA_KEEP_PLOTS").is_none() {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+    }
 }

@@ -136,6 +136,7 @@ impl Study {
                 "MDS requests with prefetch {} vs none",
                 self.config.prefetch
             ),
+            "object-id policy",
             "% of no-prefetch requests",
             &names,
             &[
@@ -178,7 +179,7 @@ impl Study {
                 title: "Per client: MDS requests with prefetch, % of none",
                 x: "client (busiest first)",
                 y: "% of no-prefetch requests",
-                x_scale: Scale::Linear,
+                x_scale: Scale::Integer,
                 y_scale: Scale::Linear,
             },
             &series,
