@@ -318,6 +318,12 @@ impl Parser {
             // readdir, readdirp: entry names when the reply lists them
             0x10 | 0x11 => {
                 let dir = self.handle(ck, "fh")?;
+                // Keys by name once: a huge directory's line is not
+                // searched again for each of its entries.
+                let by_key: HashMap<&str, &str> = reply
+                    .iter()
+                    .map(|(k, v)| (k.as_str(), v.as_str()))
+                    .collect();
                 let mut entries = Vec::new();
                 for (k, v) in reply {
                     if let Some(i) = k.strip_prefix("name-") {
@@ -326,12 +332,16 @@ impl Parser {
                             continue;
                         }
                         // READDIRPLUS replies carry each entry's handle.
-                        let child = match self.handle(reply, &format!("fh-{i}")) {
-                            Ok(h) => {
-                                let kind = kind_of(get(reply, &format!("ftype-{i}")));
-                                Some((h, kind.unwrap_or(Kind::File)))
+                        let fh = by_key.get(format!("fh-{i}").as_str()).copied();
+                        let child = match fh
+                            .filter(|h| !h.is_empty() && h.bytes().all(|b| b.is_ascii_hexdigit()))
+                        {
+                            Some(h) => {
+                                let kind =
+                                    kind_of(by_key.get(format!("ftype-{i}").as_str()).copied());
+                                Some((self.t.handle(h), kind.unwrap_or(Kind::File)))
                             }
-                            Err(_) => None,
+                            None => None,
                         };
                         entries.push((n, child));
                     }
