@@ -20,6 +20,9 @@ use super::event::{Handle, Kind, LineError, Op, Trace};
 /// negative lookup still costs an MDS request).
 const ENOENT: u32 = 2;
 
+/// One listed entry: its name, and its handle and kind if the reply says.
+type Listed = (String, Option<(Handle, Kind)>);
+
 struct Call {
     time: f64,
     client: u32,
@@ -196,6 +199,39 @@ impl Parser {
         Ok(self.t.handle(fh))
     }
 
+    /// A listing reply's entries: names, with each one's handle and type
+    /// when the reply carries them (READDIRPLUS).
+    fn listing(&mut self, reply: &[(String, String)]) -> Result<Vec<Listed>, LineError> {
+        // Keys by name once: a huge directory's line is not
+        // searched again for each of its entries.
+        let by_key: HashMap<&str, &str> = reply
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        let mut entries = Vec::new();
+        for (k, v) in reply {
+            if let Some(i) = k.strip_prefix("name-") {
+                let n = unquote(v)?;
+                if n == "." || n == ".." {
+                    continue;
+                }
+                // READDIRPLUS replies carry each entry's handle.
+                let fh = by_key.get(format!("fh-{i}").as_str()).copied();
+                let child = match fh
+                    .filter(|h| !h.is_empty() && h.bytes().all(|b| b.is_ascii_hexdigit()))
+                {
+                    Some(h) => {
+                        let kind = kind_of(by_key.get(format!("ftype-{i}").as_str()).copied());
+                        Some((self.t.handle(h), kind.unwrap_or(Kind::File)))
+                    }
+                    None => None,
+                };
+                entries.push((n, child));
+            }
+        }
+        Ok(entries)
+    }
+
     fn event(
         &mut self,
         call: Call,
@@ -318,34 +354,7 @@ impl Parser {
             // readdir, readdirp: entry names when the reply lists them
             0x10 | 0x11 => {
                 let dir = self.handle(ck, "fh")?;
-                // Keys by name once: a huge directory's line is not
-                // searched again for each of its entries.
-                let by_key: HashMap<&str, &str> = reply
-                    .iter()
-                    .map(|(k, v)| (k.as_str(), v.as_str()))
-                    .collect();
-                let mut entries = Vec::new();
-                for (k, v) in reply {
-                    if let Some(i) = k.strip_prefix("name-") {
-                        let n = unquote(v)?;
-                        if n == "." || n == ".." {
-                            continue;
-                        }
-                        // READDIRPLUS replies carry each entry's handle.
-                        let fh = by_key.get(format!("fh-{i}").as_str()).copied();
-                        let child = match fh
-                            .filter(|h| !h.is_empty() && h.bytes().all(|b| b.is_ascii_hexdigit()))
-                        {
-                            Some(h) => {
-                                let kind =
-                                    kind_of(by_key.get(format!("ftype-{i}").as_str()).copied());
-                                Some((self.t.handle(h), kind.unwrap_or(Kind::File)))
-                            }
-                            None => None,
-                        };
-                        entries.push((n, child));
-                    }
-                }
+                let entries = self.listing(reply)?;
                 self.t.push(c, Op::Readdir { dir, entries });
             }
             _ => self.t.stats.ignored += 1,
