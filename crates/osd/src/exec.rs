@@ -330,7 +330,19 @@ fn need(cmd: &Command, req: &Request) -> Need {
                     rights::GET_ATTR
                 },
         },
-        Command::Digest { pid, oid, .. } => one(pid, oid, rights::READ),
+        // A deep digest reads the whole object to answer 24 bytes: a
+        // scrub's tool (the MDS's and chain members' capabilities carry
+        // REVOKE), not a client's — a reader reads instead. A shallow one
+        // is a stat.
+        Command::Digest { pid, oid, deep } => one(
+            pid,
+            oid,
+            if deep {
+                rights::READ | rights::REVOKE
+            } else {
+                rights::READ
+            },
+        ),
         Command::GetAttributes { pid, oid } | Command::GetPage { pid, oid, .. } => {
             one(pid, oid, rights::GET_ATTR)
         }

@@ -484,6 +484,29 @@ async fn capability_rejection_matrix() {
         ),
         ErrorCode::CapRights
     );
+    // A deep digest reads the whole object for 24 bytes of answer: a
+    // reader's capability gets the shallow one only.
+    let digest = |deep: bool, r: u32| {
+        let c = &c;
+        async move {
+            c.run(
+                Some(&cap(P, 0, u64::MAX, r)),
+                Command::Digest {
+                    pid: P,
+                    oid: 0x10000,
+                    deep,
+                },
+                Bytes::new(),
+            )
+            .await
+        }
+    };
+    assert!(digest(false, rights::READ).await.is_ok());
+    assert_eq!(
+        code(digest(true, rights::READ).await.unwrap_err()),
+        ErrorCode::CapRights
+    );
+    assert!(digest(true, rights::READ | rights::REVOKE).await.is_ok());
     let unknown = whole(P, rights::READ, now_ms() + 60_000, 1000).sign(&K2, 9, OSD);
     assert_eq!(
         code(read(Some(unknown)).await.unwrap_err()),
