@@ -198,34 +198,6 @@ fn install(s: &Store, principal: u64, pid: u64, oid: u64) -> Result<Reply, Store
     s.move_object((from, oid), (pid, oid)).map(|()| Reply::Done)
 }
 
-/// Bytes a deep digest reads at a time.
-const DIGEST_CHUNK: u64 = 4 << 20;
-
-/// Size, version and (deep) the xxh3 of an object's whole content, read
-/// through the store so every block's checksum is verified.
-pub(crate) fn digest(s: &Store, pid: u64, oid: u64, deep: bool) -> Result<Reply, StoreError> {
-    let st = s.stat(pid, oid)?;
-    let mut hash = 0;
-    if deep {
-        let mut h = xxhash_rust::xxh3::Xxh3::new();
-        let mut at = 0;
-        while at < st.size {
-            let n = DIGEST_CHUNK.min(st.size - at);
-            let mut data = s.read(pid, oid, at, n)?;
-            // A hole at the end reads short: hash it as the zeros it is.
-            data.resize(n as usize, 0);
-            h.update(&data);
-            at += n;
-        }
-        hash = h.digest();
-    }
-    Ok(Reply::Digest {
-        size: st.size,
-        version: st.version,
-        hash,
-    })
-}
-
 /// Maps store errors to wire errors, keeping each kind distinct.
 pub fn map_err(e: StoreError) -> WireError {
     let code = match &e {
@@ -330,18 +302,12 @@ fn need(cmd: &Command, req: &Request) -> Need {
                     rights::GET_ATTR
                 },
         },
-        // A deep digest reads the whole object to answer 24 bytes: a
-        // scrub's tool (the MDS's and chain members' capabilities carry
-        // REVOKE), not a client's — a reader reads instead. A shallow one
-        // is a stat.
+        // A deep digest reads a whole object for 24 bytes: a scrub's tool
+        // (REVOKE: the MDS's and members' capabilities), not a reader's.
         Command::Digest { pid, oid, deep } => one(
             pid,
             oid,
-            if deep {
-                rights::READ | rights::REVOKE
-            } else {
-                rights::READ
-            },
+            rights::READ | if deep { rights::REVOKE } else { 0 },
         ),
         Command::GetAttributes { pid, oid } | Command::GetPage { pid, oid, .. } => {
             one(pid, oid, rights::GET_ATTR)
@@ -753,7 +719,7 @@ fn run(
         Command::SetVersion { pid, oid, version } => {
             s.set_version(*pid, *oid, *version).map(|()| Reply::Done)
         }
-        Command::Digest { pid, oid, deep } => digest(&s, *pid, *oid, *deep),
+        Command::Digest { pid, oid, deep } => crate::digest::digest(&s, *pid, *oid, *deep),
         Command::Statfs => {
             let f = s.statfs();
             Ok(Reply::Statfs {

@@ -13,6 +13,7 @@
 
 pub mod chain;
 pub mod chain_authority;
+pub mod digest;
 pub mod exec;
 pub mod metrics;
 pub mod server;

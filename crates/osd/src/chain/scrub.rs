@@ -216,7 +216,7 @@ impl Chains {
         deep: bool,
     ) -> Result<Option<CopyDigest>, WireError> {
         let s = ctx.store.get()?;
-        let d = tokio::task::block_in_place(|| crate::exec::digest(&s, pid, oid, deep));
+        let d = tokio::task::block_in_place(|| crate::digest::digest(&s, pid, oid, deep));
         let (size, version, hash) = match d {
             Ok(r) => digest_of(r)?,
             Err(StoreError::NoObject { .. }) => return Ok(None),
