@@ -23,7 +23,7 @@ use proto::layout::LayoutSpec;
 use serde::Serialize;
 use sim::trace::namespace::Namespace;
 use sim::trace::replay::{ReplayConfig, Requests, replay};
-use sim::trace::strace::{Converter, STRACE_FLAGS, SYSCALLS};
+use sim::trace::strace::{convert_log, strace_command};
 
 /// The workloads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -153,13 +153,7 @@ fn traced_run(
             let root = w.to_str().map(str::to_string);
             let root = root.ok_or_else(|| anyhow::anyhow!("mount path is not UTF-8"))?;
             let s0 = probe.stats();
-            let st = Command::new("strace")
-                .args(STRACE_FLAGS)
-                .arg("-e")
-                .arg(format!("trace={SYSCALLS}"))
-                .arg("-o")
-                .arg(log)
-                .args(["sh", "-c", p.workload.script()])
+            let st = strace_command(log, &["sh", "-c", p.workload.script()])
                 .current_dir(&w)
                 .output()
                 .map_err(|e| anyhow::anyhow!("running strace (is it installed?): {e}"))?;
@@ -200,16 +194,10 @@ fn simulate(trace: &str) -> anyhow::Result<(Requests, Requests)> {
         prefetch_entries: client.cache_prefetch,
         attr_timeout_ms: Some(client.attr_timeout.as_millis() as u64),
     };
-    let sum = |v: Vec<Requests>| {
-        v.into_iter().fold(Requests::default(), |a, r| Requests {
-            mandatory: a.mandatory + r.mandatory,
-            non_mandatory: a.non_mandatory + r.non_mandatory,
-            prefetch_hits: a.prefetch_hits + r.prefetch_hits,
-            ignored: a.ignored + r.ignored,
-        })
-    };
-    let with = sum(replay(&t, &ns, &ids, &cfg));
-    let without = sum(replay(&t, &ns, &ids, &ReplayConfig { prefetch: 0, ..cfg }));
+    let with: Requests = replay(&t, &ns, &ids, &cfg).into_iter().sum();
+    let without: Requests = replay(&t, &ns, &ids, &ReplayConfig { prefetch: 0, ..cfg })
+        .into_iter()
+        .sum();
     Ok((with, without))
 }
 
@@ -247,13 +235,10 @@ fn run_in(p: &AgreementParams, work: &Path) -> anyhow::Result<Agreement> {
     let log = work.join("strace.txt");
     let (mw, nw, root) = traced_run(&rt, &inner, &archive, PREFETCH, &log)?;
     let (mo, no, _) = traced_run(&rt, &inner, &archive, 0, &work.join("strace-0.txt"))?;
-    let mut conv = Converter::new(&root, &root, Vec::new());
     let text = std::fs::read(&log)?;
-    for line in text.split(|b| *b == b'\n') {
-        conv.line(&String::from_utf8_lossy(line))?;
-    }
-    let requests = conv.stats.requests;
-    let nfs = String::from_utf8(conv.finish()?)?;
+    let (nfs, stats) = convert_log(&text[..], &root, &root, Vec::new())?;
+    let requests = stats.requests;
+    let nfs = String::from_utf8(nfs)?;
     if let Some(keep) = &p.keep_trace {
         std::fs::write(keep, &nfs)?;
     }

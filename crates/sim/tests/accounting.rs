@@ -34,12 +34,7 @@ impl Script {
 }
 
 fn sum(v: Vec<Requests>) -> Requests {
-    v.into_iter().fold(Requests::default(), |a, r| Requests {
-        mandatory: a.mandatory + r.mandatory,
-        non_mandatory: a.non_mandatory + r.non_mandatory,
-        prefetch_hits: a.prefetch_hits + r.prefetch_hits,
-        ignored: a.ignored + r.ignored,
-    })
+    v.into_iter().sum()
 }
 
 fn run(text: &str, prefetch: usize, timeout_ms: Option<u64>) -> Requests {

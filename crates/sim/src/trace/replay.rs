@@ -85,6 +85,18 @@ pub struct Requests {
     pub ignored: u64,
 }
 
+impl std::iter::Sum for Requests {
+    /// Clients' requests added up.
+    fn sum<I: Iterator<Item = Requests>>(it: I) -> Requests {
+        it.fold(Requests::default(), |a, r| Requests {
+            mandatory: a.mandatory + r.mandatory,
+            non_mandatory: a.non_mandatory + r.non_mandatory,
+            prefetch_hits: a.prefetch_hits + r.prefetch_hits,
+            ignored: a.ignored + r.ignored,
+        })
+    }
+}
+
 impl Requests {
     /// All requests.
     pub fn total(&self) -> u64 {

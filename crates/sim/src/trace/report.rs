@@ -67,12 +67,7 @@ fn pct(a: u64, b: u64) -> f64 {
 }
 
 fn sum(v: &[Requests]) -> Requests {
-    v.iter().fold(Requests::default(), |a, r| Requests {
-        mandatory: a.mandatory + r.mandatory,
-        non_mandatory: a.non_mandatory + r.non_mandatory,
-        prefetch_hits: a.prefetch_hits + r.prefetch_hits,
-        ignored: a.ignored + r.ignored,
-    })
+    v.iter().copied().sum()
 }
 
 /// Runs the study over `policies`.

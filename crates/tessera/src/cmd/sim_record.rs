@@ -1,12 +1,11 @@
 //! `tessera sim record` and `tessera sim convert-strace`: a real program's
 //! run as an nfsdump trace for `tessera sim trace` (see docs/SIMULATORS.md).
 
-use std::io::{BufRead, BufWriter};
+use std::io::BufWriter;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use anyhow::Context;
-use sim::trace::strace::{ConvertStats, Converter, STRACE_FLAGS, SYSCALLS};
+use sim::trace::strace::{ConvertStats, convert_log, strace_command};
 
 /// Flags of `tessera sim record`.
 #[derive(clap::Args)]
@@ -29,7 +28,7 @@ pub struct RecordArgs {
 /// Flags of `tessera sim convert-strace`.
 #[derive(clap::Args)]
 pub struct ConvertArgs {
-    /// Output of `strace -f -qq -y -v -s 65535 -e trace=…` (see `tessera sim record`).
+    /// Output of `strace -f -q -ttt -y -v -s 65535 -e trace=…` (see `tessera sim record`).
     strace: PathBuf,
     /// The traced file system (absolute).
     #[arg(long)]
@@ -58,13 +57,8 @@ fn abs(p: &Path) -> anyhow::Result<String> {
 pub fn convert(input: &Path, root: &str, cwd: &str, out: &Path) -> anyhow::Result<ConvertStats> {
     let f = std::fs::File::open(input).with_context(|| format!("opening {}", input.display()))?;
     let w = std::fs::File::create(out).with_context(|| format!("creating {}", out.display()))?;
-    let mut c = Converter::new(root, cwd, BufWriter::new(w));
-    for line in std::io::BufReader::new(f).split(b'\n') {
-        let line = line.with_context(|| format!("reading {}", input.display()))?;
-        c.line(&String::from_utf8_lossy(&line))?;
-    }
-    let stats = c.stats.clone();
-    let mut w = c.finish()?;
+    let (mut w, stats) = convert_log(std::io::BufReader::new(f), root, cwd, BufWriter::new(w))
+        .with_context(|| format!("converting {}", input.display()))?;
     std::io::Write::flush(&mut w)?;
     Ok(stats)
 }
@@ -91,14 +85,8 @@ pub fn record(a: RecordArgs) -> anyhow::Result<i32> {
         Some(p) => p.clone(),
         None => std::env::temp_dir().join(format!("tessera-strace-{}.txt", std::process::id())),
     };
-    let status = Command::new("strace")
-        .args(STRACE_FLAGS)
-        .arg("-e")
-        .arg(format!("trace={SYSCALLS}"))
-        .arg("-o")
-        .arg(&log)
-        .arg("--")
-        .args(&a.command)
+    let command: Vec<&str> = a.command.iter().map(String::as_str).collect();
+    let status = strace_command(&log, &command)
         .status()
         .context("running strace (is the strace package installed?)")?;
     let stats = convert(&log, &root, &cwd, &a.out);

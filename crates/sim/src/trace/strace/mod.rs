@@ -40,6 +40,36 @@ pub const SYSCALLS: &str = "openat,open,creat,stat,lstat,newfstatat,statx,fstat,
 /// times, print descriptors' paths, print directory entries, whole strings.
 pub const STRACE_FLAGS: [&str; 7] = ["-f", "-q", "-ttt", "-y", "-v", "-s", "65535"];
 
+/// `strace` set up to record `command` as the converter needs it, into
+/// the log at `log`.
+pub fn strace_command(log: &std::path::Path, command: &[&str]) -> std::process::Command {
+    let mut c = std::process::Command::new("strace");
+    c.args(STRACE_FLAGS)
+        .arg("-e")
+        .arg(format!("trace={SYSCALLS}"))
+        .arg("-o")
+        .arg(log)
+        .arg("--")
+        .args(command);
+    c
+}
+
+/// Converts a whole strace log read from `log` into nfsdump text written
+/// to `out` (see [`Converter::new`] for `root` and `cwd`).
+pub fn convert_log<W: Write>(
+    log: impl std::io::BufRead,
+    root: &str,
+    cwd: &str,
+    out: W,
+) -> std::io::Result<(W, ConvertStats)> {
+    let mut c = Converter::new(root, cwd, out);
+    for line in log.split(b'\n') {
+        c.line(&String::from_utf8_lossy(&line?))?;
+    }
+    let stats = c.stats.clone();
+    Ok((c.finish()?, stats))
+}
+
 /// What the conversion did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ConvertStats {
