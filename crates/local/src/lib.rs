@@ -193,13 +193,13 @@ pub struct Registration {
 }
 
 /// Starts heartbeating OSD `kf.osd_id` (registered as `reg`, space from
-/// `store`) to the MDS at `mds`, signed with the key file's newest key;
-/// every accepted report renews `lease`.
+/// `store`, load from `metrics`) to the MDS at `mds`, signed with the key
+/// file's newest key; every accepted report renews `lease`.
 pub fn spawn_reporter(
     mds: String,
     kf: &KeyFile,
     reg: Registration,
-    store: Arc<StoreHandle>,
+    (store, metrics): (Arc<StoreHandle>, Arc<osd::metrics::Metrics>),
     lease: Arc<net::Lease>,
     chains_epoch: Option<watch::Sender<u64>>,
 ) -> Result<JoinHandle<()>, KeyError> {
@@ -217,6 +217,7 @@ pub fn spawn_reporter(
                 let store = store.clone();
                 Box::new(move || store.mark())
             },
+            load: Box::new(move || metrics.load.snapshot()),
             space: Box::new(move || match store.get() {
                 Ok(s) => {
                     let f = s.statfs();
@@ -276,6 +277,7 @@ impl LocalOsd {
             None => (Osd::new(ctx, cfg), None),
         };
         let (stop, rx) = watch::channel(false);
+        let metrics = osd.metrics.clone();
         let task = tokio::spawn(osd.serve(listener, rx));
         let reporter = match mds {
             Some(m) => Some(spawn_reporter(
@@ -286,7 +288,7 @@ impl LocalOsd {
                     weight: proto::placement::WEIGHT_ONE,
                     host: host_name(),
                 },
-                handle.clone(),
+                (handle.clone(), metrics),
                 lease,
                 chains_epoch,
             )?),

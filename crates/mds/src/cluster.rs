@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use proto::KeyRing;
-use proto::mds::{Errno, MdsError, OsdReport, OsdStatus};
+use proto::mds::{Errno, MdsError, OsdLoad, OsdRates, OsdReport, OsdStatus};
 use proto::placement::{OsdEntry, OsdMap, PLACEMENT_VERSION};
 
 /// What the last heartbeat of an OSD said.
@@ -22,6 +22,35 @@ pub struct Live {
     pub used: u64,
     /// Objects.
     pub objects: u64,
+    /// What it had served when it sent the report.
+    pub load: OsdLoad,
+    /// Its rates between this report and the one before.
+    pub rates: OsdRates,
+}
+
+/// The rates between two load reports `dt` apart. A restarted OSD (any
+/// counter going down) or reports too close together give zeros.
+pub fn rates(old: &OsdLoad, new: &OsdLoad, dt: Duration) -> OsdRates {
+    let ms = dt.as_millis() as u64;
+    let went_down = new.requests < old.requests
+        || new.reads < old.reads
+        || new.writes < old.writes
+        || new.bytes_in < old.bytes_in
+        || new.bytes_out < old.bytes_out
+        || new.busy_us < old.busy_us;
+    if ms < 50 || went_down {
+        return OsdRates::default();
+    }
+    let per_s = |a: u64, b: u64| ((u128::from(b - a) * 1000) / u128::from(ms)) as u64;
+    let served = new.requests - old.requests;
+    OsdRates {
+        requests: per_s(old.requests, new.requests),
+        reads: per_s(old.reads, new.reads),
+        writes: per_s(old.writes, new.writes),
+        bytes_in: per_s(old.bytes_in, new.bytes_in),
+        bytes_out: per_s(old.bytes_out, new.bytes_out),
+        latency_us: (new.busy_us - old.busy_us).checked_div(served).unwrap_or(0),
+    }
 }
 
 /// Live state of every OSD that reported since this MDS started.
@@ -96,6 +125,9 @@ impl LiveMap {
                     capacity: l.map_or(0, |l| l.capacity),
                     used: l.map_or(0, |l| l.used),
                     objects: l.map_or(0, |l| l.objects),
+                    rates: l
+                        .filter(|l| l.seen.elapsed() < down_after)
+                        .map_or_else(Default::default, |l| l.rates),
                 }
             })
             .collect()

@@ -59,7 +59,9 @@ pub async fn serve_with(
         mds: mds.clone(),
         max_in_flight: limits.max_in_flight,
     });
-    Server::new(front, limits).serve(listener, shutdown).await;
+    Server::counting_in(front, limits, mds.connections.clone())
+        .serve(listener, shutdown)
+        .await;
     let kv = mds.kv.clone();
     let _ = tokio::task::spawn_blocking(move || kv.close()).await;
 }

@@ -27,6 +27,8 @@ pub struct ReportSource {
     pub space: Box<dyn Fn() -> (u64, u64, u64) + Send + Sync>,
     /// The store it runs on now (its identity and newest durable batch).
     pub store: Box<dyn Fn() -> proto::mds::StoreMark + Send + Sync>,
+    /// What it has served since it started.
+    pub load: Box<dyn Fn() -> proto::mds::OsdLoad + Send + Sync>,
     /// Where the replica chains' epoch each accepted report names is
     /// published (the OSD's chain state fetches the chains when it moves).
     pub chains_epoch: Option<tokio::sync::watch::Sender<u64>>,
@@ -99,6 +101,7 @@ pub async fn report_loop(mds_addr: String, src: ReportSource, lease: std::sync::
             key_version: src.key.0,
             at_ms: report_time(&mut last_report, proto::clock::now_ms()),
             store: (src.store)(),
+            load: (src.load)(),
             mac: [0; 32],
         };
         r.sign(&src.cluster_id, &src.key.1);

@@ -15,6 +15,7 @@ pub mod files;
 pub mod frame_io;
 pub mod handshakes;
 pub mod heartbeat;
+pub mod http;
 pub mod keys;
 pub mod mds_client;
 pub mod osd_client;

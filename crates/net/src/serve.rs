@@ -236,8 +236,13 @@ pub struct Server<S: Service> {
     bytes: Arc<Semaphore>,
     handshakes: crate::handshakes::Handshakes,
     established: Arc<Semaphore>,
-    per_principal: Arc<std::sync::Mutex<HashMap<u64, usize>>>,
+    per_principal: PrincipalCounts,
 }
+
+/// Authenticated connections held now, per principal id (what a server
+/// counts against [`ServeLimits::max_connections_per_principal`]; shared
+/// with whoever shows it).
+pub type PrincipalCounts = Arc<std::sync::Mutex<HashMap<u64, usize>>>;
 
 /// One principal's place among its connections; leaving frees it.
 struct PrincipalSlot {
@@ -260,13 +265,22 @@ impl Drop for PrincipalSlot {
 impl<S: Service> Server<S> {
     /// Serves `service` under `limits`.
     pub fn new(service: Arc<S>, limits: ServeLimits) -> Arc<Server<S>> {
+        Self::counting_in(service, limits, Arc::default())
+    }
+
+    /// [`Server::new`], counting each principal's connections in `counts`.
+    pub fn counting_in(
+        service: Arc<S>,
+        limits: ServeLimits,
+        counts: PrincipalCounts,
+    ) -> Arc<Server<S>> {
         let units = (limits.max_inflight_bytes / BYTE_UNIT).clamp(1, u64::from(u32::MAX >> 3));
         Arc::new(Server {
             service,
             bytes: Arc::new(Semaphore::new(units as usize)),
             handshakes: crate::handshakes::Handshakes::new(limits.handshake),
             established: Arc::new(Semaphore::new(limits.max_connections.max(1))),
-            per_principal: Arc::default(),
+            per_principal: counts,
             limits,
         })
     }

@@ -1,7 +1,8 @@
-//! Prometheus metrics of an OSD and the `/metrics` HTTP endpoint (a small
-//! handler of our own: one GET, one text response; no web framework).
+//! Prometheus metrics of an OSD and the `/metrics` HTTP endpoint (one GET
+//! on `net::http`'s small server).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -10,7 +11,6 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
 use crate::exec::StoreHandle;
@@ -36,6 +36,49 @@ pub struct DirLabel {
     pub dir: String,
 }
 
+/// What the OSD has served since it started, as its heartbeat reports it
+/// ([`proto::mds::OsdLoad`]).
+#[derive(Debug, Default)]
+pub struct LoadCounters {
+    requests: AtomicU64,
+    writes: AtomicU64,
+    reads: AtomicU64,
+    bytes_in: AtomicU64,
+    bytes_out: AtomicU64,
+    busy_us: AtomicU64,
+}
+
+impl LoadCounters {
+    /// Counts one request that took `busy` and moved these payload bytes.
+    pub fn add(&self, busy: Duration, bytes_in: u64, bytes_out: u64) {
+        let o = Ordering::Relaxed;
+        self.requests.fetch_add(1, o);
+        if bytes_in > 0 {
+            self.writes.fetch_add(1, o);
+            self.bytes_in.fetch_add(bytes_in, o);
+        }
+        if bytes_out > 0 {
+            self.reads.fetch_add(1, o);
+            self.bytes_out.fetch_add(bytes_out, o);
+        }
+        self.busy_us
+            .fetch_add(u64::try_from(busy.as_micros()).unwrap_or(u64::MAX), o);
+    }
+
+    /// The totals now.
+    pub fn snapshot(&self) -> proto::mds::OsdLoad {
+        let o = Ordering::Relaxed;
+        proto::mds::OsdLoad {
+            requests: self.requests.load(o),
+            writes: self.writes.load(o),
+            reads: self.reads.load(o),
+            bytes_in: self.bytes_in.load(o),
+            bytes_out: self.bytes_out.load(o),
+            busy_us: self.busy_us.load(o),
+        }
+    }
+}
+
 /// Every metric an OSD exports.
 pub struct Metrics {
     registry: Registry,
@@ -49,6 +92,8 @@ pub struct Metrics {
     pub latency: Family<OpLabel, Histogram>,
     /// Open connections.
     pub connections: Gauge,
+    /// Totals reported to the MDS with every heartbeat.
+    pub load: LoadCounters,
     store_total: Gauge,
     store_free: Gauge,
     store_objects: Gauge,
@@ -70,6 +115,26 @@ impl Metrics {
         let latency = Family::<OpLabel, Histogram>::new_with_constructor(|| {
             Histogram::new(exponential_buckets(2e-5, 2.0, 20))
         });
+        // The codes an operator alerts on exist from the start (at zero),
+        // so a dashboard's rate() has a series before the first failure.
+        {
+            use proto::ErrorCode as E;
+            for c in [
+                E::NoSpace,
+                E::Checksum,
+                E::Io,
+                E::Failed,
+                E::Busy,
+                E::NotReady,
+                E::Unauthenticated,
+                E::CapForged,
+                E::CapExpired,
+            ] {
+                let _ = errors.get_or_create(&CodeLabel {
+                    code: format!("{c:?}"),
+                });
+            }
+        }
         let connections = Gauge::default();
         let (store_total, store_free, store_objects) =
             (Gauge::default(), Gauge::default(), Gauge::default());
@@ -116,6 +181,7 @@ impl Metrics {
             bytes,
             latency,
             connections,
+            load: LoadCounters::default(),
             store_total,
             store_free,
             store_objects,
@@ -146,54 +212,15 @@ pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, store: Arc<Stor
 pub type Render = Arc<dyn Fn() -> String + Send + Sync>;
 
 /// Serves `GET /metrics` with whatever `render` produces (any daemon's
-/// metrics) until the task is dropped.
+/// metrics) until the task is dropped, on the bounded HTTP server of the
+/// connection layer.
 pub async fn serve_text(listener: TcpListener, render: Render) {
-    loop {
-        let Ok((mut sock, _)) = listener.accept().await else {
-            continue;
-        };
-        let render = render.clone();
-        tokio::spawn(async move {
-            let mut buf = vec![0u8; 8192];
-            let mut n = 0;
-            let read = tokio::time::timeout(Duration::from_secs(5), async {
-                while n < buf.len() {
-                    let k = sock.read(&mut buf[n..]).await?;
-                    if k == 0 {
-                        break;
-                    }
-                    n += k;
-                    if buf[..n].windows(4).any(|w| w == b"\r\n\r\n") {
-                        break;
-                    }
-                }
-                Ok::<_, std::io::Error>(())
-            })
-            .await;
-            if !matches!(read, Ok(Ok(()))) {
-                return;
-            }
-            let req = String::from_utf8_lossy(&buf[..n]);
-            let (status, ctype, body) =
-                if req.starts_with("GET /metrics ") || req.starts_with("GET /metrics?") {
-                    (
-                        "200 OK",
-                        "text/plain; version=0.0.4; charset=utf-8",
-                        render(),
-                    )
-                } else {
-                    (
-                        "404 Not Found",
-                        "text/plain",
-                        "only /metrics is served here\n".to_string(),
-                    )
-                };
-            let head = format!(
-                "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                body.len()
-            );
-            let _ = sock.write_all(head.as_bytes()).await;
-            let _ = sock.write_all(body.as_bytes()).await;
-        });
-    }
+    let handler: net::http::Handler = Arc::new(move |req: net::http::Request| {
+        if req.method == "GET" && req.path == "/metrics" {
+            net::http::Response::ok("text/plain; version=0.0.4; charset=utf-8", render())
+        } else {
+            net::http::Response::text(404, "only /metrics is served here\n")
+        }
+    });
+    net::http::serve(listener, handler, net::http::HttpLimits::default()).await
 }

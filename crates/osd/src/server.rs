@@ -110,10 +110,12 @@ impl Osd {
 
     fn count(&self, op: &str, started: Instant, in_bytes: u64, resp: &Response, out: u64) {
         let m = &self.metrics;
+        let busy = started.elapsed();
+        m.load.add(busy, in_bytes, out);
         m.ops.get_or_create(&OpLabel { op: op.into() }).inc();
         m.latency
             .get_or_create(&OpLabel { op: op.into() })
-            .observe(started.elapsed().as_secs_f64());
+            .observe(busy.as_secs_f64());
         m.bytes
             .get_or_create(&DirLabel { dir: "in".into() })
             .inc_by(in_bytes);

@@ -21,6 +21,7 @@ pub mod replay;
 pub mod report;
 pub mod space;
 pub mod status;
+pub mod token;
 
 pub use cap::{CapError, CapSpec, Capability, KeyRing, rights};
 pub use error::{ErrorCode, UnknownName, WireError};
@@ -29,7 +30,7 @@ pub use msg::{AttrKey, Command, Hello, Reply, Request, Response, Welcome};
 
 /// Protocol version spoken by this build. A peer with another major version
 /// is refused at the handshake.
-pub const PROTOCOL_VERSION: u16 = 9;
+pub const PROTOCOL_VERSION: u16 = 10;
 
 #[cfg(any(test, feature = "strategies"))]
 #[cfg_attr(

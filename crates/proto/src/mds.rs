@@ -12,8 +12,8 @@ use crate::placement::OsdMap;
 pub use crate::replay::{
     EarlyReply, REPLAY_MAX, REPLAY_MAX_BYTES, ReplayOp, SEAL_LEN, replay_footprint,
 };
-pub use crate::report::{OsdReport, StoreMark};
-pub use crate::status::{ClusterStatus, Health, OsdStatus, Redundancy, ScrubReport};
+pub use crate::report::{OsdLoad, OsdReport, StoreMark};
+pub use crate::status::{ClusterStatus, Health, OsdRates, OsdStatus, Redundancy, ScrubReport};
 
 /// The id a Hello names to reach the metadata server.
 pub const MDS_ID: u32 = u32::MAX;

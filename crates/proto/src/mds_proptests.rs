@@ -195,6 +195,11 @@ fn report() -> impl Strategy<Value = Op> {
                 objects: 0,
                 key_version,
                 at_ms,
+                load: crate::mds::OsdLoad {
+                    requests: at_ms,
+                    bytes_out: capacity,
+                    ..Default::default()
+                },
                 store: crate::mds::StoreMark {
                     uuid: mac[..16].try_into().unwrap_or_default(),
                     seq: at_ms ^ capacity,

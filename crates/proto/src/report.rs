@@ -26,6 +26,25 @@ impl StoreMark {
     }
 }
 
+/// What an OSD has served since it started: counters that only grow (the
+/// MDS turns two reports into rates for `status` and the dashboard). A
+/// restarted OSD starts again from zero.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OsdLoad {
+    /// Requests served.
+    pub requests: u64,
+    /// Requests that carried object data in (writes, appends, fills).
+    pub writes: u64,
+    /// Requests that carried object data out (reads).
+    pub reads: u64,
+    /// Object data bytes received.
+    pub bytes_in: u64,
+    /// Object data bytes sent.
+    pub bytes_out: u64,
+    /// Sum of every request's service time, microseconds.
+    pub busy_us: u64,
+}
+
 /// An OSD's registration and heartbeat, authenticated with its key.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OsdReport {
@@ -50,6 +69,8 @@ pub struct OsdReport {
     /// The store it runs on: an empty or older store is never trusted to
     /// hold what the one before it held.
     pub store: StoreMark,
+    /// What it has served since it started.
+    pub load: OsdLoad,
     /// HMAC-SHA256 over [`OsdReport::signed_bytes`] with the OSD's key.
     pub mac: [u8; 32],
 }
@@ -57,7 +78,7 @@ pub struct OsdReport {
 impl OsdReport {
     /// The bytes the MAC covers.
     pub fn signed_bytes(&self, cluster_id: &str) -> Vec<u8> {
-        let mut b = b"TSREPORT3".to_vec();
+        let mut b = b"TSREPORT4".to_vec();
         for part in [
             cluster_id.as_bytes(),
             self.addr.as_bytes(),
@@ -75,6 +96,17 @@ impl OsdReport {
         b.extend_from_slice(&self.at_ms.to_le_bytes());
         b.extend_from_slice(&self.store.uuid);
         b.extend_from_slice(&self.store.seq.to_le_bytes());
+        let l = &self.load;
+        for n in [
+            l.requests,
+            l.writes,
+            l.reads,
+            l.bytes_in,
+            l.bytes_out,
+            l.busy_us,
+        ] {
+            b.extend_from_slice(&n.to_le_bytes());
+        }
         b
     }
 

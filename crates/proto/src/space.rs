@@ -129,6 +129,7 @@ mod tests {
             capacity,
             used,
             objects: 0,
+            rates: Default::default(),
         }
     }
 

@@ -26,6 +26,25 @@ pub struct OsdStatus {
     pub used: u64,
     /// Objects.
     pub objects: u64,
+    /// What it served between its last two reports (zero until two).
+    pub rates: OsdRates,
+}
+
+/// An OSD's service rates between its last two reports.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OsdRates {
+    /// Requests per second.
+    pub requests: u64,
+    /// Reads (requests carrying data out) per second.
+    pub reads: u64,
+    /// Writes (requests carrying data in) per second.
+    pub writes: u64,
+    /// Object data bytes in per second.
+    pub bytes_in: u64,
+    /// Object data bytes out per second.
+    pub bytes_out: u64,
+    /// Mean service time of those requests, microseconds.
+    pub latency_us: u64,
 }
 
 /// Cluster status.

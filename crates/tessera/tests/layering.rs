@@ -54,6 +54,10 @@ const ALLOWED: &[(&str, &[&str])] = &[
         ],
     ),
     (
+        "tessera-dash",
+        &["tessera-proto", "tessera-net", "tessera-mds"],
+    ),
+    (
         "tessera-sim",
         &[
             "tessera-store",

@@ -111,15 +111,22 @@ impl Mds {
         {
             // A newer report that finished first keeps its place.
             let mut live = self.live.lock().unwrap_or_else(|e| e.into_inner());
-            if live.osds.get(&r.osd_id).is_none_or(|l| l.at_ms < r.at_ms) {
+            let prev = live.osds.get(&r.osd_id);
+            if prev.is_none_or(|l| l.at_ms < r.at_ms) {
+                let seen = std::time::Instant::now();
+                let rates = prev.map_or_else(Default::default, |p| {
+                    crate::cluster::rates(&p.load, &r.load, seen - p.seen)
+                });
                 live.osds.insert(
                     r.osd_id,
                     Live {
-                        seen: std::time::Instant::now(),
+                        seen,
                         at_ms: r.at_ms,
                         capacity: r.capacity,
                         used: r.used,
                         objects: r.objects,
+                        load: r.load,
+                        rates,
                     },
                 );
             }

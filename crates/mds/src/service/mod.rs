@@ -31,6 +31,7 @@ mod holds;
 mod leases;
 mod locks;
 mod osd_actions;
+mod overview;
 mod redundancy;
 mod replay;
 mod requests;
@@ -39,6 +40,7 @@ mod search;
 mod set_aside;
 
 pub use auth::Caller;
+pub use overview::ClientRow;
 pub use redundancy::RecoveryState;
 pub use replay::EARLY_SESSIONS_PER_PRINCIPAL;
 
@@ -276,6 +278,9 @@ pub struct Mds {
     leases: Mutex<leases::Leases>,
     /// Byte-range locks between clients.
     locks: Mutex<locks::Locks>,
+    /// Client connections held now, per principal id (the server loop
+    /// counts them; the dashboard shows them).
+    pub connections: net::serve::PrincipalCounts,
 }
 
 fn err(e: Errno, m: impl Into<String>) -> MdsError {
@@ -361,6 +366,7 @@ impl Mds {
             serving_since_ms: std::sync::atomic::AtomicU64::new(0),
             leases: Mutex::new(leases::Leases::default()),
             locks: Mutex::new(locks::Locks::default()),
+            connections: Default::default(),
         });
         mds.index_stale_copies()?;
         Ok(mds)

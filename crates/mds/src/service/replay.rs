@@ -83,7 +83,7 @@ impl Recovering {
 pub const EARLY_SESSIONS_PER_PRINCIPAL: usize = 64;
 /// How long after its last early answer a session still counts against
 /// its principal's bound (longer than the KV keeps its record idle).
-const EARLY_SESSION_IDLE: Duration = Duration::from_secs(5);
+pub(super) const EARLY_SESSION_IDLE: Duration = Duration::from_secs(5);
 
 /// What the KV records a session as: a one-way digest of its principal
 /// and its id, so no principal can stand in for another's session in a

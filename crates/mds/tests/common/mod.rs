@@ -150,6 +150,7 @@ impl Cluster {
                 .map(|o| o.store.mark())
                 .unwrap_or_default(),
             mac: [0; 32],
+            load: Default::default(),
             host: host.into(),
         }
     }

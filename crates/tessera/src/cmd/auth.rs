@@ -68,6 +68,66 @@ pub enum AuthCmd {
         #[command(flatten)]
         to: ClusterArgs,
     },
+    /// Print a token that logs in to the web dashboard as the principal
+    /// whose key this command uses (made here with the key; nothing is
+    /// sent). It stops working when it expires, when the principal is
+    /// removed or when its key is rotated.
+    ///
+    /// Example: `tessera auth token --data ./tessera-data --ttl 1h`.
+    Token {
+        /// How long it works: a number with s, m, h or d (at most 30d).
+        #[arg(long, default_value = "8h", value_parser = parse_ttl)]
+        ttl: u64,
+        #[command(flatten)]
+        to: ClusterArgs,
+    },
+}
+
+/// Parses a token lifetime (`90s`, `15m`, `8h`, `7d`) into seconds.
+fn parse_ttl(s: &str) -> Result<u64, String> {
+    let (n, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let n: u64 = n
+        .parse()
+        .map_err(|_| format!("{s:?}: a number then s, m, h or d"))?;
+    let secs = match unit {
+        "s" | "" => n,
+        "m" => n.saturating_mul(60),
+        "h" => n.saturating_mul(3600),
+        "d" => n.saturating_mul(86400),
+        _ => return Err(format!("{s:?}: the unit must be s, m, h or d")),
+    };
+    if secs == 0 || secs > proto::token::MAX_LIFETIME_S {
+        return Err(format!("{s:?}: between 1s and 30d"));
+    }
+    Ok(secs)
+}
+
+/// Prints a dashboard token for the principal `to` resolves to.
+fn print_token(to: &ClusterArgs, ttl: u64) -> anyhow::Result<i32> {
+    let r = to.to.resolve()?;
+    let (
+        proto::auth::Credential::Key {
+            principal,
+            key_version,
+        },
+        Some(key),
+    ) = (&r.identity.credential, r.identity.key)
+    else {
+        bail!(
+            "a dashboard token needs a principal's key file (--key-file, or --data of a `tessera up` cluster)"
+        );
+    };
+    let expiry = proto::clock::now_ms() / 1000 + ttl;
+    let t = proto::token::make(&r.cluster, principal, *key_version, expiry, &key);
+    if to.json {
+        println!(
+            "{}",
+            serde_json::json!({"token": t, "principal": principal, "expiry_s": expiry})
+        );
+    } else {
+        println!("{t}");
+    }
+    Ok(0)
 }
 
 fn parse_access(s: &str) -> anyhow::Result<Access> {
@@ -121,12 +181,16 @@ fn print_info(p: &PrincipalInfo) {
 
 /// Runs `tessera auth`.
 pub fn auth(cmd: AuthCmd) -> anyhow::Result<i32> {
+    if let AuthCmd::Token { ttl, to } = &cmd {
+        return print_token(to, *ttl);
+    }
     runtime()?.block_on(async move {
         let to = match &cmd {
             AuthCmd::Add { to, .. }
             | AuthCmd::Ls { to }
             | AuthCmd::Rm { to, .. }
-            | AuthCmd::Rotate { to, .. } => to,
+            | AuthCmd::Rotate { to, .. }
+            | AuthCmd::Token { to, .. } => to,
         };
         let json = to.json;
         let r = to.to.resolve()?;
@@ -200,6 +264,7 @@ pub fn auth(cmd: AuthCmd) -> anyhow::Result<i32> {
                 }
                 other => bail!("unexpected reply {other:?}"),
             },
+            AuthCmd::Token { .. } => unreachable!("answered above without the MDS"),
         }
         Ok(0)
     })

@@ -1,7 +1,6 @@
 //! `tessera mds format|serve|fsck`: the metadata server's own commands
 //! (`tessera status` and `tessera layout` have their own modules).
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use anyhow::Context;
@@ -74,9 +73,9 @@ pub enum MdsCmd {
         /// Address for clients and OSDs.
         #[arg(long, default_value = "127.0.0.1:7400")]
         listen: String,
-        /// Address for the Prometheus `/metrics` endpoint.
-        #[arg(long)]
-        metrics: Option<SocketAddr>,
+        /// The web dashboard and Prometheus `/metrics`.
+        #[command(flatten)]
+        http: super::dashboard::HttpArgs,
     },
     /// Check the namespace offline (the MDS must not be running).
     Fsck {
@@ -145,30 +144,21 @@ pub fn run(c: MdsCmd) -> anyhow::Result<i32> {
             }
             Ok(0)
         }
-        MdsCmd::Serve {
-            data,
-            listen,
-            metrics,
-        } => runtime()?.block_on(async move {
+        MdsCmd::Serve { data, listen, http } => runtime()?.block_on(async move {
             let m = LocalMds::start(&data, &listen)
                 .await
                 .map_err(anyhow::Error::msg)?;
-            if let Some(ma) = metrics {
-                let l = tokio::net::TcpListener::bind(ma)
-                    .await
-                    .with_context(|| format!("cannot listen on {ma} for metrics"))?;
-                let svc = m.mds.clone();
-                tokio::spawn(osd::metrics::serve_text(
-                    l,
-                    std::sync::Arc::new(move || svc.metrics.render(&svc.kv.stats)),
-                ));
-            }
+            let h =
+                super::dashboard::start(&http, m.mds.clone(), &m.addr.to_string(), None).await?;
             println!(
                 "MDS of cluster {} serving {} on {}",
                 m.mds.sb.cluster_id,
                 data.display(),
                 m.addr
             );
+            if let Some(h) = h {
+                println!("dashboard and /metrics on http://{h}/");
+            }
             super::wait_for_signal().await;
             m.stop().await;
             println!("MDS stopped cleanly");

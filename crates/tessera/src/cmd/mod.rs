@@ -3,6 +3,7 @@
 pub mod auth;
 pub mod bench;
 pub mod cluster;
+pub mod dashboard;
 pub mod demo;
 pub mod files;
 pub mod fsck;

@@ -173,7 +173,14 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
                 bail!("--host: must be 1 to 255 bytes");
             }
             let reg = local::Registration { addr, weight, host };
-            local::spawn_reporter(m, &kf, reg, handle.clone(), lease, chains_epoch)
+            local::spawn_reporter(
+                m,
+                &kf,
+                reg,
+                (handle.clone(), osd.metrics.clone()),
+                lease,
+                chains_epoch,
+            )
                 .map_err(anyhow::Error::msg)?;
         }
         tracing::info!(listen = %a.listen, osd = kf.osd_id, cluster = %kf.cluster_id, "OSD serving");

@@ -55,9 +55,10 @@ pub struct Args {
     /// Also mount the file system here.
     #[arg(long)]
     pub mount: Option<PathBuf>,
-    /// Serve Prometheus metrics (MDS, and the mount's client) on this address.
-    #[arg(long)]
-    pub metrics: Option<std::net::SocketAddr>,
+    /// The web dashboard and Prometheus `/metrics` (the MDS's, and the
+    /// mount's client's).
+    #[command(flatten)]
+    pub http: super::dashboard::HttpArgs,
     /// Prefetch depth of the mount's client (0 disables).
     #[arg(long, default_value_t = 32)]
     pub prefetch: u32,
@@ -232,24 +233,18 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
                 key_path.display()
             );
         }
-        if let Some(ma) = a.metrics {
-            let l = tokio::net::TcpListener::bind(ma)
-                .await
-                .with_context(|| format!("cannot listen on {ma} for metrics"))?;
-            let svc = m.mds.clone();
-            let cl = client.clone();
-            tokio::spawn(osd::metrics::serve_text(
-                l,
-                std::sync::Arc::new(move || {
-                    let mut s = svc.metrics.render(&svc.kv.stats);
-                    if let Some(c) = &cl {
-                        s = s.trim_end().trim_end_matches("# EOF").to_string();
-                        s.push_str(&c.stats().prometheus());
-                    }
-                    s
-                }),
-            ));
-            println!("  metrics on http://{ma}/metrics");
+        let extra: Option<dash::ExtraMetrics> = client.clone().map(|c| {
+            std::sync::Arc::new(move || c.stats().prometheus()) as dash::ExtraMetrics
+        });
+        let http =
+            super::dashboard::start(&a.http, m.mds.clone(), &m.addr.to_string(), extra).await?;
+        if let Some(h) = http {
+            println!(
+                "  dashboard on http://{h}/ (log in with {}, or a token from `tessera auth token --data {}`)",
+                key_path.display(),
+                a.data.display()
+            );
+            println!("  metrics on http://{h}/metrics");
         }
         println!("status: tessera status --data {}", a.data.display());
         println!("stop with Ctrl-C");

@@ -19,7 +19,11 @@ pub struct Cluster {
     pub dir: PathBuf,
     pub mds_addr: String,
     pub mds: Option<Child>,
+    /// The MDS's dashboard and /metrics.
+    pub http_addr: String,
     pub osd_addrs: Vec<String>,
+    /// Each OSD's /metrics.
+    pub osd_metrics: Vec<String>,
     pub osds: Vec<Option<Child>>,
 }
 
@@ -106,7 +110,9 @@ impl Cluster {
             dir: dir.into(),
             mds_addr: free_port(),
             mds: None,
+            http_addr: free_port(),
             osd_addrs: Vec::new(),
+            osd_metrics: Vec::new(),
             osds: Vec::new(),
         };
         c.start_mds();
@@ -120,6 +126,7 @@ impl Cluster {
             )
             .unwrap();
             c.osd_addrs.push(free_port());
+            c.osd_metrics.push(free_port());
             c.osds.push(None);
             c.start_osd(id);
         }
@@ -138,6 +145,7 @@ impl Cluster {
         )
         .unwrap();
         self.osd_addrs.push(free_port());
+        self.osd_metrics.push(free_port());
         self.osds.push(None);
         self.start_osd(id);
         id
@@ -157,7 +165,7 @@ impl Cluster {
             Command::new(BIN)
                 .args(["mds", "serve", "--data"])
                 .arg(self.dir.join("mds"))
-                .args(["--listen", &self.mds_addr])
+                .args(["--listen", &self.mds_addr, "--http", &self.http_addr])
                 .env("TESSERA_LOG", "info")
                 .stdout(Stdio::null())
                 .stderr(Stdio::from(log))
@@ -188,6 +196,7 @@ impl Cluster {
             .arg(d.join("key.toml"))
             .args(["--listen", &self.osd_addrs[id as usize - 1]])
             .args(["--mds", &self.mds_addr, "--host", &format!("host{id}")])
+            .args(["--metrics", &self.osd_metrics[id as usize - 1]])
             .stdout(Stdio::null())
             .stderr(Stdio::from(log))
             .spawn()

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+pub mod browser;
 pub mod cluster;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_tessera");

@@ -1,0 +1,151 @@
+//! The cluster as Prometheus gauges, appended to the MDS's `/metrics`:
+//! what `status` says (health, OSDs up, down, in and out, space, each
+//! OSD's state and space), so one scrape of the MDS is enough for a
+//! Grafana overview (`deploy/grafana/tessera.json`).
+
+use std::fmt::Write;
+
+use proto::mds::ClusterStatus;
+
+/// The gauges for `s`, in the Prometheus text format.
+pub fn render(s: &ClusterStatus) -> String {
+    let mut o = String::new();
+    let h = s.health();
+    let level = match h.level {
+        "HEALTH_OK" => 0,
+        "HEALTH_WARN" => 1,
+        _ => 2,
+    };
+    gauge(
+        &mut o,
+        "tessera_cluster_health",
+        "Health: 0 HEALTH_OK, 1 HEALTH_WARN, 2 HEALTH_ERR (reasons in `tessera status`).",
+    );
+    let _ = writeln!(o, "tessera_cluster_health {level}");
+    gauge(
+        &mut o,
+        "tessera_cluster_osds",
+        "OSDs in the map by state (up or down; in or out).",
+    );
+    let up = s.osds.iter().filter(|x| x.up).count();
+    let is_in = s.osds.iter().filter(|x| x.is_in).count();
+    for (state, n) in [
+        ("up", up),
+        ("down", s.osds.len() - up),
+        ("in", is_in),
+        ("out", s.osds.len() - is_in),
+    ] {
+        let _ = writeln!(o, "tessera_cluster_osds{{state=\"{state}\"}} {n}");
+    }
+    let sp = proto::space::usable(&s.osds, s.redundancy.max_replicas);
+    gauge(
+        &mut o,
+        "tessera_cluster_space_bytes",
+        "Space: raw capacity and use (every copy counted), and file data still writable at the replica count.",
+    );
+    for (kind, v) in [
+        ("raw_capacity", sp.raw_capacity),
+        ("raw_used", sp.raw_used),
+        ("writable", sp.avail),
+    ] {
+        let _ = writeln!(o, "tessera_cluster_space_bytes{{kind=\"{kind}\"}} {v}");
+    }
+    gauge(
+        &mut o,
+        "tessera_cluster_osd_up",
+        "Whether each OSD heartbeats (1) or not (0).",
+    );
+    for x in &s.osds {
+        let _ = writeln!(
+            o,
+            "tessera_cluster_osd_up{{osd=\"{}\",host=\"{}\"}} {}",
+            x.id,
+            escape(&x.host),
+            u8::from(x.up)
+        );
+    }
+    gauge(
+        &mut o,
+        "tessera_cluster_osd_used_bytes",
+        "Bytes used on each OSD (as its last heartbeat said).",
+    );
+    for x in &s.osds {
+        let _ = writeln!(
+            o,
+            "tessera_cluster_osd_used_bytes{{osd=\"{}\"}} {}",
+            x.id, x.used
+        );
+    }
+    gauge(
+        &mut o,
+        "tessera_cluster_osd_capacity_bytes",
+        "Capacity of each OSD (as its last heartbeat said).",
+    );
+    for x in &s.osds {
+        let _ = writeln!(
+            o,
+            "tessera_cluster_osd_capacity_bytes{{osd=\"{}\"}} {}",
+            x.id, x.capacity
+        );
+    }
+    o
+}
+
+fn gauge(o: &mut String, name: &str, help: &str) {
+    let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} gauge");
+}
+
+/// A label value as the text format wants it.
+fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_hostile_host_name_cannot_break_the_exposition() {
+        let s = ClusterStatus {
+            cluster_id: "c".into(),
+            epoch: 1,
+            osds: vec![proto::mds::OsdStatus {
+                id: 7,
+                addr: String::new(),
+                weight: 0,
+                up: false,
+                is_in: true,
+                host: "evil\"} 1\nfake_metric 9".into(),
+                last_seen_ms: None,
+                capacity: 10,
+                used: 4,
+                objects: 0,
+                rates: Default::default(),
+            }],
+            inodes: 1,
+            id_policy: String::new(),
+            mandatory: 0,
+            non_mandatory: 0,
+            delete_queue: 0,
+            orphans: 0,
+            redundancy: Default::default(),
+            replay_wait: None,
+        };
+        let text = render(&s);
+        assert!(
+            text.contains("tessera_cluster_osds{state=\"down\"} 1"),
+            "{text}"
+        );
+        assert!(text.contains("tessera_cluster_health 1"), "{text}");
+        assert!(
+            !text.lines().any(|l| l.starts_with("fake_metric")),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"host="evil\"} 1\nfake_metric 9"} 0"#),
+            "{text}"
+        );
+    }
+}
