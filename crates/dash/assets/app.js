@@ -12,6 +12,9 @@ let history = [];
 let lastHistoryT = 0;
 let generation = 0; // polling loops of an older login stop
 let lastOk = 0;
+let skewMs = 0; // the MDS's clock minus this browser's: charts use the MDS's time
+
+const serverNow = () => Date.now() + skewMs;
 
 const $ = (id) => document.getElementById(id);
 
@@ -62,7 +65,7 @@ function unhex(s) {
   return out;
 }
 
-// A key file (TOML) becomes a ten-minute token signed in the browser.
+// A key file (TOML) becomes a one-hour token signed in the browser.
 async function tokenFrom(text) {
   text = text.trim();
   if (text.startsWith("tsdash1:")) return text;
@@ -79,7 +82,9 @@ async function tokenFrom(text) {
     throw new Error("this page is not a secure context (served to another host over plain HTTP), " +
       "so it cannot sign with a key here: paste a token from `tessera auth token` instead");
   }
-  const expiry = Math.floor(Date.now() / 1000) + 600;
+  // The token only has to outlive the login (the session lasts 12 h);
+  // an hour tolerates a browser clock that is behind the MDS's.
+  const expiry = Math.floor(Date.now() / 1000) + 3600;
   const msg = "TSDASH1\n" + cluster + "\n" + principal + "\n" + version + "\n" + expiry;
   const key = await crypto.subtle.importKey("raw", unhex(secret), { name: "HMAC", hash: "SHA-256" }, false, ["sign"]);
   const mac = await crypto.subtle.sign("HMAC", key, new TextEncoder().encode(msg));
@@ -163,8 +168,10 @@ function render(s) {
   $("objects").textContent = count(r.objects) + " stripe objects; " + r.degraded + " degraded, " + r.unfound + " unfound";
   const m = s.mds;
   $("mds-summary").textContent = count(s.cluster.inodes) + " inodes; " + count(m.mandatory + m.non_mandatory) + " requests served";
-  const conns = s.clients.reduce((a, c) => a + c.connections, 0);
-  $("client-count").textContent = s.clients.length + " principals, " + conns + " connections";
+  const rows = s.clients.rows;
+  const others = s.clients.others || { principals: 0, connections: 0 };
+  const conns = rows.reduce((a, c) => a + c.connections, 0) + others.connections;
+  $("client-count").textContent = (rows.length + others.principals) + " principals, " + conns + " connections";
 
   fill($("osds").tBodies[0], osds, (tr, o) => {
     tr.className = "osd" + (o.up ? "" : " down") + (o.is_in ? "" : " out");
@@ -220,7 +227,11 @@ function render(s) {
     ["sessions whose replays it waits for", m.replay_wait ? m.replay_wait.sessions + " (" + duration(Math.round(m.replay_wait.ms_left / 1000)) + " left)" : "none"],
   ]);
 
-  fill($("clients").tBodies[0], s.clients, (tr, c) => {
+  const clientRows = rows.slice();
+  if (others.principals > 0) {
+    clientRows.push({ principal: others.principals + " other principals", connections: others.connections, early_sessions: "–" });
+  }
+  fill($("clients").tBodies[0], clientRows, (tr, c) => {
     cell(tr, c.principal);
     cell(tr, String(c.connections), "num");
     cell(tr, String(c.early_sessions), "num");
@@ -270,7 +281,7 @@ function clock(t) {
 
 function chart(fig, title, yTitle, fmt, binary, series) {
   const W = 460, H = 230, L = 84, R = 22, T = 26, B = 58;
-  const now = Date.now();
+  const now = serverNow();
   const t0 = now - HOUR_MS;
   const svg = document.createElementNS(SVGNS, "svg");
   svg.setAttribute("viewBox", "0 0 " + W + " " + H);
@@ -285,8 +296,9 @@ function chart(fig, title, yTitle, fmt, binary, series) {
     el(svg, "line", { x1: L, x2: W - R, y1: y(v), y2: y(v), class: i ? "grid" : "axis" });
     el(svg, "text", { x: L - 6, y: y(v) + 4, "text-anchor": "end" }, fmt(v));
   }
-  for (let m = 0; m <= 60; m += 10) {
-    const t = t0 + m * 60000;
+  // A tick at every whole ten minutes of the MDS's clock.
+  const TEN = 600000;
+  for (let t = Math.ceil(t0 / TEN) * TEN; t <= now; t += TEN) {
     el(svg, "line", { x1: x(t), x2: x(t), y1: H - B, y2: H - B + 4, class: "axis" });
     el(svg, "text", { x: x(t), y: H - B + 16, "text-anchor": "middle" }, clock(t));
   }
@@ -324,12 +336,16 @@ function drawCharts() {
 
 // ---- polling -------------------------------------------------------------
 
-async function pollState() {
+async function pollState(mine) {
   try {
     const r = await call("/api/state");
+    if (mine !== generation) return;
     if (r.status === 401) return showLogin();
-    if (!r.ok) throw new Error("HTTP " + r.status);
-    render(await r.json());
+    const body = await r.json().catch(() => ({}));
+    if (!r.ok) throw new Error(body.error || ("HTTP " + r.status));
+    if (mine !== generation) return;
+    if (body.now_ms) skewMs = body.now_ms - Date.now();
+    render(body);
     lastOk = Date.now();
     $("stale").hidden = true;
     $("updated").textContent = "updated " + new Date(lastOk).toLocaleTimeString() + " · refreshes 2 s after each answer";
@@ -340,15 +356,18 @@ async function pollState() {
   }
 }
 
-async function pollHistory() {
+async function pollHistory(mine) {
   try {
     const r = await call("/api/history?since=" + lastHistoryT);
+    if (mine !== generation) return;
     if (r.status === 401) return showLogin();
     if (!r.ok) return;
     const h = await r.json();
+    if (mine !== generation) return;
+    if (h.now_ms) skewMs = h.now_ms - Date.now();
     if (h.points.length) {
-      history = history.concat(h.points).filter((p) => p.t_ms >= Date.now() - HOUR_MS);
-      lastHistoryT = history[history.length - 1].t_ms;
+      lastHistoryT = h.points[h.points.length - 1].t_ms;
+      history = history.concat(h.points).filter((p) => p.t_ms >= serverNow() - HOUR_MS);
     }
   } catch (e) {
     // The state poll reports an unreachable MDS.
@@ -362,7 +381,7 @@ function every(f, ms) {
   const mine = generation;
   const run = async () => {
     if (mine !== generation) return;
-    await f();
+    await f(mine);
     if (mine === generation) setTimeout(run, ms);
   };
   run();
@@ -383,5 +402,10 @@ document.addEventListener("DOMContentLoaded", async () => {
   $("login-form").addEventListener("submit", login);
   $("logout-btn").addEventListener("click", logout);
   const r = await call("/api/state").catch(() => null);
-  if (r && r.ok) start(); else showLogin();
+  if (r && r.ok) return start();
+  showLogin();
+  if (r && r.status !== 401) {
+    const body = await r.json().catch(() => ({}));
+    $("login-error").textContent = body.error || ("the dashboard answered HTTP " + r.status);
+  }
 });

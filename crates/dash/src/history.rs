@@ -108,10 +108,10 @@ impl Sampler {
             ..Point::default()
         };
         for o in up {
-            p.read_bps += o.rates.bytes_out;
-            p.write_bps += o.rates.bytes_in;
-            p.read_iops += o.rates.reads;
-            p.write_iops += o.rates.writes;
+            p.read_bps = p.read_bps.saturating_add(o.rates.bytes_out);
+            p.write_bps = p.write_bps.saturating_add(o.rates.bytes_in);
+            p.read_iops = p.read_iops.saturating_add(o.rates.reads);
+            p.write_iops = p.write_iops.saturating_add(o.rates.writes);
         }
         p
     }

@@ -23,39 +23,48 @@ use tokio::net::TcpListener;
 /// client when `tessera up` mounts one).
 pub type ExtraMetrics = Arc<dyn Fn() -> String + Send + Sync>;
 
+/// How long an answer of the MDS's status is reused: requests for the
+/// state and `/metrics` cost the MDS at most one status a second, however
+/// many arrive.
+pub const STATUS_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// The dashboard of one MDS.
 pub struct Dashboard {
     /// The MDS it shows.
     pub mds: Arc<mds::Mds>,
     /// Who is logged in.
     pub sessions: sessions::Sessions,
+    /// The session cookie's name (it names the port).
+    pub cookie: String,
     /// The last hour.
     pub history: history::History,
     /// What the state names as the MDS's addresses.
     pub facts: view::MdsFacts,
     /// Appended to `/metrics`.
     pub extra_metrics: Option<ExtraMetrics>,
-    /// Host headers accepted (set when bound to loopback, so a page of
-    /// another site cannot reach the dashboard by rebinding a DNS name to
-    /// 127.0.0.1); `None` accepts any.
-    pub hosts: Option<Vec<String>>,
+    /// Bound to a loopback address: only requests naming a loopback host
+    /// are answered (`/metrics` excepted), so a page of another site
+    /// cannot reach the dashboard by pointing a DNS name at 127.0.0.1.
+    pub loopback: bool,
+    /// Serve the pages and the API on a non-loopback address (plain HTTP:
+    /// tokens cross the network in the clear). Without it such an address
+    /// serves `/metrics` only.
+    pub remote: bool,
+    status: std::sync::Mutex<Option<(std::time::Instant, Arc<proto::mds::ClusterStatus>)>>,
 }
 
 impl Dashboard {
     /// The dashboard of `mds` (serving clients on `mds_addr`), to be
-    /// served on `http`.
-    pub fn new(mds: Arc<mds::Mds>, mds_addr: &str, http: SocketAddr) -> Arc<Dashboard> {
-        let hosts = http.ip().is_loopback().then(|| {
-            let p = http.port();
-            vec![
-                format!("127.0.0.1:{p}"),
-                format!("localhost:{p}"),
-                format!("[::1]:{p}"),
-                http.to_string(),
-            ]
-        });
+    /// served on `http`; `remote` as [`Dashboard::remote`].
+    pub fn new(
+        mds: Arc<mds::Mds>,
+        mds_addr: &str,
+        http: SocketAddr,
+        remote: bool,
+    ) -> Arc<Dashboard> {
         Arc::new(Dashboard {
             sessions: sessions::Sessions::new(&mds.sb.cluster_id),
+            cookie: sessions::Sessions::cookie_name(http.port()),
             mds,
             history: history::History::default(),
             facts: view::MdsFacts {
@@ -63,7 +72,9 @@ impl Dashboard {
                 http: format!("http://{http}/"),
             },
             extra_metrics: None,
-            hosts,
+            loopback: http.ip().is_loopback(),
+            remote,
+            status: std::sync::Mutex::new(None),
         })
     }
 
@@ -75,6 +86,19 @@ impl Dashboard {
         self
     }
 
+    /// The MDS's status, at most [`STATUS_MAX_AGE`] old.
+    pub fn status(&self) -> Result<Arc<proto::mds::ClusterStatus>, proto::mds::MdsError> {
+        let mut c = self.status.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((at, s)) = c.as_ref()
+            && at.elapsed() < STATUS_MAX_AGE
+        {
+            return Ok(s.clone());
+        }
+        let s = Arc::new(self.mds.status()?);
+        *c = Some((std::time::Instant::now(), s.clone()));
+        Ok(s)
+    }
+
     /// Keeps the history: one point every [`history::INTERVAL`], until
     /// the task is dropped.
     pub async fn sample(self: Arc<Self>) {
@@ -84,7 +108,8 @@ impl Dashboard {
         loop {
             tick.tick().await;
             let d = self.clone();
-            let osds = tokio::task::spawn_blocking(move || d.mds.status().map(|s| s.osds)).await;
+            let osds =
+                tokio::task::spawn_blocking(move || d.status().map(|s| s.osds.clone())).await;
             let Ok(Ok(osds)) = osds else { continue };
             let m = &self.mds.metrics;
             let p = sampler.sample(
@@ -112,15 +137,9 @@ pub async fn serve(listener: TcpListener, dash: Arc<Dashboard>) {
     net::http::serve(listener, handler, net::http::HttpLimits::default()).await;
 }
 
-/// Binds `addr` for the dashboard. When `fallback` (the default address
-/// was not asked for by name) and it is taken, binds an ephemeral port on
-/// the same interface instead, so a second local cluster still gets one.
-pub async fn bind(addr: SocketAddr, fallback: bool) -> std::io::Result<TcpListener> {
-    match TcpListener::bind(addr).await {
-        Ok(l) => Ok(l),
-        Err(e) if fallback && e.kind() == std::io::ErrorKind::AddrInUse => {
-            TcpListener::bind(SocketAddr::new(addr.ip(), 0)).await
-        }
-        Err(e) => Err(e),
-    }
+/// Binds `addr` for the dashboard and `/metrics`. A taken port is an
+/// error, never another port: a page someone else put on the address
+/// people were told to open must not be mistaken for this one.
+pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    TcpListener::bind(addr).await
 }

@@ -2,14 +2,14 @@
 //! assets (they hold no data), `/metrics` (as before the dashboard) and
 //! the login. Everything under `/api/` but the login needs a session.
 //! Every answer carries a strict Content-Security-Policy (scripts and
-//! styles from this server only, no frames), and a loopback-bound
-//! dashboard answers only requests naming a loopback host (`/metrics`
-//! excepted).
+//! styles from this server only, no frames); a loopback-bound dashboard
+//! answers only requests naming a loopback host, and one on another
+//! address serves the pages only when told to (`/metrics` always).
 
 use net::http::{Request, Response};
 
 use crate::Dashboard;
-use crate::sessions::{COOKIE, LoginError, Viewer};
+use crate::sessions::{LoginError, Viewer};
 
 const INDEX: &str = include_str!("../assets/index.html");
 const APP_JS: &str = include_str!("../assets/app.js");
@@ -28,16 +28,56 @@ pub fn answer(d: &Dashboard, req: Request) -> Response {
         .with("Cache-Control", "no-store")
 }
 
+/// Whether `host` (a Host header: name or address, maybe a port) names
+/// this machine's loopback.
+fn loopback_host(host: &str) -> bool {
+    let name = match host.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or_default(),
+        None => host.rsplit_once(':').map_or(host, |(h, p)| {
+            if p.bytes().all(|b| b.is_ascii_digit()) {
+                h
+            } else {
+                host
+            }
+        }),
+    };
+    name.eq_ignore_ascii_case("localhost")
+        || name
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// Whether a state-changing request (login, logout) comes from this
+/// dashboard's own page: its Origin, when sent, names the host it asked.
+fn same_origin(req: &Request) -> bool {
+    match (req.header("origin"), req.header("host")) {
+        (Some(origin), Some(host)) => origin
+            .strip_prefix("http://")
+            .or_else(|| origin.strip_prefix("https://"))
+            .is_some_and(|o| o.eq_ignore_ascii_case(host)),
+        (Some(_), None) => false,
+        (None, _) => true,
+    }
+}
+
 fn route(d: &Dashboard, req: &Request) -> Response {
-    // Scrapers name whatever host they were configured with; /metrics
-    // was public before the dashboard and holds no secret.
-    if let (Some(hosts), Some(host)) = (&d.hosts, req.header("host"))
-        && req.path != "/metrics"
-        && !hosts.iter().any(|h| h.eq_ignore_ascii_case(host))
-    {
-        return Response::text(
+    if (req.method.as_str(), req.path.as_str()) == ("GET", "/metrics") {
+        return metrics(d);
+    }
+    // Scrapers name whatever host they were configured with, so /metrics
+    // (public before the dashboard, no secret in it) is not checked.
+    if d.loopback && !req.header("host").is_some_and(loopback_host) {
+        return error(
             403,
-            "this dashboard answers only requests for its loopback address\n",
+            "this dashboard is bound to loopback and answers only requests for a loopback host \
+             (open it as http://127.0.0.1:PORT/ or http://localhost:PORT/, or through an SSH tunnel)",
+        );
+    }
+    if !d.loopback && !d.remote {
+        return error(
+            403,
+            "the dashboard is served on this address only with --dashboard-plain-http \
+             (its tokens would cross the network in the clear); /metrics is served",
         );
     }
     match (req.method.as_str(), req.path.as_str()) {
@@ -46,33 +86,28 @@ fn route(d: &Dashboard, req: &Request) -> Response {
         }
         ("GET", "/app.js") => Response::ok("text/javascript; charset=utf-8", APP_JS.as_bytes()),
         ("GET", "/style.css") => Response::ok("text/css; charset=utf-8", STYLE.as_bytes()),
-        ("GET", "/metrics") => {
-            let mut s = d.mds.metrics.render(&d.mds.kv.stats);
-            s = s.trim_end().trim_end_matches("# EOF").to_string();
-            if let Ok(status) = d.mds.status() {
-                s.push_str(&crate::cluster_metrics::render(&status));
-            }
-            if let Some(extra) = &d.extra_metrics {
-                s.push_str(&extra());
-            }
-            s.push_str("# EOF\n");
-            Response::ok("text/plain; version=0.0.4; charset=utf-8", s)
-        }
         ("POST", "/api/login") => login(d, req),
         ("POST", "/api/logout") => {
-            if let Some(id) = req.cookie(COOKIE) {
+            if !same_origin(req) {
+                return error(403, "a logout must come from this dashboard's own page");
+            }
+            if let Some(id) = req.cookie(&d.cookie) {
                 d.sessions.logout(id);
             }
-            Response::text(204, "").with("Set-Cookie", expired_cookie())
+            Response::text(204, "").with("Set-Cookie", expired_cookie(d))
         }
         ("GET", "/api/state") => match viewer(d, req) {
-            Some(v) => json(&crate::view::state(&d.mds, &d.facts, &v)),
+            Some(v) => json(&match d.status() {
+                Ok(s) => crate::view::state(&d.mds, &s, &d.facts, &v),
+                Err(e) => crate::view::unreadable(&e),
+            }),
             None => unauthorized(),
         },
         ("GET", "/api/history") => match viewer(d, req) {
             Some(_) => {
                 let since = req.param("since").and_then(|s| s.parse().ok()).unwrap_or(0);
                 json(&serde_json::json!({
+                    "now_ms": proto::clock::now_ms(),
                     "interval_s": crate::history::INTERVAL.as_secs(),
                     "points": d.history.since(since),
                 }))
@@ -87,25 +122,35 @@ fn route(d: &Dashboard, req: &Request) -> Response {
     }
 }
 
+fn metrics(d: &Dashboard) -> Response {
+    let mut s = d.mds.metrics.render(&d.mds.kv.stats);
+    s = s.trim_end().trim_end_matches("# EOF").to_string();
+    if let Ok(status) = d.status() {
+        s.push_str(&crate::cluster_metrics::render(&status));
+    }
+    if let Some(extra) = &d.extra_metrics {
+        s.push_str(&extra());
+    }
+    s.push_str("# EOF\n");
+    Response::ok("text/plain; version=0.0.4; charset=utf-8", s)
+}
+
 fn viewer(d: &Dashboard, req: &Request) -> Option<Viewer> {
-    d.sessions.check(&d.mds.principals, req.cookie(COOKIE)?)
+    d.sessions.check(&d.mds.principals, req.cookie(&d.cookie)?)
 }
 
 fn login(d: &Dashboard, req: &Request) -> Response {
     // A form on another site may not log a browser in here.
-    if let (Some(origin), Some(host)) = (req.header("origin"), req.header("host")) {
-        let o = origin
-            .strip_prefix("http://")
-            .or_else(|| origin.strip_prefix("https://"))
-            .unwrap_or(origin);
-        if !o.eq_ignore_ascii_case(host) {
-            return error(403, "a login must come from this dashboard's own page");
-        }
+    if !same_origin(req) {
+        return error(403, "a login must come from this dashboard's own page");
     }
     let Ok(token) = std::str::from_utf8(&req.body) else {
         return error(400, "the token is not text");
     };
-    match d.sessions.login(&d.mds.principals, token) {
+    match d
+        .sessions
+        .login(&d.mds.principals, req.peer.map(|p| p.ip()), token)
+    {
         Ok((id, lasts)) => {
             let who = d
                 .sessions
@@ -115,7 +160,8 @@ fn login(d: &Dashboard, req: &Request) -> Response {
             json(&who).with(
                 "Set-Cookie",
                 format!(
-                    "{COOKIE}={id}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}",
+                    "{}={id}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}",
+                    d.cookie,
                     lasts.as_secs()
                 ),
             )
@@ -125,14 +171,17 @@ fn login(d: &Dashboard, req: &Request) -> Response {
                 LoginError::Busy => 429,
                 _ => 401,
             };
-            tracing::info!(peer = ?req.peer, error = %e, "dashboard login refused");
+            tracing::debug!(peer = ?req.peer, error = %e, "dashboard login refused");
             error(status, &e.to_string())
         }
     }
 }
 
-fn expired_cookie() -> String {
-    format!("{COOKIE}=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0")
+fn expired_cookie(d: &Dashboard) -> String {
+    format!(
+        "{}=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0",
+        d.cookie
+    )
 }
 
 fn json(v: &serde_json::Value) -> Response {
@@ -145,6 +194,60 @@ fn error(status: u16, message: &str) -> Response {
     r
 }
 
+/// 401, leaving the cookie alone: a stale request of an old session must
+/// not wipe a newer one, nor a link from another site log anyone out.
 fn unauthorized() -> Response {
-    error(401, "log in first").with("Set-Cookie", expired_cookie())
+    error(401, "log in first")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_hosts_are_any_loopback_name_on_any_port() {
+        for h in [
+            "127.0.0.1:7480",
+            "localhost:9000",
+            "LOCALHOST",
+            "127.0.0.1",
+            "[::1]:80",
+            "127.1.2.3:1",
+        ] {
+            assert!(loopback_host(h), "{h}");
+        }
+        for h in [
+            "evil.example",
+            "evil.example:7480",
+            "10.0.0.1:7480",
+            "localhost.evil.example:1",
+            "[::2]:80",
+            "",
+        ] {
+            assert!(!loopback_host(h), "{h}");
+        }
+    }
+
+    #[test]
+    fn an_origin_must_name_the_host_asked() {
+        let req = |o: Option<&str>, h: Option<&str>| Request {
+            headers: o
+                .map(|o| ("origin".to_string(), o.to_string()))
+                .into_iter()
+                .chain(h.map(|h| ("host".to_string(), h.to_string())))
+                .collect(),
+            ..Request::default()
+        };
+        assert!(same_origin(&req(None, Some("localhost:1"))));
+        assert!(same_origin(&req(
+            Some("http://localhost:9000"),
+            Some("localhost:9000")
+        )));
+        assert!(!same_origin(&req(
+            Some("http://evil.example"),
+            Some("localhost:9000")
+        )));
+        assert!(!same_origin(&req(Some("null"), Some("localhost:9000"))));
+        assert!(!same_origin(&req(Some("http://localhost:9000"), None)));
+    }
 }

@@ -1,8 +1,10 @@
 //! Who is logged in to the dashboard. A login trades a token (see
 //! `proto::token`) for a random session id kept in an HttpOnly cookie;
-//! every request checks the session again against the principals now, so
-//! removing a principal or rotating its key ends its sessions at their
-//! next request. Sessions, and failed logins, are bounded.
+//! every request checks the session again against the principals now (id,
+//! never reused, and key version), so removing a principal, re-adding one
+//! of the same name or rotating its key ends its sessions at their next
+//! request. Sessions (in all and per principal) and failed logins (per
+//! source) are bounded.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -12,17 +14,25 @@ use mds::principals::Principals;
 use proto::mds::Access;
 use proto::token::{Token, TokenError};
 
-/// Name of the session cookie.
+/// Prefix of the session cookie's name; the dashboard's port follows, so
+/// two dashboards on one host (cookies ignore ports) keep their own.
 pub const COOKIE: &str = "tessera_session";
 /// Sessions held at once; a new one beyond it ends the oldest.
 pub const MAX_SESSIONS: usize = 256;
-/// Longest a session lasts (shorter when its token expires sooner).
-pub const MAX_SESSION: Duration = Duration::from_secs(12 * 3600);
-/// Failed logins allowed per [`FAIL_WINDOW`]; beyond that logins are
-/// refused with 429 until the window ends.
+/// Sessions one principal holds at once; a new one ends its oldest (so no
+/// principal can push the others' sessions out).
+pub const MAX_SESSIONS_PER_PRINCIPAL: usize = 16;
+/// How long a session lasts from its login (a token's expiry bounds when
+/// it may be used to log in, not the session it opens).
+pub const SESSION: Duration = Duration::from_secs(12 * 3600);
+/// Failed logins one source address may make per [`FAIL_WINDOW`]; beyond
+/// that its logins are refused with 429 until the window ends.
 pub const MAX_FAILURES: u32 = 20;
 /// See [`MAX_FAILURES`].
 pub const FAIL_WINDOW: Duration = Duration::from_secs(10);
+/// Source addresses whose failures are remembered (the oldest window is
+/// forgotten first).
+pub const MAX_FAILING_SOURCES: usize = 4096;
 
 /// Who a session speaks for, as checked just now.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,6 +46,7 @@ pub struct Viewer {
 #[derive(Debug, Clone)]
 struct Session {
     principal: String,
+    principal_id: u64,
     key_version: u32,
     until: Instant,
     made: Instant,
@@ -66,12 +77,12 @@ impl std::fmt::Display for LoginError {
     }
 }
 
-/// The sessions and the failed-login window.
+/// The sessions and the failed-login windows.
 #[derive(Debug)]
 pub struct Sessions {
     cluster_id: String,
     by_id: Mutex<HashMap<String, Session>>,
-    failures: Mutex<(Instant, u32)>,
+    failures: Mutex<HashMap<std::net::IpAddr, (Instant, u32)>>,
 }
 
 impl Sessions {
@@ -80,32 +91,32 @@ impl Sessions {
         Sessions {
             cluster_id: cluster_id.into(),
             by_id: Mutex::default(),
-            failures: Mutex::new((Instant::now(), 0)),
+            failures: Mutex::default(),
         }
     }
 
-    /// Logs in with `token`: the new session's id and how long it lasts.
+    /// Logs in from `source` with `token`: the new session's id and how
+    /// long it lasts.
     pub fn login(
         &self,
         principals: &Principals,
+        source: Option<std::net::IpAddr>,
         token: &str,
     ) -> Result<(String, Duration), LoginError> {
-        {
+        let source = source.map(source_key);
+        if let Some(ip) = source {
             let f = self.failures.lock().unwrap_or_else(|e| e.into_inner());
-            if f.1 >= MAX_FAILURES && f.0.elapsed() < FAIL_WINDOW {
+            if f.get(&ip)
+                .is_some_and(|(at, n)| *n >= MAX_FAILURES && at.elapsed() < FAIL_WINDOW)
+            {
                 return Err(LoginError::Busy);
             }
         }
         let r = self.verify(principals, token);
-        if r.is_err() {
-            let mut f = self.failures.lock().unwrap_or_else(|e| e.into_inner());
-            if f.0.elapsed() >= FAIL_WINDOW {
-                *f = (Instant::now(), 0);
-            }
-            f.1 += 1;
+        if let (Err(_), Some(ip)) = (&r, source) {
+            self.failed(ip);
         }
-        let (t, now_s) = r?;
-        let lasts = Duration::from_secs(t.expiry_s - now_s).min(MAX_SESSION);
+        let (t, principal_id) = r?;
         let id: String = net::auth::random_bytes::<32>()
             .iter()
             .map(|b| format!("{b:02x}"))
@@ -113,32 +124,71 @@ impl Sessions {
         let now = Instant::now();
         let mut m = self.by_id.lock().unwrap_or_else(|e| e.into_inner());
         m.retain(|_, s| s.until > now);
-        while m.len() >= MAX_SESSIONS {
-            let Some(oldest) = m.iter().min_by_key(|(_, s)| s.made).map(|(k, _)| k.clone()) else {
+        let oldest = |m: &HashMap<String, Session>, of: Option<u64>| {
+            m.iter()
+                .filter(|(_, s)| of.is_none_or(|p| s.principal_id == p))
+                .min_by_key(|(_, s)| s.made)
+                .map(|(k, _)| k.clone())
+        };
+        while m
+            .values()
+            .filter(|s| s.principal_id == principal_id)
+            .count()
+            >= MAX_SESSIONS_PER_PRINCIPAL
+        {
+            let Some(k) = oldest(&m, Some(principal_id)) else {
                 break;
             };
-            m.remove(&oldest);
+            m.remove(&k);
+        }
+        while m.len() >= MAX_SESSIONS {
+            let Some(k) = oldest(&m, None) else { break };
+            m.remove(&k);
         }
         m.insert(
             id.clone(),
             Session {
                 principal: t.principal,
+                principal_id,
                 key_version: t.key_version,
-                until: now + lasts,
+                until: now + SESSION,
                 made: now,
             },
         );
-        Ok((id, lasts))
+        Ok((id, SESSION))
     }
 
+    fn failed(&self, ip: std::net::IpAddr) {
+        let mut f = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+        f.retain(|_, (at, _)| at.elapsed() < FAIL_WINDOW);
+        if f.len() >= MAX_FAILING_SOURCES
+            && !f.contains_key(&ip)
+            && let Some(old) = f.iter().min_by_key(|(_, (at, _))| *at).map(|(k, _)| *k)
+        {
+            f.remove(&old);
+        }
+        let e = f.entry(ip).or_insert((Instant::now(), 0));
+        e.1 += 1;
+        if e.1 == MAX_FAILURES {
+            tracing::warn!(source = %ip, "too many failed dashboard logins; refusing this source for a while");
+        }
+    }
+
+    /// The token checked: it and its principal's id. An unknown principal
+    /// or key version costs the same MAC as a wrong key, so the answer's
+    /// time does not tell which principals exist.
     fn verify(&self, principals: &Principals, token: &str) -> Result<(Token, u64), LoginError> {
         let now_s = proto::clock::now_ms() / 1000;
         let t = Token::parse(token, now_s).map_err(LoginError::Token)?;
-        let rec = principals.get(&t.principal).ok_or(LoginError::Refused)?;
-        if rec.info.key_version != t.key_version || !t.verify(&self.cluster_id, &rec.secret) {
-            return Err(LoginError::Refused);
+        let rec = principals
+            .get(&t.principal)
+            .filter(|r| r.info.key_version == t.key_version);
+        let key = rec.as_ref().map_or([0u8; 32], |r| r.secret);
+        let good = t.verify(&self.cluster_id, &key);
+        match rec {
+            Some(r) if good => Ok((t, r.info.id)),
+            _ => Err(LoginError::Refused),
         }
-        Ok((t, now_s))
     }
 
     /// Who session `id` speaks for, if it is current and its principal
@@ -148,9 +198,9 @@ impl Sessions {
         let s = m.get(id)?;
         let rec = principals.get(&s.principal);
         let live = s.until > Instant::now()
-            && rec
-                .as_ref()
-                .is_some_and(|r| r.info.key_version == s.key_version);
+            && rec.as_ref().is_some_and(|r| {
+                r.info.key_version == s.key_version && r.info.id == s.principal_id
+            });
         let Some(rec) = rec.filter(|_| live) else {
             m.remove(id);
             return None;
@@ -170,6 +220,11 @@ impl Sessions {
             .remove(id);
     }
 
+    /// The cookie's name for a dashboard on `port`.
+    pub fn cookie_name(port: u16) -> String {
+        format!("{COOKIE}_{port}")
+    }
+
     /// Sessions held now.
     pub fn len(&self) -> usize {
         self.by_id.lock().unwrap_or_else(|e| e.into_inner()).len()
@@ -178,5 +233,18 @@ impl Sessions {
     /// Whether none is.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+/// What failures are counted under: an IPv4 address, or an IPv6 /64 (one
+/// host may hold a whole /64).
+fn source_key(ip: std::net::IpAddr) -> std::net::IpAddr {
+    match ip {
+        std::net::IpAddr::V6(v6) => {
+            let mut o = v6.octets();
+            o[8..].fill(0);
+            std::net::IpAddr::V6(o.into())
+        }
+        v4 => v4,
     }
 }

@@ -15,17 +15,41 @@ pub struct MdsFacts {
     pub http: String,
 }
 
-/// The whole state for `viewer`, or the error the MDS gave.
-pub fn state(mds: &mds::Mds, facts: &MdsFacts, viewer: &Viewer) -> Value {
-    let status = match mds.status() {
-        Ok(s) => s,
-        Err(e) => {
-            return json!({
-                "health": {"level": "HEALTH_ERR", "reasons": [format!("the MDS cannot read its state: {e}")]},
-                "error": e.to_string(),
-            });
-        }
-    };
+/// What the page is sent when the MDS cannot read its own state.
+pub fn unreadable(e: &proto::mds::MdsError) -> Value {
+    json!({
+        "health": {"level": "HEALTH_ERR", "reasons": [format!("the MDS cannot read its state: {e}")]},
+        "error": e.to_string(),
+    })
+}
+
+/// The client rows `viewer` may see: every principal's for an admin;
+/// for anyone else its own row and the others only as totals (a tenant
+/// does not learn the names of the others).
+fn clients(mds: &mds::Mds, viewer: &Viewer) -> Value {
+    let rows = mds.clients();
+    if viewer.admin {
+        return json!({"rows": rows, "others": null});
+    }
+    let (mine, others): (Vec<_>, Vec<_>) = rows
+        .into_iter()
+        .partition(|r| r.principal == viewer.principal);
+    json!({
+        "rows": mine,
+        "others": {
+            "principals": others.len(),
+            "connections": others.iter().map(|r| r.connections).sum::<usize>(),
+        },
+    })
+}
+
+/// The whole state for `viewer`, from the MDS's `status`.
+pub fn state(
+    mds: &mds::Mds,
+    status: &proto::mds::ClusterStatus,
+    facts: &MdsFacts,
+    viewer: &Viewer,
+) -> Value {
     let h = status.health();
     let r = &status.redundancy;
     let space = proto::space::usable(&status.osds, r.max_replicas);
@@ -100,7 +124,7 @@ pub fn state(mds: &mds::Mds, facts: &MdsFacts, viewer: &Viewer) -> Value {
             "eta_s": eta_s,
             "bytes_recovered": r.bytes_recovered,
         },
-        "clients": mds.clients(),
+        "clients": clients(mds, viewer),
         "principals": principals,
     })
 }

@@ -28,10 +28,11 @@ pub struct Live {
     pub rates: OsdRates,
 }
 
-/// The rates between two load reports `dt` apart. A restarted OSD (any
-/// counter going down) or reports too close together give zeros.
-pub fn rates(old: &OsdLoad, new: &OsdLoad, dt: Duration) -> OsdRates {
-    let ms = dt.as_millis() as u64;
+/// The rates between two load reports sent `ms` apart (by the OSD's own
+/// clock, so reports delayed on the way and delivered together do not make
+/// a spike). A restarted OSD (any counter going down) or reports under
+/// 50 ms apart give zeros; a rate never wraps.
+pub fn rates(old: &OsdLoad, new: &OsdLoad, ms: u64) -> OsdRates {
     let went_down = new.requests < old.requests
         || new.reads < old.reads
         || new.writes < old.writes
@@ -41,7 +42,9 @@ pub fn rates(old: &OsdLoad, new: &OsdLoad, dt: Duration) -> OsdRates {
     if ms < 50 || went_down {
         return OsdRates::default();
     }
-    let per_s = |a: u64, b: u64| ((u128::from(b - a) * 1000) / u128::from(ms)) as u64;
+    let per_s = |a: u64, b: u64| {
+        u64::try_from((u128::from(b - a) * 1000) / u128::from(ms)).unwrap_or(u64::MAX)
+    };
     let served = new.requests - old.requests;
     OsdRates {
         requests: per_s(old.requests, new.requests),
@@ -131,5 +134,51 @@ impl LiveMap {
                 }
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_never_wrap_nor_follow_a_restart() {
+        let a = OsdLoad {
+            requests: 100,
+            writes: 10,
+            reads: 20,
+            bytes_in: 1 << 20,
+            bytes_out: 2 << 20,
+            busy_us: 5_000,
+        };
+        let b = OsdLoad {
+            requests: 300,
+            writes: 110,
+            reads: 120,
+            bytes_in: 3 << 20,
+            bytes_out: 2 << 20,
+            busy_us: 25_000,
+        };
+        let r = rates(&a, &b, 2_000);
+        assert_eq!(
+            (r.requests, r.writes, r.bytes_in, r.bytes_out),
+            (100, 50, 1 << 20, 0)
+        );
+        assert_eq!(r.latency_us, 100, "20 ms over 200 requests");
+        assert_eq!(rates(&b, &a, 2_000), OsdRates::default(), "a restarted OSD");
+        assert_eq!(
+            rates(&a, &b, 10),
+            OsdRates::default(),
+            "reports 10 ms apart"
+        );
+        let huge = OsdLoad {
+            bytes_in: u64::MAX,
+            ..b
+        };
+        assert_eq!(
+            rates(&a, &huge, 50).bytes_in,
+            u64::MAX,
+            "clamped, not wrapped"
+        );
     }
 }

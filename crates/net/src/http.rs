@@ -142,6 +142,9 @@ pub type Handler = Arc<dyn Fn(Request) -> Response + Send + Sync>;
 /// dropped.
 pub async fn serve(listener: TcpListener, handler: Handler, limits: HttpLimits) {
     let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    // Refusals answered at once (a 503 each, for 1 s at most); beyond
+    // that a refused connection is closed without one.
+    let refusals = Arc::new(Semaphore::new(16));
     let sources: Sources = Arc::default();
     loop {
         let Ok((sock, peer)) = listener.accept().await else {
@@ -150,13 +153,16 @@ pub async fn serve(listener: TcpListener, handler: Handler, limits: HttpLimits) 
             continue;
         };
         let handler = handler.clone();
-        let source = SourceSlot::take(&sources, peer.ip(), limits.max_per_source);
+        let source = SourceSlot::take(&sources, source_of(peer.ip()), limits.max_per_source);
         let slot = slots.clone().try_acquire_owned();
         let (Some(source), Ok(slot)) = (source, slot) else {
-            tokio::spawn(async move {
-                let busy = Response::text(503, "too many connections; try again\n");
-                let _ = tokio::time::timeout(Duration::from_secs(1), send(sock, busy)).await;
-            });
+            if let Ok(r) = refusals.clone().try_acquire_owned() {
+                tokio::spawn(async move {
+                    let _r = r;
+                    let busy = Response::text(503, "too many connections; try again\n");
+                    let _ = tokio::time::timeout(Duration::from_secs(1), send(sock, busy)).await;
+                });
+            }
             continue;
         };
         tokio::spawn(async move {
@@ -181,6 +187,19 @@ pub async fn serve(listener: TcpListener, handler: Handler, limits: HttpLimits) 
 
 /// Connections held now per source address.
 type Sources = Arc<std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>>;
+
+/// What connections are counted under: an IPv4 address, or an IPv6 /64
+/// (one host may hold a whole /64).
+fn source_of(ip: std::net::IpAddr) -> std::net::IpAddr {
+    match ip {
+        std::net::IpAddr::V6(v6) => {
+            let mut o = v6.octets();
+            o[8..].fill(0);
+            std::net::IpAddr::V6(o.into())
+        }
+        v4 => v4,
+    }
+}
 
 /// One connection's place among its source's; dropping it frees it.
 struct SourceSlot {
@@ -218,10 +237,14 @@ impl Drop for SourceSlot {
 /// Reads one request, or the answer that refuses it.
 async fn read_request(sock: &TcpStream, limits: &HttpLimits) -> Result<Request, Response> {
     let mut buf = Vec::with_capacity(1024);
+    let mut searched: usize = 0;
     let head_end = loop {
-        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break i;
+        // Only the bytes read since the last look (and 3 before them).
+        let from = searched.saturating_sub(3);
+        if let Some(i) = buf[from..].windows(4).position(|w| w == b"\r\n\r\n") {
+            break from + i;
         }
+        searched = buf.len();
         if buf.len() > limits.max_head {
             return Err(Response::text(431, "request head too large\n"));
         }
@@ -250,20 +273,29 @@ async fn read_request(sock: &TcpStream, limits: &HttpLimits) -> Result<Request, 
         ..Request::default()
     };
     for l in lines {
+        // No folded lines, no space before the colon, no bare CR or LF:
+        // a proxy in front must not read this request another way.
         let Some((n, v)) = l.split_once(':') else {
             return Err(Response::text(400, "bad header line\n"));
         };
-        req.headers
-            .push((n.trim().to_ascii_lowercase(), v.trim().into()));
+        let name_ok = !n.is_empty()
+            && n.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+        if !name_ok || v.contains(['\r', '\n']) {
+            return Err(Response::text(400, "bad header line\n"));
+        }
+        req.headers.push((n.to_ascii_lowercase(), v.trim().into()));
     }
     if req.header("transfer-encoding").is_some() {
         return Err(Response::text(411, "send a Content-Length\n"));
     }
-    let len: usize = match req.header("content-length") {
-        None => 0,
-        Some(v) => v
+    let mut lengths = req.headers.iter().filter(|(n, _)| n == "content-length");
+    let len: usize = match (lengths.next(), lengths.next()) {
+        (None, _) => 0,
+        (Some((_, v)), None) if !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()) => v
             .parse()
-            .map_err(|_| Response::text(400, "bad Content-Length\n"))?,
+            .map_err(|_| Response::text(413, "request body too large\n"))?,
+        _ => return Err(Response::text(400, "bad or repeated Content-Length\n")),
     };
     if len > limits.max_body {
         return Err(Response::text(413, "request body too large\n"));
@@ -341,4 +373,86 @@ async fn send(mut sock: TcpStream, r: Response) -> std::io::Result<()> {
     })
     .await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn server(limits: HttpLimits) -> SocketAddr {
+        let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let at = l.local_addr().expect("addr");
+        let h: Handler = Arc::new(|r: Request| {
+            Response::text(200, format!("{} {} {}", r.method, r.path, r.body.len()))
+        });
+        tokio::spawn(serve(l, h, limits));
+        at
+    }
+
+    async fn ask(at: SocketAddr, raw: &[u8]) -> String {
+        let mut s = TcpStream::connect(at).await.expect("connect");
+        s.write_all(raw).await.expect("send");
+        let mut out = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out)).await;
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
+    #[tokio::test]
+    async fn requests_a_proxy_could_read_another_way_are_refused() {
+        let at = server(HttpLimits::default()).await;
+        let ok = ask(
+            at,
+            b"POST /x HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabc",
+        )
+        .await;
+        assert!(
+            ok.starts_with("HTTP/1.1 200") && ok.ends_with("POST /x 3"),
+            "{ok}"
+        );
+        for bad in [
+            &b"POST /x HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\nabc"[..],
+            b"POST /x HTTP/1.1\r\nContent-Length: +3\r\n\r\nabc",
+            b"POST /x HTTP/1.1\r\nContent-Length : 3\r\n\r\nabc",
+            b"GET / HTTP/1.1\r\nHost: a\r\n folded\r\n\r\n",
+            b"GET / HTTP/1.1\r\nno colon\r\n\r\n",
+            b"GET /  HTTP/1.1\r\n\r\n",
+            b"POST /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+        ] {
+            let a = ask(at, bad).await;
+            assert!(
+                a.starts_with("HTTP/1.1 400") || a.starts_with("HTTP/1.1 411"),
+                "{:?} -> {a}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+        let huge = ask(
+            at,
+            b"POST /x HTTP/1.1\r\nContent-Length: 99999999999999999999999\r\n\r\n",
+        )
+        .await;
+        assert!(huge.starts_with("HTTP/1.1 413"), "{huge}");
+    }
+
+    #[tokio::test]
+    async fn one_source_cannot_hold_every_connection() {
+        let limits = HttpLimits {
+            max_per_source: 4,
+            read_timeout: Duration::from_secs(3),
+            ..HttpLimits::default()
+        };
+        let at = server(limits).await;
+        // Four idle connections from this address hold its share...
+        let mut idle = Vec::new();
+        for _ in 0..4 {
+            idle.push(TcpStream::connect(at).await.expect("connect"));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let refused = ask(at, b"GET / HTTP/1.1\r\n\r\n").await;
+        assert!(refused.starts_with("HTTP/1.1 503"), "{refused}");
+        // ...and are let go after the read timeout.
+        drop(idle);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let served = ask(at, b"GET / HTTP/1.1\r\n\r\n").await;
+        assert!(served.starts_with("HTTP/1.1 200"), "{served}");
+    }
 }

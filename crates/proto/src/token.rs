@@ -82,7 +82,7 @@ impl Token {
         };
         let key_version = version.parse().map_err(|_| TokenError::Malformed)?;
         let expiry_s: u64 = expiry.parse().map_err(|_| TokenError::Malformed)?;
-        if principal.is_empty() || hex.len() != 64 || !hex.is_ascii() {
+        if principal.is_empty() || hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
             return Err(TokenError::Malformed);
         }
         let mut mac = [0u8; 32];
@@ -164,6 +164,7 @@ mod tests {
             "tsdash1:a:1:2000:00000000000000000000000000000000000000000000000000000000000000zz",
             "tsdash1:a:1:2000:ééééééééééééééééééééééééééééééé00",
             "tsdash1:a:1:2000:00:extra",
+            "tsdash1:a:1:2000:+f00000000000000000000000000000000000000000000000000000000000000",
         ] {
             assert_eq!(Token::parse(bad, 10), Err(TokenError::Malformed), "{bad}");
         }

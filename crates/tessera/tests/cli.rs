@@ -374,6 +374,10 @@ fn up_with_the_namespace_on_the_osds_then_fsck_it() {
         .unwrap()
         .port();
     let listen = format!("127.0.0.1:{port}");
+    let http = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().to_string()
+    };
     for (args, want) in [
         (vec!["up", "--namespace", "ldap"], "unknown namespace mode"),
         (
@@ -428,6 +432,8 @@ fn up_with_the_namespace_on_the_osds_then_fsck_it() {
             "128M",
             "--listen",
             &listen,
+            "--http",
+            &http,
             "--namespace",
             "osd",
         ])
@@ -450,6 +456,10 @@ fn up_with_the_namespace_on_the_osds_then_fsck_it() {
         "{seen}"
     );
     assert!(seen.contains("atomic protocol"), "{seen}");
+    assert!(
+        seen.contains(&format!("dashboard on http://{http}/")),
+        "{seen}"
+    );
     let out = ok(&["fsck", "--namespace", "--data", s(&data)]);
     assert!(out.contains("namespace is consistent"), "{out}");
     // SAFETY: signalling our own child.

@@ -59,13 +59,18 @@ fn login(addr: &str, token: &str) -> String {
     assert_eq!(st, 200, "{head}\n{body}");
     let c = head
         .lines()
-        .find_map(|l| l.strip_prefix("Set-Cookie: tessera_session="))
+        .find_map(|l| l.strip_prefix("Set-Cookie: "))
         .unwrap();
+    let port = addr.rsplit(':').next().unwrap();
+    assert!(
+        c.starts_with(&format!("tessera_session_{port}=")),
+        "the cookie names the port: {c}"
+    );
     assert!(
         c.contains("HttpOnly") && c.contains("SameSite=Strict"),
         "{c}"
     );
-    format!("tessera_session={}", c.split(';').next().unwrap())
+    c.split(';').next().unwrap().to_string()
 }
 
 fn state(addr: &str, cookie: &str) -> (u16, Value) {
@@ -292,6 +297,15 @@ fn the_dashboard_refuses_what_it_must_and_stays_bounded() {
         admin_token.as_bytes(),
     );
     assert_eq!(st, 403);
+    // Any loopback name on any port is ours (an SSH tunnel's local port).
+    for host in ["localhost:9999", "127.0.0.1", "[::1]:7480"] {
+        let mut s = TcpStream::connect(a).unwrap();
+        s.write_all(format!("GET / HTTP/1.1\r\nHost: {host}\r\n\r\n").as_bytes())
+            .unwrap();
+        let mut out = String::new();
+        let _ = s.read_to_string(&mut out);
+        assert!(out.starts_with("HTTP/1.1 200"), "{host}: {out}");
+    }
 
     // Oversized requests are refused before they are read.
     assert_eq!(
@@ -303,9 +317,17 @@ fn the_dashboard_refuses_what_it_must_and_stays_bounded() {
 
     // The admin sees principals, a read-only principal does not.
     let admin = login(a, &admin_token);
-    let (st, s) = state(a, &admin);
+    // The state may be up to a second old (one MDS status a second).
+    let t = Instant::now();
+    let (st, s) = loop {
+        let (st, s) = state(a, &admin);
+        if s["health"]["level"] == "HEALTH_OK" || t.elapsed() > Duration::from_secs(5) {
+            break (st, s);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
     assert_eq!(st, 200);
-    assert_eq!(s["health"]["level"], "HEALTH_OK");
+    assert_eq!(s["health"]["level"], "HEALTH_OK", "{s}");
     assert_eq!(s["osds"].as_array().unwrap().len(), 1);
     assert!(s["principals"].as_array().unwrap().len() >= 2);
     let viewer = login(a, &token(&c, &viewer_key));
@@ -316,6 +338,23 @@ fn the_dashboard_refuses_what_it_must_and_stays_bounded() {
         "a read-only principal saw the principals"
     );
     assert_eq!(s["me"]["admin"], false);
+    // ...nor the other clients' names: its own row, the others as totals.
+    let _admin_client = rt.block_on(c.client());
+    std::thread::sleep(Duration::from_millis(1100));
+    let (_, s) = state(a, &viewer);
+    let rows = s["clients"]["rows"].as_array().unwrap();
+    assert!(
+        rows.iter().all(|r| r["principal"] == "client.viewer"),
+        "{rows:?}"
+    );
+    assert!(
+        s["clients"]["others"]["connections"].as_u64().unwrap() >= 1,
+        "{s}"
+    );
+    assert!(
+        !s.to_string().contains("client.admin"),
+        "the viewer saw the admin's name"
+    );
 
     // Rotating the viewer's key ends its session at the next request.
     c.cli_ok(&[
@@ -331,25 +370,60 @@ fn the_dashboard_refuses_what_it_must_and_stays_bounded() {
         "a rotated key's session still works"
     );
     assert_eq!(state(a, &admin).0, 200);
+    // Removing it and adding one of the same name (key version 1 again)
+    // does not bring an old session back.
+    let viewer = login(a, &token(&c, &viewer_key));
+    c.cli_ok(&["auth", "rm", "client.viewer"]);
+    c.cli_ok(&[
+        "auth",
+        "add",
+        "client.viewer",
+        "--access",
+        "ro",
+        "--out",
+        viewer_key.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        state(a, &viewer).0,
+        401,
+        "a removed principal's session came back"
+    );
     // Logging out ends the session.
     http(a, "POST", "/api/logout", &[("Cookie", &admin)], b"");
     assert_eq!(state(a, &admin).0, 401);
 
-    // A flood of failed logins is cut off (429), without stopping the
-    // dashboard for anyone already in.
+    // A flood of failed logins is cut off (429) for its source only: not
+    // for anyone already in, nor for a login from another address.
     let viewer = login(a, &token(&c, &viewer_key));
     let codes: Vec<u16> = (0..30)
         .map(|_| http(a, "POST", "/api/login", &[], forged.as_bytes()).0)
         .collect();
     assert!(codes.contains(&429), "{codes:?}");
     assert_eq!(state(a, &viewer).0, 200);
+    let good = token(&c, &viewer_key);
+    let mut other = connect_from("127.0.0.3", a.parse().unwrap()).unwrap();
+    other
+        .write_all(
+            format!(
+                "POST /api/login HTTP/1.1\r\nHost: {a}\r\nContent-Length: {}\r\n\r\n{good}",
+                good.len()
+            )
+            .as_bytes(),
+        )
+        .unwrap();
+    let mut out = String::new();
+    let _ = other.read_to_string(&mut out);
+    assert!(
+        out.starts_with("HTTP/1.1 200"),
+        "another source was locked out: {out}"
+    );
 
     // One source holding idle connections (here 127.0.0.2) does not lock
     // out another.
     let target: SocketAddr = a.parse().unwrap();
     let idle: Vec<std::net::TcpStream> = (0..300)
         .filter_map(|_| {
-            let s = socket2_free_connect("127.0.0.2", target)?;
+            let s = connect_from("127.0.0.2", target)?;
             Some(s)
         })
         .collect();
@@ -370,7 +444,7 @@ fn the_dashboard_refuses_what_it_must_and_stays_bounded() {
 
 /// A TCP connection to `to` from source address `from` (std cannot bind
 /// before connecting, so through libc).
-fn socket2_free_connect(from: &str, to: SocketAddr) -> Option<TcpStream> {
+fn connect_from(from: &str, to: SocketAddr) -> Option<TcpStream> {
     use std::os::fd::FromRawFd;
     let SocketAddr::V4(to) = to else { return None };
     let from: std::net::Ipv4Addr = from.parse().ok()?;
@@ -582,4 +656,42 @@ fn the_grafana_dashboard_names_only_metrics_the_daemons_export() {
     for job in ["tessera-mds", "tessera-osd", "tessera-mount"] {
         assert!(prom.contains(&format!("job_name: {job}")), "{job}");
     }
+}
+
+#[test]
+fn a_taken_http_port_stops_the_mds_before_it_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("mds");
+    let out = std::process::Command::new(common::BIN)
+        .args(["mds", "format", "--cluster", "c", "--data"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    // Someone else holds the address the dashboard was to have.
+    let squatter = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken = squatter.local_addr().unwrap().to_string();
+    let out = std::process::Command::new(common::BIN)
+        .args([
+            "mds",
+            "serve",
+            "--listen",
+            &common::free_port(),
+            "--http",
+            &taken,
+            "--data",
+        ])
+        .arg(&data)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "served beside a squatter: {err}");
+    assert!(
+        err.contains(&format!("cannot listen on {taken}")) && err.contains("--no-http"),
+        "{err}"
+    );
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("serving"),
+        "the MDS started before the port was checked"
+    );
 }

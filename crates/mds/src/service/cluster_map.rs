@@ -115,7 +115,7 @@ impl Mds {
             if prev.is_none_or(|l| l.at_ms < r.at_ms) {
                 let seen = std::time::Instant::now();
                 let rates = prev.map_or_else(Default::default, |p| {
-                    crate::cluster::rates(&p.load, &r.load, seen - p.seen)
+                    crate::cluster::rates(&p.load, &r.load, r.at_ms - p.at_ms)
                 });
                 live.osds.insert(
                     r.osd_id,

@@ -145,11 +145,20 @@ pub fn run(c: MdsCmd) -> anyhow::Result<i32> {
             Ok(0)
         }
         MdsCmd::Serve { data, listen, http } => runtime()?.block_on(async move {
+            let http_listener = super::dashboard::listen(&http).await?;
             let m = LocalMds::start(&data, &listen)
                 .await
                 .map_err(anyhow::Error::msg)?;
-            let h =
-                super::dashboard::start(&http, m.mds.clone(), &m.addr.to_string(), None).await?;
+            let h = match http_listener {
+                Some(l) => Some(super::dashboard::start(
+                    &http,
+                    l,
+                    m.mds.clone(),
+                    &m.addr.to_string(),
+                    None,
+                )?),
+                None => None,
+            };
             println!(
                 "MDS of cluster {} serving {} on {}",
                 m.mds.sb.cluster_id,

@@ -150,6 +150,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     let rt = super::runtime()?;
     let handle = rt.handle().clone();
     rt.block_on(async move {
+        let http_listener = super::dashboard::listen(&a.http).await?;
         let m = LocalMds::start(&mds_dir, &cf.mds)
             .await
             .map_err(|e| anyhow::anyhow!("MDS: {e}"))?;
@@ -236,8 +237,10 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         let extra: Option<dash::ExtraMetrics> = client.clone().map(|c| {
             std::sync::Arc::new(move || c.stats().prometheus()) as dash::ExtraMetrics
         });
-        let http =
-            super::dashboard::start(&a.http, m.mds.clone(), &m.addr.to_string(), extra).await?;
+        let http = match http_listener {
+            Some(l) => Some(super::dashboard::start(&a.http, l, m.mds.clone(), &m.addr.to_string(), extra)?),
+            None => None,
+        };
         if let Some(h) = http {
             println!(
                 "  dashboard on http://{h}/ (log in with {}, or a token from `tessera auth token --data {}`)",

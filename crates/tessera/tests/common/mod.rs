@@ -108,6 +108,11 @@ impl Up {
             mp.to_str().unwrap(),
         ];
         args.extend_from_slice(extra);
+        // Tests run side by side: no dashboard on the default port unless
+        // a test asks for an address.
+        if !extra.iter().any(|a| *a == "--metrics" || *a == "--http") {
+            args.push("--no-http");
+        }
         let mut child = bin()
             .args(&args)
             .stdout(Stdio::piped())
@@ -182,6 +187,7 @@ pub fn serve_mds(data: &Path, addr: &str) -> Child {
             data.to_str().unwrap(),
             "--listen",
             addr,
+            "--no-http",
         ])
         .stdout(Stdio::null())
         .stderr(if std::env::var_os("TESSERA_TEST_LOGS").is_some() {

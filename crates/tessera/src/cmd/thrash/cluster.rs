@@ -143,7 +143,7 @@ impl Cluster {
         let child = daemon(&self.exe)
             .args(["mds", "serve", "--data"])
             .arg(self.dir.join("mds"))
-            .args(["--listen", &self.mds_addr])
+            .args(["--listen", &self.mds_addr, "--no-http"])
             .env("TESSERA_LOG", "info")
             .stdout(Stdio::null())
             .stderr(log_file(&self.dir.join("mds.log"))?)
