@@ -5,6 +5,7 @@ use std::path::Path;
 
 use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 /// One line: its legend and its points.
 pub type Series = (String, Vec<(f64, f64)>);
@@ -111,13 +112,49 @@ where
         .y_label_area_size(80)
         .build_cartesian_2d(x, y)
         .map_err(err)?;
-    c.configure_mesh()
-        .x_desc(chart.x)
+        // On a log or counting axis, a tick and a label at every measured x
+    // (plotters' own ticks can miss them: 16 clients on a log axis had
+    // none); a linear axis keeps plotters' round ticks.
+    let xs = measured_xs(series);
+    let own_x = chart.x_scale != Scale::Linear && !xs.is_empty() && xs.len() <= 24;
+            let (fx, fy) = (
+        |v: &f64| {
+            if own_x {
+                String::new()
+            } else {
+                label(*v, chart.x_scale)
+            }
+        },
+        |v: &f64| label(*v, chart.y_scale),
+    );
+    let mut mesh = c.configure_mesh();
+    mesh.x_desc(chart.x)
         .y_desc(chart.y)
-        .x_label_formatter(&|v| label(*v, chart.x_scale))
-        .y_label_formatter(&|v| label(*v, chart.y_scale))
-        .draw()
-        .map_err(err)?;
+        .x_label_formatter(&fx)
+        .y_label_formatter(&fy);
+    if own_x {
+        mesh.x_labels(0).disable_x_mesh();
+    }
+    mesh.draw().map_err(err)?;
+    if own_x {
+        let (_, rows) = c.plotting_area().get_pixel_range();
+        let any_y = series
+            .iter()
+            .find_map(|s| s.1.first())
+            .map_or(1.0, |p| p.1);
+        let style = TextStyle::from(("sans-serif", 14).into_font())
+            .pos(Pos::new(HPos::Center, VPos::Top));
+        for &x in &xs {
+            let (px, _) = c.backend_coord(&(x, any_y));
+            root.draw(&PathElement::new(
+                vec![(px, rows.end), (px, rows.end + 5)],
+                BLACK,
+            ))
+            .map_err(err)?;
+            root.draw(&Text::new(short(x), (px, rows.end + 8), style.clone()))
+                .map_err(err)?;
+        }
+    }
     for (i, (name, pts)) in series.iter().enumerate() {
         let color = COLORS[i % COLORS.len()];
         c.draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))
@@ -136,6 +173,14 @@ where
         .map_err(err)?;
     root.present().map_err(err)?;
     Ok(())
+}
+
+/// Every x some series has a point at, in order (one per value).
+fn measured_xs(series: &[Series]) -> Vec<f64> {
+    let mut xs: Vec<f64> = series.iter().flat_map(|s| s.1.iter().map(|p| p.0)).collect();
+    xs.sort_by(f64::total_cmp);
+    xs.dedup_by(|a, b| (*a - *b).abs() <= 1e-9 * b.abs().max(1.0));
+    xs
 }
 
 /// An axis label: whole numbers only on an [`Scale::Integer`] axis.
@@ -317,6 +362,29 @@ mod tests {
             !texts.contains(&"0.2") && !texts.contains(&"1.2"),
             "no fractional ticks"
         );
+        // On a log axis every measured x has its tick (16 clients had
+        // none among plotters' own).
+        let log = dir.join("log.svg");
+        let chart = Chart {
+            title: "creates per second by clients",
+            x: "clients",
+            y: "creates/s",
+            x_scale: Scale::Log,
+            y_scale: Scale::Linear,
+        };
+        let pts = |k: f64| vec![(1.0, k), (2.0, 2.0 * k), (4.0, 3.0 * k), (8.0, 3.5 * k), (16.0, 3.7 * k)];
+        lines_svg(
+            &log,
+            &chart,
+            &[("atomic".into(), pts(900.0)), ("mds".into(), pts(400.0))],
+        )
+        .expect("drawn");
+        let svg = std::fs::read_to_string(&log).expect("written");
+        let texts: Vec<&str> = svg.lines().map(str::trim).collect();
+        for x in ["1", "2", "4", "8", "16"] {
+            assert!(texts.contains(&x), "no tick label at {x} clients");
+        }
+        assert!(texts.contains(&"atomic") && texts.contains(&"mds"), "legend");
         if std::env::var_os("TESSERA_KEEP_PLOTS").is_none() {
             let _ = std::fs::remove_dir_all(&dir);
         }
