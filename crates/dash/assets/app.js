@@ -9,7 +9,7 @@ const FETCH_TIMEOUT_MS = 8000;
 const HOUR_MS = 3600 * 1000;
 
 let history = [];
-let lastHistoryT = 0;
+let lastSeq = 0; // the newest history point held (the MDS numbers them)
 let generation = 0; // polling loops of an older login stop
 let lastOk = 0;
 let skewMs = 0; // the MDS's clock minus this browser's: charts use the MDS's time
@@ -43,11 +43,19 @@ function duration(s) {
   return (s / 86400).toFixed(1) + " days";
 }
 
+// The session id lives in this tab's sessionStorage (scoped to this exact
+// origin, port included) and travels in a header: no cookie, so no other
+// page or local service is ever sent it.
+const SESSION_KEY = "tessera-session";
+const session = () => sessionStorage.getItem(SESSION_KEY);
+
 async function call(path, opts) {
   const ctl = new AbortController();
   const t = setTimeout(() => ctl.abort(), FETCH_TIMEOUT_MS);
+  const headers = Object.assign({}, (opts && opts.headers) || {});
+  if (session()) headers["Authorization"] = "Bearer " + session();
   try {
-    return await fetch(path, Object.assign({ credentials: "same-origin", signal: ctl.signal }, opts || {}));
+    return await fetch(path, Object.assign({}, opts || {}, { credentials: "omit", signal: ctl.signal, headers }));
   } finally {
     clearTimeout(t);
   }
@@ -65,7 +73,7 @@ function unhex(s) {
   return out;
 }
 
-// A key file (TOML) becomes a one-hour token signed in the browser.
+// A key file (TOML) becomes a 12-hour token signed in the browser.
 async function tokenFrom(text) {
   text = text.trim();
   if (text.startsWith("tsdash1:")) return text;
@@ -82,9 +90,9 @@ async function tokenFrom(text) {
     throw new Error("this page is not a secure context (served to another host over plain HTTP), " +
       "so it cannot sign with a key here: paste a token from `tessera auth token` instead");
   }
-  // The token only has to outlive the login (the session lasts 12 h);
-  // an hour tolerates a browser clock that is behind the MDS's.
-  const expiry = Math.floor(Date.now() / 1000) + 3600;
+  // The session ends when the token does (12 h at most): a key file gives
+  // a 12-hour token, which also tolerates a browser clock that is behind.
+  const expiry = Math.floor(Date.now() / 1000) + 12 * 3600;
   const msg = "TSDASH1\n" + cluster + "\n" + principal + "\n" + version + "\n" + expiry;
   const key = await crypto.subtle.importKey("raw", unhex(secret), { name: "HMAC", hash: "SHA-256" }, false, ["sign"]);
   const mac = await crypto.subtle.sign("HMAC", key, new TextEncoder().encode(msg));
@@ -100,6 +108,7 @@ async function login(ev) {
     const body = await r.json().catch(() => ({}));
     if (!r.ok) throw new Error(body.error || ("login failed: HTTP " + r.status));
     $("key").value = "";
+    sessionStorage.setItem(SESSION_KEY, body.session);
     start();
   } catch (e) {
     $("login-error").textContent = String(e.message || e);
@@ -108,6 +117,7 @@ async function login(ev) {
 
 function showLogin() {
   generation++;
+  sessionStorage.removeItem(SESSION_KEY);
   $("dashboard").hidden = true;
   $("logout-btn").hidden = true;
   $("me").textContent = "";
@@ -358,7 +368,7 @@ async function pollState(mine) {
 
 async function pollHistory(mine) {
   try {
-    const r = await call("/api/history?since=" + lastHistoryT);
+    const r = await call("/api/history?after=" + lastSeq);
     if (mine !== generation) return;
     if (r.status === 401) return showLogin();
     if (!r.ok) return;
@@ -366,7 +376,7 @@ async function pollHistory(mine) {
     if (mine !== generation) return;
     if (h.now_ms) skewMs = h.now_ms - Date.now();
     if (h.points.length) {
-      lastHistoryT = h.points[h.points.length - 1].t_ms;
+      lastSeq = h.points[h.points.length - 1].seq;
       history = history.concat(h.points).filter((p) => p.t_ms >= serverNow() - HOUR_MS);
     }
   } catch (e) {
@@ -393,7 +403,7 @@ function start() {
   $("logout-btn").hidden = false;
   generation++;
   history = [];
-  lastHistoryT = 0;
+  lastSeq = 0;
   every(pollState, STATE_EVERY_MS);
   every(pollHistory, HISTORY_EVERY_MS);
 }
@@ -401,7 +411,8 @@ function start() {
 document.addEventListener("DOMContentLoaded", async () => {
   $("login-form").addEventListener("submit", login);
   $("logout-btn").addEventListener("click", logout);
-  const r = await call("/api/state").catch(() => null);
+  // A session of this tab survives a reload; otherwise log in.
+  const r = session() ? await call("/api/state").catch(() => null) : null;
   if (r && r.ok) return start();
   showLogin();
   if (r && r.status !== 401) {

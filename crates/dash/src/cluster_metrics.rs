@@ -8,20 +8,31 @@ use std::fmt::Write;
 
 use proto::mds::ClusterStatus;
 
-/// The gauges for `s`, in the Prometheus text format.
-pub fn render(s: &ClusterStatus) -> String {
+/// The gauges for status `s`, in the Prometheus text format; with no
+/// status (the MDS could not read its state), `tessera_cluster_status_ok`
+/// 0 and health 2, so an alert on health fires.
+pub fn render(s: Option<&ClusterStatus>) -> String {
     let mut o = String::new();
-    let h = s.health();
-    let level = match h.level {
-        "HEALTH_OK" => 0,
-        "HEALTH_WARN" => 1,
-        _ => 2,
-    };
+    gauge(
+        &mut o,
+        "tessera_cluster_status_ok",
+        "Whether the MDS could read the cluster's state (the gauges below need it).",
+    );
+    let _ = writeln!(o, "tessera_cluster_status_ok {}", u8::from(s.is_some()));
     gauge(
         &mut o,
         "tessera_cluster_health",
         "Health: 0 HEALTH_OK, 1 HEALTH_WARN, 2 HEALTH_ERR (reasons in `tessera status`).",
     );
+    let Some(s) = s else {
+        let _ = writeln!(o, "tessera_cluster_health 2");
+        return o;
+    };
+    let level = match s.health().level {
+        "HEALTH_OK" => 0,
+        "HEALTH_WARN" => 1,
+        _ => 2,
+    };
     let _ = writeln!(o, "tessera_cluster_health {level}");
     gauge(
         &mut o,
@@ -126,7 +137,7 @@ mod tests {
             redundancy: Default::default(),
             replay_wait: None,
         };
-        let text = render(&s);
+        let text = render(Some(&s));
         assert!(
             text.contains("tessera_cluster_osds{state=\"down\"} 1"),
             "{text}"

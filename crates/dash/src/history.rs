@@ -14,6 +14,9 @@ pub const POINTS: usize = 720;
 /// One sample of the whole cluster.
 #[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
 pub struct Point {
+    /// Its place in the ring's order (1, 2, …; set when it is kept): what
+    /// a reader asks for points after, whatever the clock did.
+    pub seq: u64,
     /// When (ms since the epoch).
     pub t_ms: u64,
     /// Object data bytes read from OSDs per second (every copy counted).
@@ -35,6 +38,11 @@ pub struct History {
     cap: usize,
 }
 
+/// The last sequence number given (points are numbered from 1).
+fn last_seq(q: &VecDeque<Point>) -> u64 {
+    q.back().map_or(0, |p| p.seq)
+}
+
 impl Default for History {
     fn default() -> Self {
         History::with_capacity(POINTS)
@@ -50,19 +58,20 @@ impl History {
         }
     }
 
-    /// Adds a point, dropping the oldest when full.
-    pub fn push(&self, p: Point) {
+    /// Adds a point (numbering it), dropping the oldest when full.
+    pub fn push(&self, mut p: Point) {
         let mut q = self.points.lock().unwrap_or_else(|e| e.into_inner());
+        p.seq = last_seq(&q) + 1;
         while q.len() >= self.cap {
             q.pop_front();
         }
         q.push_back(p);
     }
 
-    /// The points after `since_ms`, oldest first.
-    pub fn since(&self, since_ms: u64) -> Vec<Point> {
+    /// The points numbered after `seq`, oldest first.
+    pub fn after(&self, seq: u64) -> Vec<Point> {
         let q = self.points.lock().unwrap_or_else(|e| e.into_inner());
-        q.iter().filter(|p| p.t_ms > since_ms).copied().collect()
+        q.iter().filter(|p| p.seq > seq).copied().collect()
     }
 
     /// Points held.
@@ -130,10 +139,16 @@ mod tests {
                 ..Point::default()
             });
         }
-        let ts: Vec<u64> = h.since(0).iter().map(|p| p.t_ms).collect();
+        let ts: Vec<u64> = h.after(0).iter().map(|p| p.t_ms).collect();
         assert_eq!(ts, [3, 4, 5]);
-        assert_eq!(h.since(4).len(), 1);
-        assert!(h.since(5).is_empty());
+        assert_eq!(h.after(4).len(), 1);
+        assert!(h.after(5).is_empty());
+        // A clock stepping back does not hide new points.
+        h.push(Point {
+            t_ms: 1,
+            ..Point::default()
+        });
+        assert_eq!(h.after(5).len(), 1);
     }
 
     #[test]

@@ -28,29 +28,28 @@ pub type ExtraMetrics = Arc<dyn Fn() -> String + Send + Sync>;
 /// many arrive.
 pub const STATUS_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// The MDS's status, or why it could not say.
+pub type StatusAnswer = Result<Arc<proto::mds::ClusterStatus>, proto::mds::MdsError>;
+
 /// The dashboard of one MDS.
 pub struct Dashboard {
     /// The MDS it shows.
     pub mds: Arc<mds::Mds>,
     /// Who is logged in.
     pub sessions: sessions::Sessions,
-    /// The session cookie's name (it names the port).
-    pub cookie: String,
     /// The last hour.
     pub history: history::History,
     /// What the state names as the MDS's addresses.
     pub facts: view::MdsFacts,
     /// Appended to `/metrics`.
     pub extra_metrics: Option<ExtraMetrics>,
-    /// Bound to a loopback address: only requests naming a loopback host
-    /// are answered (`/metrics` excepted), so a page of another site
-    /// cannot reach the dashboard by pointing a DNS name at 127.0.0.1.
-    pub loopback: bool,
-    /// Serve the pages and the API on a non-loopback address (plain HTTP:
-    /// tokens cross the network in the clear). Without it such an address
-    /// serves `/metrics` only.
+    /// Serve the pages and the API to connections that reach a
+    /// non-loopback address (plain HTTP: tokens cross the network in the
+    /// clear). Without it those connections get `/metrics` only; a
+    /// connection to a loopback address gets the dashboard, for a
+    /// request naming a loopback host.
     pub remote: bool,
-    status: std::sync::Mutex<Option<(std::time::Instant, Arc<proto::mds::ClusterStatus>)>>,
+    status: std::sync::Mutex<Option<(std::time::Instant, StatusAnswer)>>,
 }
 
 impl Dashboard {
@@ -64,7 +63,6 @@ impl Dashboard {
     ) -> Arc<Dashboard> {
         Arc::new(Dashboard {
             sessions: sessions::Sessions::new(&mds.sb.cluster_id),
-            cookie: sessions::Sessions::cookie_name(http.port()),
             mds,
             history: history::History::default(),
             facts: view::MdsFacts {
@@ -72,7 +70,6 @@ impl Dashboard {
                 http: format!("http://{http}/"),
             },
             extra_metrics: None,
-            loopback: http.ip().is_loopback(),
             remote,
             status: std::sync::Mutex::new(None),
         })
@@ -86,17 +83,17 @@ impl Dashboard {
         self
     }
 
-    /// The MDS's status, at most [`STATUS_MAX_AGE`] old.
-    pub fn status(&self) -> Result<Arc<proto::mds::ClusterStatus>, proto::mds::MdsError> {
+    /// The MDS's status (or its failure), at most [`STATUS_MAX_AGE`] old.
+    pub fn status(&self) -> StatusAnswer {
         let mut c = self.status.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((at, s)) = c.as_ref()
             && at.elapsed() < STATUS_MAX_AGE
         {
-            return Ok(s.clone());
+            return s.clone();
         }
-        let s = Arc::new(self.mds.status()?);
+        let s = self.mds.status().map(Arc::new);
         *c = Some((std::time::Instant::now(), s.clone()));
-        Ok(s)
+        s
     }
 
     /// Keeps the history: one point every [`history::INTERVAL`], until

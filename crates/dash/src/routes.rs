@@ -1,6 +1,7 @@
 //! What each path of the dashboard answers. Public: the page and its
 //! assets (they hold no data), `/metrics` (as before the dashboard) and
-//! the login. Everything under `/api/` but the login needs a session.
+//! the login. Everything under `/api/` but the login needs a session id
+//! in `Authorization: Bearer ID`.
 //! Every answer carries a strict Content-Security-Policy (scripts and
 //! styles from this server only, no frames); a loopback-bound dashboard
 //! answers only requests naming a loopback host, and one on another
@@ -47,8 +48,10 @@ fn loopback_host(host: &str) -> bool {
             .is_ok_and(|ip| ip.is_loopback())
 }
 
-/// Whether a state-changing request (login, logout) comes from this
-/// dashboard's own page: its Origin, when sent, names the host it asked.
+/// Whether a login or logout comes from this dashboard's own page: its
+/// Origin, when sent, names the host it asked (the session id travels in
+/// a header no other site can make a browser send, so this guards only
+/// against a form that logs a browser in with someone else's token).
 fn same_origin(req: &Request) -> bool {
     match (req.header("origin"), req.header("host")) {
         (Some(origin), Some(host)) => origin
@@ -65,15 +68,20 @@ fn route(d: &Dashboard, req: &Request) -> Response {
         return metrics(d);
     }
     // Scrapers name whatever host they were configured with, so /metrics
-    // (public before the dashboard, no secret in it) is not checked.
-    if d.loopback && !req.header("host").is_some_and(loopback_host) {
+    // (public before the dashboard, no secret in it) is not checked. A
+    // connection to a loopback address (whatever the bind: a wildcard
+    // serves both) gets the dashboard for a loopback Host only.
+    let loopback = req
+        .local
+        .is_some_and(|l| l.ip().to_canonical().is_loopback());
+    if loopback && !req.header("host").is_some_and(loopback_host) {
         return error(
             403,
             "this dashboard is bound to loopback and answers only requests for a loopback host \
              (open it as http://127.0.0.1:PORT/ or http://localhost:PORT/, or through an SSH tunnel)",
         );
     }
-    if !d.loopback && !d.remote {
+    if !loopback && !d.remote {
         return error(
             403,
             "the dashboard is served on this address only with --dashboard-plain-http \
@@ -91,10 +99,10 @@ fn route(d: &Dashboard, req: &Request) -> Response {
             if !same_origin(req) {
                 return error(403, "a logout must come from this dashboard's own page");
             }
-            if let Some(id) = req.cookie(&d.cookie) {
+            if let Some(id) = bearer(req) {
                 d.sessions.logout(id);
             }
-            Response::text(204, "").with("Set-Cookie", expired_cookie(d))
+            Response::text(204, "")
         }
         ("GET", "/api/state") => match viewer(d, req) {
             Some(v) => json(&match d.status() {
@@ -105,11 +113,11 @@ fn route(d: &Dashboard, req: &Request) -> Response {
         },
         ("GET", "/api/history") => match viewer(d, req) {
             Some(_) => {
-                let since = req.param("since").and_then(|s| s.parse().ok()).unwrap_or(0);
+                let after = req.param("after").and_then(|s| s.parse().ok()).unwrap_or(0);
                 json(&serde_json::json!({
                     "now_ms": proto::clock::now_ms(),
                     "interval_s": crate::history::INTERVAL.as_secs(),
-                    "points": d.history.since(since),
+                    "points": d.history.after(after),
                 }))
             }
             None => unauthorized(),
@@ -125,9 +133,7 @@ fn route(d: &Dashboard, req: &Request) -> Response {
 fn metrics(d: &Dashboard) -> Response {
     let mut s = d.mds.metrics.render(&d.mds.kv.stats);
     s = s.trim_end().trim_end_matches("# EOF").to_string();
-    if let Ok(status) = d.status() {
-        s.push_str(&crate::cluster_metrics::render(&status));
-    }
+    s.push_str(&crate::cluster_metrics::render(d.status().as_deref().ok()));
     if let Some(extra) = &d.extra_metrics {
         s.push_str(&extra());
     }
@@ -135,8 +141,13 @@ fn metrics(d: &Dashboard) -> Response {
     Response::ok("text/plain; version=0.0.4; charset=utf-8", s)
 }
 
+/// The session id a request carries (`Authorization: Bearer ID`).
+fn bearer(req: &Request) -> Option<&str> {
+    req.header("authorization")?.strip_prefix("Bearer ")
+}
+
 fn viewer(d: &Dashboard, req: &Request) -> Option<Viewer> {
-    d.sessions.check(&d.mds.principals, req.cookie(&d.cookie)?)
+    d.sessions.check(&d.mds.principals, bearer(req)?)
 }
 
 fn login(d: &Dashboard, req: &Request) -> Response {
@@ -152,19 +163,17 @@ fn login(d: &Dashboard, req: &Request) -> Response {
         .login(&d.mds.principals, req.peer.map(|p| p.ip()), token)
     {
         Ok((id, lasts)) => {
-            let who = d
+            let (principal, admin) = d
                 .sessions
                 .check(&d.mds.principals, &id)
-                .map(|v| serde_json::json!({"principal": v.principal, "admin": v.admin}))
+                .map(|v| (v.principal, v.admin))
                 .unwrap_or_default();
-            json(&who).with(
-                "Set-Cookie",
-                format!(
-                    "{}={id}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}",
-                    d.cookie,
-                    lasts.as_secs()
-                ),
-            )
+            json(&serde_json::json!({
+                "principal": principal,
+                "admin": admin,
+                "session": id,
+                "expires_in_s": lasts.as_secs(),
+            }))
         }
         Err(e) => {
             let status = match e {
@@ -177,13 +186,6 @@ fn login(d: &Dashboard, req: &Request) -> Response {
     }
 }
 
-fn expired_cookie(d: &Dashboard) -> String {
-    format!(
-        "{}=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0",
-        d.cookie
-    )
-}
-
 fn json(v: &serde_json::Value) -> Response {
     Response::ok("application/json", v.to_string())
 }
@@ -194,8 +196,7 @@ fn error(status: u16, message: &str) -> Response {
     r
 }
 
-/// 401, leaving the cookie alone: a stale request of an old session must
-/// not wipe a newer one, nor a link from another site log anyone out.
+/// 401: the page drops its session id and shows the login form.
 fn unauthorized() -> Response {
     error(401, "log in first")
 }

@@ -1,29 +1,28 @@
 //! Who is logged in to the dashboard. A login trades a token (see
-//! `proto::token`) for a random session id kept in an HttpOnly cookie;
-//! every request checks the session again against the principals now (id,
-//! never reused, and key version), so removing a principal, re-adding one
-//! of the same name or rotating its key ends its sessions at their next
-//! request. Sessions (in all and per principal) and failed logins (per
-//! source) are bounded.
+//! `proto::token`) for a random session id, which the page keeps in its
+//! tab's `sessionStorage` (scoped to the dashboard's exact origin, port
+//! included) and sends as `Authorization: Bearer ID` — never a cookie, so
+//! no other page or local service is ever sent it and no other site can
+//! make the browser use it. Every request checks the session again
+//! against the principals now (id, never reused, and key version), so
+//! removing a principal, re-adding one of the same name or rotating its
+//! key ends its sessions at their next request. Sessions (in all and per
+//! principal) and failed logins (per source) are bounded.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use mds::principals::Principals;
-use proto::mds::Access;
 use proto::token::{Token, TokenError};
 
-/// Prefix of the session cookie's name; the dashboard's port follows, so
-/// two dashboards on one host (cookies ignore ports) keep their own.
-pub const COOKIE: &str = "tessera_session";
 /// Sessions held at once; a new one beyond it ends the oldest.
 pub const MAX_SESSIONS: usize = 256;
-/// Sessions one principal holds at once; a new one ends its oldest (so no
-/// principal can push the others' sessions out).
+/// Sessions one principal holds at once; a new one ends its least
+/// recently used (so no principal pushes the others' sessions out, and a
+/// script logging in again and again ends only its own idle ones).
 pub const MAX_SESSIONS_PER_PRINCIPAL: usize = 16;
-/// How long a session lasts from its login (a token's expiry bounds when
-/// it may be used to log in, not the session it opens).
+/// Longest a session lasts; it ends sooner when its token expires.
 pub const SESSION: Duration = Duration::from_secs(12 * 3600);
 /// Failed logins one source address may make per [`FAIL_WINDOW`]; beyond
 /// that its logins are refused with 429 until the window ends.
@@ -49,7 +48,7 @@ struct Session {
     principal_id: u64,
     key_version: u32,
     until: Instant,
-    made: Instant,
+    used: Instant,
 }
 
 /// Why a login failed. The message never says whether a principal exists.
@@ -96,27 +95,24 @@ impl Sessions {
     }
 
     /// Logs in from `source` with `token`: the new session's id and how
-    /// long it lasts.
+    /// long it lasts. A good token always logs in; a source that has sent
+    /// too many bad ones lately gets `Busy` for the next bad one (so a
+    /// local flood, where every user is 127.0.0.1, locks nobody out).
     pub fn login(
         &self,
         principals: &Principals,
         source: Option<std::net::IpAddr>,
         token: &str,
     ) -> Result<(String, Duration), LoginError> {
-        let source = source.map(source_key);
-        if let Some(ip) = source {
-            let f = self.failures.lock().unwrap_or_else(|e| e.into_inner());
-            if f.get(&ip)
-                .is_some_and(|(at, n)| *n >= MAX_FAILURES && at.elapsed() < FAIL_WINDOW)
-            {
-                return Err(LoginError::Busy);
+        let (t, principal_id, lasts) = match self.verify(principals, token) {
+            Ok(v) => v,
+            Err(e) => {
+                let Some(ip) = source.map(net::http::source_of) else {
+                    return Err(e);
+                };
+                return Err(if self.failed(ip) { LoginError::Busy } else { e });
             }
-        }
-        let r = self.verify(principals, token);
-        if let (Err(_), Some(ip)) = (&r, source) {
-            self.failed(ip);
-        }
-        let (t, principal_id) = r?;
+        };
         let id: String = net::auth::random_bytes::<32>()
             .iter()
             .map(|b| format!("{b:02x}"))
@@ -124,10 +120,10 @@ impl Sessions {
         let now = Instant::now();
         let mut m = self.by_id.lock().unwrap_or_else(|e| e.into_inner());
         m.retain(|_, s| s.until > now);
-        let oldest = |m: &HashMap<String, Session>, of: Option<u64>| {
+        let idlest = |m: &HashMap<String, Session>, of: Option<u64>| {
             m.iter()
                 .filter(|(_, s)| of.is_none_or(|p| s.principal_id == p))
-                .min_by_key(|(_, s)| s.made)
+                .min_by_key(|(_, s)| s.used)
                 .map(|(k, _)| k.clone())
         };
         while m
@@ -136,13 +132,13 @@ impl Sessions {
             .count()
             >= MAX_SESSIONS_PER_PRINCIPAL
         {
-            let Some(k) = oldest(&m, Some(principal_id)) else {
+            let Some(k) = idlest(&m, Some(principal_id)) else {
                 break;
             };
             m.remove(&k);
         }
         while m.len() >= MAX_SESSIONS {
-            let Some(k) = oldest(&m, None) else { break };
+            let Some(k) = idlest(&m, None) else { break };
             m.remove(&k);
         }
         m.insert(
@@ -151,14 +147,15 @@ impl Sessions {
                 principal: t.principal,
                 principal_id,
                 key_version: t.key_version,
-                until: now + SESSION,
-                made: now,
+                until: now + lasts,
+                used: now,
             },
         );
-        Ok((id, SESSION))
+        Ok((id, lasts))
     }
 
-    fn failed(&self, ip: std::net::IpAddr) {
+    /// Counts a failed login from `ip`: whether it is over the bound.
+    fn failed(&self, ip: std::net::IpAddr) -> bool {
         let mut f = self.failures.lock().unwrap_or_else(|e| e.into_inner());
         f.retain(|_, (at, _)| at.elapsed() < FAIL_WINDOW);
         if f.len() >= MAX_FAILING_SOURCES
@@ -168,16 +165,21 @@ impl Sessions {
             f.remove(&old);
         }
         let e = f.entry(ip).or_insert((Instant::now(), 0));
-        e.1 += 1;
+        e.1 = e.1.saturating_add(1);
         if e.1 == MAX_FAILURES {
-            tracing::warn!(source = %ip, "too many failed dashboard logins; refusing this source for a while");
+            tracing::warn!(source = %ip, "too many failed dashboard logins from one source");
         }
+        e.1 > MAX_FAILURES
     }
 
     /// The token checked: it and its principal's id. An unknown principal
     /// or key version costs the same MAC as a wrong key, so the answer's
     /// time does not tell which principals exist.
-    fn verify(&self, principals: &Principals, token: &str) -> Result<(Token, u64), LoginError> {
+    fn verify(
+        &self,
+        principals: &Principals,
+        token: &str,
+    ) -> Result<(Token, u64, Duration), LoginError> {
         let now_s = proto::clock::now_ms() / 1000;
         let t = Token::parse(token, now_s).map_err(LoginError::Token)?;
         let rec = principals
@@ -186,7 +188,10 @@ impl Sessions {
         let key = rec.as_ref().map_or([0u8; 32], |r| r.secret);
         let good = t.verify(&self.cluster_id, &key);
         match rec {
-            Some(r) if good => Ok((t, r.info.id)),
+            Some(r) if good => {
+                let lasts = Duration::from_secs(t.expiry_s.saturating_sub(now_s)).min(SESSION);
+                Ok((t, r.info.id, lasts))
+            }
             _ => Err(LoginError::Refused),
         }
     }
@@ -195,7 +200,8 @@ impl Sessions {
     /// still has the key it logged in with.
     pub fn check(&self, principals: &Principals, id: &str) -> Option<Viewer> {
         let mut m = self.by_id.lock().unwrap_or_else(|e| e.into_inner());
-        let s = m.get(id)?;
+        let s = m.get_mut(id)?;
+        s.used = Instant::now();
         let rec = principals.get(&s.principal);
         let live = s.until > Instant::now()
             && rec.as_ref().is_some_and(|r| {
@@ -208,7 +214,7 @@ impl Sessions {
         let spec = &rec.info.spec;
         Some(Viewer {
             principal: spec.name.clone(),
-            admin: spec.admin && spec.access == Access::ReadWrite && spec.path == "/",
+            admin: mds::principals::full_admin(spec),
         })
     }
 
@@ -220,11 +226,6 @@ impl Sessions {
             .remove(id);
     }
 
-    /// The cookie's name for a dashboard on `port`.
-    pub fn cookie_name(port: u16) -> String {
-        format!("{COOKIE}_{port}")
-    }
-
     /// Sessions held now.
     pub fn len(&self) -> usize {
         self.by_id.lock().unwrap_or_else(|e| e.into_inner()).len()
@@ -233,18 +234,5 @@ impl Sessions {
     /// Whether none is.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
-    }
-}
-
-/// What failures are counted under: an IPv4 address, or an IPv6 /64 (one
-/// host may hold a whole /64).
-fn source_key(ip: std::net::IpAddr) -> std::net::IpAddr {
-    match ip {
-        std::net::IpAddr::V6(v6) => {
-            let mut o = v6.octets();
-            o[8..].fill(0);
-            std::net::IpAddr::V6(o.into())
-        }
-        v4 => v4,
     }
 }

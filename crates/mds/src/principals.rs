@@ -55,6 +55,15 @@ pub fn check_name(name: &str) -> Result<(), MdsError> {
     Ok(())
 }
 
+/// Whether `spec` may manage principals and OSDs and see them: an admin
+/// with every right (the whole tree, read-write, its uids trusted).
+pub fn full_admin(spec: &PrincipalSpec) -> bool {
+    spec.admin
+        && spec.path == "/"
+        && spec.access == Access::ReadWrite
+        && spec.uids == UidMap::Trusted
+}
+
 /// The principals in memory (the KV holds the truth).
 #[derive(Default)]
 pub struct Principals {

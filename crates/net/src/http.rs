@@ -21,6 +21,10 @@ pub struct HttpLimits {
     /// Of those, from one source address (so one host holding idle
     /// connections cannot lock out the others).
     pub max_per_source: usize,
+    /// Loopback peers are not held to `max_per_source`: behind an SSH
+    /// tunnel or a local proxy every user is 127.0.0.1, and a local
+    /// user must not lock the others out by holding that address's share.
+    pub loopback_unlimited: bool,
     /// Request line and headers, bytes.
     pub max_head: usize,
     /// Request body, bytes.
@@ -32,12 +36,14 @@ pub struct HttpLimits {
 }
 
 impl Default for HttpLimits {
-    /// 64 connections (16 per source address), 16 KiB of head, 16 KiB
-    /// of body, 5 s to read the request, 30 s to send the answer.
+    /// 64 connections (16 per source address but loopback), 16 KiB of
+    /// head, 16 KiB of body, 5 s to read the request, 30 s to send the
+    /// answer.
     fn default() -> Self {
         HttpLimits {
             max_connections: 64,
             max_per_source: 16,
+            loopback_unlimited: true,
             max_head: 16 << 10,
             max_body: 16 << 10,
             read_timeout: Duration::from_secs(5),
@@ -61,6 +67,9 @@ pub struct Request {
     pub body: Vec<u8>,
     /// Who sent it.
     pub peer: Option<SocketAddr>,
+    /// The address of ours it came to (on a wildcard bind, which
+    /// interface: loopback or not).
+    pub local: Option<SocketAddr>,
 }
 
 impl Request {
@@ -153,7 +162,12 @@ pub async fn serve(listener: TcpListener, handler: Handler, limits: HttpLimits) 
             continue;
         };
         let handler = handler.clone();
-        let source = SourceSlot::take(&sources, source_of(peer.ip()), limits.max_per_source);
+        let per_source = if limits.loopback_unlimited && peer.ip().to_canonical().is_loopback() {
+            usize::MAX
+        } else {
+            limits.max_per_source
+        };
+        let source = SourceSlot::take(&sources, source_of(peer.ip()), per_source);
         let slot = slots.clone().try_acquire_owned();
         let (Some(source), Ok(slot)) = (source, slot) else {
             if let Ok(r) = refusals.clone().try_acquire_owned() {
@@ -172,6 +186,7 @@ pub async fn serve(listener: TcpListener, handler: Handler, limits: HttpLimits) 
                 {
                     Ok(Ok(mut req)) => {
                         req.peer = Some(peer);
+                        req.local = sock.local_addr().ok();
                         match tokio::task::spawn_blocking(move || handler(req)).await {
                             Ok(r) => r,
                             Err(_) => Response::text(500, "the handler failed\n"),
@@ -188,10 +203,11 @@ pub async fn serve(listener: TcpListener, handler: Handler, limits: HttpLimits) 
 /// Connections held now per source address.
 type Sources = Arc<std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>>;
 
-/// What connections are counted under: an IPv4 address, or an IPv6 /64
-/// (one host may hold a whole /64).
-fn source_of(ip: std::net::IpAddr) -> std::net::IpAddr {
-    match ip {
+/// What connections (and failed logins) are counted under: an IPv4
+/// address (IPv4-mapped IPv6 included), or an IPv6 /64 (one host may hold
+/// a whole /64).
+pub fn source_of(ip: std::net::IpAddr) -> std::net::IpAddr {
+    match ip.to_canonical() {
         std::net::IpAddr::V6(v6) => {
             let mut o = v6.octets();
             o[8..].fill(0);
@@ -288,6 +304,12 @@ async fn read_request(sock: &TcpStream, limits: &HttpLimits) -> Result<Request, 
     }
     if req.header("transfer-encoding").is_some() {
         return Err(Response::text(411, "send a Content-Length\n"));
+    }
+    // Headers a proxy and this server must not pick differently from.
+    for once in ["host", "origin", "authorization", "content-length"] {
+        if req.headers.iter().filter(|(n, _)| n == once).count() > 1 {
+            return Err(Response::text(400, format!("header {once} given twice\n")));
+        }
     }
     let mut lengths = req.headers.iter().filter(|(n, _)| n == "content-length");
     let len: usize = match (lengths.next(), lengths.next()) {
@@ -415,6 +437,7 @@ mod tests {
             b"POST /x HTTP/1.1\r\nContent-Length : 3\r\n\r\nabc",
             b"GET / HTTP/1.1\r\nHost: a\r\n folded\r\n\r\n",
             b"GET / HTTP/1.1\r\nno colon\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
             b"GET /  HTTP/1.1\r\n\r\n",
             b"POST /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
         ] {
@@ -437,6 +460,7 @@ mod tests {
     async fn one_source_cannot_hold_every_connection() {
         let limits = HttpLimits {
             max_per_source: 4,
+            loopback_unlimited: false,
             read_timeout: Duration::from_secs(3),
             ..HttpLimits::default()
         };

@@ -80,8 +80,17 @@ impl Token {
         ) else {
             return Err(TokenError::Malformed);
         };
-        let key_version = version.parse().map_err(|_| TokenError::Malformed)?;
-        let expiry_s: u64 = expiry.parse().map_err(|_| TokenError::Malformed)?;
+        // One spelling per token: plain digits, no sign, no leading zero.
+        let number = |n: &str| {
+            let plain = !n.is_empty()
+                && n.bytes().all(|b| b.is_ascii_digit())
+                && (n == "0" || !n.starts_with('0'));
+            plain.then(|| n.parse::<u64>().ok()).flatten()
+        };
+        let key_version = number(version)
+            .and_then(|v| u32::try_from(v).ok())
+            .ok_or(TokenError::Malformed)?;
+        let expiry_s = number(expiry).ok_or(TokenError::Malformed)?;
         if principal.is_empty() || hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
             return Err(TokenError::Malformed);
         }
@@ -165,6 +174,9 @@ mod tests {
             "tsdash1:a:1:2000:ééééééééééééééééééééééééééééééé00",
             "tsdash1:a:1:2000:00:extra",
             "tsdash1:a:1:2000:+f00000000000000000000000000000000000000000000000000000000000000",
+            "tsdash1:a:+1:2000:0000000000000000000000000000000000000000000000000000000000000000",
+            "tsdash1:a:01:2000:0000000000000000000000000000000000000000000000000000000000000000",
+            "tsdash1:a:1:02000:0000000000000000000000000000000000000000000000000000000000000000",
         ] {
             assert_eq!(Token::parse(bad, 10), Err(TokenError::Malformed), "{bad}");
         }

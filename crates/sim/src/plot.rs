@@ -112,12 +112,12 @@ where
         .y_label_area_size(80)
         .build_cartesian_2d(x, y)
         .map_err(err)?;
-        // On a log or counting axis, a tick and a label at every measured x
+    // On a log or counting axis, a tick and a label at every measured x
     // (plotters' own ticks can miss them: 16 clients on a log axis had
     // none); a linear axis keeps plotters' round ticks.
     let xs = measured_xs(series);
     let own_x = chart.x_scale != Scale::Linear && !xs.is_empty() && xs.len() <= 24;
-            let (fx, fy) = (
+    let (fx, fy) = (
         |v: &f64| {
             if own_x {
                 String::new()
@@ -138,12 +138,9 @@ where
     mesh.draw().map_err(err)?;
     if own_x {
         let (_, rows) = c.plotting_area().get_pixel_range();
-        let any_y = series
-            .iter()
-            .find_map(|s| s.1.first())
-            .map_or(1.0, |p| p.1);
-        let style = TextStyle::from(("sans-serif", 14).into_font())
-            .pos(Pos::new(HPos::Center, VPos::Top));
+        let any_y = series.iter().find_map(|s| s.1.first()).map_or(1.0, |p| p.1);
+        let style =
+            TextStyle::from(("sans-serif", 14).into_font()).pos(Pos::new(HPos::Center, VPos::Top));
         for &x in &xs {
             let (px, _) = c.backend_coord(&(x, any_y));
             root.draw(&PathElement::new(
@@ -177,7 +174,10 @@ where
 
 /// Every x some series has a point at, in order (one per value).
 fn measured_xs(series: &[Series]) -> Vec<f64> {
-    let mut xs: Vec<f64> = series.iter().flat_map(|s| s.1.iter().map(|p| p.0)).collect();
+    let mut xs: Vec<f64> = series
+        .iter()
+        .flat_map(|s| s.1.iter().map(|p| p.0))
+        .collect();
     xs.sort_by(f64::total_cmp);
     xs.dedup_by(|a, b| (*a - *b).abs() <= 1e-9 * b.abs().max(1.0));
     xs
@@ -372,7 +372,15 @@ mod tests {
             x_scale: Scale::Log,
             y_scale: Scale::Linear,
         };
-        let pts = |k: f64| vec![(1.0, k), (2.0, 2.0 * k), (4.0, 3.0 * k), (8.0, 3.5 * k), (16.0, 3.7 * k)];
+        let pts = |k: f64| {
+            vec![
+                (1.0, k),
+                (2.0, 2.0 * k),
+                (4.0, 3.0 * k),
+                (8.0, 3.5 * k),
+                (16.0, 3.7 * k),
+            ]
+        };
         lines_svg(
             &log,
             &chart,
@@ -384,7 +392,10 @@ mod tests {
         for x in ["1", "2", "4", "8", "16"] {
             assert!(texts.contains(&x), "no tick label at {x} clients");
         }
-        assert!(texts.contains(&"atomic") && texts.contains(&"mds"), "legend");
+        assert!(
+            texts.contains(&"atomic") && texts.contains(&"mds"),
+            "legend"
+        );
         if std::env::var_os("TESSERA_KEEP_PLOTS").is_none() {
             let _ = std::fs::remove_dir_all(&dir);
         }

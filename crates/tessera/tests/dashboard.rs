@@ -53,28 +53,20 @@ fn http(
     (status, head.to_string(), body.to_string())
 }
 
-/// Logs in with `token`: the session cookie.
+/// Logs in with `token`: the header that carries the session. No cookie
+/// is ever set.
 fn login(addr: &str, token: &str) -> String {
     let (st, head, body) = http(addr, "POST", "/api/login", &[], token.as_bytes());
     assert_eq!(st, 200, "{head}\n{body}");
-    let c = head
-        .lines()
-        .find_map(|l| l.strip_prefix("Set-Cookie: "))
-        .unwrap();
-    let port = addr.rsplit(':').next().unwrap();
-    assert!(
-        c.starts_with(&format!("tessera_session_{port}=")),
-        "the cookie names the port: {c}"
-    );
-    assert!(
-        c.contains("HttpOnly") && c.contains("SameSite=Strict"),
-        "{c}"
-    );
-    c.split(';').next().unwrap().to_string()
+    assert!(!head.to_ascii_lowercase().contains("set-cookie"), "{head}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    let id = v["session"].as_str().unwrap();
+    assert_eq!(id.len(), 64, "{body}");
+    format!("Bearer {id}")
 }
 
-fn state(addr: &str, cookie: &str) -> (u16, Value) {
-    let (st, _, body) = http(addr, "GET", "/api/state", &[("Cookie", cookie)], b"");
+fn state(addr: &str, auth: &str) -> (u16, Value) {
+    let (st, _, body) = http(addr, "GET", "/api/state", &[("Authorization", auth)], b"");
     (st, serde_json::from_str(&body).unwrap_or(Value::Null))
 }
 
@@ -184,6 +176,12 @@ fn the_dashboard_in_a_browser_follows_a_live_cluster() {
         Duration::from_secs(20),
         "the charts drawn",
     );
+    // The session is this tab's (sessionStorage), never a cookie.
+    assert_eq!(b.eval("document.cookie"), Value::String(String::new()));
+    assert_eq!(
+        b.eval("sessionStorage.getItem('tessera-session').length"),
+        serde_json::json!(64)
+    );
     let shots = shots_dir();
     b.screenshot(&shots.join("dashboard-healthy.png"));
 
@@ -252,7 +250,8 @@ fn the_dashboard_refuses_what_it_must_and_stays_bounded() {
     // The page is public; the state is not.
     assert_eq!(http(a, "GET", "/", &[], b"").0, 200);
     assert_eq!(http(a, "GET", "/api/state", &[], b"").0, 401);
-    assert_eq!(state(a, "tessera_session=00ff").0, 401);
+    assert_eq!(state(a, &format!("Bearer {}", "0f".repeat(32))).0, 401);
+    assert_eq!(state(a, "Basic abc").0, 401);
     assert_eq!(http(a, "DELETE", "/api/state", &[], b"").0, 405);
     assert_eq!(http(a, "GET", "/../../etc/passwd", &[], b"").0, 404);
 
@@ -340,13 +339,21 @@ fn the_dashboard_refuses_what_it_must_and_stays_bounded() {
     assert_eq!(s["me"]["admin"], false);
     // ...nor the other clients' names: its own row, the others as totals.
     let _admin_client = rt.block_on(c.client());
+    let _viewer_client = rt.block_on(async {
+        let id = net::auth::ClientKey::load(&viewer_key)
+            .unwrap()
+            .identity()
+            .unwrap();
+        client::Client::connect(client::ClientConfig::new(&c.mds_addr, CLUSTER, id))
+            .await
+            .unwrap()
+    });
     std::thread::sleep(Duration::from_millis(1100));
     let (_, s) = state(a, &viewer);
     let rows = s["clients"]["rows"].as_array().unwrap();
-    assert!(
-        rows.iter().all(|r| r["principal"] == "client.viewer"),
-        "{rows:?}"
-    );
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["principal"], "client.viewer");
+    assert!(rows[0]["connections"].as_u64().unwrap() >= 1, "{rows:?}");
     assert!(
         s["clients"]["others"]["connections"].as_u64().unwrap() >= 1,
         "{s}"
@@ -370,37 +377,54 @@ fn the_dashboard_refuses_what_it_must_and_stays_bounded() {
         "a rotated key's session still works"
     );
     assert_eq!(state(a, &admin).0, 200);
-    // Removing it and adding one of the same name (key version 1 again)
-    // does not bring an old session back.
-    let viewer = login(a, &token(&c, &viewer_key));
-    c.cli_ok(&["auth", "rm", "client.viewer"]);
-    c.cli_ok(&[
+    // A principal removed and added again under the same name has key
+    // version 1 both times: only its id tells them apart, and the old
+    // session must not come back.
+    let gone_key = dir.path().join("gone.key");
+    let gone_args = [
         "auth",
         "add",
-        "client.viewer",
+        "client.gone",
         "--access",
         "ro",
         "--out",
-        viewer_key.to_str().unwrap(),
-    ]);
+        gone_key.to_str().unwrap(),
+    ];
+    c.cli_ok(&gone_args);
+    let gone = login(a, &token(&c, &gone_key));
+    assert_eq!(state(a, &gone).0, 200);
+    c.cli_ok(&["auth", "rm", "client.gone"]);
+    c.cli_ok(&gone_args);
     assert_eq!(
-        state(a, &viewer).0,
+        state(a, &gone).0,
         401,
         "a removed principal's session came back"
     );
     // Logging out ends the session.
-    http(a, "POST", "/api/logout", &[("Cookie", &admin)], b"");
+    http(a, "POST", "/api/logout", &[("Authorization", &admin)], b"");
     assert_eq!(state(a, &admin).0, 401);
 
-    // A flood of failed logins is cut off (429) for its source only: not
-    // for anyone already in, nor for a login from another address.
-    let viewer = login(a, &token(&c, &viewer_key));
+    // A principal holds at most 16 sessions: the 17th ends the least
+    // recently used.
+    let good = token(&c, &viewer_key);
+    let sessions: Vec<String> = (0..17).map(|_| login(a, &good)).collect();
+    assert_eq!(state(a, &sessions[16]).0, 200);
+    assert_eq!(
+        state(a, &sessions[0]).0,
+        401,
+        "a 17th session for one principal"
+    );
+
+    // A flood of bad logins gets 429 for its further bad ones; a good
+    // token still logs in, from that source (every tunnelled user is
+    // 127.0.0.1) and from any other.
     let codes: Vec<u16> = (0..30)
         .map(|_| http(a, "POST", "/api/login", &[], forged.as_bytes()).0)
         .collect();
     assert!(codes.contains(&429), "{codes:?}");
-    assert_eq!(state(a, &viewer).0, 200);
-    let good = token(&c, &viewer_key);
+    assert_eq!(state(a, &sessions[16]).0, 200);
+    let again = login(a, &good);
+    assert_eq!(state(a, &again).0, 200);
     let mut other = connect_from("127.0.0.3", a.parse().unwrap()).unwrap();
     other
         .write_all(
@@ -417,29 +441,84 @@ fn the_dashboard_refuses_what_it_must_and_stays_bounded() {
         out.starts_with("HTTP/1.1 200"),
         "another source was locked out: {out}"
     );
+}
 
-    // One source holding idle connections (here 127.0.0.2) does not lock
-    // out another.
-    let target: SocketAddr = a.parse().unwrap();
-    let idle: Vec<std::net::TcpStream> = (0..300)
-        .filter_map(|_| {
-            let s = connect_from("127.0.0.2", target)?;
-            Some(s)
-        })
+/// This machine's address on its default route (none: the test cannot
+/// show a non-loopback connection, and says so).
+fn outside_address() -> std::net::IpAddr {
+    let u = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+    u.connect("192.0.2.77:9")
+        .or_else(|_| u.connect("198.51.100.1:9"))
+        .expect("this test needs a non-loopback IPv4 address (a default route)");
+    let ip = u.local_addr().unwrap().ip();
+    assert!(!ip.is_loopback() && !ip.is_unspecified(), "{ip}");
+    ip
+}
+
+#[test]
+fn a_wildcard_address_serves_the_dashboard_only_over_loopback() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("mds");
+    let out = std::process::Command::new(common::BIN)
+        .args(["mds", "format", "--cluster", "c", "--data"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let port = common::free_port().rsplit(':').next().unwrap().to_string();
+    let mut mds = std::process::Command::new(common::BIN)
+        .args([
+            "mds",
+            "serve",
+            "--listen",
+            &common::free_port(),
+            "--http",
+            &format!("0.0.0.0:{port}"),
+            "--data",
+        ])
+        .arg(&data)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    common::wait_line(&mut mds, "dashboard and /metrics");
+    let outside = SocketAddr::new(outside_address(), port.parse().unwrap());
+    let inside = format!("127.0.0.1:{port}");
+    // From outside: /metrics, but not the dashboard (plain HTTP).
+    let o = outside.to_string();
+    assert_eq!(http(&o, "GET", "/metrics", &[], b"").0, 200);
+    let (st, _, body) = http(&o, "GET", "/", &[], b"");
+    assert_eq!(st, 403, "{body}");
+    assert!(body.contains("--dashboard-plain-http"), "{body}");
+    assert_eq!(http(&o, "POST", "/api/login", &[], b"x").0, 403);
+    // Through loopback (an SSH tunnel's end), the same daemon serves it.
+    assert_eq!(http(&inside, "GET", "/", &[], b"").0, 200);
+
+    // One outside source holding idle connections has 16 of the 64
+    // places: a scrape from another address still gets in.
+    let idle: Vec<TcpStream> = (0..40)
+        .filter_map(|_| TcpStream::connect(outside).ok())
         .collect();
-    assert!(
-        idle.len() >= 100,
-        "only {} idle connections opened",
-        idle.len()
-    );
+    assert_eq!(idle.len(), 40);
+    std::thread::sleep(Duration::from_millis(200));
     let t = Instant::now();
-    assert_eq!(state(a, &viewer).0, 200);
+    assert_eq!(http(&inside, "GET", "/metrics", &[], b"").0, 200);
     assert!(
         t.elapsed() < Duration::from_secs(2),
         "served after {:?}",
         t.elapsed()
     );
+    let mut extra = TcpStream::connect(outside).unwrap();
+    extra.write_all(b"GET /metrics HTTP/1.1\r\n\r\n").unwrap();
+    let mut out = String::new();
+    let _ = extra.read_to_string(&mut out);
+    assert!(
+        out.is_empty() || out.starts_with("HTTP/1.1 503"),
+        "a 17th connection from one source: {out}"
+    );
     drop(idle);
+    let _ = mds.kill();
+    let _ = mds.wait();
 }
 
 /// A TCP connection to `to` from source address `from` (std cannot bind

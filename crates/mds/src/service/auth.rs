@@ -116,13 +116,10 @@ fn changes_something(op: &Op) -> bool {
         )
 }
 
-/// Whether `spec` may manage principals and OSDs: an admin with every
-/// right (the whole tree, read-write, its uids trusted).
+/// Whether `spec` may manage principals and OSDs (see
+/// [`crate::principals::full_admin`]).
 pub(crate) fn full_admin(spec: &PrincipalSpec) -> bool {
-    spec.admin
-        && spec.path == "/"
-        && spec.access == Access::ReadWrite
-        && spec.uids == proto::mds::UidMap::Trusted
+    crate::principals::full_admin(spec)
 }
 
 impl Mds {

@@ -83,6 +83,10 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
+    // The HTTP port first: a taken port stops `up` before it has made or
+    // started anything.
+    let rt = super::runtime()?;
+    let http_listener = rt.block_on(super::dashboard::listen(&a.http))?;
     net::files::create_private_dir(&a.data)
         .with_context(|| format!("cannot create {}", a.data.display()))?;
     let mds_dir = a.data.join("mds");
@@ -147,10 +151,8 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         )
         .map_err(anyhow::Error::msg)?;
     }
-    let rt = super::runtime()?;
     let handle = rt.handle().clone();
     rt.block_on(async move {
-        let http_listener = super::dashboard::listen(&a.http).await?;
         let m = LocalMds::start(&mds_dir, &cf.mds)
             .await
             .map_err(|e| anyhow::anyhow!("MDS: {e}"))?;
