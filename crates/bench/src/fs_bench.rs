@@ -2,7 +2,9 @@
 //! through the client library directly, and local ext4 on a loop device
 //! over the same disk, in one run. Sequential write of one big file with
 //! fsync, cold sequential read, 4 KiB random reads at depth 1, empty-file
-//! creates from one process. Ratios are against ext4 in the same run.
+//! creates from one process, 4 KiB appends to one file (one fsync at the
+//! end), and a log writer (4 KiB appends, fsync every 8). Ratios are
+//! against ext4 in the same run.
 
 use std::io::Write;
 use std::os::unix::fs::FileExt;
@@ -46,7 +48,25 @@ pub struct FsParams {
     pub random_reads: usize,
     /// Empty files created per target.
     pub creates: usize,
+    /// 4 KiB appends to one file, fsync once at the end.
+    pub appends: usize,
+    /// 4 KiB appends of the log writer (fsync after every
+    /// [`LOG_FSYNC_EVERY`]).
+    pub log_appends: usize,
 }
+
+/// The log writer's appends per fsync.
+pub const LOG_FSYNC_EVERY: usize = 8;
+
+/// What each measure is, in the order the suites answer them.
+pub const MEASURES: [(&str, &str); 6] = [
+    ("sequential write + fsync", "MB/s"),
+    ("cold sequential read", "MB/s"),
+    ("4 KiB random reads, depth 1", "IOPS"),
+    ("empty-file creates, 1 process", "files/s"),
+    ("4 KiB appends, one fsync", "MB/s"),
+    ("log: 4 KiB appends, fsync/8", "appends/s"),
+];
 
 const IO: usize = 1 << 20;
 
@@ -118,18 +138,61 @@ fn posix_creates(dir: &Path, n: usize) -> anyhow::Result<f64> {
     Ok(n as f64 / t.elapsed().as_secs_f64())
 }
 
-/// The four measures through std::fs on `root` (the mount or ext4).
-fn posix_suite(root: &Path, p: FsParams) -> anyhow::Result<[f64; 4]> {
+/// Appends `n` blocks of 4 KiB to a new file at `path`, each its own
+/// `write`, with an fsync after every `every` (and at the end): the
+/// appends per second.
+fn posix_appends(path: &Path, n: usize, every: usize) -> anyhow::Result<f64> {
+    let block = pattern(4096, 3);
+    let t = Instant::now();
+    let mut f = std::fs::File::create(path).with_context(|| format!("{}", path.display()))?;
+    for i in 1..=n {
+        f.write_all(&block)?;
+        if i % every == 0 {
+            f.sync_data()?;
+        }
+    }
+    f.sync_data()?;
+    Ok(n as f64 / t.elapsed().as_secs_f64())
+}
+
+/// The measures of [`MEASURES`] through std::fs on `root` (the mount or
+/// ext4).
+fn posix_suite(root: &Path, p: FsParams) -> anyhow::Result<[f64; 6]> {
     let file = root.join("seq.bin");
     let w = posix_write(&file, p.file)?;
     let r = posix_read(&file)?;
     let rr = posix_random(&file, p.file, p.random_reads)?;
     let c = posix_creates(&root.join("creates"), p.creates)?;
-    Ok([w, r, rr, c])
+    let a = posix_appends(&root.join("appends.bin"), p.appends, usize::MAX)? * 4096.0 / 1e6;
+    let l = posix_appends(&root.join("log.bin"), p.log_appends, LOG_FSYNC_EVERY)?;
+    Ok([w, r, rr, c, a, l])
 }
 
-/// The same four measures through the client library, in directory `dir`.
-async fn library_suite(cfg: ClientConfig, p: FsParams, dir: &str) -> anyhow::Result<[f64; 4]> {
+/// [`posix_appends`] through the client library, in directory `d`.
+async fn library_appends(
+    c: &Client,
+    d: u64,
+    name: &str,
+    n: usize,
+    every: usize,
+) -> anyhow::Result<f64> {
+    let cr = Creds::root();
+    let block = pattern(4096, 3);
+    let t = Instant::now();
+    let (_, fh) = c.create(&cr, d, name, 0o644, true).await?;
+    for i in 1..=n {
+        c.write(fh, (i as u64 - 1) * 4096, &block).await?;
+        if i % every == 0 {
+            c.fsync(fh).await?;
+        }
+    }
+    c.fsync(fh).await?;
+    c.release(fh).await?;
+    Ok(n as f64 / t.elapsed().as_secs_f64())
+}
+
+/// The same measures through the client library, in directory `dir`.
+async fn library_suite(cfg: ClientConfig, p: FsParams, dir: &str) -> anyhow::Result<[f64; 6]> {
     let cr = Creds::root();
     let c = Client::connect(cfg.clone()).await?;
     let d = c.mkdir(&cr, 0, dir, 0o755).await?.attr.ino;
@@ -179,7 +242,9 @@ async fn library_suite(cfg: ClientConfig, p: FsParams, dir: &str) -> anyhow::Res
         c.release(fh).await?;
     }
     let cr_s = p.creates as f64 / t.elapsed().as_secs_f64();
-    Ok([w, r, rr, cr_s])
+    let a = library_appends(&c, d, "appends.bin", p.appends, usize::MAX).await? * 4096.0 / 1e6;
+    let l = library_appends(&c, d, "log.bin", p.log_appends, LOG_FSYNC_EVERY).await?;
+    Ok([w, r, rr, cr_s, a, l])
 }
 
 /// Runs the suite under `dir` (needs root: loop device, ext4, FUSE).
@@ -237,13 +302,7 @@ fn run_in(work: &Path, p: FsParams) -> anyhow::Result<Vec<FsRow>> {
     // As a mount is by default.
     cfg.early_answers = true;
     let fuse = crate::mounted::through_mount(&rt, cl, cfg, work, |mp| posix_suite(mp, p))?;
-    let names = [
-        ("sequential write + fsync", "MB/s"),
-        ("cold sequential read", "MB/s"),
-        ("4 KiB random reads, depth 1", "IOPS"),
-        ("empty-file creates, 1 process", "files/s"),
-    ];
-    Ok(names
+    Ok(MEASURES
         .iter()
         .enumerate()
         .map(|(i, (t, u))| FsRow {
@@ -260,10 +319,12 @@ fn run_in(work: &Path, p: FsParams) -> anyhow::Result<Vec<FsRow>> {
 /// Prints the table with ratios against ext4.
 pub fn print(rows: &[FsRow], p: FsParams) {
     println!(
-        "file system benchmark: {} MiB file, {} random reads, {} creates; Tessera = 3 OSDs + MDS on 127.0.0.1, stripe 512 KiB x 3",
+        "file system benchmark: {} MiB file, {} random reads, {} creates, {} + {} appends of 4 KiB; Tessera = 3 OSDs + MDS on 127.0.0.1, stripe 512 KiB x 3",
         p.file >> 20,
         p.random_reads,
-        p.creates
+        p.creates,
+        p.appends,
+        p.log_appends
     );
     println!(
         "{:<32} {:>8} {:>10} {:>10} {:>10} {:>10} {:>11} {:>11} {:>9}",

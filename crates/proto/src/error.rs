@@ -5,8 +5,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::cap::CapError;
 
-/// A failure a request can end with. Numbers are part of the protocol.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// A failure a request can end with. Numbers are part of the protocol:
+/// each code travels as its number (a postcard varint), never as its
+/// position in the enum (`error_code_numbers_are_pinned`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorCode {
     /// The object does not exist.
     NoObject = 1,
@@ -62,6 +64,54 @@ pub enum ErrorCode {
     StaleChain = 44,
 }
 
+impl ErrorCode {
+    /// Every code.
+    pub const ALL: [ErrorCode; 23] = [
+        ErrorCode::NoObject,
+        ErrorCode::NoPartition,
+        ErrorCode::Exists,
+        ErrorCode::NoSpace,
+        ErrorCode::Checksum,
+        ErrorCode::CapMissing,
+        ErrorCode::CapForged,
+        ErrorCode::CapExpired,
+        ErrorCode::CapOutOfRange,
+        ErrorCode::CapRights,
+        ErrorCode::CapRevoked,
+        ErrorCode::CapKeyVersion,
+        ErrorCode::BadRequest,
+        ErrorCode::NotEmpty,
+        ErrorCode::ReadOnly,
+        ErrorCode::Busy,
+        ErrorCode::Io,
+        ErrorCode::Failed,
+        ErrorCode::Handshake,
+        ErrorCode::NotReady,
+        ErrorCode::Unauthenticated,
+        ErrorCode::NotHead,
+        ErrorCode::StaleChain,
+    ];
+
+    /// The code numbered `n`.
+    pub fn from_number(n: u16) -> Option<ErrorCode> {
+        ErrorCode::ALL.into_iter().find(|c| *c as u16 == n)
+    }
+}
+
+impl Serialize for ErrorCode {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u16(*self as u16)
+    }
+}
+
+impl<'de> Deserialize<'de> for ErrorCode {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<ErrorCode, D::Error> {
+        let n = u16::deserialize(d)?;
+        ErrorCode::from_number(n)
+            .ok_or_else(|| serde::de::Error::custom(format!("unknown error code {n}")))
+    }
+}
+
 /// An error reply.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
 #[error("{code:?}: {message}")]
@@ -114,4 +164,56 @@ pub struct UnknownName {
     pub got: String,
     /// The names accepted, for people.
     pub expected: &'static str,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_code_numbers_are_pinned() {
+        let pinned: [(ErrorCode, u16); 23] = [
+            (ErrorCode::NoObject, 1),
+            (ErrorCode::NoPartition, 2),
+            (ErrorCode::Exists, 3),
+            (ErrorCode::NoSpace, 4),
+            (ErrorCode::Checksum, 5),
+            (ErrorCode::CapMissing, 10),
+            (ErrorCode::CapForged, 11),
+            (ErrorCode::CapExpired, 12),
+            (ErrorCode::CapOutOfRange, 13),
+            (ErrorCode::CapRights, 14),
+            (ErrorCode::CapRevoked, 15),
+            (ErrorCode::CapKeyVersion, 16),
+            (ErrorCode::BadRequest, 20),
+            (ErrorCode::NotEmpty, 21),
+            (ErrorCode::ReadOnly, 22),
+            (ErrorCode::Busy, 30),
+            (ErrorCode::Io, 31),
+            (ErrorCode::Failed, 32),
+            (ErrorCode::Handshake, 40),
+            (ErrorCode::NotReady, 41),
+            (ErrorCode::Unauthenticated, 42),
+            (ErrorCode::NotHead, 43),
+            (ErrorCode::StaleChain, 44),
+        ];
+        assert_eq!(
+            pinned.len(),
+            ErrorCode::ALL.len(),
+            "a new code needs its pin"
+        );
+        for (c, n) in pinned {
+            let bytes = postcard::to_allocvec(&c).expect("encodes");
+            assert_eq!(bytes, postcard::to_allocvec(&n).expect("encodes"), "{c:?}");
+            assert_eq!(
+                postcard::from_bytes::<ErrorCode>(&bytes).expect("decodes"),
+                c
+            );
+        }
+        let bytes = postcard::to_allocvec(&6u16).expect("encodes");
+        assert!(
+            postcard::from_bytes::<ErrorCode>(&bytes).is_err(),
+            "6 is no code"
+        );
+    }
 }

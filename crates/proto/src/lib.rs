@@ -9,6 +9,7 @@ pub mod auth;
 pub mod cap;
 pub mod chain;
 pub mod clock;
+pub mod errno;
 pub mod error;
 pub mod frame;
 pub mod layout;
@@ -30,7 +31,7 @@ pub use msg::{AttrKey, Command, Hello, Reply, Request, Response, Welcome};
 
 /// Protocol version spoken by this build. A peer with another major version
 /// is refused at the handshake.
-pub const PROTOCOL_VERSION: u16 = 10;
+pub const PROTOCOL_VERSION: u16 = 11;
 
 #[cfg(any(test, feature = "strategies"))]
 #[cfg_attr(

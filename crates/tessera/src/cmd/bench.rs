@@ -200,12 +200,16 @@ pub fn run(c: BenchCmd) -> anyhow::Result<i32> {
                     file: 1 << 30,
                     random_reads: 3000,
                     creates: 2000,
+                    appends: 8192,
+                    log_appends: 2000,
                 }
             } else {
                 bench::fs_bench::FsParams {
                     file: 4 << 30,
                     random_reads: 20_000,
                     creates: 10_000,
+                    appends: 65_536,
+                    log_appends: 8_000,
                 }
             };
             emit(json, &bench::fs_bench::run(&dir, p)?, |r| {

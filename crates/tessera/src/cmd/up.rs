@@ -82,16 +82,29 @@ pub struct Args {
     pub dir_protocol: String,
 }
 
+/// The arguments `up` can judge before it touches anything: the namespace
+/// mode and directory protocol they name.
+fn check_args(a: &Args) -> anyhow::Result<(proto::mds::NamespaceMode, osdns::Protocol)> {
+    let ns_mode = proto::mds::NamespaceMode::parse(&a.namespace).map_err(anyhow::Error::msg)?;
+    let protocol = osdns::Protocol::parse(&a.dir_protocol).map_err(anyhow::Error::msg)?;
+    if a.osds == 0 {
+        bail!("--osds must be at least 1");
+    }
+    PolicyKind::parse(&a.policy).map_err(anyhow::Error::msg)?;
+    Ok((ns_mode, protocol))
+}
+
+/// Runs `tessera up`.
 pub fn run(a: Args) -> anyhow::Result<i32> {
-    // The HTTP port first: a taken port stops `up` before it has made or
-    // started anything.
+    // The arguments, then the HTTP port: a bad argument is reported as
+    // such, and a taken port stops `up` before it has made or started
+    // anything.
+    let (ns_mode, protocol) = check_args(&a)?;
     let rt = super::runtime()?;
     let http_listener = rt.block_on(super::dashboard::listen(&a.http))?;
     net::files::create_private_dir(&a.data)
         .with_context(|| format!("cannot create {}", a.data.display()))?;
     let mds_dir = a.data.join("mds");
-    let ns_mode = proto::mds::NamespaceMode::parse(&a.namespace).map_err(anyhow::Error::msg)?;
-    let protocol = osdns::Protocol::parse(&a.dir_protocol).map_err(anyhow::Error::msg)?;
     let cf = match ClusterFile::load(&a.data)? {
         Some(mut cf) => {
             if a.osds > cf.osds {
@@ -101,9 +114,6 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             cf
         }
         None => {
-            if a.osds == 0 {
-                bail!("--osds must be at least 1");
-            }
             let kind = PolicyKind::parse(&a.policy).map_err(anyhow::Error::msg)?;
             let sc = a.stripe_count.unwrap_or(a.osds.min(4));
             let default_r = a.osds.min(3) as u8;
