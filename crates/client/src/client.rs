@@ -575,6 +575,10 @@ impl Client {
             .ns
             .rename(c, (parent, name), (new_parent, new_name), noreplace, &open)
             .await;
+        if r.as_ref().is_ok_and(|x| x.unchanged) {
+            // Two links of one file: nothing changed, both names stay.
+            return Ok(());
+        }
         // The reply carries the target directory's attributes, not the
         // source's (the same one in a rename within a directory).
         let found = r.as_ref().ok().and_then(|x| x.found.clone());

@@ -43,6 +43,9 @@ pub struct Renamed {
     /// Its entry under the new name, with the target directory's
     /// attributes after the change (MDS namespace).
     pub found: Option<Found>,
+    /// Nothing changed: both names were links to one file (POSIX: do
+    /// nothing), so both stay.
+    pub unchanged: bool,
 }
 
 impl Renamed {
@@ -51,6 +54,7 @@ impl Renamed {
         Renamed {
             moved: Some(moved),
             found: None,
+            unchanged: false,
         }
     }
 }

@@ -261,9 +261,14 @@ impl Namespace for MdsNamespace {
                 MdsReply::Found(f) => Renamed {
                     moved: Some(f.entry.attr.ino),
                     found: Some(*f),
+                    unchanged: false,
                 },
                 // An MDS of before the target directory came with it.
                 MdsReply::Attr(a) => Renamed::of(a.ino),
+                MdsReply::Done => Renamed {
+                    unchanged: true,
+                    ..Renamed::default()
+                },
                 _ => Renamed::default(),
             })
         })

@@ -168,3 +168,32 @@ async fn a_links_target_is_read_from_the_mds_once() {
     assert_eq!(a.readlink(&r, l2.attr.ino).await.unwrap(), "else/where");
     cl.stop().await.unwrap();
 }
+
+/// A rename of one hard link onto another of the same file does nothing
+/// (POSIX): both names stay, in this client's view too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rename_between_two_links_of_one_file_keeps_both_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cl, a, b) = setup(&dir).await;
+    let r = Creds::root();
+    let d = a.mkdir(&r, a.root(), "d", 0o755).await.unwrap().attr.ino;
+    let (x, fh) = a.create(&r, d, "x", 0o644, true).await.unwrap();
+    a.release(fh).await.unwrap();
+    a.link(&r, x.attr.ino, d, "y").await.unwrap();
+    // Two misses make this client fetch the directory's names (a
+    // program creating files asks for each new name first)...
+    a.lookup(&r, d, "nothing1").await.unwrap_err();
+    a.lookup(&r, d, "nothing2").await.unwrap_err();
+    // ...and both names looked up, as the kernel does before a rename.
+    a.lookup(&r, d, "x").await.unwrap();
+    a.lookup(&r, d, "y").await.unwrap();
+    a.rename(&r, d, "x", d, "y", false).await.unwrap();
+    for name in ["x", "y"] {
+        let here = a.lookup(&r, d, name).await.unwrap();
+        assert_eq!(here.attr.ino, x.attr.ino, "{name} on this client");
+        let there = b.lookup(&r, d, name).await.unwrap();
+        assert_eq!(there.attr.ino, x.attr.ino, "{name} at the MDS");
+    }
+    assert_eq!(a.getattr(&r, x.attr.ino).await.unwrap().nlink, 2);
+    cl.stop().await.unwrap();
+}

@@ -233,12 +233,20 @@ impl Mds {
         early: Option<u64>,
     ) -> Result<MdsReply, MdsError> {
         let (dir, new_name) = (to.0, to.1.clone());
-        let ((moved, orphan), ack) = self
+        let ((moved, orphan, unchanged), ack) = self
             .write_ns(early, move |tx| {
-                ns::rename(tx, &c, from.0, &from.1, to.0, &to.1, noreplace)
+                // Two names of one file: POSIX says do nothing, and the
+                // answer says so (the client then keeps both names).
+                let same = tx.dentry(from.0, &from.1)?.map(|d| d.0)
+                    == tx.dentry(to.0, &to.1)?.map(|d| d.0);
+                let (moved, orphan) = ns::rename(tx, &c, from.0, &from.1, to.0, &to.1, noreplace)?;
+                Ok((moved, orphan, same))
             })
             .await?;
         self.orphaned(orphan).await?;
+        if unchanged {
+            return Ok(self.answer(MdsReply::Done, ack));
+        }
         let mut f = Self::bare(&moved);
         f.entry.parent = dir;
         f.entry.name = new_name;
