@@ -110,6 +110,7 @@ impl Client {
             leases,
             absent: crate::absent::Absent::new(cfg.attr_timeout),
             bare: crate::xattrs::Bare::new(cfg.attr_timeout),
+            no_caps: crate::privs::NoCaps::new(cfg.attr_timeout),
             targets: Default::default(),
             meta,
             cfg,

@@ -24,6 +24,7 @@ pub mod on_mds;
 pub mod on_osds;
 pub mod open_file;
 pub mod osds;
+pub mod privs;
 pub mod state;
 pub mod stats;
 pub mod striped;

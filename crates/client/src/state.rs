@@ -39,6 +39,8 @@ pub struct Inner {
     pub absent: crate::absent::Absent,
     /// Inodes this client made, known to have no extended attributes.
     pub bare: crate::xattrs::Bare,
+    /// Inodes lately found without file capabilities.
+    pub no_caps: crate::privs::NoCaps,
     /// Symbolic links' targets read before.
     pub targets: crate::targets::Targets,
     /// Where the namespace lives.

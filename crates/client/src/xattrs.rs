@@ -123,6 +123,7 @@ impl Client {
         mode: XattrMode,
     ) -> Result<()> {
         self.inner.bare.forget(ino);
+        self.inner.no_caps.forget(ino);
         self.inner.ns.setxattr(c, ino, name, value, mode).await
     }
 

@@ -102,7 +102,12 @@ impl Filesystem for TesseraFs {
                 | InitFlags::FUSE_PARALLEL_DIROPS
                 // Locks between mounts: the kernel passes them on.
                 | InitFlags::FUSE_POSIX_LOCKS
-                | InitFlags::FUSE_FLOCK_LOCKS,
+                | InitFlags::FUSE_FLOCK_LOCKS
+                // Set-id bits and file capabilities are stripped here
+                // on write, truncate and chown (client::privs): the kernel
+                // then stops asking for security.capability before every
+                // write.
+                | InitFlags::FUSE_HANDLE_KILLPRIV_V2,
         );
         Ok(())
     }
@@ -143,6 +148,15 @@ impl Filesystem for TesseraFs {
         reply: ReplyAttr,
     ) {
         let c = self.creds(req);
+        let ino = self.inos.from_fuse(ino);
+        // A truncate by anyone but root drops the set-id bits; a
+        // truncate or change of owner drops file capabilities.
+        if size.is_some() || uid.is_some() || gid.is_some() {
+            let set_id = size.is_some() && req.uid() != 0;
+            if let Err(e) = self.run(self.client.strip_privileges(&c, ino, set_id)) {
+                return reply.error(e);
+            }
+        }
         let set = SetAttr {
             mode: mode.map(|m| m & 0o7777),
             uid,
@@ -152,7 +166,6 @@ impl Filesystem for TesseraFs {
             mtime: mtime.map(set_time),
             via_handle: false,
         };
-        let ino = self.inos.from_fuse(ino);
         match self.run(self.client.setattr_via(&c, ino, set, fh.map(|f| f.0))) {
             Ok(a) => reply.attr(&self.ttl, &file_attr(&self.inos, &a)),
             Err(e) => reply.error(e),
@@ -330,16 +343,24 @@ impl Filesystem for TesseraFs {
 
     fn write(
         &self,
-        _req: &Request,
-        _ino: INodeNo,
+        req: &Request,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
+        write_flags: WriteFlags,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        // What the kernel leaves to us (FUSE_HANDLE_KILLPRIV_V2): the
+        // set-id bits when the writer lacks CAP_FSETID, and capabilities.
+        let set_id = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
+        let c = self.creds(req);
+        let ino = self.inos.from_fuse(ino);
+        if let Err(e) = self.run(self.client.strip_privileges(&c, ino, set_id)) {
+            return reply.error(e);
+        }
         match self.run(self.client.write(fh.0, offset, data)) {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(e),

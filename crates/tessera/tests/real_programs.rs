@@ -14,6 +14,7 @@
 
 mod common;
 
+use std::io::Write as _;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::Path;
@@ -443,6 +444,83 @@ fn set_id_bits_cleared_by_a_writer(a: &Path) {
     let m = std::fs::metadata(&p).unwrap();
     assert_eq!(m.mode() & 0o7777, 0o777, "set-id bits cleared by the write");
     assert_eq!(std::fs::read(&p).unwrap(), b"x\nhi\n");
+
+    // Root (CAP_FSETID) keeps them; a truncate by another user drops them.
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o6777)).unwrap();
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&p)
+        .unwrap()
+        .write_all(b"root\n")
+        .unwrap();
+    let m = std::fs::metadata(&p).unwrap();
+    assert_eq!(
+        m.mode() & 0o7777,
+        0o6777,
+        "root's write keeps the set-id bits"
+    );
+    let o = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "truncate",
+            "-s",
+            "2",
+        ])
+        .arg(&p)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let m = std::fs::metadata(&p).unwrap();
+    assert_eq!(
+        (m.mode() & 0o7777, m.len()),
+        (0o777, 2),
+        "truncate by nobody"
+    );
+
+    // File capabilities go with any write, root's included.
+    let caps = a.join("caps");
+    std::fs::write(&caps, b"bin").unwrap();
+    let cpath = std::ffi::CString::new(caps.as_os_str().as_encoded_bytes()).unwrap();
+    let name = c"security.capability";
+    // VFS_CAP_REVISION_2, CAP_NET_BIND_SERVICE permitted.
+    let mut value = Vec::new();
+    for w in [0x0200_0000u32, 1 << 10, 0, 0, 0] {
+        value.extend_from_slice(&w.to_le_bytes());
+    }
+    // SAFETY: valid C strings and a buffer of the length given.
+    let r = unsafe {
+        libc::setxattr(
+            cpath.as_ptr(),
+            name.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            0,
+        )
+    };
+    assert_eq!(r, 0, "setxattr: {}", std::io::Error::last_os_error());
+    let has_caps = || {
+        let mut buf = [0u8; 64];
+        // SAFETY: as above; the buffer is 64 bytes.
+        let n = unsafe {
+            libc::getxattr(
+                cpath.as_ptr(),
+                name.as_ptr(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+            )
+        };
+        n >= 0
+    };
+    assert!(has_caps(), "the capability was set");
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&caps)
+        .unwrap()
+        .write_all(b"patched")
+        .unwrap();
+    assert!(!has_caps(), "a write left the file's capabilities");
 }
 
 /// Names and symlink targets that are not UTF-8 (Linux names are bytes):
