@@ -152,6 +152,7 @@ fn posix_appends(path: &Path, n: usize, every: usize) -> anyhow::Result<f64> {
         }
     }
     f.sync_data()?;
+    drop(f);
     Ok(n as f64 / t.elapsed().as_secs_f64())
 }
 
@@ -277,10 +278,11 @@ fn run_in(work: &Path, p: FsParams) -> anyhow::Result<Vec<FsRow>> {
             ..LayoutSpec::default()
         },
     );
-    // Three files of `p.file` bytes (mount, library, encrypted library),
-    // each striped over the three OSDs: one file's size per OSD, and room
-    // for the store's own records.
-    let osd_size = p.file.max(256 << 20) + (512 << 20);
+    // Three files of `p.file` bytes and three sets of appended files
+    // (mount, library, encrypted library), each striped over the three
+    // OSDs: one set's size per OSD, and room for the store's own records.
+    let appended = (p.appends + p.log_appends) as u64 * 4096;
+    let osd_size = p.file.max(256 << 20) + appended + (512 << 20);
     let cl = rt
         .block_on(LocalCluster::start(
             &work.join("cluster"),

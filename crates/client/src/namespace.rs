@@ -51,10 +51,16 @@ pub struct Renamed {
 impl Renamed {
     /// A rename whose answer names only the moved inode.
     pub fn of(moved: u64) -> Renamed {
+        Renamed::moved(moved, false)
+    }
+
+    /// A rename of `moved` that changed nothing when `unchanged` (two
+    /// links of one file).
+    pub fn moved(moved: u64, unchanged: bool) -> Renamed {
         Renamed {
             moved: Some(moved),
             found: None,
-            unchanged: false,
+            unchanged,
         }
     }
 }

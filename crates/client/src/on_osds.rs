@@ -299,14 +299,14 @@ impl OsdNamespace {
         (new_parent, new_name): (u64, &str),
         noreplace: bool,
         open_here: &(dyn Fn(u64) -> bool + Sync),
-    ) -> Result<u64> {
+    ) -> Result<Renamed> {
         let s = self.dir(parent).await?;
         let d = self.dir(new_parent).await?;
-        let (moved, dead) = self.fs.rename(&s, name, &d, new_name, noreplace).await?;
-        if let Some((ino, osd, i)) = dead {
+        let m = self.fs.rename(&s, name, &d, new_name, noreplace).await?;
+        if let Some((ino, osd, i)) = m.replaced {
             self.gone(ino, osd, i, open_here(ino)).await?;
         }
-        Ok(moved)
+        Ok(Renamed::moved(m.ino, m.unchanged))
     }
 
     /// An inode with no names left: destroyed now, or remembered for the
@@ -721,8 +721,7 @@ impl Namespace for OsdNamespace {
             {
                 posix::perm::sticky(&da, &t.attr, c).map_err(FsError::from)?;
             }
-            let moved = self.rename_names(from, to, noreplace, open_here).await?;
-            Ok(Renamed::of(moved))
+            self.rename_names(from, to, noreplace, open_here).await
         })
     }
 

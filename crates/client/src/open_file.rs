@@ -137,8 +137,10 @@ impl FileState {
             _ => Vec::new(),
         };
         if buf.capacity() < len {
-            // Room for more appends than this one (at most 4 MiB ahead).
-            buf.reserve((len - buf.len()).max(len.min(4 << 20)));
+            // Room for more appends than this one: as much again as the
+            // extent holds, 4 MiB at most (so the slack, which
+            // `dirty_bytes` does not count, stays under both).
+            buf.reserve_exact(len - buf.len() + len.min(4 << 20));
         }
         buf.resize(len, 0);
         for (a, v) in rest {

@@ -79,30 +79,56 @@ impl Client {
     /// written with its privileges).
     pub async fn strip_privileges(&self, c: &Creds, ino: u64, set_id: bool) -> Result<()> {
         if set_id {
-            let a = self.getattr(c, ino).await?;
-            let kill = 0o4000 | if a.mode & 0o010 != 0 { 0o2000 } else { 0 };
-            if a.kind == FileKind::File && a.mode & kill != 0 {
-                let set = SetAttr {
-                    mode: Some(a.mode & 0o7777 & !kill),
-                    ..SetAttr::default()
-                };
-                self.setattr(c, ino, set).await?;
-            }
+            self.strip_set_id(c, ino).await?;
         }
         if self.inner.no_caps.known(ino) || self.inner.bare.bare(ino) {
             return Ok(());
         }
-        match self.removexattr(c, ino, CAPABILITY_XATTR).await {
-            Ok(()) => {}
-            Err(e) if e.is(Errno::NoData) => {}
-            // A writer through a descriptor opened before its right to
-            // write was taken away may still write (POSIX checks at open)
-            // but may not change attributes: its write goes on, and the
-            // next one asks again.
-            Err(e) if e.is(Errno::Access) || e.is(Errno::Perm) => return Ok(()),
+        // Ask first (a read: no log record), remove only what is there.
+        let has = match self.getxattr(c, ino, CAPABILITY_XATTR).await {
+            Ok(_) => true,
+            Err(e) if e.is(Errno::NoData) => false,
+            // May write but not read: try the removal, which asks for
+            // the right to write only.
+            Err(e) if e.is(Errno::Access) => true,
             Err(e) => return Err(e),
+        };
+        if has {
+            match self.removexattr(c, ino, CAPABILITY_XATTR).await {
+                Ok(()) => {}
+                Err(e) if e.is(Errno::NoData) => {}
+                // A writer through a descriptor opened before its right
+                // to write was taken away may still write (POSIX checks at
+                // open) but may not change attributes: its write goes on,
+                // and the next one asks again.
+                Err(e) if e.is(Errno::Access) || e.is(Errno::Perm) => return Ok(()),
+                Err(e) => return Err(e),
+            }
         }
         self.inner.no_caps.learn(ino);
+        Ok(())
+    }
+
+    /// Drops `ino`'s set-user-id bit, and its set-group-id bit when it is
+    /// group-executable. The cached mode says whether there is anything
+    /// to drop (as the kernel's did); the change is computed from the
+    /// namespace's mode now, so it never writes back a stale mode.
+    async fn strip_set_id(&self, c: &Creds, ino: u64) -> Result<()> {
+        let kill = |mode: u32| 0o4000 | if mode & 0o010 != 0 { 0o2000 } else { 0 };
+        let cached = self.getattr(c, ino).await?;
+        if cached.kind != FileKind::File || cached.mode & kill(cached.mode) == 0 {
+            return Ok(());
+        }
+        let now = self.inner.ns.getattr(c, ino).await?;
+        let k = kill(now.mode);
+        if now.mode & k == 0 {
+            return Ok(());
+        }
+        let set = SetAttr {
+            mode: Some(now.mode & 0o7777 & !k),
+            ..SetAttr::default()
+        };
+        self.setattr(c, ino, set).await?;
         Ok(())
     }
 }

@@ -221,3 +221,28 @@ async fn lengths_truncate_unlinked_open_files_and_rename() {
     assert_eq!(names, ["d1", "d2"]);
     cl.stop().await.unwrap();
 }
+
+/// A rename of one hard link onto another of the same file does nothing
+/// (POSIX): both names stay, in this client's view of a directory whose
+/// names it has listed too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rename_between_two_links_of_one_file_keeps_both_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let cl = cluster(&dir, "atomic").await;
+    let a = client(&cl, Duration::from_secs(1)).await;
+    let b = client(&cl, Duration::ZERO).await;
+    let r = Creds::root();
+    let (x, fh) = a.create(&r, 0, "x", 0o644, true).await.unwrap();
+    a.release(fh).await.unwrap();
+    a.link(&r, x.attr.ino, 0, "y").await.unwrap();
+    a.lookup(&r, 0, "nothing1").await.unwrap_err();
+    a.lookup(&r, 0, "nothing2").await.unwrap_err();
+    a.rename(&r, 0, "x", 0, "y", false).await.unwrap();
+    for name in ["x", "y"] {
+        let here = a.lookup(&r, 0, name).await.unwrap();
+        assert_eq!(here.attr.ino, x.attr.ino, "{name} on this client");
+        let there = b.lookup(&r, 0, name).await.unwrap();
+        assert_eq!(there.attr.ino, x.attr.ino, "{name} on the OSDs");
+    }
+    cl.stop().await.unwrap();
+}

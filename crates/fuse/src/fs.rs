@@ -2,13 +2,11 @@
 //! run on the client's tokio runtime (fuser's worker threads block on it,
 //! so several requests are in progress at once).
 
-use std::collections::HashMap;
 use std::ffi::OsStr;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
-use client::{Client, FsError};
+use client::FsError;
 use fuser::{
     AccessFlags, CopyFileRangeFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags,
     Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenAccMode, OpenFlags, RenameFlags,
@@ -16,80 +14,12 @@ use fuser::{
     ReplyLock, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
     WriteFlags,
 };
-use proto::mds::{Attr, Creds, DirEntry, FileKind, SetAttr, XattrMode};
-use tokio::runtime::Handle as Rt;
+use proto::mds::{FileKind, SetAttr, XattrMode};
 
-use crate::attr::{Inodes, file_attr, kind, kind_of_mode};
+use crate::attr::{file_attr, kind, kind_of_mode};
+use crate::base::{Listing, TesseraFs};
 use crate::locks;
-use crate::request::{Groups, done, errno, may, name, set_time, xattr_name};
-
-/// A directory listing taken at opendir, served by offset.
-struct Listing {
-    ino: u64,
-    parent: u64,
-    entries: Vec<DirEntry>,
-}
-
-/// Tessera behind FUSE.
-pub struct TesseraFs {
-    inos: Inodes,
-    client: Client,
-    rt: Rt,
-    ttl: Duration,
-    dirs: Mutex<HashMap<u64, Arc<Listing>>>,
-    next_dir: AtomicU64,
-    groups: Groups,
-    /// Tells the kernel to drop its caches of an inode (set once mounted).
-    notifier: locks::Notifier,
-}
-
-impl TesseraFs {
-    /// A file system over `client`, running its calls on `rt`; the kernel
-    /// caches entries and attributes for `ttl` (the client's window).
-    pub fn new(client: Client, rt: Rt, ttl: Duration) -> TesseraFs {
-        TesseraFs {
-            inos: Inodes {
-                root: client.root(),
-            },
-            client,
-            rt,
-            ttl,
-            dirs: Mutex::new(HashMap::new()),
-            next_dir: AtomicU64::new(1),
-            groups: Groups::default(),
-            notifier: locks::Notifier::default(),
-        }
-    }
-
-    /// Where the mount puts the session's notifier once mounted.
-    pub fn notifier(&self) -> locks::Notifier {
-        self.notifier.clone()
-    }
-
-    /// The caller's credentials (see [`Groups::creds`]).
-    fn creds(&self, req: &Request) -> Creds {
-        self.groups.creds(req)
-    }
-
-    fn run<T>(&self, f: impl Future<Output = client::Result<T>>) -> Result<T, Errno> {
-        self.rt.block_on(f).map_err(errno)
-    }
-
-    fn entry(&self, reply: ReplyEntry, r: Result<Attr, Errno>) {
-        match r {
-            Ok(a) => reply.entry(&self.ttl, &file_attr(&self.inos, &a), Generation(0)),
-            Err(e) => reply.error(e),
-        }
-    }
-
-    fn listing(&self, fh: FileHandle) -> Option<Arc<Listing>> {
-        self.dirs
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&fh.0)
-            .cloned()
-    }
-}
+use crate::request::{done, may, name, set_time, xattr_name};
 
 impl Filesystem for TesseraFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
@@ -102,13 +32,15 @@ impl Filesystem for TesseraFs {
                 | InitFlags::FUSE_PARALLEL_DIROPS
                 // Locks between mounts: the kernel passes them on.
                 | InitFlags::FUSE_POSIX_LOCKS
-                | InitFlags::FUSE_FLOCK_LOCKS
-                // Set-id bits and file capabilities are stripped here
-                // on write, truncate and chown (client::privs): the kernel
-                // then stops asking for security.capability before every
-                // write.
-                | InitFlags::FUSE_HANDLE_KILLPRIV_V2,
+                | InitFlags::FUSE_FLOCK_LOCKS,
         );
+        // Asked for alone (a kernel before 5.11 does not offer it, and
+        // fuser grants a set of flags all or none): set-id bits and file
+        // capabilities are then stripped here (client::privs) and the
+        // kernel stops asking for security.capability before every write.
+        self.strips = config
+            .add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV_V2)
+            .is_ok();
         Ok(())
     }
 
@@ -147,16 +79,15 @@ impl Filesystem for TesseraFs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        let c = self.creds(req);
-        let ino = self.inos.from_fuse(ino);
         // A truncate by anyone but root drops the set-id bits; a
         // truncate or change of owner drops file capabilities.
-        if size.is_some() || uid.is_some() || gid.is_some() {
-            let set_id = size.is_some() && req.uid() != 0;
-            if let Err(e) = self.run(self.client.strip_privileges(&c, ino, set_id)) {
-                return reply.error(e);
-            }
+        if (size.is_some() || uid.is_some() || gid.is_some())
+            && let Err(e) = self.strip(req, ino, size.is_some() && req.uid() != 0)
+        {
+            return reply.error(e);
         }
+        let c = self.creds(req);
+        let ino = self.inos.from_fuse(ino);
         let set = SetAttr {
             mode: mode.map(|m| m & 0o7777),
             uid,
@@ -356,9 +287,7 @@ impl Filesystem for TesseraFs {
         // What the kernel leaves to us (FUSE_HANDLE_KILLPRIV_V2): the
         // set-id bits when the writer lacks CAP_FSETID, and capabilities.
         let set_id = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
-        let c = self.creds(req);
-        let ino = self.inos.from_fuse(ino);
-        if let Err(e) = self.run(self.client.strip_privileges(&c, ino, set_id)) {
+        if let Err(e) = self.strip(req, ino, set_id) {
             return reply.error(e);
         }
         match self.run(self.client.write(fh.0, offset, data)) {
@@ -495,13 +424,16 @@ impl Filesystem for TesseraFs {
     fn fallocate(
         &self,
         req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         length: u64,
         mode: i32,
         reply: ReplyEmpty,
     ) {
+        if let Err(e) = self.strip(req, ino, req.uid() != 0) {
+            return reply.error(e);
+        }
         let c = self.creds(req);
         done(
             reply,
@@ -511,11 +443,11 @@ impl Filesystem for TesseraFs {
 
     fn copy_file_range(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino_in: INodeNo,
         fh_in: FileHandle,
         offset_in: u64,
-        _ino_out: INodeNo,
+        ino_out: INodeNo,
         fh_out: FileHandle,
         offset_out: u64,
         len: u64,
@@ -523,6 +455,9 @@ impl Filesystem for TesseraFs {
         reply: ReplyWrite,
     ) {
         // The kernel checked the descriptors' modes and passes no flags.
+        if let Err(e) = self.strip(req, ino_out, req.uid() != 0) {
+            return reply.error(e);
+        }
         match self.run(
             self.client
                 .copy_range(fh_in.0, offset_in, fh_out.0, offset_out, len),

@@ -1,10 +1,11 @@
 //! The FUSE mount: Tessera as a POSIX file system for unmodified programs.
-//! [`fs::TesseraFs`] answers the kernel's requests with the client library
+//! [`base::TesseraFs`] answers the kernel's requests with the client library
 //! (several request threads, bridged onto the client's tokio runtime);
 //! [`request`] reads what each request carries; [`locks`] maps the
 //! kernel's lock requests; [`mount`] checks the mount point and mounts.
 
 pub mod attr;
+pub mod base;
 pub mod fs;
 pub mod locks;
 pub mod mount;

@@ -8,7 +8,7 @@ use std::time::Duration;
 use client::Client;
 use fuser::{BackgroundSession, Config, MountOption, SessionACL};
 
-use crate::fs::TesseraFs;
+use crate::base::TesseraFs;
 
 /// How to mount.
 #[derive(Debug, Clone)]

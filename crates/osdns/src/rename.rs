@@ -27,13 +27,24 @@ use crate::error::{Errno, NsError, Result};
 use crate::format::*;
 use crate::fs::{DirRef, OsdFs};
 
+/// What a rename did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Moved {
+    /// The moved inode.
+    pub ino: u64,
+    /// The replaced file when that was its last name: (ino, OSD, record),
+    /// for the caller to remove with [`OsdFs::destroy`] (until then fsck
+    /// sees an orphan).
+    pub replaced: Option<(u64, u32, Inode)>,
+    /// Nothing changed: both names were links to one file (POSIX: do
+    /// nothing), so both stay.
+    pub unchanged: bool,
+}
+
 impl OsdFs {
     /// Renames `src`/`name` to `dst`/`new_name`, replacing a destination of
     /// a compatible kind (an empty directory by a directory, a non-directory
-    /// by a non-directory) unless `noreplace`. Returns the moved inode, and
-    /// the replaced file when that was its last name: (ino, OSD, record),
-    /// for the caller to remove with [`OsdFs::destroy`] (until then fsck
-    /// sees an orphan).
+    /// by a non-directory) unless `noreplace`.
     pub async fn rename(
         &self,
         src: &DirRef,
@@ -41,13 +52,17 @@ impl OsdFs {
         dst: &DirRef,
         new_name: &str,
         noreplace: bool,
-    ) -> Result<(u64, Option<(u64, u32, Inode)>)> {
+    ) -> Result<Moved> {
         crate::fs::check_name(new_name)?;
         let moving = self.lookup(src, name).await?;
         let target = self.find(dst, new_name).await?;
         if let Some(t) = &target {
             if t.ino == moving.ino {
-                return Ok((moving.ino, None));
+                return Ok(Moved {
+                    ino: moving.ino,
+                    replaced: None,
+                    unchanged: true,
+                });
             }
             if noreplace {
                 return Err(NsError::new(Errno::Exist, format!("{new_name}: exists")));
@@ -94,7 +109,11 @@ impl OsdFs {
             self.release(root_osd, data_oid(ROOT_INO), FS_RENAME_LOCK, held)
                 .await?;
         }
-        r.map(|dead| (moving.ino, dead))
+        r.map(|replaced| Moved {
+            ino: moving.ino,
+            replaced,
+            unchanged: false,
+        })
     }
 
     async fn rename_steps(

@@ -102,7 +102,7 @@ async fn run(fs: &OsdFs, op: Op, t: &Trial) -> osdns::Result<()> {
 
 /// A rename as a client runs it: then the replaced file's objects go.
 async fn rename(fs: &OsdFs, a: &DirRef, n: &str, b: &DirRef, m: &str) -> osdns::Result<()> {
-    if let (_, Some((ino, osd, i))) = fs.rename(a, n, b, m, false).await? {
+    if let Some((ino, osd, i)) = fs.rename(a, n, b, m, false).await?.replaced {
         fs.destroy(ino, osd, &i).await?;
     }
     Ok(())

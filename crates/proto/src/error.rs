@@ -107,8 +107,9 @@ impl Serialize for ErrorCode {
 impl<'de> Deserialize<'de> for ErrorCode {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<ErrorCode, D::Error> {
         let n = u16::deserialize(d)?;
-        ErrorCode::from_number(n)
-            .ok_or_else(|| serde::de::Error::custom(format!("unknown error code {n}")))
+        // A newer peer's code reads as a failure; its message still says
+        // what failed (a refusal of an older protocol version included).
+        Ok(ErrorCode::from_number(n).unwrap_or(ErrorCode::Failed))
     }
 }
 
@@ -211,9 +212,10 @@ mod tests {
             );
         }
         let bytes = postcard::to_allocvec(&6u16).expect("encodes");
-        assert!(
-            postcard::from_bytes::<ErrorCode>(&bytes).is_err(),
-            "6 is no code"
+        assert_eq!(
+            postcard::from_bytes::<ErrorCode>(&bytes).expect("decodes"),
+            ErrorCode::Failed,
+            "6 is no code: read as a failure, message kept"
         );
     }
 }

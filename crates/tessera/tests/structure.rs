@@ -15,7 +15,7 @@ const FN_MAX: usize = 150;
 
 /// Files over [`FILE_MAX`] lines, and their size when this list was made.
 const BIG_FILES: &[(&str, usize)] = &[
-    ("crates/client/src/on_osds.rs", 866),
+    ("crates/client/src/on_osds.rs", 864),
     ("crates/mds/src/kv/mod.rs", 825),
     ("crates/mds/src/ns.rs", 841),
     ("crates/mds/src/service/redundancy.rs", 1454),
