@@ -74,6 +74,16 @@ impl TesseraFs {
         )
     }
 
+    /// Whether `req`'s caller may change `ino`'s owner or group at all
+    /// (root, or its owner): only then does a chown strip anything first.
+    pub(crate) fn may_chown(&self, req: &Request, ino: INodeNo) -> bool {
+        let c = self.creds(req);
+        req.uid() == 0
+            || self
+                .run(self.client.getattr(&c, self.inos.from_fuse(ino)))
+                .is_ok_and(|a| a.uid == req.uid())
+    }
+
     /// Where the mount puts the session's notifier once mounted.
     pub fn notifier(&self) -> locks::Notifier {
         self.notifier.clone()

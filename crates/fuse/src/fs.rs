@@ -79,10 +79,13 @@ impl Filesystem for TesseraFs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        // A truncate by anyone but root drops the set-id bits; a
-        // truncate or change of owner drops file capabilities.
-        if (size.is_some() || uid.is_some() || gid.is_some())
-            && let Err(e) = self.strip(req, ino, size.is_some() && req.uid() != 0)
+        // A truncate by anyone but root drops the set-id bits, and so
+        // does any chown (to the same owner too) that may go ahead; a
+        // truncate or chown drops file capabilities.
+        let chown = uid.is_some() || gid.is_some();
+        let set_id = (size.is_some() && req.uid() != 0) || (chown && self.may_chown(req, ino));
+        if (size.is_some() || chown)
+            && let Err(e) = self.strip(req, ino, set_id)
         {
             return reply.error(e);
         }

@@ -479,6 +479,12 @@ fn set_id_bits_cleared_by_a_writer(a: &Path) {
         "truncate by nobody"
     );
 
+    // A chown, to the same owner too, drops them (as Linux's chown does).
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o6777)).unwrap();
+    std::os::unix::fs::chown(&p, Some(0), Some(0)).unwrap();
+    let m = std::fs::metadata(&p).unwrap();
+    assert_eq!(m.mode() & 0o7777, 0o777, "chown to the same owner");
+
     // File capabilities go with any write, root's included.
     let caps = a.join("caps");
     std::fs::write(&caps, b"bin").unwrap();
