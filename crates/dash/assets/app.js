@@ -181,7 +181,8 @@ function render(s) {
   const rows = s.clients.rows;
   const others = s.clients.others || { principals: 0, connections: 0 };
   const conns = rows.reduce((a, c) => a + c.connections, 0) + others.connections;
-  $("client-count").textContent = (rows.length + others.principals) + " principals, " + conns + " connections";
+  $("client-count").textContent = (rows.length + others.principals) + " principals, " + conns + " connections; " +
+    m.early_pending + " early answers pending";
 
   fill($("osds").tBodies[0], osds, (tr, o) => {
     tr.className = "osd" + (o.up ? "" : " down") + (o.is_in ? "" : " out");
@@ -233,6 +234,7 @@ function render(s) {
   kv($("mds-facts").tBodies[0], [
     ["uptime", duration(m.uptime_s)], ["map epoch", s.cluster.epoch], ["namespace kept on", s.cluster.namespace === "osd" ? "the OSDs" : "the MDS"],
     ["object-id policy", s.cluster.id_policy], ["mandatory requests", count(m.mandatory)], ["non-mandatory requests", count(m.non_mandatory)],
+    ["changes answered early, not yet durable", m.early_pending],
     ["files waiting for object deletion", m.delete_queue], ["unlinked files kept while open", m.orphans],
     ["sessions whose replays it waits for", m.replay_wait ? m.replay_wait.sessions + " (" + duration(Math.round(m.replay_wait.ms_left / 1000)) + " left)" : "none"],
   ]);

@@ -106,6 +106,7 @@ pub fn state(
             "non_mandatory": status.non_mandatory,
             "delete_queue": status.delete_queue,
             "orphans": status.orphans,
+            "early_pending": mds.early_pending(),
             "replay_wait": status.replay_wait.map(|(n, ms)| json!({"sessions": n, "ms_left": ms})),
         },
         "space": {

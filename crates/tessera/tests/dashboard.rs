@@ -328,6 +328,8 @@ fn the_dashboard_refuses_what_it_must_and_stays_bounded() {
     assert_eq!(st, 200);
     assert_eq!(s["health"]["level"], "HEALTH_OK", "{s}");
     assert_eq!(s["osds"].as_array().unwrap().len(), 1);
+    // Changes answered early and not yet durable: none after a second idle.
+    assert_eq!(s["mds"]["early_pending"], 0, "{s}");
     assert!(s["principals"].as_array().unwrap().len() >= 2);
     let viewer = login(a, &token(&c, &viewer_key));
     let (st, s) = state(a, &viewer);

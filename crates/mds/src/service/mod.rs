@@ -281,6 +281,9 @@ pub struct Mds {
     /// Client connections held now, per principal id (the server loop
     /// counts them; the dashboard shows them).
     pub connections: net::serve::PrincipalCounts,
+    /// The newest transno answered early (what is pending is the part
+    /// past the KV's durable transno).
+    last_early: std::sync::atomic::AtomicU64,
 }
 
 fn err(e: Errno, m: impl Into<String>) -> MdsError {
@@ -367,6 +370,7 @@ impl Mds {
             leases: Mutex::new(leases::Leases::default()),
             locks: Mutex::new(locks::Locks::default()),
             connections: Default::default(),
+            last_early: Default::default(),
         });
         mds.index_stale_copies()?;
         Ok(mds)

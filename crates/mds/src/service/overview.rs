@@ -1,6 +1,7 @@
 //! What an operator's view of the MDS shows beyond `status`: the client
 //! principals connected now and how many of their sessions hold early
-//! answers, and how long this MDS has served.
+//! answers, the changes answered early and not yet durable, and how long
+//! this MDS has served.
 
 use std::time::Instant;
 
@@ -65,6 +66,14 @@ impl Mds {
                 .then_with(|| a.principal.cmp(&b.principal))
         });
         rows
+    }
+
+    /// Changes answered early and not yet durable: what clients would
+    /// replay if this MDS crashed now.
+    pub fn early_pending(&self) -> u64 {
+        self.last_early
+            .load(std::sync::atomic::Ordering::SeqCst)
+            .saturating_sub(self.kv.durable_transno())
     }
 
     /// How long this MDS has served.

@@ -212,6 +212,8 @@ impl Mds {
             return reply;
         }
         self.metrics.early_answers.inc();
+        self.last_early
+            .fetch_max(ack.transno, std::sync::atomic::Ordering::SeqCst);
         MdsReply::Early(Box::new(EarlyReply {
             transno: ack.transno,
             durable: ack.durable,
