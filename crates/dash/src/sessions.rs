@@ -107,16 +107,13 @@ impl Sessions {
         let (t, principal_id, lasts) = match self.verify(principals, token) {
             Ok(v) => v,
             Err(e) => {
-                let Some(ip) = source.map(net::http::source_of) else {
+                let Some(ip) = source.map(net::handshakes::source_of) else {
                     return Err(e);
                 };
                 return Err(if self.failed(ip) { LoginError::Busy } else { e });
             }
         };
-        let id: String = net::auth::random_bytes::<32>()
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
+        let id = net::keys::hex(&net::auth::random_bytes::<32>());
         let now = Instant::now();
         let mut m = self.by_id.lock().unwrap_or_else(|e| e.into_inner());
         m.retain(|_, s| s.until > now);

@@ -149,14 +149,7 @@ impl Handshakes {
     /// `None` when the table is full of young handshakes. IPv6 addresses
     /// count by their /64 (one host commonly holds a whole /64).
     pub fn enter(&self, ip: IpAddr) -> Option<Slot> {
-        let ip = match ip {
-            IpAddr::V6(v6) => {
-                let mut o = v6.octets();
-                o[8..].fill(0);
-                IpAddr::from(o)
-            }
-            v4 => v4,
-        };
+        let ip = source_of(ip);
         let mut t = self.table.lock().unwrap_or_else(|e| e.into_inner());
         let per = self.limits.per_address.max(1);
         let max = self.limits.max.max(1);
@@ -196,6 +189,20 @@ impl Handshakes {
     }
 }
 
+/// What connections are counted under, here and by the HTTP server (and
+/// failed dashboard logins): an IPv4 address (IPv4-mapped IPv6 included),
+/// or an IPv6 /64 (one host commonly holds a whole /64).
+pub fn source_of(ip: IpAddr) -> IpAddr {
+    match ip.to_canonical() {
+        IpAddr::V6(v6) => {
+            let mut o = v6.octets();
+            o[8..].fill(0);
+            IpAddr::from(o)
+        }
+        v4 => v4,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -232,6 +239,10 @@ mod tests {
         assert!(gone(&mut idle[0]), "the oldest went first");
         assert!(!gone(&mut idle[1]));
         assert_eq!(h.len(), 3);
+        // IPv4-mapped IPv6 counts as its IPv4 address, each its own.
+        let mapped = |n: u8| IpAddr::from(std::net::Ipv4Addr::new(10, 0, 0, n).to_ipv6_mapped());
+        assert_eq!(source_of(mapped(7)), IpAddr::from([10, 0, 0, 7]));
+        assert_ne!(source_of(mapped(7)), source_of(mapped(8)));
         // IPv6 counts by /64.
         let a = IpAddr::from([0x2001, 0xdb8, 0, 1, 0, 0, 0, 1]);
         let b = IpAddr::from([0x2001, 0xdb8, 0, 1, 0xffff, 0, 0, 2]);

@@ -167,7 +167,11 @@ pub async fn serve(listener: TcpListener, handler: Handler, limits: HttpLimits) 
         } else {
             limits.max_per_source
         };
-        let source = SourceSlot::take(&sources, source_of(peer.ip()), per_source);
+        let source = SourceSlot::take(
+            &sources,
+            crate::handshakes::source_of(peer.ip()),
+            per_source,
+        );
         let slot = slots.clone().try_acquire_owned();
         let (Some(source), Ok(slot)) = (source, slot) else {
             if let Ok(r) = refusals.clone().try_acquire_owned() {
@@ -202,20 +206,6 @@ pub async fn serve(listener: TcpListener, handler: Handler, limits: HttpLimits) 
 
 /// Connections held now per source address.
 type Sources = Arc<std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>>;
-
-/// What connections (and failed logins) are counted under: an IPv4
-/// address (IPv4-mapped IPv6 included), or an IPv6 /64 (one host may hold
-/// a whole /64).
-pub fn source_of(ip: std::net::IpAddr) -> std::net::IpAddr {
-    match ip.to_canonical() {
-        std::net::IpAddr::V6(v6) => {
-            let mut o = v6.octets();
-            o[8..].fill(0);
-            std::net::IpAddr::V6(o.into())
-        }
-        v4 => v4,
-    }
-}
 
 /// One connection's place among its source's; dropping it frees it.
 struct SourceSlot {

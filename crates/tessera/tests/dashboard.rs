@@ -445,6 +445,18 @@ fn the_dashboard_refuses_what_it_must_and_stays_bounded() {
     );
 }
 
+/// An MDS data directory under `dir`, formatted (not served).
+fn formatted_mds(dir: &std::path::Path) -> std::path::PathBuf {
+    let data = dir.join("mds");
+    let out = std::process::Command::new(common::BIN)
+        .args(["mds", "format", "--cluster", "c", "--data"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    data
+}
+
 /// This machine's address on its default route (none: the test cannot
 /// show a non-loopback connection, and says so).
 fn outside_address() -> std::net::IpAddr {
@@ -460,13 +472,7 @@ fn outside_address() -> std::net::IpAddr {
 #[test]
 fn a_wildcard_address_serves_the_dashboard_only_over_loopback() {
     let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("mds");
-    let out = std::process::Command::new(common::BIN)
-        .args(["mds", "format", "--cluster", "c", "--data"])
-        .arg(&data)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
+    let data = formatted_mds(dir.path());
     let port = common::free_port().rsplit(':').next().unwrap().to_string();
     let mut mds = std::process::Command::new(common::BIN)
         .args([
@@ -742,13 +748,7 @@ fn the_grafana_dashboard_names_only_metrics_the_daemons_export() {
 #[test]
 fn a_taken_http_port_stops_the_mds_before_it_starts() {
     let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("mds");
-    let out = std::process::Command::new(common::BIN)
-        .args(["mds", "format", "--cluster", "c", "--data"])
-        .arg(&data)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
+    let data = formatted_mds(dir.path());
     // Someone else holds the address the dashboard was to have.
     let squatter = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let taken = squatter.local_addr().unwrap().to_string();
