@@ -776,3 +776,58 @@ fn a_taken_http_port_stops_the_mds_before_it_starts() {
         "the MDS started before the port was checked"
     );
 }
+
+/// The dashboard's command-line surfaces refuse bad values clearly (a
+/// token's lifetime, the HTTP address, --http with --no-http).
+#[test]
+fn bad_dashboard_arguments_are_refused_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = formatted_mds(dir.path());
+    let key = data.join("client.admin.key");
+    let run = |args: &[&str]| {
+        let o = std::process::Command::new(common::BIN)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(!o.status.success(), "{args:?} succeeded");
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    };
+    let k = key.to_str().unwrap();
+    for (ttl, want) in [
+        ("0", "between 1s and 30d"),
+        ("31d", "between 1s and 30d"),
+        ("8x", "the unit must be s, m, h or d"),
+        ("soon", "a number then s, m, h or d"),
+    ] {
+        let e = run(&[
+            "auth",
+            "token",
+            "--ttl",
+            ttl,
+            "--key-file",
+            k,
+            "--mds",
+            "127.0.0.1:1",
+        ]);
+        assert!(e.contains(want), "--ttl {ttl}: {e}");
+    }
+    let e = run(&[
+        "mds",
+        "serve",
+        "--data",
+        data.to_str().unwrap(),
+        "--http",
+        "nowhere",
+    ]);
+    assert!(e.contains("--http") && e.contains("nowhere"), "{e}");
+    let e = run(&[
+        "mds",
+        "serve",
+        "--data",
+        data.to_str().unwrap(),
+        "--http",
+        "127.0.0.1:1",
+        "--no-http",
+    ]);
+    assert!(e.contains("cannot be used with"), "{e}");
+}
