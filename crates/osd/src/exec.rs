@@ -65,7 +65,9 @@ impl StoreHandle {
 
     fn format(&self, policy: store::Policy) -> Result<(), WireError> {
         let mut slot = self.store.write().unwrap_or_else(|e| e.into_inner());
+        let mut opts = OpenOptions::default();
         if let Some(s) = slot.take() {
+            opts = s.open_options();
             wait_unique(s).and_then(|s| s.close()).map_err(map_err)?;
         }
         let dev: Arc<dyn store::device::Device> = Arc::new(
@@ -81,9 +83,7 @@ impl StoreHandle {
             },
         )
         .map_err(map_err)?;
-        *slot = Some(Arc::new(
-            Store::open(dev, &OpenOptions::default()).map_err(map_err)?,
-        ));
+        *slot = Some(Arc::new(Store::open(dev, &opts).map_err(map_err)?));
         Ok(())
     }
 }
@@ -204,7 +204,7 @@ pub fn map_err(e: StoreError) -> WireError {
         StoreError::NoObject { .. } => ErrorCode::NoObject,
         StoreError::NoPartition(_) => ErrorCode::NoPartition,
         StoreError::ObjectExists { .. } | StoreError::PartitionExists(_) => ErrorCode::Exists,
-        StoreError::NoSpace { .. } => ErrorCode::NoSpace,
+        StoreError::NoSpace { .. } | StoreError::MetadataFull { .. } => ErrorCode::NoSpace,
         StoreError::Checksum { .. } => ErrorCode::Checksum,
         StoreError::Invalid { .. } => ErrorCode::BadRequest,
         StoreError::PartitionNotEmpty(..) => ErrorCode::NotEmpty,
@@ -762,7 +762,10 @@ fn run(
                 .map_err(map_err)?;
         }
         if matches!(req.cmd, Command::GetAttributes { .. }) && req.get.is_empty() {
-            for ((page, number), v) in s.list_attrs(pid, oid).map_err(map_err)? {
+            for ((page, number), v) in s
+                .list_attrs_within(pid, oid, MAX_PAGE_BYTES)
+                .map_err(map_err)?
+            {
                 attrs.push((AttrKey { page, number }, v));
             }
         } else {

@@ -35,11 +35,19 @@ async fn start(insecure: bool) -> TestOsd {
 }
 
 async fn start_with(insecure: bool, tweak: impl FnOnce(&mut ServerConfig)) -> TestOsd {
+    start_opened(insecure, &OpenOptions::default(), tweak).await
+}
+
+async fn start_opened(
+    insecure: bool,
+    opts: &OpenOptions,
+    tweak: impl FnOnce(&mut ServerConfig),
+) -> TestOsd {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("osd.img");
     let dev: Arc<dyn Device> = Arc::new(FileDevice::create(&path, 128 << 20).unwrap());
     store::format(dev.clone(), &FormatOptions::default()).unwrap();
-    let s = Store::open(dev, &OpenOptions::default()).unwrap();
+    let s = Store::open(dev, opts).unwrap();
     let keys = (!insecure).then(|| KeyRing::new(vec![(1, K1), (2, K2)]).unwrap());
     let ctx = Ctx::new(Arc::new(StoreHandle::new(path, s)), keys, OSD);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -1222,4 +1230,95 @@ async fn remove_objects_removes_many_and_needs_a_partition_right() {
     }
     let _ = t.stop.send(true);
     t.task.await.unwrap().unwrap();
+}
+
+/// Whoever may write attributes can make an OSD hold only so much of
+/// them (all of its metadata lives in memory): past the bound, changes
+/// that add are refused with NO SPACE and the OSD goes on serving; a
+/// listing of everything too large for one answer is refused before it
+/// is built, and paging still lists it all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attributes_past_the_metadata_bound_are_refused_and_the_osd_serves_on() {
+    let opts = OpenOptions {
+        max_metadata_bytes: 2 << 20,
+        ..OpenOptions::default()
+    };
+    let osd = start_opened(false, &opts, |_| {}).await;
+    let c = client(&osd.addr, 2).await;
+    let a = all(P);
+    let oid = 0x10200;
+    c.run(
+        Some(&a),
+        Command::Create {
+            pid: P,
+            oid: Some(oid),
+            count: 1,
+        },
+        Bytes::new(),
+    )
+    .await
+    .unwrap();
+    let set = |n: u32| Request {
+        cap: Some(a.clone()),
+        id: 0,
+        cmd: Command::SetAttributes { pid: P, oid },
+        get: vec![],
+        set: vec![(
+            AttrKey {
+                page: 0x100,
+                number: n,
+            },
+            vec![n as u8; 60 << 10],
+        )],
+    };
+    let mut n = 0u32;
+    let refused = loop {
+        match c.call(set(n), Bytes::new()).await {
+            Ok(_) => n += 1,
+            Err(e) => break code(e),
+        }
+        assert!(n < 100, "2 MiB of metadata took 100 values of 60 KiB");
+    };
+    assert_eq!(refused, ErrorCode::NoSpace);
+    assert!((25..=35).contains(&n), "{n} values of 60 KiB in 2 MiB");
+    // Everything else still works: a read, a page of the list, a removal
+    // (after which one more fits).
+    let first = c
+        .run(
+            Some(&a),
+            Command::GetPage {
+                pid: P,
+                oid,
+                page: 0x100,
+                after: None,
+                max: 8,
+            },
+            Bytes::new(),
+        )
+        .await
+        .unwrap();
+    let Reply::Page { attrs, next } = first.reply else {
+        panic!("{:?}", first.reply)
+    };
+    assert_eq!((attrs.len(), next), (8, Some(7)));
+    // All of them at once would pass the answer's bound: refused, not built.
+    let e = c
+        .run(
+            Some(&a),
+            Command::GetAttributes { pid: P, oid },
+            Bytes::new(),
+        )
+        .await
+        .unwrap_err();
+    let ConnError::Remote(w) = e else {
+        panic!("{e}")
+    };
+    assert_eq!(w.code, ErrorCode::BadRequest);
+    assert!(w.message.contains("list them by page"), "{}", w.message);
+    let mut remove = set(0);
+    remove.set[0].1.clear();
+    c.call(remove, Bytes::new()).await.unwrap();
+    c.call(set(n), Bytes::new()).await.unwrap();
+    let _ = osd.stop.send(true);
+    osd.task.await.unwrap().unwrap();
 }

@@ -54,6 +54,15 @@ pub enum StoreError {
         /// Bytes free at the time.
         free: u64,
     },
+    /// The store's metadata (all held in memory) would pass its bound;
+    /// nothing was changed. Removing objects or attributes makes room.
+    #[error("{what}: the bound of {limit} is reached; nothing was changed")]
+    MetadataFull {
+        /// What is bounded ("metadata bytes", "attributes on object …").
+        what: String,
+        /// The bound.
+        limit: u64,
+    },
     /// The partition does not exist.
     #[error("partition {0:#x} not found")]
     NoPartition(u64),

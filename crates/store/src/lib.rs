@@ -27,4 +27,7 @@ pub mod table;
 pub use error::{Result, StoreError};
 pub use format::FORMAT_VERSION;
 pub use format::label::Policy;
-pub use store::{DEFAULT_PARTITION, FormatOptions, OpenOptions, Store, format};
+pub use store::{
+    DEFAULT_MAX_ATTRS_PER_OBJECT, DEFAULT_MAX_METADATA_BYTES, DEFAULT_PARTITION, FormatOptions,
+    OpenOptions, Store, format,
+};

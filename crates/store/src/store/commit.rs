@@ -38,6 +38,15 @@ pub(crate) fn log(inner: &Inner, st: &mut State, recs: &[Record]) -> Result<u64>
     // grown metadata (the data path checks the same when it allocates), so
     // a full store still commits removals and still reopens.
     if growth > 0 {
+        if st.meta.approx_bytes + growth > inner.max_metadata_bytes {
+            return Err(StoreError::MetadataFull {
+                what: format!(
+                    "metadata of {} bytes growing by {growth}",
+                    st.meta.approx_bytes
+                ),
+                limit: inner.max_metadata_bytes,
+            });
+        }
         let free = st.alloc.free_blocks();
         if free < super::reserve_blocks(st.meta.approx_bytes + growth) {
             return Err(StoreError::NoSpace {

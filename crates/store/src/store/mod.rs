@@ -25,7 +25,9 @@ use crate::format::label::Label;
 use crate::meta::Meta;
 
 pub use objects::{Attribute, CasOutcome, ListPage, ObjectInfo, SpaceInfo};
-pub use open::{FormatOptions, OpenOptions, format};
+pub use open::{
+    DEFAULT_MAX_ATTRS_PER_OBJECT, DEFAULT_MAX_METADATA_BYTES, FormatOptions, OpenOptions, format,
+};
 
 /// Partition created by mkfs and used when none is named.
 pub const DEFAULT_PARTITION: u64 = 0x10000;
@@ -84,6 +86,8 @@ pub(crate) struct Inner {
     pub stripes: Vec<Mutex<()>>,
     pub read_only: bool,
     pub checkpoint_fraction: f64,
+    pub max_metadata_bytes: u64,
+    pub max_attrs_per_object: usize,
 }
 
 /// An open store. Thread-safe: share it with `Arc` and call from many threads.
@@ -149,6 +153,16 @@ impl Inner {
 }
 
 impl Store {
+    /// The options this store was opened with (to open it again alike).
+    pub fn open_options(&self) -> OpenOptions {
+        OpenOptions {
+            read_only: self.inner.read_only,
+            checkpoint_fraction: self.inner.checkpoint_fraction,
+            max_metadata_bytes: self.inner.max_metadata_bytes,
+            max_attrs_per_object: self.inner.max_attrs_per_object,
+        }
+    }
+
     /// The label (identity and geometry) of the store.
     pub fn label(&self) -> &Label {
         &self.inner.label

@@ -118,6 +118,31 @@ fn check_attr(page: u32, number: u32, value: &[u8]) -> Result<()> {
     Ok(())
 }
 
+/// Refuses a change that would leave object `oid` with more than `limit`
+/// user attributes (only keys it does not have yet count).
+fn check_attr_count(o: Option<&Onode>, oid: u64, attrs: &[Attribute], limit: usize) -> Result<()> {
+    let have = o.map_or(0, |o| o.attrs.len());
+    if have + attrs.len() <= limit {
+        return Ok(());
+    }
+    let mut new = std::collections::BTreeSet::new();
+    for (k, v) in attrs {
+        if !v.is_empty() && !o.is_some_and(|o| o.attrs.contains_key(k)) {
+            new.insert(*k);
+        }
+    }
+    if !new.is_empty() && have + new.len() > limit {
+        return Err(StoreError::MetadataFull {
+            what: format!(
+                "attributes on object {oid:#x} ({have} held, {} more asked for)",
+                new.len()
+            ),
+            limit: limit as u64,
+        });
+    }
+    Ok(())
+}
+
 /// Journal records setting `attrs` on one object at `time`.
 fn attr_records(pid: u64, oid: u64, attrs: &[((u32, u32), Vec<u8>)], time: u64) -> Vec<Record> {
     attrs
@@ -452,6 +477,18 @@ impl Store {
 
     /// Every attribute of an object, the store's own first, in (page, number) order.
     pub fn list_attrs(&self, pid: u64, oid: u64) -> Result<Vec<Attribute>> {
+        self.list_attrs_within(pid, oid, usize::MAX)
+    }
+
+    /// [`Store::list_attrs`], refused (before anything is copied) when
+    /// the user attributes' values come to more than `max_bytes`: a
+    /// caller answering over the wire pages them instead.
+    pub fn list_attrs_within(
+        &self,
+        pid: u64,
+        oid: u64,
+        max_bytes: usize,
+    ) -> Result<Vec<Attribute>> {
         check_ids(pid, oid)?;
         let st = self.inner.lock();
         let o = self.object(&st.meta, pid, oid)?;
@@ -459,6 +496,19 @@ impl Store {
             .iter()
             .filter_map(|&(p, n)| standard(pid, oid, &o, p, n).map(|x| ((p, n), x)))
             .collect();
+        let mut bytes = 0usize;
+        for x in o.attrs.values() {
+            bytes = bytes.saturating_add(x.len());
+            if bytes > max_bytes {
+                return Err(StoreError::invalid(
+                    "attribute list",
+                    format!(
+                        "object {oid:#x} has {} attributes, more than {max_bytes} bytes of them: list them by page",
+                        o.attrs.len()
+                    ),
+                ));
+            }
+        }
         v.extend(o.attrs.iter().map(|(k, x)| (*k, x.to_vec())));
         Ok(v)
     }
@@ -520,8 +570,9 @@ impl Store {
             check_attr(*page, *number, v)?;
         }
         let mut st = self.inner.lock_ok()?;
-        if !st.meta.objects.contains_key(&(pid, oid)) {
-            return Err(self.missing(&st.meta, pid, oid));
+        match st.meta.objects.get(&(pid, oid)) {
+            None => return Err(self.missing(&st.meta, pid, oid)),
+            Some(o) => check_attr_count(Some(&*o), oid, attrs, self.inner.max_attrs_per_object)?,
         }
         let recs = attr_records(pid, oid, attrs, now_ns());
         let seq = commit::log(&self.inner, &mut st, &recs)?;
@@ -547,6 +598,7 @@ impl Store {
         if st.meta.objects.contains_key(&(pid, oid)) {
             return Err(StoreError::ObjectExists { pid, oid });
         }
+        check_attr_count(None, oid, attrs, self.inner.max_attrs_per_object)?;
         let time = now_ns();
         let mut recs = vec![Record::CreateObject { pid, oid, time }];
         recs.extend(attr_records(pid, oid, attrs, time));
@@ -559,8 +611,14 @@ impl Store {
         check_ids(pid, oid)?;
         check_attr(page, number, value)?;
         let mut st = self.inner.lock_ok()?;
-        if !st.meta.objects.contains_key(&(pid, oid)) {
-            return Err(self.missing(&st.meta, pid, oid));
+        match st.meta.objects.get(&(pid, oid)) {
+            None => return Err(self.missing(&st.meta, pid, oid)),
+            Some(o) => check_attr_count(
+                Some(&*o),
+                oid,
+                &[((page, number), value.to_vec())],
+                self.inner.max_attrs_per_object,
+            )?,
         }
         let rec = Record::SetAttr {
             pid,
@@ -601,6 +659,14 @@ impl Store {
                 old,
             });
         }
+        if old.is_empty() && !new.is_empty() {
+            check_attr_count(
+                Some(&*o),
+                oid,
+                &[((page, number), new.to_vec())],
+                self.inner.max_attrs_per_object,
+            )?;
+        }
         let rec = Record::SetAttr {
             pid,
             oid,
@@ -622,7 +688,11 @@ impl Store {
         let mut st = self.inner.lock_ok()?;
         let o = self.object(&st.meta, pid, oid)?;
         let old = match o.attrs.get(&(page, number)) {
-            None => 0,
+            None => {
+                let counter = [((page, number), vec![0u8; 8])];
+                check_attr_count(Some(&*o), oid, &counter, self.inner.max_attrs_per_object)?;
+                0
+            }
             Some(v) => u64::from_le_bytes(v.as_ref().try_into().map_err(|_| {
                 StoreError::invalid(
                     "attribute value",

@@ -62,6 +62,12 @@ pub struct Args {
     /// 0 takes no new data. Changing it changes where new files go.
     #[arg(long, default_value_t = 1.0)]
     weight: f64,
+    /// Metadata this OSD's store may hold, in MiB as it encodes (it is
+    /// all kept in memory, so this bounds what attributes anyone with
+    /// write rights can make it hold). Past it, changes that add
+    /// metadata fail with ENOSPC; removals still go through.
+    #[arg(long, default_value_t = store::DEFAULT_MAX_METADATA_BYTES >> 20, value_parser = clap::value_parser!(u64).range(16..=1 << 24))]
+    max_metadata_mib: u64,
     /// Failure domain: copies of one object go to OSDs of distinct hosts
     /// when the cluster has enough. Default: this machine's host name.
     #[arg(long)]
@@ -113,7 +119,11 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     };
     let kf = KeyFile::load(&key_file).map_err(anyhow::Error::msg)?;
     let dev = super::open_device(&store_path)?;
-    let store = Store::open(dev, &OpenOptions::default())
+    let opts = OpenOptions {
+        max_metadata_bytes: a.max_metadata_mib << 20,
+        ..OpenOptions::default()
+    };
+    let store = Store::open(dev, &opts)
         .with_context(|| format!("cannot open the store on {}", store_path.display()))?;
     let keys = if a.insecure {
         tracing::warn!(
