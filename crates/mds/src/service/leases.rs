@@ -32,6 +32,15 @@ const SHARED_FOR: Duration = Duration::from_secs(2);
 /// forgotten.
 const RECENT_MAX: usize = 65_536;
 
+/// Directory leases held at once. When the table is full, the principal
+/// holding the most gives up its least recently heard one to a principal
+/// holding fewer; a lease refused is harmless (its client changes the
+/// directory through the MDS, one request at a time).
+pub const LEASES_MAX: usize = 65_536;
+
+/// Directory leases one principal's sessions may hold together.
+pub const LEASES_PER_PRINCIPAL: usize = 16_384;
+
 /// Who used a directory last, and when another session last did.
 #[derive(Clone, Copy)]
 struct Recent {
@@ -56,6 +65,8 @@ impl Recent {
 struct Lease {
     /// The holding session (its KV session key).
     holder: u64,
+    /// The principal the holding session speaks for.
+    principal: u64,
     /// When the MDS last heard of it from its holder.
     heard: Instant,
     /// Another session waits for the directory.
@@ -100,6 +111,14 @@ impl Leases {
         if self.recent.len() >= RECENT_MAX {
             self.recent.retain(|_, r| r.at.elapsed() < SHARED_FOR);
         }
+        if self.recent.len() >= RECENT_MAX {
+            // Still full within SHARED_FOR: forget the older half (a
+            // directory forgotten may only be leased a little sooner).
+            let mut ats: Vec<Instant> = self.recent.values().map(|r| r.at).collect();
+            let (_, mid, _) = ats.select_nth_unstable(RECENT_MAX / 2);
+            let mid = *mid;
+            self.recent.retain(|_, r| r.at > mid);
+        }
         let r = self.recent.entry(dir).or_insert(Recent {
             session,
             at: now,
@@ -110,6 +129,57 @@ impl Leases {
             r.session = session;
         }
         r.at = now;
+    }
+
+    /// Makes room for a lease of `principal` on `dir` (for `session`):
+    /// refused when that principal holds its bound already; when the
+    /// table is full, the principal holding the most (if it holds more
+    /// than this one) gives up its least recently heard lease.
+    fn make_room(&mut self, dir: u64, session: u64, principal: u64) -> Result<(), MdsError> {
+        if self.held.get(&dir).is_some_and(|l| l.holder == session) {
+            return Ok(());
+        }
+        let mut counts: HashMap<u64, usize> = HashMap::new();
+        for l in self.held.values() {
+            *counts.entry(l.principal).or_default() += 1;
+        }
+        let mine = counts.get(&principal).copied().unwrap_or(0);
+        if mine >= LEASES_PER_PRINCIPAL {
+            return Err(err(
+                Errno::Busy,
+                format!("this principal holds {LEASES_PER_PRINCIPAL} directory leases already"),
+            ));
+        }
+        if self.held.len() < LEASES_MAX || self.held.contains_key(&dir) {
+            return Ok(());
+        }
+        let largest = counts
+            .iter()
+            .max_by_key(|(p, n)| (**n, **p != principal))
+            .map(|(p, n)| (*p, *n));
+        match largest {
+            Some((p, n)) if n > mine + 1 => {
+                let victim = self
+                    .held
+                    .iter()
+                    .filter(|(_, l)| l.principal == p)
+                    .min_by_key(|(_, l)| l.heard)
+                    .map(|(d, _)| *d);
+                if let Some(d) = victim {
+                    self.held.remove(&d);
+                    tracing::info!(
+                        dir = d,
+                        principal = p,
+                        "a directory lease taken back: the table is full and its principal holds the most"
+                    );
+                }
+                Ok(())
+            }
+            _ => Err(err(
+                Errno::Busy,
+                format!("{LEASES_MAX} directory leases are held: no lease"),
+            )),
+        }
     }
 }
 
@@ -291,10 +361,13 @@ impl Mds {
                 _ => {}
             }
             // A lapsed lease, or this session's own again: start afresh.
+            let principal = super::auth::holder();
+            l.make_room(dir, session, principal)?;
             l.held.insert(
                 dir,
                 Lease {
                     holder: session,
+                    principal,
                     heard: Instant::now(),
                     contended: false,
                     ids: Vec::new(),
@@ -519,5 +592,85 @@ impl Mds {
                 return Ok(());
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![expect(clippy::unwrap_used, reason = "tests: a panic is the failure report")]
+
+    use super::*;
+
+    fn lease(holder: u64, principal: u64) -> Lease {
+        Lease {
+            holder,
+            principal,
+            heard: Instant::now(),
+            contended: false,
+            ids: Vec::new(),
+            target: LEASE_IDS,
+        }
+    }
+
+    fn held_by(l: &Leases, principal: u64) -> usize {
+        l.held.values().filter(|x| x.principal == principal).count()
+    }
+
+    #[test]
+    fn a_principal_at_its_bound_is_refused_and_only_it() {
+        let mut l = Leases::default();
+        for d in 0..LEASES_PER_PRINCIPAL as u64 {
+            l.make_room(d, 1, 7).unwrap();
+            l.held.insert(d, lease(1, 7));
+        }
+        let e = l.make_room(1 << 40, 2, 7).unwrap_err();
+        assert_eq!(e.errno, Errno::Busy);
+        assert!(e.message.contains("this principal holds"), "{}", e.message);
+        // Its own lease again is no new one; another principal is let in.
+        l.make_room(5, 1, 7).unwrap();
+        l.make_room(1 << 40, 3, 8).unwrap();
+    }
+
+    #[test]
+    fn a_full_table_takes_a_lease_from_the_largest_principal_only() {
+        let mut l = Leases::default();
+        let per = LEASES_MAX / 4;
+        for p in 0..4u64 {
+            for i in 0..per as u64 {
+                let d = (p << 32) | i;
+                l.held.insert(d, lease(p, 10 + p));
+            }
+        }
+        // One more of the first gives it more than the others: a newcomer
+        // takes that one's oldest, nobody else's.
+        l.held.remove(&((3 << 32) | 0));
+        l.held.insert(1 << 50, lease(0, 10));
+        assert_eq!(l.held.len(), LEASES_MAX);
+        l.make_room(1 << 51, 99, 20).unwrap();
+        assert_eq!(held_by(&l, 10), per);
+        assert_eq!(held_by(&l, 11), per);
+        assert_eq!(held_by(&l, 13), per - 1);
+        // A principal holding as many as the largest is refused instead.
+        let mut even = Leases::default();
+        for i in 0..LEASES_MAX as u64 {
+            even.held.insert(i, lease(i % 8, i % 8));
+        }
+        let e = even.make_room(1 << 51, 0, 0).unwrap_err();
+        assert!(
+            e.message.contains("directory leases are held"),
+            "{}",
+            e.message
+        );
+        assert_eq!(even.held.len(), LEASES_MAX);
+    }
+
+    #[test]
+    fn the_memory_of_recent_users_stays_bounded_under_a_burst() {
+        let mut l = Leases::default();
+        for d in 0..(RECENT_MAX as u64 + 1_000) {
+            l.used(d, d);
+            assert!(l.recent.len() <= RECENT_MAX);
+        }
+        assert!(l.recent.contains_key(&(RECENT_MAX as u64 + 999)));
     }
 }
