@@ -57,6 +57,11 @@ pub struct MdsConfig {
     /// and trusted to hold the rest (changes in flight when it left, and
     /// the clocks of the MDS and the OSDs apart, must fit in it).
     pub chain_catch_up_margin_ms: u64,
+    /// Authenticated connections served at once (each mount holds two).
+    /// When full, the principal holding the most gives its idlest one up
+    /// to a principal holding fewer (`docs/SECURITY.md`). Raise the open
+    /// files limit with it: the MDS asks for its hard limit at start.
+    pub max_connections: usize,
 }
 
 impl Default for MdsConfig {
@@ -78,6 +83,7 @@ impl Default for MdsConfig {
             replay_window_ms: 15_000,
             wal_flush_delay_ms: 0,
             chain_catch_up_margin_ms: 600_000,
+            max_connections: net::serve::DEFAULT_MAX_CONNECTIONS,
         }
     }
 }

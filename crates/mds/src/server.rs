@@ -20,16 +20,17 @@ use tokio::sync::watch;
 use crate::service::{Caller, Mds};
 
 /// The MDS's limits: requests carry no payload and headers up to 1 MiB;
-/// 256 requests in flight per connection, 1,024 connections, 64 MiB of
-/// requests in flight in all, 10 min idle, 10 s to drain at shutdown.
+/// 256 requests in flight per connection, 4,096 connections (`mds.toml`
+/// `max_connections`), 64 MiB of requests in flight in all, 10 min idle,
+/// 10 s to drain at shutdown.
 pub fn default_limits() -> ServeLimits {
     ServeLimits {
         frame: Limits {
             max_header: 1 << 20,
             max_payload: 0,
         },
-        max_connections: 1024,
-        max_connections_per_principal: 512,
+        max_connections: net::serve::DEFAULT_MAX_CONNECTIONS,
+        max_connections_per_principal: net::serve::DEFAULT_MAX_CONNECTIONS,
         handshake: Default::default(),
         max_in_flight: 256,
         max_inflight_bytes: 64 << 20,
@@ -42,7 +43,10 @@ pub fn default_limits() -> ServeLimits {
 
 /// Serves until `shutdown` turns true, then drains and closes the KV.
 pub async fn serve(mds: Arc<Mds>, listener: TcpListener, shutdown: watch::Receiver<bool>) {
-    serve_with(mds, listener, shutdown, default_limits()).await;
+    let mut limits = default_limits();
+    limits.max_connections = mds.cfg.max_connections.max(1);
+    limits.max_connections_per_principal = limits.max_connections;
+    serve_with(mds, listener, shutdown, limits).await;
 }
 
 /// [`serve`] under other limits.

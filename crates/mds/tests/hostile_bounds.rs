@@ -673,34 +673,62 @@ async fn inode_numbers_below_an_unsearchable_directory_grant_nothing() {
     cl.stop().await;
 }
 
+/// Whether a raw session still answers (evicted ones are closed).
+async fn answers(raw: &mut RawSession, tag: u64) -> bool {
+    let status = mds_request(0, Op::Status);
+    let f = net::frame_io::frame(Kind::Request, 0x100, tag, &status, Bytes::new());
+    raw.send(f).await.is_ok() && raw.recv(T).await.is_ok()
+}
+
+/// One key flooding the MDS with connections never keeps another out,
+/// and never locks out its own newest either: when the MDS is full
+/// (`max_connections`, 16 here), its own idlest give way; a principal
+/// holding fewer takes a seat of the one holding the most, and keeps it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_key_cannot_take_every_connection() {
-    let cl = Cluster::start(1, spec_layout(), PolicyKind::ChildClosest).await;
+    let cl = Cluster::start_set(
+        1,
+        spec_layout(),
+        PolicyKind::ChildClosest,
+        "max_connections = 16",
+    )
+    .await;
     let admin = cl.client();
     let ro = key(&admin, "client.ro", Access::ReadOnly, UidMap::SquashRoot).await;
+    let other = key(&admin, "client.other", Access::ReadOnly, UidMap::SquashRoot).await;
+    drop(admin);
     let cfg = ConnConfig::new(CLUSTER, MDS_ID, Arc::new(ro.clone()));
-    let mut held = Vec::new();
-    let mut served = 0;
-    for n in 0..600u64 {
-        let Ok(mut raw) = RawSession::open(&cl.mds_addr, &cfg, &ro).await else {
-            continue;
-        };
-        let status = mds_request(0, Op::Status);
-        let f = net::frame_io::frame(Kind::Request, 0x100, n, &status, Bytes::new());
-        if raw.send(f).await.is_ok() && raw.recv(T).await.is_ok() {
-            served += 1;
-            held.push(raw);
-        }
+    let mut flood = Vec::new();
+    for n in 0..40u64 {
+        let mut raw = RawSession::open(&cl.mds_addr, &cfg, &ro).await.unwrap();
+        assert!(
+            answers(&mut raw, n).await,
+            "the flooder's newest ({n}) is served"
+        );
+        flood.push(raw);
     }
-    let cap = net::serve::ServeLimits::default().max_connections_per_principal;
-    assert_eq!(served, cap, "one principal holds at most {cap} connections");
-    // Another principal still connects and is served.
-    let fresh = MdsClient::new(&cl.mds_addr, CLUSTER, cl.admin(), 1);
-    assert!(matches!(
-        fresh.call(Op::Status).await,
-        Ok(MdsReply::Status(_))
-    ));
-    drop(held);
+    let mut open = 0;
+    for (n, raw) in flood.iter_mut().enumerate() {
+        open += usize::from(answers(raw, 100 + n as u64).await);
+    }
+    assert!(
+        open <= 16,
+        "{open} of one key's connections still served, past the 16"
+    );
+    // Another principal gets in, and stays in while the flood goes on.
+    let ocfg = ConnConfig::new(CLUSTER, MDS_ID, Arc::new(other.clone()));
+    let mut mine = RawSession::open(&cl.mds_addr, &ocfg, &other).await.unwrap();
+    assert!(answers(&mut mine, 1).await);
+    for n in 0..40u64 {
+        let mut raw = RawSession::open(&cl.mds_addr, &cfg, &ro).await.unwrap();
+        assert!(answers(&mut raw, 200 + n).await);
+        flood.push(raw);
+        assert!(
+            answers(&mut mine, 300 + n).await,
+            "the other principal's connection was taken"
+        );
+    }
+    drop(flood);
     cl.stop().await;
 }
 

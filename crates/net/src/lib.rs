@@ -21,6 +21,7 @@ pub mod mds_client;
 pub mod osd_client;
 pub mod pool;
 pub mod raw;
+pub mod seats;
 pub mod serve;
 pub mod wire;
 

@@ -43,8 +43,9 @@ pub struct ServeLimits {
     /// Authenticated connections served at once; more are closed after
     /// their handshake.
     pub max_connections: usize,
-    /// Authenticated connections one principal may hold at once (so no
-    /// key can take every connection from the others).
+    /// Authenticated connections one principal may hold at once; a new
+    /// one beyond it takes the seat of that principal's idlest. Whatever
+    /// it is, no principal keeps another out ([`crate::seats`]).
     pub max_connections_per_principal: usize,
     /// Connections still in their handshake: a bound, a bound per
     /// address and a deadline of their own (see [`crate::handshakes`]).
@@ -63,14 +64,19 @@ pub struct ServeLimits {
     pub drain_timeout: Duration,
 }
 
+/// Authenticated connections a daemon serves at once by default (a
+/// mount holds two to the MDS and two to each OSD it uses).
+pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
+
 impl Default for ServeLimits {
-    /// Defaults sized for an OSD: 1,024 connections, 64 requests each,
+    /// Defaults sized for an OSD: 4,096 connections (any principal may
+    /// hold them all while nobody else needs one), 64 requests each,
     /// 512 MiB in flight, 5 min idle, 30 s per frame and per reply.
     fn default() -> Self {
         ServeLimits {
             frame: Limits::default(),
-            max_connections: 1024,
-            max_connections_per_principal: 512,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_connections_per_principal: DEFAULT_MAX_CONNECTIONS,
             handshake: Default::default(),
             max_in_flight: 64,
             max_inflight_bytes: 512 << 20,
@@ -157,12 +163,30 @@ type Permits = Option<(Budget, OwnedSemaphorePermit)>;
 /// server's whole budget, both given back when it is dropped.
 struct Budget {
     _connection: OwnedSemaphorePermit,
+    _principal: Option<OwnedSemaphorePermit>,
     _server: OwnedSemaphorePermit,
 }
 
 /// The part of the byte budget one connection may hold at once (so a
 /// single peer that never reads its replies cannot take all of it).
 const CONNECTION_SHARE: u64 = 4;
+
+/// The part of the byte budget all of one principal's connections may
+/// hold together (so slow readers under one key cannot take all of it).
+const PRINCIPAL_SHARE: u64 = 2;
+
+/// Authenticated sockets a server holds at most: evicted connections
+/// close after what they have in flight, so this is an eighth more than
+/// the connections seated.
+fn sockets(limits: &ServeLimits) -> usize {
+    limits.max_connections.max(1) + limits.max_connections / 8 + 8
+}
+
+/// The shares a connection reserves from before the server's budget.
+struct Shares {
+    connection: Arc<Semaphore>,
+    principal: Option<Arc<Semaphore>>,
+}
 
 /// Polls `fut` once on this task: `None` when it finished (or panicked,
 /// as a task of its own would have: logged, its permits given back), else
@@ -236,31 +260,13 @@ pub struct Server<S: Service> {
     bytes: Arc<Semaphore>,
     handshakes: crate::handshakes::Handshakes,
     established: Arc<Semaphore>,
-    per_principal: PrincipalCounts,
+    seats: Arc<crate::seats::Seats>,
 }
 
 /// Authenticated connections held now, per principal id (what a server
 /// counts against [`ServeLimits::max_connections_per_principal`]; shared
 /// with whoever shows it).
 pub type PrincipalCounts = Arc<std::sync::Mutex<HashMap<u64, usize>>>;
-
-/// One principal's place among its connections; leaving frees it.
-struct PrincipalSlot {
-    principal: u64,
-    counts: Arc<std::sync::Mutex<HashMap<u64, usize>>>,
-}
-
-impl Drop for PrincipalSlot {
-    fn drop(&mut self) {
-        let mut m = self.counts.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(n) = m.get_mut(&self.principal) {
-            *n -= 1;
-            if *n == 0 {
-                m.remove(&self.principal);
-            }
-        }
-    }
-}
 
 impl<S: Service> Server<S> {
     /// Serves `service` under `limits`.
@@ -275,12 +281,19 @@ impl<S: Service> Server<S> {
         counts: PrincipalCounts,
     ) -> Arc<Server<S>> {
         let units = (limits.max_inflight_bytes / BYTE_UNIT).clamp(1, u64::from(u32::MAX >> 3));
+        let seats = crate::seats::Seats::new(
+            limits.max_connections,
+            limits.max_connections_per_principal,
+            (units / PRINCIPAL_SHARE).max(1) as usize,
+            counts,
+        );
+        let sockets = sockets(&limits);
         Arc::new(Server {
             service,
             bytes: Arc::new(Semaphore::new(units as usize)),
             handshakes: crate::handshakes::Handshakes::new(limits.handshake),
-            established: Arc::new(Semaphore::new(limits.max_connections.max(1))),
-            per_principal: counts,
+            established: Arc::new(Semaphore::new(sockets)),
+            seats,
             limits,
         })
     }
@@ -301,7 +314,7 @@ impl<S: Service> Server<S> {
         crate::accept::accept_until(
             listener,
             shutdown,
-            self.limits.max_connections + self.limits.handshake.max,
+            sockets(&self.limits) + self.limits.handshake.max,
             self.limits.drain_timeout,
             move |sock, stop| me.clone().connection(sock, stop),
         )
@@ -313,7 +326,7 @@ impl<S: Service> Server<S> {
     /// given up while waiting.
     async fn reserve(
         &self,
-        share: &Arc<Semaphore>,
+        share: &Shares,
         bytes: u64,
         shutdown: &mut watch::Receiver<bool>,
         tx: &mpsc::Sender<(Frame, Permits)>,
@@ -324,10 +337,23 @@ impl<S: Service> Server<S> {
         let units = self.units(bytes);
         let mine = units.min(self.share_units());
         let both = async {
-            let c = share.clone().acquire_many_owned(mine).await.ok()?;
+            let c = share
+                .connection
+                .clone()
+                .acquire_many_owned(mine)
+                .await
+                .ok()?;
+            let p = match &share.principal {
+                Some(p) => {
+                    let n = units.min(self.principal_units());
+                    Some(p.clone().acquire_many_owned(n).await.ok()?)
+                }
+                None => None,
+            };
             let s = self.bytes.clone().acquire_many_owned(units).await.ok()?;
             Some(Budget {
                 _connection: c,
+                _principal: p,
                 _server: s,
             })
         };
@@ -336,6 +362,12 @@ impl<S: Service> Server<S> {
             _ = shutdown.changed() => None,
             _ = tx.closed() => None,
         }
+    }
+
+    /// Budget units one principal's connections may hold: half the budget.
+    fn principal_units(&self) -> u32 {
+        let total = (self.limits.max_inflight_bytes / BYTE_UNIT).max(1);
+        (total / PRINCIPAL_SHARE).max(1) as u32
     }
 
     /// Budget units one connection may hold: a quarter of the budget.
@@ -389,22 +421,19 @@ impl<S: Service> Server<S> {
                 return;
             }
         };
-        let _principal_slot = match self.service.principal_of(&peer) {
+        let seat = match self
+            .service
+            .principal_of(&peer)
+            .map(|p| (p, self.seats.take(p)))
+        {
             None => None,
-            Some(p) => {
-                let mut m = self.per_principal.lock().unwrap_or_else(|e| e.into_inner());
-                let n = m.entry(p).or_default();
-                if *n >= self.limits.max_connections_per_principal.max(1) {
-                    tracing::warn!(%addr, principal = p, limit = self.limits.max_connections_per_principal, "a principal's connection limit; closing one");
-                    return;
-                }
-                *n += 1;
-                Some(PrincipalSlot {
-                    principal: p,
-                    counts: self.per_principal.clone(),
-                })
+            Some((_, Ok(seat))) => Some(seat),
+            Some((p, Err(_))) => {
+                tracing::warn!(%addr, principal = p, limit = self.limits.max_connections, "too many connections, and this principal holds as many as any; closing it");
+                return;
             }
         };
+        let evicted = seat.as_ref().map(|s| s.evicted.clone());
         let peer = Arc::new(peer);
         let encrypted = seals.as_ref().is_some_and(|(s, _)| s.encrypts());
         let (send_seal, mut recv_seal) = match seals {
@@ -489,7 +518,10 @@ impl<S: Service> Server<S> {
             }
         });
         let slots = Arc::new(Semaphore::new(self.limits.max_in_flight as usize));
-        let share = Arc::new(Semaphore::new(self.share_units() as usize));
+        let share = Shares {
+            connection: Arc::new(Semaphore::new(self.share_units() as usize)),
+            principal: seat.as_ref().map(|s| s.budget.clone()),
+        };
         let lim = &self.limits;
         let reply = |opcode: u16, tag: u64, err: WireError| {
             frame_raw(opcode, tag, self.service.error_header(err), Bytes::new())
@@ -512,7 +544,17 @@ impl<S: Service> Server<S> {
                 _ = shutdown.changed() => break,
                 // The writer gave up (the peer does not take replies).
                 _ = tx.closed() => break,
+                // Another connection took this one's seat.
+                _ = async {
+                    match &evicted {
+                        Some(n) => n.notified().await,
+                        None => std::future::pending().await,
+                    }
+                } => break,
             };
+            if let Some(s) = &seat {
+                s.touch();
+            }
             // Reserve the body's bytes in the global budget before reading
             // (and allocating) it.
             let got = match got {

@@ -20,11 +20,22 @@ struct Bulk;
 
 impl Service for Bulk {
     type Request = u32;
-    type Peer = ();
+    /// The principal a client named `p:N` speaks for (N), else none.
+    type Peer = Option<u64>;
 
     /// Everyone, unauthenticated: this loop test sends frames by hand.
-    fn authenticate(&self, _h: &Hello) -> Result<(Option<proto::auth::Secret>, ()), WireError> {
-        Ok((None, ()))
+    fn authenticate(
+        &self,
+        h: &Hello,
+    ) -> Result<(Option<proto::auth::Secret>, Option<u64>), WireError> {
+        Ok((
+            None,
+            h.client.strip_prefix("p:").and_then(|n| n.parse().ok()),
+        ))
+    }
+
+    fn principal_of(&self, peer: &Option<u64>) -> Option<u64> {
+        *peer
     }
 
     fn welcome(&self) -> Welcome {
@@ -37,7 +48,7 @@ impl Service for Bulk {
         }
     }
 
-    fn admit(&self, _peer: &(), f: &Frame) -> Result<Admitted<u32>, WireError> {
+    fn admit(&self, _peer: &Option<u64>, f: &Frame) -> Result<Admitted<u32>, WireError> {
         let n: u32 = decode(&f.header)?;
         Ok(Admitted {
             request: n,
@@ -46,7 +57,7 @@ impl Service for Bulk {
         })
     }
 
-    async fn handle(self: Arc<Self>, _peer: Arc<()>, n: u32, _f: Frame) -> (Bytes, Bytes) {
+    async fn handle(self: Arc<Self>, _peer: Arc<Option<u64>>, n: u32, _f: Frame) -> (Bytes, Bytes) {
         if n == SLOW {
             tokio::time::sleep(SLOW_FOR).await;
         }
@@ -81,12 +92,17 @@ fn big_frames() -> Limits {
 }
 
 async fn hello(addr: &str) -> TcpStream {
+    hello_as(addr, "test").await
+}
+
+/// A connection whose Hello names `client` (`p:N` speaks for principal N).
+async fn hello_as(addr: &str, client: &str) -> TcpStream {
     let mut s = TcpStream::connect(addr).await.unwrap();
     let h = Hello {
         version: PROTOCOL_VERSION,
         cluster_id: "t".into(),
         osd_id: 0,
-        client: "test".into(),
+        client: client.into(),
         credential: proto::auth::Credential::None,
         nonce: [0; 16],
         encrypt: false,
@@ -284,6 +300,39 @@ async fn one_connection_holds_only_its_share_of_the_budget() {
         t0.elapsed()
     );
     drop(hog);
+    let _ = stop.send(true);
+    server.await.unwrap();
+}
+
+/// Slow readers under one key hold at most half of the byte budget
+/// together (each connection a quarter): four connections of one
+/// principal that never read their replies leave another principal
+/// served at once. Without the principal's share they would hold it all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_principals_slow_readers_hold_only_half_the_budget() {
+    let (addr, stop, server) = serve_bulk(Duration::from_secs(60)).await;
+    let mut hogs = Vec::new();
+    for _ in 0..4 {
+        let mut hog = hello_as(&addr, "p:1").await;
+        for tag in 1..=4 {
+            ask(&mut hog, tag, 3 << 20).await;
+        }
+        hogs.push(hog);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut other = hello_as(&addr, "p:2").await;
+    let t0 = Instant::now();
+    ask(&mut other, 99, 3 << 20).await;
+    let lim = big_frames();
+    let t = Duration::from_secs(5);
+    let f = read_frame(&mut other, &lim, t, t, None).await.unwrap();
+    assert_eq!((f.tag, f.payload.len()), (99, 3 << 20));
+    assert!(
+        t0.elapsed() < Duration::from_secs(2),
+        "served only {:?} after asking",
+        t0.elapsed()
+    );
+    drop(hogs);
     let _ = stop.send(true);
     server.await.unwrap();
 }

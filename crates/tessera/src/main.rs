@@ -108,6 +108,8 @@ fn main() {
         // SAFETY: restoring the default disposition of SIGPIPE before any
         // thread is started.
         unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    } else {
+        raise_open_files_limit();
     }
     let result = match cli.command {
         Command::Mkfs(a) => cmd::mkfs::run(a),
@@ -138,6 +140,24 @@ fn main() {
         Err(e) => {
             eprintln!("tessera: error: {e:#}");
             std::process::exit(1);
+        }
+    }
+}
+
+/// A daemon serves thousands of connections (`max_connections`, 4,096 by
+/// default): its soft limit of open files goes up to the hard one.
+fn raise_open_files_limit() {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit only read and write `lim`.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                tracing::warn!("could not raise the open files limit");
+            }
         }
     }
 }

@@ -36,17 +36,34 @@ impl Cluster {
     /// A cluster of `n` OSDs whose MDS frees an unlinked file at once
     /// (no client is counted as holding it).
     pub async fn start(n: u32, layout: LayoutSpec, policy: PolicyKind) -> Cluster {
-        Cluster::start_with(n, layout, policy, false).await
+        Cluster::start_with(n, layout, policy, false, "").await
+    }
+
+    /// As [`Cluster::start`], with `settings` (TOML lines) added to `mds.toml`.
+    #[allow(dead_code, reason = "used by some of the test binaries")]
+    pub async fn start_set(
+        n: u32,
+        layout: LayoutSpec,
+        policy: PolicyKind,
+        settings: &str,
+    ) -> Cluster {
+        Cluster::start_with(n, layout, policy, false, settings).await
     }
 
     /// As [`Cluster::start`], but sessions hold the files they make or
     /// open, as in production: an unlinked file held stays an orphan.
     #[allow(dead_code, reason = "used by some of the test binaries")]
     pub async fn start_holding(n: u32, layout: LayoutSpec, policy: PolicyKind) -> Cluster {
-        Cluster::start_with(n, layout, policy, true).await
+        Cluster::start_with(n, layout, policy, true, "").await
     }
 
-    async fn start_with(n: u32, layout: LayoutSpec, policy: PolicyKind, holds: bool) -> Cluster {
+    async fn start_with(
+        n: u32,
+        layout: LayoutSpec,
+        policy: PolicyKind,
+        holds: bool,
+        settings: &str,
+    ) -> Cluster {
         let dir = tempfile::tempdir().unwrap();
         let mds_dir = dir.path().join("mds");
         let opts = FormatOptions {
@@ -63,9 +80,21 @@ impl Cluster {
         let text = std::fs::read_to_string(&cfg).unwrap();
         let line = format!("hold_expiry_ms = {}", proto::mds::HOLD_EXPIRY_MS);
         assert!(text.contains(&line), "{text}");
-        if !holds {
-            std::fs::write(&cfg, text.replace(&line, "hold_expiry_ms = 0")).unwrap();
+        let mut text = if holds {
+            text
+        } else {
+            text.replace(&line, "hold_expiry_ms = 0")
+        };
+        for l in settings.lines() {
+            let key = l.split('=').next().unwrap().trim();
+            let old = text
+                .lines()
+                .find(|x| x.starts_with(key))
+                .unwrap()
+                .to_string();
+            text = text.replace(&old, l);
         }
+        std::fs::write(&cfg, text).unwrap();
         for i in 0..n {
             provision_osd(
                 &osd_dir(dir.path(), i),

@@ -48,6 +48,11 @@ pub struct Args {
     /// Requests processed at once per connection.
     #[arg(long, default_value_t = 64)]
     max_in_flight: u32,
+    /// Authenticated connections served at once (a mount holds two to
+    /// each OSD it uses); when full, the principal holding the most gives
+    /// its idlest one up to a principal holding fewer.
+    #[arg(long, default_value_t = net::serve::DEFAULT_MAX_CONNECTIONS, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1 << 20))]
+    max_connections: usize,
     /// Seconds a connection may sit idle before it is closed.
     #[arg(long, default_value_t = 300)]
     idle_timeout: u64,
@@ -144,6 +149,8 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     let mut cfg = ServerConfig::new(&kf.cluster_id, kf.osd_id);
     cfg.serve.max_in_flight = a.max_in_flight.max(1);
     cfg.serve.idle_timeout = std::time::Duration::from_secs(a.idle_timeout.max(1));
+    cfg.serve.max_connections = a.max_connections;
+    cfg.serve.max_connections_per_principal = a.max_connections;
     let rt = super::runtime()?;
     rt.block_on(async move {
         let listener = tokio::net::TcpListener::bind(a.listen).await.with_context(|| format!("cannot listen on {}", a.listen))?;
