@@ -44,7 +44,7 @@ pub fn default_limits() -> ServeLimits {
 /// Serves until `shutdown` turns true, then drains and closes the KV.
 pub async fn serve(mds: Arc<Mds>, listener: TcpListener, shutdown: watch::Receiver<bool>) {
     let mut limits = default_limits();
-    limits.max_connections = mds.cfg.max_connections.max(1);
+    limits.max_connections = mds.cfg.max_connections.clamp(1, 1 << 20);
     limits.max_connections_per_principal = limits.max_connections;
     serve_with(mds, listener, shutdown, limits).await;
 }

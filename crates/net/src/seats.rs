@@ -12,13 +12,18 @@
 //!   server's in-flight byte budget (each connection a quarter), so slow
 //!   readers under one key cannot stall everyone else.
 //!
-//! A connection evicted is told through its seat and closes after what it
-//! has in flight; its seat is free at once (the server's file-descriptor
-//! bound keeps a margin for those still draining).
+//! The cluster's own principals (the MDS, and OSDs as chain members) are
+//! never evicted, never refused and not counted: a flood of clients
+//! cannot cut a chain or the MDS off an OSD.
+//!
+//! A connection evicted is told through its seat and closes at once,
+//! abandoning the replies it has not written; its seat is free at once
+//! (the server's file-descriptor bound keeps a margin for the moment
+//! those take to close).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Instant;
 
 use tokio::sync::{Notify, Semaphore};
@@ -33,17 +38,21 @@ struct Seated {
     evict: Arc<Notify>,
 }
 
-/// One principal's connections and its share of the byte budget.
-struct Principal {
-    seated: Vec<Seated>,
-    budget: Arc<Semaphore>,
-}
-
 #[derive(Default)]
 struct State {
     next_id: u64,
     total: usize,
-    by_principal: HashMap<u64, Principal>,
+    by_principal: HashMap<u64, Vec<Seated>>,
+    /// Each principal's share of the byte budget, while any connection
+    /// of it (seated or evicted and closing) holds it: a principal that
+    /// reconnects never gets a fresh share beside its old one.
+    budgets: HashMap<u64, Weak<Semaphore>>,
+}
+
+/// Whether `principal` is one of the cluster's own (the MDS, an OSD as
+/// a chain member): never evicted, refused or counted.
+fn infrastructure(principal: u64) -> bool {
+    principal == proto::auth::MDS_PRINCIPAL || principal >= 1 << 63
 }
 
 /// The seats of one server.
@@ -64,8 +73,9 @@ pub struct Seat {
     last: Arc<AtomicU64>,
     /// Told when another connection takes this seat.
     pub evicted: Arc<Notify>,
-    /// The principal's share of the byte budget.
-    pub budget: Arc<Semaphore>,
+    /// The principal's share of the byte budget (none for the cluster's
+    /// own principals).
+    pub budget: Option<Arc<Semaphore>>,
 }
 
 /// Why a seat was refused.
@@ -106,18 +116,27 @@ impl Seats {
     /// A seat for a new connection of `principal`, evicting whoever the
     /// rules above say gives way; `Full` when nobody does.
     pub fn take(self: &Arc<Self>, principal: u64) -> Result<Seat, Refused> {
+        let last = Arc::new(AtomicU64::new(self.now()));
+        let evicted = Arc::new(Notify::new());
+        if infrastructure(principal) {
+            return Ok(Seat {
+                seats: self.clone(),
+                principal,
+                id: 0,
+                last,
+                evicted,
+                budget: None,
+            });
+        }
         let mut st = self.lock();
-        let mine = st
-            .by_principal
-            .get(&principal)
-            .map_or(0, |p| p.seated.len());
+        let mine = st.by_principal.get(&principal).map_or(0, Vec::len);
         if mine >= self.per_principal {
             self.evict_idlest(&mut st, principal);
         } else if st.total >= self.limit {
             let largest = st
                 .by_principal
                 .iter()
-                .map(|(p, s)| (s.seated.len(), *p != principal, *p))
+                .map(|(p, s)| (s.len(), *p != principal, *p))
                 .max();
             match largest {
                 Some((n, _, p)) if n > mine + 1 => self.evict_idlest(&mut st, p),
@@ -129,22 +148,22 @@ impl Seats {
         st.next_id += 1;
         let id = st.next_id;
         st.total += 1;
-        let last = Arc::new(AtomicU64::new(self.now()));
-        let evicted = Arc::new(Notify::new());
-        let units = self.budget_units;
-        let p = st
-            .by_principal
-            .entry(principal)
-            .or_insert_with(|| Principal {
-                seated: Vec::new(),
-                budget: Arc::new(Semaphore::new(units)),
-            });
-        p.seated.push(Seated {
+        st.by_principal.entry(principal).or_default().push(Seated {
             id,
             last: last.clone(),
             evict: evicted.clone(),
         });
-        let budget = p.budget.clone();
+        let budget = match st.budgets.get(&principal).and_then(Weak::upgrade) {
+            Some(b) => b,
+            None => {
+                let b = Arc::new(Semaphore::new(self.budget_units));
+                if st.budgets.len() > 2 * st.by_principal.len() + 64 {
+                    st.budgets.retain(|_, w| w.strong_count() > 0);
+                }
+                st.budgets.insert(principal, Arc::downgrade(&b));
+                b
+            }
+        };
         *self
             .counts
             .lock()
@@ -157,20 +176,20 @@ impl Seats {
             id,
             last,
             evicted,
-            budget,
+            budget: Some(budget),
         })
     }
 
     /// Removes `principal`'s idlest connection from the table and tells it.
     fn evict_idlest(&self, st: &mut State, principal: u64) {
-        let Some(p) = st.by_principal.get_mut(&principal) else {
+        let Some(seated) = st.by_principal.get_mut(&principal) else {
             return;
         };
-        let Some(i) = (0..p.seated.len()).min_by_key(|i| p.seated[*i].last.load(Ordering::Relaxed))
+        let Some(i) = (0..seated.len()).min_by_key(|i| seated[*i].last.load(Ordering::Relaxed))
         else {
             return;
         };
-        let gone = p.seated.swap_remove(i);
+        let gone = seated.swap_remove(i);
         gone.evict.notify_one();
         tracing::info!(
             principal,
@@ -182,11 +201,7 @@ impl Seats {
     /// Counts one connection of `principal` gone.
     fn forget(&self, st: &mut State, principal: u64) {
         st.total -= 1;
-        if st
-            .by_principal
-            .get(&principal)
-            .is_some_and(|p| p.seated.is_empty())
-        {
+        if st.by_principal.get(&principal).is_some_and(Vec::is_empty) {
             st.by_principal.remove(&principal);
         }
         let mut c = self.counts.lock().unwrap_or_else(|e| e.into_inner());
@@ -218,13 +233,16 @@ impl Seat {
 
 impl Drop for Seat {
     fn drop(&mut self) {
+        if self.id == 0 {
+            return; // the cluster's own: never counted
+        }
         let mut st = self.seats.lock();
-        let Some(p) = st.by_principal.get_mut(&self.principal) else {
+        let Some(seated) = st.by_principal.get_mut(&self.principal) else {
             return;
         };
         // An evicted seat is gone from the table already.
-        if let Some(i) = p.seated.iter().position(|s| s.id == self.id) {
-            p.seated.swap_remove(i);
+        if let Some(i) = seated.iter().position(|s| s.id == self.id) {
+            seated.swap_remove(i);
             self.seats.forget(&mut st, self.principal);
         }
     }
@@ -311,10 +329,45 @@ mod tests {
         let a = t.take(1).unwrap();
         let b = t.take(1).unwrap();
         let c = t.take(2).unwrap();
-        assert!(Arc::ptr_eq(&a.budget, &b.budget));
-        assert!(!Arc::ptr_eq(&a.budget, &c.budget));
-        let _held = a.budget.clone().try_acquire_many_owned(8).unwrap();
-        assert!(b.budget.try_acquire().is_err());
-        assert!(c.budget.try_acquire().is_ok());
+        let (ab, bb, cb) = (
+            a.budget.clone().unwrap(),
+            b.budget.clone().unwrap(),
+            c.budget.clone().unwrap(),
+        );
+        assert!(Arc::ptr_eq(&ab, &bb));
+        assert!(!Arc::ptr_eq(&ab, &cb));
+        let held = ab.clone().try_acquire_many_owned(8).unwrap();
+        assert!(bb.try_acquire().is_err());
+        assert!(cb.try_acquire().is_ok());
+        // Evicted and reconnected, a principal finds its old share, still
+        // held by the connection that is closing: not a fresh one.
+        drop((a, b));
+        let again = t.take(1).unwrap();
+        assert!(Arc::ptr_eq(again.budget.as_ref().unwrap(), &ab));
+        drop((again, bb, cb, held, ab));
+        let fresh = t.take(1).unwrap();
+        assert_eq!(fresh.budget.as_ref().unwrap().available_permits(), 8);
+    }
+
+    #[test]
+    fn the_clusters_own_principals_are_never_evicted_refused_or_counted() {
+        let t = seats(2, 2);
+        let mds = t.take(proto::auth::MDS_PRINCIPAL).unwrap();
+        let member = t.take(proto::chain::member_principal(3)).unwrap();
+        let _x = t.take(1).unwrap();
+        let _y = t.take(2).unwrap();
+        let mut kept = Vec::new();
+        for _ in 0..10 {
+            kept.extend(t.take(1).ok());
+            kept.extend(t.take(5).ok());
+        }
+        assert!(!evicted(&mds) && !evicted(&member));
+        assert!(mds.budget.is_none());
+        assert_eq!(t.len(), 2);
+        let more = t.take(proto::chain::member_principal(4)).unwrap();
+        assert_eq!(t.len(), 2);
+        drop((mds, member, more));
+        assert_eq!(t.len(), 2);
+        drop(kept);
     }
 }

@@ -175,6 +175,14 @@ const CONNECTION_SHARE: u64 = 4;
 /// hold together (so slow readers under one key cannot take all of it).
 const PRINCIPAL_SHARE: u64 = 2;
 
+/// Completes when `evict` (a seat's) is told; never without one.
+async fn told(evict: &Option<Arc<tokio::sync::Notify>>) {
+    match evict {
+        Some(n) => n.notified().await,
+        None => std::future::pending().await,
+    }
+}
+
 /// Authenticated sockets a server holds at most: evicted connections
 /// close after what they have in flight, so this is an eighth more than
 /// the connections seated.
@@ -406,32 +414,8 @@ impl<S: Service> Server<S> {
             }
         };
         drop(slot);
-        let Ok(_established) = self.established.clone().try_acquire_owned() else {
-            tracing::warn!(%addr, limit = self.limits.max_connections, "too many connections; closing one");
+        let Some((peer, seals, _established, seat)) = self.place(addr, shaken) else {
             return;
-        };
-        let (peer, seals) = match shaken {
-            Ok(p) => p,
-            Err(HandshakeError::Refused(e)) if e.code == ErrorCode::Unauthenticated => {
-                tracing::warn!(error = %e, "authentication refused");
-                return;
-            }
-            Err(e) => {
-                tracing::debug!(error = %e, "handshake failed");
-                return;
-            }
-        };
-        let seat = match self
-            .service
-            .principal_of(&peer)
-            .map(|p| (p, self.seats.take(p)))
-        {
-            None => None,
-            Some((_, Ok(seat))) => Some(seat),
-            Some((p, Err(_))) => {
-                tracing::warn!(%addr, principal = p, limit = self.limits.max_connections, "too many connections, and this principal holds as many as any; closing it");
-                return;
-            }
         };
         let evicted = seat.as_ref().map(|s| s.evicted.clone());
         let peer = Arc::new(peer);
@@ -520,7 +504,7 @@ impl<S: Service> Server<S> {
         let slots = Arc::new(Semaphore::new(self.limits.max_in_flight as usize));
         let share = Shares {
             connection: Arc::new(Semaphore::new(self.share_units() as usize)),
-            principal: seat.as_ref().map(|s| s.budget.clone()),
+            principal: seat.as_ref().and_then(|s| s.budget.clone()),
         };
         let lim = &self.limits;
         let reply = |opcode: u16, tag: u64, err: WireError| {
@@ -544,13 +528,12 @@ impl<S: Service> Server<S> {
                 _ = shutdown.changed() => break,
                 // The writer gave up (the peer does not take replies).
                 _ = tx.closed() => break,
-                // Another connection took this one's seat.
-                _ = async {
-                    match &evicted {
-                        Some(n) => n.notified().await,
-                        None => std::future::pending().await,
-                    }
-                } => break,
+                // Another connection took this one's seat: it closes now,
+                // abandoning the replies it has not written.
+                _ = told(&evicted) => {
+                    wire.break_off();
+                    break;
+                }
             };
             if let Some(s) = &seat {
                 s.touch();
@@ -642,6 +625,49 @@ impl<S: Service> Server<S> {
         drop(tx);
         let _ = writer.await;
         self.service.connection_event(false);
+    }
+
+    /// After a handshake: the peer, its seals, a socket permit and its
+    /// seat, or `None` (logged) when it is refused. The seat is chosen
+    /// first, so whoever gives way frees its place before the permit is
+    /// asked for.
+    #[expect(clippy::type_complexity, reason = "one private call site")]
+    fn place(
+        &self,
+        addr: std::net::SocketAddr,
+        shaken: Result<(S::Peer, Option<(FrameSeal, FrameSeal)>), HandshakeError>,
+    ) -> Option<(
+        S::Peer,
+        Option<(FrameSeal, FrameSeal)>,
+        OwnedSemaphorePermit,
+        Option<crate::seats::Seat>,
+    )> {
+        let (peer, seals) = match shaken {
+            Ok(p) => p,
+            Err(HandshakeError::Refused(e)) if e.code == ErrorCode::Unauthenticated => {
+                tracing::warn!(error = %e, "authentication refused");
+                return None;
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "handshake failed");
+                return None;
+            }
+        };
+        let seat = match self.service.principal_of(&peer) {
+            None => None,
+            Some(p) => match self.seats.take(p) {
+                Ok(seat) => Some(seat),
+                Err(_) => {
+                    tracing::warn!(%addr, principal = p, limit = self.limits.max_connections, "too many connections, and every principal holds one; closing it");
+                    return None;
+                }
+            },
+        };
+        let Ok(established) = self.established.clone().try_acquire_owned() else {
+            tracing::warn!(%addr, limit = self.limits.max_connections, "too many sockets; closing one");
+            return None;
+        };
+        Some((peer, seals, established, seat))
     }
 
     /// Reads the Hello, asks the service who the peer is, and — for a

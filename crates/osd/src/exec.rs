@@ -204,7 +204,8 @@ pub fn map_err(e: StoreError) -> WireError {
         StoreError::NoObject { .. } => ErrorCode::NoObject,
         StoreError::NoPartition(_) => ErrorCode::NoPartition,
         StoreError::ObjectExists { .. } | StoreError::PartitionExists(_) => ErrorCode::Exists,
-        StoreError::NoSpace { .. } | StoreError::MetadataFull { .. } => ErrorCode::NoSpace,
+        StoreError::NoSpace { .. } => ErrorCode::NoSpace,
+        StoreError::MetadataFull { .. } => ErrorCode::Bound,
         StoreError::Checksum { .. } => ErrorCode::Checksum,
         StoreError::Invalid { .. } => ErrorCode::BadRequest,
         StoreError::PartitionNotEmpty(..) => ErrorCode::NotEmpty,
@@ -466,6 +467,41 @@ pub fn execute(ctx: &Ctx, holder: u64, req: &Request, payload: Bytes) -> (Respon
     (Response { result, attrs }, out)
 }
 
+/// What `run` checks once the object's lock is held: the capabilities'
+/// versions (revocation) against the objects', and that a set list fits
+/// the store's bounds — refused before the command changes anything, so
+/// a chain then has nothing to mend.
+fn under_lock_checks(ctx: &Ctx, s: &Store, req: &Request) -> Result<(), WireError> {
+    if ctx.keys.is_some() {
+        if let (Some((pid, oid)), Some(cap)) = (created(&req.cmd), req.cap.as_ref()) {
+            match s.stat(pid, oid) {
+                Ok(st) => KeyRing::check_version(cap, st.version)?,
+                Err(StoreError::NoObject { .. }) => {}
+                Err(e) => return Err(map_err(e)),
+            }
+        }
+        if let Command::Copy {
+            pid,
+            src_oid,
+            src_cap: Some(ref cap),
+            ..
+        } = req.cmd
+        {
+            let version = s.stat(pid, src_oid).map_err(map_err)?.version;
+            KeyRing::check_version(cap, version)?;
+        }
+        if let (Some((pid, oid)), Some(cap)) = (target(&req.cmd), req.cap.as_ref()) {
+            let version = s.stat(pid, oid).map_err(map_err)?.version;
+            KeyRing::check_version(cap, version)?;
+        }
+    }
+    if let (false, Some((pid, oid))) = (req.set.is_empty(), target(&req.cmd)) {
+        s.check_attrs_fit(pid, oid, &set_list(&req.set))
+            .map_err(map_err)?;
+    }
+    Ok(())
+}
+
 fn run(
     ctx: &Ctx,
     holder: u64,
@@ -527,31 +563,7 @@ fn run(
         _ => {}
     }
     let _source = _source.map(|l| l.read().unwrap_or_else(|e| e.into_inner()));
-    if ctx.keys.is_some() {
-        if let (Some((pid, oid)), Some(cap)) = (created(&req.cmd), req.cap.as_ref()) {
-            match s.stat(pid, oid) {
-                Ok(st) => KeyRing::check_version(cap, st.version)?,
-                Err(StoreError::NoObject { .. }) => {}
-                Err(e) => return Err(map_err(e)),
-            }
-        }
-        if let Command::Copy {
-            pid,
-            src_oid,
-            src_cap: Some(ref cap),
-            ..
-        } = req.cmd
-        {
-            let version = s.stat(pid, src_oid).map_err(map_err)?.version;
-            KeyRing::check_version(cap, version)?;
-        }
-    }
-    if ctx.keys.is_some()
-        && let (Some((pid, oid)), Some(cap)) = (target(&req.cmd), req.cap.as_ref())
-    {
-        let version = s.stat(pid, oid).map_err(map_err)?.version;
-        KeyRing::check_version(cap, version)?;
-    }
+    under_lock_checks(ctx, &s, req)?;
     let reply = match &req.cmd {
         Command::Forward(_) | Command::ScrubGroup { .. } => {
             return Err(WireError::bad(

@@ -121,6 +121,7 @@ impl Metrics {
             use proto::ErrorCode as E;
             for c in [
                 E::NoSpace,
+                E::Bound,
                 E::Checksum,
                 E::Io,
                 E::Failed,

@@ -1233,14 +1233,14 @@ async fn remove_objects_removes_many_and_needs_a_partition_right() {
 }
 
 /// Whoever may write attributes can make an OSD hold only so much of
-/// them (all of its metadata lives in memory): past the bound, changes
-/// that add are refused with NO SPACE and the OSD goes on serving; a
+/// them (all of them live in memory): past the bound, changes that add
+/// are refused with BOUND, nothing of them made, and the OSD goes on serving; a
 /// listing of everything too large for one answer is refused before it
 /// is built, and paging still lists it all.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn attributes_past_the_metadata_bound_are_refused_and_the_osd_serves_on() {
     let opts = OpenOptions {
-        max_metadata_bytes: 2 << 20,
+        max_attr_bytes: 2 << 20,
         ..OpenOptions::default()
     };
     let osd = start_opened(false, &opts, |_| {}).await;
@@ -1279,8 +1279,35 @@ async fn attributes_past_the_metadata_bound_are_refused_and_the_osd_serves_on() 
         }
         assert!(n < 100, "2 MiB of metadata took 100 values of 60 KiB");
     };
-    assert_eq!(refused, ErrorCode::NoSpace);
+    assert_eq!(refused, ErrorCode::Bound);
     assert!((25..=35).contains(&n), "{n} values of 60 KiB in 2 MiB");
+    // A write whose set list would pass the bound is refused before the
+    // write is made: the object's data is unchanged.
+    let mut write = set(n + 1);
+    write.cmd = Command::Write {
+        pid: P,
+        oid,
+        offset: 0,
+    };
+    let e = c
+        .call(write, Bytes::from_static(b"DATA"))
+        .await
+        .unwrap_err();
+    assert_eq!(code(e), ErrorCode::Bound);
+    let read = c
+        .run(
+            Some(&a),
+            Command::Read {
+                pid: P,
+                oid,
+                offset: 0,
+                len: 16,
+            },
+            Bytes::new(),
+        )
+        .await
+        .unwrap();
+    assert!(read.data.is_empty(), "the write was made: {:?}", read.data);
     // Everything else still works: a read, a page of the list, a removal
     // (after which one more fits).
     let first = c

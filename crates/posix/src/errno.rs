@@ -12,7 +12,7 @@ pub fn from_osd(code: ErrorCode) -> Errno {
     match code {
         ErrorCode::NoObject => Errno::NoEnt,
         ErrorCode::Exists => Errno::Exist,
-        ErrorCode::NoSpace => Errno::NoSpc,
+        ErrorCode::NoSpace | ErrorCode::Bound => Errno::NoSpc,
         _ => Errno::Io,
     }
 }
@@ -26,6 +26,7 @@ mod tests {
         assert_eq!(from_osd(ErrorCode::NoObject), Errno::NoEnt);
         assert_eq!(from_osd(ErrorCode::Exists), Errno::Exist);
         assert_eq!(from_osd(ErrorCode::NoSpace), Errno::NoSpc);
+        assert_eq!(from_osd(ErrorCode::Bound), Errno::NoSpc);
         assert_eq!(from_osd(ErrorCode::Checksum), Errno::Io);
         assert_eq!(from_osd(ErrorCode::CapRevoked), Errno::Io);
         assert_eq!(i32::from(Errno::NoEnt), 2);

@@ -18,6 +18,9 @@ pub enum ErrorCode {
     Exists = 3,
     /// Not enough space on the OSD.
     NoSpace = 4,
+    /// A bound on what a store may hold (attributes on one object, or the
+    /// bytes of attributes in all) would be passed: nothing was changed.
+    Bound = 6,
     /// Stored data failed its checksum.
     Checksum = 5,
     /// No capability where one is required.
@@ -66,11 +69,12 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code.
-    pub const ALL: [ErrorCode; 23] = [
+    pub const ALL: [ErrorCode; 24] = [
         ErrorCode::NoObject,
         ErrorCode::NoPartition,
         ErrorCode::Exists,
         ErrorCode::NoSpace,
+        ErrorCode::Bound,
         ErrorCode::Checksum,
         ErrorCode::CapMissing,
         ErrorCode::CapForged,
@@ -173,11 +177,12 @@ mod tests {
 
     #[test]
     fn error_code_numbers_are_pinned() {
-        let pinned: [(ErrorCode, u16); 23] = [
+        let pinned: [(ErrorCode, u16); 24] = [
             (ErrorCode::NoObject, 1),
             (ErrorCode::NoPartition, 2),
             (ErrorCode::Exists, 3),
             (ErrorCode::NoSpace, 4),
+            (ErrorCode::Bound, 6),
             (ErrorCode::Checksum, 5),
             (ErrorCode::CapMissing, 10),
             (ErrorCode::CapForged, 11),
@@ -211,11 +216,11 @@ mod tests {
                 c
             );
         }
-        let bytes = postcard::to_allocvec(&6u16).expect("encodes");
+        let bytes = postcard::to_allocvec(&7u16).expect("encodes");
         assert_eq!(
             postcard::from_bytes::<ErrorCode>(&bytes).expect("decodes"),
             ErrorCode::Failed,
-            "6 is no code: read as a failure, message kept"
+            "7 is no code: read as a failure, message kept"
         );
     }
 }

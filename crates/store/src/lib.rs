@@ -28,6 +28,6 @@ pub use error::{Result, StoreError};
 pub use format::FORMAT_VERSION;
 pub use format::label::Policy;
 pub use store::{
-    DEFAULT_MAX_ATTRS_PER_OBJECT, DEFAULT_MAX_METADATA_BYTES, DEFAULT_PARTITION, FormatOptions,
+    DEFAULT_MAX_ATTR_BYTES, DEFAULT_MAX_ATTRS_PER_OBJECT, DEFAULT_PARTITION, FormatOptions,
     OpenOptions, Store, format,
 };

@@ -38,6 +38,9 @@ pub struct Meta {
     /// [`Meta::apply`] in O(1) per attribute change and O(extents) per data
     /// change, so the store can always keep room for its next checkpoint.
     pub approx_bytes: u64,
+    /// What user attributes take of [`Meta::approx_bytes`] (values and
+    /// their keys): what [`crate::OpenOptions::max_attr_bytes`] bounds.
+    pub attr_bytes: u64,
     /// Blocks reserved by every object ([`Onode::reserved`]): counted as
     /// used, kept up to date by [`Meta::apply`].
     pub reserved_blocks: u64,
@@ -47,7 +50,16 @@ const HEADER_BYTES: u64 = 24;
 const PARTITION_BYTES: u64 = 24;
 /// Key plus the fixed onode fields and counts.
 const ONODE_BYTES: u64 = 16 + 49 + 8;
-const ATTR_OVERHEAD: u64 = 12;
+/// Bytes an attribute takes beside its value (page, number, length).
+pub(crate) const ATTR_OVERHEAD: u64 = 12;
+
+/// Bytes `o`'s user attributes take.
+fn attrs_bytes(o: &Onode) -> u64 {
+    o.attrs
+        .values()
+        .map(|v| ATTR_OVERHEAD + v.len() as u64)
+        .sum()
+}
 
 /// Bytes an onode's data description takes in a checkpoint.
 fn data_bytes(o: &Onode) -> u64 {
@@ -67,12 +79,7 @@ fn data_bytes(o: &Onode) -> u64 {
 
 /// Bytes a whole onode takes in a checkpoint.
 fn onode_bytes(o: &Onode) -> u64 {
-    ONODE_BYTES
-        + data_bytes(o)
-        + o.attrs
-            .values()
-            .map(|v| ATTR_OVERHEAD + v.len() as u64)
-            .sum::<u64>()
+    ONODE_BYTES + data_bytes(o) + attrs_bytes(o)
 }
 
 /// A record that does not fit the current state (a bug or corruption).
@@ -86,6 +93,7 @@ impl Default for Meta {
             partitions: BTreeMap::new(),
             objects: ObjectTable::default(),
             approx_bytes: HEADER_BYTES,
+            attr_bytes: 0,
             reserved_blocks: 0,
         }
     }
@@ -197,7 +205,13 @@ impl Meta {
                 } else {
                     cost(value.len())
                 };
-                self.approx_bytes -= old.map_or(0, |v| cost(v.len()));
+                self.approx_bytes -= old.as_ref().map_or(0, |v| cost(v.len()));
+                self.attr_bytes += if value.is_empty() {
+                    0
+                } else {
+                    cost(value.len())
+                };
+                self.attr_bytes -= old.map_or(0, |v| cost(v.len()));
                 o.attr_mtime = *time;
                 Vec::new()
             }
@@ -269,6 +283,7 @@ impl Meta {
                     p.objects -= 1;
                 }
                 self.approx_bytes -= onode_bytes(&o);
+                self.attr_bytes -= attrs_bytes(&o);
                 self.reserved_blocks -= o.reserved_blocks();
                 o.physical().collect()
             }
@@ -407,6 +422,7 @@ impl Meta {
             })?;
             part.objects += 1;
             m.approx_bytes += onode_bytes(&o);
+            m.attr_bytes += attrs_bytes(&o);
             m.reserved_blocks += o.reserved_blocks();
             m.objects.insert(key, o);
         }

@@ -53,6 +53,26 @@ fn an_object_holds_at_most_its_bound_of_attributes_by_every_path() {
             .count(),
         8
     );
+    // A swap in one list (one key in, another out) fits at the bound.
+    s.set_attrs(
+        P,
+        id,
+        &[((0x100, 30), b"in".to_vec()), ((0x100, 7), Vec::new())],
+    )
+    .unwrap();
+    s.set_attrs(
+        P,
+        id,
+        &[((0x100, 7), b"back".to_vec()), ((0x100, 30), Vec::new())],
+    )
+    .unwrap();
+    // A key set and removed in one list adds nothing.
+    s.set_attrs(
+        P,
+        id,
+        &[((0x100, 31), b"x".to_vec()), ((0x100, 31), Vec::new())],
+    )
+    .unwrap();
     // Replacing one it has, and the same key twice in one list, still fit.
     s.set_attr(P, id, 0x100, 3, b"new").unwrap();
     s.set_attrs(
@@ -95,7 +115,7 @@ fn metadata_past_its_bound_is_refused_and_removals_make_room() {
     let id = s.create(P, None).unwrap();
     s.close().unwrap();
     let opts = OpenOptions {
-        max_metadata_bytes: 1 << 20,
+        max_attr_bytes: 1 << 20,
         ..OpenOptions::default()
     };
     let s = open(&dev, &opts);
@@ -123,6 +143,19 @@ fn metadata_past_its_bound_is_refused_and_removals_make_room() {
         s.stat(P, 0x9_0000),
         Err(StoreError::NoObject { .. })
     ));
+    // At the bound: a value replaced by one no larger, and data of any
+    // size (its block map is not an attribute), still go through.
+    s.set_attr(P, id, 0x100, 1, &vec![9u8; 60 << 10]).unwrap();
+    s.set_attr(P, id, 0x100, 2, b"smaller").unwrap();
+    let data = s.create(P, None).unwrap();
+    s.write(P, data, 0, &vec![5u8; 4 << 20]).unwrap();
+    // What the smaller value freed is room for one more, not two.
+    let extra = (100..103).take_while(|n| s.set_attr(P, id, 0x100, *n, &value).is_ok());
+    assert!(extra.count() <= 2);
+    full(s.set_attr(P, id, 0x100, 103, &value).unwrap_err());
+    for n in 100..103 {
+        s.set_attr(P, id, 0x100, n, b"").unwrap();
+    }
     // Removing goes through, and makes room again.
     s.set_attr(P, id, 0x100, 0, b"").unwrap();
     s.set_attr(P, id, 0x100, n, &value).unwrap();
@@ -135,4 +168,54 @@ fn metadata_past_its_bound_is_refused_and_removals_make_room() {
     let s = open(&dev, &opts);
     assert_eq!(s.get_attr(P, id, 0x100, n).unwrap().unwrap(), value);
     assert!(s.get_attr(P, id, 0x100, 0).unwrap().is_none());
+}
+
+#[test]
+fn a_listing_counts_every_attribute_not_only_its_value() {
+    let (_dev, s) = fresh(&OpenOptions::default());
+    let id = s.create(P, None).unwrap();
+    let tiny: Vec<_> = (0..4096u32).map(|n| ((0x100, n), vec![1u8])).collect();
+    s.set_attrs(P, id, &tiny).unwrap();
+    // 4,096 one-byte values: 4 KiB of values, but 68 KiB as listed.
+    let e = s.list_attrs_within(P, id, 64 << 10).unwrap_err();
+    assert!(e.to_string().contains("list them by page"), "{e}");
+    assert!(s.list_attrs_within(P, id, 80 << 10).is_ok());
+}
+
+#[test]
+fn a_check_before_a_change_refuses_what_the_change_would_and_makes_nothing() {
+    let opts = OpenOptions {
+        max_attrs_per_object: 2,
+        ..OpenOptions::default()
+    };
+    let (_dev, s) = fresh(&opts);
+    let id = s.create(P, None).unwrap();
+    s.set_attrs(
+        P,
+        id,
+        &[((0x100, 1), b"a".to_vec()), ((0x100, 2), b"b".to_vec())],
+    )
+    .unwrap();
+    full(
+        s.check_attrs_fit(P, id, &[((0x100, 3), b"c".to_vec())])
+            .unwrap_err(),
+    );
+    s.check_attrs_fit(P, id, &[((0x100, 1), b"again".to_vec())])
+        .unwrap();
+    // An object not made yet counts from nothing.
+    s.check_attrs_fit(P, 0x7_0000, &[((0x100, 1), b"a".to_vec())])
+        .unwrap();
+    full(
+        s.check_attrs_fit(
+            P,
+            0x7_0000,
+            &[
+                ((0x100, 1), b"a".to_vec()),
+                ((0x100, 2), b"b".to_vec()),
+                ((0x100, 3), b"c".to_vec()),
+            ],
+        )
+        .unwrap_err(),
+    );
+    assert!(s.get_attr(P, id, 0x100, 3).unwrap().is_none());
 }

@@ -32,11 +32,15 @@ const SHARED_FOR: Duration = Duration::from_secs(2);
 /// forgotten.
 const RECENT_MAX: usize = 65_536;
 
-/// Directory leases held at once. When the table is full, the principal
-/// holding the most gives up its least recently heard one to a principal
-/// holding fewer; a lease refused is harmless (its client changes the
-/// directory through the MDS, one request at a time).
+/// Directory leases held at once. A lease refused is harmless (its client
+/// changes the directory through the MDS, one request at a time); a live
+/// lease is never taken to make room, since its holder answers for the
+/// directory alone until it hears otherwise. Lapsed ones are swept.
 pub const LEASES_MAX: usize = 65_536;
+
+/// How often a full table (or a principal at its bound) is swept of
+/// lapsed leases at most.
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
 /// Directory leases one principal's sessions may hold together.
 pub const LEASES_PER_PRINCIPAL: usize = 16_384;
@@ -98,6 +102,10 @@ impl Lease {
 #[derive(Default)]
 pub(super) struct Leases {
     held: HashMap<u64, Lease>,
+    /// Leases held per principal (lapsed ones until swept).
+    per_principal: HashMap<u64, usize>,
+    /// When lapsed leases were last swept.
+    swept: Option<Instant>,
     /// Directory → (session key → requests of that session naming it
     /// under way): a grant waits for other sessions' to finish.
     active: HashMap<u64, HashMap<u64, usize>>,
@@ -111,9 +119,10 @@ impl Leases {
         if self.recent.len() >= RECENT_MAX {
             self.recent.retain(|_, r| r.at.elapsed() < SHARED_FOR);
         }
-        if self.recent.len() >= RECENT_MAX {
-            // Still full within SHARED_FOR: forget the older half (a
-            // directory forgotten may only be leased a little sooner).
+        if self.recent.len() > RECENT_MAX * 3 / 4 {
+            // Still nearly full within SHARED_FOR: forget the older half
+            // (a directory forgotten may only be leased a little sooner),
+            // so the next sweep is a quarter of the table away.
             let mut ats: Vec<Instant> = self.recent.values().map(|r| r.at).collect();
             let (_, mid, _) = ats.select_nth_unstable(RECENT_MAX / 2);
             let mid = *mid;
@@ -131,55 +140,79 @@ impl Leases {
         r.at = now;
     }
 
+    /// Holds `lease` on `dir` (replacing any), counted for its principal.
+    fn put(&mut self, dir: u64, lease: Lease) {
+        *self.per_principal.entry(lease.principal).or_default() += 1;
+        if let Some(old) = self.held.insert(dir, lease) {
+            self.uncount(old.principal);
+        }
+    }
+
+    /// Removes the lease on `dir`, if any.
+    fn take(&mut self, dir: u64) -> Option<Lease> {
+        let l = self.held.remove(&dir)?;
+        self.uncount(l.principal);
+        Some(l)
+    }
+
+    fn uncount(&mut self, principal: u64) {
+        if let Some(n) = self.per_principal.get_mut(&principal) {
+            *n -= 1;
+            if *n == 0 {
+                self.per_principal.remove(&principal);
+            }
+        }
+    }
+
+    /// Drops every lapsed lease whose holder has no request under way in
+    /// its directory (at most once per [`SWEEP_EVERY`]).
+    fn sweep(&mut self) {
+        if self.swept.is_some_and(|t| t.elapsed() < SWEEP_EVERY) {
+            return;
+        }
+        self.swept = Some(Instant::now());
+        let gone: Vec<u64> = self
+            .held
+            .iter()
+            .filter(|(d, l)| {
+                l.lapsed()
+                    && !self
+                        .active
+                        .get(d)
+                        .is_some_and(|m| m.contains_key(&l.holder))
+            })
+            .map(|(d, _)| *d)
+            .collect();
+        for d in gone {
+            self.take(d);
+        }
+    }
+
     /// Makes room for a lease of `principal` on `dir` (for `session`):
-    /// refused when that principal holds its bound already; when the
-    /// table is full, the principal holding the most (if it holds more
-    /// than this one) gives up its least recently heard lease.
+    /// refused (EBUSY) when that principal holds its bound or the table
+    /// is full, once lapsed leases are swept.
     fn make_room(&mut self, dir: u64, session: u64, principal: u64) -> Result<(), MdsError> {
         if self.held.get(&dir).is_some_and(|l| l.holder == session) {
             return Ok(());
         }
-        let mut counts: HashMap<u64, usize> = HashMap::new();
-        for l in self.held.values() {
-            *counts.entry(l.principal).or_default() += 1;
+        let mine = |l: &Leases| l.per_principal.get(&principal).copied().unwrap_or(0);
+        let full = |l: &Leases| l.held.len() >= LEASES_MAX && !l.held.contains_key(&dir);
+        if mine(self) >= LEASES_PER_PRINCIPAL || full(self) {
+            self.sweep();
         }
-        let mine = counts.get(&principal).copied().unwrap_or(0);
-        if mine >= LEASES_PER_PRINCIPAL {
+        if mine(self) >= LEASES_PER_PRINCIPAL {
             return Err(err(
                 Errno::Busy,
                 format!("this principal holds {LEASES_PER_PRINCIPAL} directory leases already"),
             ));
         }
-        if self.held.len() < LEASES_MAX || self.held.contains_key(&dir) {
-            return Ok(());
-        }
-        let largest = counts
-            .iter()
-            .max_by_key(|(p, n)| (**n, **p != principal))
-            .map(|(p, n)| (*p, *n));
-        match largest {
-            Some((p, n)) if n > mine + 1 => {
-                let victim = self
-                    .held
-                    .iter()
-                    .filter(|(_, l)| l.principal == p)
-                    .min_by_key(|(_, l)| l.heard)
-                    .map(|(d, _)| *d);
-                if let Some(d) = victim {
-                    self.held.remove(&d);
-                    tracing::info!(
-                        dir = d,
-                        principal = p,
-                        "a directory lease taken back: the table is full and its principal holds the most"
-                    );
-                }
-                Ok(())
-            }
-            _ => Err(err(
+        if full(self) {
+            return Err(err(
                 Errno::Busy,
                 format!("{LEASES_MAX} directory leases are held: no lease"),
-            )),
+            ));
         }
+        Ok(())
     }
 }
 
@@ -291,7 +324,7 @@ impl Mds {
                         _ => false,
                     };
                     if lapsed {
-                        l.held.remove(d);
+                        l.take(*d);
                         tracing::info!(
                             dir = d,
                             "a directory lease lapsed: its holder went unheard"
@@ -363,7 +396,7 @@ impl Mds {
             // A lapsed lease, or this session's own again: start afresh.
             let principal = super::auth::holder();
             l.make_room(dir, session, principal)?;
-            l.held.insert(
+            l.put(
                 dir,
                 Lease {
                     holder: session,
@@ -429,7 +462,7 @@ impl Mds {
     fn drop_lease(&self, dir: u64, session: u64) -> Option<Vec<u64>> {
         let mut l = self.leases();
         if l.held.get(&dir).is_some_and(|l| l.holder == session) {
-            return l.held.remove(&dir).map(|l| l.ids);
+            return l.take(dir).map(|l| l.ids);
         }
         None
     }
@@ -620,7 +653,7 @@ mod tests {
         let mut l = Leases::default();
         for d in 0..LEASES_PER_PRINCIPAL as u64 {
             l.make_room(d, 1, 7).unwrap();
-            l.held.insert(d, lease(1, 7));
+            l.put(d, lease(1, 7));
         }
         let e = l.make_room(1 << 40, 2, 7).unwrap_err();
         assert_eq!(e.errno, Errno::Busy);
@@ -628,39 +661,42 @@ mod tests {
         // Its own lease again is no new one; another principal is let in.
         l.make_room(5, 1, 7).unwrap();
         l.make_room(1 << 40, 3, 8).unwrap();
+        // Once its leases lapse (its client died), they are swept.
+        for x in l.held.values_mut() {
+            x.heard -= Duration::from_millis(3 * LEASE_TERM_MS);
+        }
+        l.swept = None;
+        l.make_room(1 << 40, 2, 7).unwrap();
+        assert_eq!(held_by(&l, 7), 0);
+        assert!(!l.per_principal.contains_key(&7));
     }
 
     #[test]
-    fn a_full_table_takes_a_lease_from_the_largest_principal_only() {
+    fn a_full_table_takes_no_live_lease_and_sweeps_lapsed_ones() {
         let mut l = Leases::default();
-        let per = LEASES_MAX / 4;
-        for p in 0..4u64 {
-            for i in 0..per as u64 {
-                let d = (p << 32) | i;
-                l.held.insert(d, lease(p, 10 + p));
-            }
-        }
-        // One more of the first gives it more than the others: a newcomer
-        // takes that one's oldest, nobody else's.
-        l.held.remove(&(3 << 32));
-        l.held.insert(1 << 50, lease(0, 10));
-        assert_eq!(l.held.len(), LEASES_MAX);
-        l.make_room(1 << 51, 99, 20).unwrap();
-        assert_eq!(held_by(&l, 10), per);
-        assert_eq!(held_by(&l, 11), per);
-        assert_eq!(held_by(&l, 13), per - 1);
-        // A principal holding as many as the largest is refused instead.
-        let mut even = Leases::default();
         for i in 0..LEASES_MAX as u64 {
-            even.held.insert(i, lease(i % 8, i % 8));
+            l.put(i, lease(i % 8, i % 8));
         }
-        let e = even.make_room(1 << 51, 0, 0).unwrap_err();
+        let e = l.make_room(1 << 51, 99, 20).unwrap_err();
         assert!(
             e.message.contains("directory leases are held"),
             "{}",
             e.message
         );
-        assert_eq!(even.held.len(), LEASES_MAX);
+        assert_eq!(l.held.len(), LEASES_MAX);
+        // A directory leased already needs no new room (whether its lease
+        // may be taken is judged before).
+        l.make_room(3, 99, 20).unwrap();
+        // Lapsed leases make room, but one a request is under way in stays.
+        for d in [10, 11] {
+            l.held.get_mut(&d).unwrap().heard -= Duration::from_millis(3 * LEASE_TERM_MS);
+        }
+        l.active.entry(11).or_default().insert(11 % 8, 1);
+        l.swept = None;
+        l.make_room(1 << 51, 99, 20).unwrap();
+        assert!(!l.held.contains_key(&10) && l.held.contains_key(&11));
+        let counted: usize = l.per_principal.values().sum();
+        assert_eq!(counted, l.held.len());
     }
 
     #[test]

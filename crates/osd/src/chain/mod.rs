@@ -585,15 +585,20 @@ impl Chains {
             Err(e) => {
                 // A failure after part of the change was made (the set list
                 // after the command, a full device mid-write): the members
-                // get the head's whole object, so none differs from it.
+                // get the head's whole object, so none differs from it. A
+                // bound passed by an attribute change alone changed nothing.
+                let attrs_only = matches!(
+                    req.cmd,
+                    Command::SetAttributes { .. } | Command::Cas { .. } | Command::FetchAdd { .. }
+                );
                 if changes(&req)
-                    && matches!(
+                    && (matches!(
                         e.code,
                         ErrorCode::NoSpace
                             | ErrorCode::Io
                             | ErrorCode::ReadOnly
                             | ErrorCode::Failed
-                    )
+                    ) || (e.code == ErrorCode::Bound && !attrs_only))
                     && let Some((_, oid)) = req.cmd.object()
                 {
                     self.resync(ctx, &view, group, oid).await?;
@@ -926,7 +931,10 @@ impl Chains {
                     let refused = matches!(&e, ConnError::Remote(w)
                     if !matches!(
                         w.code,
-                        ErrorCode::NotReady | ErrorCode::Busy | ErrorCode::NoSpace
+                        ErrorCode::NotReady
+                            | ErrorCode::Busy
+                            | ErrorCode::NoSpace
+                            | ErrorCode::Bound
                     ));
                     tracing::warn!(
                         group,

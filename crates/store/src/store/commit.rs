@@ -16,6 +16,7 @@ use crate::format::codec::Writer;
 use crate::format::slot::Slot;
 use crate::journal::encode_batch;
 use crate::journal::record::Record;
+use crate::meta::ATTR_OVERHEAD;
 
 /// Applies `recs` in memory and queues them; returns the batch sequence
 /// number to wait for. Nothing is applied if the first record fails.
@@ -37,16 +38,8 @@ pub(crate) fn log(inner: &Inner, st: &mut State, recs: &[Record]) -> Result<u64>
     // Records that add metadata must leave room for two checkpoints of the
     // grown metadata (the data path checks the same when it allocates), so
     // a full store still commits removals and still reopens.
+    check_attr_bytes(inner, st, recs)?;
     if growth > 0 {
-        if st.meta.approx_bytes + growth > inner.max_metadata_bytes {
-            return Err(StoreError::MetadataFull {
-                what: format!(
-                    "metadata of {} bytes growing by {growth}",
-                    st.meta.approx_bytes
-                ),
-                limit: inner.max_metadata_bytes,
-            });
-        }
         let free = st.alloc.free_blocks();
         if free < super::reserve_blocks(st.meta.approx_bytes + growth) {
             return Err(StoreError::NoSpace {
@@ -71,6 +64,54 @@ pub(crate) fn log(inner: &Inner, st: &mut State, recs: &[Record]) -> Result<u64>
     st.pending_records += recs.len() as u32;
     inner.work_cv.notify_one();
     Ok(st.pending_seq)
+}
+
+/// Refuses `recs` when they would grow the user attributes past the
+/// store's bound.
+pub(crate) fn check_attr_bytes(inner: &Inner, st: &State, recs: &[Record]) -> Result<()> {
+    let growth = attr_growth(st, recs);
+    if growth > 0 && st.meta.attr_bytes + growth > inner.max_attr_bytes {
+        return Err(StoreError::MetadataFull {
+            what: format!(
+                "user attributes of {} bytes in all growing by {growth}",
+                st.meta.attr_bytes
+            ),
+            limit: inner.max_attr_bytes,
+        });
+    }
+    Ok(())
+}
+
+/// How much `recs` would grow the user attributes (0 when they shrink
+/// them or leave them as they are).
+pub(crate) fn attr_growth(st: &State, recs: &[Record]) -> u64 {
+    let mut delta = 0i64;
+    for r in recs {
+        if let Record::SetAttr {
+            pid,
+            oid,
+            page,
+            number,
+            value,
+            ..
+        } = r
+        {
+            let cost = |n: usize| (ATTR_OVERHEAD + n as u64) as i64;
+            let old = st
+                .meta
+                .objects
+                .get(&(*pid, *oid))
+                .and_then(|o| o.attrs.get(&(*page, *number)).map(|v| cost(v.len())))
+                .unwrap_or(0);
+            let new = if value.is_empty() {
+                0
+            } else {
+                cost(value.len())
+            };
+            delta += new - old;
+        }
+    }
+    delta.max(0) as u64
 }
 
 /// Whether a record can make the metadata bigger (data records are checked

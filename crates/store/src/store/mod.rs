@@ -26,7 +26,7 @@ use crate::meta::Meta;
 
 pub use objects::{Attribute, CasOutcome, ListPage, ObjectInfo, SpaceInfo};
 pub use open::{
-    DEFAULT_MAX_ATTRS_PER_OBJECT, DEFAULT_MAX_METADATA_BYTES, FormatOptions, OpenOptions, format,
+    DEFAULT_MAX_ATTR_BYTES, DEFAULT_MAX_ATTRS_PER_OBJECT, FormatOptions, OpenOptions, format,
 };
 
 /// Partition created by mkfs and used when none is named.
@@ -86,7 +86,7 @@ pub(crate) struct Inner {
     pub stripes: Vec<Mutex<()>>,
     pub read_only: bool,
     pub checkpoint_fraction: f64,
-    pub max_metadata_bytes: u64,
+    pub max_attr_bytes: u64,
     pub max_attrs_per_object: usize,
 }
 
@@ -158,7 +158,7 @@ impl Store {
         OpenOptions {
             read_only: self.inner.read_only,
             checkpoint_fraction: self.inner.checkpoint_fraction,
-            max_metadata_bytes: self.inner.max_metadata_bytes,
+            max_attr_bytes: self.inner.max_attr_bytes,
             max_attrs_per_object: self.inner.max_attrs_per_object,
         }
     }

@@ -125,17 +125,19 @@ fn check_attr_count(o: Option<&Onode>, oid: u64, attrs: &[Attribute], limit: usi
     if have + attrs.len() <= limit {
         return Ok(());
     }
-    let mut new = std::collections::BTreeSet::new();
+    // What each key ends as: the last entry for it wins.
+    let mut last = std::collections::BTreeMap::new();
     for (k, v) in attrs {
-        if !v.is_empty() && !o.is_some_and(|o| o.attrs.contains_key(k)) {
-            new.insert(*k);
-        }
+        last.insert(*k, !v.is_empty());
     }
-    if !new.is_empty() && have + new.len() > limit {
+    let had = |k: &(u32, u32)| o.is_some_and(|o| o.attrs.contains_key(k));
+    let new = last.iter().filter(|(k, set)| **set && !had(k)).count();
+    let gone = last.iter().filter(|(k, set)| !**set && had(k)).count();
+    if new > gone && have + new - gone > limit {
         return Err(StoreError::MetadataFull {
             what: format!(
                 "attributes on object {oid:#x} ({have} held, {} more asked for)",
-                new.len()
+                new - gone
             ),
             limit: limit as u64,
         });
@@ -481,8 +483,9 @@ impl Store {
     }
 
     /// [`Store::list_attrs`], refused (before anything is copied) when
-    /// the user attributes' values come to more than `max_bytes`: a
-    /// caller answering over the wire pages them instead.
+    /// the user attributes come to more than `max_bytes`, each counted as
+    /// its value and 16 bytes for its key and length (so many tiny ones
+    /// count too): a caller answering over the wire pages them instead.
     pub fn list_attrs_within(
         &self,
         pid: u64,
@@ -498,7 +501,7 @@ impl Store {
             .collect();
         let mut bytes = 0usize;
         for x in o.attrs.values() {
-            bytes = bytes.saturating_add(x.len());
+            bytes = bytes.saturating_add(x.len() + 16);
             if bytes > max_bytes {
                 return Err(StoreError::invalid(
                     "attribute list",
@@ -560,6 +563,16 @@ impl Store {
             None => None,
         };
         Ok((out, next))
+    }
+
+    /// Whether setting `attrs` on object `oid` (absent: as on a new one)
+    /// would stay within the store's bounds, without setting them.
+    pub fn check_attrs_fit(&self, pid: u64, oid: u64, attrs: &[Attribute]) -> Result<()> {
+        check_ids(pid, oid)?;
+        let st = self.inner.lock_ok()?;
+        let o = st.meta.objects.get(&(pid, oid));
+        check_attr_count(o.as_deref(), oid, attrs, self.inner.max_attrs_per_object)?;
+        commit::check_attr_bytes(&self.inner, &st, &attr_records(pid, oid, attrs, 0))
     }
 
     /// Sets several user attributes in one commit: all or none survive a

@@ -57,18 +57,21 @@ pub struct OpenOptions {
     /// Checkpoint when the journal ring is this full (0.05–0.5; more would let
     /// a wrapping batch reach the oldest live one).
     pub checkpoint_fraction: f64,
-    /// Metadata the store may hold, as it encodes (it is all kept in
-    /// memory): a change that would grow it past this is refused with
-    /// [`StoreError::MetadataFull`], so whoever may write attributes
-    /// cannot exhaust the daemon's memory. Removals always go through.
-    pub max_metadata_bytes: u64,
+    /// User attributes the store may hold in all, values and keys as
+    /// they encode (all of them live in memory): a change that would grow
+    /// them past this is refused with [`StoreError::MetadataFull`], so
+    /// whoever may write attributes cannot exhaust the daemon's memory.
+    /// Changes that do not grow them (replacing with no larger values,
+    /// removing) always go through. Data's own metadata (block maps and
+    /// checksums) is bounded by the device, not by this.
+    pub max_attr_bytes: u64,
     /// User attributes one object may carry (a directory on the OSDs
     /// holds one to two per entry).
     pub max_attrs_per_object: usize,
 }
 
-/// Default [`OpenOptions::max_metadata_bytes`]: 4 GiB.
-pub const DEFAULT_MAX_METADATA_BYTES: u64 = 4 << 30;
+/// Default [`OpenOptions::max_attr_bytes`]: 4 GiB.
+pub const DEFAULT_MAX_ATTR_BYTES: u64 = 4 << 30;
 
 /// Default [`OpenOptions::max_attrs_per_object`]: 4,194,304.
 pub const DEFAULT_MAX_ATTRS_PER_OBJECT: usize = 1 << 22;
@@ -78,7 +81,7 @@ impl Default for OpenOptions {
         OpenOptions {
             read_only: false,
             checkpoint_fraction: 0.5,
-            max_metadata_bytes: DEFAULT_MAX_METADATA_BYTES,
+            max_attr_bytes: DEFAULT_MAX_ATTR_BYTES,
             max_attrs_per_object: DEFAULT_MAX_ATTRS_PER_OBJECT,
         }
     }
@@ -611,7 +614,7 @@ impl Store {
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
             read_only: opts.read_only,
             checkpoint_fraction: opts.checkpoint_fraction.clamp(0.05, 0.5),
-            max_metadata_bytes: opts.max_metadata_bytes,
+            max_attr_bytes: opts.max_attr_bytes,
             max_attrs_per_object: opts.max_attrs_per_object.max(1),
         });
         let committer = if opts.read_only {

@@ -67,12 +67,14 @@ pub struct Args {
     /// 0 takes no new data. Changing it changes where new files go.
     #[arg(long, default_value_t = 1.0)]
     weight: f64,
-    /// Metadata this OSD's store may hold, in MiB as it encodes (it is
-    /// all kept in memory, so this bounds what attributes anyone with
-    /// write rights can make it hold). Past it, changes that add
-    /// metadata fail with ENOSPC; removals still go through.
-    #[arg(long, default_value_t = store::DEFAULT_MAX_METADATA_BYTES >> 20, value_parser = clap::value_parser!(u64).range(16..=1 << 24))]
-    max_metadata_mib: u64,
+    /// User attributes this OSD's store may hold in all, in MiB as they
+    /// encode (they all live in memory, so this bounds what anyone with
+    /// write rights can make it hold; a directory on the OSDs keeps its
+    /// entries as attributes). Past it, changes that add attributes fail
+    /// with ENOSPC; replacing with no larger values and removing still
+    /// go through.
+    #[arg(long, default_value_t = store::DEFAULT_MAX_ATTR_BYTES >> 20, value_parser = clap::value_parser!(u64).range(16..=1 << 24))]
+    max_attr_mib: u64,
     /// Failure domain: copies of one object go to OSDs of distinct hosts
     /// when the cluster has enough. Default: this machine's host name.
     #[arg(long)]
@@ -125,7 +127,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     let kf = KeyFile::load(&key_file).map_err(anyhow::Error::msg)?;
     let dev = super::open_device(&store_path)?;
     let opts = OpenOptions {
-        max_metadata_bytes: a.max_metadata_mib << 20,
+        max_attr_bytes: a.max_attr_mib << 20,
         ..OpenOptions::default()
     };
     let store = Store::open(dev, &opts)
