@@ -240,7 +240,22 @@ impl Cluster {
                 if h.level == "HEALTH_OK" && s.redundancy.checked && all_up {
                     return Ok(started.elapsed());
                 }
-                last = format!("{} {}", h.level, h.reasons.join("; "));
+                let up = s.osds.iter().filter(|o| o.up).count();
+                last = format!(
+                    "{} {}{}{}",
+                    h.level,
+                    h.reasons.join("; "),
+                    if s.redundancy.checked {
+                        ""
+                    } else {
+                        "; redundancy not checked yet"
+                    },
+                    if all_up {
+                        String::new()
+                    } else {
+                        format!("; {up} of {} OSDs up", self.osds.len())
+                    }
+                );
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
