@@ -18,6 +18,7 @@ pub mod delegation;
 pub mod fsck;
 pub mod ids;
 pub mod kv;
+pub mod layouts;
 pub mod metrics;
 pub mod ns;
 pub mod principals;

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use osdns::fs::Owner;
 use osdns::{DirRef, Dirent, Inode, Kind, NsError, OsdFs, Osds};
-use posix::{R, W, X};
+use posix::{R, W};
 use proto::layout::{DATA_PARTITION, Layout, LayoutSpec, data_oid};
 use proto::mds::{
     Attr, Creds, DirEntry, Entry, FileKind, Found, Grant, ROOT_INO, SetAttr, XattrMode,
@@ -34,6 +34,8 @@ pub const LEASE: Duration = Duration::from_secs(5);
 
 /// Stat requests in flight at once when readdir fetches attributes.
 const READDIR_STATS: usize = 32;
+
+mod checks;
 
 fn kind(k: Kind) -> FileKind {
     match k {
@@ -497,76 +499,6 @@ impl OsdNamespace {
     /// Names of `ino`'s extended attributes.
     pub async fn listxattr(&self, ino: u64) -> Result<Vec<String>> {
         Ok(self.fs.listxattr(ino, self.home(ino)?).await?)
-    }
-}
-
-/// The permission checks the MDS makes, made here before each change.
-impl OsdNamespace {
-    /// Attributes of `ino` from the client's cache while fresh, else from
-    /// its record (and cached), counted as the client's getattr counts.
-    async fn cached_attr(&self, ino: u64) -> Result<Attr> {
-        if let Some(a) = self.meta.fresh_attr(ino) {
-            return Ok(a);
-        }
-        self.meta.miss();
-        let a = self.getattr(ino).await?;
-        self.meta.cache_attr(a.clone());
-        Ok(a)
-    }
-
-    /// A directory `c` may search (`what` names the operation in the error).
-    async fn searchable(&self, c: &Creds, dir: u64, what: &str) -> Result<Attr> {
-        let a = self.cached_attr(dir).await?;
-        if a.kind != FileKind::Dir {
-            return Err(FsError::new(
-                Errno::NotDir,
-                format!("{what}: inode {dir} is not a directory"),
-            ));
-        }
-        check(&a, c, X, what)?;
-        Ok(a)
-    }
-
-    /// A directory `c` may add names to.
-    async fn changeable(&self, c: &Creds, dir: u64, what: &str) -> Result<Attr> {
-        let a = self.searchable(c, dir, what).await?;
-        check(&a, c, W | X, what)?;
-        Ok(a)
-    }
-
-    /// `c` may remove `name` from `dir` (write and search on it, and the
-    /// sticky rule).
-    async fn removable(&self, c: &Creds, dir: u64, name: &str, what: &str) -> Result<()> {
-        let a = self.changeable(c, dir, what).await?;
-        if sticky_applies(&a, c) {
-            let v = self.lookup_entry(dir, name).await?;
-            posix::perm::sticky(&a, &v.attr, c).map_err(FsError::from)?;
-        }
-        Ok(())
-    }
-
-    /// `c` may change `ino`'s extended attributes (the owner, root, or
-    /// write permission).
-    async fn xattr_writable(&self, c: &Creds, ino: u64, what: &str) -> Result<()> {
-        let a = self.cached_attr(ino).await?;
-        if c.uid != 0 && c.uid != a.uid {
-            check(&a, c, W, what)?;
-        }
-        Ok(())
-    }
-
-    /// A new name in `parent` (checked for write and search): mkdir and symlink.
-    async fn make_checked(
-        &self,
-        c: &Creds,
-        parent: u64,
-        name: &str,
-        kind: (FileKind, u32, u32),
-        target: Option<String>,
-    ) -> Result<Found> {
-        let pa = self.changeable(c, parent, "make").await?;
-        let (e, _) = self.make(c, parent, &pa, name, kind, target, true).await?;
-        Ok(found(e, self.grants().await?))
     }
 }
 
