@@ -411,11 +411,15 @@ fn a_write_storm_through_the_mount_survives_an_osd_kill() {
         .collect();
     assert!(files.len() > 10, "only {} files", files.len());
     for (p, id, len) in &files {
-        assert_eq!(
-            std::fs::read(p).unwrap(),
-            content(*id, *len),
-            "{}",
-            p.display()
+        let got = std::fs::read(p).unwrap();
+        let want = content(*id, *len);
+        let first = got.iter().zip(&want).position(|(a, b)| a != b);
+        assert!(
+            got == want,
+            "{} ({id}): read {} bytes, wrote {}; first difference at {first:?}",
+            p.display(),
+            got.len(),
+            want.len()
         );
     }
     let text = cl.cli_text(&["status"]);
@@ -424,11 +428,15 @@ fn a_write_storm_through_the_mount_survives_an_osd_kill() {
     cl.start_osd(3);
     rt.block_on(cl.wait_healthy(60));
     for (p, id, len) in &files {
-        assert_eq!(
-            std::fs::read(p).unwrap(),
-            content(*id, *len),
-            "{}",
-            p.display()
+        let got = std::fs::read(p).unwrap();
+        let want = content(*id, *len);
+        let first = got.iter().zip(&want).position(|(a, b)| a != b);
+        assert!(
+            got == want,
+            "{} ({id}): read {} bytes, wrote {}; first difference at {first:?}",
+            p.display(),
+            got.len(),
+            want.len()
         );
     }
     drop(m);
