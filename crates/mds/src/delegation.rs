@@ -55,7 +55,7 @@ pub fn delegate(
     let mut ids = meta.ids.clone();
     let mut out = Vec::with_capacity(n);
     for _ in 0..n {
-        let id = policy.file_id(&mut ids, &mut st.ids, &mut ns::taken(tx));
+        let id = policy.file_id(&mut ids, &mut st.ids, &mut crate::records::taken(tx));
         tx.put(
             T::Delegated,
             &num_key(id),

@@ -10,8 +10,7 @@ use proto::placement::OsdMap;
 
 use crate::ids::IdPolicy;
 use crate::kv::{T, Tx};
-use crate::ns::taken;
-use crate::records::{Inode, Records, num_key};
+use crate::records::{Inode, Records, num_key, taken};
 
 fn err(e: Errno, m: impl Into<String>) -> MdsError {
     MdsError::new(e, m)

@@ -86,13 +86,7 @@ fn writable_dir(tx: &Tx, c: &Creds, parent: u64, what: &str) -> Result<Inode, Md
     Ok(dir)
 }
 
-pub(crate) fn taken<'a>(tx: &'a Tx<'_>) -> impl FnMut(u64) -> bool + 'a {
-    |id| {
-        tx.get(T::Inodes, &num_key(id)).ok().flatten().is_some()
-            || tx.get(T::Objsets, &num_key(id)).ok().flatten().is_some()
-            || tx.get(T::Delegated, &num_key(id)).ok().flatten().is_some()
-    }
-}
+pub(crate) use crate::records::taken;
 
 /// Inserts a new inode named `name` in `dir` (all checks done by the caller).
 fn link_new(

@@ -454,3 +454,13 @@ impl Tx<'_> {
         self.del(T::Inodes, &num_key(i.attr.ino))
     }
 }
+
+/// Whether an id is in use (an inode, an object set, or a number delegated
+/// with a directory lease): what a policy must not hand out again.
+pub(crate) fn taken<'a>(tx: &'a Tx<'_>) -> impl FnMut(u64) -> bool + 'a {
+    |id| {
+        tx.get(T::Inodes, &num_key(id)).ok().flatten().is_some()
+            || tx.get(T::Objsets, &num_key(id)).ok().flatten().is_some()
+            || tx.get(T::Delegated, &num_key(id)).ok().flatten().is_some()
+    }
+}

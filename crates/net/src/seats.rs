@@ -28,7 +28,10 @@ use std::time::Instant;
 
 use tokio::sync::{Notify, Semaphore};
 
-use crate::serve::PrincipalCounts;
+/// Authenticated connections held now, per principal id (what a server
+/// counts against [`crate::serve::ServeLimits::max_connections_per_principal`]; shared
+/// with whoever shows it).
+pub type PrincipalCounts = Arc<Mutex<HashMap<u64, usize>>>;
 
 /// One connection's seat.
 struct Seated {

@@ -17,7 +17,6 @@
 //! - shutdown stops accepting and reading, and gives what is in flight up
 //!   to `drain_timeout`.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -271,10 +270,7 @@ pub struct Server<S: Service> {
     seats: Arc<crate::seats::Seats>,
 }
 
-/// Authenticated connections held now, per principal id (what a server
-/// counts against [`ServeLimits::max_connections_per_principal`]; shared
-/// with whoever shows it).
-pub type PrincipalCounts = Arc<std::sync::Mutex<HashMap<u64, usize>>>;
+pub use crate::seats::PrincipalCounts;
 
 impl<S: Service> Server<S> {
     /// Serves `service` under `limits`.

@@ -27,6 +27,22 @@ pub(super) fn holder() -> u64 {
         .unwrap_or(proto::auth::MDS_PRINCIPAL)
 }
 
+/// What the KV records a session as: a one-way digest of its principal
+/// and its id, so no principal can stand in for another's session in a
+/// recovery — finding a session id of its own that lands on a victim's
+/// record is a preimage search on SHA-256 (an XOR of the two, as before,
+/// could be solved for directly).
+pub(super) fn session_key(principal: u64, session: u64) -> u64 {
+    const DOMAIN: &[u8; 32] = b"tessera: replay session record..";
+    let mut msg = [0u8; 16];
+    msg[..8].copy_from_slice(&principal.to_le_bytes());
+    msg[8..].copy_from_slice(&session.to_le_bytes());
+    let d = proto::cap::mac(DOMAIN, &msg);
+    let mut k = [0u8; 8];
+    k.copy_from_slice(&d[..8]);
+    u64::from_le_bytes(k).max(1)
+}
+
 /// Who a connection to the MDS speaks for.
 #[derive(Debug, Clone)]
 pub enum Caller {
@@ -429,7 +445,7 @@ impl Mds {
             Op::AuthRemove { name } => self.auth_remove(&name).await,
             Op::AuthRotate { name } => self.auth_rotate(&p, &name).await,
             Op::Replay { instance, ops } => {
-                let key = super::replay::session_key(id, req.session);
+                let key = session_key(id, req.session);
                 self.replay(caller, (key, req.session), instance, ops).await
             }
             Op::NamespaceGrant => {
@@ -461,7 +477,7 @@ impl Mds {
     ) -> Result<MdsReply, MdsError> {
         match (reply, kept) {
             (Ok(MdsReply::Early(mut e)), Some((creds, op, session))) => {
-                let key = super::replay::session_key(id, session);
+                let key = session_key(id, session);
                 e.seal = self.seal(
                     (key, e.instance),
                     e.transno,

@@ -48,7 +48,7 @@ impl Mds {
         let key = if session == 0 {
             0
         } else {
-            super::replay::session_key(super::auth::holder(), session)
+            super::auth::session_key(super::auth::holder(), session)
         };
         let _active = self.lease_clear(key, &req.op).await;
         match req.op {

@@ -85,22 +85,6 @@ pub const EARLY_SESSIONS_PER_PRINCIPAL: usize = 64;
 /// its principal's bound (longer than the KV keeps its record idle).
 pub(super) const EARLY_SESSION_IDLE: Duration = Duration::from_secs(5);
 
-/// What the KV records a session as: a one-way digest of its principal
-/// and its id, so no principal can stand in for another's session in a
-/// recovery — finding a session id of its own that lands on a victim's
-/// record is a preimage search on SHA-256 (an XOR of the two, as before,
-/// could be solved for directly).
-pub(super) fn session_key(principal: u64, session: u64) -> u64 {
-    const DOMAIN: &[u8; 32] = b"tessera: replay session record..";
-    let mut msg = [0u8; 16];
-    msg[..8].copy_from_slice(&principal.to_le_bytes());
-    msg[8..].copy_from_slice(&session.to_le_bytes());
-    let d = proto::cap::mac(DOMAIN, &msg);
-    let mut k = [0u8; 8];
-    k.copy_from_slice(&d[..8]);
-    u64::from_le_bytes(k).max(1)
-}
-
 /// The bytes an early answer's seal is the MAC of: the session's record
 /// key, the MDS instance that answered, the transno, and the credentials,
 /// operation and inode the client keeps and replays. (The instance: a
@@ -159,7 +143,7 @@ impl Mds {
             return None;
         }
         let principal = super::auth::holder();
-        let key = session_key(principal, req.session);
+        let key = super::auth::session_key(principal, req.session);
         let mut all = self
             .early_sessions
             .lock()
