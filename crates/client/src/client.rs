@@ -728,10 +728,20 @@ async fn writeback_tick(inner: &Arc<Inner>) {
         let Ok(mut st) = f.st.try_lock() else {
             continue;
         };
-        if file::due(&st, inner.cfg.writeback_delay)
-            && let Err(e) = file::commit(inner, f.ino, &mut st).await
-        {
+        if !file::due(&st, inner.cfg.writeback_delay) {
+            continue;
+        }
+        // Data that could not be written is out of the buffer: the error
+        // stays with the file, so the next fsync or close reports it
+        // (a timer that only logged it let an fsync succeed after it).
+        if let Err(e) = file::flush_all(inner, f.ino, &mut st).await {
             tracing::warn!(ino = f.ino, "write-back failed: {e}");
+            st.error.get_or_insert(e);
+            continue;
+        }
+        if let Err(e) = file::commit(inner, f.ino, &mut st).await {
+            // Only the length's commit: fsync and close commit it again.
+            tracing::warn!(ino = f.ino, "write-back's length commit failed: {e}");
         }
     }
 }

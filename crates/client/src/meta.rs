@@ -94,6 +94,19 @@ impl Meta {
                 .filter(|g| g.covers(oid, 0))
                 .cloned()
                 .collect();
+            // A neighbour cached and fresh keeps what it has: the MDS read
+            // this answer's snapshot before the request was answered, and
+            // a size this client committed since (a file it just closed)
+            // must not go back to the snapshot's. Only missing grants are
+            // taken.
+            if let Some(x) = c.peek(e.attr.ino)
+                && self.fresh(x)
+            {
+                if x.grants.is_empty() && !grants.is_empty() {
+                    c.update(e.attr.ino, |x| x.grants = grants);
+                }
+                continue;
+            }
             c.insert(
                 Cached {
                     entry: e.clone(),
@@ -213,5 +226,62 @@ pub fn found(entry: Entry, grants: Vec<Grant>) -> Found {
         prefetch: Vec::new(),
         prefetch_grants: Vec::new(),
         dir: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proto::mds::{Attr, Entry, FileKind};
+
+    fn entry(ino: u64, size: u64) -> Entry {
+        Entry {
+            parent: 1,
+            name: format!("f{ino}"),
+            attr: Attr {
+                ino,
+                kind: FileKind::File,
+                mode: 0o644,
+                nlink: 1,
+                uid: 0,
+                gid: 0,
+                size,
+                atime: 0,
+                mtime: 0,
+                ctime: 0,
+                rdev: 0,
+            },
+            layout: None,
+        }
+    }
+
+    fn found(e: Entry, prefetch: Vec<Entry>) -> Found {
+        Found {
+            entry: e,
+            grants: Vec::new(),
+            prefetch,
+            prefetch_grants: Vec::new(),
+            dir: None,
+        }
+    }
+
+    /// A neighbour prefetched from a snapshot read before this client
+    /// committed a file's size does not take the size back (a file just
+    /// written and closed read as empty or short).
+    #[test]
+    fn a_prefetched_neighbour_never_replaces_a_fresh_entry() {
+        let m = Meta::new(64, 64, Duration::from_secs(1));
+        m.absorb(&found(entry(7, 0), Vec::new()));
+        m.cache_attr(entry(7, 4096).attr);
+        m.absorb(&found(entry(8, 0), vec![entry(7, 0)]));
+        assert_eq!(m.fresh_attr(7).map(|a| a.size), Some(4096));
+        // The entry asked for is the answer itself: it is taken.
+        m.absorb(&found(entry(7, 10), Vec::new()));
+        assert_eq!(m.fresh_attr(7).map(|a| a.size), Some(10));
+        // A neighbour not cached, or cached and stale, is taken.
+        let short = Meta::new(64, 64, Duration::ZERO);
+        short.absorb(&found(entry(7, 5), Vec::new()));
+        short.absorb(&found(entry(8, 0), vec![entry(7, 6)]));
+        assert_eq!(short.cache().peek(7).map(|x| x.entry.attr.size), Some(6));
     }
 }

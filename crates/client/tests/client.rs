@@ -314,6 +314,31 @@ async fn osd_down_gives_eio_and_data_returns_after_restart() {
     cl.stop().await.unwrap();
 }
 
+/// Data the write-back timer could not write is reported by the next
+/// fsync (and close): the timer runs between a program's writes and its
+/// fsync, and an error it only logged let that fsync succeed with the
+/// bytes nowhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_timed_write_back_fails_the_next_fsync() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cl = cluster(&dir, PolicyKind::ChildClosest, 65536, 3).await;
+    let c = client(&cl, |c| {
+        c.writeback_delay = std::time::Duration::from_millis(50);
+    })
+    .await;
+    let (_, fh) = c.create(&root(), 0, "f", 0o644, true).await.unwrap();
+    cl.stop_osd(1).await.unwrap();
+    let data = vec![7u8; 3 * 65536];
+    c.write(fh, 0, &data).await.unwrap();
+    // The timer's pass finds the data due and fails on the stopped OSD.
+    tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
+    let e = c.fsync(fh).await.unwrap_err();
+    assert_eq!(e.errno, 5, "EIO: {e}");
+    cl.start_osd(1).await.unwrap();
+    let _ = c.release(fh).await;
+    cl.stop().await.unwrap();
+}
+
 /// A setattr that shrinks a file and also asks for a change the caller may
 /// not make (chmod by a non-owner with write permission) is refused before
 /// any object is cut: the data and the size are unchanged.

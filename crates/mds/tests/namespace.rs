@@ -1139,3 +1139,38 @@ async fn extend_layout_is_bounded() {
     let open = found(c.call(Op::Open { ino, write: false }).await.unwrap());
     assert_eq!(open.grants.len(), 64);
 }
+
+/// An open carries capabilities for the OSDs a file's copies are on, not
+/// for every OSD of the cluster: with 6 OSDs, one stripe and two copies,
+/// each grant names exactly the two OSDs its object set's copies are on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grants_name_only_the_osds_a_files_copies_are_on() {
+    let layout = LayoutSpec {
+        replicas: 2,
+        min_replicas: 1,
+        object_size: 1 << 20,
+        ..spec(1 << 20, 1)
+    };
+    let cl = Cluster::start(6, layout, PolicyKind::ChildClosest).await;
+    let c = cl.client();
+    let f = create(&c, ROOT_INO, "f").await;
+    let ino = f.entry.attr.ino;
+    // A second object set, placed on its own pair of OSDs.
+    let MdsReply::Found(g) = c.call(Op::ExtendLayout { ino, objset: 1 }).await.unwrap() else {
+        panic!("no layout answer")
+    };
+    let l = g.entry.layout.clone().unwrap();
+    assert_eq!(l.objsets.len(), 2);
+    let opened = found(c.call(Op::Open { ino, write: true }).await.unwrap());
+    assert_eq!(opened.grants.len(), 2);
+    for (k, grant) in opened.grants.iter().enumerate() {
+        let mut named: Vec<u32> = grant.caps.iter().map(|(o, _)| *o).collect();
+        named.sort_unstable();
+        let mut homes: Vec<u32> = l.homes[k].stripes[0].fresh.clone();
+        homes.sort_unstable();
+        assert_eq!(homes.len(), 2, "two copies of object set {k}");
+        assert_eq!(named, homes, "object set {k}");
+        assert!(grant.covers(l.objsets[k], proto::rights::WRITE));
+    }
+    cl.stop().await;
+}

@@ -8,16 +8,26 @@ impl Mds {
     /// hold a key for, issued to the principal of the request being
     /// answered ([`super::auth::holder`]).
     pub fn grant(&self, map: &OsdMap, lo: u64, hi: u64, rights: u32, version: u64) -> Grant {
+        self.grant_on(map.osds.iter().map(|o| o.id), lo, hi, rights, version)
+    }
+
+    /// [`Mds::grant`] for the OSDs `osds` only.
+    fn grant_on(
+        &self,
+        osds: impl Iterator<Item = u32>,
+        lo: u64,
+        hi: u64,
+        rights: u32,
+        version: u64,
+    ) -> Grant {
         let expiry_ms = proto::clock::now_ms() + self.cfg.cap_ttl_secs * 1000;
         let keys = self.keys.lock().unwrap_or_else(|e| e.into_inner());
-        let caps = map
-            .osds
-            .iter()
-            .filter_map(|o| {
-                let ring = keys.get(&o.id)?;
+        let caps = osds
+            .filter_map(|id| {
+                let ring = keys.get(&id)?;
                 let (kv, key) = ring.newest()?;
                 Some((
-                    o.id,
+                    id,
                     proto::CapSpec {
                         partition: DATA_PARTITION,
                         oid_lo: lo,
@@ -27,7 +37,7 @@ impl Mds {
                         version,
                         holder: super::auth::holder(),
                     }
-                    .sign(key, kv, o.id),
+                    .sign(key, kv, id),
                 ))
             })
             .collect();
@@ -73,7 +83,11 @@ impl Mds {
         }
     }
 
-    /// Grants for one file's objects.
+    /// Grants for one file's objects: each object set's capabilities for
+    /// the OSDs its copies are recorded on (fresh or stale), not for every
+    /// OSD of the map — an open signs and carries stripes × copies of
+    /// them, not OSDs × object sets. A layout placed by its map alone (no
+    /// records) gets them for every OSD of the map.
     pub(super) fn file_grants(
         &self,
         map: &OsdMap,
@@ -85,7 +99,18 @@ impl Mds {
             (Some(l), r) if r != 0 => l
                 .objsets
                 .iter()
-                .map(|&oid| self.grant(map, oid, oid, r, version))
+                .enumerate()
+                .map(|(k, &oid)| match l.homes.get(k) {
+                    Some(h) => {
+                        let osds: std::collections::BTreeSet<u32> = h
+                            .stripes
+                            .iter()
+                            .flat_map(|c| c.fresh.iter().chain(&c.stale).copied())
+                            .collect();
+                        self.grant_on(osds.into_iter(), oid, oid, r, version)
+                    }
+                    None => self.grant(map, oid, oid, r, version),
+                })
                 .collect(),
             _ => Vec::new(),
         }
