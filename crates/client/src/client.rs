@@ -731,12 +731,11 @@ async fn writeback_tick(inner: &Arc<Inner>) {
         if !file::due(&st, inner.cfg.writeback_delay) {
             continue;
         }
-        // Data that could not be written is out of the buffer: the error
-        // stays with the file, so the next fsync or close reports it
-        // (a timer that only logged it let an fsync succeed after it).
-        if let Err(e) = file::flush_all(inner, f.ino, &mut st).await {
+        // Data that could not be written is out of the buffer: its error
+        // stays with the file, so the next write, fsync or close reports
+        // it (a timer that only logged it let an fsync succeed after it).
+        if let Err(e) = file::flush_in_background(inner, f.ino, &mut st).await {
             tracing::warn!(ino = f.ino, "write-back failed: {e}");
-            st.error.get_or_insert(e);
             continue;
         }
         if let Err(e) = file::commit(inner, f.ino, &mut st).await {

@@ -417,6 +417,21 @@ pub async fn start_flush(inner: &Arc<Inner>, ino: u64, st: &mut FileState) -> Re
     Ok(())
 }
 
+/// What the write-back timer does: writes out everything and waits for
+/// it, leaving a write-behind failure (data that left the buffer and was
+/// not written) with the file for its next fsync or close to report; a
+/// failure before any data left the buffer (capabilities, a layout) is
+/// only returned, the data still buffered.
+pub async fn flush_in_background(inner: &Arc<Inner>, ino: u64, st: &mut FileState) -> Result<()> {
+    let r = start_flush(inner, ino, st).await;
+    reap(st, true, None).await;
+    r?;
+    match &st.error {
+        Some(e) => Err(e.clone()),
+        None => Ok(()),
+    }
+}
+
 /// Writes out everything and waits for it; reports any write-behind failure.
 pub async fn flush_all(inner: &Arc<Inner>, ino: u64, st: &mut FileState) -> Result<()> {
     let r = start_flush(inner, ino, st).await;

@@ -106,8 +106,20 @@ impl Client {
             if st.handles > 0 {
                 // Another handle has it open: keep what this client wrote,
                 // take newer capabilities and a longer length from the MDS.
-                if write && !st.write_caps || grants.iter().any(|g| g.rights & rights::WRITE != 0) {
+                // Capabilities name the OSDs of the layout they came with:
+                // the two are taken together, and never from a layout with
+                // fewer object sets than the one in use.
+                let wanted =
+                    write && !st.write_caps || grants.iter().any(|g| g.rights & rights::WRITE != 0);
+                let not_older = match (&e.layout, &st.layout) {
+                    (Some(new), Some(cur)) => new.objsets.len() >= cur.objsets.len(),
+                    (new, _) => new.is_some() || st.layout.is_none(),
+                };
+                if wanted && not_older {
                     st.grants = grants;
+                    if e.layout.is_some() {
+                        st.layout = e.layout.clone();
+                    }
                     st.write_caps |= write;
                     st.creds = c.clone();
                 }

@@ -94,16 +94,20 @@ impl Meta {
                 .filter(|g| g.covers(oid, 0))
                 .cloned()
                 .collect();
-            // A neighbour cached and fresh keeps what it has: the MDS read
-            // this answer's snapshot before the request was answered, and
-            // a size this client committed since (a file it just closed)
-            // must not go back to the snapshot's. Only missing grants are
-            // taken.
+            // A neighbour cached and fresh keeps its attributes: the MDS
+            // read this answer's snapshot before the request was answered,
+            // and a size this client committed since (a file it just
+            // closed) must not go back to the snapshot's. Missing grants
+            // are taken, with the layout they name the OSDs of.
             if let Some(x) = c.peek(e.attr.ino)
                 && self.fresh(x)
             {
-                if x.grants.is_empty() && !grants.is_empty() {
-                    c.update(e.attr.ino, |x| x.grants = grants);
+                if x.grants.is_empty() && !grants.is_empty() && e.layout.is_some() {
+                    let layout = e.layout.clone();
+                    c.update(e.attr.ino, |x| {
+                        x.grants = grants;
+                        x.entry.layout = layout;
+                    });
                 }
                 continue;
             }

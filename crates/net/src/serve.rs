@@ -624,9 +624,7 @@ impl<S: Service> Server<S> {
     }
 
     /// After a handshake: the peer, its seals, a socket permit and its
-    /// seat, or `None` (logged) when it is refused. The seat is chosen
-    /// first, so whoever gives way frees its place before the permit is
-    /// asked for.
+    /// seat, or `None` (logged) when it is refused.
     #[expect(clippy::type_complexity, reason = "one private call site")]
     fn place(
         &self,
@@ -649,6 +647,13 @@ impl<S: Service> Server<S> {
                 return None;
             }
         };
+        // The socket permit first: a connection refused for want of one
+        // must not have evicted anyone (evicted ones close at once, so
+        // the margin of sockets is free again soon).
+        let Ok(established) = self.established.clone().try_acquire_owned() else {
+            tracing::warn!(%addr, limit = self.limits.max_connections, "too many sockets; closing one");
+            return None;
+        };
         let seat = match self.service.principal_of(&peer) {
             None => None,
             Some(p) => match self.seats.take(p) {
@@ -658,10 +663,6 @@ impl<S: Service> Server<S> {
                     return None;
                 }
             },
-        };
-        let Ok(established) = self.established.clone().try_acquire_owned() else {
-            tracing::warn!(%addr, limit = self.limits.max_connections, "too many sockets; closing one");
-            return None;
         };
         Some((peer, seals, established, seat))
     }

@@ -195,7 +195,12 @@ impl Leases {
         if self.held.get(&dir).is_some_and(|l| l.holder == session) {
             return Ok(());
         }
-        let mine = |l: &Leases| l.per_principal.get(&principal).copied().unwrap_or(0);
+        // Principal 0 is the MDS's own: every client of an `--insecure`
+        // cluster. Its sessions share no per-principal bound.
+        let mine = |l: &Leases| match principal {
+            0 => 0,
+            p => l.per_principal.get(&p).copied().unwrap_or(0),
+        };
         let full = |l: &Leases| l.held.len() >= LEASES_MAX && !l.held.contains_key(&dir);
         if mine(self) >= LEASES_PER_PRINCIPAL || full(self) {
             self.sweep();
