@@ -102,11 +102,14 @@ impl Meta {
             if let Some(x) = c.peek(e.attr.ino)
                 && self.fresh(x)
             {
-                if x.grants.is_empty() && !grants.is_empty() && e.layout.is_some() {
+                // A listing's entry has no layout or grants: those of the
+                // prefetch are taken, together.
+                if !x.layout_known || (x.grants.is_empty() && !grants.is_empty()) {
                     let layout = e.layout.clone();
                     c.update(e.attr.ino, |x| {
                         x.grants = grants;
                         x.entry.layout = layout;
+                        x.layout_known = true;
                     });
                 }
                 continue;
@@ -282,6 +285,27 @@ mod tests {
         // The entry asked for is the answer itself: it is taken.
         m.absorb(&found(entry(7, 10), Vec::new()));
         assert_eq!(m.fresh_attr(7).map(|a| a.size), Some(10));
+        // A listed entry (no layout known) keeps its attributes and takes
+        // the prefetch's layout and grants, so an open needs no MDS.
+        let listing = proto::mds::DirEntry {
+            name: "f9".into(),
+            ino: 9,
+            kind: FileKind::File,
+            attr: Some(entry(9, 300).attr),
+        };
+        m.listed(1, Instant::now(), &[listing]);
+        assert!(!m.cache().peek(9).unwrap().layout_known);
+        let mut neighbour = entry(9, 0);
+        neighbour.layout = Some(proto::layout::Layout {
+            spec: Default::default(),
+            map_epoch: 1,
+            objsets: vec![9],
+            homes: Vec::new(),
+        });
+        m.absorb(&found(entry(8, 0), vec![neighbour]));
+        let x = m.cache().peek(9).cloned().unwrap();
+        assert!(x.layout_known && x.entry.layout.is_some());
+        assert_eq!(x.entry.attr.size, 300);
         // A neighbour not cached, or cached and stale, is taken.
         let short = Meta::new(64, 64, Duration::ZERO);
         short.absorb(&found(entry(7, 5), Vec::new()));
