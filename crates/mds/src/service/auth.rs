@@ -3,15 +3,20 @@
 //! principals, subtrees, uid mapping, admin-only and OSD-only requests),
 //! tickets for the OSDs, and the principal-management requests.
 
-use super::*;
+use std::sync::Arc;
 
 use net::keys::random_key;
-use proto::WireError;
 use proto::auth::{Credential, Secret, wrap_session_key};
-use proto::mds::{Access, PrincipalSpec};
+use proto::mds::{
+    Access, Creds, Errno, FileKind, MdsError, MdsReply, MdsRequest, NamespaceMode, Op,
+    PrincipalSpec, ROOT_INO,
+};
 use proto::msg::Hello;
+use proto::{ErrorCode, WireError};
 
+use super::Mds;
 use crate::principals::{self, PrincipalRecord};
+use crate::records::Records;
 
 tokio::task_local! {
     /// The principal the request being answered comes from: the holder

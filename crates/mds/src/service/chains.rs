@@ -8,12 +8,17 @@
 //! successors.
 
 use std::collections::HashSet;
+use std::time::Duration;
+
+use bytes::Bytes;
+use proto::chain::{Chain, ChainTable, group_partition, member_name, member_principal};
+use proto::mds::{ChainGrant, Errno, Grant, MdsError, MdsReply, ScrubReport};
+use proto::msg::Reply;
+use proto::{Command, rights};
 
 use super::chain_plan::{Seen, plan_chains, record_departures};
-use super::*;
-use proto::chain::{Chain, ChainTable, group_partition, member_name, member_principal};
-use proto::mds::{ChainGrant, ScrubReport};
-use proto::msg::Reply;
+use super::{Mds, err};
+use crate::records::Records;
 
 /// How often a chain drop re-checks whether the member is down.
 const DROP_POLL: Duration = Duration::from_millis(100);

@@ -1,7 +1,20 @@
 //! The cluster side of the MDS: OSD reports (MAC-checked, replay-proof),
 //! the map, status and statfs, and the grants of a namespace kept on the
 //! OSDs.
-use super::*;
+use std::sync::Arc;
+use std::time::Duration;
+
+use proto::layout::DATA_OID_TAG;
+use proto::mds::{
+    ClusterStatus, Errno, FsStat, Grant, MdsError, MdsReply, NAME_MAX, NamespaceGrant,
+    NamespaceMode, OsdReport, OsdStatus, ROOT_INO,
+};
+use proto::placement::OsdMap;
+use proto::{KeyRing, rights};
+
+use super::{Mds, err, load_keys};
+use crate::cluster::{Live, map_after, verify_report};
+use crate::records::{FsState, Records};
 
 /// Least time between two readings of the key directory for keys it did
 /// not hold (a new OSD retries its report every 2 s, so it waits at most

@@ -2,7 +2,11 @@
 //! answers only the cluster requests; everything else names a function of
 //! [`super::requests`] or [`super::cluster_map`].
 
-use super::*;
+use std::sync::Arc;
+
+use proto::mds::{Errno, MdsError, MdsReply, MdsRequest, NamespaceMode, Op};
+
+use super::{Mds, err};
 
 impl Mds {
     /// Answers one request.

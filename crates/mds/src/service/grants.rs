@@ -1,7 +1,13 @@
 //! Capabilities and server-driven prefetch: the grants a caller gets for a
 //! file's objects, and the numerically closest neighbours (with one range
 //! capability per run of equal rights) a lookup or open carries along.
-use super::*;
+use posix::perm::{self, R, W};
+use proto::layout::{DATA_PARTITION, data_oid};
+use proto::mds::{Creds, Entry, Found, Grant, MdsError, MdsReply};
+use proto::placement::OsdMap;
+
+use super::{Mds, READ_RIGHTS, WRITE_RIGHTS};
+use crate::records::{Inode, Records};
 
 impl Mds {
     /// Capabilities for object ids `[lo, hi]` on every OSD of `map` we

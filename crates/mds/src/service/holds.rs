@@ -15,12 +15,16 @@
 //! descriptor it opened for writing without the permission bits being
 //! checked again (POSIX checks them at open only).
 
-use std::collections::HashSet;
-use std::time::Instant;
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
 
-use proto::mds::HELD_MAX;
+use posix::perm::{self, R, W};
+use proto::mds::{Creds, Errno, HELD_MAX, MdsError, MdsReply};
 
-use super::*;
+use super::{DELETE_BATCH, Mds, REAP_CHUNK, auth, err};
+use crate::kv::{T, View};
+use crate::ns;
+use crate::records::Records;
 
 /// Most sessions tracked at once. When full, the principal with the most
 /// sessions loses its least recently seen one: a principal that floods

@@ -14,12 +14,19 @@
 //! replays that name them.
 
 use std::collections::{HashMap, HashSet};
-use std::time::Instant;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use proto::mds::{DirLease, DirOp, LEASE_IDS, LEASE_IDS_MAX, LEASE_NAMES_MAX, LEASE_TERM_MS};
+use posix::perm::{self, W};
+use proto::mds::{
+    Creds, DirLease, DirOp, Errno, FileKind, LEASE_IDS, LEASE_IDS_MAX, LEASE_NAMES_MAX,
+    LEASE_TERM_MS, MdsError, MdsReply, Op,
+};
 
-use super::*;
+use super::{Mds, err};
 use crate::delegation;
+use crate::kv::{T, View};
+use crate::records::Records;
 
 /// How often a request waiting for a lease looks again.
 const WAIT_STEP: Duration = Duration::from_millis(2);

@@ -13,15 +13,19 @@
 //!
 //! [`HOLD_INTERVAL_MS`]: proto::mds::HOLD_INTERVAL_MS
 
-use std::time::Instant;
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
 use posix::locks::FileLocks;
+use posix::perm::{self, R, W};
 use proto::locks::{
     LOCKS_PER_FILE, LOCKS_PER_PRINCIPAL, LOCKS_PER_PRINCIPAL_FILE, LOCKS_REPORT_MAX, LockKind,
     LockSpec,
 };
+use proto::mds::{Creds, Errno, FileKind, MdsError, MdsReply, NamespaceMode};
 
-use super::*;
+use super::{Mds, auth, err};
+use crate::records::Records;
 
 /// Who holds a lock: (principal, session, the session's lock owner).
 type Owner = (u64, u64, u64);

@@ -49,25 +49,18 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bytes::Bytes;
 use net::keys::{KeyError, KeyFile};
-use net::{ConnConfig, ConnError, OsdClient};
-use proto::layout::{DATA_OID_TAG, DATA_PARTITION, Layout, data_oid};
-use proto::mds::{
-    ClusterStatus, Creds, DirEntry, Entry, Errno, FileKind, Found, FsStat, Grant,
-    LISTINGS_MAX_DIRS, LISTINGS_MAX_ENTRIES, MdsError, MdsReply, MdsRequest, NAME_MAX,
-    NamespaceGrant, NamespaceMode, Op, OsdReport, OsdStatus, READDIR_MAX, ROOT_INO,
-};
+use net::{ConnError, OsdClient};
+use proto::mds::{Errno, MdsError, NamespaceMode};
 use proto::placement::OsdMap;
-use proto::{Capability, Command, ErrorCode, KeyRing, rights};
+use proto::{KeyRing, rights};
 
-use crate::cluster::{Live, LiveMap, map_after, verify_report};
+use crate::cluster::LiveMap;
 use crate::config::{FormatOptions, MdsConfig};
 use crate::kv::{Kv, KvPaths, T, View};
 use crate::metrics::MdsMetrics;
 use crate::ns;
-use crate::records::{DeleteJob, FsState, Inode, RECORDS_VERSION, Records, Superblock, num_key};
-use posix::perm::{self, R, W};
+use crate::records::{RECORDS_VERSION, Records, Superblock};
 
 /// Rights a reader gets on a file's objects.
 pub const READ_RIGHTS: u32 = rights::READ | rights::GET_ATTR;

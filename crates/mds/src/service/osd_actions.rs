@@ -3,8 +3,19 @@
 //! queue with its worker.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
 
-use super::*;
+use bytes::Bytes;
+use net::{ConnConfig, ConnError, OsdClient};
+use proto::layout::{DATA_PARTITION, Layout};
+use proto::mds::{Errno, MdsError};
+use proto::placement::OsdMap;
+use proto::{Capability, Command, ErrorCode, rights};
+
+use super::{DELETE_BATCH, DELETE_CHUNK, Mds, ObjectAt, err, osd_err, queue_seq};
+use crate::kv::{T, View};
+use crate::records::{DeleteJob, Records, num_key};
 
 /// What [`Mds::on_every_copy`] does to each copy.
 #[derive(Debug, Clone, Copy)]

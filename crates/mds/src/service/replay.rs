@@ -12,12 +12,15 @@
 //! first did. Only then do other requests run.
 
 use std::collections::HashSet;
-use std::time::Instant;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use proto::mds::{EarlyReply, ReplayOp};
+use proto::mds::{
+    Creds, EarlyReply, Errno, MdsError, MdsReply, MdsRequest, Op, ROOT_INO, ReplayOp,
+};
 
-use super::*;
-use crate::kv::Ack;
+use super::{Caller, Mds, err};
+use crate::kv::{Ack, Kv};
 
 type Results = Vec<Result<(), MdsError>>;
 

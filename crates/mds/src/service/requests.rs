@@ -2,10 +2,19 @@
 //! transaction of [`crate::ns`] through the KV's group commit, and shapes
 //! the reply (with grants and prefetch where the request carries them).
 
-use proto::layout::LayoutSpec;
-use proto::mds::XattrMode;
+use std::sync::Arc;
 
-use super::*;
+use posix::perm::{self, R, W};
+use proto::layout::LayoutSpec;
+use proto::mds::{
+    Creds, DirEntry, Errno, FileKind, LISTINGS_MAX_DIRS, LISTINGS_MAX_ENTRIES, MdsError, MdsReply,
+    READDIR_MAX, ROOT_INO, XattrMode,
+};
+
+use super::{Mds, err};
+use crate::kv::T;
+use crate::ns;
+use crate::records::{Inode, Records, num_key};
 
 impl Mds {
     /// LOOKUP: the entry, its grants and prefetched neighbours.

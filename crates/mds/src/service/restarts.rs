@@ -23,11 +23,13 @@
 //! which leases lapse, and a member whose lease still runs is never cut out.
 
 use std::collections::{HashMap, HashSet};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use super::*;
 use proto::chain::ChainTable;
-use proto::mds::StoreMark;
+use proto::mds::{Errno, MdsError, MdsReply, StoreMark};
+
+use super::{Mds, err};
+use crate::records::Records;
 
 /// What an OSD's store mark says about the copies it holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -11,9 +11,11 @@
 
 use std::collections::HashMap;
 
-use posix::perm::X;
+use posix::perm::{self, R, X};
+use proto::mds::{Creds, Errno, FileKind, MdsError, MdsRequest, Op, ROOT_INO};
 
-use super::*;
+use super::{Mds, err};
+use crate::records::{Inode, Records};
 
 tokio::task_local! {
     /// The root of the principal the request being answered comes from.

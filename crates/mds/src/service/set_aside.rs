@@ -4,12 +4,16 @@
 //! as down, so recovery never reads from it; afterwards recovery copies
 //! everything back, and nothing it held is read as zeros or old bytes.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use proto::layout::{Copies, Homes, Layout};
-use proto::mds::StoreMark;
+use proto::mds::{Errno, MdsError, StoreMark};
+use proto::placement::OsdMap;
 
-use super::*;
+use super::{Mds, err};
+use crate::kv::View;
+use crate::records::Records;
 
 impl Mds {
     /// An OSD on a new or older store, with copies recorded in layouts:

@@ -19,12 +19,13 @@
 //! and be missing from the new copy.
 
 use std::collections::{HashMap, HashSet};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use proto::layout::Copies;
-use proto::mds::Redundancy;
+use proto::mds::{Creds, Errno, MdsError, MdsReply, Redundancy};
 
-use super::*;
+use super::{Mds, err};
+use crate::records::Records;
 
 mod recovery;
 mod scrub;
