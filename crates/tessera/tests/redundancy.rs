@@ -363,6 +363,23 @@ fn bad_replica_settings_and_unsafe_outs_are_refused() {
     });
 }
 
+/// Every file reads back what was written to it; a mismatch says the
+/// lengths and where the bytes first differ.
+fn reads_back(files: &[(std::path::PathBuf, u64, usize)]) {
+    for (p, id, len) in files {
+        let got = std::fs::read(p).unwrap();
+        let want = content(*id, *len);
+        let first = got.iter().zip(&want).position(|(a, b)| a != b);
+        assert!(
+            got == want,
+            "{} ({id}): read {} bytes, wrote {}; first difference at {first:?}",
+            p.display(),
+            got.len(),
+            want.len()
+        );
+    }
+}
+
 #[test]
 fn a_write_storm_through_the_mount_survives_an_osd_kill() {
     // SAFETY: geteuid cannot fail.
@@ -410,35 +427,13 @@ fn a_write_storm_through_the_mount_survives_an_osd_kill() {
         .flat_map(|w| w.join().unwrap())
         .collect();
     assert!(files.len() > 10, "only {} files", files.len());
-    for (p, id, len) in &files {
-        let got = std::fs::read(p).unwrap();
-        let want = content(*id, *len);
-        let first = got.iter().zip(&want).position(|(a, b)| a != b);
-        assert!(
-            got == want,
-            "{} ({id}): read {} bytes, wrote {}; first difference at {first:?}",
-            p.display(),
-            got.len(),
-            want.len()
-        );
-    }
+    reads_back(&files);
     let text = cl.cli_text(&["status"]);
     assert!(text.starts_with("HEALTH_WARN"), "{text}");
     assert!(text.contains("OSDs down (3)"), "{text}");
     cl.start_osd(3);
     rt.block_on(cl.wait_healthy(60));
-    for (p, id, len) in &files {
-        let got = std::fs::read(p).unwrap();
-        let want = content(*id, *len);
-        let first = got.iter().zip(&want).position(|(a, b)| a != b);
-        assert!(
-            got == want,
-            "{} ({id}): read {} bytes, wrote {}; first difference at {first:?}",
-            p.display(),
-            got.len(),
-            want.len()
-        );
-    }
+    reads_back(&files);
     drop(m);
 }
 
