@@ -131,6 +131,15 @@ impl Client {
             )
         })?;
         let weak = Arc::downgrade(&inner);
+        inner.leases.set_flusher(Box::new(move |inos| {
+            let weak = weak.clone();
+            Box::pin(async move {
+                if let Some(inner) = weak.upgrade() {
+                    crate::closed::write_out(&inner, Some(&inos)).await;
+                }
+            })
+        }));
+        let weak = Arc::downgrade(&inner);
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_millis(250));
             loop {
@@ -218,6 +227,7 @@ impl Client {
             leases_granted: l(&self.inner.leases.granted),
             lease_answered: l(&self.inner.leases.answered),
             lease_lookups: l(&self.inner.leases.looked_up),
+            deferred_closes: l(&self.inner.leases.deferred_closes),
         }
     }
 
@@ -423,14 +433,20 @@ impl Client {
             Some(f) => Some(f.st.lock().await),
             None => None,
         };
-        // Buffered data goes out before a truncate, and before new times:
-        // its length commit would otherwise stamp "now" over them.
+        // Buffered data goes out before a truncate. New times do not
+        // wait for it: the length commit that follows keeps them.
         if let Some(st) = guard.as_mut()
-            && (set.size.is_some() || set.mtime.is_some())
+            && set.size.is_some()
         {
             file::commit(&self.inner, ino, st).await?;
         }
         let a = self.inner.ns.setattr(c, ino, &set).await?;
+        if let Some(st) = guard.as_mut()
+            && set.mtime.is_some()
+            && set.size.is_none()
+        {
+            st.times_set = true;
+        }
         if let (Some(f), Some(st), Some(size)) = (&open, guard.as_mut(), set.size) {
             file::truncated(f, st, size);
         }
@@ -511,6 +527,8 @@ impl Client {
 
     /// Adds a hard link.
     pub async fn link(&self, c: &Creds, ino: u64, parent: u64, name: &str) -> Result<Entry> {
+        // A second name could be reached without this client's lease.
+        crate::closed::write_out(&self.inner, None).await;
         let r = self.inner.ns.link(c, ino, parent, name).await;
         let f = self.made(parent, name, r, false)?;
         Ok(f.entry)
@@ -518,6 +536,9 @@ impl Client {
 
     /// Removes a file name.
     pub async fn unlink(&self, c: &Creds, parent: u64, name: &str) -> Result<()> {
+        // A closed file's data goes out before its name may go (and with
+        // it the objects the data would be written to).
+        crate::closed::write_out(&self.inner, None).await;
         if let Some(r) = self.inner.leases.unlink(c, parent, name).await {
             let (ino, dir) = r?;
             self.inner.absent.removed(parent, name);
@@ -562,6 +583,10 @@ impl Client {
         new_name: &str,
         noreplace: bool,
     ) -> Result<()> {
+        // Closed files' data goes out first: a file moved to a directory
+        // this client holds no lease on could be opened elsewhere at once,
+        // and a replaced one is removed.
+        crate::closed::write_out(&self.inner, None).await;
         let (cached, replaced) = {
             let mut cache = self.inner.meta.cache();
             let moved = cache.ino_of(parent, name);
@@ -728,7 +753,8 @@ async fn writeback_tick(inner: &Arc<Inner>) {
         let Ok(mut st) = f.st.try_lock() else {
             continue;
         };
-        if !file::due(&st, inner.cfg.writeback_delay) {
+        // Closed ones, below.
+        if st.handles == 0 || !file::due(&st, inner.cfg.writeback_delay) {
             continue;
         }
         // Data that could not be written is out of the buffer: its error
@@ -743,4 +769,5 @@ async fn writeback_tick(inner: &Arc<Inner>) {
             tracing::warn!(ino = f.ino, "write-back's length commit failed: {e}");
         }
     }
+    crate::closed::write_out_older(inner, None, Some(inner.cfg.writeback_delay)).await;
 }

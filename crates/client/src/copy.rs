@@ -185,7 +185,7 @@ async fn on_osds(
         let size = st.size.max(end);
         file::truncated(dst, &mut st, size);
         dst.size.store(size, Ordering::Relaxed);
-        st.modified = true;
+        st.mark_modified();
         commit(inner, dst.ino, &mut st).await?;
     }
     Ok(left)

@@ -444,10 +444,10 @@ pub async fn flush_all(inner: &Arc<Inner>, ino: u64, st: &mut FileState) -> Resu
 pub async fn commit(inner: &Arc<Inner>, ino: u64, st: &mut FileState) -> Result<()> {
     flush_all(inner, ino, st).await?;
     if st.modified {
-        let a = inner
-            .ns
-            .commit_size(&st.creds, ino, st.size, now_ns())
-            .await?;
+        // Times set since the last write stay (`i64::MIN` never wins the
+        // namespace's "later of the two").
+        let mtime = if st.times_set { i64::MIN } else { now_ns() };
+        let a = inner.ns.commit_size(&st.creds, ino, st.size, mtime).await?;
         st.modified = false;
         inner.meta.cache_attr(a);
     }
@@ -477,7 +477,7 @@ pub async fn write(inner: &Arc<Inner>, f: &OpenInode, off: u64, data: &[u8]) -> 
     }
     st.size = st.size.max(end);
     f.size.store(st.size, Ordering::Relaxed);
-    st.modified = true;
+    st.mark_modified();
     st.gen_ += 1;
     st.ra = None;
     st.pending = None;

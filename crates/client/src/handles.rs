@@ -214,11 +214,34 @@ impl Client {
         file::write(&self.inner, &h.inode, off, data).await
     }
 
-    /// Writes buffered data out and commits the length (close and fsync).
+    /// Writes buffered data out and commits the length (fsync).
     pub async fn flush(&self, fh: u64) -> Result<()> {
         let h = self.handle(fh)?;
         let mut st = h.inode.st.lock().await;
         file::commit(&self.inner, h.inode.ino, &mut st).await
+    }
+
+    /// A close of handle `fh` (FUSE's FLUSH): writes buffered data out and
+    /// commits the length — unless the file was made under a directory
+    /// lease this client still holds, when nobody else can name it until
+    /// the lease goes back: its data is then left to the write-back timer
+    /// and to the lease's return, which writes it out first, so the next
+    /// open anywhere still sees it (`docs/CLIENT.md`, "Closes under a
+    /// lease"). A failure found since is reported either way.
+    pub async fn close(&self, fh: u64) -> Result<()> {
+        let h = self.handle(fh)?;
+        let mut st = h.inode.st.lock().await;
+        if self.may_defer(&st) && self.inner.leases.defer_close(h.inode.ino) {
+            return st.take_error();
+        }
+        file::commit(&self.inner, h.inode.ino, &mut st).await
+    }
+
+    /// Whether a close of a file in state `st` may leave its data for
+    /// later: it has something to write out or commit, and fewer than
+    /// [`crate::closed::DEFERRED_MAX`] files are open or so kept.
+    fn may_defer(&self, st: &crate::open_file::FileState) -> bool {
+        (st.modified || st.busy()) && lock(&self.inner.inodes).len() < crate::closed::DEFERRED_MAX
     }
 
     /// fsync: when it returns, every byte written through this client to
@@ -252,9 +275,16 @@ impl Client {
         let h = self.handle(fh)?;
         let r = {
             let mut st = h.inode.st.lock().await;
-            let r = file::commit(&self.inner, h.inode.ino, &mut st).await;
+            let last = st.handles <= 1;
+            let r = if last && self.may_defer(&st) && self.inner.leases.defer_close(h.inode.ino) {
+                // Kept open in this client, without handles, until the
+                // timer or the lease's return writes it out.
+                st.take_error()
+            } else {
+                file::commit(&self.inner, h.inode.ino, &mut st).await
+            };
             st.handles = st.handles.saturating_sub(1);
-            if st.handles == 0 && !st.busy() {
+            if st.handles == 0 && !st.busy() && !st.modified {
                 lock(&self.inner.inodes).remove(&h.inode.ino);
             }
             r

@@ -112,7 +112,7 @@ pub async fn zero(inner: &Arc<Inner>, f: &OpenInode, off: u64, len: u64) -> Resu
         // Cached bytes of the range are gone; the mtime moves.
         let size = st.size;
         truncated(f, &mut st, size);
-        st.modified = true;
+        st.mark_modified();
         return commit(inner, ino, &mut st).await;
     }
     Err(FsError::new(
@@ -249,7 +249,7 @@ pub async fn grow(inner: &Arc<Inner>, f: &OpenInode, size: u64) -> Result<()> {
     if size > st.size {
         st.size = size;
         f.size.store(size, std::sync::atomic::Ordering::Relaxed);
-        st.modified = true;
+        st.mark_modified();
         commit(inner, f.ino, &mut st).await?;
     }
     Ok(())

@@ -22,7 +22,9 @@
 //!   lease lapsed under a cut-off client) is logged and reported by the
 //!   next fsync of a directory or syncfs.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -81,6 +83,9 @@ struct Held {
     used: Instant,
     /// No new changes: it goes back once its queue is empty.
     give_back: bool,
+    /// Files made under this lease (no other client can name them while
+    /// it lasts): their closes may leave the data to be written later.
+    made: HashSet<u64>,
 }
 
 impl Held {
@@ -107,6 +112,9 @@ struct Dir {
     /// A DIR RELEASE is under way (a new lease is not asked before it is
     /// answered, or it could void the new one).
     releasing: bool,
+    /// Files made under the lease whose closes left their data buffered:
+    /// written out before the lease goes back ([`DirLeases::defer_close`]).
+    deferred: Vec<u64>,
 }
 
 impl Dir {
@@ -149,7 +157,14 @@ pub struct DirLeases {
     pub answered: std::sync::atomic::AtomicU64,
     /// Lookups answered by [`DirLeases::lookup_listed`].
     pub looked_up: std::sync::atomic::AtomicU64,
+    /// Closes that left their data to be written after ([`DirLeases::defer_close`]).
+    pub deferred_closes: std::sync::atomic::AtomicU64,
+    flusher: std::sync::OnceLock<Flusher>,
 }
+
+/// Writes out the data of closed files (the client's, set with
+/// [`DirLeases::set_flusher`]): called before a lease goes back.
+pub type Flusher = Box<dyn Fn(Vec<u64>) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -172,6 +187,8 @@ impl DirLeases {
             granted: std::sync::atomic::AtomicU64::new(0),
             answered: std::sync::atomic::AtomicU64::new(0),
             looked_up: std::sync::atomic::AtomicU64::new(0),
+            deferred_closes: std::sync::atomic::AtomicU64::new(0),
+            flusher: std::sync::OnceLock::new(),
         })
     }
 
@@ -236,6 +253,7 @@ impl DirLeases {
                     until: sent + Duration::from_millis(LEASE_TERM_MS),
                     used: Instant::now(),
                     give_back: unsure,
+                    made: HashSet::new(),
                 });
                 self.granted.fetch_add(1, Ordering::Relaxed);
                 if unsure {
@@ -281,6 +299,7 @@ impl DirLeases {
         let now = proto::clock::now_ns();
         let attr = posix::new_attr(ino, FileKind::File, mode, c, &h.attr, now);
         h.names.insert(name.into(), (ino, FileKind::File));
+        h.made.insert(ino);
         touch(&mut h.attr, 1, now);
         h.used = Instant::now();
         let dir = h.attr.clone();
@@ -326,6 +345,7 @@ impl DirLeases {
             return None;
         }
         h.names.remove(name);
+        h.made.remove(&ino);
         let now = proto::clock::now_ns();
         touch(&mut h.attr, -1, now);
         h.used = Instant::now();
@@ -492,6 +512,44 @@ impl DirLeases {
         }
     }
 
+    /// Sets what writes out closed files' data before a lease goes back.
+    pub fn set_flusher(&self, f: Flusher) {
+        let _ = self.flusher.set(f);
+    }
+
+    /// Whether a close of `ino` may leave its data buffered, to be
+    /// written by the write-back timer or before the lease goes back:
+    /// true when `ino` was made under a lease this client still holds, so
+    /// no other client can name it until the lease is back (every lookup,
+    /// listing or change in the directory by another client waits for
+    /// that, and this client writes the data out first). What the close
+    /// would have reported then goes to the next `syncfs` or `fsync` of
+    /// a directory ([`DirLeases::note_failure`]).
+    pub fn defer_close(&self, ino: u64) -> bool {
+        if !self.ticking.load(Ordering::SeqCst) || self.flusher.get().is_none() {
+            return false;
+        }
+        let mut dirs = lock(&self.dirs);
+        let Some(d) = dirs.values_mut().find(|d| {
+            d.lease
+                .as_ref()
+                .is_some_and(|h| h.usable() && h.made.contains(&ino))
+        }) else {
+            return false;
+        };
+        if !d.deferred.contains(&ino) {
+            d.deferred.push(ino);
+        }
+        self.deferred_closes.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
+    /// Keeps `e` for the next `syncfs` or `fsync` of a directory (a
+    /// deferred close's write-back failed after the close succeeded).
+    pub fn note_failure(&self, e: FsError) {
+        lock(&self.refused).get_or_insert(e);
+    }
+
     /// The first change the MDS refused after it was answered here, once.
     pub fn take_refused(&self) -> Option<FsError> {
         lock(&self.refused).take()
@@ -653,8 +711,14 @@ impl DirLeases {
             d.not_before = Some(Instant::now() + BACK_OFF);
         }
         d.releasing = true;
+        let deferred = std::mem::take(&mut d.deferred);
         let me = self.clone();
         tokio::spawn(async move {
+            // Closed files' data first: the next client to name them must
+            // find it on the OSDs.
+            if let (false, Some(flush)) = (deferred.is_empty(), me.flusher.get()) {
+                flush(deferred).await;
+            }
             // Retried: until it arrives other clients wait for the lease
             // (or for its term to pass).
             for _ in 0..5 {

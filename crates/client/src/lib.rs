@@ -9,6 +9,7 @@
 pub mod absent;
 pub mod cache;
 pub mod client;
+pub mod closed;
 pub mod config;
 pub mod copy;
 pub mod error;

@@ -40,6 +40,10 @@ pub struct FileState {
     pub size: u64,
     /// Whether data changed since the last size commit.
     pub modified: bool,
+    /// The modification time was set explicitly (utimens) after the last
+    /// data change: the next length commit keeps it instead of stamping
+    /// the time of the commit over it.
+    pub times_set: bool,
     pub(crate) dirty: BTreeMap<u64, Vec<u8>>,
     pub(crate) dirty_bytes: u64,
     pub(crate) dirty_since: Option<Instant>,
@@ -86,6 +90,7 @@ impl OpenInode {
                 creds,
                 size,
                 modified: false,
+                times_set: false,
                 dirty: BTreeMap::new(),
                 dirty_bytes: 0,
                 dirty_since: None,
@@ -170,6 +175,12 @@ impl FileState {
     /// Whether anything is buffered or in flight.
     pub fn busy(&self) -> bool {
         !self.dirty.is_empty() || !self.inflight.is_empty()
+    }
+
+    /// Data changed: a length commit is due, stamped with its own time.
+    pub(crate) fn mark_modified(&mut self) {
+        self.modified = true;
+        self.times_set = false;
     }
 
     /// Reports (and clears) a write-behind failure.

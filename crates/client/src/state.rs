@@ -94,6 +94,11 @@ impl Inner {
         for h in lock(&self.handles).values() {
             *m.entry(h.inode.ino).or_default() |= h.write;
         }
+        // Closed with data still to write (a close under a lease): held
+        // for writing until written, so the MDS lets its write-back on.
+        for &ino in lock(&self.inodes).keys() {
+            m.entry(ino).or_insert(true);
+        }
         let mut v: Vec<(u64, bool)> = m.into_iter().collect();
         v.sort_unstable();
         v.truncate(proto::mds::HELD_MAX);

@@ -67,6 +67,9 @@ pub struct ClientStats {
     /// Lookups of names a lease listed, answered by the MDS without
     /// waiting for the lease's queue.
     pub lease_lookups: u64,
+    /// Closes under a directory lease that left their data to be written
+    /// after (`docs/CLIENT.md`, "Closes under a lease").
+    pub deferred_closes: u64,
 }
 
 impl ClientStats {
@@ -144,6 +147,11 @@ impl ClientStats {
             "lease_lookups",
             "Lookups of names a lease listed, answered without waiting for its queue.",
             self.lease_lookups,
+        );
+        put(
+            "deferred_closes",
+            "Closes under a directory lease that left their data to be written after.",
+            self.deferred_closes,
         );
         s.push_str("# EOF\n");
         s

@@ -307,7 +307,7 @@ impl Filesystem for TesseraFs {
         lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        let r = self.run(self.client.flush(fh.0));
+        let r = self.run(self.client.close(fh.0));
         // A process's close drops its POSIX locks on the file.
         let u = self.run(
             self.client

@@ -1,0 +1,89 @@
+//! Files closed with their data still buffered: a close of a file made
+//! under a directory lease this client holds leaves the writing to later
+//! ([`crate::leases::DirLeases::defer_close`]). They stay among the open
+//! inodes, without handles, until [`write_out`] — from the write-back
+//! timer, before the lease goes back, or before this client renames,
+//! links or removes a name — writes their data and commits their length.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::error::FsError;
+use crate::file;
+use crate::open_file::OpenInode;
+use crate::state::{Inner, lock};
+
+/// Open inodes (with or without handles) past which a close writes its
+/// data out at once: bounds the files kept this way and the work a
+/// lease's return waits for.
+pub const DEFERRED_MAX: usize = 4096;
+
+/// Files written out together.
+const AT_ONCE: usize = 16;
+
+/// The inodes closed with data still to write: all of them, or those of
+/// `only`.
+fn closed(inner: &Inner, only: Option<&[u64]>) -> Vec<Arc<OpenInode>> {
+    let with_handles: HashSet<u64> = lock(&inner.handles).values().map(|h| h.inode.ino).collect();
+    let inodes = lock(&inner.inodes);
+    let pick = |f: &Arc<OpenInode>| (!with_handles.contains(&f.ino)).then(|| f.clone());
+    match only {
+        Some(inos) => inos
+            .iter()
+            .filter_map(|i| inodes.get(i).and_then(pick))
+            .collect(),
+        None => inodes.values().filter_map(pick).collect(),
+    }
+}
+
+/// Writes out and commits every closed file of `only` (every one, for
+/// `None`), [`AT_ONCE`] at a time, and forgets those left clean. A
+/// failure is logged and kept for the next `syncfs` or `fsync` of a
+/// directory — the close that left the data had already succeeded.
+pub async fn write_out(inner: &Arc<Inner>, only: Option<&[u64]>) {
+    write_out_older(inner, only, None).await
+}
+
+/// [`write_out`] of the closed files whose buffered data is older than
+/// `delay` (the write-back timer's pass; `None`: all).
+pub async fn write_out_older(inner: &Arc<Inner>, only: Option<&[u64]>, delay: Option<Duration>) {
+    let files = closed(inner, only);
+    let mut running = tokio::task::JoinSet::new();
+    for f in files {
+        if running.len() >= AT_ONCE {
+            running.join_next().await;
+        }
+        let inner = inner.clone();
+        running.spawn(async move { write_one(&inner, &f, delay).await });
+    }
+    while running.join_next().await.is_some() {}
+}
+
+/// [`write_out_older`] of one file, if it has no handle.
+async fn write_one(inner: &Arc<Inner>, f: &Arc<OpenInode>, delay: Option<Duration>) {
+    let mut st = f.st.lock().await;
+    if st.handles > 0 {
+        return;
+    }
+    // Data younger than the delay waits (a length alone is committed).
+    if let Some(delay) = delay
+        && st.dirty_since.is_some_and(|t| t.elapsed() < delay)
+    {
+        return;
+    }
+    if let Err(e) = file::commit(inner, f.ino, &mut st).await {
+        tracing::error!(ino = f.ino, error = %e, "writing out a closed file's data failed");
+        inner.leases.note_failure(FsError {
+            errno: e.errno,
+            message: format!("writing out closed file {:#x}: {e}", f.ino),
+        });
+        return;
+    }
+    if !st.busy() && !st.modified {
+        let mut inodes = lock(&inner.inodes);
+        if inodes.get(&f.ino).is_some_and(|g| Arc::ptr_eq(g, f)) {
+            inodes.remove(&f.ino);
+        }
+    }
+}

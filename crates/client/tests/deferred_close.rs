@@ -1,0 +1,259 @@
+//! Closes under a directory lease (`docs/CLIENT.md`, "Closes under a
+//! lease"): a file made under a lease this client holds is closed without
+//! waiting for its data to reach the OSDs, yet another client that opens
+//! it at once — by its name, after a rename out of the directory, after
+//! the lease went back idle — reads every byte; a removal loses nothing
+//! else; and a write-back that fails after the close is reported by the
+//! next `syncfs`. A real MDS and three OSDs on 127.0.0.1, in this process.
+#![expect(clippy::unwrap_used, reason = "tests: a panic is the failure report")]
+
+use std::time::Duration;
+
+use client::{Client, ClientConfig};
+use local::LocalCluster;
+use mds::FormatOptions;
+use mds::ids::{Geometry, IdPolicy, PolicyKind};
+use proto::layout::LayoutSpec;
+use proto::mds::Creds;
+
+async fn cluster(dir: &tempfile::TempDir) -> LocalCluster {
+    let opts = FormatOptions {
+        cluster_id: "deferred".into(),
+        policy: IdPolicy::new(PolicyKind::ChildClosest, Geometry::default()).unwrap(),
+        layout: LayoutSpec {
+            stripe_unit: 64 << 10,
+            stripe_count: 3,
+            object_size: 0,
+            ..LayoutSpec::default()
+        },
+        wal_bytes: 8 << 20,
+        namespace: Default::default(),
+        dir_protocol: String::new(),
+    };
+    LocalCluster::start(dir.path(), 3, 256 << 20, &opts)
+        .await
+        .unwrap()
+}
+
+/// A client with early answers (so it takes leases) whose write-back
+/// timer waits `delay` (long: only a lease's return or a request writes
+/// closed files out).
+async fn writer(c: &LocalCluster, delay: Duration) -> Client {
+    let mut cfg = ClientConfig::new(&c.mds_addr(), &c.cluster_id, c.admin().unwrap());
+    cfg.early_answers = true;
+    cfg.writeback_delay = delay;
+    Client::connect(cfg).await.unwrap()
+}
+
+/// A client that caches nothing.
+async fn reader(c: &LocalCluster) -> Client {
+    let mut cfg = ClientConfig::new(&c.mds_addr(), &c.cluster_id, c.admin().unwrap());
+    cfg.attr_timeout = Duration::ZERO;
+    Client::connect(cfg).await.unwrap()
+}
+
+fn root() -> Creds {
+    Creds::root()
+}
+
+/// The content of file `i`: its own bytes, 3 to 200 KiB (across stripes).
+fn content(i: usize) -> Vec<u8> {
+    let len = 3000 + i * 7919 % (200 << 10);
+    (0..len).map(|j| (j * 31 + i * 17) as u8).collect()
+}
+
+/// Makes `name` in `d`, writes `data` in 4 KiB writes, closes.
+async fn make(c: &Client, d: u64, name: &str, data: &[u8]) -> u64 {
+    let (e, fh) = c.create(&root(), d, name, 0o600, true).await.unwrap();
+    for (k, part) in data.chunks(4096).enumerate() {
+        c.write(fh, (k * 4096) as u64, part).await.unwrap();
+    }
+    c.release(fh).await.unwrap();
+    e.attr.ino
+}
+
+/// What `name` in `d` reads through `c`, and its length as `c` sees it.
+async fn read_back(c: &Client, d: u64, name: &str) -> (u64, Vec<u8>) {
+    let e = c.lookup(&root(), d, name).await.unwrap();
+    let fh = c.open(&root(), e.attr.ino, false).await.unwrap();
+    let mut out = Vec::new();
+    loop {
+        let part = c.read(fh, out.len() as u64, 1 << 20).await.unwrap();
+        if part.is_empty() {
+            break;
+        }
+        out.extend_from_slice(&part);
+    }
+    c.release(fh).await.unwrap();
+    (e.attr.size, out)
+}
+
+/// Closes are deferred under the lease, and a second client reading at
+/// once — which makes the MDS call the lease back — sees every byte and
+/// the right length: the lease's return writes the data out first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_client_reads_every_byte_of_files_closed_under_a_lease() {
+    let dir = tempfile::tempdir().unwrap();
+    let cl = cluster(&dir).await;
+    let a = writer(&cl, Duration::from_secs(60)).await;
+    let b = reader(&cl).await;
+    let d = a.mkdir(&root(), 0, "d", 0o755).await.unwrap().attr.ino;
+    for i in 0..40 {
+        make(&a, d, &format!("f{i}"), &content(i)).await;
+    }
+    let st = a.stats();
+    assert!(st.leases_granted >= 1, "{st:?}");
+    assert!(
+        st.deferred_closes >= 30,
+        "closes under the lease leave their data for later: {st:?}"
+    );
+    for i in 0..40 {
+        let (size, got) = read_back(&b, d, &format!("f{i}")).await;
+        let want = content(i);
+        assert_eq!(size, want.len() as u64, "f{i}'s length");
+        assert!(got == want, "f{i}'s bytes");
+    }
+    a.sync_all().await.unwrap();
+    cl.stop().await.unwrap();
+}
+
+/// A file closed under the lease and then renamed into a directory the
+/// lease does not cover is readable there at once by another client; a
+/// removal after a deferred close takes that file only; a file reopened
+/// by its writer after the close reads its own bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renames_removals_and_reopens_after_a_deferred_close_lose_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let cl = cluster(&dir).await;
+    let a = writer(&cl, Duration::from_secs(60)).await;
+    let b = reader(&cl).await;
+    let d = a.mkdir(&root(), 0, "d", 0o755).await.unwrap().attr.ino;
+    let out = a.mkdir(&root(), 0, "out", 0o755).await.unwrap().attr.ino;
+    for i in 0..6 {
+        make(&a, d, &format!("f{i}"), &content(i)).await;
+    }
+    assert!(a.stats().deferred_closes >= 3, "{:?}", a.stats());
+    // An editor's save: written, closed, renamed over elsewhere.
+    make(&a, d, "tmp", &content(99)).await;
+    a.rename(&root(), d, "tmp", out, "saved", false)
+        .await
+        .unwrap();
+    let (size, got) = read_back(&b, out, "saved").await;
+    assert_eq!(size, content(99).len() as u64);
+    assert!(got == content(99), "the renamed file's bytes");
+    // Removed after its close: the others keep theirs.
+    make(&a, d, "gone", &content(7)).await;
+    a.unlink(&root(), d, "gone").await.unwrap();
+    // Reopened by its writer: its own bytes, before any write-out.
+    let ino = make(&a, d, "again", &content(8)).await;
+    let fh = a.open(&root(), ino, false).await.unwrap();
+    let part = a.read(fh, 0, 1 << 20).await.unwrap();
+    assert!(
+        part[..] == content(8)[..part.len()],
+        "the writer's own bytes"
+    );
+    a.release(fh).await.unwrap();
+    a.sync_all().await.unwrap();
+    for i in 0..6 {
+        let (size, got) = read_back(&b, d, &format!("f{i}")).await;
+        assert_eq!(size, content(i).len() as u64, "f{i}'s length");
+        assert!(got == content(i), "f{i}'s bytes");
+    }
+    assert_eq!(
+        b.lookup(&root(), d, "gone").await.unwrap_err().errno,
+        2,
+        "removed"
+    );
+    cl.stop().await.unwrap();
+}
+
+/// With no other client and no request, the lease goes back idle and the
+/// data is written out first: a client started after that reads it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_gone_back_idle_wrote_its_closed_files_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let cl = cluster(&dir).await;
+    let a = writer(&cl, Duration::from_secs(60)).await;
+    let d = a.mkdir(&root(), 0, "d", 0o755).await.unwrap().attr.ino;
+    for i in 0..10 {
+        make(&a, d, &format!("f{i}"), &content(i)).await;
+    }
+    assert!(a.stats().deferred_closes >= 5, "{:?}", a.stats());
+    // Idle: the lease goes back (50 ms) after writing the files out.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let b = reader(&cl).await;
+    for i in 0..10 {
+        let (size, got) = read_back(&b, d, &format!("f{i}")).await;
+        assert_eq!(size, content(i).len() as u64, "f{i}'s length");
+        assert!(got == content(i), "f{i}'s bytes");
+    }
+    cl.stop().await.unwrap();
+}
+
+/// The unlucky case: the OSDs are gone when the deferred data is written.
+/// The close had succeeded; the failure is not lost — the next `syncfs`
+/// reports it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_back_failing_after_a_deferred_close_fails_the_next_syncfs() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cl = cluster(&dir).await;
+    let a = writer(&cl, Duration::from_secs(60)).await;
+    let d = a.mkdir(&root(), 0, "d", 0o755).await.unwrap().attr.ino;
+    for i in 0..4 {
+        make(&a, d, &format!("f{i}"), &content(i)).await;
+    }
+    let deferred = a.stats().deferred_closes;
+    assert!(deferred >= 2, "{:?}", a.stats());
+    for osd in 0..3 {
+        cl.stop_osd(osd).await.unwrap();
+    }
+    // The lease goes back idle; writing the files out fails.
+    let e = tokio::time::timeout(Duration::from_secs(120), a.sync_all())
+        .await
+        .expect("syncfs returns")
+        .unwrap_err();
+    assert_eq!(e.errno, 5, "EIO: {e}");
+    cl.stop().await.unwrap();
+}
+
+/// `futimens` on a file with buffered data (tar's order: write, set the
+/// times, close) no longer writes the data out first, and the length
+/// commit after it keeps the times it set; a write after the times
+/// stamps its own time again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn times_set_over_buffered_data_survive_its_length_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let cl = cluster(&dir).await;
+    let a = writer(&cl, Duration::from_secs(60)).await;
+    let b = reader(&cl).await;
+    let old = 1_000_000_000_000_000_000i64; // 2001
+    let times = proto::mds::SetAttr {
+        mtime: Some(proto::mds::SetTime::At(old)),
+        ..Default::default()
+    };
+    for (name, write_after) in [("kept", false), ("written after", true)] {
+        let (e, fh) = a.create(&root(), 0, name, 0o644, true).await.unwrap();
+        let data = content(3);
+        a.write(fh, 0, &data).await.unwrap();
+        let at = a
+            .setattr_via(&root(), e.attr.ino, times.clone(), Some(fh))
+            .await
+            .unwrap();
+        assert_eq!(at.mtime, old);
+        assert_eq!(at.size, data.len() as u64, "the writer sees its length");
+        if write_after {
+            a.write(fh, data.len() as u64, b"more").await.unwrap();
+        }
+        a.fsync(fh).await.unwrap();
+        a.release(fh).await.unwrap();
+        let seen = b.lookup(&root(), 0, name).await.unwrap().attr;
+        let len = data.len() as u64 + if write_after { 4 } else { 0 };
+        assert_eq!(seen.size, len, "{name}: the length");
+        if write_after {
+            assert!(seen.mtime > old, "{name}: the later write's time");
+        } else {
+            assert_eq!(seen.mtime, old, "{name}: the time set stays");
+        }
+    }
+    cl.stop().await.unwrap();
+}
