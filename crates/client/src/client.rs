@@ -529,6 +529,7 @@ impl Client {
     pub async fn link(&self, c: &Creds, ino: u64, parent: u64, name: &str) -> Result<Entry> {
         // A second name could be reached without this client's lease.
         crate::closed::write_out(&self.inner, None).await;
+        self.inner.leases.renamed_or_linked();
         let r = self.inner.ns.link(c, ino, parent, name).await;
         let f = self.made(parent, name, r, false)?;
         Ok(f.entry)
@@ -587,6 +588,7 @@ impl Client {
         // this client holds no lease on could be opened elsewhere at once,
         // and a replaced one is removed.
         crate::closed::write_out(&self.inner, None).await;
+        self.inner.leases.renamed_or_linked();
         let (cached, replaced) = {
             let mut cache = self.inner.meta.cache();
             let moved = cache.ino_of(parent, name);

@@ -29,10 +29,9 @@ fn closed(inner: &Inner, only: Option<&[u64]>) -> Vec<Arc<OpenInode>> {
     let inodes = lock(&inner.inodes);
     let pick = |f: &Arc<OpenInode>| (!with_handles.contains(&f.ino)).then(|| f.clone());
     match only {
-        Some(inos) => inos
-            .iter()
-            .filter_map(|i| inodes.get(i).and_then(pick))
-            .collect(),
+        // Named by a lease going back: written out even if a descriptor
+        // is still open (a close whose release has not come yet).
+        Some(inos) => inos.iter().filter_map(|i| inodes.get(i).cloned()).collect(),
         None => inodes.values().filter_map(pick).collect(),
     }
 }
@@ -55,15 +54,16 @@ pub async fn write_out_older(inner: &Arc<Inner>, only: Option<&[u64]>, delay: Op
             running.join_next().await;
         }
         let inner = inner.clone();
-        running.spawn(async move { write_one(&inner, &f, delay).await });
+        let forced = only.is_some();
+        running.spawn(async move { write_one(&inner, &f, delay, forced).await });
     }
     while running.join_next().await.is_some() {}
 }
 
 /// [`write_out_older`] of one file, if it has no handle.
-async fn write_one(inner: &Arc<Inner>, f: &Arc<OpenInode>, delay: Option<Duration>) {
+async fn write_one(inner: &Arc<Inner>, f: &Arc<OpenInode>, delay: Option<Duration>, forced: bool) {
     let mut st = f.st.lock().await;
-    if st.handles > 0 {
+    if st.handles > 0 && !forced {
         return;
     }
     // Data younger than the delay waits (a length alone is committed).
@@ -73,6 +73,9 @@ async fn write_one(inner: &Arc<Inner>, f: &Arc<OpenInode>, delay: Option<Duratio
         return;
     }
     if let Err(e) = file::commit(inner, f.ino, &mut st).await {
+        // No length is committed over data that was never written: a
+        // reader finds the file short, not zero-filled.
+        st.modified = false;
         tracing::error!(ino = f.ino, error = %e, "writing out a closed file's data failed");
         inner.leases.note_failure(FsError {
             errno: e.errno,
@@ -80,7 +83,7 @@ async fn write_one(inner: &Arc<Inner>, f: &Arc<OpenInode>, delay: Option<Duratio
         });
         return;
     }
-    if !st.busy() && !st.modified {
+    if st.handles == 0 && !st.busy() && !st.modified {
         let mut inodes = lock(&inner.inodes);
         if inodes.get(&f.ino).is_some_and(|g| Arc::ptr_eq(g, f)) {
             inodes.remove(&f.ino);

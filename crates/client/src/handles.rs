@@ -86,23 +86,56 @@ impl Client {
         write: bool,
     ) -> u64 {
         let ino = e.attr.ino;
-        let f = {
-            let mut m = lock(&self.inner.inodes);
-            m.entry(ino)
-                .or_insert_with(|| {
-                    Arc::new(OpenInode::new(
-                        ino,
-                        e.layout.clone(),
-                        grants.clone(),
-                        write,
-                        c.clone(),
-                        e.attr.size,
-                    ))
-                })
-                .clone()
-        };
+        // A closed file being written out may leave `inodes` while this
+        // waits for its lock: then take the one there now (retried).
+        loop {
+            let f = self.open_inode(c, e, &grants, write);
+            if let Some(fh) = self.install_on(f, c, e, &grants, write).await {
+                return fh;
+            }
+            tracing::debug!(
+                ino,
+                "an open inode left while waited for: taking the current one"
+            );
+        }
+    }
+
+    /// The open inode `e` names: the one in `inodes`, or a new one there.
+    fn open_inode(&self, c: &Creds, e: &Entry, grants: &[Grant], write: bool) -> Arc<OpenInode> {
+        let ino = e.attr.ino;
+        let mut m = lock(&self.inner.inodes);
+        m.entry(ino)
+            .or_insert_with(|| {
+                Arc::new(OpenInode::new(
+                    ino,
+                    e.layout.clone(),
+                    grants.to_vec(),
+                    write,
+                    c.clone(),
+                    e.attr.size,
+                ))
+            })
+            .clone()
+    }
+
+    /// [`Handles::install`] on `f`, the inode's current open state.
+    async fn install_on(
+        &self,
+        f: Arc<OpenInode>,
+        c: &Creds,
+        e: &Entry,
+        grants: &[Grant],
+        write: bool,
+    ) -> Option<u64> {
         {
             let mut st = f.st.lock().await;
+            // Written out and forgotten while this waited: not to be used.
+            if !lock(&self.inner.inodes)
+                .get(&f.ino)
+                .is_some_and(|g| Arc::ptr_eq(g, &f))
+            {
+                return None;
+            }
             if st.handles > 0 {
                 // Another handle has it open: keep what this client wrote,
                 // take newer capabilities and a longer length from the MDS.
@@ -116,7 +149,7 @@ impl Client {
                     (new, _) => new.is_some() || st.layout.is_none(),
                 };
                 if wanted && not_older {
-                    st.grants = grants;
+                    st.grants = grants.to_vec();
                     if e.layout.is_some() {
                         st.layout = e.layout.clone();
                     }
@@ -135,7 +168,7 @@ impl Client {
         }
         let fh = self.inner.next_fh.fetch_add(1, Ordering::Relaxed);
         lock(&self.inner.handles).insert(fh, Handle { inode: f, write });
-        fh
+        Some(fh)
     }
 
     /// Opens a file; read-only opens are answered from the cache when a
@@ -231,7 +264,8 @@ impl Client {
     pub async fn close(&self, fh: u64) -> Result<()> {
         let h = self.handle(fh)?;
         let mut st = h.inode.st.lock().await;
-        if self.may_defer(&st) && self.inner.leases.defer_close(h.inode.ino) {
+        // Only the last descriptor's close: another may write after it.
+        if st.handles <= 1 && self.may_defer(&st) && self.inner.leases.defer_close(h.inode.ino) {
             return st.take_error();
         }
         file::commit(&self.inner, h.inode.ino, &mut st).await
@@ -285,7 +319,13 @@ impl Client {
             };
             st.handles = st.handles.saturating_sub(1);
             if st.handles == 0 && !st.busy() && !st.modified {
-                lock(&self.inner.inodes).remove(&h.inode.ino);
+                let mut inodes = lock(&self.inner.inodes);
+                if inodes
+                    .get(&h.inode.ino)
+                    .is_some_and(|g| Arc::ptr_eq(g, &h.inode))
+                {
+                    inodes.remove(&h.inode.ino);
+                }
             }
             r
         };

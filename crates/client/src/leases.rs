@@ -114,7 +114,7 @@ struct Dir {
     releasing: bool,
     /// Files made under the lease whose closes left their data buffered:
     /// written out before the lease goes back ([`DirLeases::defer_close`]).
-    deferred: Vec<u64>,
+    deferred: HashSet<u64>,
 }
 
 impl Dir {
@@ -537,11 +537,21 @@ impl DirLeases {
         }) else {
             return false;
         };
-        if !d.deferred.contains(&ino) {
-            d.deferred.push(ino);
-        }
+        d.deferred.insert(ino);
         self.deferred_closes.fetch_add(1, Ordering::Relaxed);
         true
+    }
+
+    /// A rename or link through the MDS: a file made under a lease may
+    /// now have a name outside it, so no close defers any longer for the
+    /// files made before it (new ones still do).
+    pub fn renamed_or_linked(&self) {
+        for h in lock(&self.dirs)
+            .values_mut()
+            .filter_map(|d| d.lease.as_mut())
+        {
+            h.made.clear();
+        }
     }
 
     /// Keeps `e` for the next `syncfs` or `fsync` of a directory (a
@@ -711,7 +721,7 @@ impl DirLeases {
             d.not_before = Some(Instant::now() + BACK_OFF);
         }
         d.releasing = true;
-        let deferred = std::mem::take(&mut d.deferred);
+        let deferred: Vec<u64> = std::mem::take(&mut d.deferred).into_iter().collect();
         let me = self.clone();
         tokio::spawn(async move {
             // Closed files' data first: the next client to name them must
