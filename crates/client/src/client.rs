@@ -433,6 +433,18 @@ impl Client {
             Some(f) => Some(f.st.lock().await),
             None => None,
         };
+        // A file made under a lease this client holds: answered here.
+        if let Some(r) = self.inner.leases.setattr(c, ino, &set) {
+            let a = r?;
+            if let Some(st) = guard.as_mut()
+                && set.mtime.is_some()
+            {
+                st.times_set = true;
+            }
+            drop(guard);
+            self.inner.meta.cache_attr(a.clone());
+            return Ok(self.with_local_size(a));
+        }
         // Buffered data goes out before a truncate. New times do not
         // wait for it: the length commit that follows keeps them.
         if let Some(st) = guard.as_mut()

@@ -257,3 +257,74 @@ async fn times_set_over_buffered_data_survive_its_length_commit() {
     }
     cl.stop().await.unwrap();
 }
+
+/// chmod, chown and utimens of a file made under the lease are answered
+/// by the lease (no round trip to the MDS each) and reach the MDS with
+/// its other changes: a second client sees them; one that takes a right
+/// away still goes to the MDS and holds too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attribute_changes_of_files_made_under_a_lease_are_answered_there() {
+    let dir = tempfile::tempdir().unwrap();
+    let cl = cluster(&dir).await;
+    let a = writer(&cl, Duration::from_secs(60)).await;
+    let b = reader(&cl).await;
+    let d = a.mkdir(&root(), 0, "d", 0o755).await.unwrap().attr.ino;
+    for i in 0..3 {
+        make(&a, d, &format!("warm{i}"), b"x").await;
+    }
+    let old = 1_000_000_000_000_000_000i64;
+    let (e, fh) = a.create(&root(), d, "f", 0o600, true).await.unwrap();
+    a.write(fh, 0, &content(5)).await.unwrap();
+    let answered = a.stats().lease_answered;
+    let me = root();
+    let set = |s: proto::mds::SetAttr| a.setattr_via(&me, e.attr.ino, s, Some(fh));
+    set(proto::mds::SetAttr {
+        mtime: Some(proto::mds::SetTime::At(old)),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    set(proto::mds::SetAttr {
+        uid: Some(0),
+        gid: Some(0),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let at = set(proto::mds::SetAttr {
+        mode: Some(0o644),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    assert_eq!((at.mode & 0o7777, at.mtime), (0o644, old));
+    assert_eq!(at.size, content(5).len() as u64, "the writer's length");
+    assert!(
+        a.stats().lease_answered >= answered + 3,
+        "answered under the lease: {:?}",
+        a.stats()
+    );
+    a.release(fh).await.unwrap();
+    let seen = b.lookup(&root(), d, "f").await.unwrap().attr;
+    assert_eq!(
+        (seen.mode & 0o7777, seen.mtime, seen.size),
+        (0o644, old, content(5).len() as u64)
+    );
+    // Taking rights away goes to the MDS (and revokes there).
+    let (e2, fh2) = a.create(&root(), d, "g", 0o644, true).await.unwrap();
+    a.setattr_via(
+        &root(),
+        e2.attr.ino,
+        proto::mds::SetAttr {
+            mode: Some(0o600),
+            ..Default::default()
+        },
+        Some(fh2),
+    )
+    .await
+    .unwrap();
+    a.release(fh2).await.unwrap();
+    let seen = b.lookup(&root(), d, "g").await.unwrap().attr;
+    assert_eq!(seen.mode & 0o7777, 0o600);
+    cl.stop().await.unwrap();
+}

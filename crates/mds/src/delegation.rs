@@ -210,6 +210,16 @@ fn apply_one(
             // Removed already (a resend), or named anew by someone else.
             _ => Ok(Done::Already),
         },
+        DirOp::SetAttr { name, ino, set } => match tx.dentry(dir, name)? {
+            Some((i, FileKind::File)) if i == *ino => {
+                ns::setattr_leased(tx, c, *ino, set)?;
+                Ok(Done::Already)
+            }
+            _ => Err(err(
+                Errno::NoEnt,
+                format!("{name:?} in {dir:#x} does not name file {ino:#x}"),
+            )),
+        },
     }
 }
 

@@ -625,6 +625,26 @@ pub fn setattr(tx: &mut Tx, c: &Creds, ino: u64, set: &SetAttr) -> Result<SetAtt
     Ok(SetAttrDone { inode: i, revoke })
 }
 
+/// A lease holder's change of a file's attributes ([`DirOp::SetAttr`]):
+/// as [`setattr`], but never a length and never a change that takes a
+/// right away — those are made durable before they are answered and
+/// revoke capabilities at the OSDs, which a batch answered early must not.
+///
+/// [`DirOp::SetAttr`]: proto::mds::DirOp::SetAttr
+pub fn setattr_leased(tx: &mut Tx, c: &Creds, ino: u64, set: &SetAttr) -> Result<(), MdsError> {
+    if set.size.is_some() {
+        return Err(err(Errno::Inval, "a length is not changed under a lease"));
+    }
+    let mut i = tx.live_inode(ino)?;
+    if apply_setattr(&mut i.attr, c, set, now_ns())? {
+        return Err(err(
+            Errno::Perm,
+            "a change that takes a right away is not made under a lease",
+        ));
+    }
+    tx.put_inode(&i)
+}
+
 /// Grows a file's recorded length (never shrinks it) after client writes.
 /// `opened`: the caller holds it open for writing, so the permission bits
 /// were checked at open and are not again (POSIX).

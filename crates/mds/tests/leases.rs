@@ -17,7 +17,8 @@ use std::time::Duration;
 use common::*;
 use mds::ids::PolicyKind;
 use proto::mds::{
-    DIR_OPS_MAX, DirLease, DirOp, Errno, LEASE_IDS, LEASE_IDS_MAX, MdsError, MdsReply, Op, ROOT_INO,
+    DIR_OPS_MAX, DirLease, DirOp, Errno, LEASE_IDS, LEASE_IDS_MAX, MdsError, MdsReply, Op,
+    ROOT_INO, SetAttr, SetTime,
 };
 
 async fn create(c: &net::MdsClient, dir: u64, name: &str) -> u64 {
@@ -345,4 +346,149 @@ async fn a_lease_is_refused_where_it_cannot_be_held() {
     let l = lease(&a, d).await.unwrap();
     assert_eq!(l.names.len(), 1);
     assert_eq!(names(&a, d).await, vec![("f".to_string(), f)]);
+}
+
+async fn getattr(c: &net::MdsClient, ino: u64) -> proto::mds::Attr {
+    match c.call(Op::GetAttr { ino }).await.unwrap() {
+        MdsReply::Attr(a) => a,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// A holder's attribute change of a file in the leased directory is
+/// applied as SETATTR would be; a length, a change that takes a right
+/// away, a name that does not name the inode, and a change the caller may
+/// not make are each refused alone, leaving the file as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_changes_attributes_of_its_files_and_nothing_more() {
+    let cl = Cluster::start(3, spec(512 << 10, 3), PolicyKind::ChildClosest).await;
+    let a = cl.client();
+    let d = mkdir(&a, ROOT_INO, "d").await;
+    let l = lease(&a, d).await.unwrap();
+    let (f, g) = (l.ids[0], l.ids[1]);
+    let old = 1_000_000_000_000_000_000i64;
+    let set = |s: SetAttr| DirOp::SetAttr {
+        name: "f".into(),
+        ino: f,
+        set: s,
+    };
+    let batch = vec![
+        DirOp::Create {
+            name: "f".into(),
+            ino: f,
+            mode: 0o600,
+        },
+        set(SetAttr {
+            mode: Some(0o644),
+            ..Default::default()
+        }),
+        set(SetAttr {
+            mtime: Some(SetTime::At(old)),
+            uid: Some(0),
+            gid: Some(0),
+            ..Default::default()
+        }),
+    ];
+    assert_eq!(ops(&a, d, batch).await, (vec![], false));
+    let at = getattr(&a, f).await;
+    assert_eq!((at.mode & 0o7777, at.mtime), (0o644, old));
+
+    let user = proto::mds::Creds {
+        uid: 1000,
+        gid: 1000,
+        groups: vec![],
+    };
+    let refused = vec![
+        // 0: a length.
+        set(SetAttr {
+            size: Some(10),
+            ..Default::default()
+        }),
+        // 1: takes read rights away.
+        set(SetAttr {
+            mode: Some(0o600),
+            ..Default::default()
+        }),
+        // 2: the name names another inode (nothing).
+        DirOp::SetAttr {
+            name: "f".into(),
+            ino: g,
+            set: SetAttr {
+                mode: Some(0o644),
+                ..Default::default()
+            },
+        },
+    ];
+    let (failed, _) = ops(&a, d, refused).await;
+    let errnos: Vec<(u32, Errno)> = failed;
+    assert_eq!(
+        errnos,
+        vec![(0, Errno::Inval), (1, Errno::Perm), (2, Errno::NoEnt)]
+    );
+    // Not the owner: as SETATTR, EPERM.
+    let r = a
+        .call_as(
+            user,
+            Op::DirOps {
+                dir: d,
+                ops: vec![set(SetAttr {
+                    mode: Some(0o666),
+                    ..Default::default()
+                })],
+            },
+        )
+        .await;
+    match r {
+        Ok(MdsReply::DirDone { failed, .. }) => {
+            assert_eq!(failed.len(), 1, "{failed:?}");
+        }
+        // Refused whole (a stranger's batch in another's lease).
+        Err(_) => {}
+        Ok(other) => panic!("{other:?}"),
+    }
+    let at = getattr(&a, f).await;
+    assert_eq!(
+        (at.mode & 0o7777, at.mtime, at.size),
+        (0o644, old, 0),
+        "unchanged"
+    );
+    cl.stop().await;
+}
+
+/// The listings a directory read hands out in passing never include a
+/// directory another session holds the lease of (its names are the
+/// holder's to answer for); once the lease is back they do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_listing_of_a_leased_directory_is_handed_out_in_passing() {
+    let cl = Cluster::start(3, spec(512 << 10, 3), PolicyKind::ChildClosest).await;
+    let (a, b) = (cl.client(), cl.client());
+    let p = mkdir(&a, ROOT_INO, "p").await;
+    let d = mkdir(&a, p, "d").await;
+    create(&a, d, "inside").await;
+    assert!(listed(&b, p).await.contains(&d), "listed when not leased");
+    lease(&a, d).await.unwrap();
+    assert!(
+        !listed(&b, p).await.contains(&d),
+        "not while another holds it"
+    );
+    assert!(
+        listed(&a, p).await.contains(&d),
+        "the holder's own reads list it"
+    );
+    a.call(Op::DirRelease { dir: d }).await.unwrap();
+    assert!(listed(&b, p).await.contains(&d), "listed again once back");
+    cl.stop().await;
+}
+
+/// The directories whose listings a READDIR PREFETCH of `dir` brought.
+async fn listed(c: &net::MdsClient, dir: u64) -> Vec<u64> {
+    let op = Op::ReaddirPrefetch {
+        ino: dir,
+        after: None,
+        max: 1000,
+    };
+    match c.call(op).await.unwrap() {
+        MdsReply::DirPrefetch { listings, .. } => listings.iter().map(|l| l.ino).collect(),
+        other => panic!("{other:?}"),
+    }
 }

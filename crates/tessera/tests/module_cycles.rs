@@ -18,6 +18,9 @@ const KNOWN: &[(&str, &[&str])] = &[
         "client",
         &[
             "client",
+            // Closed files are written out with `file`'s commit, from the
+            // client's timer and namespace calls: the hub's cycle.
+            "closed",
             "file",
             "locks",
             "open_file",

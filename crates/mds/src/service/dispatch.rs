@@ -119,7 +119,7 @@ impl Mds {
                 plus,
             } => self.readdir(&c, ino, after.as_deref(), max, plus),
             Op::ReaddirPrefetch { ino, after, max } => {
-                self.readdir_prefetch(&c, ino, after.as_deref(), max, pf)
+                self.readdir_prefetch(&c, ino, (after.as_deref(), max), (pf, key))
             }
             Op::Statfs => self.statfs(),
             Op::SetAttr { ino, set } => self.setattr(c, ino, set, (session, early)).await,

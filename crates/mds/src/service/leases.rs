@@ -288,6 +288,16 @@ impl Mds {
         self.leases.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Whether a session other than `session` holds `dir`'s lease: its
+    /// names are that holder's to answer for, so no listing of it is
+    /// handed out in passing.
+    pub(super) fn leased_by_other(&self, dir: u64, session: u64) -> bool {
+        self.leases()
+            .held
+            .get(&dir)
+            .is_some_and(|l| l.holder != session && !l.lapsed())
+    }
+
     /// Waits until no other session holds a lease on a directory `op`
     /// names, then marks the request under way there (the mark goes when
     /// the returned guard does).
@@ -505,7 +515,7 @@ impl Mds {
             .iter()
             .map(|o| match o {
                 DirOp::Create { ino, .. } => Some(*ino),
-                DirOp::Unlink { .. } => None,
+                DirOp::Unlink { .. } | DirOp::SetAttr { .. } => None,
             })
             .collect();
         // Heard of at arrival (a long apply must not lapse it), unless

@@ -324,9 +324,8 @@ impl Mds {
         &self,
         c: &Creds,
         ino: u64,
-        after: Option<&str>,
-        max: u32,
-        pf: u32,
+        (after, max): (Option<&str>, u32),
+        (pf, session): (u32, u64),
     ) -> Result<MdsReply, MdsError> {
         let (entries, more) = match self.readdir(c, ino, after, max, true)? {
             MdsReply::Dir { entries, more } => (entries, more),
@@ -334,7 +333,7 @@ impl Mds {
         };
         let dirs = (pf as usize).min(LISTINGS_MAX_DIRS);
         let listings = if after.is_none() && !more && dirs > 0 {
-            self.walk_after(c, ino, &entries, dirs)?
+            self.walk_after(c, (ino, session), &entries, dirs)?
         } else {
             Vec::new()
         };
@@ -350,7 +349,7 @@ impl Mds {
     fn walk_after(
         &self,
         c: &Creds,
-        start: u64,
+        (start, session): (u64, u64),
         entries: &[DirEntry],
         dirs: usize,
     ) -> Result<Vec<proto::mds::Listing>, MdsError> {
@@ -412,7 +411,11 @@ impl Mds {
             let Ok(dir) = snap.dir_inode(d) else {
                 continue;
             };
-            if perm::check(&dir.attr, c, R, "readdir").is_err() {
+            // Another session's leased directory: its names are the
+            // holder's to answer for (its changes may not be here yet, and
+            // a file it made may have its data only in its memory).
+            if perm::check(&dir.attr, c, R, "readdir").is_err() || self.leased_by_other(d, session)
+            {
                 continue;
             }
             let (mut list, more) = snap.list_dir(d, None, budget)?;

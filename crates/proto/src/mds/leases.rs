@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Attr, DirEntry, FileKind};
+use super::{Attr, DirEntry, FileKind, SetAttr};
 
 /// Most changes one [`Op::DirOps`] carries.
 pub const DIR_OPS_MAX: usize = 256;
@@ -54,13 +54,26 @@ pub enum DirOp {
         /// The inode it named.
         ino: u64,
     },
+    /// Attributes of a file made under the lease changed (chmod, chown,
+    /// utimens): never a length, never a change that takes a right away
+    /// (both go to the MDS as SETATTR). Checked as SETATTR would be.
+    SetAttr {
+        /// Its name in the directory.
+        name: String,
+        /// The inode it names.
+        ino: u64,
+        /// The change (`size` must be `None`).
+        set: SetAttr,
+    },
 }
 
 impl DirOp {
     /// The name it changes.
     pub fn name(&self) -> &str {
         match self {
-            DirOp::Create { name, .. } | DirOp::Unlink { name, .. } => name,
+            DirOp::Create { name, .. }
+            | DirOp::Unlink { name, .. }
+            | DirOp::SetAttr { name, .. } => name,
         }
     }
 }

@@ -37,6 +37,8 @@ use proto::mds::{
 
 use crate::error::{Errno, FsError, Result};
 
+pub mod made;
+
 /// A lease unused this long goes back.
 pub const IDLE: Duration = Duration::from_millis(50);
 
@@ -84,8 +86,10 @@ struct Held {
     /// No new changes: it goes back once its queue is empty.
     give_back: bool,
     /// Files made under this lease (no other client can name them while
-    /// it lasts): their closes may leave the data to be written later.
-    made: HashSet<u64>,
+    /// it lasts), with their names and attributes as this client left
+    /// them: their closes may leave the data to be written later, and
+    /// their attributes are changed here ([`made`]).
+    made: HashMap<u64, (String, Attr)>,
 }
 
 impl Held {
@@ -253,7 +257,7 @@ impl DirLeases {
                     until: sent + Duration::from_millis(LEASE_TERM_MS),
                     used: Instant::now(),
                     give_back: unsure,
-                    made: HashSet::new(),
+                    made: HashMap::new(),
                 });
                 self.granted.fetch_add(1, Ordering::Relaxed);
                 if unsure {
@@ -299,7 +303,7 @@ impl DirLeases {
         let now = proto::clock::now_ns();
         let attr = posix::new_attr(ino, FileKind::File, mode, c, &h.attr, now);
         h.names.insert(name.into(), (ino, FileKind::File));
-        h.made.insert(ino);
+        h.made.insert(ino, (name.to_string(), attr.clone()));
         touch(&mut h.attr, 1, now);
         h.used = Instant::now();
         let dir = h.attr.clone();
@@ -515,43 +519,6 @@ impl DirLeases {
     /// Sets what writes out closed files' data before a lease goes back.
     pub fn set_flusher(&self, f: Flusher) {
         let _ = self.flusher.set(f);
-    }
-
-    /// Whether a close of `ino` may leave its data buffered, to be
-    /// written by the write-back timer or before the lease goes back:
-    /// true when `ino` was made under a lease this client still holds, so
-    /// no other client can name it until the lease is back (every lookup,
-    /// listing or change in the directory by another client waits for
-    /// that, and this client writes the data out first). What the close
-    /// would have reported then goes to the next `syncfs` or `fsync` of
-    /// a directory ([`DirLeases::note_failure`]).
-    pub fn defer_close(&self, ino: u64) -> bool {
-        if !self.ticking.load(Ordering::SeqCst) || self.flusher.get().is_none() {
-            return false;
-        }
-        let mut dirs = lock(&self.dirs);
-        let Some(d) = dirs.values_mut().find(|d| {
-            d.lease
-                .as_ref()
-                .is_some_and(|h| h.usable() && h.made.contains(&ino))
-        }) else {
-            return false;
-        };
-        d.deferred.insert(ino);
-        self.deferred_closes.fetch_add(1, Ordering::Relaxed);
-        true
-    }
-
-    /// A rename or link through the MDS: a file made under a lease may
-    /// now have a name outside it, so no close defers any longer for the
-    /// files made before it (new ones still do).
-    pub fn renamed_or_linked(&self) {
-        for h in lock(&self.dirs)
-            .values_mut()
-            .filter_map(|d| d.lease.as_mut())
-        {
-            h.made.clear();
-        }
     }
 
     /// Keeps `e` for the next `syncfs` or `fsync` of a directory (a

@@ -1,0 +1,89 @@
+//! Files made under a directory lease this client holds: no other client
+//! can name them until the lease goes back, so their closes may leave the
+//! data buffered (`docs/CLIENT.md`, "Closes under a lease") and their
+//! attribute changes — chmod, chown, utimens that take no right away —
+//! are answered here and sent with the lease's other changes, as
+//! [`DirOp::SetAttr`].
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use proto::mds::{Attr, Creds, DirOp, SetAttr};
+
+use super::{DirLeases, lock};
+use crate::error::Result;
+
+impl DirLeases {
+    /// Whether a close of `ino` may leave its data buffered, to be
+    /// written by the write-back timer or before the lease goes back:
+    /// true when `ino` was made under a lease this client still holds, so
+    /// no other client can name it until the lease is back (every lookup,
+    /// listing or change in the directory by another client waits for
+    /// that, and this client writes the data out first). What the close
+    /// would have reported then goes to the next `syncfs` or `fsync` of
+    /// a directory ([`DirLeases::note_failure`]).
+    pub fn defer_close(&self, ino: u64) -> bool {
+        if !self.ticking.load(Ordering::SeqCst) || self.flusher.get().is_none() {
+            return false;
+        }
+        let mut dirs = lock(&self.dirs);
+        let Some(d) = dirs.values_mut().find(|d| {
+            d.lease
+                .as_ref()
+                .is_some_and(|h| h.usable() && h.made.contains_key(&ino))
+        }) else {
+            return false;
+        };
+        d.deferred.insert(ino);
+        self.deferred_closes.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
+    /// A rename or link through the MDS: a file made under a lease may
+    /// now have a name outside it, so no close defers any longer for the
+    /// files made before it (new ones still do).
+    pub fn renamed_or_linked(&self) {
+        for h in lock(&self.dirs)
+            .values_mut()
+            .filter_map(|d| d.lease.as_mut())
+        {
+            h.made.clear();
+        }
+    }
+
+    /// Changes the attributes of `ino`, a file made under a lease this
+    /// client holds, under that lease: the attributes after, or `None`
+    /// when the MDS must answer (a length, a change that takes a right
+    /// away, no such lease). The change is checked as the MDS would
+    /// (`posix::apply_setattr`) and queued as [`DirOp::SetAttr`].
+    pub fn setattr(self: &Arc<Self>, c: &Creds, ino: u64, set: &SetAttr) -> Option<Result<Attr>> {
+        if set.size.is_some() || !self.ticking.load(Ordering::SeqCst) {
+            return None;
+        }
+        let mut dirs = lock(&self.dirs);
+        let (&dir, d) = dirs.iter_mut().find(|(_, d)| {
+            d.lease
+                .as_ref()
+                .is_some_and(|h| h.usable() && h.made.contains_key(&ino))
+        })?;
+        let h = d.lease.as_mut()?;
+        let (name, attr) = h.made.get(&ino)?.clone();
+        let mut after = attr;
+        match posix::apply_setattr(&mut after, c, set, proto::clock::now_ns()) {
+            Err(e) => return Some(Err(e.into())),
+            // Takes a right away: durable first, and OSDs told (the MDS).
+            Ok(true) => return None,
+            Ok(false) => {}
+        }
+        h.made.insert(ino, (name.clone(), after.clone()));
+        h.used = Instant::now();
+        let set = SetAttr {
+            via_handle: false,
+            ..set.clone()
+        };
+        self.queue(d, dir, c, DirOp::SetAttr { name, ino, set });
+        self.answered.fetch_add(1, Ordering::Relaxed);
+        Some(Ok(after))
+    }
+}
