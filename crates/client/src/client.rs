@@ -452,7 +452,10 @@ impl Client {
         {
             file::commit(&self.inner, ino, st).await?;
         }
-        let a = self.inner.ns.setattr(c, ino, &set).await?;
+        let r = self.inner.ns.setattr(c, ino, &set).await;
+        // Changed (or maybe changed) by the MDS: no longer the lease's.
+        self.inner.leases.unmade(ino);
+        let a = r?;
         if let Some(st) = guard.as_mut()
             && set.mtime.is_some()
             && set.size.is_none()
@@ -571,6 +574,7 @@ impl Client {
         let removed = r.as_ref().ok().and_then(|r| r.ino);
         for i in [ino, removed].into_iter().flatten() {
             self.inner.meta.cache().remove(i);
+            self.inner.leases.unmade(i);
         }
         self.inner.meta.dir_changed(parent, dir);
         r.map(|_| ())

@@ -310,21 +310,27 @@ async fn attribute_changes_of_files_made_under_a_lease_are_answered_there() {
         (seen.mode & 0o7777, seen.mtime, seen.size),
         (0o644, old, content(5).len() as u64)
     );
-    // Taking rights away goes to the MDS (and revokes there).
-    let (e2, fh2) = a.create(&root(), d, "g", 0o644, true).await.unwrap();
-    a.setattr_via(
-        &root(),
-        e2.attr.ino,
-        proto::mds::SetAttr {
-            mode: Some(0o600),
-            ..Default::default()
-        },
-        Some(fh2),
-    )
-    .await
-    .unwrap();
+    // Taking rights away goes to the MDS (and revokes there); after it,
+    // what the lease recorded of the file (0640) is stale, so a chmod
+    // back to 0640 — no change by that record, but taking o+r away from
+    // the real 0604 — goes to the MDS too, and holds.
+    let (e2, fh2) = a.create(&root(), d, "g", 0o640, true).await.unwrap();
+    for mode in [0o604, 0o640] {
+        a.setattr_via(
+            &root(),
+            e2.attr.ino,
+            proto::mds::SetAttr {
+                mode: Some(mode),
+                ..Default::default()
+            },
+            Some(fh2),
+        )
+        .await
+        .unwrap();
+    }
     a.release(fh2).await.unwrap();
+    a.sync_namespace().await.unwrap();
     let seen = b.lookup(&root(), d, "g").await.unwrap().attr;
-    assert_eq!(seen.mode & 0o7777, 0o600);
+    assert_eq!(seen.mode & 0o7777, 0o640);
     cl.stop().await.unwrap();
 }

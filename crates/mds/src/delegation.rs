@@ -139,11 +139,11 @@ pub fn apply(
     c: &Creds,
     dir: u64,
     ops: &[DirOp],
-    session: u64,
+    (session, holds): (u64, bool),
 ) -> Result<Applied, MdsError> {
     let mut out = Applied::default();
     for (i, op) in ops.iter().enumerate() {
-        match apply_one(tx, policy, c, dir, op, session) {
+        match apply_one(tx, policy, c, dir, op, (session, holds)) {
             Ok(Done::Made(ino)) => out.opened.push(ino),
             Ok(Done::Removed(orphan)) => out.orphans.extend(orphan),
             Ok(Done::Already) => {}
@@ -166,7 +166,7 @@ fn apply_one(
     c: &Creds,
     dir: u64,
     op: &DirOp,
-    session: u64,
+    (session, holds): (u64, bool),
 ) -> Result<Done, MdsError> {
     match op {
         DirOp::Create { name, ino, mode } => {
@@ -210,6 +210,15 @@ fn apply_one(
             // Removed already (a resend), or named anew by someone else.
             _ => Ok(Done::Already),
         },
+        // Only under the lease itself (or redone after a restart): a
+        // batch sent again after the lease lapsed must not set attributes
+        // over changes made since by others.
+        DirOp::SetAttr { .. } if !holds => Err(err(
+            Errno::Perm,
+            format!(
+                "attributes are changed in {dir:#x} only under its lease, which this session does not hold"
+            ),
+        )),
         DirOp::SetAttr { name, ino, set } => match tx.dentry(dir, name)? {
             Some((i, FileKind::File)) if i == *ino => {
                 ns::setattr_leased(tx, c, *ino, set)?;

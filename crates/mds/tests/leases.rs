@@ -452,6 +452,15 @@ async fn a_holder_changes_attributes_of_its_files_and_nothing_more() {
         (0o644, old, 0),
         "unchanged"
     );
+    // The lease given back, a batch sent again (its answer lost) sets no
+    // attributes over what others changed since.
+    a.call(Op::DirRelease { dir: d }).await.unwrap();
+    let again = vec![set(SetAttr {
+        mode: Some(0o666),
+        ..Default::default()
+    })];
+    assert_eq!(ops(&a, d, again).await.0, vec![(0, Errno::Perm)]);
+    assert_eq!(getattr(&a, f).await.mode & 0o7777, 0o644, "unchanged");
     cl.stop().await;
 }
 
@@ -477,6 +486,32 @@ async fn no_listing_of_a_leased_directory_is_handed_out_in_passing() {
     );
     a.call(Op::DirRelease { dir: d }).await.unwrap();
     assert!(listed(&b, p).await.contains(&d), "listed again once back");
+    // Nor are a leased directory's files handed out as a lookup's
+    // neighbours (the lookup of the directory itself names only `p`).
+    let inside = match a
+        .call(Op::Lookup {
+            parent: d,
+            name: "inside".into(),
+        })
+        .await
+        .unwrap()
+    {
+        MdsReply::Found(f) => f.entry.attr.ino,
+        other => panic!("{other:?}"),
+    };
+    assert!(
+        near(&b, p, "d").await.contains(&inside),
+        "a neighbour when not leased"
+    );
+    lease(&a, d).await.unwrap();
+    assert!(
+        !near(&b, p, "d").await.contains(&inside),
+        "not while another holds the lease"
+    );
+    assert!(
+        near(&a, p, "d").await.contains(&inside),
+        "the holder's own lookups keep it"
+    );
     cl.stop().await;
 }
 
@@ -489,6 +524,18 @@ async fn listed(c: &net::MdsClient, dir: u64) -> Vec<u64> {
     };
     match c.call(op).await.unwrap() {
         MdsReply::DirPrefetch { listings, .. } => listings.iter().map(|l| l.ino).collect(),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// The inode numbers a lookup of `name` in `parent` brought as neighbours.
+async fn near(c: &net::MdsClient, parent: u64, name: &str) -> Vec<u64> {
+    let op = Op::Lookup {
+        parent,
+        name: name.into(),
+    };
+    match c.call(op).await.unwrap() {
+        MdsReply::Found(f) => f.prefetch.iter().map(|e| e.attr.ino).collect(),
         other => panic!("{other:?}"),
     }
 }

@@ -52,6 +52,18 @@ impl DirLeases {
         }
     }
 
+    /// `ino` changed through the MDS (a SETATTR, a removal): what the
+    /// lease recorded of it is no longer sure, so its attribute changes
+    /// and closes go the usual way from now on.
+    pub fn unmade(&self, ino: u64) {
+        for h in lock(&self.dirs)
+            .values_mut()
+            .filter_map(|d| d.lease.as_mut())
+        {
+            h.made.remove(&ino);
+        }
+    }
+
     /// Changes the attributes of `ino`, a file made under a lease this
     /// client holds, under that lease: the attributes after, or `None`
     /// when the MDS must answer (a length, a change that takes a right

@@ -25,6 +25,20 @@ tokio::task_local! {
     pub(super) static HOLDER: u64;
 }
 
+tokio::task_local! {
+    /// The session of the request being answered (0: none).
+    static SESSION: u64;
+}
+
+/// The key the request being answered's session is known by (its leases'
+/// holder; 0 outside a request or without a session).
+pub(super) fn caller_key() -> u64 {
+    match SESSION.try_with(|s| *s) {
+        Ok(s) if s != 0 => session_key(holder(), s),
+        _ => 0,
+    }
+}
+
 /// The holder for capabilities signed now.
 pub(super) fn holder() -> u64 {
     HOLDER
@@ -460,11 +474,12 @@ impl Mds {
             }
             op => {
                 req.op = op;
+                let session = req.session;
                 let top = super::search::TOP.scope(root, async {
                     self.check_search(&req, &named)?;
                     self.handle(req).await
                 });
-                HOLDER.scope(id, top).await
+                HOLDER.scope(id, SESSION.scope(session, top)).await
             }
         };
         self.finish(id, root, kept, reply)

@@ -175,6 +175,13 @@ impl Mds {
             }
             near = keep;
         }
+        // Not from a directory another session holds the lease of: its
+        // names are the holder's to answer for (its changes, and a file's
+        // data kept by a close under it, may not be here yet).
+        if !near.is_empty() {
+            let me = super::auth::caller_key();
+            near.retain(|x| !self.leased_by_other(x.parent, me));
+        }
         near.sort_by_key(|x| x.attr.ino);
         // The entry itself joins the runs (its own grants come separately):
         // an unbroken run of neighbours goes through it when its rights agree.

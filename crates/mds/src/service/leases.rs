@@ -518,6 +518,15 @@ impl Mds {
                 DirOp::Unlink { .. } | DirOp::SetAttr { .. } => None,
             })
             .collect();
+        // Whether this session holds the lease now (attribute changes
+        // need it), or the MDS is redoing replays after a restart (no
+        // lease survives one).
+        let holds = self
+            .leases()
+            .held
+            .get(&dir)
+            .is_some_and(|l| l.holder == session && !l.lapsed())
+            || *self.replaying.borrow();
         // Heard of at arrival (a long apply must not lapse it), unless
         // someone waits: then the holder gets one more term at most.
         if let Some(l) = self
@@ -531,7 +540,7 @@ impl Mds {
         let policy = self.sb.policy;
         let (applied, ack) = self
             .write_ns(early, move |tx| {
-                delegation::apply(tx, &policy, &c, dir, &ops, session)
+                delegation::apply(tx, &policy, &c, dir, &ops, (session, holds))
             })
             .await?;
         // The changes are made (and answered early below): what follows
