@@ -30,7 +30,14 @@ UP=$!
 trap 'kill -INT $UP 2>/dev/null; wait $UP 2>/dev/null; fusermount3 -u "$WORK/mnt" 2>/dev/null || true' EXIT
 for _ in $(seq 60); do mountpoint -q mnt && break; sleep 1; done
 mountpoint -q mnt || { echo "the mount did not come up; see $WORK/cluster/up.log"; exit 1; }
-secs() { local s e; s=$(date +%s.%N); "$@" >/dev/null 2>&1; e=$(date +%s.%N); echo "$e - $s" | bc; }
+# Seconds a command took; a command that fails stops the script.
+secs() {
+  local s e
+  s=$(date +%s.%N)
+  "$@" >"$WORK/last.log" 2>&1 || { echo "failed: $* (see $WORK/last.log)" >&2; exit 1; }
+  e=$(date +%s.%N)
+  echo "$e - $s" | bc
+}
 printf '%-8s %10s %10s %10s\n' where untar clone "rm -rf"
 for where in ext4 mnt; do
   cd "$WORK/$where"
@@ -39,3 +46,4 @@ for where in ext4 mnt; do
   c=$(secs rm -rf usr g)
   printf '%-8s %10.2f %10.2f %10.2f\n' "$where" "$a" "$b" "$c"
 done
+cd "$WORK" # out of the mount, so it can be unmounted
