@@ -433,29 +433,23 @@ impl Client {
             Some(f) => Some(f.st.lock().await),
             None => None,
         };
-        // A file made under a lease this client holds: answered here.
-        if let Some(r) = self.inner.leases.setattr(c, ino, &set) {
-            let a = r?;
-            if let Some(st) = guard.as_mut()
-                && set.mtime.is_some()
-            {
-                st.times_set = true;
+        let a = match self.inner.leases.setattr(c, ino, &set) {
+            // A file made under a lease this client holds: answered here.
+            Some(r) => r?,
+            None => {
+                // Buffered data goes out before a truncate. New times do
+                // not wait for it: the length commit that follows keeps them.
+                if let Some(st) = guard.as_mut()
+                    && set.size.is_some()
+                {
+                    file::commit(&self.inner, ino, st).await?;
+                }
+                let r = self.inner.ns.setattr(c, ino, &set).await;
+                // Changed (or maybe changed) by the MDS: no longer the lease's.
+                self.inner.leases.unmade(ino);
+                r?
             }
-            drop(guard);
-            self.inner.meta.cache_attr(a.clone());
-            return Ok(self.with_local_size(a));
-        }
-        // Buffered data goes out before a truncate. New times do not
-        // wait for it: the length commit that follows keeps them.
-        if let Some(st) = guard.as_mut()
-            && set.size.is_some()
-        {
-            file::commit(&self.inner, ino, st).await?;
-        }
-        let r = self.inner.ns.setattr(c, ino, &set).await;
-        // Changed (or maybe changed) by the MDS: no longer the lease's.
-        self.inner.leases.unmade(ino);
-        let a = r?;
+        };
         if let Some(st) = guard.as_mut()
             && set.mtime.is_some()
             && set.size.is_none()

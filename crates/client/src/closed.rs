@@ -47,6 +47,9 @@ pub async fn write_out(inner: &Arc<Inner>, only: Option<&[u64]>) {
 /// [`write_out`] of the closed files whose buffered data is older than
 /// `delay` (the write-back timer's pass; `None`: all).
 pub async fn write_out_older(inner: &Arc<Inner>, only: Option<&[u64]>, delay: Option<Duration>) {
+    if lock(&inner.inodes).is_empty() {
+        return;
+    }
     let files = closed(inner, only);
     let mut running = tokio::task::JoinSet::new();
     for f in files {

@@ -264,18 +264,23 @@ impl Client {
     pub async fn close(&self, fh: u64) -> Result<()> {
         let h = self.handle(fh)?;
         let mut st = h.inode.st.lock().await;
-        // Only the last descriptor's close: another may write after it.
-        if st.handles <= 1 && self.may_defer(&st) && self.inner.leases.defer_close(h.inode.ino) {
-            return st.take_error();
-        }
-        file::commit(&self.inner, h.inode.ino, &mut st).await
+        self.close_or_defer(h.inode.ino, &mut st).await
     }
 
-    /// Whether a close of a file in state `st` may leave its data for
-    /// later: it has something to write out or commit, and fewer than
-    /// [`crate::closed::DEFERRED_MAX`] files are open or so kept.
-    fn may_defer(&self, st: &crate::open_file::FileState) -> bool {
-        (st.modified || st.busy()) && lock(&self.inner.inodes).len() < crate::closed::DEFERRED_MAX
+    /// What the close of `ino`'s descriptor does with its state `st`: the
+    /// last descriptor's close of a file with something to write out or
+    /// commit leaves it for later when the lease allows
+    /// ([`crate::leases::DirLeases::defer_close`]) and fewer than
+    /// [`crate::closed::DEFERRED_MAX`] files are open or so kept (reporting
+    /// only a failure found since); any other writes out and commits.
+    async fn close_or_defer(&self, ino: u64, st: &mut crate::open_file::FileState) -> Result<()> {
+        let may_defer = st.handles <= 1
+            && (st.modified || st.busy())
+            && lock(&self.inner.inodes).len() < crate::closed::DEFERRED_MAX;
+        if may_defer && self.inner.leases.defer_close(ino) {
+            return st.take_error();
+        }
+        file::commit(&self.inner, ino, st).await
     }
 
     /// fsync: when it returns, every byte written through this client to
@@ -309,14 +314,9 @@ impl Client {
         let h = self.handle(fh)?;
         let r = {
             let mut st = h.inode.st.lock().await;
-            let last = st.handles <= 1;
-            let r = if last && self.may_defer(&st) && self.inner.leases.defer_close(h.inode.ino) {
-                // Kept open in this client, without handles, until the
-                // timer or the lease's return writes it out.
-                st.take_error()
-            } else {
-                file::commit(&self.inner, h.inode.ino, &mut st).await
-            };
+            // A deferred close keeps it open in this client, without
+            // handles, until the timer or the lease's return writes it out.
+            let r = self.close_or_defer(h.inode.ino, &mut st).await;
             st.handles = st.handles.saturating_sub(1);
             if st.handles == 0 && !st.busy() && !st.modified {
                 let mut inodes = lock(&self.inner.inodes);

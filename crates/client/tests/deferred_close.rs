@@ -88,6 +88,16 @@ async fn read_back(c: &Client, d: u64, name: &str) -> (u64, Vec<u8>) {
     (e.attr.size, out)
 }
 
+/// Files `f{i}` of `d`, for each `i` of `files`, read back through `c`
+/// with their length and bytes as [`make`] wrote them.
+async fn reads_all(c: &Client, d: u64, files: std::ops::Range<usize>) {
+    for i in files {
+        let (size, got) = read_back(c, d, &format!("f{i}")).await;
+        assert_eq!(size, content(i).len() as u64, "f{i}'s length");
+        assert!(got == content(i), "f{i}'s bytes");
+    }
+}
+
 /// Closes are deferred under the lease, and a second client reading at
 /// once — which makes the MDS call the lease back — sees every byte and
 /// the right length: the lease's return writes the data out first.
@@ -107,12 +117,7 @@ async fn another_client_reads_every_byte_of_files_closed_under_a_lease() {
         st.deferred_closes >= 30,
         "closes under the lease leave their data for later: {st:?}"
     );
-    for i in 0..40 {
-        let (size, got) = read_back(&b, d, &format!("f{i}")).await;
-        let want = content(i);
-        assert_eq!(size, want.len() as u64, "f{i}'s length");
-        assert!(got == want, "f{i}'s bytes");
-    }
+    reads_all(&b, d, 0..40).await;
     a.sync_all().await.unwrap();
     cl.stop().await.unwrap();
 }
@@ -154,11 +159,7 @@ async fn renames_removals_and_reopens_after_a_deferred_close_lose_nothing() {
     );
     a.release(fh).await.unwrap();
     a.sync_all().await.unwrap();
-    for i in 0..6 {
-        let (size, got) = read_back(&b, d, &format!("f{i}")).await;
-        assert_eq!(size, content(i).len() as u64, "f{i}'s length");
-        assert!(got == content(i), "f{i}'s bytes");
-    }
+    reads_all(&b, d, 0..6).await;
     assert_eq!(
         b.lookup(&root(), d, "gone").await.unwrap_err().errno,
         2,
@@ -182,11 +183,7 @@ async fn a_lease_gone_back_idle_wrote_its_closed_files_first() {
     // Idle: the lease goes back (50 ms) after writing the files out.
     tokio::time::sleep(Duration::from_millis(800)).await;
     let b = reader(&cl).await;
-    for i in 0..10 {
-        let (size, got) = read_back(&b, d, &format!("f{i}")).await;
-        assert_eq!(size, content(i).len() as u64, "f{i}'s length");
-        assert!(got == content(i), "f{i}'s bytes");
-    }
+    reads_all(&b, d, 0..10).await;
     cl.stop().await.unwrap();
 }
 

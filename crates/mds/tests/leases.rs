@@ -348,13 +348,6 @@ async fn a_lease_is_refused_where_it_cannot_be_held() {
     assert_eq!(names(&a, d).await, vec![("f".to_string(), f)]);
 }
 
-async fn getattr(c: &net::MdsClient, ino: u64) -> proto::mds::Attr {
-    match c.call(Op::GetAttr { ino }).await.unwrap() {
-        MdsReply::Attr(a) => a,
-        other => panic!("{other:?}"),
-    }
-}
-
 /// A holder's attribute change of a file in the leased directory is
 /// applied as SETATTR would be; a length, a change that takes a right
 /// away, a name that does not name the inode, and a change the caller may

@@ -73,13 +73,6 @@ async fn names(c: &net::MdsClient, dir: u64, page: u32) -> Vec<String> {
     }
 }
 
-async fn attr(c: &net::MdsClient, ino: u64) -> proto::mds::Attr {
-    match c.call(Op::GetAttr { ino }).await.unwrap() {
-        MdsReply::Attr(a) => a,
-        r => panic!("{r:?}"),
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_namespace_operation_and_error() {
     let cl = Cluster::start(3, spec(512 << 10, 3), PolicyKind::ChildClosest).await;
@@ -289,7 +282,7 @@ async fn every_namespace_operation_and_error() {
     );
     // readdir, paginated, sorted
     assert_eq!(names(&c, a, 2).await, vec!["f", "g", "l"]);
-    assert_eq!(attr(&c, a).await.size, 3);
+    assert_eq!(getattr(&c, a).await.size, 3);
     // rename: across directories, replacing, and every refusal
     let b = mkdir(&c, ROOT_INO, "b").await;
     c.call(Op::Rename {
@@ -333,7 +326,11 @@ async fn every_namespace_operation_and_error() {
         Errno::Stale,
         "replaced file is gone"
     );
-    assert_eq!(attr(&c, ino).await.nlink, 2, "still two names: a/f and b/h");
+    assert_eq!(
+        getattr(&c, ino).await.nlink,
+        2,
+        "still two names: a/f and b/h"
+    );
     let sub = mkdir(&c, a, "sub").await;
     let _ = mkdir(&c, sub, "deeper").await;
     assert_eq!(
@@ -418,7 +415,7 @@ async fn every_namespace_operation_and_error() {
     .await
     .unwrap();
     assert_eq!(errno(&c, Op::GetAttr { ino: e }).await, Errno::Stale);
-    assert_eq!(attr(&c, a).await.nlink, 2);
+    assert_eq!(getattr(&c, a).await.nlink, 2);
     // unlink / rmdir
     assert_eq!(
         errno(
@@ -903,7 +900,7 @@ async fn capabilities_revocation_truncation_and_deletion_at_the_osds() {
             .unwrap();
         assert_eq!(got.len(), [4096, 904, 0][j], "stripe {j}");
     }
-    assert_eq!(attr(&c, f.entry.attr.ino).await.size, 5000);
+    assert_eq!(getattr(&c, f.entry.attr.ino).await.size, 5000);
     // prefetch: neighbours come with one range capability that works at the OSD
     let dir = mkdir(&c, ROOT_INO, "many").await;
     let mut files = Vec::new();

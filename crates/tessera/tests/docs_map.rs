@@ -3,23 +3,13 @@
 //! under `src/`, or by its name in the row of its directory), and every
 //! `tessera` subcommand is named. Fails when a file or command lands
 //! without its line.
-#![expect(clippy::unwrap_used, reason = "tests: a panic is the failure report")]
+
+mod source_tree;
 
 use std::path::{Path, PathBuf};
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for e in std::fs::read_dir(dir).unwrap() {
-        let p = e.unwrap().path();
-        if p.is_dir() {
-            rust_files(&p, out);
-        } else if p.extension().is_some_and(|x| x == "rs") {
-            out.push(p);
-        }
-    }
 }
 
 /// The text of every `## ` section whose title names `` `krate` ``.
@@ -54,8 +44,7 @@ fn every_source_file_is_on_the_map() {
             !text.is_empty(),
             "docs/ARCHITECTURE.md has no section for `{krate}`"
         );
-        let mut files = Vec::new();
-        rust_files(&src, &mut files);
+        let files = source_tree::rust_files(&src);
         for f in files {
             let rel = f.strip_prefix(&src).unwrap().to_str().unwrap().to_string();
             if ["lib.rs", "main.rs"].contains(&rel.as_str()) {

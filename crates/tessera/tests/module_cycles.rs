@@ -6,6 +6,8 @@
 //! its parent, or a parent its child, is no such dependency.
 #![expect(clippy::unwrap_used, reason = "tests: a panic is the failure report")]
 
+mod source_tree;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
@@ -41,17 +43,6 @@ fn crates_dir() -> PathBuf {
         .parent()
         .unwrap()
         .to_path_buf()
-}
-
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for e in std::fs::read_dir(dir).unwrap() {
-        let p = e.unwrap().path();
-        if p.is_dir() {
-            rust_files(&p, out);
-        } else if p.extension().is_some_and(|x| x == "rs") {
-            out.push(p);
-        }
-    }
 }
 
 /// The module a source file defines (`a/mod.rs` and `a.rs` are `a`).
@@ -142,8 +133,7 @@ fn resolve(here: &Module, path: &str) -> Module {
 
 /// The sibling-to-sibling dependencies of one crate's modules.
 fn edges(src: &Path) -> BTreeSet<(Module, Module)> {
-    let mut files = Vec::new();
-    rust_files(src, &mut files);
+    let files = source_tree::rust_files(src);
     let modules: BTreeSet<Module> = files.iter().map(|f| module_of(src, f)).collect();
     let mut e = BTreeSet::new();
     for f in &files {

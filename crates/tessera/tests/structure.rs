@@ -8,6 +8,8 @@
 //! at the same indentation, as rustfmt lays code out.
 #![expect(clippy::unwrap_used, reason = "tests: a panic is the failure report")]
 
+mod source_tree;
+
 use std::path::{Path, PathBuf};
 
 const FILE_MAX: usize = 800;
@@ -44,23 +46,16 @@ fn workspace() -> PathBuf {
 
 /// Every `.rs` file under `crates/*/src`, relative to the workspace.
 fn library_files(root: &Path) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut todo: Vec<PathBuf> = std::fs::read_dir(root.join("crates"))
+    let mut out: Vec<String> = std::fs::read_dir(root.join("crates"))
         .unwrap()
         .map(|e| e.unwrap().path().join("src"))
         .filter(|p| p.is_dir())
+        .flat_map(|src| source_tree::rust_files(&src))
+        .map(|p| {
+            let rel = p.strip_prefix(root).unwrap();
+            rel.to_str().unwrap().replace('\\', "/")
+        })
         .collect();
-    while let Some(d) = todo.pop() {
-        for e in std::fs::read_dir(&d).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                todo.push(p);
-            } else if p.extension().is_some_and(|x| x == "rs") {
-                let rel = p.strip_prefix(root).unwrap();
-                out.push(rel.to_str().unwrap().replace('\\', "/"));
-            }
-        }
-    }
     out.sort();
     out
 }

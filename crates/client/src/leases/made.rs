@@ -5,14 +5,26 @@
 //! are answered here and sent with the lease's other changes, as
 //! [`DirOp::SetAttr`].
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use proto::mds::{Attr, Creds, DirOp, SetAttr};
 
-use super::{DirLeases, lock};
+use super::{Dir, DirLeases, lock};
 use crate::error::Result;
+
+/// The directory (and its state) whose usable lease made `ino`.
+fn made_in(dirs: &mut HashMap<u64, Dir>, ino: u64) -> Option<(u64, &mut Dir)> {
+    dirs.iter_mut()
+        .find(|(_, d)| {
+            d.lease
+                .as_ref()
+                .is_some_and(|h| h.usable() && h.made.contains_key(&ino))
+        })
+        .map(|(&dir, d)| (dir, d))
+}
 
 impl DirLeases {
     /// Whether a close of `ino` may leave its data buffered, to be
@@ -28,11 +40,7 @@ impl DirLeases {
             return false;
         }
         let mut dirs = lock(&self.dirs);
-        let Some(d) = dirs.values_mut().find(|d| {
-            d.lease
-                .as_ref()
-                .is_some_and(|h| h.usable() && h.made.contains_key(&ino))
-        }) else {
+        let Some((_, d)) = made_in(&mut dirs, ino) else {
             return false;
         };
         d.deferred.insert(ino);
@@ -74,11 +82,7 @@ impl DirLeases {
             return None;
         }
         let mut dirs = lock(&self.dirs);
-        let (&dir, d) = dirs.iter_mut().find(|(_, d)| {
-            d.lease
-                .as_ref()
-                .is_some_and(|h| h.usable() && h.made.contains_key(&ino))
-        })?;
+        let (dir, d) = made_in(&mut dirs, ino)?;
         let h = d.lease.as_mut()?;
         let (name, attr) = h.made.get(&ino)?.clone();
         let mut after = attr;

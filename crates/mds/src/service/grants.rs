@@ -178,10 +178,13 @@ impl Mds {
         // Not from a directory another session holds the lease of: its
         // names are the holder's to answer for (its changes, and a file's
         // data kept by a close under it, may not be here yet).
-        if !near.is_empty() {
+        // (One lock; the caller's key, a MAC, only when a lease is held.)
+        let leases = self.leases();
+        if !near.is_empty() && leases.any() {
             let me = super::auth::caller_key();
-            near.retain(|x| !self.leased_by_other(x.parent, me));
+            near.retain(|x| !leases.other_holds(x.parent, me));
         }
+        drop(leases);
         near.sort_by_key(|x| x.attr.ino);
         // The entry itself joins the runs (its own grants come separately):
         // an unbroken run of neighbours goes through it when its rights agree.

@@ -99,6 +99,20 @@ fn ids_target(target: usize, made: usize) -> usize {
         .clamp(LEASE_IDS, LEASE_IDS_MAX)
 }
 
+impl Leases {
+    /// Whether a session other than `session` holds `dir`'s lease, unlapsed.
+    pub(super) fn other_holds(&self, dir: u64, session: u64) -> bool {
+        self.held
+            .get(&dir)
+            .is_some_and(|l| l.holder != session && !l.lapsed())
+    }
+
+    /// Whether any lease is held (lapsed ones until swept).
+    pub(super) fn any(&self) -> bool {
+        !self.held.is_empty()
+    }
+}
+
 impl Lease {
     fn lapsed(&self) -> bool {
         self.heard.elapsed() >= Duration::from_millis(2 * LEASE_TERM_MS)
@@ -292,10 +306,7 @@ impl Mds {
     /// names are that holder's to answer for, so no listing of it is
     /// handed out in passing.
     pub(super) fn leased_by_other(&self, dir: u64, session: u64) -> bool {
-        self.leases()
-            .held
-            .get(&dir)
-            .is_some_and(|l| l.holder != session && !l.lapsed())
+        self.leases().other_holds(dir, session)
     }
 
     /// Waits until no other session holds a lease on a directory `op`

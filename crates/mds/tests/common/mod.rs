@@ -285,3 +285,11 @@ pub async fn mkdir(c: &MdsClient, parent: u64, name: &str) -> u64 {
         other => panic!("mkdir {name:?}: {other:?}"),
     }
 }
+
+/// Inode `ino`'s attributes (GETATTR) as `c` sees them.
+pub async fn getattr(c: &MdsClient, ino: u64) -> proto::mds::Attr {
+    match c.call(Op::GetAttr { ino }).await.unwrap() {
+        MdsReply::Attr(a) => a,
+        other => panic!("getattr {ino:#x}: {other:?}"),
+    }
+}
