@@ -9,7 +9,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::error::FsError;
+use crate::error::{Errno, FsError};
 use crate::file;
 use crate::open_file::OpenInode;
 use crate::state::{Inner, lock};
@@ -75,15 +75,35 @@ async fn write_one(inner: &Arc<Inner>, f: &Arc<OpenInode>, delay: Option<Duratio
     {
         return;
     }
-    if let Err(e) = file::commit(inner, f.ino, &mut st).await {
-        // No length is committed over data that was never written: a
-        // reader finds the file short, not zero-filled.
-        st.modified = false;
-        tracing::error!(ino = f.ino, error = %e, "writing out a closed file's data failed");
+    // Written first, then the length: a failure of either that may pass
+    // keeps the file (every byte still here) to try again.
+    let flushed = file::flush_all(inner, f.ino, &mut st).await;
+    let kept = !st.dirty.is_empty() && st.error.is_none();
+    let done = match flushed {
+        Ok(()) => file::commit(inner, f.ino, &mut st)
+            .await
+            .map_err(|e| (e, true)),
+        Err(e) => Err((e, kept)),
+    };
+    if let Err((e, all_here)) = done {
         inner.leases.note_failure(FsError {
             errno: e.errno,
             message: format!("writing out closed file {:#x}: {e}", f.ino),
         });
+        if all_here && may_pass(&e) {
+            st.dirty_since = Some(std::time::Instant::now());
+            tracing::warn!(ino = f.ino, error = %e, "writing out a closed file failed; kept to try again");
+            return;
+        }
+        // The data left the buffer and was not written, or the failure
+        // will not pass: no length is committed over data that was never
+        // written (a reader finds the file short, not zero-filled).
+        st.modified = false;
+        st.dirty.clear();
+        st.dirty_bytes = 0;
+        st.dirty_since = None;
+        st.error = None;
+        tracing::error!(ino = f.ino, error = %e, "writing out a closed file's data failed");
         return;
     }
     if st.handles == 0 && !st.busy() && !st.modified {
@@ -92,4 +112,13 @@ async fn write_one(inner: &Arc<Inner>, f: &Arc<OpenInode>, delay: Option<Duratio
             inodes.remove(&f.ino);
         }
     }
+}
+
+/// Whether a write-out's failure may pass: EIO (an MDS or OSD away or
+/// restarting: no capability, no layout, no answer), EBUSY or EAGAIN. A
+/// refusal of permission or space is final.
+fn may_pass(e: &FsError) -> bool {
+    [Errno::Io, Errno::Busy, Errno::Again]
+        .iter()
+        .any(|&x| e.is(x))
 }

@@ -295,10 +295,9 @@ pub(crate) async fn ensure_caps(
     let margin = inner.cfg.cap_margin.as_millis() as u64;
     let soon = now_ms() + margin;
     let expiring = st.grants.iter().any(|g| g.expiry_ms < soon);
-    // A file made under a directory lease has neither layout nor
-    // capabilities until it is first read or written.
-    // No capabilities at all: a file made under a directory lease, or a
-    // caller that dropped refused ones and wants them renewed.
+    // No capabilities at all: a file made under a directory lease (none
+    // until it is first read or written), or a caller that dropped
+    // refused ones and wants them renewed.
     if expiring || (write && !st.write_caps) || st.grants.is_empty() {
         let (entry, grants) = inner
             .open_grants(ino, &st.creds, write || st.write_caps)
@@ -309,7 +308,10 @@ pub(crate) async fn ensure_caps(
     }
     let have = st.layout.as_ref().map_or(0, |l| l.objsets.len() as u64);
     if write && objset >= have {
-        let f = inner.ns.extend_layout(&st.creds, ino, objset).await?;
+        let creds = &st.creds;
+        let f = inner
+            .as_writer(ino, || inner.ns.extend_layout(creds, ino, objset))
+            .await?;
         let (layout, grants) = extended(ino, objset, f)?;
         st.layout = Some(layout);
         st.grants = grants;
@@ -447,7 +449,10 @@ pub async fn commit(inner: &Arc<Inner>, ino: u64, st: &mut FileState) -> Result<
         // Times set since the last write stay (`i64::MIN` never wins the
         // namespace's "later of the two").
         let mtime = if st.times_set { i64::MIN } else { now_ns() };
-        let a = inner.ns.commit_size(&st.creds, ino, st.size, mtime).await?;
+        let (creds, size) = (&st.creds, st.size);
+        let a = inner
+            .as_writer(ino, || inner.ns.commit_size(creds, ino, size, mtime))
+            .await?;
         st.modified = false;
         inner.meta.cache_attr(a);
     }

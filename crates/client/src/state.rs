@@ -11,7 +11,7 @@ use net::MdsClient;
 use proto::mds::{Creds, Entry, Grant};
 
 use crate::config::ClientConfig;
-use crate::error::Result;
+use crate::error::{Errno, Result};
 use crate::meta::Meta;
 use crate::namespace::Namespace;
 use crate::open_file::OpenInode;
@@ -74,9 +74,41 @@ impl Inner {
         write: bool,
     ) -> Result<(Entry, Vec<Grant>)> {
         self.meta.miss();
-        let f = self.ns.open(creds, ino, write).await?;
+        let f = if write {
+            self.as_writer(ino, || self.ns.open(creds, ino, true))
+                .await?
+        } else {
+            self.ns.open(creds, ino, false).await?
+        };
         self.meta.absorb(&f);
         Ok((f.entry, f.grants))
+    }
+
+    /// Runs `call`, a request the MDS lets through because this session
+    /// holds `ino` open for writing (a renewal, a length commit, a longer
+    /// layout: POSIX checks the mode at open only). Refused with EACCES
+    /// while this client does hold it for writing — an MDS that restarted
+    /// and has not heard this client's holds yet judges by the mode, and a
+    /// file made 0444 then refuses its own writer — it tells the MDS what
+    /// it holds and runs `call` once more.
+    pub(crate) async fn as_writer<T, F, Fut>(&self, ino: u64, call: F) -> Result<T>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<T>>,
+    {
+        match call().await {
+            Err(e) if e.is(Errno::Access) && self.held_for_writing(ino) => {
+                self.ns.holding(self.held()).await?;
+                call().await
+            }
+            r => r,
+        }
+    }
+
+    /// Whether this client holds `ino` open for writing (a handle that
+    /// writes, or a close whose data is still to be written).
+    fn held_for_writing(&self, ino: u64) -> bool {
+        self.held().iter().any(|&(i, w)| i == ino && w)
     }
 
     /// The size this client knows for an open inode (its writes may not be

@@ -1171,3 +1171,56 @@ async fn grants_name_only_the_osds_a_files_copies_are_on() {
     }
     cl.stop().await;
 }
+
+/// A session re-announcing that it holds a 0444 file for writing (as a
+/// client does to a restarted MDS, which knows no holds): its owner gets
+/// writing back (a chmod would give it anyway), anyone else only what the
+/// mode allows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_re_announced_hold_gives_writing_back_to_the_owner_only() {
+    let cl = Cluster::start_holding(1, spec(4096, 1), PolicyKind::CreateOrder).await;
+    let c = cl.client();
+    let ro = create(&c, ROOT_INO, "read-only, of uid 5")
+        .await
+        .entry
+        .attr
+        .ino;
+    c.call(Op::SetAttr {
+        ino: ro,
+        set: SetAttr {
+            mode: Some(0o444),
+            uid: Some(5),
+            ..Default::default()
+        },
+    })
+    .await
+    .unwrap();
+    let creds = |uid| Creds {
+        uid,
+        gid: uid,
+        groups: vec![],
+    };
+    let write = Op::Open {
+        ino: ro,
+        write: true,
+    };
+    for (who, session, allowed) in [(creds(1000), 7001, false), (creds(5), 7002, true)] {
+        let mut s = cl.client();
+        s.session = session;
+        s.call_as(
+            who.clone(),
+            Op::Holding {
+                held: vec![(ro, true)],
+            },
+        )
+        .await
+        .unwrap();
+        let r = s.call_as(who.clone(), write.clone()).await;
+        match (allowed, r) {
+            (true, Ok(MdsReply::Found(f))) => assert!(!f.grants.is_empty(), "uid {}", who.uid),
+            (false, Err(e)) => assert_eq!(e.errno(), 13, "uid {}", who.uid),
+            (_, r) => panic!("uid {}: {r:?}", who.uid),
+        }
+    }
+    cl.stop().await;
+}

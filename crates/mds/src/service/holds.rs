@@ -303,10 +303,11 @@ impl Mds {
         };
         let snap = self.kv.read()?;
         // A file the caller could open now — reachable by a path walk
-        // inside its subtree, and readable (writable, if reported so) —
-        // counts as opened that way: what a client that opened it before
-        // an MDS restart re-announces, and never more than an open would
-        // grant. An orphan inside the subtree counts only as kept alive.
+        // inside its subtree, and readable (writable, if reported so), or
+        // its own — counts as opened that way: what a client that opened
+        // it before an MDS restart re-announces, and never more than an
+        // open (after a chmod, for an owner) would grant. An orphan inside
+        // the subtree counts only as kept alive.
         let mut memo = HashMap::new();
         let mut judged: HashMap<u64, Hold> = HashMap::with_capacity(fresh.len());
         for (ino, write) in fresh {
@@ -316,13 +317,18 @@ impl Mds {
             if !super::search::searchable(&snap, c, ino, &mut memo)? {
                 continue;
             }
-            let readable = perm::allowed(&i.attr, c, R);
+            // Its owner may always (a chmod would let it, so this grants
+            // nothing it could not take): a file made 0444, or made so
+            // while open, stays writable through the writer's descriptor
+            // across an MDS restart, as it was before.
+            let owner = c.uid == i.attr.uid;
+            let readable = owner || perm::allowed(&i.attr, c, R);
             if readable || i.attr.nlink == 0 {
                 judged.insert(
                     ino,
                     Hold {
                         opened: readable,
-                        write: write && readable && perm::allowed(&i.attr, c, W),
+                        write: write && (owner || readable && perm::allowed(&i.attr, c, W)),
                     },
                 );
             }
