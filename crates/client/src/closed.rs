@@ -7,7 +7,7 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::error::{Errno, FsError};
 use crate::file;
@@ -21,6 +21,11 @@ pub const DEFERRED_MAX: usize = 4096;
 
 /// Files written out together.
 const AT_ONCE: usize = 16;
+
+/// How long a closed file whose write-out keeps failing in a way that may
+/// pass (an MDS or OSDs away) is kept and tried again before its data is
+/// given up.
+pub const KEEP_TRYING: Duration = Duration::from_secs(3600);
 
 /// The inodes closed with data still to write: all of them, or those of
 /// `only`.
@@ -78,26 +83,35 @@ async fn write_one(inner: &Arc<Inner>, f: &Arc<OpenInode>, delay: Option<Duratio
     // Written first, then the length: a failure of either that may pass
     // keeps the file (every byte still here) to try again.
     let flushed = file::flush_all(inner, f.ino, &mut st).await;
-    let kept = !st.dirty.is_empty() && st.error.is_none();
+    let kept = !st.dirty.is_empty() && st.error.is_none() && !st.lost;
     let done = match flushed {
         Ok(()) => file::commit(inner, f.ino, &mut st)
             .await
-            .map_err(|e| (e, true)),
+            .map_err(|e| (e, !st.lost)),
         Err(e) => Err((e, kept)),
     };
     if let Err((e, all_here)) = done {
+        let first = st.failing_since.is_none();
+        let since = *st.failing_since.get_or_insert_with(Instant::now);
+        if all_here && may_pass(&e) && since.elapsed() < KEEP_TRYING {
+            // Tried again a write-back delay later (`syncfs` reports it
+            // meanwhile: it writes every kept file itself).
+            st.dirty_since = Some(Instant::now());
+            if first {
+                tracing::warn!(ino = f.ino, error = %e, "writing out a closed file failed; kept to try again");
+            }
+            return;
+        }
         inner.leases.note_failure(FsError {
             errno: e.errno,
             message: format!("writing out closed file {:#x}: {e}", f.ino),
         });
-        if all_here && may_pass(&e) {
-            st.dirty_since = Some(std::time::Instant::now());
-            tracing::warn!(ino = f.ino, error = %e, "writing out a closed file failed; kept to try again");
-            return;
-        }
         // The data left the buffer and was not written, or the failure
         // will not pass: no length is committed over data that was never
         // written (a reader finds the file short, not zero-filled).
+        inner
+            .dirty_total
+            .fetch_sub(st.dirty_bytes, std::sync::atomic::Ordering::Relaxed);
         st.modified = false;
         st.dirty.clear();
         st.dirty_bytes = 0;

@@ -354,14 +354,17 @@ async fn reap(st: &mut FileState, all: bool, range: Option<(u64, u64)>) {
                     }
                     if let Some(e) = failed {
                         st.error.get_or_insert(e);
+                        st.lost = true;
                     }
                 }
                 Ok(Err(e)) => {
                     st.error.get_or_insert(e);
+                    st.lost = true;
                 }
                 Err(e) => {
                     st.error
                         .get_or_insert(FsError::new(Errno::Io, e.to_string()));
+                    st.lost = true;
                 }
             }
         } else {

@@ -49,6 +49,13 @@ pub struct FileState {
     pub(crate) dirty_since: Option<Instant>,
     pub(crate) inflight: VecDeque<Flight>,
     pub(crate) error: Option<FsError>,
+    /// Some write-behind of this file failed: bytes left the buffer and
+    /// reached no copy (stays set once its error is reported).
+    pub(crate) lost: bool,
+    /// Since when a closed file's write-out has failed in a way that may
+    /// pass ([`crate::closed`]): it is kept and tried again until then
+    /// plus [`crate::closed::KEEP_TRYING`].
+    pub(crate) failing_since: Option<Instant>,
     pub(crate) existing: HashSet<(u64, u32)>,
     pub(crate) ra: Option<(u64, Bytes)>,
     pub(crate) pending: Option<Pending>,
@@ -96,6 +103,8 @@ impl OpenInode {
                 dirty_since: None,
                 inflight: VecDeque::new(),
                 error: None,
+                lost: false,
+                failing_since: None,
                 existing: HashSet::new(),
                 ra: None,
                 pending: None,

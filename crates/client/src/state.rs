@@ -85,8 +85,9 @@ impl Inner {
     }
 
     /// Runs `call`, a request the MDS lets through because this session
-    /// holds `ino` open for writing (a renewal, a length commit, a longer
-    /// layout: POSIX checks the mode at open only). Refused with EACCES
+    /// holds `ino` open for writing (an open or renewal for writing, a
+    /// length commit, a longer layout: POSIX checks the mode at open
+    /// only). Refused with EACCES
     /// while this client does hold it for writing — an MDS that restarted
     /// and has not heard this client's holds yet judges by the mode, and a
     /// file made 0444 then refuses its own writer — it tells the MDS what

@@ -1070,3 +1070,100 @@ async fn a_replay_carries_only_what_the_mds_sealed_for_that_session() {
     check_clean(&cl.mds.as_ref().unwrap().mds);
     cl.stop().await;
 }
+
+/// A hold for writing re-announced to a restarted MDS (which knows no
+/// holds) is judged by the mode, and by whose files the principal may act
+/// as the owner of — those it could chmod itself: a fixed-uid key gets
+/// writing back on its own 0444 file and not on another uid's; a
+/// root-squashing key on anyone's but root's; a read-only key on none (no
+/// write lock through the report either).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_re_announced_hold_gives_writing_back_only_to_who_could_chmod() {
+    let cl = Cluster::start_holding(1, spec_layout(), PolicyKind::ChildClosest).await;
+    let admin = cl.client();
+    let mut files = Vec::new();
+    for (name, uid) in [("of-5", 5), ("of-root", 0)] {
+        let ino = make(&admin, Creds::root(), create(ROOT_INO, name, 0o644)).await;
+        let set = proto::mds::SetAttr {
+            mode: Some(0o444),
+            uid: Some(uid),
+            ..Default::default()
+        };
+        admin.call(Op::SetAttr { ino, set }).await.unwrap();
+        files.push(ino);
+    }
+    let (of5, of_root) = (files[0], files[1]);
+    let fixed = |uid| UidMap::Fixed { uid, gid: uid };
+    let rw = Access::ReadWrite;
+    let keys = [
+        ("client.five", rw, fixed(5)),
+        ("client.six", rw, fixed(6)),
+        ("client.squash", rw, UidMap::SquashRoot),
+        ("client.ro", Access::ReadOnly, UidMap::SquashRoot),
+    ];
+    let mut clients = Vec::new();
+    for (name, access, uids) in keys {
+        clients.push(MdsClient::new(
+            &cl.mds_addr,
+            CLUSTER,
+            key(&admin, name, access, uids).await,
+            1,
+        ));
+    }
+    let cases = [
+        (0, of5, true),
+        (1, of5, false),
+        (2, of5, true),
+        (2, of_root, false),
+    ];
+    for (n, (k, ino, allowed)) in cases.into_iter().enumerate() {
+        let c = &mut clients[k];
+        c.session = 9000 + n as u64;
+        c.call_as(
+            user(5),
+            Op::Holding {
+                held: vec![(ino, true)],
+            },
+        )
+        .await
+        .unwrap();
+        let r = c.call_as(user(5), Op::Open { ino, write: true }).await;
+        match (allowed, r) {
+            (true, Ok(MdsReply::Found(f))) => assert!(
+                f.grants
+                    .iter()
+                    .any(|g| g.rights & proto::rights::WRITE != 0),
+                "case {n}: write grants"
+            ),
+            (false, Err(e)) => assert_eq!(e.errno(), 13, "case {n}"),
+            (_, r) => panic!("case {n}: {r:?}"),
+        }
+    }
+    // The read-only key: its report is taken (it keeps files alive) but
+    // grants no writing, so no write lock on a file it may not write.
+    let ro = &mut clients[3];
+    ro.session = 9100;
+    ro.call_as(
+        user(5),
+        Op::Holding {
+            held: vec![(of5, true)],
+        },
+    )
+    .await
+    .unwrap();
+    let lock = Op::Lock {
+        ino: of5,
+        lock: proto::locks::LockSpec {
+            owner: 1,
+            start: 0,
+            end: u64::MAX,
+            kind: proto::locks::LockKind::Write,
+            pid: 1,
+        },
+    };
+    assert_eq!(errno(ro.call_as(user(5), lock.clone()).await), Errno::BadF);
+    // Nor claiming root, which may write anything: it opens nothing for
+    // writing.
+    assert_eq!(errno(ro.call_as(user(0), lock).await), Errno::BadF);
+    cl.stop().await;
+}

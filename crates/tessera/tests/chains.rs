@@ -880,3 +880,61 @@ fn every_osd_crashed_at_once_with_a_store_lost_and_one_rewound_loses_no_file() {
         }
     });
 }
+
+/// `tessera osd out` of a live head drains it (before, the head stayed
+/// for good): its groups get a member elsewhere, then its lease is not
+/// renewed, the next member takes over as head once it has certainly
+/// stopped answering, and the OSD ends up up, out and in no chain. Writes
+/// go on through the drain; every file reads back, and nothing needs the
+/// drained OSD afterwards (it is killed and every file still reads).
+#[test]
+fn an_out_head_hands_its_groups_over_and_ends_in_no_chain() {
+    let dir = tempfile::tempdir().unwrap();
+    runtime().block_on(async {
+        let mut cl = start(dir.path());
+        cl.wait_healthy(60).await;
+        let c = cl.client().await;
+        let len = |k: u64| 1000 + 700 * k as usize;
+        for k in 0..20u64 {
+            write_file(&c, ROOT_INO, &format!("f{k}"), &content(k, len(k))).await;
+        }
+        let (head, _) = root_head(&cl).await;
+        cl.cli_ok(&["osd", "out", &head.to_string()]);
+        let mut k = 20u64;
+        let deadline = std::time::Instant::now() + Duration::from_secs(90);
+        loop {
+            write_file(&c, ROOT_INO, &format!("f{k}"), &content(k, len(k))).await;
+            k += 1;
+            let t = grant(&cl).await.chains.unwrap();
+            let drained = t.chains.iter().all(|(_, ch)| !ch.holds(head));
+            let settled = t
+                .chains
+                .iter()
+                .all(|(_, ch)| ch.joining.is_empty() && ch.members.len() == 2);
+            if drained && settled {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "OSD {head} still in a chain: {t:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        assert_ne!(root_head(&cl).await.0, head);
+        cl.wait_for("the drained OSD up again, and out", 60, |s| {
+            s.osds.iter().any(|o| o.id == head && o.up && !o.is_in)
+                && s.health().level == "HEALTH_OK"
+        })
+        .await;
+        cl.kill_osd(head);
+        let fresh = cl.client().await;
+        for j in 0..k {
+            let name = format!("f{j}");
+            assert_eq!(
+                read_file(&fresh, ROOT_INO, &name).await,
+                content(j, len(j)),
+                "{name}"
+            );
+        }
+    });
+}

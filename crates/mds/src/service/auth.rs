@@ -479,6 +479,8 @@ impl Mds {
                     self.check_search(&req, &named)?;
                     self.handle(req).await
                 });
+                let owns = super::holds::Owns::of(spec);
+                let top = super::holds::OWNS.scope(owns, top);
                 HOLDER.scope(id, SESSION.scope(session, top)).await
             }
         };

@@ -128,7 +128,9 @@ pub fn plan_chains(t: &ChainTable, map: &OsdMap, seen: &Seen) -> Option<ChainTab
             .filter(|m| alive.contains(m) && is_in(*m))
             .collect();
         // Members on OSDs marked out leave once enough others hold every
-        // object; a head stays (moving a live head needs it fenced first).
+        // object; a head stays here: moving a live head needs it fenced
+        // first, which the MDS does by not renewing its lease
+        // (`Mds::drain_refusal`), and it then leaves as a down head.
         let kept_in = members.iter().filter(|m| is_in(**m)).count();
         if kept_in >= r {
             let head = members[0];

@@ -45,6 +45,45 @@ impl Mds {
         self.chain_table().ok().flatten().map_or(0, |t| t.epoch)
     }
 
+    /// Why OSD `osd`'s report is refused while it drains: it is out and
+    /// heads chains whose other members, up and in, hold every group in
+    /// full (`R` of them, none joining). Its lease then runs out unrenewed
+    /// and [`plan_chains`] replaces it as it replaces a crashed head —
+    /// only once it has certainly stopped answering as head. Once it heads
+    /// nothing its reports are taken again: up, out, in no chain.
+    pub(super) fn drain_refusal(&self, osd: u32) -> Result<Option<String>, MdsError> {
+        let Some(t) = self.chain_table()? else {
+            return Ok(None);
+        };
+        let map = self.current_map()?;
+        if !map.osd(osd).is_some_and(|e| e.out) {
+            return Ok(None);
+        }
+        let up = self.up_osds();
+        let ready_elsewhere = |c: &Chain| {
+            let others = c.members.iter().skip(1);
+            c.joining.is_empty()
+                && others
+                    .filter(|m| up.contains(m) && map.osd(**m).is_some_and(|e| !e.out))
+                    .count()
+                    >= usize::from(t.replicas.max(1))
+        };
+        let headed: Vec<(u32, &Chain)> = t
+            .chains
+            .iter()
+            .filter(|(_, c)| c.head() == Some(osd))
+            .map(|(g, c)| (*g, c))
+            .collect();
+        if headed.is_empty() || !headed.iter().all(|(_, c)| ready_elsewhere(c)) {
+            return Ok(None);
+        }
+        let groups: Vec<u32> = headed.iter().map(|(g, _)| *g).collect();
+        Ok(Some(format!(
+            "OSD {osd} is out and heads groups {groups:?}, which other members hold in full: \
+             its lease is not renewed, so the next members take over (a drain)"
+        )))
+    }
+
     /// One pass over the chains: makes, shrinks and grows them as
     /// [`plan_chains`] says, and logs every change. Returns whether a
     /// group is still short of copies.

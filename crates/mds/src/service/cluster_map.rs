@@ -117,6 +117,14 @@ impl Mds {
         if verdict.lost() && self.chain_table()?.is_none() {
             return Err(self.refuse_until_set_aside(r.osd_id, r.store));
         }
+        if let Some(why) = self.drain_refusal(r.osd_id)? {
+            // Logged while it still counts as up: the drain's first
+            // reports, not every one until its lease is gone.
+            if self.up_osds().contains(&r.osd_id) {
+                tracing::info!(osd = r.osd_id, "{why}");
+            }
+            return Err(err(Errno::Busy, why));
+        }
         // Stale copies on it are fenced, and revocations it missed applied,
         // before it gets a lease.
         self.fence_osd(r.osd_id).await?;

@@ -26,6 +26,56 @@ use crate::kv::{T, View};
 use crate::ns;
 use crate::records::Records;
 
+tokio::task_local! {
+    /// Whose files the principal of the request being answered may act
+    /// as the owner of.
+    pub(super) static OWNS: Owns;
+}
+
+/// Whose files a principal may act as the owner of — and so could make
+/// writable with a chmod of its own: beside the mode, what a hold for
+/// writing re-announced to a restarted MDS is judged by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Owns {
+    /// Anyone's: a trusted principal claims any uid.
+    Any,
+    /// Anyone's but root's: root squashed, any other uid as claimed.
+    NotRoot,
+    /// Only this uid's: every claim maps to it.
+    Only(u32),
+    /// Nobody's: a read-only principal changes nothing.
+    Nothing,
+}
+
+impl Owns {
+    /// What `spec` may act as.
+    pub(super) fn of(spec: &proto::mds::PrincipalSpec) -> Owns {
+        use proto::mds::{Access, UidMap};
+        match (spec.access, spec.uids) {
+            (Access::ReadOnly, _) => Owns::Nothing,
+            (_, UidMap::Trusted) => Owns::Any,
+            (_, UidMap::SquashRoot) => Owns::NotRoot,
+            (_, UidMap::Fixed { uid, .. }) => Owns::Only(uid),
+        }
+    }
+
+    /// Whether a file owned by `uid` is among them.
+    fn owns(self, uid: u32) -> bool {
+        match self {
+            Owns::Any => true,
+            Owns::NotRoot => uid != 0,
+            Owns::Only(u) => u == uid,
+            Owns::Nothing => false,
+        }
+    }
+
+    /// The request being answered's; outside a principal's request (the
+    /// MDS's own work) anyone's.
+    pub(super) fn current() -> Owns {
+        OWNS.try_with(|o| *o).unwrap_or(Owns::Any)
+    }
+}
+
 /// Most sessions tracked at once. When full, the principal with the most
 /// sessions loses its least recently seen one: a principal that floods
 /// the table only ever evicts itself.
@@ -308,6 +358,7 @@ impl Mds {
         // it before an MDS restart re-announces, and never more than an
         // open (after a chmod, for an owner) would grant. An orphan inside
         // the subtree counts only as kept alive.
+        let owns = Owns::current();
         let mut memo = HashMap::new();
         let mut judged: HashMap<u64, Hold> = HashMap::with_capacity(fresh.len());
         for (ino, write) in fresh {
@@ -317,18 +368,20 @@ impl Mds {
             if !super::search::searchable(&snap, c, ino, &mut memo)? {
                 continue;
             }
-            // Its owner may always (a chmod would let it, so this grants
-            // nothing it could not take): a file made 0444, or made so
-            // while open, stays writable through the writer's descriptor
-            // across an MDS restart, as it was before.
-            let owner = c.uid == i.attr.uid;
+            // A principal that may act as its owner may always (a chmod
+            // of its own would let it, so this grants nothing it could
+            // not take): a file made 0444, or made so while open, stays
+            // writable through the writer's descriptor across an MDS
+            // restart. A read-only principal is granted no writing.
+            let owner = owns.owns(i.attr.uid);
             let readable = owner || perm::allowed(&i.attr, c, R);
+            let writable = owner || readable && perm::allowed(&i.attr, c, W);
             if readable || i.attr.nlink == 0 {
                 judged.insert(
                     ino,
                     Hold {
                         opened: readable,
-                        write: write && (owner || readable && perm::allowed(&i.attr, c, W)),
+                        write: write && writable && owns != Owns::Nothing,
                     },
                 );
             }

@@ -224,9 +224,6 @@ impl Mds {
     /// the files (confined principals are refused there); the bounds are
     /// all.
     fn may_lock(&self, c: &Creds, session: u64, ino: u64, write: bool) -> Result<(), MdsError> {
-        if self.namespace == NamespaceMode::Osd || self.session_holds(session, ino, write) {
-            return Ok(());
-        }
         let refused = || {
             err(
                 Errno::BadF,
@@ -236,6 +233,13 @@ impl Mds {
                 ),
             )
         };
+        // A read-only principal opens nothing for writing: no write lock.
+        if write && super::holds::Owns::current() == super::holds::Owns::Nothing {
+            return Err(refused());
+        }
+        if self.namespace == NamespaceMode::Osd || self.session_holds(session, ino, write) {
+            return Ok(());
+        }
         if !proto::layout::is_inode_number(ino) || !self.within(ino, super::search::top())? {
             return Err(refused());
         }
