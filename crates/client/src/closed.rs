@@ -82,13 +82,17 @@ async fn write_one(inner: &Arc<Inner>, f: &Arc<OpenInode>, delay: Option<Duratio
     }
     // Written first, then the length: a failure of either that may pass
     // keeps the file (every byte still here) to try again.
+    // Bytes a write-behind lost count while their error is unreported
+    // (once a close or fsync reported it, the file is as a local one is
+    // after a failed write-back), and so do any lost by this write-out.
+    let lost_before = std::mem::take(&mut st.lost) && st.error.is_some();
     let flushed = file::flush_all(inner, f.ino, &mut st).await;
-    let kept = !st.dirty.is_empty() && st.error.is_none() && !st.lost;
+    let lost = lost_before || std::mem::take(&mut st.lost);
     let done = match flushed {
         Ok(()) => file::commit(inner, f.ino, &mut st)
             .await
-            .map_err(|e| (e, !st.lost)),
-        Err(e) => Err((e, kept)),
+            .map_err(|e| (e, !lost)),
+        Err(e) => Err((e, !st.dirty.is_empty() && !lost)),
     };
     if let Err((e, all_here)) = done {
         let first = st.failing_since.is_none();
@@ -120,6 +124,7 @@ async fn write_one(inner: &Arc<Inner>, f: &Arc<OpenInode>, delay: Option<Duratio
         tracing::error!(ino = f.ino, error = %e, "writing out a closed file's data failed");
         return;
     }
+    st.failing_since = None;
     if st.handles == 0 && !st.busy() && !st.modified {
         let mut inodes = lock(&inner.inodes);
         if inodes.get(&f.ino).is_some_and(|g| Arc::ptr_eq(g, f)) {

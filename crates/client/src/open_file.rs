@@ -49,8 +49,9 @@ pub struct FileState {
     pub(crate) dirty_since: Option<Instant>,
     pub(crate) inflight: VecDeque<Flight>,
     pub(crate) error: Option<FsError>,
-    /// Some write-behind of this file failed: bytes left the buffer and
-    /// reached no copy (stays set once its error is reported).
+    /// Some write-behind of this file failed since the last write-out of
+    /// a closed file looked ([`crate::closed`]): bytes left the buffer
+    /// and reached no copy.
     pub(crate) lost: bool,
     /// Since when a closed file's write-out has failed in a way that may
     /// pass ([`crate::closed`]): it is kept and tried again until then

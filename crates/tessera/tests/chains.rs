@@ -367,6 +367,19 @@ fn a_flipped_byte_in_a_chain_copy_is_repaired_by_deep_scrub_and_by_a_read() {
             read_file(&cl.client().await, ROOT_INO, "precious").await,
             data
         );
+        // Rot in the head's and the next member's copies, then a read with
+        // no scrub first: the head makes its copy again from the first
+        // member whose copy reads — the tail — and the read returns the
+        // right bytes (before, it tried the next member only: EIO); a
+        // deep scrub then repairs the middle's copy from the head.
+        rot(&mut cl, head);
+        rot(&mut cl, middle);
+        assert_eq!(
+            read_file(&cl.client().await, ROOT_INO, "precious").await,
+            data
+        );
+        let text = cl.cli_ok(&["scrub", "--deep"]);
+        assert!(text.contains("1 inconsistent, 1 repaired"), "{text}");
         // A head that cannot be reached (stopped, its lease not lapsed):
         // the scrub says it is incomplete and exits 2, and status warns
         // until a scrub checks everything again.
@@ -894,7 +907,14 @@ fn an_out_head_hands_its_groups_over_and_ends_in_no_chain() {
         let mut cl = start(dir.path());
         cl.wait_healthy(60).await;
         let c = cl.client().await;
-        let len = |k: u64| 1000 + 700 * k as usize;
+        // Some large enough that filling a new member takes a while.
+        let len = |k: u64| {
+            if k % 5 == 0 {
+                1 << 20
+            } else {
+                1000 + 700 * k as usize
+            }
+        };
         for k in 0..20u64 {
             write_file(&c, ROOT_INO, &format!("f{k}"), &content(k, len(k))).await;
         }
@@ -906,6 +926,11 @@ fn an_out_head_hands_its_groups_over_and_ends_in_no_chain() {
             write_file(&c, ROOT_INO, &format!("f{k}"), &content(k, len(k))).await;
             k += 1;
             let t = grant(&cl).await.chains.unwrap();
+            // Never fewer than two full copies of any group on the way.
+            assert!(
+                t.chains.iter().all(|(_, ch)| ch.members.len() >= 2),
+                "a group lost a copy to the drain: {t:?}"
+            );
             let drained = t.chains.iter().all(|(_, ch)| !ch.holds(head));
             let settled = t
                 .chains
@@ -921,6 +946,8 @@ fn an_out_head_hands_its_groups_over_and_ends_in_no_chain() {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
         assert_ne!(root_head(&cl).await.0, head);
+        let log = std::fs::read_to_string(cl.dir.join("mds.log")).unwrap();
+        assert!(log.contains("(a drain)"), "the MDS did not log the drain");
         cl.wait_for("the drained OSD up again, and out", 60, |s| {
             s.osds.iter().any(|o| o.id == head && o.up && !o.is_in)
                 && s.health().level == "HEALTH_OK"

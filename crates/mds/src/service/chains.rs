@@ -45,11 +45,13 @@ impl Mds {
         self.chain_table().ok().flatten().map_or(0, |t| t.epoch)
     }
 
-    /// Why OSD `osd`'s report is refused while it drains: it is out and
-    /// heads chains whose other members, up and in, hold every group in
-    /// full (`R` of them, none joining). Its lease then runs out unrenewed
-    /// and [`plan_chains`] replaces it as it replaces a crashed head —
-    /// only once it has certainly stopped answering as head. Once it heads
+    /// Why OSD `osd`'s report is refused while it drains: it is out, heads
+    /// a chain, and every chain that names it (as head, member or joiner)
+    /// has `R` other full members on OSDs that are in and were heard from
+    /// just now, none joining. Its lease then runs out unrenewed and
+    /// [`plan_chains`] replaces it as it replaces a crashed head — only
+    /// once it has certainly stopped answering as head — and drops it from
+    /// every chain, none of which then needs its copy. Once it heads
     /// nothing its reports are taken again: up, out, in no chain.
     pub(super) fn drain_refusal(&self, osd: u32) -> Result<Option<String>, MdsError> {
         let Some(t) = self.chain_table()? else {
@@ -59,27 +61,27 @@ impl Mds {
         if !map.osd(osd).is_some_and(|e| e.out) {
             return Ok(None);
         }
-        let up = self.up_osds();
-        let ready_elsewhere = |c: &Chain| {
-            let others = c.members.iter().skip(1);
+        let heard = self.heard_recently();
+        let whole_without = |c: &Chain| {
+            let others = c.members.iter().filter(|m| **m != osd);
             c.joining.is_empty()
                 && others
-                    .filter(|m| up.contains(m) && map.osd(**m).is_some_and(|e| !e.out))
+                    .filter(|m| heard.contains(m) && map.osd(**m).is_some_and(|e| !e.out))
                     .count()
                     >= usize::from(t.replicas.max(1))
         };
-        let headed: Vec<(u32, &Chain)> = t
+        let heads: Vec<u32> = t
             .chains
             .iter()
             .filter(|(_, c)| c.head() == Some(osd))
-            .map(|(g, c)| (*g, c))
+            .map(|(g, _)| *g)
             .collect();
-        if headed.is_empty() || !headed.iter().all(|(_, c)| ready_elsewhere(c)) {
+        let named = t.chains.iter().filter(|(_, c)| c.holds(osd));
+        if heads.is_empty() || !named.clone().all(|(_, c)| whole_without(c)) {
             return Ok(None);
         }
-        let groups: Vec<u32> = headed.iter().map(|(g, _)| *g).collect();
         Ok(Some(format!(
-            "OSD {osd} is out and heads groups {groups:?}, which other members hold in full: \
+            "OSD {osd} is out and heads groups {heads:?}, which other members hold in full: \
              its lease is not renewed, so the next members take over (a drain)"
         )))
     }
@@ -88,6 +90,7 @@ impl Mds {
     /// [`plan_chains`] says, and logs every change. Returns whether a
     /// group is still short of copies.
     pub(super) async fn chain_pass(&self) -> Result<bool, MdsError> {
+        let _gate = self.chain_gate.lock().await;
         let Some(t) = self.chain_table()? else {
             return Ok(false);
         };

@@ -129,6 +129,7 @@ impl Mds {
         // before it gets a lease.
         self.fence_osd(r.osd_id).await?;
         self.retry_revocations(Some(r.osd_id)).await?;
+        let _gate = self.chain_gate.lock().await;
         {
             // A newer report that finished first keeps its place.
             let mut live = self.live.lock().unwrap_or_else(|e| e.into_inner());

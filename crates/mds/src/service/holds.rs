@@ -69,10 +69,10 @@ impl Owns {
         }
     }
 
-    /// The request being answered's; outside a principal's request (the
-    /// MDS's own work) anyone's.
+    /// The request being answered's; nobody's outside a principal's
+    /// request (so a path that forgot to set it grants nothing).
     pub(super) fn current() -> Owns {
-        OWNS.try_with(|o| *o).unwrap_or(Owns::Any)
+        OWNS.try_with(|o| *o).unwrap_or(Owns::Nothing)
     }
 }
 

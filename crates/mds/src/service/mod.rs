@@ -225,6 +225,13 @@ pub struct Mds {
     keys_reloaded: std::sync::atomic::AtomicU64,
     keys_dir: PathBuf,
     live: Mutex<LiveMap>,
+    /// Held by a chain pass from its view of which OSDs are alive to the
+    /// change it stores, and by a report from making its OSD live to its
+    /// answer: a report comes either before the pass (which then sees the
+    /// OSD alive) or after its change (and the answer names the new
+    /// epoch), so a head replaced as lapsed never gets a lease under the
+    /// table that still names it head.
+    chain_gate: tokio::sync::Mutex<()>,
     osds: Mutex<HashMap<u32, (String, Arc<OsdClient>)>>,
     /// Counters for `/metrics`.
     pub metrics: Arc<MdsMetrics>,
@@ -361,6 +368,7 @@ impl Mds {
             early_sessions: Mutex::default(),
             serving_since_ms: std::sync::atomic::AtomicU64::new(0),
             leases: Mutex::new(leases::Leases::default()),
+            chain_gate: tokio::sync::Mutex::new(()),
             locks: Mutex::new(locks::Locks::default()),
             connections: Default::default(),
             last_early: Default::default(),

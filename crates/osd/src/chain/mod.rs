@@ -557,6 +557,21 @@ impl Chains {
             ));
         }
         let _held = self.lock_objects(&req.cmd).await;
+        // The lease again, the object now ours: a request admitted just
+        // before the lease ran out may have waited for the lock past it,
+        // when the next member may be head already (a drain, a partition).
+        if let Some(lease) = &ctx.lease
+            && !lease.current()
+            && req
+                .cap
+                .as_ref()
+                .is_none_or(|c| c.rights & proto::rights::REVOKE == 0)
+        {
+            return Err(WireError::new(
+                ErrorCode::NotReady,
+                "the lease from the MDS ran out while this waited for its object",
+            ));
+        }
         // A change of this object that is not down the chain yet goes
         // first (and answers its own retry); until it is, the object
         // serves nothing, so nobody reads what a failover could lose.
@@ -572,16 +587,30 @@ impl Chains {
         }
         let (mut resp, mut out) =
             crate::exec::blocking(&req, || execute(ctx, principal, &req, payload.clone()));
-        // A bad copy here: repaired from the next member, then read again.
-        if let (Err(e), Some((_, oid)), Some(next)) = (
-            &resp.result,
-            req.cmd.object(),
-            chain.members.get(1).copied(),
-        ) && e.code == ErrorCode::Checksum
+        // A bad copy here: repaired from the first other member whose copy
+        // reads (the next one's may be bad too), then run again; with no
+        // good copy left the checksum error stands.
+        if let (Err(e), Some((_, oid))) = (&resp.result, req.cmd.object())
+            && e.code == ErrorCode::Checksum
+            && chain.members.len() > 1
         {
-            self.repair_from(ctx, &view, group, next, oid).await?;
-            (resp, out) =
-                crate::exec::blocking(&req, || execute(ctx, principal, &req, payload.clone()));
+            let others = &chain.members[1..];
+            match self
+                .heal_head(ctx, &view, (group, others), oid, false)
+                .await
+            {
+                Ok(_) => {
+                    (resp, out) = crate::exec::blocking(&req, || {
+                        execute(ctx, principal, &req, payload.clone())
+                    })
+                }
+                Err(why) => tracing::error!(
+                    group,
+                    oid,
+                    why,
+                    "a bad copy at the head: no member's copy could repair it"
+                ),
+            }
         }
         let reply = match &resp.result {
             Ok(r) => r.clone(),

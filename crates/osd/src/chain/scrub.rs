@@ -9,8 +9,8 @@
 //!   is the reference because a chain's head holds everything its later
 //!   members hold.
 //! - **Read repair**: a read at the head that meets a checksum error
-//!   fetches the object whole from the next member, replaces the head's
-//!   copy and reads again.
+//!   fetches the object whole from the first other member whose copy
+//!   reads, replaces the head's copy and reads again.
 
 use std::collections::{HashMap, HashSet};
 
@@ -265,12 +265,10 @@ impl Chains {
         Ok(Some((size, version, hash, attr_hash(attrs))))
     }
 
-    /// Replaces this OSD's copy of `oid` with member `from`'s (the caller
-    /// holds the object's lock).
     /// Makes the head's bad copy of `oid` again from the first of
     /// `members` whose copy reads whole; answers that member and the new
     /// digest.
-    async fn heal_head(
+    pub(super) async fn heal_head(
         &self,
         ctx: &Ctx,
         view: &ChainView,
@@ -292,6 +290,8 @@ impl Chains {
         Err(why)
     }
 
+    /// Replaces this OSD's copy of `oid` with member `from`'s (the caller
+    /// holds the object's lock).
     pub(super) async fn repair_from(
         &self,
         ctx: &Ctx,
