@@ -1167,3 +1167,53 @@ async fn a_re_announced_hold_gives_writing_back_only_to_who_could_chmod() {
     assert_eq!(errno(ro.call_as(user(0), lock).await), Errno::BadF);
     cl.stop().await;
 }
+
+/// A confined principal claiming uid 0 holds nothing outside its subtree:
+/// its report of a file elsewhere keeps no orphan alive (before, uid 0
+/// skipped the walk that finds the principal's root, and a report kept
+/// any file it named from being reaped, for good).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_confined_root_keeps_nothing_outside_its_subtree_alive() {
+    let cl = Cluster::start_set(
+        1,
+        spec_layout(),
+        PolicyKind::ChildClosest,
+        "hold_expiry_ms = 1000",
+    )
+    .await;
+    let admin = cl.client();
+    mkdir(&admin, ROOT_INO, "a").await;
+    let outside = make(&admin, Creds::root(), create(ROOT_INO, "outside", 0o644)).await;
+    let conf = spec(
+        "client.conf",
+        "/a",
+        Access::ReadWrite,
+        UidMap::Trusted,
+        false,
+    );
+    let mut conf = MdsClient::new(&cl.mds_addr, CLUSTER, add(&admin, conf).await.unwrap(), 1);
+    conf.session = 4242;
+    let report = Op::Holding {
+        held: vec![(outside, true)],
+    };
+    conf.call_as(user(0), report.clone()).await.unwrap();
+    admin
+        .call(Op::Unlink {
+            parent: ROOT_INO,
+            name: "outside".into(),
+        })
+        .await
+        .unwrap();
+    let m = cl.mds.as_ref().unwrap().mds.clone();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while m.orphan_count().unwrap() > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the orphan outside the confined principal's subtree is kept alive by its report"
+        );
+        // The report goes on, as a live session's does.
+        conf.call_as(user(0), report.clone()).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    cl.stop().await;
+}

@@ -532,3 +532,52 @@ async fn near(c: &net::MdsClient, parent: u64, name: &str) -> Vec<u64> {
         other => panic!("{other:?}"),
     }
 }
+
+/// A holder asking for its lease again while another client waits for it
+/// is refused (EBUSY), so the lease still lapses: before, each ask made it
+/// afresh, and a holder asking every few seconds kept the directory, and
+/// everyone waiting on it, for good. The waiter gets in once the lease
+/// lapses (two terms unheard).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_cannot_keep_a_waited_for_lease_by_asking_again() {
+    let cl = Cluster::start(3, spec(512 << 10, 3), PolicyKind::ChildClosest).await;
+    let (a, b) = (cl.client(), cl.client());
+    let d = mkdir(&a, ROOT_INO, "d").await;
+    lease(&a, d).await.unwrap();
+    // Asked again with nobody waiting: renewed, as before.
+    lease(&a, d).await.unwrap();
+    let started = std::time::Instant::now();
+    let waiter = tokio::spawn(async move { create(&b, d, "theirs").await });
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert!(
+        !waiter.is_finished(),
+        "the other client waits for the lease"
+    );
+    let mut refused = 0;
+    while !waiter.is_finished() {
+        match lease(&a, d).await {
+            Err(e) => {
+                assert_eq!(e.errno, Errno::Busy, "{e}");
+                refused += 1;
+            }
+            Ok(_) => {
+                // Granted only once the waiter was through: it finishes
+                // at once (a lease granted while it waited would hold it).
+                tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+                assert!(
+                    waiter.is_finished(),
+                    "a waited-for lease was granted to its holder again"
+                );
+                break;
+            }
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(60),
+            "the waiter never got in"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(1000)).await;
+    }
+    waiter.await.unwrap();
+    assert!(refused > 0);
+    cl.stop().await;
+}

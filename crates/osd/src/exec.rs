@@ -265,7 +265,7 @@ fn need(cmd: &Command, req: &Request) -> Need {
         } => Need {
             partition: pid,
             oid_lo: o,
-            oid_hi: o.saturating_add(u64::from(count) - 1),
+            oid_hi: o.saturating_add(u64::from(count).saturating_sub(1)),
             rights: rights::CREATE,
         },
         Command::Create { pid, oid: None, .. } => Need {

@@ -873,6 +873,52 @@ async fn a_change_too_large_to_forward_is_refused_at_the_head_and_costs_no_membe
     }
     assert_eq!(seen[0], seen[1], "the members differ");
     assert_eq!(seen[0].len(), 1);
+    shared.lock().unwrap().table.set(GROUP, vec![1, 2], vec![]);
+    // A listing that sets an attribute on the way: its FORWARD would carry
+    // the listing's answer (here 840 KiB of attributes), past a member's
+    // limit. Refused at the head before anything is set.
+    let get_page = Command::GetPage {
+        pid,
+        oid: OBJ,
+        page: 0x1_0000,
+        after: None,
+        max: 4096,
+    };
+    let req = client_request(1, 20, get_page, vec![(key(999), b"x".to_vec())]);
+    match client.conn(1, &addr1).call(req, Bytes::new()).await {
+        Err(ConnError::Remote(w)) => {
+            assert_eq!(w.code, ErrorCode::BadRequest, "{w}");
+            assert!(w.message.contains("with a set list"), "{w}");
+        }
+        other => panic!("a listing with a set list answered {other:?}"),
+    }
+    let (_, attrs) = client
+        .call(0, Command::GetAttributes { pid, oid: OBJ }, vec![key(999)])
+        .await;
+    assert!(
+        attrs.iter().all(|(k, v)| *k != key(999) || v.is_empty()),
+        "{attrs:?}"
+    );
+    // A create of no objects is refused, and the connection goes on.
+    let none = Command::Create {
+        pid,
+        oid: Some(OBJ + 1),
+        count: 0,
+    };
+    let req = client_request(1, 21, none, vec![]);
+    match client.conn(1, &addr1).call(req, Bytes::new()).await {
+        Err(ConnError::Remote(w)) => assert_eq!(w.code, ErrorCode::BadRequest, "{w}"),
+        other => panic!("a create of no objects answered {other:?}"),
+    }
+    let members_now = shared
+        .lock()
+        .unwrap()
+        .table
+        .chain(GROUP)
+        .unwrap()
+        .members
+        .clone();
+    assert_eq!(members_now, vec![1, 2], "a member was dropped");
     stop_all(&mut members);
 }
 

@@ -418,6 +418,15 @@ impl Mds {
                         format!("{dir:#x} is leased to another client"),
                     ));
                 }
+                // Asked again by its holder while another client waits:
+                // not renewed (a holder asking again and again would keep
+                // it, and every waiter out, for good).
+                Some(lease) if lease.contended => {
+                    return Err(err(
+                        Errno::Busy,
+                        format!("{dir:#x}: another client waits for this lease; give it back"),
+                    ));
+                }
                 _ if others => {
                     return Err(err(
                         Errno::Busy,

@@ -237,11 +237,16 @@ impl Mds {
         if write && super::holds::Owns::current() == super::holds::Owns::Nothing {
             return Err(refused());
         }
-        if self.namespace == NamespaceMode::Osd || self.session_holds(session, ino, write) {
+        if self.namespace == NamespaceMode::Osd {
             return Ok(());
         }
+        // Inside the caller's subtree before anything else: a hold alone
+        // (a report names any number) reaches nothing outside it.
         if !proto::layout::is_inode_number(ino) || !self.within(ino, super::search::top())? {
             return Err(refused());
+        }
+        if self.session_holds(session, ino, write) {
+            return Ok(());
         }
         let v = self.kv.read()?;
         let Ok(i) = v.live_inode(ino) else {

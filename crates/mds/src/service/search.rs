@@ -34,8 +34,10 @@ const WALK_MAX: usize = 4096;
 /// (`memo` remembers directories already decided, for a batch of
 /// neighbours). A walk that reaches the global root without passing a
 /// confined principal's root is refused: the inode is outside its
-/// subtree. A file whose recorded directory is gone (an orphan) has
-/// nothing above it: its own bits alone decide. A file with several names
+/// subtree (root's too: uid 0 skips the permission bits, not the walk,
+/// when confined). A file whose recorded directory is gone (an orphan) has
+/// nothing above it: its own bits alone decide, and for a confined
+/// principal it is outside (nothing shows it was inside). A file with several names
 /// is judged by the directory its last name was made in (linking needs
 /// ownership or read and write on the file, so nobody can move that
 /// directory under a closed one for others).
@@ -46,8 +48,12 @@ pub(super) fn searchable(
     memo: &mut HashMap<u64, bool>,
 ) -> Result<bool, MdsError> {
     let top = top();
-    if c.uid == 0 || ino == top || ino == ROOT_INO {
+    let confined = top != ROOT_INO;
+    if ino == top || (!confined && (c.uid == 0 || ino == ROOT_INO)) {
         return Ok(true);
+    }
+    if ino == ROOT_INO {
+        return Ok(false); // above a confined principal's root
     }
     let Some(first) = v.inode(ino)? else {
         return Ok(true); // the handler answers "no such inode"
@@ -70,11 +76,15 @@ pub(super) fn searchable(
             }
             let Some(d) = v.inode(dir)? else {
                 // Its recorded directory is gone (an orphan, or a file whose
-                // other name was in it): nothing above it to judge by.
-                break 'walk first.attr.kind != FileKind::Dir;
+                // other name was in it): nothing above it to judge by — nor
+                // to tell whether it was inside a confined principal's
+                // subtree, so for one it is not.
+                break 'walk !confined && first.attr.kind != FileKind::Dir;
             };
             seen.push(dir);
-            if !perm::allowed(&d.attr, c, X) {
+            // Root searches anything; a confined root still walks, to
+            // find its principal's root on the way.
+            if c.uid != 0 && !perm::allowed(&d.attr, c, X) {
                 break 'walk false;
             }
             (at, dir) = (dir, d.parent);
@@ -99,7 +109,7 @@ pub(super) fn visible(
     x: &Inode,
     memo: &mut HashMap<u64, bool>,
 ) -> Result<bool, MdsError> {
-    if c.uid == 0 {
+    if c.uid == 0 && top() == ROOT_INO {
         return Ok(true);
     }
     let listed = match v.inode(x.parent)? {

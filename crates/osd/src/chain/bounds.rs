@@ -18,6 +18,26 @@ pub const FORWARDED_ATTRS: usize = (1 << 20) / 4;
 /// down the chain: applied at the head and refused by the next member, it
 /// would cost that member its place (see `Chains::pass_down`).
 pub(super) fn check_forwardable(req: &Request) -> Result<(), WireError> {
+    // A FORWARD carries the head's answer too: a listing's can pass the
+    // member's frame limit, so a listing sets nothing on the way.
+    if !req.set.is_empty()
+        && matches!(
+            req.cmd,
+            Command::GetPage { .. }
+                | Command::GetAttributes { .. }
+                | Command::List { .. }
+                | Command::DataRanges { .. }
+        )
+    {
+        return Err(WireError::bad(
+            "set",
+            format!(
+                "{} with a set list cannot be passed down a replica chain (its answer may not \
+                 fit a FORWARD): set the attributes in a request of their own",
+                req.cmd.name()
+            ),
+        ));
+    }
     let len = proto::msg::encode(req).len();
     if len > FORWARDABLE_HEADER {
         return Err(WireError::bad(
