@@ -20,7 +20,9 @@ use crate::error::{Errno, FsError, Result};
 use crate::open_file::{FileState, Flight, OpenInode};
 use crate::state::Inner;
 use crate::stats::Counters;
-use crate::striped::{self, Copy, Run, Target, WRITE_NEED, cap_stale, piece_error, transport};
+use crate::striped::{
+    self, PieceError, Replica, Run, Target, WRITE_NEED, cap_stale, piece_error, transport,
+};
 use proto::clock::{now_ms, now_ns};
 
 /// Write-behind requests in flight per file before a writer waits.
@@ -60,7 +62,7 @@ pub(crate) async fn targets(
             };
             let client = inner.osds.client(&inner.mds, osd).await?;
             let reroute = inner.osds.grouped().then(|| reroute(inner, osd));
-            copies.push(Copy {
+            copies.push(Replica {
                 osd,
                 client,
                 cap,
@@ -107,15 +109,18 @@ struct WriteJob {
     existing: HashSet<(u64, u32)>,
 }
 
-/// A finished write-behind request: the objects written, the layout and
-/// capabilities the file must use from now on when they changed (a copy
-/// was recorded stale, or they were renewed), and the error the write
-/// ends with even so (fewer copies than the quorum took it).
-pub type WriteDone = (
-    Vec<(u64, u32)>,
-    Option<(Layout, Vec<Grant>)>,
-    Option<FsError>,
-);
+/// A finished write-behind request.
+#[derive(Debug)]
+pub struct WriteDone {
+    /// The objects written (object set, stripe).
+    pub done: Vec<(u64, u32)>,
+    /// The layout and capabilities the file must use from now on, when
+    /// they changed (a copy was recorded stale, or they were renewed).
+    pub changed: Option<(Layout, Vec<Grant>)>,
+    /// The error the write ends with even so (fewer copies than the
+    /// quorum took it).
+    pub failed: Option<FsError>,
+}
 
 /// Writes one extent to every fresh copy (renewing layout and
 /// capabilities once if an OSD refuses them, and retrying once if an OSD
@@ -162,8 +167,9 @@ async fn write_extent(
                 (w, Some(e)) => {
                     // Part of the write reached no copy: it fails, but the
                     // copies other parts missed are recorded stale first.
-                    if !cap_stale(&e.1) {
-                        for (set, stripe, osd, _) in &w.missed {
+                    if !cap_stale(&e.error) {
+                        for m in &w.missed {
+                            let (set, stripe, osd) = (&m.objset, &m.stripe, &m.osd);
                             let f = mark_stale(&inner, &creds, ino, *set, *stripe, *osd).await?;
                             if let Some(l) = f.entry.layout {
                                 layout = l;
@@ -177,17 +183,18 @@ async fn write_extent(
             match written {
                 Ok(w) if w.missed.is_empty() && w.short.is_empty() => {
                     Counters::add(&inner.meta.counters.bytes_written, len);
-                    return Ok((
-                        w.done,
-                        renewed.then(|| (layout.clone(), grants.clone())),
-                        None,
-                    ));
+                    return Ok(WriteDone {
+                        done: w.done,
+                        changed: renewed.then(|| (layout.clone(), grants.clone())),
+                        failed: None,
+                    });
                 }
                 Ok(w) => {
                     // An OSD that restarted elsewhere gets the write again.
                     let mut moved = false;
                     if attempt == 0 {
-                        for (_, _, osd, e) in &w.missed {
+                        for m in &w.missed {
+                            let (osd, e) = (&m.osd, &m.error);
                             if transport(e) && inner.osds.moved(&inner.mds, *osd).await {
                                 moved = true;
                             }
@@ -197,7 +204,8 @@ async fn write_extent(
                         continue;
                     }
                     Counters::add(&inner.meta.counters.osd_errors, w.missed.len() as u64);
-                    for (set, stripe, osd, e) in &w.missed {
+                    for m in &w.missed {
+                        let (set, stripe, osd, e) = (&m.objset, &m.stripe, &m.osd, &m.error);
                         tracing::warn!(ino, osd, error = %e, "a copy missed a write; recording it stale");
                         let f = mark_stale(&inner, &creds, ino, *set, *stripe, *osd).await?;
                         if let Some(l) = f.entry.layout {
@@ -218,15 +226,22 @@ async fn write_extent(
                     if short.is_none() {
                         Counters::add(&inner.meta.counters.bytes_written, len);
                     }
-                    return Ok((w.done, Some((layout.clone(), grants.clone())), short));
+                    return Ok(WriteDone {
+                        done: w.done,
+                        changed: Some((layout.clone(), grants.clone())),
+                        failed: short,
+                    });
                 }
-                Err((_, e)) if attempt < 2 && cap_stale(&e) => {
+                Err(e) if attempt < 2 && cap_stale(&e.error) => {
                     (layout, grants) = renew(&inner, ino, &creds, true, &layout).await?;
                     renewed = true;
                 }
-                Err((osd, e))
-                    if attempt == 0 && transport(&e) && inner.osds.moved(&inner.mds, osd).await => {
-                }
+                Err(PieceError {
+                    osd: Some(osd),
+                    error,
+                }) if attempt == 0
+                    && transport(&error)
+                    && inner.osds.moved(&inner.mds, osd).await => {}
                 Err(e) => {
                     Counters::add(&inner.meta.counters.osd_errors, 1);
                     return Err(piece_error(e));
@@ -346,7 +361,11 @@ async fn reap(st: &mut FileState, all: bool, range: Option<(u64, u64)>) {
         let over_limit = n - i >= MAX_INFLIGHT;
         if all || overlaps || over_limit || h.is_finished() {
             match h.await {
-                Ok(Ok((done, changed, failed))) => {
+                Ok(Ok(WriteDone {
+                    done,
+                    changed,
+                    failed,
+                })) => {
                     st.existing.extend(done);
                     if let Some((l, g)) = changed {
                         st.layout = Some(l);
@@ -698,11 +717,13 @@ pub async fn read_range(
                 }
                 return Ok(b);
             }
-            Err((_, e)) if attempt == 0 && cap_stale(&e) => {
+            Err(e) if attempt == 0 && cap_stale(&e.error) => {
                 (layout, grants) = renew(inner, ino, creds, false, &layout).await?;
             }
-            Err((osd, e))
-                if attempt == 0 && transport(&e) && inner.osds.moved(&inner.mds, osd).await => {}
+            Err(PieceError {
+                osd: Some(osd),
+                error,
+            }) if attempt == 0 && transport(&error) && inner.osds.moved(&inner.mds, osd).await => {}
             Err(e) => {
                 Counters::add(&inner.meta.counters.osd_errors, 1);
                 return Err(piece_error(e));

@@ -67,7 +67,7 @@ pub fn runs(layout: &Layout, off: u64, len: u64) -> Vec<Run> {
 /// One copy of a stripe object: its OSD, the connection pool to it and
 /// the capability for it.
 #[derive(Clone)]
-pub struct Copy {
+pub struct Replica {
     /// OSD id.
     pub osd: u32,
     /// Pool to it.
@@ -95,7 +95,7 @@ pub struct Target {
     /// Object id.
     pub oid: u64,
     /// Fresh copies, the preferred one first.
-    pub copies: Vec<Copy>,
+    pub copies: Vec<Replica>,
     /// Fewest copies a write may succeed on.
     pub quorum: usize,
 }
@@ -137,7 +137,7 @@ pub fn corrupt(e: &ConnError) -> bool {
 /// Runs `cmd` on one copy, waiting out a starting OSD's missing lease for
 /// up to about two seconds.
 pub(crate) async fn run_copy(
-    c: &Copy,
+    c: &Replica,
     cmd: Command,
     data: Bytes,
 ) -> std::result::Result<net::Answer, ConnError> {
@@ -161,7 +161,7 @@ pub(crate) async fn run_copy(
 /// Runs `cmd` at a replica group's head with one request id, finding the
 /// head again while its chain changes.
 async fn run_in_group(
-    c: &Copy,
+    c: &Replica,
     reroute: &Reroute,
     cmd: Command,
     data: Bytes,
@@ -185,8 +185,46 @@ async fn run_in_group(
     }
 }
 
-/// A failed piece: the OSD and the error.
-pub type PieceError = (u32, ConnError);
+/// A failed piece.
+#[derive(Debug, Clone)]
+pub struct PieceError {
+    /// The OSD that failed it; `None` when no OSD was asked (no fresh
+    /// copy) or the task writing it failed.
+    pub osd: Option<u32>,
+    /// What failed.
+    pub error: ConnError,
+}
+
+impl PieceError {
+    /// A failure at OSD `osd`.
+    fn at(osd: u32, error: ConnError) -> PieceError {
+        PieceError {
+            osd: Some(osd),
+            error,
+        }
+    }
+
+    /// A failure at no OSD in particular.
+    fn nowhere(why: String) -> PieceError {
+        PieceError {
+            osd: None,
+            error: ConnError::Protocol(why),
+        }
+    }
+}
+
+/// A copy that missed a write.
+#[derive(Debug, Clone)]
+pub struct Missed {
+    /// Its object set.
+    pub objset: u64,
+    /// Its stripe.
+    pub stripe: u32,
+    /// The OSD holding it.
+    pub osd: u32,
+    /// Why it missed.
+    pub error: ConnError,
+}
 
 /// A copy found bad while reading: (object set, stripe, OSD).
 pub type BadCopy = (u64, u32, u32);
@@ -237,7 +275,7 @@ async fn join_all<T: 'static>(
                 first_err.get_or_insert(e);
             }
             Err(e) => {
-                first_err.get_or_insert((u32::MAX, ConnError::Protocol(e.to_string())));
+                first_err.get_or_insert(PieceError::nowhere(e.to_string()));
             }
         }
     }
@@ -270,22 +308,20 @@ async fn read_one(r: &Run, t: &Target) -> std::result::Result<(Bytes, Vec<BadCop
                 return Ok((a.data, bad));
             }
             Err(ConnError::Remote(w)) if w.code == ErrorCode::NoObject => missing.push(c.osd),
-            Err(e) if cap_stale(&e) => return Err((c.osd, e)),
+            Err(e) if cap_stale(&e) => return Err(PieceError::at(c.osd, e)),
             Err(e) => {
                 if corrupt(&e) {
                     bad.push((r.objset, r.stripe, c.osd));
                 }
-                first.get_or_insert((c.osd, e));
+                first.get_or_insert(PieceError::at(c.osd, e));
             }
         }
     }
     if missing.len() == t.copies.len() || (first.is_none() && !missing.is_empty()) {
         return Ok((Bytes::new(), bad));
     }
-    Err(first.unwrap_or((
-        u32::MAX,
-        ConnError::Protocol(format!("object {:#x} has no fresh copy", t.oid)),
-    )))
+    Err(first
+        .unwrap_or_else(|| PieceError::nowhere(format!("object {:#x} has no fresh copy", t.oid))))
 }
 
 /// Writes one run's bytes to one copy, creating the object if needed:
@@ -293,7 +329,7 @@ async fn read_one(r: &Run, t: &Target) -> std::result::Result<(Bytes, Vec<BadCop
 /// object), else WRITE, falling back to CREATE + WRITE when the object is
 /// missing. `known` says the object is known to exist.
 pub async fn write_copy(
-    c: &Copy,
+    c: &Replica,
     oid: u64,
     obj_offset: u64,
     data: Bytes,
@@ -339,7 +375,7 @@ pub struct Written {
     /// Objects written (on at least their quorum of copies).
     pub done: Vec<(u64, u32)>,
     /// Copies that missed the write.
-    pub missed: Vec<(u64, u32, u32, ConnError)>,
+    pub missed: Vec<Missed>,
     /// Objects written on some copies but fewer than their quorum: the
     /// write must fail (EIO) once the copies that missed it are recorded
     /// stale (so the copies that have the bytes are the fresh ones).
@@ -360,18 +396,24 @@ async fn write_run(
         results.push((c.osd, write_copy(c, t.oid, r.obj_offset, part, known).await));
     } else {
         let mut set = JoinSet::new();
+        let mut osd_of = std::collections::HashMap::new();
         for c in t.copies.iter().cloned() {
             let part = part.clone();
-            let oid = t.oid;
-            set.spawn(async move {
+            let (oid, osd) = (t.oid, c.osd);
+            let h = set.spawn(async move {
                 let res = write_copy(&c, oid, r.obj_offset, part, known).await;
                 (c.osd, res)
             });
+            osd_of.insert(h.id(), osd);
         }
-        while let Some(j) = set.join_next().await {
+        while let Some(j) = set.join_next_with_id().await {
             match j {
-                Ok(x) => results.push(x),
-                Err(e) => results.push((u32::MAX, Err(ConnError::Protocol(e.to_string())))),
+                Ok((_, x)) => results.push(x),
+                // A task that failed: its copy missed the write.
+                Err(e) => match osd_of.get(&e.id()) {
+                    Some(&osd) => results.push((osd, Err(ConnError::Protocol(e.to_string())))),
+                    None => tracing::error!(error = %e, "a write task failed, its OSD unknown"),
+                },
             }
         }
     }
@@ -381,19 +423,23 @@ async fn write_run(
     for (osd, res) in results {
         if let Err(e) = res {
             if cap_stale(&e) {
-                return Err((osd, e));
+                return Err(PieceError::at(osd, e));
             }
             if first.is_none() {
-                first = Some((osd, e.clone()));
+                first = Some(PieceError::at(osd, e.clone()));
             }
-            out.missed.push((r.objset, r.stripe, osd, e));
+            out.missed.push(Missed {
+                objset: r.objset,
+                stripe: r.stripe,
+                osd,
+                error: e,
+            });
         }
     }
     if ok == 0 {
-        return Err(first.unwrap_or((
-            u32::MAX,
-            ConnError::Protocol(format!("object {:#x} has no fresh copy to write", t.oid)),
-        )));
+        return Err(first.unwrap_or_else(|| {
+            PieceError::nowhere(format!("object {:#x} has no fresh copy to write", t.oid))
+        }));
     }
     if ok < t.quorum.max(1) {
         out.short.push((r.objset, r.stripe));
@@ -437,7 +483,7 @@ pub async fn write(
                 first.get_or_insert(e);
             }
             Err(e) => {
-                first.get_or_insert((u32::MAX, ConnError::Protocol(e.to_string())));
+                first.get_or_insert(PieceError::nowhere(e.to_string()));
             }
         }
     }
@@ -448,11 +494,11 @@ pub async fn write(
 pub const WRITE_NEED: u32 = rights::WRITE | rights::CREATE;
 
 /// Turns a piece failure into the error callers see.
-pub fn piece_error((osd, e): PieceError) -> FsError {
-    if osd == u32::MAX {
-        return FsError::new(Errno::Io, e.to_string());
+pub fn piece_error(p: PieceError) -> FsError {
+    match p.osd {
+        Some(osd) => FsError::osd(osd, &p.error),
+        None => FsError::new(Errno::Io, p.error.to_string()),
     }
-    FsError::osd(osd, &e)
 }
 
 #[cfg(test)]

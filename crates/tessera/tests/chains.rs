@@ -909,7 +909,7 @@ fn an_out_head_hands_its_groups_over_and_ends_in_no_chain() {
         let c = cl.client().await;
         // Some large enough that filling a new member takes a while.
         let len = |k: u64| {
-            if k % 5 == 0 {
+            if k.is_multiple_of(5) {
                 1 << 20
             } else {
                 1000 + 700 * k as usize

@@ -349,7 +349,11 @@ impl Chains {
 pub fn effect(req: &Request, reply: &Reply, payload: &Bytes) -> Option<Effect> {
     let set = req.set.clone();
     let set_only = |pid, oid, set: Vec<(AttrKey, Vec<u8>)>| {
-        (!set.is_empty()).then_some((Command::SetAttributes { pid, oid }, set, Bytes::new()))
+        (!set.is_empty()).then_some(Effect {
+            cmd: Command::SetAttributes { pid, oid },
+            set,
+            data: Bytes::new(),
+        })
     };
     // An attribute the command set, then the request's set list.
     let setting = |pid, oid, key: AttrKey, value: Vec<u8>| {
@@ -362,8 +366,13 @@ pub fn effect(req: &Request, reply: &Reply, payload: &Bytes) -> Option<Effect> {
         )
     };
     // The bytes the command wrote, as a plain write at `offset`.
-    let written =
-        |pid, oid, offset, set| Some((Command::Write { pid, oid, offset }, set, payload.clone()));
+    let written = |pid, oid, offset, set| {
+        Some(Effect {
+            cmd: Command::Write { pid, oid, offset },
+            set,
+            data: payload.clone(),
+        })
+    };
     match (&req.cmd, reply) {
         (Command::Cas { .. }, Reply::Cas { swapped: false, .. }) => None,
         (
@@ -404,7 +413,11 @@ pub fn effect(req: &Request, reply: &Reply, payload: &Bytes) -> Option<Effect> {
             },
             _,
         ) => written(*pid, *oid, *offset, set),
-        (cmd, _) => Some((cmd.clone(), set, payload.clone())),
+        (cmd, _) => Some(Effect {
+            cmd: cmd.clone(),
+            set,
+            data: payload.clone(),
+        }),
     }
 }
 

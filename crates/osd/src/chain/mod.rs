@@ -124,8 +124,16 @@ fn kept_size(k: &Kept) -> usize {
     };
     64 + reply + k.1.iter().map(|(_, v)| v.len() + 16).sum::<usize>()
 }
-/// An effect: its command, set list and payload.
-pub type Effect = (Command, Vec<(AttrKey, Vec<u8>)>, Bytes);
+/// An effect, as passed down a chain.
+#[derive(Debug, Clone)]
+pub struct Effect {
+    /// The command each member applies.
+    pub cmd: Command,
+    /// Its set list.
+    pub set: Vec<(AttrKey, Vec<u8>)>,
+    /// Its payload.
+    pub data: Bytes,
+}
 
 /// This OSD's chain state.
 pub struct Chains {
@@ -655,7 +663,7 @@ impl Chains {
             }
             _ => payload,
         };
-        let Some((op, set, data)) = effect(&req, &reply, &payload) else {
+        let Some(Effect { cmd: op, set, data }) = effect(&req, &reply, &payload) else {
             return Ok((resp, out));
         };
         let fwd = Forward {

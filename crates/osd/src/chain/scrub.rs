@@ -65,9 +65,18 @@ fn digest_of(r: Reply) -> Result<(u64, u64, u64), WireError> {
     }
 }
 
-/// What is compared of one copy: size, version, content digest (deep;
-/// else 0) and attributes digest.
-type CopyDigest = (u64, u64, u64, u64);
+/// What is compared of one copy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct CopyDigest {
+    /// Length in bytes.
+    size: u64,
+    /// The object's version.
+    version: u64,
+    /// Digest of every byte (deep scrub; else 0).
+    content: u64,
+    /// Digest of the user attributes.
+    attrs: u64,
+}
 
 impl Chains {
     /// SCRUB GROUP at the head.
@@ -223,7 +232,12 @@ impl Chains {
             Err(e) => return Err(map_err(e)),
         };
         let attrs = s.list_attrs(pid, oid).map_err(map_err)?;
-        Ok(Some((size, version, hash, attr_hash(attrs.into_iter()))))
+        Ok(Some(CopyDigest {
+            size,
+            version,
+            content: hash,
+            attrs: attr_hash(attrs.into_iter()),
+        }))
     }
 
     /// Member `m`'s copy's digest; `None` when it does not hold the object.
@@ -262,7 +276,12 @@ impl Chains {
             )
             .await?;
         let attrs = a.attrs.into_iter().map(|(k, v)| ((k.page, k.number), v));
-        Ok(Some((size, version, hash, attr_hash(attrs))))
+        Ok(Some(CopyDigest {
+            size,
+            version,
+            content: hash,
+            attrs: attr_hash(attrs),
+        }))
     }
 
     /// Makes the head's bad copy of `oid` again from the first of
