@@ -579,5 +579,33 @@ async fn a_holder_cannot_keep_a_waited_for_lease_by_asking_again() {
     }
     waiter.await.unwrap();
     assert!(refused > 0);
+    // Giving it back and asking for it again at once (the two sent
+    // together, on two connections of one session) does not get it again
+    // while another waits: before, the ask after the give-back made it
+    // afresh, ahead of the waiter.
+    let (a, b) = (cl.client(), cl.client());
+    let mut a2 = cl.client();
+    a2.session = a.session;
+    let e = mkdir(&a, ROOT_INO, "e").await;
+    lease(&a, e).await.unwrap();
+    let started = std::time::Instant::now();
+    let waiter = tokio::spawn(async move { create(&b, e, "theirs").await });
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    while !waiter.is_finished() {
+        let (_, again) = tokio::join!(a.call(Op::DirRelease { dir: e }), lease(&a2, e));
+        if again.is_ok() {
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+            assert!(
+                waiter.is_finished(),
+                "a lease given back was granted again ahead of a waiter"
+            );
+            break;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(60),
+            "the waiter never got in"
+        );
+    }
+    waiter.await.unwrap();
     cl.stop().await;
 }

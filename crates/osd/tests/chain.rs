@@ -910,6 +910,14 @@ async fn a_change_too_large_to_forward_is_refused_at_the_head_and_costs_no_membe
         Err(ConnError::Remote(w)) => assert_eq!(w.code, ErrorCode::BadRequest, "{w}"),
         other => panic!("a create of no objects answered {other:?}"),
     }
+    // The same connection still serves (a panic in the admission took its
+    // task down).
+    let req = client_request(1, 22, Command::GetAttributes { pid, oid: OBJ }, vec![]);
+    client
+        .conn(1, &addr1)
+        .call(req, Bytes::new())
+        .await
+        .expect("the connection still serves");
     let members_now = shared
         .lock()
         .unwrap()

@@ -30,6 +30,56 @@ tokio::task_local! {
     static SESSION: u64;
 }
 
+tokio::task_local! {
+    /// Whose files the principal of the request being answered may act
+    /// as the owner of.
+    pub(super) static OWNS: Owns;
+}
+
+/// Whose files a principal may act as the owner of — and so could make
+/// writable with a chmod of its own: beside the mode, what a hold for
+/// writing re-announced to a restarted MDS is judged by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Owns {
+    /// Anyone's: a trusted principal claims any uid.
+    Any,
+    /// Anyone's but root's: root squashed, any other uid as claimed.
+    NotRoot,
+    /// Only this uid's: every claim maps to it.
+    Only(u32),
+    /// Nobody's: a read-only principal changes nothing.
+    Nothing,
+}
+
+impl Owns {
+    /// What `spec` may act as.
+    pub(super) fn of(spec: &proto::mds::PrincipalSpec) -> Owns {
+        use proto::mds::{Access, UidMap};
+        match (spec.access, spec.uids) {
+            (Access::ReadOnly, _) => Owns::Nothing,
+            (_, UidMap::Trusted) => Owns::Any,
+            (_, UidMap::SquashRoot) => Owns::NotRoot,
+            (_, UidMap::Fixed { uid, .. }) => Owns::Only(uid),
+        }
+    }
+
+    /// Whether a file owned by `uid` is among them.
+    pub(super) fn owns(self, uid: u32) -> bool {
+        match self {
+            Owns::Any => true,
+            Owns::NotRoot => uid != 0,
+            Owns::Only(u) => u == uid,
+            Owns::Nothing => false,
+        }
+    }
+
+    /// The request being answered's; nobody's outside a principal's
+    /// request (so a path that forgot to set it grants nothing).
+    pub(super) fn current() -> Owns {
+        OWNS.try_with(|o| *o).unwrap_or(Owns::Nothing)
+    }
+}
+
 /// The key the request being answered's session is known by (its leases'
 /// holder; 0 outside a request or without a session).
 pub(super) fn caller_key() -> u64 {
@@ -479,8 +529,7 @@ impl Mds {
                     self.check_search(&req, &named)?;
                     self.handle(req).await
                 });
-                let owns = super::holds::Owns::of(spec);
-                let top = super::holds::OWNS.scope(owns, top);
+                let top = OWNS.scope(Owns::of(spec), top);
                 HOLDER.scope(id, SESSION.scope(session, top)).await
             }
         };

@@ -21,60 +21,11 @@ use std::time::{Duration, Instant};
 use posix::perm::{self, R, W};
 use proto::mds::{Creds, Errno, HELD_MAX, MdsError, MdsReply};
 
+use super::auth::Owns;
 use super::{DELETE_BATCH, Mds, REAP_CHUNK, auth, err};
 use crate::kv::{T, View};
 use crate::ns;
 use crate::records::Records;
-
-tokio::task_local! {
-    /// Whose files the principal of the request being answered may act
-    /// as the owner of.
-    pub(super) static OWNS: Owns;
-}
-
-/// Whose files a principal may act as the owner of — and so could make
-/// writable with a chmod of its own: beside the mode, what a hold for
-/// writing re-announced to a restarted MDS is judged by.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Owns {
-    /// Anyone's: a trusted principal claims any uid.
-    Any,
-    /// Anyone's but root's: root squashed, any other uid as claimed.
-    NotRoot,
-    /// Only this uid's: every claim maps to it.
-    Only(u32),
-    /// Nobody's: a read-only principal changes nothing.
-    Nothing,
-}
-
-impl Owns {
-    /// What `spec` may act as.
-    pub(super) fn of(spec: &proto::mds::PrincipalSpec) -> Owns {
-        use proto::mds::{Access, UidMap};
-        match (spec.access, spec.uids) {
-            (Access::ReadOnly, _) => Owns::Nothing,
-            (_, UidMap::Trusted) => Owns::Any,
-            (_, UidMap::SquashRoot) => Owns::NotRoot,
-            (_, UidMap::Fixed { uid, .. }) => Owns::Only(uid),
-        }
-    }
-
-    /// Whether a file owned by `uid` is among them.
-    fn owns(self, uid: u32) -> bool {
-        match self {
-            Owns::Any => true,
-            Owns::NotRoot => uid != 0,
-            Owns::Only(u) => u == uid,
-            Owns::Nothing => false,
-        }
-    }
-
-    /// The request being answered's; nobody's outside a principal's
-    /// request (so a path that forgot to set it grants nothing).
-    pub(super) fn current() -> Owns {
-        OWNS.try_with(|o| *o).unwrap_or(Owns::Nothing)
-    }
-}
 
 /// Most sessions tracked at once. When full, the principal with the most
 /// sessions loses its least recently seen one: a principal that floods

@@ -132,6 +132,9 @@ pub(super) struct Leases {
     active: HashMap<u64, HashMap<u64, usize>>,
     /// Directory → its recent users.
     recent: HashMap<u64, Recent>,
+    /// Directory → requests waiting for its lease to go (no lease on it
+    /// is granted meanwhile).
+    waiting: HashMap<u64, usize>,
 }
 
 impl Leases {
@@ -243,6 +246,26 @@ impl Leases {
 }
 
 /// A request's mark on the directories it names; removed when dropped.
+/// A request counted as waiting for leases on `dirs` until dropped.
+struct Waiting<'a> {
+    mds: &'a Mds,
+    dirs: Vec<u64>,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        let mut l = self.mds.leases();
+        for d in &self.dirs {
+            if let Some(n) = l.waiting.get_mut(d) {
+                *n -= 1;
+                if *n == 0 {
+                    l.waiting.remove(d);
+                }
+            }
+        }
+    }
+}
+
 pub(super) struct Active<'a> {
     mds: &'a Mds,
     session: u64,
@@ -333,7 +356,7 @@ impl Mds {
                 dirs,
             };
         }
-        let mut waited = false;
+        let mut waiting: Option<Waiting<'_>> = None;
         loop {
             {
                 let mut l = self.leases();
@@ -354,6 +377,12 @@ impl Mds {
                                 false
                             }
                         }
+                        // The holder's own, once its lease lapsed while
+                        // another waits (else a stream of them keeps it).
+                        Some(lease) if lease.contended && lease.lapsed() => {
+                            busy = true;
+                            false
+                        }
                         _ => false,
                     };
                     if lapsed {
@@ -369,7 +398,7 @@ impl Mds {
                         *l.active.entry(*d).or_default().entry(session).or_default() += 1;
                         l.used(*d, session);
                     }
-                    if waited {
+                    if waiting.is_some() {
                         self.metrics.lease_waits.inc();
                     }
                     return Active {
@@ -378,8 +407,14 @@ impl Mds {
                         dirs,
                     };
                 }
+                if waiting.is_none() {
+                    for d in &dirs {
+                        *l.waiting.entry(*d).or_default() += 1;
+                    }
+                    let dirs = dirs.clone();
+                    waiting = Some(Waiting { mds: self, dirs });
+                }
             }
-            waited = true;
             tokio::time::sleep(WAIT_STEP).await;
         }
     }
@@ -418,13 +453,15 @@ impl Mds {
                         format!("{dir:#x} is leased to another client"),
                     ));
                 }
-                // Asked again by its holder while another client waits:
-                // not renewed (a holder asking again and again would keep
-                // it, and every waiter out, for good).
-                Some(lease) if lease.contended => {
+                // Requests wait for this directory: no lease until they
+                // are through, not again to its holder nor to one that gave
+                // it back and asks at once (it could keep them out for good).
+                _ if l.waiting.contains_key(&dir) => {
                     return Err(err(
                         Errno::Busy,
-                        format!("{dir:#x}: another client waits for this lease; give it back"),
+                        format!(
+                            "{dir:#x}: other requests wait for it; no lease until they are through"
+                        ),
                     ));
                 }
                 _ if others => {

@@ -234,7 +234,7 @@ impl Mds {
             )
         };
         // A read-only principal opens nothing for writing: no write lock.
-        if write && super::holds::Owns::current() == super::holds::Owns::Nothing {
+        if write && super::auth::Owns::current() == super::auth::Owns::Nothing {
             return Err(refused());
         }
         if self.namespace == NamespaceMode::Osd {

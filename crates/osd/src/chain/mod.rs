@@ -135,6 +135,24 @@ pub struct Effect {
     pub data: Bytes,
 }
 
+/// Refuses (NotReady) a request when this OSD's lease from the MDS has
+/// run out — the MDS's own (revoking) requests excepted, as at admission.
+fn still_leased(ctx: &Ctx, req: &Request) -> Result<(), WireError> {
+    if let Some(lease) = &ctx.lease
+        && !lease.current()
+        && req
+            .cap
+            .as_ref()
+            .is_none_or(|c| c.rights & proto::rights::REVOKE == 0)
+    {
+        return Err(WireError::new(
+            ErrorCode::NotReady,
+            "the lease from the MDS ran out while this waited for its object",
+        ));
+    }
+    Ok(())
+}
+
 /// This OSD's chain state.
 pub struct Chains {
     me: u32,
@@ -500,6 +518,32 @@ impl Chains {
             })
     }
 
+    /// Makes this head's bad copy of `oid` again from the first other
+    /// member of `members` whose copy reads; whether it could.
+    async fn repaired(
+        &self,
+        ctx: &Ctx,
+        view: &ChainView,
+        (group, members): (u32, &[u32]),
+        oid: u64,
+    ) -> bool {
+        let Some(others) = members.get(1..).filter(|o| !o.is_empty()) else {
+            return false;
+        };
+        match self.heal_head(ctx, view, (group, others), oid, false).await {
+            Ok(_) => true,
+            Err(why) => {
+                tracing::error!(
+                    group,
+                    oid,
+                    why,
+                    "a bad copy at the head: no member's copy could repair it"
+                );
+                false
+            }
+        }
+    }
+
     async fn serve_at_head(
         &self,
         ctx: &Ctx,
@@ -568,18 +612,7 @@ impl Chains {
         // The lease again, the object now ours: a request admitted just
         // before the lease ran out may have waited for the lock past it,
         // when the next member may be head already (a drain, a partition).
-        if let Some(lease) = &ctx.lease
-            && !lease.current()
-            && req
-                .cap
-                .as_ref()
-                .is_none_or(|c| c.rights & proto::rights::REVOKE == 0)
-        {
-            return Err(WireError::new(
-                ErrorCode::NotReady,
-                "the lease from the MDS ran out while this waited for its object",
-            ));
-        }
+        still_leased(ctx, &req)?;
         // A change of this object that is not down the chain yet goes
         // first (and answers its own retry); until it is, the object
         // serves nothing, so nobody reads what a failover could lose.
@@ -600,25 +633,12 @@ impl Chains {
         // good copy left the checksum error stands.
         if let (Err(e), Some((_, oid))) = (&resp.result, req.cmd.object())
             && e.code == ErrorCode::Checksum
-            && chain.members.len() > 1
-        {
-            let others = &chain.members[1..];
-            match self
-                .heal_head(ctx, &view, (group, others), oid, false)
+            && self
+                .repaired(ctx, &view, (group, &chain.members), oid)
                 .await
-            {
-                Ok(_) => {
-                    (resp, out) = crate::exec::blocking(&req, || {
-                        execute(ctx, principal, &req, payload.clone())
-                    })
-                }
-                Err(why) => tracing::error!(
-                    group,
-                    oid,
-                    why,
-                    "a bad copy at the head: no member's copy could repair it"
-                ),
-            }
+        {
+            (resp, out) =
+                crate::exec::blocking(&req, || execute(ctx, principal, &req, payload.clone()));
         }
         let reply = match &resp.result {
             Ok(r) => r.clone(),
