@@ -15,9 +15,7 @@ use crate::kv::{T, Tx, View};
 use crate::ns;
 use crate::records::{Records, num_key};
 
-fn err(e: Errno, m: impl Into<String>) -> MdsError {
-    MdsError::new(e, m)
-}
+use proto::mds::err;
 
 /// A delegation record: session, directory, ms since the epoch given,
 /// and whether the number was made (kept until it expires, so a batch

@@ -12,9 +12,7 @@ use crate::ids::IdPolicy;
 use crate::kv::{T, Tx};
 use crate::records::{Inode, Records, num_key, taken};
 
-fn err(e: Errno, m: impl Into<String>) -> MdsError {
-    MdsError::new(e, m)
-}
+use proto::mds::err;
 
 /// Sets a directory's default layout (new files in it and new
 /// subdirectories inherit it) or an empty file's layout.

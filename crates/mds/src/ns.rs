@@ -21,9 +21,7 @@ use proto::clock::now_ns;
 
 pub use crate::layouts::{MAX_OBJSETS, capped_stripes, extend_layout, homes_for, set_layout};
 
-fn err(e: Errno, m: impl Into<String>) -> MdsError {
-    MdsError::new(e, m)
-}
+use proto::mds::err;
 
 /// Formats an empty namespace: the root directory, owned by root, mode 0755.
 pub fn format_root(

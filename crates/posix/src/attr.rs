@@ -5,9 +5,7 @@ use proto::mds::{Attr, Creds, Errno, FileKind, MdsError, SetAttr, SetTime};
 
 use crate::perm::{self, W};
 
-fn err(e: Errno, m: impl Into<String>) -> MdsError {
-    MdsError::new(e, m)
-}
+use proto::mds::err;
 
 /// A fresh attribute block for an inode `c` makes in directory `parent`
 /// (setgid directories hand down their group; shared with clients of a

@@ -4,9 +4,7 @@ use std::borrow::Cow;
 
 use proto::mds::{Errno, MdsError, NAME_MAX, XATTR_NAME_MAX};
 
-fn err(e: Errno, m: impl Into<String>) -> MdsError {
-    MdsError::new(e, m)
-}
+use proto::mds::err;
 
 /// The first of the 128 code points (U+10FE80..=U+10FEFF, in the private
 /// use plane 16) that stand for the bytes 0x80..=0xFF of a name that is not

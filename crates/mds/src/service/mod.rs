@@ -286,9 +286,7 @@ pub struct Mds {
     last_early: std::sync::atomic::AtomicU64,
 }
 
-fn err(e: Errno, m: impl Into<String>) -> MdsError {
-    MdsError::new(e, m)
-}
+use proto::mds::err;
 
 fn osd_err(osd: u32, e: ConnError) -> MdsError {
     err(Errno::Io, format!("OSD {osd}: {e}"))

@@ -623,6 +623,13 @@ impl MdsError {
     }
 }
 
+/// [`MdsError::new`], short: the one helper every layer that answers
+/// with an MDS error uses (the namespace, layouts, delegation, POSIX rules
+/// and the service).
+pub fn err(errno: Errno, message: impl Into<String>) -> MdsError {
+    MdsError::new(errno, message)
+}
+
 /// A response from the MDS.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MdsResponse {
