@@ -32,7 +32,7 @@ impl CallError {
     /// The errno to hand to POSIX callers.
     pub fn errno(&self) -> i32 {
         match self {
-            CallError::Transport(_) => 5,
+            CallError::Transport(_) => proto::mds::Errno::Io.raw(),
             CallError::Mds(e) => e.errno.raw(),
         }
     }
