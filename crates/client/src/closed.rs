@@ -81,10 +81,10 @@ async fn write_one(inner: &Arc<Inner>, f: &Arc<OpenInode>, delay: Option<Duratio
         return;
     }
     // Written first, then the length: a failure of either that may pass
-    // keeps the file (every byte still here) to try again.
-    // Bytes a write-behind lost count while their error is unreported
-    // (once a close or fsync reported it, the file is as a local one is
-    // after a failed write-back), and so do any lost by this write-out.
+    // keeps the file to try again, if every byte is still here. Bytes a
+    // write-behind lost count while their error is unreported (once a
+    // close or fsync reported it, the file is as a local one is after a
+    // failed write-back), and so do any this write-out loses.
     let lost_before = std::mem::take(&mut st.lost) && st.error.is_some();
     let flushed = file::flush_all(inner, f.ino, &mut st).await;
     let lost = lost_before || std::mem::take(&mut st.lost);
