@@ -533,6 +533,22 @@ async fn near(c: &net::MdsClient, parent: u64, name: &str) -> Vec<u64> {
     }
 }
 
+/// Client `b` creating a file in `d`, started, and seen waiting for the
+/// lease another holds: when it started, and its task.
+async fn waiting_creator(
+    b: net::MdsClient,
+    d: u64,
+) -> (std::time::Instant, tokio::task::JoinHandle<u64>) {
+    let started = std::time::Instant::now();
+    let waiter = tokio::spawn(async move { create(&b, d, "theirs").await });
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert!(
+        !waiter.is_finished(),
+        "the other client waits for the lease"
+    );
+    (started, waiter)
+}
+
 /// A holder asking for its lease again while another client waits for it
 /// is refused (EBUSY), so the lease still lapses: before, each ask made it
 /// afresh, and a holder asking every few seconds kept the directory, and
@@ -546,13 +562,7 @@ async fn a_holder_cannot_keep_a_waited_for_lease_by_asking_again() {
     lease(&a, d).await.unwrap();
     // Asked again with nobody waiting: renewed, as before.
     lease(&a, d).await.unwrap();
-    let started = std::time::Instant::now();
-    let waiter = tokio::spawn(async move { create(&b, d, "theirs").await });
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    assert!(
-        !waiter.is_finished(),
-        "the other client waits for the lease"
-    );
+    let (started, waiter) = waiting_creator(b, d).await;
     let mut refused = 0;
     while !waiter.is_finished() {
         match lease(&a, d).await {
@@ -588,9 +598,7 @@ async fn a_holder_cannot_keep_a_waited_for_lease_by_asking_again() {
     a2.session = a.session;
     let e = mkdir(&a, ROOT_INO, "e").await;
     lease(&a, e).await.unwrap();
-    let started = std::time::Instant::now();
-    let waiter = tokio::spawn(async move { create(&b, e, "theirs").await });
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let (started, waiter) = waiting_creator(b, e).await;
     while !waiter.is_finished() {
         let (_, again) = tokio::join!(a.call(Op::DirRelease { dir: e }), lease(&a2, e));
         if again.is_ok() {

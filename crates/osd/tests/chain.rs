@@ -799,6 +799,29 @@ async fn only_a_shutdown_with_nothing_in_flight_is_clean() {
     drop(hole);
 }
 
+/// `req`, sent to the head at `addr`, is refused as a bad request whose
+/// message says `says`.
+async fn refused_as_bad(client: &GroupClient, addr: &str, req: Request, says: &str) {
+    match client.conn(1, addr).call(req, Bytes::new()).await {
+        Err(ConnError::Remote(w)) => {
+            assert_eq!(w.code, ErrorCode::BadRequest, "{w}");
+            assert!(w.message.contains(says), "{w}");
+        }
+        other => panic!("answered {other:?}, not refused as bad ({says:?})"),
+    }
+}
+
+/// The head holds no value for `k` on the test object.
+async fn assert_unset(client: &GroupClient, pid: u64, k: AttrKey) {
+    let (_, attrs) = client
+        .call(0, Command::GetAttributes { pid, oid: OBJ }, vec![k])
+        .await;
+    assert!(
+        attrs.iter().all(|(a, v)| *a != k || v.is_empty()),
+        "{attrs:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_change_too_large_to_forward_is_refused_at_the_head_and_costs_no_member() {
     let (shared, mut members, client) = chain_of(2);
@@ -822,21 +845,9 @@ async fn a_change_too_large_to_forward_is_refused_at_the_head_and_costs_no_membe
         .collect();
     let addr1 = shared.lock().unwrap().addrs[&1].clone();
     let req = client_request(1, 3, Command::SetAttributes { pid, oid: OBJ }, set);
-    match client.conn(1, &addr1).call(req, Bytes::new()).await {
-        Err(ConnError::Remote(w)) => {
-            assert_eq!(w.code, ErrorCode::BadRequest, "{w}");
-            assert!(w.message.contains("cannot be passed down"), "{w}");
-        }
-        other => panic!("an unforwardable change answered {other:?}"),
-    }
+    refused_as_bad(&client, &addr1, req, "cannot be passed down").await;
     // Nothing applied at the head, both members still in the chain.
-    let (_, attrs) = client
-        .call(0, Command::GetAttributes { pid, oid: OBJ }, vec![key(100)])
-        .await;
-    assert!(
-        attrs.iter().all(|(k, v)| *k != key(100) || v.is_empty()),
-        "{attrs:?}"
-    );
+    assert_unset(&client, pid, key(100)).await;
     let members_now = shared
         .lock()
         .unwrap()
@@ -885,20 +896,8 @@ async fn a_change_too_large_to_forward_is_refused_at_the_head_and_costs_no_membe
         max: 4096,
     };
     let req = client_request(1, 20, get_page, vec![(key(999), b"x".to_vec())]);
-    match client.conn(1, &addr1).call(req, Bytes::new()).await {
-        Err(ConnError::Remote(w)) => {
-            assert_eq!(w.code, ErrorCode::BadRequest, "{w}");
-            assert!(w.message.contains("with a set list"), "{w}");
-        }
-        other => panic!("a listing with a set list answered {other:?}"),
-    }
-    let (_, attrs) = client
-        .call(0, Command::GetAttributes { pid, oid: OBJ }, vec![key(999)])
-        .await;
-    assert!(
-        attrs.iter().all(|(k, v)| *k != key(999) || v.is_empty()),
-        "{attrs:?}"
-    );
+    refused_as_bad(&client, &addr1, req, "with a set list").await;
+    assert_unset(&client, pid, key(999)).await;
     // A create of no objects is refused, and the connection goes on.
     let none = Command::Create {
         pid,
@@ -906,10 +905,7 @@ async fn a_change_too_large_to_forward_is_refused_at_the_head_and_costs_no_membe
         count: 0,
     };
     let req = client_request(1, 21, none, vec![]);
-    match client.conn(1, &addr1).call(req, Bytes::new()).await {
-        Err(ConnError::Remote(w)) => assert_eq!(w.code, ErrorCode::BadRequest, "{w}"),
-        other => panic!("a create of no objects answered {other:?}"),
-    }
+    refused_as_bad(&client, &addr1, req, "").await;
     // The same connection still serves (a panic in the admission took its
     // task down).
     let req = client_request(1, 22, Command::GetAttributes { pid, oid: OBJ }, vec![]);

@@ -54,13 +54,13 @@ impl Mds {
     /// every chain, none of which then needs its copy. Once it heads
     /// nothing its reports are taken again: up, out, in no chain.
     pub(super) fn drain_refusal(&self, osd: u32) -> Result<Option<String>, MdsError> {
-        let Some(t) = self.chain_table()? else {
-            return Ok(None);
-        };
         let map = self.current_map()?;
         if !map.osd(osd).is_some_and(|e| e.out) {
             return Ok(None);
         }
+        let Some(t) = self.chain_table()? else {
+            return Ok(None);
+        };
         let heard = self.heard_recently();
         let whole_without = |c: &Chain| {
             let others = c.members.iter().filter(|m| **m != osd);

@@ -129,8 +129,11 @@ impl Mds {
         // before it gets a lease.
         self.fence_osd(r.osd_id).await?;
         self.retry_revocations(Some(r.osd_id)).await?;
-        let _gate = self.chain_gate.lock().await;
         {
+            // Under the chain gate: a chain pass either saw this OSD live
+            // or stored its change before it became so (then the answer
+            // below names the new epoch).
+            let _gate = self.chain_gate.lock().await;
             // A newer report that finished first keeps its place.
             let mut live = self.live.lock().unwrap_or_else(|e| e.into_inner());
             let prev = live.osds.get(&r.osd_id);
