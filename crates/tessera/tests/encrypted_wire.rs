@@ -51,6 +51,19 @@ impl Capture {
                 std::mem::size_of::<libc::timeval>() as u32,
             );
         }
+        // A receive buffer large enough that a busy machine drops nothing
+        // (the default, some 200 KiB, once lost the control under load).
+        let rcvbuf: libc::c_int = 64 << 20;
+        // SAFETY: a valid fd and an int of the right size.
+        unsafe {
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_RCVBUFFORCE,
+                (&rcvbuf as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as u32,
+            );
+        }
         let stop = Arc::new(AtomicBool::new(false));
         let s = stop.clone();
         let thread = std::thread::spawn(move || {
