@@ -5,7 +5,7 @@
 //! an embedded KV (redb behind a group-committed write-ahead log).
 //!
 //! Map: [`ids`] (object-id policies, pure), [`wal`] + [`kv`] (persistence),
-//! [`records`] (what is stored), [`principals`] (who may connect), [`ns`] (namespace operations, on the
+//! [`records`] (what is stored), [`raft`] (replicating the KV across a group), [`principals`] (who may connect), [`ns`] (namespace operations, on the
 //! shared rules of the `posix` crate),
 //! [`cluster`] (OSD map and heartbeats), [`service`] (requests, capabilities,
 //! prefetch, OSD actions), [`server`] (the MDS on the shared server loop),
@@ -22,6 +22,7 @@ pub mod layouts;
 pub mod metrics;
 pub mod ns;
 pub mod principals;
+pub mod raft;
 pub mod records;
 pub mod server;
 pub mod service;

@@ -97,11 +97,25 @@ impl Wal {
     /// Writes one record after the head without flushing (group commit:
     /// several records, then one [`Wal::flush`]).
     pub fn write_record(&mut self, lsn: u64, payload: &[u8]) -> io::Result<()> {
+        self.write_record_at(lsn, payload).map(|_| ())
+    }
+
+    /// [`Wal::write_record`], returning the offset the record went to.
+    /// Refuses a record that would reach the live records (the ring is
+    /// full until the tail moves).
+    pub fn write_record_at(&mut self, lsn: u64, payload: &[u8]) -> io::Result<u64> {
         let rec = encode(lsn, 0, payload);
         let len = rec.len() as u64;
         if len + BLOCK > self.capacity() {
             return Err(io::Error::other(format!(
                 "log record of {len} bytes does not fit a {}-byte log",
+                self.capacity()
+            )));
+        }
+        if self.live() + Wal::footprint(payload.len()) + BLOCK > self.capacity() {
+            return Err(io::Error::other(format!(
+                "log full: {} of {} bytes live",
+                self.live(),
                 self.capacity()
             )));
         }
@@ -116,12 +130,78 @@ impl Wal {
         }
         self.dev.write_at(&rec, at)?;
         self.head = at + len;
-        Ok(())
+        Ok(at)
     }
 
     /// Marks everything up to the head as checkpointed.
     pub fn checkpointed(&mut self) {
         self.tail = self.head;
+    }
+
+    /// Zeroes everything from `at` (a record's offset between tail and
+    /// head) to the head, flushes, and makes `at` the head: the records
+    /// there can never be read back, not even after a crash.
+    pub fn cut(&mut self, at: u64) -> io::Result<()> {
+        let cap = self.capacity();
+        let head = self.head.min(cap);
+        let spans: Vec<(u64, u64)> = if at <= head {
+            vec![(at, head)]
+        } else {
+            vec![(at, cap), (0, head)]
+        };
+        let zero = AlignedBuf::zeroed(1 << 20);
+        for (from, to) in spans {
+            let mut p = from;
+            while p < to {
+                let n = (to - p).min(1 << 20);
+                self.dev.write_at(&zero[..n as usize], p)?;
+                p += n;
+            }
+        }
+        self.dev.flush()?;
+        self.head = at;
+        Ok(())
+    }
+
+    /// The record at `at`, if a whole one with a good crc is there.
+    pub fn read_record(&self, at: u64) -> io::Result<Option<Record>> {
+        let cap = self.capacity();
+        if at + BLOCK > cap {
+            return Ok(None);
+        }
+        let mut hb = AlignedBuf::zeroed(BLOCK as usize);
+        self.dev.read_at(&mut hb, at)?;
+        if hb[..4] != MAGIC || u16::from_le_bytes([hb[4], hb[5]]) != VERSION {
+            return Ok(None);
+        }
+        let flags = u16::from_le_bytes([hb[6], hb[7]]);
+        let lsn = u64::from_le_bytes(hb[8..16].try_into().unwrap_or_default());
+        let len = u32::from_le_bytes(hb[16..20].try_into().unwrap_or_default()) as usize;
+        let want = u32::from_le_bytes(hb[20..24].try_into().unwrap_or_default());
+        if (HEADER + len) as u64 > cap {
+            return Ok(None);
+        }
+        let total = (HEADER + len).div_ceil(BLOCK as usize) * BLOCK as usize;
+        if at + total as u64 > cap {
+            return Ok(None);
+        }
+        let body = if total > BLOCK as usize {
+            let mut b = AlignedBuf::zeroed(total);
+            self.dev.read_at(&mut b, at)?;
+            b
+        } else {
+            hb
+        };
+        let payload = &body[HEADER..HEADER + len];
+        if crc(lsn, flags, payload) != want {
+            return Ok(None);
+        }
+        Ok(Some(Record {
+            lsn,
+            wrap: flags & FLAG_WRAP != 0,
+            payload: payload.to_vec(),
+            next: at + total as u64,
+        }))
     }
 
     /// Reads records from the tail: calls `f(lsn, payload)` for each with
@@ -132,6 +212,15 @@ impl Wal {
         first: u64,
         f: &mut dyn FnMut(u64, &[u8]) -> io::Result<()>,
     ) -> io::Result<u64> {
+        self.replay_at(first, &mut |lsn, _, p| f(lsn, p))
+    }
+
+    /// [`Wal::replay`], also giving each record's offset.
+    pub fn replay_at(
+        &mut self,
+        first: u64,
+        f: &mut dyn FnMut(u64, u64, &[u8]) -> io::Result<()>,
+    ) -> io::Result<u64> {
         let cap = self.capacity();
         let mut at = self.tail;
         let mut lsn = first;
@@ -141,34 +230,13 @@ impl Wal {
             if at >= cap {
                 at = 0;
             }
-            let mut hb = AlignedBuf::zeroed(BLOCK as usize);
-            self.dev.read_at(&mut hb, at)?;
-            if hb[..4] != MAGIC || u16::from_le_bytes([hb[4], hb[5]]) != VERSION {
+            let Some(rec) = self.read_record(at)? else {
                 break;
-            }
-            let flags = u16::from_le_bytes([hb[6], hb[7]]);
-            let rec_lsn = u64::from_le_bytes(hb[8..16].try_into().unwrap_or_default());
-            let len = u32::from_le_bytes(hb[16..20].try_into().unwrap_or_default()) as usize;
-            let want = u32::from_le_bytes(hb[20..24].try_into().unwrap_or_default());
-            if rec_lsn != lsn || (HEADER + len) as u64 > cap {
-                break;
-            }
-            let total = (HEADER + len).div_ceil(BLOCK as usize) * BLOCK as usize;
-            if at + total as u64 > cap {
-                break;
-            }
-            let body = if total > BLOCK as usize {
-                let mut b = AlignedBuf::zeroed(total);
-                self.dev.read_at(&mut b, at)?;
-                b
-            } else {
-                hb
             };
-            let payload = &body[HEADER..HEADER + len];
-            if crc(rec_lsn, flags, payload) != want {
+            if rec.lsn != lsn {
                 break;
             }
-            if flags & FLAG_WRAP != 0 {
+            if rec.wrap {
                 if wrapped {
                     break;
                 }
@@ -176,14 +244,26 @@ impl Wal {
                 at = 0;
                 continue;
             }
-            f(lsn, payload)?;
+            f(lsn, at, &rec.payload)?;
             n += 1;
             lsn += 1;
-            at += total as u64;
+            at = rec.next;
         }
         self.head = at;
         Ok(n)
     }
+}
+
+/// One record read back from the log.
+pub struct Record {
+    /// Its lsn.
+    pub lsn: u64,
+    /// A WRAP record (the next record is at offset 0).
+    pub wrap: bool,
+    /// What it carries.
+    pub payload: Vec<u8>,
+    /// Offset just after it.
+    pub next: u64,
 }
 
 #[cfg(test)]

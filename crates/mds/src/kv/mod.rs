@@ -31,6 +31,7 @@ use serde::{Deserialize, Serialize};
 use crate::wal::Wal;
 
 mod commit;
+pub mod image;
 mod open;
 
 pub use open::{KvOptions, create};

@@ -1,0 +1,242 @@
+//! The replicated state: the MDS's KV. Applying entries runs their
+//! batches' writes in one redb transaction together with the applied log
+//! id and membership (under the member-local key `raft_state`), committed
+//! without a sync; a crash loses only what the log still holds and the
+//! leader sends again. A snapshot is a KV image (`crate::kv::image`) taken
+//! at a point made durable first, so a purge up to it never loses what a
+//! restart needs; installing one replaces every replicated entry in one
+//! durable commit.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use openraft::storage::{RaftStateMachine, Snapshot, SnapshotMeta};
+use openraft::{
+    Entry, EntryPayload, ErrorSubject, ErrorVerb, LogId, OptionalSend, RaftSnapshotBuilder,
+    StoredMembership,
+};
+use redb::Database;
+use serde::{Deserialize, Serialize};
+
+use super::{Applied, Member, SnapshotFile, StoreError, Tc, store_err};
+use crate::kv::image;
+
+/// What the KV has applied, kept with it.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct AppliedState {
+    applied: Option<LogId<u64>>,
+    membership: StoredMembership<u64, Member>,
+}
+
+fn sm_err(verb: ErrorVerb, e: impl std::fmt::Display) -> StoreError {
+    store_err(ErrorSubject::StateMachine, verb, e)
+}
+
+fn snap_err(verb: ErrorVerb, e: impl std::fmt::Display) -> StoreError {
+    store_err(ErrorSubject::Snapshot(None), verb, e)
+}
+
+/// The KV as openraft's state machine.
+pub struct KvMachine {
+    db: Arc<Database>,
+    /// Where the current snapshot's image lives (`<dir>/snapshot.img`).
+    dir: PathBuf,
+    state: AppliedState,
+    current: Option<SnapshotMeta<u64, Member>>,
+    /// Batches of this MDS instance are already in the KV (its leader ran
+    /// them): applying skips them. 0 = none.
+    live_origin: Arc<AtomicU64>,
+    /// Snapshots built by this process (part of their ids).
+    built: Arc<AtomicU64>,
+}
+
+/// The image of the current snapshot under `dir`.
+pub fn snapshot_path(dir: &Path) -> PathBuf {
+    dir.join("snapshot.img")
+}
+
+impl KvMachine {
+    /// The state machine over `db`, its snapshots under `dir`.
+    pub fn open(db: Arc<Database>, dir: &Path) -> Result<KvMachine, StoreError> {
+        let state = match image::raft_state(&db).map_err(|e| sm_err(ErrorVerb::Read, e))? {
+            Some(raw) => postcard::from_bytes(&raw).map_err(|e| sm_err(ErrorVerb::Read, e))?,
+            None => AppliedState::default(),
+        };
+        let path = snapshot_path(dir);
+        let current = if path.exists() {
+            let raw = image::image_meta(&path).map_err(|e| snap_err(ErrorVerb::Read, e))?;
+            Some(postcard::from_bytes(&raw).map_err(|e| snap_err(ErrorVerb::Read, e))?)
+        } else {
+            None
+        };
+        Ok(KvMachine {
+            db,
+            dir: dir.to_path_buf(),
+            state,
+            current,
+            live_origin: Arc::new(AtomicU64::new(0)),
+            built: Arc::new(AtomicU64::new(0)),
+        })
+    }
+
+    /// The switch naming the live instance whose batches are skipped.
+    pub fn live_origin(&self) -> Arc<AtomicU64> {
+        self.live_origin.clone()
+    }
+
+    /// The KV.
+    pub fn db(&self) -> &Arc<Database> {
+        &self.db
+    }
+}
+
+/// Builds snapshots (in a task of its own, beside applies).
+pub struct KvSnapshotBuilder {
+    db: Arc<Database>,
+    dir: PathBuf,
+    built: Arc<AtomicU64>,
+}
+
+impl RaftSnapshotBuilder<Tc> for KvSnapshotBuilder {
+    async fn build_snapshot(&mut self) -> Result<Snapshot<Tc>, StoreError> {
+        let path = snapshot_path(&self.dir);
+        let n = self.built.fetch_add(1, Ordering::SeqCst) + 1;
+        let (_, raw) = image::write_image(&self.db, &path, |state| {
+            let state: AppliedState = match state {
+                Some(raw) => {
+                    postcard::from_bytes(&raw).map_err(|e| crate::kv::io_err("raft state", e))?
+                }
+                None => AppliedState::default(),
+            };
+            let id = state.applied.map_or_else(
+                || format!("0-0-{n}"),
+                |l| format!("{}-{}-{n}", l.leader_id.term, l.index),
+            );
+            let meta = SnapshotMeta {
+                last_log_id: state.applied,
+                last_membership: state.membership,
+                snapshot_id: id,
+            };
+            postcard::to_allocvec(&meta).map_err(|e| crate::kv::io_err("encode", e))
+        })
+        .map_err(|e| snap_err(ErrorVerb::Write, e))?;
+        let meta = postcard::from_bytes(&raw).map_err(|e| snap_err(ErrorVerb::Write, e))?;
+        Ok(Snapshot {
+            meta,
+            snapshot: Box::new(SnapshotFile { path }),
+        })
+    }
+}
+
+impl RaftStateMachine<Tc> for KvMachine {
+    type SnapshotBuilder = KvSnapshotBuilder;
+
+    async fn applied_state(
+        &mut self,
+    ) -> Result<(Option<LogId<u64>>, StoredMembership<u64, Member>), StoreError> {
+        Ok((self.state.applied, self.state.membership.clone()))
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<Applied>, StoreError>
+    where
+        I: IntoIterator<Item = Entry<Tc>> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let live = self.live_origin.load(Ordering::SeqCst);
+        let mut state = self.state.clone();
+        let mut batches: Vec<Vec<u8>> = Vec::new();
+        let mut answers = Vec::new();
+        for e in entries {
+            state.applied = Some(e.log_id);
+            match e.payload {
+                EntryPayload::Blank => {}
+                EntryPayload::Normal(b) => {
+                    if live == 0 || b.origin != live {
+                        batches.push(b.writes);
+                    }
+                }
+                EntryPayload::Membership(m) => {
+                    state.membership = StoredMembership::new(Some(e.log_id), m);
+                }
+            }
+            answers.push(Applied);
+        }
+        if answers.is_empty() {
+            return Ok(answers);
+        }
+        let local = postcard::to_allocvec(&state).map_err(|e| sm_err(ErrorVerb::Write, e))?;
+        image::apply_logged(&self.db, batches.iter().map(|b| &b[..]), &local, false)
+            .map_err(|e| sm_err(ErrorVerb::Write, e))?;
+        self.state = state;
+        Ok(answers)
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        KvSnapshotBuilder {
+            db: self.db.clone(),
+            dir: self.dir.clone(),
+            built: self.built.clone(),
+        }
+    }
+
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<SnapshotFile>, StoreError> {
+        Ok(Box::new(SnapshotFile {
+            path: self.dir.join("snapshot.incoming"),
+        }))
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta<u64, Member>,
+        snapshot: Box<SnapshotFile>,
+    ) -> Result<(), StoreError> {
+        let sig = Some(meta.signature());
+        let err = |e: String| store_err(ErrorSubject::Snapshot(sig.clone()), ErrorVerb::Write, e);
+        let inside: SnapshotMeta<u64, Member> = postcard::from_bytes(
+            &image::image_meta(&snapshot.path).map_err(|e| err(e.to_string()))?,
+        )
+        .map_err(|e| err(e.to_string()))?;
+        if inside.last_log_id != meta.last_log_id {
+            return Err(err(format!(
+                "image holds {:?}, the snapshot says {:?}",
+                inside.last_log_id, meta.last_log_id
+            )));
+        }
+        let state = AppliedState {
+            applied: meta.last_log_id,
+            membership: meta.last_membership.clone(),
+        };
+        let local = postcard::to_allocvec(&state).map_err(|e| err(e.to_string()))?;
+        image::load_image(&self.db, &snapshot.path, &local).map_err(|e| err(e.to_string()))?;
+        // Keep the image as this member's current snapshot.
+        let ours = snapshot_path(&self.dir);
+        if snapshot.path != ours {
+            let tmp = ours.with_extension("copy");
+            std::fs::copy(&snapshot.path, &tmp)
+                .and_then(|_| std::fs::File::open(&tmp)?.sync_all())
+                .and_then(|()| std::fs::rename(&tmp, &ours))
+                .map_err(|e| err(e.to_string()))?;
+            if snapshot.path == self.dir.join("snapshot.incoming") {
+                let _ = std::fs::remove_file(&snapshot.path);
+            }
+        }
+        self.state = state;
+        self.current = Some(meta.clone());
+        Ok(())
+    }
+
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<Tc>>, StoreError> {
+        // A builder may have made a newer image than the one installed.
+        let path = snapshot_path(&self.dir);
+        if path.exists() {
+            let raw = image::image_meta(&path).map_err(|e| snap_err(ErrorVerb::Read, e))?;
+            self.current =
+                Some(postcard::from_bytes(&raw).map_err(|e| snap_err(ErrorVerb::Read, e))?);
+        }
+        Ok(self.current.clone().map(|meta| Snapshot {
+            meta,
+            snapshot: Box::new(SnapshotFile { path }),
+        }))
+    }
+}
