@@ -216,11 +216,7 @@ impl Wal {
     }
 
     /// [`Wal::replay`], also giving each record's offset.
-    pub fn replay_at(
-        &mut self,
-        first: u64,
-        f: &mut dyn FnMut(u64, u64, &[u8]) -> io::Result<()>,
-    ) -> io::Result<u64> {
+    pub fn replay_at(&mut self, first: u64, f: &mut RecordVisitor<'_>) -> io::Result<u64> {
         let cap = self.capacity();
         let mut at = self.tail;
         let mut lsn = first;
@@ -253,6 +249,9 @@ impl Wal {
         Ok(n)
     }
 }
+
+/// A visitor of (lsn, offset, payload) during replay.
+pub type RecordVisitor<'a> = dyn FnMut(u64, u64, &[u8]) -> io::Result<()> + 'a;
 
 /// One record read back from the log.
 pub struct Record {

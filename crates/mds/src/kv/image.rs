@@ -39,10 +39,10 @@ fn replicated(t: usize, key: &[u8]) -> bool {
 }
 
 /// Visits every replicated entry, table by table in key order.
-fn each_entry(
-    r: &redb::ReadTransaction,
-    f: &mut dyn FnMut(u8, &[u8], &[u8]) -> Result<(), MdsError>,
-) -> Result<(), MdsError> {
+/// A visitor of (table, key, value) that may fail.
+type TableVisitor<'a> = dyn FnMut(u8, &[u8], &[u8]) -> Result<(), MdsError> + 'a;
+
+fn each_entry(r: &redb::ReadTransaction, f: &mut TableVisitor<'_>) -> Result<(), MdsError> {
     for t in 0..N {
         let table = r.open_table(def(t)).map_err(|e| io_err("open table", e))?;
         for item in table.iter().map_err(|e| io_err("scan", e))? {
@@ -141,10 +141,8 @@ pub fn write_image(
     let file = out.into_inner().map_err(|e| io_err("write image", e))?;
     file.sync_all().map_err(|e| io_err("sync image", e))?;
     std::fs::rename(&tmp, path).map_err(|e| io_err("rename image", e))?;
-    if let Some(dir) = path.parent() {
-        if let Ok(d) = std::fs::File::open(dir) {
-            let _ = d.sync_all();
-        }
+    if let Some(Ok(d)) = path.parent().map(std::fs::File::open) {
+        let _ = d.sync_all();
     }
     Ok((count, meta.to_vec()))
 }

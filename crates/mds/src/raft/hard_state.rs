@@ -93,10 +93,10 @@ impl HardStateFile {
         for slot in 0..2 {
             let mut b = AlignedBuf::zeroed(SLOT as usize);
             dev.read_at(&mut b, slot * SLOT)?;
-            if let Some((seq, s)) = parse(&b) {
-                if best.as_ref().is_none_or(|(q, _)| seq > *q) {
-                    best = Some((seq, s));
-                }
+            if let Some((seq, s)) = parse(&b)
+                && best.as_ref().is_none_or(|(q, _)| seq > *q)
+            {
+                best = Some((seq, s));
             }
         }
         let (seq, state) = best.ok_or_else(|| {
@@ -150,8 +150,7 @@ mod tests {
         assert_eq!(HardStateFile::open(&p).unwrap().state.tail, 8192);
         // Tear the newer slot: the older one is read.
         let seq = f.seq;
-        let junk = AlignedBuf::zeroed(SLOT as usize);
-        let mut j = junk;
+        let mut j = AlignedBuf::zeroed(SLOT as usize);
         j[..4].copy_from_slice(&MAGIC);
         f.dev.write_at(&j, (seq % 2) * SLOT).unwrap();
         assert_eq!(HardStateFile::open(&p).unwrap().state.tail, 4096);

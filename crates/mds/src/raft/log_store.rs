@@ -296,7 +296,7 @@ impl RaftLogStorage<Tc> for LogStore {
     async fn purge(&mut self, log_id: LogId<u64>) -> Result<(), StoreError> {
         let mut inner = self.lock();
         let upto = log_id.index;
-        if upto + 1 <= inner.first {
+        if upto < inner.first {
             // Nothing live is at or below it: only the purged id moves.
             if inner.hard.state.purged.is_some_and(|p| p.index >= upto) {
                 return Ok(());

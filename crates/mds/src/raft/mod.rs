@@ -10,6 +10,9 @@
 //! (the KV as the replicated state, snapshots as KV images). How these
 //! become a serving group is planned in `docs/HA-PLAN.md`.
 
+// openraft's storage error is what its traits return, large as it is.
+#![allow(clippy::result_large_err)]
+
 pub mod hard_state;
 pub mod log_store;
 pub mod state_machine;
@@ -114,7 +117,19 @@ pub fn open_member(
     Ok((log, sm))
 }
 
-/// A fingerprint of the replicated contents of a member's KV.
-pub fn digest(sm: &state_machine::KvMachine) -> Result<u64, String> {
-    crate::kv::image::digest(sm.db()).map_err(|e| e.to_string())
+/// Fingerprints a member's KV (see [`crate::kv::image::digest`]) while
+/// openraft owns its state machine.
+#[derive(Clone)]
+pub struct Digester(Arc<redb::Database>);
+
+impl Digester {
+    /// The one for `sm`'s KV.
+    pub fn of(sm: &state_machine::KvMachine) -> Digester {
+        Digester(sm.db().clone())
+    }
+
+    /// A fingerprint of the replicated contents.
+    pub fn digest(&self) -> Result<u64, String> {
+        crate::kv::image::digest(&self.0).map_err(|e| e.to_string())
+    }
 }
