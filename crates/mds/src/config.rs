@@ -62,6 +62,55 @@ pub struct MdsConfig {
     /// to a principal holding fewer (`docs/SECURITY.md`). Raise the open
     /// files limit with it: the MDS asks for its hard limit at start.
     pub max_connections: usize,
+    /// This MDS as a member of a replicated group (absent: a single MDS).
+    /// Written by `tessera mds format --members`; see `docs/HA.md`.
+    pub group: Option<GroupConfig>,
+}
+
+/// A replicated MDS group as one member knows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GroupConfig {
+    /// This member's id.
+    pub id: u64,
+    /// Every member, this one included.
+    pub members: Vec<GroupMember>,
+    /// Bytes of the raft log ring (`mds.raftlog`).
+    #[serde(default = "default_raft_log_bytes")]
+    pub log_bytes: u64,
+}
+
+fn default_raft_log_bytes() -> u64 {
+    256 << 20
+}
+
+/// One member of a group.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GroupMember {
+    /// Its id (never reused for another data directory).
+    pub id: u64,
+    /// Where clients and OSDs reach it while it leads.
+    pub addr: String,
+    /// Where the other members reach it (raft's messages).
+    pub peer: String,
+}
+
+impl GroupConfig {
+    /// This member's entry.
+    pub fn me(&self) -> Option<&GroupMember> {
+        self.members.iter().find(|m| m.id == self.id)
+    }
+
+    /// Every member's client address, comma-separated (what `--mds`
+    /// takes).
+    pub fn addrs(&self) -> String {
+        self.members
+            .iter()
+            .map(|m| m.addr.as_str())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
 }
 
 impl Default for MdsConfig {
@@ -84,6 +133,7 @@ impl Default for MdsConfig {
             wal_flush_delay_ms: 0,
             chain_catch_up_margin_ms: 600_000,
             max_connections: net::serve::DEFAULT_MAX_CONNECTIONS,
+            group: None,
         }
     }
 }

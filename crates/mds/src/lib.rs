@@ -16,6 +16,7 @@ pub mod cluster;
 pub mod config;
 pub mod delegation;
 pub mod fsck;
+pub mod group;
 pub mod ids;
 pub mod kv;
 pub mod layouts;
@@ -28,5 +29,5 @@ pub mod server;
 pub mod service;
 pub mod wal;
 
-pub use config::{FormatOptions, MdsConfig};
+pub use config::{FormatOptions, GroupConfig, GroupMember, MdsConfig};
 pub use service::Mds;

@@ -1,26 +1,46 @@
 //! A small pool of pipelined connections to one server, made on first use
-//! and remade when one dies.
+//! and remade when one dies. The server may be a replicated MDS group: an
+//! address list `a,b,c` of which only the leader accepts connections; a
+//! pool then connects to whichever does, and while none does (a
+//! failover) keeps trying for [`FAILOVER_WAIT`] before it fails.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::connection::{ConnConfig, ConnError, Connection};
 
+/// How long a pool of several addresses keeps looking for one that
+/// accepts (a group electing a new leader takes about 1–2 s).
+pub const FAILOVER_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// A small pool of pipelined connections to one server (an OSD, or the
 /// MDS: the handshake names which), made on first use and remade when one dies.
 pub struct Pool {
-    addr: String,
+    addrs: Vec<String>,
+    /// The address that accepted last.
+    current: AtomicUsize,
     cfg: ConnConfig,
     conns: Vec<tokio::sync::Mutex<Option<Arc<Connection>>>>,
     next: AtomicUsize,
 }
 
 impl Pool {
-    /// A pool of `cfg.connections` connections to `addr`.
+    /// A pool of `cfg.connections` connections to `addr` (or to
+    /// whichever of a comma-separated list accepts).
     pub fn new(addr: &str, cfg: ConnConfig) -> Pool {
         let n = cfg.connections.max(1);
+        let mut addrs: Vec<String> = addr
+            .split(',')
+            .map(str::trim)
+            .filter(|a| !a.is_empty())
+            .map(String::from)
+            .collect();
+        if addrs.is_empty() {
+            addrs.push(addr.into());
+        }
         Pool {
-            addr: addr.into(),
+            addrs,
+            current: AtomicUsize::new(0),
             cfg,
             conns: (0..n).map(|_| tokio::sync::Mutex::new(None)).collect(),
             next: AtomicUsize::new(0),
@@ -67,9 +87,38 @@ impl Pool {
         if let Some(c) = slot.as_ref().filter(|c| c.is_alive()) {
             return Ok((c.clone(), false));
         }
-        let c = Arc::new(Connection::connect(&self.addr, &self.cfg).await?);
+        let c = Arc::new(self.connect_any().await?);
         setup(c.clone()).await?;
         *slot = Some(c.clone());
         Ok((c, true))
+    }
+
+    /// A connection to the one address that accepts: the last that did
+    /// first, then the others in turn; with several addresses, rounds go
+    /// on for [`FAILOVER_WAIT`] while none accepts.
+    async fn connect_any(&self) -> Result<Connection, ConnError> {
+        let n = self.addrs.len();
+        let deadline = std::time::Instant::now() + FAILOVER_WAIT;
+        loop {
+            let start = self.current.load(Ordering::Relaxed);
+            let mut last = None;
+            for k in 0..n {
+                let i = (start + k) % n;
+                match Connection::connect(&self.addrs[i], &self.cfg).await {
+                    Ok(c) => {
+                        self.current.store(i, Ordering::Relaxed);
+                        return Ok(c);
+                    }
+                    // Refused or unreachable: perhaps not the leader.
+                    Err(e @ ConnError::Connect { .. }) => last = Some(e),
+                    Err(e) => return Err(e),
+                }
+            }
+            let e = last.unwrap_or_else(|| ConnError::Lost("no address".into()));
+            if n == 1 || std::time::Instant::now() >= deadline {
+                return Err(e);
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
     }
 }

@@ -102,7 +102,7 @@ impl Marks {
         }
     }
 
-    fn set_durable(&self, lsn: u64, transno: u64) {
+    pub(super) fn set_durable(&self, lsn: u64, transno: u64) {
         self.durable_transno.fetch_max(transno, Ordering::SeqCst);
         self.durable_lsn.send_modify(|d| *d = (*d).max(lsn));
     }
@@ -138,6 +138,9 @@ pub(super) struct Committer {
     /// A batch panicked: the committer's own state may be off, so it runs
     /// nothing more (the KV is failed).
     pub broken: bool,
+    /// A group member's leader: batches are durable once replicated, and
+    /// the KV is never checkpointed here (see [`super::group`]).
+    pub group: bool,
 }
 
 impl Committer {
@@ -257,7 +260,7 @@ pub(super) struct Shared {
 }
 
 impl Shared {
-    fn committer(&self) -> std::sync::MutexGuard<'_, Committer> {
+    pub(super) fn committer(&self) -> std::sync::MutexGuard<'_, Committer> {
         self.committer.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -308,7 +311,7 @@ impl Shared {
             if closing {
                 // Final checkpoint: an empty durable commit recording the
                 // log position.
-                if c.drain().is_ok() {
+                if c.drain().is_ok() && !c.group {
                     let _ = c.checkpoint_now();
                 }
                 // Drop the flusher's only sender: it stops once idle.

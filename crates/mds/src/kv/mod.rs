@@ -31,6 +31,7 @@ use serde::{Deserialize, Serialize};
 use crate::wal::Wal;
 
 mod commit;
+pub mod group;
 pub mod image;
 mod open;
 
@@ -592,6 +593,15 @@ impl Drop for Kv {
     fn drop(&mut self) {
         self.close();
     }
+}
+
+/// A consistent snapshot of `db` for reading, without a [`Kv`] (a group
+/// member that does not lead).
+pub fn read_db(db: &Database) -> Result<Snapshot, MdsError> {
+    Ok(Snapshot {
+        txn: db.begin_read().map_err(|e| io_err("begin read", e))?,
+        tables: Default::default(),
+    })
 }
 
 fn open_tx(txn: &redb::WriteTransaction) -> Result<Tx<'_>, MdsError> {

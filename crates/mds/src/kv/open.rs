@@ -154,85 +154,113 @@ impl Kv {
             txn.commit().map_err(|e| io_err("commit", e))?;
             wal.checkpointed();
         }
-        // What the log's last durable batch knew: the last transno and
-        // the sessions that may hold early answers beyond it.
-        let (transno, sessions) = {
-            let r = db.begin_read().map_err(|e| io_err("begin read", e))?;
-            let snap = Snapshot {
-                txn: r,
-                tables: Default::default(),
-            };
-            let transno = snap
-                .get(T::Meta, commit::TRANSNO_KEY)?
-                .and_then(|v| <[u8; 8]>::try_from(&v[..]).ok())
-                .map_or(0, u64::from_le_bytes);
-            let mut sessions = Vec::new();
-            snap.try_scan_all(T::Sessions, &mut |k, _| {
-                if let Ok(b) = <[u8; 8]>::try_from(k) {
-                    sessions.push(u64::from_be_bytes(b));
-                }
-                Ok(true)
-            })?;
-            (transno, sessions)
-        };
-        let db = Arc::new(db);
-        let wal_capacity = wal.capacity();
-        let (live0, wal) = (wal.live(), Arc::new(std::sync::Mutex::new(wal)));
-        let (ftx, frx) = mpsc::channel::<FlushItem>();
-        let failed = Arc::new(AtomicBool::new(false));
-        let stats = Arc::new(KvStats::default());
-        let marks = Arc::new(Marks::new(last, transno));
-        marks.wal_live.store(live0, Ordering::SeqCst);
-        let flusher = {
-            let (wal, marks, failed, stats) =
-                (wal.clone(), marks.clone(), failed.clone(), stats.clone());
-            std::thread::Builder::new()
-                .name("mds-flush".into())
-                .spawn(move || {
-                    commit::flush_loop(&wal, &frx, &marks, &failed, &stats, opts.flush_delay)
-                })
-                .map_err(|e| io_err("spawn flusher", e))?
-        };
-        let mut c = Committer {
-            db: db.clone(),
-            wal,
-            lsn: last,
-            transno,
-            sessions: Default::default(),
-            last_sweep: std::time::Instant::now(),
-            flusher: ftx,
-            wal_capacity,
-            marks: marks.clone(),
-            failed: failed.clone(),
-            stats: stats.clone(),
-            leading: false,
-            broken: false,
-        };
-        c.hold_recovered(&sessions, opts.recovered_hold);
-        let shared = Arc::new(Shared {
-            queue: Queue::default(),
-            committer: std::sync::Mutex::new(c),
-        });
-        let committer = {
-            let shared = shared.clone();
-            std::thread::Builder::new()
-                .name("mds-commit".into())
-                .spawn(move || shared.run())
-                .map_err(|e| io_err("spawn committer", e))?
-        };
-        Ok(Kv {
-            db,
-            shared,
-            queued: Arc::new(tokio::sync::Semaphore::new(MAX_QUEUED_WRITES)),
-            last_busy_us: AtomicU64::new(0),
-            epoch: std::time::Instant::now(),
-            committer: std::sync::Mutex::new(Some(committer)),
-            flusher: std::sync::Mutex::new(Some(flusher)),
-            failed,
-            marks,
-            recovered_sessions: sessions,
-            recovered_transno: transno,
-            stats,
-        })
+        start(Arc::new(db), wal, last, opts, None)
     }
+
+    /// Opens a replicated group leader's KV on `db` (the member's, already
+    /// open, holding everything the group committed): no log replay here,
+    /// and batches are durable once `sink` says so (see [`super::group`]).
+    pub fn open_group(
+        db: Arc<Database>,
+        opts: KvOptions,
+        sink: Arc<dyn super::group::Replicate>,
+    ) -> Result<Kv, MdsError> {
+        // The local log is not used: a ring in memory stands in for it.
+        let wal = Wal::new(Box::new(store::device::MemDevice::new(1 << 20)), 0);
+        let last = 0;
+        start(db, wal, last, opts, Some(sink))
+    }
+}
+
+/// Starts the committer and the flusher (or the group loop) on an open KV.
+fn start(
+    db: Arc<Database>,
+    wal: Wal,
+    last: u64,
+    opts: KvOptions,
+    sink: Option<Arc<dyn super::group::Replicate>>,
+) -> Result<Kv, MdsError> {
+    // What the log's last durable batch knew: the last transno and
+    // the sessions that may hold early answers beyond it.
+    let (transno, sessions) = {
+        let r = db.begin_read().map_err(|e| io_err("begin read", e))?;
+        let snap = Snapshot {
+            txn: r,
+            tables: Default::default(),
+        };
+        let transno = snap
+            .get(T::Meta, commit::TRANSNO_KEY)?
+            .and_then(|v| <[u8; 8]>::try_from(&v[..]).ok())
+            .map_or(0, u64::from_le_bytes);
+        let mut sessions = Vec::new();
+        snap.try_scan_all(T::Sessions, &mut |k, _| {
+            if let Ok(b) = <[u8; 8]>::try_from(k) {
+                sessions.push(u64::from_be_bytes(b));
+            }
+            Ok(true)
+        })?;
+        (transno, sessions)
+    };
+    let group = sink.is_some();
+    // A group never checkpoints through the log: a capacity no batch nears.
+    let wal_capacity = if group { u64::MAX / 4 } else { wal.capacity() };
+    let (live0, wal) = (wal.live(), Arc::new(std::sync::Mutex::new(wal)));
+    let (ftx, frx) = mpsc::channel::<FlushItem>();
+    let failed = Arc::new(AtomicBool::new(false));
+    let stats = Arc::new(KvStats::default());
+    let marks = Arc::new(Marks::new(last, transno));
+    marks.wal_live.store(live0, Ordering::SeqCst);
+    let flusher = {
+        let (wal, marks, failed, stats) =
+            (wal.clone(), marks.clone(), failed.clone(), stats.clone());
+        std::thread::Builder::new()
+            .name("mds-flush".into())
+            .spawn(move || match sink {
+                Some(sink) => super::group::group_loop(&*sink, &frx, &marks, &failed, &stats),
+                None => commit::flush_loop(&wal, &frx, &marks, &failed, &stats, opts.flush_delay),
+            })
+            .map_err(|e| io_err("spawn flusher", e))?
+    };
+    let mut c = Committer {
+        db: db.clone(),
+        wal,
+        lsn: last,
+        transno,
+        sessions: Default::default(),
+        last_sweep: std::time::Instant::now(),
+        flusher: ftx,
+        wal_capacity,
+        marks: marks.clone(),
+        failed: failed.clone(),
+        stats: stats.clone(),
+        leading: false,
+        broken: false,
+        group,
+    };
+    c.hold_recovered(&sessions, opts.recovered_hold);
+    let shared = Arc::new(Shared {
+        queue: Queue::default(),
+        committer: std::sync::Mutex::new(c),
+    });
+    let committer = {
+        let shared = shared.clone();
+        std::thread::Builder::new()
+            .name("mds-commit".into())
+            .spawn(move || shared.run())
+            .map_err(|e| io_err("spawn committer", e))?
+    };
+    Ok(Kv {
+        db,
+        shared,
+        queued: Arc::new(tokio::sync::Semaphore::new(MAX_QUEUED_WRITES)),
+        last_busy_us: AtomicU64::new(0),
+        epoch: std::time::Instant::now(),
+        committer: std::sync::Mutex::new(Some(committer)),
+        flusher: std::sync::Mutex::new(Some(flusher)),
+        failed,
+        marks,
+        recovered_sessions: sessions,
+        recovered_transno: transno,
+        stats,
+    })
 }

@@ -22,6 +22,15 @@ use serde::{Deserialize, Serialize};
 use super::{Applied, Member, SnapshotFile, StoreError, Tc, store_err};
 use crate::kv::image;
 
+/// Runs a snapshot's critical section at a point where the KV holds
+/// nothing unreplicated (a leader's: `Kv::quiesced`); false if it could
+/// not.
+pub type Quiesce = Arc<dyn Fn(&mut dyn FnMut()) -> bool + Send + Sync>;
+
+/// Where a leader puts its [`Quiesce`] (followers have none: their KV
+/// holds only what was committed).
+pub type QuiesceSlot = Arc<std::sync::Mutex<Option<Quiesce>>>;
+
 /// What the KV has applied, kept with it.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 struct AppliedState {
@@ -49,6 +58,7 @@ pub struct KvMachine {
     live_origin: Arc<AtomicU64>,
     /// Snapshots built by this process (part of their ids).
     built: Arc<AtomicU64>,
+    quiesce: QuiesceSlot,
 }
 
 /// The image of the current snapshot under `dir`.
@@ -77,6 +87,7 @@ impl KvMachine {
             current,
             live_origin: Arc::new(AtomicU64::new(0)),
             built: Arc::new(AtomicU64::new(0)),
+            quiesce: QuiesceSlot::default(),
         })
     }
 
@@ -89,6 +100,11 @@ impl KvMachine {
     pub fn db(&self) -> &Arc<Database> {
         &self.db
     }
+
+    /// Where a leader sets how its snapshots find a quiet point.
+    pub fn quiesce_slot(&self) -> QuiesceSlot {
+        self.quiesce.clone()
+    }
 }
 
 /// Builds snapshots (in a task of its own, beside applies).
@@ -96,37 +112,69 @@ pub struct KvSnapshotBuilder {
     db: Arc<Database>,
     dir: PathBuf,
     built: Arc<AtomicU64>,
+    quiesce: QuiesceSlot,
 }
 
 impl RaftSnapshotBuilder<Tc> for KvSnapshotBuilder {
     async fn build_snapshot(&mut self) -> Result<Snapshot<Tc>, StoreError> {
-        let path = snapshot_path(&self.dir);
-        let n = self.built.fetch_add(1, Ordering::SeqCst) + 1;
-        let (_, raw) = image::write_image(&self.db, &path, |state| {
-            let state: AppliedState = match state {
-                Some(raw) => {
-                    postcard::from_bytes(&raw).map_err(|e| crate::kv::io_err("raft state", e))?
+        let (db, dir, built) = (self.db.clone(), self.dir.clone(), self.built.clone());
+        let quiesce = self
+            .quiesce
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let path = snapshot_path(&dir);
+        let made = tokio::task::spawn_blocking(move || {
+            let mut out = None;
+            let mut take = || out = Some(write_snapshot(&db, &dir, &built));
+            let ran = match quiesce {
+                Some(q) => q(&mut take),
+                None => {
+                    take();
+                    true
                 }
-                None => AppliedState::default(),
             };
-            let id = state.applied.map_or_else(
-                || format!("0-0-{n}"),
-                |l| format!("{}-{}-{n}", l.leader_id.term, l.index),
-            );
-            let meta = SnapshotMeta {
-                last_log_id: state.applied,
-                last_membership: state.membership,
-                snapshot_id: id,
-            };
-            postcard::to_allocvec(&meta).map_err(|e| crate::kv::io_err("encode", e))
+            match out {
+                Some(r) if ran => r,
+                _ => Err(crate::kv::io_err("snapshot", "the KV found no quiet point")),
+            }
         })
+        .await
+        .map_err(|e| snap_err(ErrorVerb::Write, e))?
         .map_err(|e| snap_err(ErrorVerb::Write, e))?;
-        let meta = postcard::from_bytes(&raw).map_err(|e| snap_err(ErrorVerb::Write, e))?;
         Ok(Snapshot {
-            meta,
+            meta: made,
             snapshot: Box::new(SnapshotFile { path }),
         })
     }
+}
+
+/// Writes `db`'s image as the current snapshot under `dir`.
+fn write_snapshot(
+    db: &Database,
+    dir: &Path,
+    built: &AtomicU64,
+) -> Result<SnapshotMeta<u64, Member>, proto::mds::MdsError> {
+    let n = built.fetch_add(1, Ordering::SeqCst) + 1;
+    let (_, raw) = image::write_image(db, &snapshot_path(dir), |state| {
+        let state: AppliedState = match state {
+            Some(raw) => {
+                postcard::from_bytes(&raw).map_err(|e| crate::kv::io_err("raft state", e))?
+            }
+            None => AppliedState::default(),
+        };
+        let id = state.applied.map_or_else(
+            || format!("0-0-{n}"),
+            |l| format!("{}-{}-{n}", l.leader_id.term, l.index),
+        );
+        let meta = SnapshotMeta {
+            last_log_id: state.applied,
+            last_membership: state.membership,
+            snapshot_id: id,
+        };
+        postcard::to_allocvec(&meta).map_err(|e| crate::kv::io_err("encode", e))
+    })?;
+    postcard::from_bytes(&raw).map_err(|e| crate::kv::io_err("snapshot meta", e))
 }
 
 impl RaftStateMachine<Tc> for KvMachine {
@@ -177,6 +225,7 @@ impl RaftStateMachine<Tc> for KvMachine {
             db: self.db.clone(),
             dir: self.dir.clone(),
             built: self.built.clone(),
+            quiesce: self.quiesce.clone(),
         }
     }
 

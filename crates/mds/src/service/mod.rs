@@ -297,17 +297,26 @@ impl Mds {
     pub fn open(dir: &Path) -> Result<Arc<Mds>, MdsError> {
         let paths = MdsPaths { dir: dir.into() };
         let cfg = MdsConfig::load(&paths.config()).map_err(|m| err(Errno::Inval, m.to_string()))?;
-        let kv = Arc::new(Kv::open_with(
-            &paths.kv(),
-            crate::kv::KvOptions {
-                cache_bytes: cfg.cache_mib << 20,
-                flush_delay: Duration::from_millis(cfg.wal_flush_delay_ms),
-                // Waited for, and redone: a second crash meanwhile must
-                // still know them.
-                recovered_hold: Duration::from_millis(cfg.replay_window_ms.saturating_mul(2))
-                    .max(Duration::from_secs(120)),
-            },
-        )?);
+        let kv = Arc::new(Kv::open_with(&paths.kv(), Mds::kv_options(&cfg))?);
+        Mds::open_on(dir, cfg, kv)
+    }
+
+    /// How the KV of an MDS configured by `cfg` is opened.
+    pub fn kv_options(cfg: &MdsConfig) -> crate::kv::KvOptions {
+        crate::kv::KvOptions {
+            cache_bytes: cfg.cache_mib << 20,
+            flush_delay: Duration::from_millis(cfg.wal_flush_delay_ms),
+            // Waited for, and redone: a second crash meanwhile must
+            // still know them.
+            recovered_hold: Duration::from_millis(cfg.replay_window_ms.saturating_mul(2))
+                .max(Duration::from_secs(120)),
+        }
+    }
+
+    /// The MDS of data directory `dir` on an open KV (a group member's
+    /// KV once it leads: see `crate::group`).
+    pub fn open_on(dir: &Path, cfg: MdsConfig, kv: Arc<Kv>) -> Result<Arc<Mds>, MdsError> {
+        let paths = MdsPaths { dir: dir.into() };
         let recovering = replay::Recovering::after_open(&kv, cfg.replay_window_ms);
         let instance = u64::from_le_bytes(net::auth::random_bytes()).max(1);
         let prev_instance = kv

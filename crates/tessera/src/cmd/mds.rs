@@ -62,6 +62,17 @@ pub enum MdsCmd {
         /// removed, atomic (one compare-and-swap) or lock.
         #[arg(long, default_value = "atomic")]
         dir_protocol: String,
+        /// Format a replicated MDS group instead: the members' client
+        /// addresses (ids 1, 2, … in this order), e.g.
+        /// 10.0.0.1:7400,10.0.0.2:7400,10.0.0.3:7400. --data then gets one
+        /// directory per member (member-1, …): copy each to its host and
+        /// serve it there with `tessera mds serve --data DIR`.
+        #[arg(long)]
+        members: Option<String>,
+        /// With --members: the members' peer addresses (raft), in the same
+        /// order; default: each client port plus 100.
+        #[arg(long, requires = "members")]
+        peers: Option<String>,
     },
     /// Serve a formatted data directory (stops cleanly on SIGTERM / Ctrl-C).
     ///
@@ -100,7 +111,19 @@ pub fn run(c: MdsCmd) -> anyhow::Result<i32> {
             namespace,
             dir_protocol,
             encrypt,
+            members,
+            peers,
         } => {
+            let group = members
+                .as_deref()
+                .map(|m| super::mds_group::parse_members(m, peers.as_deref()))
+                .transpose()?;
+            let root = data.clone();
+            let data = if group.is_some() {
+                root.join(".format")
+            } else {
+                data
+            };
             let kind = PolicyKind::parse(&policy).map_err(anyhow::Error::msg)?;
             let namespace =
                 proto::mds::NamespaceMode::parse(&namespace).map_err(anyhow::Error::msg)?;
@@ -142,7 +165,30 @@ pub fn run(c: MdsCmd) -> anyhow::Result<i32> {
                      connect after OSDs register makes the root directory"
                 );
             }
+            if let Some(g) = group {
+                let dirs =
+                    super::mds_group::make_members(&data, &root, &g, log_size.max(64 << 20))?;
+                for (m, d) in g.iter().zip(&dirs) {
+                    println!(
+                        "member {}: {} (clients {}, peers {})",
+                        m.id,
+                        d.display(),
+                        m.addr,
+                        m.peer
+                    );
+                }
+                let all: Vec<&str> = g.iter().map(|m| m.addr.as_str()).collect();
+                println!("clients and OSDs: --mds {}", all.join(","));
+            }
             Ok(0)
+        }
+        MdsCmd::Serve { data, .. }
+            if mds::MdsConfig::load(&data.join("mds.toml"))
+                .map_err(anyhow::Error::msg)?
+                .group
+                .is_some() =>
+        {
+            super::mds_group::serve_member(&data)
         }
         MdsCmd::Serve { data, listen, http } => runtime()?.block_on(async move {
             let http_listener = super::dashboard::listen(&http).await?;

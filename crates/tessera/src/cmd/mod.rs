@@ -9,6 +9,7 @@ pub mod files;
 pub mod fsck;
 pub mod layout;
 pub mod mds;
+pub mod mds_group;
 pub mod mkfs;
 pub mod mount;
 pub mod osd;

@@ -1,0 +1,280 @@
+//! A member's life. It opens its KV and raft log, answers its peers, and
+//! joins the group (the first start of a pristine group initializes the
+//! membership on every member; openraft makes that idempotent). While it
+//! follows, its client address is closed: clients and OSDs, which know
+//! every member's address, find the leader by trying them. When it is
+//! elected it waits until everything committed before is applied
+//! (`ensure_linearizable`), opens the MDS on its KV with raft as the KV's
+//! durability, and serves exactly as a single MDS after a restart (clients
+//! replay their early answers, OSDs report, leases start over).
+//!
+//! It steps down by restarting itself ([`StepDown`]): when raft says it no
+//! longer leads, when it has not heard a majority acknowledge it for
+//! [`QUORUM_LEASE`] (shorter than the time a follower waits before it may
+//! vote for another, so an old leader stops answering before a new one
+//! can be elected), or when a batch is refused. Its process ends without
+//! running destructors, so its KV keeps nothing the group did not commit.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use openraft::{Raft, ServerState};
+use tokio::sync::watch;
+
+use super::peer::{PeerFront, PeerNet};
+use super::sink::RaftSink;
+use crate::config::MdsConfig;
+use crate::kv::{Kv, KvPaths};
+use crate::raft::log_store::LogStore;
+use crate::raft::state_machine::KvMachine;
+use crate::raft::{Member, Tc};
+use crate::records::Records;
+use crate::service::Mds;
+
+/// A leader that has not heard a majority acknowledge it for this long
+/// stops answering (followers refuse to vote for another for 800 ms
+/// after their last heartbeat: see [`crate::raft::config`]).
+pub const QUORUM_LEASE: Duration = Duration::from_millis(350);
+
+/// Ends the process without unwinding (the binary re-executes itself);
+/// called with why. Must not return.
+pub type StepDown = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// How [`run`] ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Exit {
+    /// Stopped as asked.
+    Stopped,
+}
+
+/// What a running member exposes.
+pub struct Running {
+    /// Its raft.
+    pub raft: Raft<Tc>,
+    /// The MDS, while it leads.
+    pub mds: watch::Receiver<Option<Arc<Mds>>>,
+}
+
+fn peer_limits() -> net::serve::ServeLimits {
+    let mut l = crate::server::default_limits();
+    l.frame.max_payload = super::peer::MAX_PEER_PAYLOAD;
+    l.max_connections = 64;
+    l.max_connections_per_principal = 64;
+    l.max_in_flight = 16;
+    l.max_inflight_bytes = 1 << 30;
+    l
+}
+
+/// Runs the member in `dir` until `stop` turns true. `started` is given
+/// the raft handle and the MDS (once it leads) as soon as they exist.
+pub async fn run(
+    dir: &Path,
+    mut stop: watch::Receiver<bool>,
+    step_down: StepDown,
+    started: impl FnOnce(Running),
+) -> Result<Exit, String> {
+    let cfg = MdsConfig::load(&dir.join("mds.toml")).map_err(|e| e.to_string())?;
+    let group = cfg
+        .group
+        .clone()
+        .ok_or_else(|| format!("{}: no [group] in mds.toml", dir.display()))?;
+    let me = group
+        .me()
+        .cloned()
+        .ok_or_else(|| format!("member {} is not among the members", group.id))?;
+    let key = super::files::load_key(dir)?;
+    let paths = KvPaths::new(dir);
+    let db = redb::Builder::new()
+        .set_cache_size(cfg.cache_mib << 20)
+        .open(&paths.db)
+        .map_err(|e| format!("{}: {e}", paths.db.display()))?;
+    let db = Arc::new(db);
+    let cluster_id = crate::kv::read_db(&db)
+        .and_then(|r| r.superblock())
+        .map_err(|e| e.to_string())?
+        .cluster_id;
+    let log = LogStore::open(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let log_watch = log.clone();
+    let sm = KvMachine::open(db.clone(), dir).map_err(|e| e.to_string())?;
+    let (origin_slot, quiesce_slot) = (sm.live_origin(), sm.quiesce_slot());
+    let net = PeerNet {
+        me: group.id,
+        cluster_id: cluster_id.clone(),
+        key,
+    };
+    let raft_cfg = Arc::new(crate::raft::config(&cluster_id)?);
+    let raft = Raft::new(group.id, raft_cfg, net, log, sm)
+        .await
+        .map_err(|e| e.to_string())?;
+    let front = Arc::new(PeerFront {
+        raft: raft.clone(),
+        cluster_id: cluster_id.clone(),
+        key,
+        members: group.members.iter().map(|m| m.id).collect(),
+        dir: dir.to_path_buf(),
+        receiving: tokio::sync::Mutex::new(()),
+    });
+    let peer_listener = tokio::net::TcpListener::bind(&me.peer)
+        .await
+        .map_err(|e| format!("peer listener {}: {e}", me.peer))?;
+    let peers = net::serve::Server::new(front, peer_limits());
+    tokio::spawn(peers.serve(peer_listener, stop.clone()));
+    let members: BTreeMap<u64, Member> = group
+        .members
+        .iter()
+        .map(|m| {
+            (
+                m.id,
+                Member {
+                    addr: m.peer.clone(),
+                },
+            )
+        })
+        .collect();
+    if !raft.is_initialized().await.map_err(|e| e.to_string())? {
+        // Every member of a pristine group does this; all but the first
+        // to be heard are told the group exists.
+        if let Err(e) = raft.initialize(members).await {
+            tracing::info!(error = %e, "group already initialized");
+        }
+    }
+    tokio::spawn(snapshot_when_full(raft.clone(), log_watch));
+    let (mds_tx, mds_rx) = watch::channel(None);
+    started(Running {
+        raft: raft.clone(),
+        mds: mds_rx,
+    });
+    // Follow until elected (or stopped).
+    let mut metrics = raft.metrics();
+    loop {
+        {
+            let m = metrics.borrow();
+            if m.state == ServerState::Leader && m.current_leader == Some(group.id) {
+                break;
+            }
+        }
+        tokio::select! {
+            _ = stop.changed() => {
+                let _ = raft.shutdown().await;
+                return Ok(Exit::Stopped);
+            }
+            r = metrics.changed() => r.map_err(|_| "raft stopped".to_string())?,
+        }
+    }
+    tracing::info!(member = group.id, "elected: taking over");
+    if let Err(e) = raft.ensure_linearizable().await {
+        step_down(&format!("lost the lead before taking over: {e}"));
+    }
+    let origin = u64::from_le_bytes(net::auth::random_bytes()).max(1);
+    origin_slot.store(origin, Ordering::SeqCst);
+    let sink = RaftSink::start(raft.clone(), origin);
+    let kv = Arc::new(
+        Kv::open_group(db.clone(), Mds::kv_options(&cfg), sink).map_err(|e| e.to_string())?,
+    );
+    {
+        let kv = kv.clone();
+        *quiesce_slot.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some(Arc::new(move |f: &mut dyn FnMut()| kv.quiesced(f)));
+    }
+    let d = dir.to_path_buf();
+    let mds = tokio::task::spawn_blocking(move || Mds::open_on(&d, cfg, kv))
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string());
+    let mds = match mds {
+        Ok(m) => m,
+        Err(e) => {
+            step_down(&format!("could not take over: {e}"));
+            return Err(e);
+        }
+    };
+    lead(
+        &raft,
+        mds,
+        &me.addr,
+        group.members.len(),
+        stop,
+        &step_down,
+        mds_tx,
+    )
+    .await
+}
+
+/// Serves clients and OSDs while this member leads.
+async fn lead(
+    raft: &Raft<Tc>,
+    mds: Arc<Mds>,
+    addr: &str,
+    members: usize,
+    mut stop: watch::Receiver<bool>,
+    step_down: &StepDown,
+    mds_tx: watch::Sender<Option<Arc<Mds>>>,
+) -> Result<Exit, String> {
+    let listener = match tokio::net::TcpListener::bind(addr).await {
+        Ok(l) => l,
+        Err(e) => {
+            step_down(&format!("cannot listen on {addr}: {e}"));
+            return Err(e.to_string());
+        }
+    };
+    let (serve_stop, serve_rx) = watch::channel(false);
+    let serving = tokio::spawn(crate::server::serve(mds.clone(), listener, serve_rx));
+    let workers = [
+        tokio::spawn(mds.clone().delete_worker()),
+        tokio::spawn(mds.clone().recovery_worker()),
+    ];
+    let _ = mds_tx.send(Some(mds.clone()));
+    tracing::info!(%addr, "leading: serving clients and OSDs");
+    let mut tick = tokio::time::interval(Duration::from_millis(25));
+    loop {
+        tokio::select! {
+            _ = stop.changed() => break,
+            _ = tick.tick() => {}
+        }
+        let m = raft.metrics().borrow().clone();
+        let lease = Duration::from_millis(m.millis_since_quorum_ack.unwrap_or(u64::MAX));
+        if m.state != ServerState::Leader {
+            step_down(&format!("no longer the leader (term {})", m.current_term));
+        } else if members > 1 && lease > QUORUM_LEASE {
+            step_down(&format!("no majority heard for {lease:?}"));
+        } else if mds.kv.has_failed() {
+            step_down("a batch was not replicated");
+        }
+    }
+    // A clean stop: drain (the KV's close waits for every batch to be
+    // replicated), then leave the group's raft.
+    for w in workers {
+        w.abort();
+    }
+    let _ = serve_stop.send(true);
+    if tokio::time::timeout(Duration::from_secs(15), serving)
+        .await
+        .is_err()
+        || mds.kv.has_failed()
+    {
+        step_down("could not replicate everything before stopping");
+    }
+    let _ = mds_tx.send(None);
+    let _ = raft.shutdown().await;
+    Ok(Exit::Stopped)
+}
+
+/// Asks for a snapshot (after which openraft purges the log up to it)
+/// whenever the raft log ring is over half full.
+async fn snapshot_when_full(raft: Raft<Tc>, log: LogStore) {
+    let mut tick = tokio::time::interval(Duration::from_millis(500));
+    loop {
+        tick.tick().await;
+        if raft.metrics().borrow().running_state.is_err() {
+            return;
+        }
+        if log.live_bytes() > log.capacity() / 2 {
+            let _ = raft.trigger().snapshot().await;
+            // Let the snapshot and the purge land before looking again.
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
+    }
+}

@@ -1,0 +1,417 @@
+//! The group's peer protocol: raft's messages between members, on a
+//! listener of their own (`peer` in `mds.toml`'s `[group]`), over the same
+//! framing and mutual handshake as every Tessera connection. A member
+//! authenticates as principal `mds.<id>` with the group's key (`group.key`
+//! in every member's data directory), and frames are always encrypted:
+//! snapshots carry principals' keys. Requests carry the message in the
+//! payload (postcard); replies carry `Result<reply, error>` in the header.
+//!
+//! Opcodes: [`RAFT_APPEND`] (AppendEntries), [`RAFT_VOTE`] (RequestVote),
+//! [`RAFT_SNAP_CHUNK`] (a piece of a snapshot image at an offset) and
+//! [`RAFT_SNAP_END`] (the snapshot's meta and the leader's vote: the
+//! receiver installs the image it assembled).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use net::auth::Identity;
+use net::connection::{ConnConfig, ConnError, Connection};
+use net::serve::{Admitted, Service};
+use openraft::error::{
+    Fatal, NetworkError, RPCError, RaftError, RemoteError, ReplicationClosed, StreamingError,
+    Unreachable,
+};
+use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse,
+};
+use openraft::{Raft, Snapshot, SnapshotMeta, Vote};
+use proto::auth::{Credential, Secret};
+use proto::msg::{Hello, Welcome};
+use proto::{ErrorCode, Frame, PROTOCOL_VERSION, WireError};
+use serde::{Deserialize, Serialize};
+
+use crate::raft::{Member, SnapshotFile, Tc};
+
+/// The id a peer connection's handshake names (the MDS's own is
+/// `proto::mds::MDS_ID`; the peer listener answers only this one).
+pub const PEER_ID: u32 = u32::MAX - 1;
+/// AppendEntries.
+pub const RAFT_APPEND: u16 = 0x200;
+/// RequestVote.
+pub const RAFT_VOTE: u16 = 0x201;
+/// A piece of a snapshot image.
+pub const RAFT_SNAP_CHUNK: u16 = 0x202;
+/// The end of a snapshot: install it.
+pub const RAFT_SNAP_END: u16 = 0x203;
+/// Largest snapshot piece sent (and payload accepted).
+pub const SNAP_CHUNK: usize = 8 << 20;
+/// Largest payload the peer listener accepts (an AppendEntries of 64
+/// batches, each at most a few MiB, fits).
+pub const MAX_PEER_PAYLOAD: u32 = 256 << 20;
+
+/// The principal member `id` authenticates as.
+pub fn principal(id: u64) -> String {
+    format!("mds.{id}")
+}
+
+/// Where a snapshot piece goes.
+#[derive(Debug, Serialize, Deserialize)]
+struct ChunkAt {
+    snapshot_id: String,
+    offset: u64,
+}
+
+/// The end of a snapshot.
+#[derive(Debug, Serialize, Deserialize)]
+struct SnapEnd {
+    vote: Vote<u64>,
+    meta: SnapshotMeta<u64, Member>,
+    len: u64,
+}
+
+/// The peer listener's service: hands raft's messages to the member.
+pub struct PeerFront {
+    /// The member's raft.
+    pub raft: Raft<Tc>,
+    /// The cluster.
+    pub cluster_id: String,
+    /// The group's key.
+    pub key: Secret,
+    /// Members allowed to connect.
+    pub members: Vec<u64>,
+    /// Where incoming snapshot images are assembled.
+    pub dir: PathBuf,
+    /// One snapshot arrives at a time.
+    pub receiving: tokio::sync::Mutex<()>,
+}
+
+fn reply<T: Serialize>(r: &Result<T, String>) -> (Bytes, Bytes) {
+    (Bytes::from(proto::msg::encode(r)), Bytes::new())
+}
+
+impl PeerFront {
+    fn incoming(&self) -> PathBuf {
+        self.dir.join("snapshot.incoming")
+    }
+
+    async fn chunk(&self, f: &Frame) -> Result<(), String> {
+        let at: ChunkAt = postcard::from_bytes(&f.header).map_err(|e| e.to_string())?;
+        let _one = self.receiving.lock().await;
+        let path = self.incoming();
+        let data = f.payload.clone();
+        tokio::task::spawn_blocking(move || {
+            use std::os::unix::fs::FileExt;
+            let file = std::fs::OpenOptions::new()
+                .create(true)
+                .write(true)
+                .truncate(at.offset == 0)
+                .open(&path)?;
+            file.write_all_at(&data, at.offset)
+        })
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| format!("snapshot piece of {}: {e}", at.snapshot_id))
+    }
+
+    async fn end(&self, f: &Frame) -> Result<SnapshotResponse<u64>, String> {
+        let end: SnapEnd = postcard::from_bytes(&f.header).map_err(|e| e.to_string())?;
+        let _one = self.receiving.lock().await;
+        let path = self.incoming();
+        let len = std::fs::metadata(&path).map_err(|e| e.to_string())?.len();
+        if len != end.len {
+            return Err(format!("snapshot image of {len} bytes, {} sent", end.len));
+        }
+        std::fs::File::open(&path)
+            .and_then(|f| f.sync_all())
+            .map_err(|e| e.to_string())?;
+        let snapshot = Snapshot {
+            meta: end.meta,
+            snapshot: Box::new(SnapshotFile { path }),
+        };
+        self.raft
+            .install_full_snapshot(end.vote, snapshot)
+            .await
+            .map_err(|e| e.to_string())
+    }
+}
+
+impl Service for PeerFront {
+    type Request = ();
+    type Peer = u64;
+
+    fn authenticate(&self, h: &Hello) -> Result<(Option<Secret>, u64), WireError> {
+        let refuse = |why: String| Err(WireError::new(ErrorCode::Handshake, why));
+        if h.version != PROTOCOL_VERSION {
+            return refuse(format!("protocol version {} not supported", h.version));
+        }
+        if h.cluster_id != self.cluster_id || h.osd_id != PEER_ID {
+            return refuse("this is an MDS group's peer listener".into());
+        }
+        let member = match &h.credential {
+            Credential::Key { principal, .. } => principal
+                .strip_prefix("mds.")
+                .and_then(|n| n.parse::<u64>().ok())
+                .filter(|id| self.members.contains(id)),
+            _ => None,
+        };
+        match member {
+            Some(id) => Ok((Some(self.key), id)),
+            // A key nobody holds: the refusal is a wrong key's.
+            None => Ok((Some(net::keys::random_key()), u64::MAX)),
+        }
+    }
+
+    fn requires_encryption(&self) -> bool {
+        true
+    }
+
+    fn welcome(&self) -> Welcome {
+        Welcome::Ok {
+            version: PROTOCOL_VERSION,
+            cluster_id: self.cluster_id.clone(),
+            osd_id: PEER_ID,
+            max_payload: MAX_PEER_PAYLOAD,
+            max_in_flight: 16,
+        }
+    }
+
+    fn admit(&self, _peer: &u64, _f: &Frame) -> Result<Admitted<()>, WireError> {
+        Ok(Admitted {
+            request: (),
+            reply_bytes: 0,
+            quick: false,
+        })
+    }
+
+    async fn handle(self: Arc<Self>, _peer: Arc<u64>, _: (), f: Frame) -> (Bytes, Bytes) {
+        match f.opcode {
+            RAFT_APPEND => {
+                let r = match postcard::from_bytes::<AppendEntriesRequest<Tc>>(&f.payload) {
+                    Ok(req) => Ok(self.raft.append_entries(req).await),
+                    Err(e) => Err(format!("append: {e}")),
+                };
+                reply(&r)
+            }
+            RAFT_VOTE => {
+                let r = match postcard::from_bytes::<VoteRequest<u64>>(&f.payload) {
+                    Ok(req) => Ok(self.raft.vote(req).await),
+                    Err(e) => Err(format!("vote: {e}")),
+                };
+                reply(&r)
+            }
+            RAFT_SNAP_CHUNK => reply(&self.chunk(&f).await),
+            RAFT_SNAP_END => reply(&self.end(&f).await),
+            op => reply::<()>(&Err(format!("opcode {op:#x} is not a peer request"))),
+        }
+    }
+
+    fn error_header(&self, err: WireError) -> Bytes {
+        Bytes::from(proto::msg::encode(&Err::<(), String>(err.message)))
+    }
+}
+
+/// The member's side of raft's network: one link per other member.
+#[derive(Clone)]
+pub struct PeerNet {
+    /// This member.
+    pub me: u64,
+    /// The cluster.
+    pub cluster_id: String,
+    /// The group's key.
+    pub key: Secret,
+}
+
+/// A connection to one member, remade when it breaks.
+pub struct PeerLink {
+    target: u64,
+    addr: String,
+    cfg: ConnConfig,
+    conn: Option<Arc<Connection>>,
+}
+
+impl RaftNetworkFactory<Tc> for PeerNet {
+    type Network = PeerLink;
+
+    async fn new_client(&mut self, target: u64, node: &Member) -> PeerLink {
+        let identity = Identity::principal(&principal(self.me), 1, self.key);
+        let mut cfg = ConnConfig::new(&self.cluster_id, PEER_ID, Arc::new(identity));
+        cfg.name = format!("mds.{}", self.me);
+        cfg.encrypt = true;
+        cfg.connections = 1;
+        PeerLink {
+            target,
+            addr: node.addr.clone(),
+            cfg,
+            conn: None,
+        }
+    }
+}
+
+type Rpc<T> = Result<T, RPCError<u64, Member, RaftError<u64>>>;
+
+impl PeerLink {
+    async fn call(
+        &mut self,
+        opcode: u16,
+        header: &impl Serialize,
+        payload: Bytes,
+        ttl: Duration,
+    ) -> Result<Frame, ConnError> {
+        let conn = match self.conn.as_ref().filter(|c| c.is_alive()) {
+            Some(c) => c.clone(),
+            None => {
+                let mut cfg = self.cfg.clone();
+                cfg.timeout = ttl.max(Duration::from_millis(200));
+                let c = Arc::new(
+                    tokio::time::timeout(ttl, Connection::connect(&self.addr, &cfg))
+                        .await
+                        .map_err(|_| ConnError::Timeout(ttl))??,
+                );
+                self.conn = Some(c.clone());
+                c
+            }
+        };
+        match tokio::time::timeout(ttl, conn.call_raw(opcode, header, payload)).await {
+            Ok(r) => r,
+            Err(_) => Err(ConnError::Timeout(ttl)),
+        }
+    }
+
+    fn decode<T: for<'a> Deserialize<'a>>(
+        &self,
+        f: &Frame,
+    ) -> Result<Result<T, String>, ConnError> {
+        proto::msg::decode::<Result<T, String>>(&f.header)
+            .map_err(|e| ConnError::Protocol(e.to_string()))
+    }
+
+    async fn rpc<T: for<'a> Deserialize<'a>>(
+        &mut self,
+        opcode: u16,
+        body: &impl Serialize,
+        ttl: Duration,
+    ) -> Rpc<T> {
+        let payload = postcard::to_allocvec(body)
+            .map_err(|e| RPCError::Network(NetworkError::new(&std::io::Error::other(e))))?;
+        let f = match self.call(opcode, &(), Bytes::from(payload), ttl).await {
+            Ok(f) => f,
+            Err(e) => {
+                self.conn = None;
+                return Err(match e {
+                    ConnError::Connect { .. } | ConnError::Timeout(_) => {
+                        RPCError::Unreachable(Unreachable::new(&e))
+                    }
+                    e => RPCError::Network(NetworkError::new(&e)),
+                });
+            }
+        };
+        match self.decode::<Result<T, RaftError<u64>>>(&f) {
+            Ok(Ok(Ok(r))) => Ok(r),
+            Ok(Ok(Err(e))) => Err(RPCError::RemoteError(RemoteError::new(self.target, e))),
+            Ok(Err(why)) => Err(RPCError::Network(NetworkError::new(
+                &std::io::Error::other(why),
+            ))),
+            Err(e) => Err(RPCError::Network(NetworkError::new(&e))),
+        }
+    }
+}
+
+impl RaftNetwork<Tc> for PeerLink {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<Tc>,
+        option: RPCOption,
+    ) -> Rpc<AppendEntriesResponse<u64>> {
+        self.rpc(RAFT_APPEND, &rpc, option.hard_ttl()).await
+    }
+
+    async fn vote(&mut self, rpc: VoteRequest<u64>, option: RPCOption) -> Rpc<VoteResponse<u64>> {
+        self.rpc(RAFT_VOTE, &rpc, option.hard_ttl()).await
+    }
+
+    async fn full_snapshot(
+        &mut self,
+        vote: Vote<u64>,
+        snapshot: Snapshot<Tc>,
+        cancel: impl std::future::Future<Output = ReplicationClosed> + Send + 'static,
+        _option: RPCOption,
+    ) -> Result<SnapshotResponse<u64>, StreamingError<Tc, Fatal<u64>>> {
+        let send = self.send_snapshot(vote, snapshot);
+        tokio::select! {
+            r = send => r,
+            closed = cancel => Err(StreamingError::Closed(closed)),
+        }
+    }
+}
+
+impl PeerLink {
+    async fn send_snapshot(
+        &mut self,
+        vote: Vote<u64>,
+        snapshot: Snapshot<Tc>,
+    ) -> Result<SnapshotResponse<u64>, StreamingError<Tc, Fatal<u64>>> {
+        let unreachable = |e: &dyn std::fmt::Display| {
+            StreamingError::Unreachable(Unreachable::new(&std::io::Error::other(e.to_string())))
+        };
+        let ttl = Duration::from_secs(30);
+        use std::os::unix::fs::FileExt;
+        // Opened once: a newer image renamed over it meanwhile does not
+        // change what is sent.
+        let file = std::fs::File::open(&snapshot.snapshot.path).map_err(|e| unreachable(&e))?;
+        let len = file.metadata().map_err(|e| unreachable(&e))?.len() as usize;
+        let id = snapshot.meta.snapshot_id.clone();
+        let mut offset = 0usize;
+        loop {
+            let end = (offset + SNAP_CHUNK).min(len);
+            let at = ChunkAt {
+                snapshot_id: id.clone(),
+                offset: offset as u64,
+            };
+            let mut buf = vec![0u8; end - offset];
+            file.read_exact_at(&mut buf, offset as u64)
+                .map_err(|e| unreachable(&e))?;
+            let piece = Bytes::from(buf);
+            let f = self
+                .call(RAFT_SNAP_CHUNK, &at, piece, ttl)
+                .await
+                .map_err(|e| {
+                    self.conn = None;
+                    unreachable(&e)
+                })?;
+            self.decode::<()>(&f)
+                .map_err(|e| unreachable(&e))?
+                .map_err(|e| unreachable(&e))?;
+            offset = end;
+            if offset >= len {
+                break;
+            }
+        }
+        let end = SnapEnd {
+            vote,
+            meta: snapshot.meta,
+            len: len as u64,
+        };
+        let f = self
+            .call(RAFT_SNAP_END, &end, Bytes::new(), ttl)
+            .await
+            .map_err(|e| {
+                self.conn = None;
+                unreachable(&e)
+            })?;
+        self.decode::<SnapshotResponse<u64>>(&f)
+            .map_err(|e| unreachable(&e))?
+            .map_err(|e| unreachable(&e))
+    }
+}
+
+/// The members' peer addresses, as raft's membership.
+pub fn membership(members: &[(u64, String)]) -> BTreeMap<u64, Member> {
+    members
+        .iter()
+        .map(|(id, addr)| (*id, Member { addr: addr.clone() }))
+        .collect()
+}

@@ -1,0 +1,135 @@
+//! A replicated MDS group from the command line: formatting the members'
+//! directories (`tessera mds format --members`) and serving one member
+//! (`tessera mds serve` on a directory whose `mds.toml` has `[group]`).
+//! A member that stops leading re-executes itself: the process image is
+//! replaced without running any destructor, so its KV keeps nothing the
+//! group did not commit (`docs/HA.md`).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::Context;
+use mds::GroupMember;
+
+/// Parses `--members` (client addresses, ids 1, 2, … in order) and
+/// `--peers` (the members' peer addresses in the same order; default: the
+/// client port plus 100).
+pub fn parse_members(members: &str, peers: Option<&str>) -> anyhow::Result<Vec<GroupMember>> {
+    let addrs: Vec<&str> = members
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .collect();
+    if !(1..=9).contains(&addrs.len()) {
+        anyhow::bail!(
+            "--members lists {} addresses: a group has 1 to 9 (3 or 5 to survive failures)",
+            addrs.len()
+        );
+    }
+    let peers: Vec<String> = match peers {
+        Some(p) => p.split(',').map(|s| s.trim().to_string()).collect(),
+        None => addrs
+            .iter()
+            .map(|a| {
+                let sa: std::net::SocketAddr = a
+                    .parse()
+                    .with_context(|| format!("--members: {a:?} is not host:port"))?;
+                Ok(std::net::SocketAddr::new(
+                    sa.ip(),
+                    sa.port().checked_add(100).context("port too high")?,
+                )
+                .to_string())
+            })
+            .collect::<anyhow::Result<_>>()?,
+    };
+    if peers.len() != addrs.len() {
+        anyhow::bail!(
+            "--peers lists {} addresses for {} members",
+            peers.len(),
+            addrs.len()
+        );
+    }
+    let mut seen = std::collections::HashSet::new();
+    for a in addrs
+        .iter()
+        .copied()
+        .chain(peers.iter().map(String::as_str))
+    {
+        a.parse::<std::net::SocketAddr>()
+            .with_context(|| format!("{a:?} is not host:port"))?;
+        if !seen.insert(a.to_string()) {
+            anyhow::bail!("address {a} is given twice");
+        }
+    }
+    Ok(addrs
+        .iter()
+        .zip(peers)
+        .enumerate()
+        .map(|(i, (a, p))| GroupMember {
+            id: i as u64 + 1,
+            addr: a.to_string(),
+            peer: p,
+        })
+        .collect())
+}
+
+/// After `mds::service::format` made a single MDS in `formatted`: one
+/// directory per member under `out`, then `formatted` removed.
+pub fn make_members(
+    formatted: &Path,
+    out: &Path,
+    members: &[GroupMember],
+    log_bytes: u64,
+) -> anyhow::Result<Vec<PathBuf>> {
+    let dirs = mds::group::files::make_members(formatted, out, members, log_bytes)
+        .map_err(anyhow::Error::msg)?;
+    std::fs::remove_dir_all(formatted)
+        .with_context(|| format!("cannot remove {}", formatted.display()))?;
+    Ok(dirs)
+}
+
+/// Replaces this process with a fresh run of the same command (the
+/// member's step-down). Never returns.
+fn reexec(why: &str) {
+    use std::os::unix::process::CommandExt;
+    eprintln!("tessera mds: {why}; restarting as a follower");
+    tracing::warn!(%why, "stepping down: restarting");
+    let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    let e = std::process::Command::new("/proc/self/exe")
+        .args(args)
+        .exec();
+    eprintln!("tessera mds: cannot restart: {e}");
+    // SAFETY: _exit ends the process at once, running nothing (no
+    // destructor may make the KV's uncommitted batches durable).
+    unsafe { libc::_exit(75) }
+}
+
+/// Serves the group member in `data` until SIGTERM / Ctrl-C.
+pub fn serve_member(data: &Path) -> anyhow::Result<i32> {
+    super::runtime()?.block_on(async move {
+        let (stop, rx) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            super::wait_for_signal().await;
+            let _ = stop.send(true);
+        });
+        let step_down: mds::group::member::StepDown = Arc::new(reexec);
+        let cfg = mds::MdsConfig::load(&data.join("mds.toml")).map_err(anyhow::Error::msg)?;
+        let g = cfg.group.context("not a group member")?;
+        let me = g
+            .me()
+            .context("this member is not among the members")?
+            .clone();
+        println!(
+            "MDS group member {} of {} (peers on {}; serves clients on {} while it leads)",
+            g.id,
+            g.members.len(),
+            me.peer,
+            me.addr
+        );
+        mds::group::run(data, rx, step_down, |_| {})
+            .await
+            .map_err(anyhow::Error::msg)?;
+        println!("MDS group member stopped cleanly");
+        Ok(0)
+    })
+}
