@@ -83,7 +83,7 @@ fn main() {
         Command::Osd(_)
         | Command::Up(_)
         | Command::Mount(_)
-        | Command::Mds(cmd::mds::MdsCmd::Serve { .. }) => "info",
+        | Command::Mds(cmd::mds::MdsCmd::Serve { .. }) => "info,openraft=warn",
         _ => "warn",
     };
     tracing_subscriber::fmt()

@@ -155,10 +155,12 @@ pub fn run(c: MdsCmd) -> anyhow::Result<i32> {
                 data.display(),
                 data.join("keys").display()
             );
-            println!(
-                "admin key: {} (add --mds ADDR to it, or pass --mds; `tessera auth add` makes keys for other clients)",
-                mds::principals::admin_key_path(&data).display()
-            );
+            if group.is_none() {
+                println!(
+                    "admin key: {} (add --mds ADDR to it, or pass --mds; `tessera auth add` makes keys for other clients)",
+                    mds::principals::admin_key_path(&data).display()
+                );
+            }
             if namespace == proto::mds::NamespaceMode::Osd {
                 println!(
                     "namespace on the OSDs ({dir_protocol} protocol): the first client to \
@@ -179,6 +181,10 @@ pub fn run(c: MdsCmd) -> anyhow::Result<i32> {
                 }
                 let all: Vec<&str> = g.iter().map(|m| m.addr.as_str()).collect();
                 println!("clients and OSDs: --mds {}", all.join(","));
+                println!(
+                    "admin key: {} (the same in every member's directory)",
+                    mds::principals::admin_key_path(&dirs[0]).display()
+                );
             }
             Ok(0)
         }

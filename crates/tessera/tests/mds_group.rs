@@ -1,0 +1,386 @@
+//! A replicated MDS group of three `tessera mds serve` processes on
+//! 127.0.0.1: clients that know every member's address find the leader;
+//! the leader is killed (SIGKILL) in the middle of a create / rename /
+//! unlink storm from two clients, one taking early answers and one not;
+//! a new leader serves within seconds; every change a client was answered
+//! is there afterwards, through the same clients and a fresh one; the
+//! killed member rejoins, and a second failover and a restart of every
+//! member lose nothing either.
+#![expect(clippy::unwrap_used, reason = "tests: a panic is the failure report")]
+
+mod common;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{BIN, free_port};
+use net::MdsClient;
+use proto::mds::{MdsReply, Op, ROOT_INO};
+
+const CLUSTER: &str = "group";
+
+struct Group {
+    dir: PathBuf,
+    addrs: Vec<String>,
+    members: Vec<Option<Child>>,
+    osds: Vec<Child>,
+}
+
+impl Group {
+    fn format(dir: &Path) -> Group {
+        let addrs: Vec<String> = (0..3).map(|_| free_port()).collect();
+        let peers: Vec<String> = (0..3).map(|_| free_port()).collect();
+        let out = Command::new(BIN)
+            .args(["mds", "format", "--data"])
+            .arg(dir)
+            .args(["--cluster", CLUSTER, "--members", &addrs.join(",")])
+            .args(["--peers", &peers.join(",")])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.contains(&format!("--mds {}", addrs.join(","))),
+            "{text}"
+        );
+        let mut g = Group {
+            dir: dir.into(),
+            addrs,
+            members: vec![None, None, None],
+            osds: Vec::new(),
+        };
+        for id in 1..=3 {
+            g.start(id);
+        }
+        for osd in 1..=3u32 {
+            let d = dir.join(format!("osd-{osd}"));
+            for m in 1..=3 {
+                local::provision_osd(&d, osd, CLUSTER, 64 << 20, &g.member_dir(m).join("keys"))
+                    .unwrap();
+            }
+            let log = std::fs::File::create(d.join("osd.log")).unwrap();
+            let child = Command::new(BIN)
+                .arg("osd")
+                .arg("--store")
+                .arg(d.join("store.img"))
+                .arg("--key-file")
+                .arg(d.join("key.toml"))
+                .args(["--listen", &free_port(), "--mds", &g.list()])
+                .args(["--host", &format!("host{osd}")])
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+                .unwrap();
+            g.osds.push(child);
+        }
+        g
+    }
+
+    fn member_dir(&self, id: u64) -> PathBuf {
+        self.dir.join(format!("member-{id}"))
+    }
+
+    fn start(&mut self, id: u64) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join(format!("member-{id}.log")))
+            .unwrap();
+        let child = Command::new(BIN)
+            .args(["mds", "serve", "--data"])
+            .arg(self.member_dir(id))
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.members[id as usize - 1] = Some(child);
+    }
+
+    fn kill(&mut self, id: u64) {
+        if let Some(mut c) = self.members[id as usize - 1].take() {
+            c.kill().unwrap();
+            c.wait().unwrap();
+        }
+    }
+
+    /// The member whose client address accepts connections.
+    fn leader(&self) -> u64 {
+        for _ in 0..400 {
+            for (i, a) in self.addrs.iter().enumerate() {
+                if self.members[i].is_some() && std::net::TcpStream::connect(a).is_ok() {
+                    return i as u64 + 1;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+        panic!("no member leads");
+    }
+
+    fn list(&self) -> String {
+        self.addrs.join(",")
+    }
+
+    fn client(&self) -> MdsClient {
+        let key = net::auth::ClientKey::load(&self.member_dir(1).join("client.admin.key")).unwrap();
+        MdsClient::new(&self.list(), CLUSTER, key.identity().unwrap(), 1)
+    }
+
+    fn stop_all(&mut self) {
+        for c in self.members.iter_mut().filter_map(Option::take) {
+            let mut c = c;
+            // SAFETY: kill(2) on a child we own.
+            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        for c in &mut self.osds {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        for c in self.members.iter_mut().filter_map(Option::take) {
+            let mut c = c;
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// What a client was answered, by name in its directory: Some(true) it
+/// exists, Some(false) it does not, None unknown (a call whose answer was
+/// lost).
+type Model = HashMap<String, Option<bool>>;
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+async fn mkdir(c: &MdsClient, name: &str) -> u64 {
+    match c
+        .call(Op::Mkdir {
+            parent: ROOT_INO,
+            name: name.into(),
+            mode: 0o755,
+        })
+        .await
+        .unwrap()
+    {
+        MdsReply::Found(f) => f.entry.attr.ino,
+        other => panic!("{other:?}"),
+    }
+}
+
+async fn wait_osds(c: &MdsClient, n: usize) {
+    for _ in 0..600 {
+        if let Ok(MdsReply::Status(s)) = c.call(Op::Status).await
+            && s.osds.iter().filter(|o| o.up).count() >= n
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("{n} OSDs not up");
+}
+
+/// Creates, renames and unlinks in `dir` until `stop`, recording what it
+/// was answered.
+async fn storm(c: Arc<MdsClient>, dir: u64, stop: Arc<AtomicBool>, model: Arc<Mutex<Model>>) {
+    let mut n = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        n += 1;
+        let (op, names, outcome): (Op, Vec<String>, Vec<bool>) = if n % 5 == 0 {
+            let (from, to) = (format!("f{}", n - 1), format!("r{}", n - 1));
+            if model.lock().unwrap().get(&from) != Some(&Some(true)) {
+                continue;
+            }
+            let op = Op::Rename {
+                parent: dir,
+                name: from.clone(),
+                new_parent: dir,
+                new_name: to.clone(),
+                noreplace: false,
+            };
+            (op, vec![from, to], vec![false, true])
+        } else if n % 7 == 0 {
+            let name = format!("f{}", n - 2);
+            if model.lock().unwrap().get(&name) != Some(&Some(true)) {
+                continue;
+            }
+            let op = Op::Unlink {
+                parent: dir,
+                name: name.clone(),
+            };
+            (op, vec![name], vec![false])
+        } else {
+            let name = format!("f{n}");
+            let op = Op::Create {
+                parent: dir,
+                name: name.clone(),
+                mode: 0o644,
+                exclusive: true,
+            };
+            (op, vec![name], vec![true])
+        };
+        let r = c.call(op).await;
+        let mut m = model.lock().unwrap();
+        for (name, exists) in names.into_iter().zip(outcome) {
+            match &r {
+                Ok(_) => m.insert(name, Some(exists)),
+                // Refused: nothing changed.
+                Err(net::CallError::Mds(_)) => None,
+                // The answer was lost: it may or may not have happened.
+                Err(net::CallError::Transport(_)) => m.insert(name, None),
+            };
+        }
+    }
+}
+
+/// Every name the model knows for sure is as it says.
+async fn check(c: &MdsClient, dir: u64, model: &Model, who: &str) -> usize {
+    let mut checked = 0;
+    for (name, state) in model {
+        let Some(exists) = state else { continue };
+        let r = c
+            .call(Op::Lookup {
+                parent: dir,
+                name: name.clone(),
+            })
+            .await;
+        let found = match r {
+            Ok(MdsReply::Found(_)) => true,
+            Err(net::CallError::Mds(e)) if e.errno == proto::mds::Errno::NoEnt => false,
+            other => panic!("{who}: lookup {name}: {other:?}"),
+        };
+        assert_eq!(
+            found, *exists,
+            "{who}: {name} was answered {exists}, is {found}"
+        );
+        checked += 1;
+    }
+    checked
+}
+
+/// Kills the leader while two clients storm; returns how long the group
+/// took to serve again.
+async fn failover_mid_storm(
+    g: &mut Group,
+    clients: &[Arc<MdsClient>; 2],
+    dirs: [u64; 2],
+    models: &[Arc<Mutex<Model>>; 2],
+) -> Duration {
+    let stop = Arc::new(AtomicBool::new(false));
+    let tasks: Vec<_> = (0..2)
+        .map(|i| {
+            tokio::spawn(storm(
+                clients[i].clone(),
+                dirs[i],
+                stop.clone(),
+                models[i].clone(),
+            ))
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let leader = g.leader();
+    g.kill(leader);
+    let killed = Instant::now();
+    // A probe of its own: the first request served after the kill.
+    let probe = g.client();
+    loop {
+        if probe.call(Op::Status).await.is_ok() {
+            break;
+        }
+        assert!(
+            killed.elapsed() < Duration::from_secs(30),
+            "no leader 30 s after the kill"
+        );
+    }
+    let took = killed.elapsed();
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        t.await.unwrap();
+    }
+    g.start(leader);
+    took
+}
+
+#[test]
+fn the_leader_killed_mid_storm_loses_nothing_acknowledged() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut g = Group::format(&tmp.path().join("group"));
+    let rt = runtime();
+    rt.block_on(async {
+        let early = Arc::new(g.client());
+        early.set_early(true);
+        let durable = Arc::new(g.client());
+        let clients = [early.clone(), durable.clone()];
+        // The early client stays reachable for a new leader's replay wait,
+        // as a mount does.
+        let keep = {
+            let e = early.clone();
+            tokio::spawn(async move {
+                loop {
+                    e.keep_replayable().await;
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                }
+            })
+        };
+        wait_osds(&durable, 3).await;
+        let dirs = [
+            mkdir(&durable, "early").await,
+            mkdir(&durable, "durable").await,
+        ];
+        let models = [
+            Arc::new(Mutex::new(Model::new())),
+            Arc::new(Mutex::new(Model::new())),
+        ];
+        let mut took = Vec::new();
+        for _ in 0..2 {
+            took.push(failover_mid_storm(&mut g, &clients, dirs, &models).await);
+        }
+        eprintln!("failover: first request served {took:?} after the leader was killed");
+        for t in &took {
+            assert!(
+                *t < Duration::from_secs(10),
+                "failover took {t:?} (goal: 5 s)"
+            );
+        }
+        // Through the same clients and a fresh one.
+        let fresh = g.client();
+        let mut checked = 0;
+        for i in 0..2 {
+            let m = models[i].lock().unwrap().clone();
+            checked += check(&clients[i], dirs[i], &m, "same client").await;
+            check(&fresh, dirs[i], &m, "fresh client").await;
+        }
+        eprintln!("{checked} names checked");
+        assert!(
+            checked > 100,
+            "the storms did work ({checked} names checked)"
+        );
+        // Every member restarted at once: still all there.
+        keep.abort();
+        early.sync().await.unwrap();
+        g.stop_all();
+        for id in 1..=3 {
+            g.start(id);
+        }
+        let fresh = g.client();
+        for i in 0..2 {
+            let m = models[i].lock().unwrap().clone();
+            check(&fresh, dirs[i], &m, "after a restart of every member").await;
+        }
+    });
+    g.stop_all();
+}
