@@ -87,6 +87,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
 /// Packages the mount must never link, directly or through another crate.
 const NEVER_IN_FUSE: &[&str] = &[
     "redb",
+    "openraft",
     "tessera-store",
     "tessera-osd",
     "tessera-mds",
