@@ -131,3 +131,47 @@ async fn a_full_ring_refuses_the_append_instead_of_overwriting() {
     let mut log = LogStore::open(dir.path()).unwrap();
     assert_eq!(indices(&mut log).await.len() as u64, i - 1);
 }
+
+/// The crash-only step-down rests on this: a KV batch committed without
+/// a sync (a leader's speculative batch) is gone after the process ends
+/// without running destructors, and a durable commit before it stays.
+/// The child half runs in a copy of this test binary.
+#[test]
+fn an_unsynced_kv_commit_does_not_survive_an_exit_without_destructors() {
+    let dir = std::env::var("TESSERA_CHILD_DIR");
+    if let Ok(dir) = dir {
+        let dir = std::path::PathBuf::from(dir);
+        let (_log, sm) = open_member(&dir, 1 << 20).unwrap();
+        let db = sm.db().clone();
+        let put = |k: &[u8], durable: bool| {
+            let w = vec![mds::kv::Write::Put(0, k.to_vec(), b"v".to_vec())];
+            let b = postcard::to_allocvec(&w).unwrap();
+            let state = mds::raft::state_machine::AppliedState::default().encode();
+            mds::kv::image::apply_logged(&db, [&b[..]], &state, durable).unwrap();
+        };
+        put(b"durable", true);
+        put(b"visible-only", false);
+        // SAFETY: ends the process at once, as a member's step-down does.
+        unsafe { libc::_exit(0) };
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "an_unsynced_kv_commit_does_not_survive_an_exit_without_destructors",
+        ])
+        .env("TESSERA_CHILD_DIR", tmp.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let (_log, sm) = open_member(tmp.path(), 1 << 20).unwrap();
+    let r = mds::kv::read_db(sm.db()).unwrap();
+    use mds::kv::View;
+    assert!(r.get(mds::kv::T::Inodes, b"durable").unwrap().is_some());
+    assert!(
+        r.get(mds::kv::T::Inodes, b"visible-only")
+            .unwrap()
+            .is_none(),
+        "a commit without a sync survived the process"
+    );
+}

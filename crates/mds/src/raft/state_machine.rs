@@ -31,11 +31,20 @@ pub type Quiesce = Arc<dyn Fn(&mut dyn FnMut()) -> bool + Send + Sync>;
 /// holds only what was committed).
 pub type QuiesceSlot = Arc<std::sync::Mutex<Option<Quiesce>>>;
 
-/// What the KV has applied, kept with it.
+/// What the KV has applied, kept with it (under `raft_state`).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-struct AppliedState {
-    applied: Option<LogId<u64>>,
-    membership: StoredMembership<u64, Member>,
+pub struct AppliedState {
+    /// The last entry applied.
+    pub applied: Option<LogId<u64>>,
+    /// The last membership applied.
+    pub membership: StoredMembership<u64, Member>,
+}
+
+impl AppliedState {
+    /// Its encoding in the KV.
+    pub fn encode(&self) -> Vec<u8> {
+        postcard::to_allocvec(self).unwrap_or_default()
+    }
 }
 
 fn sm_err(verb: ErrorVerb, e: impl std::fmt::Display) -> StoreError {
