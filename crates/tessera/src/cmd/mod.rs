@@ -20,6 +20,7 @@ pub mod status;
 pub mod store_ops;
 pub mod thrash;
 pub mod up;
+pub mod up_group;
 
 use std::path::Path;
 use std::sync::Arc;

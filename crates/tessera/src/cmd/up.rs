@@ -80,6 +80,13 @@ pub struct Args {
     /// and removed: atomic (one compare-and-swap) or lock.
     #[arg(long, default_value = "atomic")]
     pub dir_protocol: String,
+    /// Members of a replicated MDS group (first run; 1 = a single MDS).
+    /// With 3 (or 5) the MDSs run as separate processes on --listen's
+    /// port and the next ones (raft peers on those plus 100), and the
+    /// file system survives the loss of any one (two) of them
+    /// (`docs/HA.md`).
+    #[arg(long = "mds", default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=9))]
+    pub mds_members: u8,
 }
 
 /// The arguments `up` can judge before it touches anything: the namespace
@@ -94,12 +101,43 @@ fn check_args(a: &Args) -> anyhow::Result<(proto::mds::NamespaceMode, osdns::Pro
     Ok((ns_mode, protocol))
 }
 
+/// What `up` formats with on a first run, and the stripe count and copies
+/// it chose.
+pub fn format_options(
+    a: &Args,
+    ns_mode: proto::mds::NamespaceMode,
+    protocol: osdns::Protocol,
+) -> anyhow::Result<(FormatOptions, u32, u8)> {
+    let kind = PolicyKind::parse(&a.policy).map_err(anyhow::Error::msg)?;
+    let sc = a.stripe_count.unwrap_or(a.osds.min(4));
+    let default_r = a.osds.min(3) as u8;
+    let replicas = a.replicas.unwrap_or(default_r);
+    let opts = FormatOptions {
+        cluster_id: a.cluster.clone(),
+        policy: IdPolicy::new(kind, Geometry::default()).map_err(anyhow::Error::msg)?,
+        layout: LayoutSpec {
+            stripe_unit: u32::try_from(a.stripe_unit).context("stripe unit too large")?,
+            stripe_count: sc,
+            object_size: 0,
+            replicas,
+            min_replicas: 0,
+        },
+        wal_bytes: 64 << 20,
+        namespace: ns_mode,
+        dir_protocol: protocol.name().into(),
+    };
+    Ok((opts, sc, replicas))
+}
+
 /// Runs `tessera up`.
 pub fn run(a: Args) -> anyhow::Result<i32> {
     // The arguments, then the HTTP port: a bad argument is reported as
     // such, and a taken port stops `up` before it has made or started
     // anything.
     let (ns_mode, protocol) = check_args(&a)?;
+    if a.mds_members > 1 || super::up_group::is_group(&a.data) {
+        return super::up_group::run(&a, ns_mode, protocol);
+    }
     let rt = super::runtime()?;
     let http_listener = rt.block_on(super::dashboard::listen(&a.http))?;
     net::files::create_private_dir(&a.data)
@@ -114,24 +152,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             cf
         }
         None => {
-            let kind = PolicyKind::parse(&a.policy).map_err(anyhow::Error::msg)?;
-            let sc = a.stripe_count.unwrap_or(a.osds.min(4));
-            let default_r = a.osds.min(3) as u8;
-            let replicas = a.replicas.unwrap_or(default_r);
-            let opts = FormatOptions {
-                cluster_id: a.cluster.clone(),
-                policy: IdPolicy::new(kind, Geometry::default()).map_err(anyhow::Error::msg)?,
-                layout: LayoutSpec {
-                    stripe_unit: u32::try_from(a.stripe_unit).context("stripe unit too large")?,
-                    stripe_count: sc,
-                    object_size: 0,
-                    replicas,
-                    min_replicas: 0,
-                },
-                wal_bytes: 64 << 20,
-                namespace: ns_mode,
-                dir_protocol: protocol.name().into(),
-            };
+            let (opts, sc, replicas) = format_options(&a, ns_mode, protocol)?;
             mds::service::format(&mds_dir, &opts)?;
             let cf = ClusterFile {
                 cluster_id: a.cluster.clone(),
