@@ -99,7 +99,53 @@ pub fn render(s: Option<&ClusterStatus>) -> String {
             x.id, x.capacity
         );
     }
+    if let Some(g) = &s.mds_group {
+        group_gauges(&mut o, g);
+    }
     o
+}
+
+/// A replicated MDS group's gauges (from its leader).
+fn group_gauges(o: &mut String, g: &proto::status::GroupStatus) {
+    gauge(o, "tessera_mds_group_term", "The MDS group's raft term.");
+    let _ = writeln!(o, "tessera_mds_group_term {}", g.term);
+    gauge(
+        o,
+        "tessera_mds_group_leader",
+        "The member that leads the MDS group.",
+    );
+    let _ = writeln!(o, "tessera_mds_group_leader {}", g.leader);
+    gauge(
+        o,
+        "tessera_mds_group_member_up",
+        "Whether each MDS group member answered the leader recently (1) or not (0).",
+    );
+    for m in &g.members {
+        let up = m
+            .heard_ms
+            .is_some_and(|ms| ms <= proto::status::MEMBER_DOWN_MS);
+        let _ = writeln!(
+            o,
+            "tessera_mds_group_member_up{{member=\"{}\"}} {}",
+            m.id,
+            u8::from(up)
+        );
+    }
+    gauge(
+        o,
+        "tessera_mds_group_member_lag_entries",
+        "Log entries each MDS group member is behind the leader (absent: unknown).",
+    );
+    for m in &g.members {
+        if let Some(i) = m.matched {
+            let _ = writeln!(
+                o,
+                "tessera_mds_group_member_lag_entries{{member=\"{}\"}} {}",
+                m.id,
+                g.last_log.saturating_sub(i)
+            );
+        }
+    }
 }
 
 fn gauge(o: &mut String, name: &str, help: &str) {
@@ -136,6 +182,7 @@ mod tests {
             orphans: 0,
             redundancy: Default::default(),
             replay_wait: None,
+            mds_group: None,
         };
         let text = render(Some(&s));
         assert!(

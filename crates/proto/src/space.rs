@@ -156,6 +156,7 @@ mod tests {
                 ..Default::default()
             },
             replay_wait: None,
+            mds_group: None,
         };
         assert_eq!(status(84).health().level, "HEALTH_OK");
         let h = status(86).health();

@@ -75,6 +75,60 @@ pub struct ClusterStatus {
     /// for (it serves no namespace request until they are in or its
     /// window ends), and the ms left of that window.
     pub replay_wait: Option<(u32, u64)>,
+    /// A replicated MDS group, as its leader sees it (None: a single MDS).
+    pub mds_group: Option<GroupStatus>,
+}
+
+/// A replicated MDS group, seen from its leader.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupStatus {
+    /// The leader's member id.
+    pub leader: u64,
+    /// The raft term.
+    pub term: u64,
+    /// The leader's last log index.
+    pub last_log: u64,
+    /// The last index the leader applied.
+    pub applied: u64,
+    /// Every member.
+    pub members: Vec<GroupMemberStatus>,
+}
+
+/// One member of an MDS group.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupMemberStatus {
+    /// Its id.
+    pub id: u64,
+    /// Its client address.
+    pub addr: String,
+    /// The highest log index the leader knows it holds (None: unknown).
+    pub matched: Option<u64>,
+    /// Milliseconds since it last answered the leader (None: never since
+    /// this leader took over); the leader itself is 0.
+    pub heard_ms: Option<u64>,
+}
+
+/// A member not heard from for this long counts as down.
+pub const MEMBER_DOWN_MS: u64 = 2000;
+/// A member this many entries behind the leader counts as behind.
+pub const MEMBER_BEHIND: u64 = 1000;
+
+impl GroupStatus {
+    /// Members down (not heard for [`MEMBER_DOWN_MS`]) and behind (more
+    /// than [`MEMBER_BEHIND`] entries), as warnings.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut w = Vec::new();
+        for m in &self.members {
+            if m.heard_ms.is_none_or(|ms| ms > MEMBER_DOWN_MS) {
+                w.push(format!("MDS member {} ({}) down", m.id, m.addr));
+            } else if let Some(lag) = m.matched.map(|i| self.last_log.saturating_sub(i))
+                && lag > MEMBER_BEHIND
+            {
+                w.push(format!("MDS member {} is {lag} entries behind", m.id));
+            }
+        }
+        w
+    }
 }
 
 /// The state of the copies, counted in stripe objects, from the MDS's
@@ -214,6 +268,9 @@ impl ClusterStatus {
         }
         if self.osds.is_empty() {
             err.push("no OSDs".into());
+        }
+        if let Some(g) = &self.mds_group {
+            warn.extend(g.warnings());
         }
         if let Some((sessions, ms)) = self.replay_wait {
             warn.push(format!(

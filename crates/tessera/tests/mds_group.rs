@@ -199,7 +199,7 @@ async fn storm(c: Arc<MdsClient>, dir: u64, stop: Arc<AtomicBool>, model: Arc<Mu
     let mut n = 0u64;
     while !stop.load(Ordering::Relaxed) {
         n += 1;
-        let (op, names, outcome): (Op, Vec<String>, Vec<bool>) = if n % 5 == 0 {
+        let (op, names, outcome): (Op, Vec<String>, Vec<bool>) = if n.is_multiple_of(5) {
             let (from, to) = (format!("f{}", n - 1), format!("r{}", n - 1));
             if model.lock().unwrap().get(&from) != Some(&Some(true)) {
                 continue;
@@ -212,7 +212,7 @@ async fn storm(c: Arc<MdsClient>, dir: u64, stop: Arc<AtomicBool>, model: Arc<Mu
                 noreplace: false,
             };
             (op, vec![from, to], vec![false, true])
-        } else if n % 7 == 0 {
+        } else if n.is_multiple_of(7) {
             let name = format!("f{}", n - 2);
             if model.lock().unwrap().get(&name) != Some(&Some(true)) {
                 continue;
@@ -269,6 +269,22 @@ async fn check(c: &MdsClient, dir: u64, model: &Model, who: &str) -> usize {
         checked += 1;
     }
     checked
+}
+
+fn status_text(g: &Group) -> String {
+    let out = Command::new(BIN)
+        .args([
+            "status",
+            "--mds",
+            &g.list(),
+            "--cluster",
+            CLUSTER,
+            "--key-file",
+        ])
+        .arg(g.member_dir(1).join("client.admin.key"))
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// Kills the leader while two clients storm; returns how long the group
@@ -369,6 +385,24 @@ fn the_leader_killed_mid_storm_loses_nothing_acknowledged() {
             checked > 100,
             "the storms did work ({checked} names checked)"
         );
+        // The status names the members; one down is a warning.
+        let st = status_text(&g);
+        assert!(st.contains("MDS group: 3 members"), "{st}");
+        let down = (1..=3).find(|i| *i != g.leader()).unwrap();
+        g.kill(down);
+        let mut warned = String::new();
+        for _ in 0..100 {
+            warned = status_text(&g);
+            if warned.contains(&format!("MDS member {down}")) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(
+            warned.starts_with("HEALTH_WARN") && warned.contains(&format!("MDS member {down}")),
+            "{warned}"
+        );
+        g.start(down);
         // Every member restarted at once: still all there.
         keep.abort();
         early.sync().await.unwrap();

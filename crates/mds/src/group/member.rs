@@ -100,10 +100,12 @@ pub async fn run(
     let log_watch = log.clone();
     let sm = KvMachine::open(db.clone(), dir).map_err(|e| e.to_string())?;
     let (origin_slot, quiesce_slot) = (sm.live_origin(), sm.quiesce_slot());
+    let heard = super::peer::Heard::default();
     let net = PeerNet {
         me: group.id,
         cluster_id: cluster_id.clone(),
         key,
+        heard: heard.clone(),
     };
     let raft_cfg = Arc::new(crate::raft::config(&cluster_id)?);
     let raft = Raft::new(group.id, raft_cfg, net, log, sm)
@@ -147,13 +149,20 @@ pub async fn run(
         raft: raft.clone(),
         mds: mds_rx,
     });
-    // Follow until elected (or stopped).
+    // Follow until elected and sure of it (or stopped). Nothing is opened
+    // before that, so an election lost meanwhile costs nothing.
     let mut metrics = raft.metrics();
     loop {
-        {
+        let leads = {
             let m = metrics.borrow();
-            if m.state == ServerState::Leader && m.current_leader == Some(group.id) {
-                break;
+            m.state == ServerState::Leader && m.current_leader == Some(group.id)
+        };
+        if leads {
+            tracing::info!(member = group.id, "elected: taking over");
+            // Everything committed before is applied once this returns.
+            match raft.ensure_linearizable().await {
+                Ok(_) => break,
+                Err(e) => tracing::info!(error = %e, "not the leader after all"),
             }
         }
         tokio::select! {
@@ -163,10 +172,6 @@ pub async fn run(
             }
             r = metrics.changed() => r.map_err(|_| "raft stopped".to_string())?,
         }
-    }
-    tracing::info!(member = group.id, "elected: taking over");
-    if let Err(e) = raft.ensure_linearizable().await {
-        step_down(&format!("lost the lead before taking over: {e}"));
     }
     let origin = u64::from_le_bytes(net::auth::random_bytes()).max(1);
     origin_slot.store(origin, Ordering::SeqCst);
@@ -191,6 +196,9 @@ pub async fn run(
             return Err(e);
         }
     };
+    let _ = mds
+        .group_status
+        .set(status_of(raft.clone(), group.clone(), heard));
     lead(
         &raft,
         mds,
@@ -201,6 +209,50 @@ pub async fn run(
         mds_tx,
     )
     .await
+}
+
+/// The group as the leader sees it, for the status.
+fn status_of(
+    raft: Raft<Tc>,
+    group: crate::config::GroupConfig,
+    heard: super::peer::Heard,
+) -> crate::service::GroupStatusFn {
+    Box::new(move || {
+        let m = raft.metrics().borrow().clone();
+        let last_log = m.last_log_index.unwrap_or(0);
+        let heard = heard.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let members = group
+            .members
+            .iter()
+            .map(|g| {
+                let me = g.id == group.id;
+                proto::status::GroupMemberStatus {
+                    id: g.id,
+                    addr: g.addr.clone(),
+                    matched: if me {
+                        Some(last_log)
+                    } else {
+                        m.replication
+                            .as_ref()
+                            .and_then(|r| r.get(&g.id).cloned().flatten())
+                            .map(|l| l.index)
+                    },
+                    heard_ms: if me {
+                        Some(0)
+                    } else {
+                        heard.get(&g.id).map(|t| t.elapsed().as_millis() as u64)
+                    },
+                }
+            })
+            .collect();
+        proto::status::GroupStatus {
+            leader: group.id,
+            term: m.current_term,
+            last_log,
+            applied: m.last_applied.map_or(0, |l| l.index),
+            members,
+        }
+    })
 }
 
 /// Serves clients and OSDs while this member leads.

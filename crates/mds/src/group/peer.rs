@@ -223,7 +223,12 @@ pub struct PeerNet {
     pub cluster_id: String,
     /// The group's key.
     pub key: Secret,
+    /// When each member last answered this one.
+    pub heard: Heard,
 }
+
+/// When each member last answered (shared by the links and the status).
+pub type Heard = Arc<std::sync::Mutex<BTreeMap<u64, std::time::Instant>>>;
 
 /// A connection to one member, remade when it breaks.
 pub struct PeerLink {
@@ -231,6 +236,7 @@ pub struct PeerLink {
     addr: String,
     cfg: ConnConfig,
     conn: Option<Arc<Connection>>,
+    heard: Heard,
 }
 
 impl RaftNetworkFactory<Tc> for PeerNet {
@@ -247,6 +253,7 @@ impl RaftNetworkFactory<Tc> for PeerNet {
             addr: node.addr.clone(),
             cfg,
             conn: None,
+            heard: self.heard.clone(),
         }
     }
 }
@@ -309,6 +316,10 @@ impl PeerLink {
                 });
             }
         };
+        self.heard
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(self.target, std::time::Instant::now());
         match self.decode::<Result<T, RaftError<u64>>>(&f) {
             Ok(Ok(Ok(r))) => Ok(r),
             Ok(Ok(Err(e))) => Err(RPCError::RemoteError(RemoteError::new(self.target, e))),

@@ -206,6 +206,7 @@ impl Mds {
                 r
             },
             replay_wait: self.replay_wait(),
+            mds_group: self.group_status.get().map(|f| f()),
         })
     }
 

@@ -284,7 +284,13 @@ pub struct Mds {
     /// The newest transno answered early (what is pending is the part
     /// past the KV's durable transno).
     last_early: std::sync::atomic::AtomicU64,
+    /// A group leader's view of its group, for the status (set once it
+    /// leads: see `crate::group`).
+    pub group_status: std::sync::OnceLock<GroupStatusFn>,
 }
+
+/// How a group leader tells the status about its group.
+pub type GroupStatusFn = Box<dyn Fn() -> proto::status::GroupStatus + Send + Sync>;
 
 use proto::mds::err;
 
@@ -379,6 +385,7 @@ impl Mds {
             locks: Mutex::new(locks::Locks::default()),
             connections: Default::default(),
             last_early: Default::default(),
+            group_status: std::sync::OnceLock::new(),
         });
         mds.index_stale_copies()?;
         Ok(mds)

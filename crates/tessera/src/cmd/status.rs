@@ -62,6 +62,37 @@ pub fn status(a: StatusArgs) -> anyhow::Result<i32> {
     })
 }
 
+/// Prints a replicated MDS group: leader, term, and each member's lag.
+fn print_group(g: &proto::status::GroupStatus) {
+    println!(
+        "MDS group: {} members, leader {}, term {}, log {} (applied {})",
+        g.members.len(),
+        g.leader,
+        g.term,
+        g.last_log,
+        g.applied
+    );
+    for m in &g.members {
+        let role = if m.id == g.leader {
+            "leader"
+        } else {
+            "follower"
+        };
+        let heard = match m.heard_ms {
+            Some(ms) if ms <= proto::status::MEMBER_DOWN_MS => "up".to_string(),
+            Some(ms) => format!("DOWN (last heard {:.1} s ago)", ms as f64 / 1000.0),
+            None => "DOWN (not heard since this leader took over)".to_string(),
+        };
+        let lag = m.matched.map_or("lag unknown".to_string(), |i| {
+            format!("lag {} entries", g.last_log.saturating_sub(i))
+        });
+        println!(
+            "  member {:<2} {:<22} {:<8} {heard}, {lag}",
+            m.id, m.addr, role
+        );
+    }
+}
+
 /// Prints cluster status: the health line, recovery, map, inodes, MDS
 /// request counts, one row per OSD.
 pub fn print_status(s: &ClusterStatus) {
@@ -109,6 +140,9 @@ pub fn print_status(s: &ClusterStatus) {
         "cluster {}  map epoch {}  inodes {}  id policy {}",
         s.cluster_id, s.epoch, s.inodes, s.id_policy
     );
+    if let Some(g) = &s.mds_group {
+        print_group(g);
+    }
     let sp = proto::space::usable(&s.osds, r.max_replicas);
     println!(
         "space: raw {} used of {}; at {} copies {} available of {}",
