@@ -98,6 +98,7 @@ pub async fn run(
         .cluster_id;
     let log = LogStore::open(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let log_watch = log.clone();
+    let log_gate = log.clone();
     let sm = KvMachine::open(db.clone(), dir).map_err(|e| e.to_string())?;
     let (origin_slot, quiesce_slot) = (sm.live_origin(), sm.quiesce_slot());
     let heard = super::peer::Heard::default();
@@ -175,7 +176,7 @@ pub async fn run(
     }
     let origin = u64::from_le_bytes(net::auth::random_bytes()).max(1);
     origin_slot.store(origin, Ordering::SeqCst);
-    let sink = RaftSink::start(raft.clone(), origin);
+    let sink = RaftSink::start(raft.clone(), origin, log_gate);
     let kv = Arc::new(
         Kv::open_group(db.clone(), Mds::kv_options(&cfg), sink).map_err(|e| e.to_string())?,
     );
@@ -317,7 +318,7 @@ async fn lead(
 /// Asks for a snapshot (after which openraft purges the log up to it)
 /// whenever the raft log ring is over half full.
 async fn snapshot_when_full(raft: Raft<Tc>, log: LogStore) {
-    let mut tick = tokio::time::interval(Duration::from_millis(500));
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
     loop {
         tick.tick().await;
         if raft.metrics().borrow().running_state.is_err() {

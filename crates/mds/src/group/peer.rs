@@ -110,6 +110,15 @@ impl PeerFront {
                 .write(true)
                 .truncate(at.offset == 0)
                 .open(&path)?;
+            // Pieces come in order: one that does not continue the image
+            // (a gap, or an offset far past its end) is refused.
+            let len = file.metadata()?.len();
+            if at.offset != len {
+                return Err(std::io::Error::other(format!(
+                    "piece at {} of an image of {len} bytes",
+                    at.offset
+                )));
+            }
             file.write_all_at(&data, at.offset)
         })
         .await

@@ -9,6 +9,7 @@ use openraft::Raft;
 use tokio::sync::mpsc;
 
 use crate::kv::group::{Replicate, Replicated};
+use crate::raft::log_store::LogStore;
 use crate::raft::{Batch, Tc};
 
 enum Item {
@@ -25,11 +26,17 @@ impl RaftSink {
     /// Starts proposing on `raft` (on the current tokio runtime), marking
     /// entries with `origin` (the state machine skips this origin's
     /// batches: the leader's KV holds them already).
-    pub fn start(raft: Raft<Tc>, origin: u64) -> Arc<RaftSink> {
+    /// A batch waits while `log` is over three quarters full (until a
+    /// snapshot lets it be purged): a full log would stop the member.
+    pub fn start(raft: Raft<Tc>, origin: u64, log: LogStore) -> Arc<RaftSink> {
         let (tx, mut rx) = mpsc::unbounded_channel::<Item>();
         let (wtx, mut wrx) = mpsc::unbounded_channel();
         tokio::spawn(async move {
             while let Some(item) = rx.recv().await {
+                while log.live_bytes() > log.capacity() / 4 * 3 {
+                    let _ = raft.trigger().snapshot().await;
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                }
                 let waiting = match item {
                     Item::Batch(seq, writes, done) => {
                         let batch = Batch {
