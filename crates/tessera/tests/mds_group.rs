@@ -407,6 +407,8 @@ fn the_leader_killed_mid_storm_loses_nothing_acknowledged() {
         // early client stays reachable: the new leader waits for its
         // recorded session to come back).
         early.sync().await.unwrap();
+        // Past the session idle time: no recorded session to wait for.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
         for id in 1..=3 {
             g.kill(id);
         }
