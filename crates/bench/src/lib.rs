@@ -9,6 +9,7 @@ pub mod agreement;
 pub mod dirops;
 pub mod fio;
 pub mod fs_bench;
+pub mod group_bench;
 pub mod loopdev;
 pub mod meta_bench;
 pub mod mix;

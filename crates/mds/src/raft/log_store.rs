@@ -1,8 +1,10 @@
 //! The raft log: records on a write-ahead-log ring (`mds.raftlog`, the
 //! format of [`crate::wal`], lsn = raft index, payload = postcard
 //! `Entry`), with the vote and the log's bounds in [`HardStateFile`]
-//! (`mds.raft`). An append writes its entries and flushes the device once
-//! before openraft is told they are stable; a truncation zeroes what it
+//! (`mds.raft`). An append writes its entries and hands openraft's
+//! callback to a flusher thread, which flushes the device once for every
+//! append waiting and only then tells openraft they are stable (group
+//! commit across appends, in order); a truncation zeroes what it
 //! removes and flushes before it returns (a stale entry after a shorter
 //! replacement would otherwise pass the replay's consecutive-lsn check);
 //! a purge makes the new bounds durable before the freed space is reused.
@@ -46,6 +48,31 @@ struct Inner {
 #[derive(Clone)]
 pub struct LogStore {
     inner: Arc<Mutex<Inner>>,
+    /// Appends waiting for the flusher.
+    flushes: std::sync::mpsc::Sender<LogFlushed<Tc>>,
+}
+
+/// The flusher: one device flush for every append waiting, then their
+/// callbacks in order. Ends when every [`LogStore`] clone is gone.
+fn flush_loop(dev: Arc<FileDevice>, rx: std::sync::mpsc::Receiver<LogFlushed<Tc>>) {
+    while let Ok(first) = rx.recv() {
+        let mut waiting = vec![first];
+        while let Ok(more) = rx.try_recv() {
+            waiting.push(more);
+        }
+        match dev.flush() {
+            Ok(()) => {
+                for cb in waiting {
+                    cb.log_io_completed(Ok(()));
+                }
+            }
+            Err(e) => {
+                for cb in waiting {
+                    cb.log_io_completed(Err(io::Error::new(e.kind(), e.to_string())));
+                }
+            }
+        }
+    }
 }
 
 fn io_store(verb: ErrorVerb, e: impl std::fmt::Display) -> StoreError {
@@ -81,8 +108,8 @@ impl LogStore {
     pub fn open(dir: &Path) -> io::Result<LogStore> {
         let (log, state) = paths(dir);
         let hard = HardStateFile::open(&state)?;
-        let dev = FileDevice::open(&log)?;
-        let mut wal = Wal::new(Box::new(dev), hard.state.tail);
+        let dev = Arc::new(FileDevice::open(&log)?);
+        let mut wal = Wal::new(Box::new(dev.clone()), hard.state.tail);
         let mut index = VecDeque::new();
         wal.replay_at(hard.state.first, &mut |lsn, at, payload| {
             let e: Entry<Tc> = postcard::from_bytes(payload)
@@ -97,7 +124,12 @@ impl LogStore {
             Ok(())
         })?;
         let first = hard.state.first;
+        let (flushes, rx) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
+            .name("raft-log-flush".into())
+            .spawn(move || flush_loop(dev, rx))?;
         Ok(LogStore {
+            flushes,
             inner: Arc::new(Mutex::new(Inner {
                 wal,
                 hard,
@@ -261,19 +293,11 @@ impl RaftLogStorage<Tc> for LogStore {
         for e in entries {
             inner.append_one(e)?;
         }
-        let flushed = inner.wal.flush();
         drop(inner);
-        match flushed {
-            Ok(()) => {
-                callback.log_io_completed(Ok(()));
-                Ok(())
-            }
-            Err(e) => {
-                let msg = e.to_string();
-                callback.log_io_completed(Err(e));
-                Err(io_store(ErrorVerb::Write, msg))
-            }
-        }
+        // Stable once the flusher has flushed (with every append waiting).
+        self.flushes
+            .send(callback)
+            .map_err(|_| io_store(ErrorVerb::Write, "the log's flusher stopped"))
     }
 
     async fn truncate(&mut self, log_id: LogId<u64>) -> Result<(), StoreError> {

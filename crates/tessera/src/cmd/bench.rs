@@ -51,6 +51,21 @@ pub enum BenchCmd {
         #[arg(long, default_value = "./tessera-data/bench")]
         dir: PathBuf,
     },
+    /// A replicated MDS group's cost: empty-file creates from 1 and 16
+    /// tasks against a single MDS and a group of three members (in this
+    /// process), every change durable and with early answers, side by
+    /// side; prints group ÷ single (target ≥ 0.7).
+    Group {
+        /// 500 creates per task (default 2,000; ×4 with one task).
+        #[arg(long)]
+        quick: bool,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// Where the MDSs and the OSDs go (removed afterwards).
+        #[arg(long, default_value = "./tessera-data/bench")]
+        dir: PathBuf,
+    },
     /// Metadata: create, stat, readdir, unlink from 1, 4 and 16 tasks,
     /// Tessera's MDS against a local directory on the same disk.
     Meta {
@@ -236,6 +251,11 @@ pub fn run(c: BenchCmd) -> anyhow::Result<i32> {
             json,
             &bench::meta_bench::run(&dir, if quick { 1000 } else { 10_000 })?,
             |r| bench::meta_bench::print(r),
+        ),
+        BenchCmd::Group { quick, json, dir } => emit(
+            json,
+            &bench::group_bench::run(&dir, if quick { 500 } else { 2000 })?,
+            |r| bench::group_bench::print(r),
         ),
         BenchCmd::Dirops { quick, json, dir } => {
             let cfg = if quick {
