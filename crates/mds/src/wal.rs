@@ -112,18 +112,26 @@ impl Wal {
                 self.capacity()
             )));
         }
-        if self.live() + Wal::footprint(payload.len()) + BLOCK > self.capacity() {
+        let mut at = if self.head >= self.capacity() {
+            0
+        } else {
+            self.head
+        };
+        // What the record takes from the free space: itself, and when it
+        // wraps the whole rest of the ring before it (the WRAP record and
+        // the gap). One block always stays free between head and tail.
+        let takes = if at + len > self.capacity() {
+            self.capacity() - at + len
+        } else {
+            len
+        };
+        if self.live() + takes + BLOCK > self.capacity() {
             return Err(io::Error::other(format!(
                 "log full: {} of {} bytes live",
                 self.live(),
                 self.capacity()
             )));
         }
-        let mut at = if self.head >= self.capacity() {
-            0
-        } else {
-            self.head
-        };
         if at + len > self.capacity() {
             self.dev.write_at(&encode(lsn, FLAG_WRAP, &[]), at)?;
             at = 0;
@@ -296,6 +304,32 @@ mod tests {
         assert_eq!(n, lsn - tail_lsn);
         assert_eq!(r.head, w.head);
         assert_eq!(got.first().map(|g| g.0), Some(tail_lsn));
+    }
+
+    #[test]
+    fn a_record_that_would_wrap_onto_live_records_is_refused() {
+        // 64 blocks; live records from block 7 to 50; a 15-block record
+        // would wrap (14 blocks left at the end) and cover blocks 0..15,
+        // past the tail at 7, though the ring has 20 blocks free in all.
+        let dev = std::sync::Arc::new(MemDevice::new(64 * BLOCK));
+        let mut w = Wal::new(Box::new(dev.clone()), 0);
+        let mut lsn = 1;
+        while w.head < 7 * BLOCK {
+            w.append(lsn, b"x").unwrap();
+            lsn += 1;
+        }
+        w.checkpointed();
+        let (tail, first) = (w.tail, lsn);
+        while w.head < 50 * BLOCK {
+            w.append(lsn, &[1u8; 3000]).unwrap();
+            lsn += 1;
+        }
+        let before = w.head;
+        assert!(w.append(lsn, &[2u8; 15 * 4096 - 100]).is_err());
+        assert_eq!(w.head, before, "a refused record moves nothing");
+        // Everything live still reads back.
+        let mut r = Wal::new(Box::new(dev), tail);
+        assert_eq!(r.replay(first, &mut |_, _| Ok(())).unwrap(), lsn - first);
     }
 
     #[test]
