@@ -334,7 +334,12 @@ async fn failover_mid_storm(
 #[test]
 fn the_leader_killed_mid_storm_loses_nothing_acknowledged() {
     let tmp = tempfile::tempdir().unwrap();
-    let mut g = Group::format(&tmp.path().join("group"));
+    // TESSERA_GROUP_TEST_DIR keeps the members' directories and logs.
+    let at = std::env::var_os("TESSERA_GROUP_TEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| tmp.path().join("group"));
+    let _ = std::fs::remove_dir_all(&at);
+    let mut g = Group::format(&at);
     let rt = runtime();
     rt.block_on(async {
         let early = Arc::new(g.client());

@@ -282,13 +282,23 @@ async fn lead(
     let _ = mds_tx.send(Some(mds.clone()));
     tracing::info!(%addr, "leading: serving clients and OSDs");
     let mut tick = tokio::time::interval(Duration::from_millis(25));
+    // openraft computes the quorum ack's age when it reports metrics: a
+    // raft loop that is stuck reports nothing, so the age is the last
+    // report's plus the time since that report was seen.
+    let mut reports = raft.metrics();
+    let mut seen = std::time::Instant::now();
     loop {
         tokio::select! {
             _ = stop.changed() => break,
             _ = tick.tick() => {}
         }
-        let m = raft.metrics().borrow().clone();
-        let lease = Duration::from_millis(m.millis_since_quorum_ack.unwrap_or(u64::MAX));
+        if reports.has_changed().unwrap_or(false) {
+            reports.borrow_and_update();
+            seen = std::time::Instant::now();
+        }
+        let m = reports.borrow().clone();
+        let lease = Duration::from_millis(m.millis_since_quorum_ack.unwrap_or(u64::MAX))
+            .saturating_add(seen.elapsed());
         if m.state != ServerState::Leader {
             step_down(&format!("no longer the leader (term {})", m.current_term));
         } else if members > 1 && lease > QUORUM_LEASE {
