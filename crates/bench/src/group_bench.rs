@@ -113,16 +113,31 @@ async fn creates(
 /// A single MDS and one OSD under `work`; returns them and the admin.
 async fn single(work: &Path) -> anyhow::Result<(LocalMds, LocalOsd)> {
     let mds_dir = work.join("single");
-    mds::service::format(&mds_dir, &FormatOptions::new(CLUSTER, LayoutSpec::default()))?;
-    provision_osd(&osd_dir(work, 1), 1, CLUSTER, 64 << 20, &mds_dir.join("keys"))
-        .map_err(anyhow::Error::msg)?;
+    mds::service::format(
+        &mds_dir,
+        &FormatOptions::new(CLUSTER, LayoutSpec::default()),
+    )?;
+    provision_osd(
+        &osd_dir(work, 1),
+        1,
+        CLUSTER,
+        64 << 20,
+        &mds_dir.join("keys"),
+    )
+    .map_err(anyhow::Error::msg)?;
     let m = LocalMds::start(&mds_dir, "127.0.0.1:0")
         .await
         .map_err(anyhow::Error::msg)?;
     let o = LocalOsd::start(&osd_dir(work, 1), "127.0.0.1:0", Some(m.addr.to_string()))
         .await
         .map_err(anyhow::Error::msg)?;
-    wait_up(&MdsClient::new(&m.addr.to_string(), CLUSTER, m.admin.clone(), 1)).await?;
+    wait_up(&MdsClient::new(
+        &m.addr.to_string(),
+        CLUSTER,
+        m.admin.clone(),
+        1,
+    ))
+    .await?;
     Ok((m, o))
 }
 
@@ -130,9 +145,17 @@ async fn single(work: &Path) -> anyhow::Result<(LocalMds, LocalOsd)> {
 /// address list, the admin, the OSD and the switch that stops the members.
 async fn group(
     work: &Path,
-) -> anyhow::Result<(String, net::auth::Identity, LocalOsd, tokio::sync::watch::Sender<bool>)> {
+) -> anyhow::Result<(
+    String,
+    net::auth::Identity,
+    LocalOsd,
+    tokio::sync::watch::Sender<bool>,
+)> {
     let formatted = work.join("group-format");
-    mds::service::format(&formatted, &FormatOptions::new(CLUSTER, LayoutSpec::default()))?;
+    mds::service::format(
+        &formatted,
+        &FormatOptions::new(CLUSTER, LayoutSpec::default()),
+    )?;
     let mut members = Vec::new();
     for id in 1..=3 {
         members.push(mds::GroupMember {
@@ -158,7 +181,8 @@ async fn group(
     }
     let list: Vec<&str> = members.iter().map(|m| m.addr.as_str()).collect();
     let list = list.join(",");
-    let admin = net::auth::ClientKey::load(&mds::principals::admin_key_path(&dirs[0]))?.identity()?;
+    let admin =
+        net::auth::ClientKey::load(&mds::principals::admin_key_path(&dirs[0]))?.identity()?;
     let o = LocalOsd::start(&osd_dir(work, 2), "127.0.0.1:0", Some(list.clone()))
         .await
         .map_err(anyhow::Error::msg)?;
@@ -172,7 +196,9 @@ pub fn run(dir: &Path, per_task: usize) -> anyhow::Result<Vec<GroupResult>> {
     let work = dir.join(format!("group-bench-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&work);
     std::fs::create_dir_all(&work)?;
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
     let res = rt.block_on(async {
         let (m, o1) = single(&work).await?;
         let (list, admin, o2, stop) = group(&work).await?;
@@ -187,7 +213,15 @@ pub fn run(dir: &Path, per_task: usize) -> anyhow::Result<Vec<GroupResult>> {
                 let s = creates(&single_addr, &m.admin, tasks, per, early, &tag).await?;
                 let g = creates(&list, &admin, tasks, per, early, &tag).await?;
                 let g2 = creates(&list, &admin, tasks, per, early, &format!("{tag}b")).await?;
-                let s2 = creates(&single_addr, &m.admin, tasks, per, early, &format!("{tag}b")).await?;
+                let s2 = creates(
+                    &single_addr,
+                    &m.admin,
+                    tasks,
+                    per,
+                    early,
+                    &format!("{tag}b"),
+                )
+                .await?;
                 out.push(GroupResult {
                     mode: mode.into(),
                     tasks,

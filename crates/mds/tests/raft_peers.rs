@@ -43,7 +43,7 @@ async fn start(id: u64, dir: &std::path::Path, key: [u8; 32]) -> Node {
         key,
         members: vec![1, 2, 3, 4],
         dir: dir.to_path_buf(),
-        receiving: tokio::sync::Mutex::new(()),
+        receiving: tokio::sync::Mutex::new(None),
     });
     let (stop, rx) = tokio::sync::watch::channel(false);
     let mut limits = mds::server::default_limits();

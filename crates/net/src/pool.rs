@@ -13,6 +13,9 @@ use crate::connection::{ConnConfig, ConnError, Connection};
 /// accepts (a group electing a new leader takes about 1–2 s).
 pub const FAILOVER_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
+/// How long one member of several may take to accept a connection.
+pub const MEMBER_CONNECT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// A small pool of pipelined connections to one server (an OSD, or the
 /// MDS: the handshake names which), made on first use and remade when one dies.
 pub struct Pool {
@@ -104,13 +107,31 @@ impl Pool {
             let mut last = None;
             for k in 0..n {
                 let i = (start + k) % n;
-                match Connection::connect(&self.addrs[i], &self.cfg).await {
+                let attempt = Connection::connect(&self.addrs[i], &self.cfg);
+                // A member whose host is gone may not even refuse: with
+                // several addresses, none is waited on for long.
+                let r = if n > 1 {
+                    tokio::time::timeout(MEMBER_CONNECT, attempt)
+                        .await
+                        .unwrap_or_else(|_| {
+                            Err(ConnError::Connect {
+                                addr: self.addrs[i].clone(),
+                                why: format!("no answer within {MEMBER_CONNECT:?}"),
+                            })
+                        })
+                } else {
+                    attempt.await
+                };
+                match r {
                     Ok(c) => {
                         self.current.store(i, Ordering::Relaxed);
                         return Ok(c);
                     }
                     // Refused or unreachable: perhaps not the leader.
-                    Err(e @ ConnError::Connect { .. }) => last = Some(e),
+                    Err(e @ ConnError::Connect { .. }) => {
+                        self.current.store((i + 1) % n, Ordering::Relaxed);
+                        last = Some(e);
+                    }
                     Err(e) => return Err(e),
                 }
             }

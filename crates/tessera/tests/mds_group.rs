@@ -442,3 +442,82 @@ fn the_leader_killed_mid_storm_loses_nothing_acknowledged() {
         );
     }
 }
+
+/// What `mds format --members` refuses, and a member's directory copied
+/// to start as another member (its vote would come along).
+#[test]
+fn bad_group_arguments_and_a_copied_member_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let format = |members: &str, extra: &[&str]| {
+        let out = Command::new(BIN)
+            .args(["mds", "format", "--data"])
+            .arg(tmp.path().join("g"))
+            .args(["--cluster", CLUSTER, "--members", members])
+            .args(extra)
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    for (members, extra, says) in [
+        ("127.0.0.1:7000,127.0.0.1:7000", &[][..], "given twice"),
+        (
+            "127.0.0.1:0,127.0.0.1:7001",
+            &[][..],
+            "port must be 1 to 65535",
+        ),
+        ("127.0.0.1", &[][..], "not host:port"),
+        (
+            "127.0.0.1:65500,127.0.0.1:65501",
+            &[][..],
+            "no room for a peer port",
+        ),
+        (
+            "127.0.0.1:7000,127.0.0.1:7001",
+            &["--peers", "127.0.0.1:7100"][..],
+            "--peers lists 1 addresses for 2 members",
+        ),
+    ] {
+        let (ok, err) = format(members, extra);
+        assert!(!ok && err.contains(says), "{members} {extra:?}: {err}");
+        assert!(
+            !tmp.path().join("g").join("member-1").exists(),
+            "{members}: left a member behind"
+        );
+    }
+    let many: Vec<String> = (0..10).map(|i| format!("127.0.0.1:{}", 7000 + i)).collect();
+    let (ok, err) = format(&many.join(","), &[]);
+    assert!(!ok && err.contains("1 to 9"), "{err}");
+    // A good one, then member 1's directory copied to stand in for member 2.
+    let (ok, err) = format("127.0.0.1:7300,localhost:7301,127.0.0.1:7302", &[]);
+    assert!(ok, "{err}");
+    let g = tmp.path().join("g");
+    let copy = tmp.path().join("copy");
+    assert!(
+        Command::new("cp")
+            .arg("-a")
+            .arg(g.join("member-1"))
+            .arg(&copy)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let cfg = std::fs::read_to_string(copy.join("mds.toml")).unwrap();
+    std::fs::write(
+        copy.join("mds.toml"),
+        cfg.replacen("id = 1\n", "id = 2\n", 1),
+    )
+    .unwrap();
+    let out = Command::new(BIN)
+        .args(["mds", "serve", "--data"])
+        .arg(&copy)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("cannot be copied"),
+        "{err}"
+    );
+}

@@ -38,7 +38,8 @@ fn save_key(dir: &Path, k: &Secret) -> Result<(), String> {
 }
 
 fn copy_tree(from: &Path, to: &Path) -> Result<(), String> {
-    std::fs::create_dir_all(to).map_err(|e| format!("{}: {e}", to.display()))?;
+    // Owner-only, as a single MDS's directory: keys are inside.
+    net::files::create_private_dir(to).map_err(|e| format!("{}: {e}", to.display()))?;
     for e in std::fs::read_dir(from).map_err(|e| format!("{}: {e}", from.display()))? {
         let e = e.map_err(|e| e.to_string())?;
         let (src, dst) = (e.path(), to.join(e.file_name()));
@@ -72,6 +73,24 @@ pub fn make_members(
     }
     let key = net::keys::random_key();
     let mut dirs = Vec::new();
+    let made = make_each(formatted, out, members, log_bytes, &key, &mut dirs);
+    if made.is_err() {
+        // Nothing half made is left behind.
+        for d in &dirs {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+    made.map(|()| dirs)
+}
+
+fn make_each(
+    formatted: &Path,
+    out: &Path,
+    members: &[GroupMember],
+    log_bytes: u64,
+    key: &Secret,
+    dirs: &mut Vec<PathBuf>,
+) -> Result<(), String> {
     for m in members {
         let dir = out.join(format!("member-{}", m.id));
         if dir.exists() {
@@ -80,9 +99,10 @@ pub fn make_members(
                 dir.display()
             ));
         }
+        dirs.push(dir.clone());
         copy_tree(formatted, &dir)?;
-        save_key(&dir, &key)?;
-        crate::raft::log_store::create(&dir, log_bytes)
+        save_key(&dir, key)?;
+        crate::raft::log_store::create(&dir, log_bytes, m.id)
             .map_err(|e| format!("{}: {e}", dir.display()))?;
         let p = dir.join("mds.toml");
         let mut cfg = MdsConfig::load(&p).map_err(|e| e.to_string())?;
@@ -94,7 +114,13 @@ pub fn make_members(
         let text = toml::to_string_pretty(&cfg).map_err(|e| e.to_string())?;
         net::files::write_private(&p, text.as_bytes())
             .map_err(|e| format!("{}: {e}", p.display()))?;
-        dirs.push(dir);
     }
-    Ok(dirs)
+    Ok(())
+}
+
+/// Opens a member's KV for an offline check (the member must not be
+/// running).
+pub fn open_db_read(dir: &Path) -> Result<redb::Database, String> {
+    let p = crate::kv::KvPaths::new(dir).db;
+    redb::Database::open(&p).map_err(|e| format!("{}: {e}", p.display()))
 }

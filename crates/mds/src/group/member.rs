@@ -97,6 +97,15 @@ pub async fn run(
         .map_err(|e| e.to_string())?
         .cluster_id;
     let log = LogStore::open(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    if log.member() != group.id {
+        return Err(format!(
+            "{}: this raft log is member {}'s, and mds.toml says member {}: a member's \
+             directory cannot be copied to make another (its vote would come along)",
+            dir.display(),
+            log.member(),
+            group.id
+        ));
+    }
     let log_watch = log.clone();
     let log_gate = log.clone();
     let sm = KvMachine::open(db.clone(), dir).map_err(|e| e.to_string())?;
@@ -118,7 +127,7 @@ pub async fn run(
         key,
         members: group.members.iter().map(|m| m.id).collect(),
         dir: dir.to_path_buf(),
-        receiving: tokio::sync::Mutex::new(()),
+        receiving: tokio::sync::Mutex::new(None),
     });
     let peer_listener = tokio::net::TcpListener::bind(&me.peer)
         .await
@@ -180,6 +189,8 @@ pub async fn run(
     let kv = Arc::new(
         Kv::open_group(db.clone(), Mds::kv_options(&cfg), sink).map_err(|e| e.to_string())?,
     );
+    // From here the KV may hold batches the group has not committed.
+    let guard = Speculating(Some(step_down.clone()));
     {
         let kv = kv.clone();
         *quiesce_slot.lock().unwrap_or_else(|e| e.into_inner()) =
@@ -193,7 +204,7 @@ pub async fn run(
     let mds = match mds {
         Ok(m) => m,
         Err(e) => {
-            step_down(&format!("could not take over: {e}"));
+            guard.step_down(&format!("could not take over: {e}"));
             return Err(e);
         }
     };
@@ -206,10 +217,34 @@ pub async fn run(
         &me.addr,
         group.members.len(),
         stop,
-        &step_down,
+        guard,
         mds_tx,
     )
     .await
+}
+
+/// Held while the KV may hold batches the group has not committed: ends
+/// the process through the step-down (no destructor runs, so those
+/// batches cannot be made durable) on every way out but a drained stop.
+struct Speculating(Option<StepDown>);
+
+impl Speculating {
+    fn step_down(&self, why: &str) {
+        if let Some(s) = &self.0 {
+            s(why);
+        }
+        // A step-down that returned: end here all the same.
+        // SAFETY: _exit ends the process at once, running nothing.
+        unsafe { libc::_exit(75) }
+    }
+}
+
+impl Drop for Speculating {
+    fn drop(&mut self) {
+        if self.0.is_some() {
+            self.step_down("left the lead without draining");
+        }
+    }
 }
 
 /// The group as the leader sees it, for the status.
@@ -263,13 +298,13 @@ async fn lead(
     addr: &str,
     members: usize,
     mut stop: watch::Receiver<bool>,
-    step_down: &StepDown,
+    mut guard: Speculating,
     mds_tx: watch::Sender<Option<Arc<Mds>>>,
 ) -> Result<Exit, String> {
     let listener = match tokio::net::TcpListener::bind(addr).await {
         Ok(l) => l,
         Err(e) => {
-            step_down(&format!("cannot listen on {addr}: {e}"));
+            guard.step_down(&format!("cannot listen on {addr}: {e}"));
             return Err(e.to_string());
         }
     };
@@ -300,11 +335,11 @@ async fn lead(
         let lease = Duration::from_millis(m.millis_since_quorum_ack.unwrap_or(u64::MAX))
             .saturating_add(seen.elapsed());
         if m.state != ServerState::Leader {
-            step_down(&format!("no longer the leader (term {})", m.current_term));
+            guard.step_down(&format!("no longer the leader (term {})", m.current_term));
         } else if members > 1 && lease > QUORUM_LEASE {
-            step_down(&format!("no majority heard for {lease:?}"));
+            guard.step_down(&format!("no majority heard for {lease:?}"));
         } else if mds.kv.has_failed() {
-            step_down("a batch was not replicated");
+            guard.step_down("a batch was not replicated");
         }
     }
     // A clean stop: drain (the KV's close waits for every batch to be
@@ -318,8 +353,10 @@ async fn lead(
         .is_err()
         || mds.kv.has_failed()
     {
-        step_down("could not replicate everything before stopping");
+        guard.step_down("could not replicate everything before stopping");
     }
+    // Drained: everything the KV holds is committed.
+    guard.0 = None;
     let _ = mds_tx.send(None);
     let _ = raft.shutdown().await;
     Ok(Exit::Stopped)

@@ -85,8 +85,8 @@ pub struct PeerFront {
     pub members: Vec<u64>,
     /// Where incoming snapshot images are assembled.
     pub dir: PathBuf,
-    /// One snapshot arrives at a time.
-    pub receiving: tokio::sync::Mutex<()>,
+    /// One snapshot arrives at a time: the id of the one arriving.
+    pub receiving: tokio::sync::Mutex<Option<String>>,
 }
 
 fn reply<T: Serialize>(r: &Result<T, String>) -> (Bytes, Bytes) {
@@ -100,7 +100,17 @@ impl PeerFront {
 
     async fn chunk(&self, f: &Frame) -> Result<(), String> {
         let at: ChunkAt = postcard::from_bytes(&f.header).map_err(|e| e.to_string())?;
-        let _one = self.receiving.lock().await;
+        let mut arriving = self.receiving.lock().await;
+        // Pieces of one snapshot only: the first names it; a piece of
+        // another (a late one of an abandoned send) is refused.
+        if at.offset == 0 {
+            *arriving = Some(at.snapshot_id.clone());
+        } else if arriving.as_deref() != Some(at.snapshot_id.as_str()) {
+            return Err(format!(
+                "a piece of snapshot {} while another arrives",
+                at.snapshot_id
+            ));
+        }
         let path = self.incoming();
         let data = f.payload.clone();
         tokio::task::spawn_blocking(move || {
@@ -128,7 +138,13 @@ impl PeerFront {
 
     async fn end(&self, f: &Frame) -> Result<SnapshotResponse<u64>, String> {
         let end: SnapEnd = postcard::from_bytes(&f.header).map_err(|e| e.to_string())?;
-        let _one = self.receiving.lock().await;
+        let mut arriving = self.receiving.lock().await;
+        if arriving.take().as_deref() != Some(end.meta.snapshot_id.as_str()) {
+            return Err(format!(
+                "the end of snapshot {}, not the one arriving",
+                end.meta.snapshot_id
+            ));
+        }
         let path = self.incoming();
         let len = std::fs::metadata(&path).map_err(|e| e.to_string())?.len();
         if len != end.len {
@@ -137,6 +153,21 @@ impl PeerFront {
         std::fs::File::open(&path)
             .and_then(|f| f.sync_all())
             .map_err(|e| e.to_string())?;
+        // Checked whole before raft sees it: a bad image refused here is a
+        // failed send, one refused while installing would stop raft.
+        let p = path.clone();
+        let inside = tokio::task::spawn_blocking(move || crate::kv::image::verify_image(&p))
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| e.to_string())?;
+        let inside: SnapshotMeta<u64, Member> =
+            postcard::from_bytes(&inside).map_err(|e| e.to_string())?;
+        if inside.last_log_id != end.meta.last_log_id {
+            return Err(format!(
+                "the image holds {:?}, the snapshot says {:?}",
+                inside.last_log_id, end.meta.last_log_id
+            ));
+        }
         let snapshot = Snapshot {
             meta: end.meta,
             snapshot: Box::new(SnapshotFile { path }),
@@ -280,8 +311,10 @@ impl PeerLink {
         let conn = match self.conn.as_ref().filter(|c| c.is_alive()) {
             Some(c) => c.clone(),
             None => {
+                // The connection's own reply timeout is generous; each call
+                // is bounded by its `ttl` here.
                 let mut cfg = self.cfg.clone();
-                cfg.timeout = ttl.max(Duration::from_millis(200));
+                cfg.timeout = Duration::from_secs(10);
                 let c = Arc::new(
                     tokio::time::timeout(ttl, Connection::connect(&self.addr, &cfg))
                         .await
@@ -377,12 +410,27 @@ impl PeerLink {
         let unreachable = |e: &dyn std::fmt::Display| {
             StreamingError::Unreachable(Unreachable::new(&std::io::Error::other(e.to_string())))
         };
-        let ttl = Duration::from_secs(30);
+        let ttl = Duration::from_secs(120);
+        // A connection of its own: a large piece, or the install at the
+        // end, may take longer than the raft messages' connection allows.
+        let mut cfg = self.cfg.clone();
+        cfg.timeout = ttl;
+        let conn = Connection::connect(&self.addr, &cfg)
+            .await
+            .map_err(|e| unreachable(&e))?;
         use std::os::unix::fs::FileExt;
         // Opened once: a newer image renamed over it meanwhile does not
         // change what is sent.
         let file = std::fs::File::open(&snapshot.snapshot.path).map_err(|e| unreachable(&e))?;
         let len = file.metadata().map_err(|e| unreachable(&e))?.len() as usize;
+        // A newer image may have been renamed over the path since openraft
+        // read the meta: send only the image the meta describes.
+        let meta = crate::kv::image::image_meta(&snapshot.snapshot.path)
+            .ok()
+            .and_then(|m| postcard::from_bytes::<SnapshotMeta<u64, Member>>(&m).ok());
+        if meta.as_ref().map(|m| &m.snapshot_id) != Some(&snapshot.meta.snapshot_id) {
+            return Err(unreachable(&"the snapshot was replaced while being sent"));
+        }
         let id = snapshot.meta.snapshot_id.clone();
         let mut offset = 0usize;
         loop {
@@ -395,13 +443,10 @@ impl PeerLink {
             file.read_exact_at(&mut buf, offset as u64)
                 .map_err(|e| unreachable(&e))?;
             let piece = Bytes::from(buf);
-            let f = self
-                .call(RAFT_SNAP_CHUNK, &at, piece, ttl)
+            let f = conn
+                .call_raw(RAFT_SNAP_CHUNK, &at, piece)
                 .await
-                .map_err(|e| {
-                    self.conn = None;
-                    unreachable(&e)
-                })?;
+                .map_err(|e| unreachable(&e))?;
             self.decode::<()>(&f)
                 .map_err(|e| unreachable(&e))?
                 .map_err(|e| unreachable(&e))?;
@@ -415,13 +460,10 @@ impl PeerLink {
             meta: snapshot.meta,
             len: len as u64,
         };
-        let f = self
-            .call(RAFT_SNAP_END, &end, Bytes::new(), ttl)
+        let f = conn
+            .call_raw(RAFT_SNAP_END, &end, Bytes::new())
             .await
-            .map_err(|e| {
-                self.conn = None;
-                unreachable(&e)
-            })?;
+            .map_err(|e| unreachable(&e))?;
         self.decode::<SnapshotResponse<u64>>(&f)
             .map_err(|e| unreachable(&e))?
             .map_err(|e| unreachable(&e))

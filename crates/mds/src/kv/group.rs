@@ -87,6 +87,14 @@ impl super::Kv {
     /// made visible has been replicated and applied. False, without
     /// running `f`, when the KV has failed or that takes over 10 s.
     pub fn quiesced(&self, f: &mut dyn FnMut()) -> bool {
+        let done = self.quiesced_locked(f);
+        // Writers that found the committer busy meanwhile left their jobs
+        // to the committer thread.
+        self.shared.queue.wake_thread();
+        done
+    }
+
+    fn quiesced_locked(&self, f: &mut dyn FnMut()) -> bool {
         let _c = self.shared.committer();
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         loop {

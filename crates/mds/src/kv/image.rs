@@ -191,6 +191,38 @@ pub fn image_meta(path: &Path) -> Result<Vec<u8>, MdsError> {
     Ok(open_image(path)?.1)
 }
 
+/// Reads the whole image at `path` and checks every crc, the entries'
+/// tables and the count at its end; returns its metadata blob.
+pub fn verify_image(path: &Path) -> Result<Vec<u8>, MdsError> {
+    let (mut r, meta) = open_image(path)?;
+    let mut count = 0u64;
+    loop {
+        let (body, crc) = read_chunk(&mut r)?;
+        if body.is_empty() {
+            if crc != count as u32 {
+                return Err(io_err(
+                    "image",
+                    format!("end says {crc} entries, {count} read"),
+                ));
+            }
+            return Ok(meta);
+        }
+        if crc32c::crc32c(&body) != crc {
+            return Err(io_err("image", "chunk crc mismatch"));
+        }
+        let chunk: Chunk = postcard::from_bytes(&body).map_err(|e| io_err("image chunk", e))?;
+        for (t, k, _) in &chunk {
+            if *t as usize >= N || !replicated(*t as usize, k) {
+                return Err(io_err(
+                    "image",
+                    format!("entry of table {t} not replicated"),
+                ));
+            }
+        }
+        count += chunk.len() as u64;
+    }
+}
+
 /// Replaces every replicated entry of `db` with the image at `path`, and
 /// stores `local` (raft state) under [`RAFT_STATE_KEY`], in one durable
 /// commit: all of it or, on any error, nothing. Returns the image's

@@ -29,6 +29,10 @@ pub struct HardState {
     pub tail: u64,
     /// The index the record at `tail` carries.
     pub first: u64,
+    /// The member this log belongs to (0: not said). A member refuses to
+    /// start on another's log: a copied directory would bring that
+    /// member's vote along, and two members voting as one breaks Raft.
+    pub member: u64,
 }
 
 /// The file and the slot written last.
@@ -60,8 +64,9 @@ fn parse(b: &[u8]) -> Option<(u64, HardState)> {
 }
 
 impl HardStateFile {
-    /// Creates the file with an empty state (refusing to overwrite one).
-    pub fn create(path: &Path) -> io::Result<HardStateFile> {
+    /// Creates the file with an empty state for `member` (refusing to
+    /// overwrite one).
+    pub fn create(path: &Path, member: u64) -> io::Result<HardStateFile> {
         if path.exists() {
             return Err(io::Error::new(
                 io::ErrorKind::AlreadyExists,
@@ -74,8 +79,12 @@ impl HardStateFile {
             seq: 0,
             state: HardState::default(),
         };
-        f.save(HardState::default())?;
-        f.save(HardState::default())?;
+        let empty = HardState {
+            member,
+            ..HardState::default()
+        };
+        f.save(empty.clone())?;
+        f.save(empty)?;
         Ok(f)
     }
 
@@ -138,22 +147,30 @@ mod tests {
     fn the_newer_good_slot_wins_and_a_torn_one_is_ignored() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("mds.raft");
-        let mut f = HardStateFile::create(&p).unwrap();
+        let mut f = HardStateFile::create(&p, 1).unwrap();
         let mut s = HardState {
             tail: 4096,
             first: 7,
+            member: 1,
             ..HardState::default()
         };
         f.save(s.clone()).unwrap();
         s.tail = 8192;
         f.save(s.clone()).unwrap();
+        let seq = f.seq;
+        drop(f);
         assert_eq!(HardStateFile::open(&p).unwrap().state.tail, 8192);
         // Tear the newer slot: the older one is read.
-        let seq = f.seq;
         let mut j = AlignedBuf::zeroed(SLOT as usize);
         j[..4].copy_from_slice(&MAGIC);
-        f.dev.write_at(&j, (seq % 2) * SLOT).unwrap();
-        assert_eq!(HardStateFile::open(&p).unwrap().state.tail, 4096);
-        assert!(HardStateFile::create(&p).is_err());
+        let raw = FileDevice::open_with(&p, false).unwrap();
+        raw.write_at(&j, (seq % 2) * SLOT).unwrap();
+        raw.flush().unwrap();
+        drop(raw);
+        let back = HardStateFile::open(&p).unwrap();
+        assert_eq!(back.state.tail, 4096);
+        assert_eq!(back.state.member, 1);
+        drop(back);
+        assert!(HardStateFile::create(&p, 1).is_err());
     }
 }

@@ -79,9 +79,10 @@ fn io_store(verb: ErrorVerb, e: impl std::fmt::Display) -> StoreError {
     store_err(ErrorSubject::Logs, verb, e)
 }
 
-/// Creates an empty raft log of `bytes` (zero-filled, so later overwrites
-/// need no allocation by the host file system) under `dir`.
-pub fn create(dir: &Path, bytes: u64) -> io::Result<()> {
+/// Creates an empty raft log of `bytes` for `member` (zero-filled, so
+/// later overwrites need no allocation by the host file system) under
+/// `dir`.
+pub fn create(dir: &Path, bytes: u64, member: u64) -> io::Result<()> {
     let (log, state) = paths(dir);
     if log.exists() {
         return Err(io::Error::new(
@@ -99,7 +100,7 @@ pub fn create(dir: &Path, bytes: u64) -> io::Result<()> {
         at += n;
     }
     dev.flush()?;
-    HardStateFile::create(&state)?;
+    HardStateFile::create(&state, member)?;
     Ok(())
 }
 
@@ -153,6 +154,11 @@ impl LogStore {
     /// The ring's size.
     pub fn capacity(&self) -> u64 {
         self.lock().wal.capacity()
+    }
+
+    /// The member this log belongs to (0: not said).
+    pub fn member(&self) -> u64 {
+        self.lock().hard.state.member
     }
 }
 

@@ -105,7 +105,7 @@ pub fn open_member(
 ) -> Result<(log_store::LogStore, state_machine::KvMachine), String> {
     let what = |e: &dyn std::fmt::Display| format!("{}: {e}", dir.display());
     if !log_store::paths(dir).0.exists() {
-        log_store::create(dir, log_bytes).map_err(|e| what(&e))?;
+        log_store::create(dir, log_bytes, 0).map_err(|e| what(&e))?;
     }
     let paths = crate::kv::KvPaths::new(dir);
     if !paths.db.exists() {

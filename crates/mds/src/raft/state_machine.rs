@@ -127,19 +127,24 @@ pub struct KvSnapshotBuilder {
 impl RaftSnapshotBuilder<Tc> for KvSnapshotBuilder {
     async fn build_snapshot(&mut self) -> Result<Snapshot<Tc>, StoreError> {
         let (db, dir, built) = (self.db.clone(), self.dir.clone(), self.built.clone());
-        let quiesce = self
-            .quiesce
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
+        let slot = self.quiesce.clone();
         let path = snapshot_path(&dir);
         let made = tokio::task::spawn_blocking(move || {
+            // Looked at here, at the point itself: a member elected since
+            // the build was asked for has a quiet point to find.
+            // A follower writes under the slot's lock: a takeover, which
+            // sets the slot before its KV runs a batch, waits for it.
+            let held = slot.lock().unwrap_or_else(|e| e.into_inner());
             let mut out = None;
             let mut take = || out = Some(write_snapshot(&db, &dir, &built));
-            let ran = match quiesce {
-                Some(q) => q(&mut take),
+            let ran = match held.clone() {
+                Some(q) => {
+                    drop(held);
+                    q(&mut take)
+                }
                 None => {
                     take();
+                    drop(held);
                     true
                 }
             };

@@ -150,12 +150,12 @@ pub fn run(c: MdsCmd) -> anyhow::Result<i32> {
                 net::files::write_private(&p, toml::to_string_pretty(&cfg)?.as_bytes())
                     .with_context(|| format!("cannot write {}", p.display()))?;
             }
-            println!(
-                "formatted {} for cluster {cluster} (id policy {policy}); put OSD keys in {}",
-                data.display(),
-                data.join("keys").display()
-            );
             if group.is_none() {
+                println!(
+                    "formatted {} for cluster {cluster} (id policy {policy}); put OSD keys in {}",
+                    data.display(),
+                    data.join("keys").display()
+                );
                 println!(
                     "admin key: {} (add --mds ADDR to it, or pass --mds; `tessera auth add` makes keys for other clients)",
                     mds::principals::admin_key_path(&data).display()
@@ -170,6 +170,11 @@ pub fn run(c: MdsCmd) -> anyhow::Result<i32> {
             if let Some(g) = group {
                 let dirs =
                     super::mds_group::make_members(&data, &root, &g, log_size.max(64 << 20))?;
+                println!(
+                    "formatted an MDS group of {} members for cluster {cluster} (id policy {policy}); \
+                     put each OSD's key file in every member's keys/ directory",
+                    g.len()
+                );
                 for (m, d) in g.iter().zip(&dirs) {
                     println!(
                         "member {}: {} (clients {}, peers {})",
@@ -226,9 +231,21 @@ pub fn run(c: MdsCmd) -> anyhow::Result<i32> {
             Ok(0)
         }),
         MdsCmd::Fsck { data } => {
-            let kv = mds::kv::Kv::open(&mds::kv::KvPaths::new(&data), 64 << 20)?;
-            let r = mds::fsck::check(&kv.read()?)?;
-            kv.close();
+            let member = mds::MdsConfig::load(&data.join("mds.toml"))
+                .map_err(anyhow::Error::msg)?
+                .group
+                .is_some();
+            let r = if member {
+                // A group member's KV is read as it is: no log replay and
+                // no checkpoint, which would change this member alone.
+                let db = mds::group::files::open_db_read(&data).map_err(anyhow::Error::msg)?;
+                mds::fsck::check(&mds::kv::read_db(&db)?)?
+            } else {
+                let kv = mds::kv::Kv::open(&mds::kv::KvPaths::new(&data), 64 << 20)?;
+                let r = mds::fsck::check(&kv.read()?)?;
+                kv.close();
+                r
+            };
             println!(
                 "{} inodes, {} entries, {} files waiting for object deletion, \
                  {} unlinked files kept while open",

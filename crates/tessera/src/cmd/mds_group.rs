@@ -31,14 +31,11 @@ pub fn parse_members(members: &str, peers: Option<&str>) -> anyhow::Result<Vec<G
         None => addrs
             .iter()
             .map(|a| {
-                let sa: std::net::SocketAddr = a
-                    .parse()
-                    .with_context(|| format!("--members: {a:?} is not host:port"))?;
-                Ok(std::net::SocketAddr::new(
-                    sa.ip(),
-                    sa.port().checked_add(100).context("port too high")?,
-                )
-                .to_string())
+                let (host, port) = host_port(a)?;
+                let peer = port.checked_add(100).with_context(|| {
+                    format!("{a}: no room for a peer port (port + 100); give --peers")
+                })?;
+                Ok(format!("{host}:{peer}"))
             })
             .collect::<anyhow::Result<_>>()?,
     };
@@ -55,8 +52,7 @@ pub fn parse_members(members: &str, peers: Option<&str>) -> anyhow::Result<Vec<G
         .copied()
         .chain(peers.iter().map(String::as_str))
     {
-        a.parse::<std::net::SocketAddr>()
-            .with_context(|| format!("{a:?} is not host:port"))?;
+        host_port(a)?;
         if !seen.insert(a.to_string()) {
             anyhow::bail!("address {a} is given twice");
         }
@@ -73,6 +69,22 @@ pub fn parse_members(members: &str, peers: Option<&str>) -> anyhow::Result<Vec<G
         .collect())
 }
 
+/// `host:port` (a name or an address; port 1 to 65535).
+fn host_port(a: &str) -> anyhow::Result<(&str, u16)> {
+    let (host, port) = a
+        .rsplit_once(':')
+        .with_context(|| format!("{a:?} is not host:port"))?;
+    let port: u16 = port
+        .parse()
+        .ok()
+        .filter(|p| *p > 0)
+        .with_context(|| format!("{a:?}: the port must be 1 to 65535"))?;
+    if host.is_empty() {
+        anyhow::bail!("{a:?} names no host");
+    }
+    Ok((host, port))
+}
+
 /// After `mds::service::format` made a single MDS in `formatted`: one
 /// directory per member under `out`, then `formatted` removed.
 pub fn make_members(
@@ -81,17 +93,28 @@ pub fn make_members(
     members: &[GroupMember],
     log_bytes: u64,
 ) -> anyhow::Result<Vec<PathBuf>> {
-    let dirs = mds::group::files::make_members(formatted, out, members, log_bytes)
-        .map_err(anyhow::Error::msg)?;
-    std::fs::remove_dir_all(formatted)
-        .with_context(|| format!("cannot remove {}", formatted.display()))?;
-    Ok(dirs)
+    let made = mds::group::files::make_members(formatted, out, members, log_bytes)
+        .map_err(anyhow::Error::msg);
+    // Nothing half made is left behind: a second try starts clean.
+    let _ = std::fs::remove_dir_all(formatted);
+    made
 }
 
+/// Set once the member was asked to stop: a step-down then ends the
+/// process instead of restarting it.
+static STOPPING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// Replaces this process with a fresh run of the same command (the
-/// member's step-down). Never returns.
+/// member's step-down), or ends it when it was asked to stop. Never
+/// returns.
 fn reexec(why: &str) {
     use std::os::unix::process::CommandExt;
+    if STOPPING.load(std::sync::atomic::Ordering::SeqCst) {
+        eprintln!("tessera mds: {why}; stopping without it");
+        // SAFETY: _exit ends the process at once, running nothing (no
+        // destructor may make the KV's uncommitted batches durable).
+        unsafe { libc::_exit(1) }
+    }
     eprintln!("tessera mds: {why}; restarting as a follower");
     tracing::warn!(%why, "stepping down: restarting");
     let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
@@ -110,6 +133,7 @@ pub fn serve_member(data: &Path) -> anyhow::Result<i32> {
         let (stop, rx) = tokio::sync::watch::channel(false);
         tokio::spawn(async move {
             super::wait_for_signal().await;
+            STOPPING.store(true, std::sync::atomic::Ordering::SeqCst);
             let _ = stop.send(true);
         });
         let step_down: mds::group::member::StepDown = Arc::new(reexec);

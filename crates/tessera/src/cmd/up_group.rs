@@ -42,7 +42,17 @@ fn make_group(
         .listen
         .parse()
         .with_context(|| format!("--listen {:?} is not host:port", a.listen))?;
-    let addrs: Vec<String> = (0..u16::from(a.mds_members))
+    let n = u16::from(a.mds_members);
+    if base.port() == 0 || base.port().checked_add(n - 1 + 100).is_none() {
+        bail!(
+            "--listen {}: with --mds {n} the members listen on this port and the next {}, \
+             their peers 100 above: give a fixed port below {}",
+            a.listen,
+            n - 1,
+            u16::MAX - n - 100
+        );
+    }
+    let addrs: Vec<String> = (0..n)
         .map(|i| std::net::SocketAddr::new(base.ip(), base.port() + i).to_string())
         .collect();
     let members = super::mds_group::parse_members(&addrs.join(","), None)?;
@@ -78,8 +88,11 @@ fn start_member(data: &Path, id: u64) -> anyhow::Result<Child> {
         .open(dir.join("mds.log"))
         .with_context(|| format!("cannot open {}", dir.join("mds.log").display()))?;
     let mut cmd = Command::new(std::env::current_exe()?);
+    // Its own process group: a Ctrl-C at the terminal reaches `up`, which
+    // stops the members last, after the mount is synced.
     cmd.args(["mds", "serve", "--data"])
         .arg(&dir)
+        .process_group(0)
         .stdout(Stdio::null())
         .stderr(log);
     // SAFETY: prctl in the child before exec touches no shared state.
