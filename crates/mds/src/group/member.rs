@@ -37,7 +37,7 @@ use crate::service::Mds;
 /// A leader that has not heard a majority acknowledge it for this long
 /// stops answering (followers refuse to vote for another for 800 ms
 /// after their last heartbeat: see [`crate::raft::config`]).
-pub const QUORUM_LEASE: Duration = Duration::from_millis(350);
+pub const QUORUM_LEASE: Duration = Duration::from_millis(600);
 
 /// Ends the process without unwinding (the binary re-executes itself);
 /// called with why. Must not return.
@@ -56,6 +56,20 @@ pub struct Running {
     pub raft: Raft<Tc>,
     /// The MDS, while it leads.
     pub mds: watch::Receiver<Option<Arc<Mds>>>,
+}
+
+/// The runtime raft runs on (two threads: its core, replication and the
+/// state machine's applies), kept for the process's life.
+fn raft_runtime() -> Result<&'static tokio::runtime::Runtime, String> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("raft")
+        .enable_all()
+        .build()
+        .map_err(|e| format!("raft runtime: {e}"))?;
+    // A member lives as long as its process; a runtime cannot be dropped
+    // from inside another's tasks.
+    Ok(Box::leak(Box::new(rt)))
 }
 
 fn peer_limits() -> net::serve::ServeLimits {
@@ -118,8 +132,14 @@ pub async fn run(
         heard: heard.clone(),
     };
     let raft_cfg = Arc::new(crate::raft::config(&cluster_id)?);
-    let raft = Raft::new(group.id, raft_cfg, net, log, sm)
+    let group_id = group.id;
+    // Raft on a runtime of its own: requests keeping this one's workers
+    // busy must not hold back heartbeats (the leader would lose its lease).
+    let raft_rt = raft_runtime()?;
+    let raft = raft_rt
+        .spawn(async move { Raft::new(group_id, raft_cfg, net, log, sm).await })
         .await
+        .map_err(|e| e.to_string())?
         .map_err(|e| e.to_string())?;
     let front = Arc::new(PeerFront {
         raft: raft.clone(),
