@@ -89,15 +89,27 @@ pub fn write_image(
     path: &Path,
     meta: impl FnOnce(Option<Vec<u8>>) -> Result<Vec<u8>, MdsError>,
 ) -> Result<(u64, Vec<u8>), MdsError> {
-    // No writer runs between the read's point and the durable commit.
-    let r = {
-        let mut w = db.begin_write().map_err(|e| io_err("begin", e))?;
-        let r = db.begin_read().map_err(|e| io_err("begin read", e))?;
-        w.set_durability(Durability::Immediate)
-            .map_err(|e| io_err("durability", e))?;
-        w.commit().map_err(|e| io_err("commit", e))?;
-        r
-    };
+    write_image_at(&durable_point(db)?, path, meta)
+}
+
+/// A read of `db` at a point made durable first: an empty durable commit
+/// while no other writer runs, and the read taken at that point. (The
+/// only step of a snapshot that needs the KV quiet.)
+pub fn durable_point(db: &Database) -> Result<redb::ReadTransaction, MdsError> {
+    let mut w = db.begin_write().map_err(|e| io_err("begin", e))?;
+    let r = db.begin_read().map_err(|e| io_err("begin read", e))?;
+    w.set_durability(Durability::Immediate)
+        .map_err(|e| io_err("durability", e))?;
+    w.commit().map_err(|e| io_err("commit", e))?;
+    Ok(r)
+}
+
+/// [`write_image`] of the read `r` (see [`durable_point`]).
+pub fn write_image_at(
+    r: &redb::ReadTransaction,
+    path: &Path,
+    meta: impl FnOnce(Option<Vec<u8>>) -> Result<Vec<u8>, MdsError>,
+) -> Result<(u64, Vec<u8>), MdsError> {
     let state = {
         let t = r
             .open_table(def(T::Meta as usize))
@@ -124,7 +136,7 @@ pub fn write_image(
         chunk.clear();
         Ok::<(), MdsError>(())
     };
-    each_entry(&r, &mut |t, k, v| {
+    each_entry(r, &mut |t, k, v| {
         chunk.push((t, k.to_vec(), v.to_vec()));
         bytes += k.len() + v.len();
         count += 1;

@@ -80,7 +80,8 @@ pub(crate) fn store_err(
 
 /// The raft timing the group runs with: heartbeats every 100 ms, an
 /// election after 400–800 ms of silence (a follower also waits out its
-/// leader's lease first), at most 64 entries per append, and snapshots
+/// leader's lease first), at most 16 entries per append (a catching-up
+/// follower gets a few MiB per message, well within a heartbeat), and snapshots
 /// triggered by the member itself (by log bytes, not entry count).
 pub fn config(cluster_name: &str) -> Result<openraft::Config, String> {
     openraft::Config {
@@ -88,7 +89,7 @@ pub fn config(cluster_name: &str) -> Result<openraft::Config, String> {
         heartbeat_interval: 100,
         election_timeout_min: 400,
         election_timeout_max: 800,
-        max_payload_entries: 64,
+        max_payload_entries: 16,
         snapshot_policy: openraft::SnapshotPolicy::Never,
         max_in_snapshot_log_to_keep: 0,
         ..Default::default()

@@ -130,13 +130,15 @@ impl RaftSnapshotBuilder<Tc> for KvSnapshotBuilder {
         let slot = self.quiesce.clone();
         let path = snapshot_path(&dir);
         let made = tokio::task::spawn_blocking(move || {
-            // Looked at here, at the point itself: a member elected since
-            // the build was asked for has a quiet point to find.
-            // A follower writes under the slot's lock: a takeover, which
-            // sets the slot before its KV runs a batch, waits for it.
+            // The slot is looked at here, at the point itself (a member
+            // elected since the build was asked for has a quiet point to
+            // find). A follower takes its point under the slot's lock: a
+            // takeover, which sets the slot before its KV runs a batch,
+            // waits for it. A leader takes it with its KV quiet, and only
+            // that step waits for the quiet: the image is written after.
             let held = slot.lock().unwrap_or_else(|e| e.into_inner());
-            let mut out = None;
-            let mut take = || out = Some(write_snapshot(&db, &dir, &built));
+            let mut point = None;
+            let mut take = || point = Some(image::durable_point(&db));
             let ran = match held.clone() {
                 Some(q) => {
                     drop(held);
@@ -148,8 +150,9 @@ impl RaftSnapshotBuilder<Tc> for KvSnapshotBuilder {
                     true
                 }
             };
-            match out {
-                Some(r) if ran => r,
+            match point {
+                Some(Ok(r)) if ran => write_snapshot(&r, &dir, &built),
+                Some(Err(e)) => Err(e),
                 _ => Err(crate::kv::io_err("snapshot", "the KV found no quiet point")),
             }
         })
@@ -163,14 +166,14 @@ impl RaftSnapshotBuilder<Tc> for KvSnapshotBuilder {
     }
 }
 
-/// Writes `db`'s image as the current snapshot under `dir`.
+/// Writes the image of the read `r` as the current snapshot under `dir`.
 fn write_snapshot(
-    db: &Database,
+    r: &redb::ReadTransaction,
     dir: &Path,
     built: &AtomicU64,
 ) -> Result<SnapshotMeta<u64, Member>, proto::mds::MdsError> {
     let n = built.fetch_add(1, Ordering::SeqCst) + 1;
-    let (_, raw) = image::write_image(db, &snapshot_path(dir), |state| {
+    let (_, raw) = image::write_image_at(r, &snapshot_path(dir), |state| {
         let state: AppliedState = match state {
             Some(raw) => {
                 postcard::from_bytes(&raw).map_err(|e| crate::kv::io_err("raft state", e))?
