@@ -165,7 +165,7 @@ fn an_unsynced_kv_commit_does_not_survive_an_exit_without_destructors() {
         .unwrap();
     assert!(out.status.success(), "{out:?}");
     let (_log, sm) = open_member(tmp.path(), 1 << 20).unwrap();
-    let r = mds::kv::read_db(sm.db()).unwrap();
+    let r = mds::kv::read_db(&**sm.db()).unwrap();
     use mds::kv::View;
     assert!(r.get(mds::kv::T::Inodes, b"durable").unwrap().is_some());
     assert!(

@@ -105,6 +105,9 @@ impl Pool {
         loop {
             let start = self.current.load(Ordering::Relaxed);
             let mut last = None;
+            // Addresses that did not accept at all (an election may be
+            // under way); answers that refused are not waited for again.
+            let mut closed = 0;
             for k in 0..n {
                 let i = (start + k) % n;
                 let attempt = Connection::connect(&self.addrs[i], &self.cfg);
@@ -130,13 +133,21 @@ impl Pool {
                     // Refused or unreachable: perhaps not the leader.
                     Err(e @ ConnError::Connect { .. }) => {
                         self.current.store((i + 1) % n, Ordering::Relaxed);
+                        closed += 1;
+                        last = Some(e);
+                    }
+                    // A handshake refused by one of several: try the next
+                    // (the one answering may be stepping down); the
+                    // refusal is reported if none accepts.
+                    Err(e) if n > 1 => {
+                        self.current.store((i + 1) % n, Ordering::Relaxed);
                         last = Some(e);
                     }
                     Err(e) => return Err(e),
                 }
             }
             let e = last.unwrap_or_else(|| ConnError::Lost("no address".into()));
-            if n == 1 || std::time::Instant::now() >= deadline {
+            if n == 1 || closed == 0 || std::time::Instant::now() >= deadline {
                 return Err(e);
             }
             tokio::time::sleep(std::time::Duration::from_millis(100)).await;

@@ -118,9 +118,10 @@ fn make_each(
     Ok(())
 }
 
-/// Opens a member's KV for an offline check (the member must not be
-/// running).
-pub fn open_db_read(dir: &Path) -> Result<redb::Database, String> {
+/// Opens a member's KV read-only for an offline check (the member must
+/// not be running). It holds the member's last durable point: what a
+/// restart starts from before the raft log brings it forward.
+pub fn open_db_read(dir: &Path) -> Result<redb::ReadOnlyDatabase, String> {
     let p = crate::kv::KvPaths::new(dir).db;
-    redb::Database::open(&p).map_err(|e| format!("{}: {e}", p.display()))
+    redb::ReadOnlyDatabase::open(&p).map_err(|e| format!("{}: {e}", p.display()))
 }

@@ -106,7 +106,7 @@ pub async fn run(
         .open(&paths.db)
         .map_err(|e| format!("{}: {e}", paths.db.display()))?;
     let db = Arc::new(db);
-    let cluster_id = crate::kv::read_db(&db)
+    let cluster_id = crate::kv::read_db(&*db)
         .and_then(|r| r.superblock())
         .map_err(|e| e.to_string())?
         .cluster_id;
@@ -179,29 +179,9 @@ pub async fn run(
         raft: raft.clone(),
         mds: mds_rx,
     });
-    // Follow until elected and sure of it (or stopped). Nothing is opened
-    // before that, so an election lost meanwhile costs nothing.
-    let mut metrics = raft.metrics();
-    loop {
-        let leads = {
-            let m = metrics.borrow();
-            m.state == ServerState::Leader && m.current_leader == Some(group.id)
-        };
-        if leads {
-            tracing::info!(member = group.id, "elected: taking over");
-            // Everything committed before is applied once this returns.
-            match raft.ensure_linearizable().await {
-                Ok(_) => break,
-                Err(e) => tracing::info!(error = %e, "not the leader after all"),
-            }
-        }
-        tokio::select! {
-            _ = stop.changed() => {
-                let _ = raft.shutdown().await;
-                return Ok(Exit::Stopped);
-            }
-            r = metrics.changed() => r.map_err(|_| "raft stopped".to_string())?,
-        }
+    if !follow(&raft, group.id, &mut stop).await? {
+        let _ = raft.shutdown().await;
+        return Ok(Exit::Stopped);
     }
     let origin = u64::from_le_bytes(net::auth::random_bytes()).max(1);
     origin_slot.store(origin, Ordering::SeqCst);
@@ -311,6 +291,35 @@ fn status_of(
     })
 }
 
+/// Follows until elected and sure of it (true), or stopped (false).
+/// Nothing is opened before that, so an election lost meanwhile costs
+/// nothing.
+async fn follow(
+    raft: &Raft<Tc>,
+    me: u64,
+    stop: &mut watch::Receiver<bool>,
+) -> Result<bool, String> {
+    let mut metrics = raft.metrics();
+    loop {
+        let leads = {
+            let m = metrics.borrow();
+            m.state == ServerState::Leader && m.current_leader == Some(me)
+        };
+        if leads {
+            tracing::info!(member = me, "elected: taking over");
+            // Everything committed before is applied once this returns.
+            match raft.ensure_linearizable().await {
+                Ok(_) => return Ok(true),
+                Err(e) => tracing::info!(error = %e, "not the leader after all"),
+            }
+        }
+        tokio::select! {
+            _ = stop.changed() => return Ok(false),
+            r = metrics.changed() => r.map_err(|_| "raft stopped".to_string())?,
+        }
+    }
+}
+
 /// Serves clients and OSDs while this member leads.
 async fn lead(
     raft: &Raft<Tc>,
@@ -368,11 +377,10 @@ async fn lead(
         w.abort();
     }
     let _ = serve_stop.send(true);
-    if tokio::time::timeout(Duration::from_secs(15), serving)
-        .await
-        .is_err()
-        || mds.kv.has_failed()
-    {
+    // Drained only if the server ended by itself (it closes the KV, which
+    // waits for every batch to be replicated) and nothing failed.
+    let ended = tokio::time::timeout(Duration::from_secs(15), serving).await;
+    if !matches!(ended, Ok(Ok(()))) || mds.kv.has_failed() || !mds.kv.all_durable() {
         guard.step_down("could not replicate everything before stopping");
     }
     // Drained: everything the KV holds is committed.

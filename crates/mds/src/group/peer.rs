@@ -348,14 +348,17 @@ impl PeerLink {
             .map_err(|e| RPCError::Network(NetworkError::new(&std::io::Error::other(e))))?;
         let f = match self.call(opcode, &(), Bytes::from(payload), ttl).await {
             Ok(f) => f,
+            // A member that cannot be reached: openraft backs off.
+            Err(e @ ConnError::Connect { .. }) => {
+                self.conn = None;
+                return Err(RPCError::Unreachable(Unreachable::new(&e)));
+            }
+            // A slow answer is not a dead member: no back-off (which would
+            // stop heartbeats to it for 500 ms), and the connection stays.
+            Err(e @ ConnError::Timeout(_)) => return Err(RPCError::Network(NetworkError::new(&e))),
             Err(e) => {
                 self.conn = None;
-                return Err(match e {
-                    ConnError::Connect { .. } | ConnError::Timeout(_) => {
-                        RPCError::Unreachable(Unreachable::new(&e))
-                    }
-                    e => RPCError::Network(NetworkError::new(&e)),
-                });
+                return Err(RPCError::Network(NetworkError::new(&e)));
             }
         };
         self.heard

@@ -111,6 +111,12 @@ impl super::Kv {
         true
     }
 
+    /// Whether every batch made visible is durable (replicated, in a
+    /// group).
+    pub fn all_durable(&self) -> bool {
+        *self.marks.durable_lsn.borrow() >= self.marks.applied_lsn.load(Ordering::SeqCst)
+    }
+
     /// Whether the KV has failed (a write or a replication refused).
     pub fn has_failed(&self) -> bool {
         self.failed.load(Ordering::SeqCst)

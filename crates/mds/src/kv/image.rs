@@ -110,15 +110,7 @@ pub fn write_image_at(
     path: &Path,
     meta: impl FnOnce(Option<Vec<u8>>) -> Result<Vec<u8>, MdsError>,
 ) -> Result<(u64, Vec<u8>), MdsError> {
-    let state = {
-        let t = r
-            .open_table(def(T::Meta as usize))
-            .map_err(|e| io_err("meta", e))?;
-        t.get(RAFT_STATE_KEY)
-            .map_err(|e| io_err("meta", e))?
-            .map(|g| g.value().to_vec())
-    };
-    let meta = meta(state)?;
+    let meta = meta(raft_state_at(r)?)?;
     let meta = &meta[..];
     let tmp = path.with_extension("tmp");
     let file = std::fs::File::create(&tmp).map_err(|e| io_err("create image", e))?;
@@ -326,6 +318,16 @@ pub fn apply_logged<'a>(
         tx.put(T::Meta, RAFT_STATE_KEY, local)?;
     }
     txn.commit().map_err(|e| io_err("commit", e))
+}
+
+/// What the read `r` holds under [`RAFT_STATE_KEY`].
+pub fn raft_state_at(r: &redb::ReadTransaction) -> Result<Option<Vec<u8>>, MdsError> {
+    let t = r
+        .open_table(def(T::Meta as usize))
+        .map_err(|e| io_err("meta", e))?;
+    Ok(t.get(RAFT_STATE_KEY)
+        .map_err(|e| io_err("meta", e))?
+        .map(|g| g.value().to_vec()))
 }
 
 /// What `db` holds under [`RAFT_STATE_KEY`].

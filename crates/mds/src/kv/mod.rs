@@ -597,7 +597,7 @@ impl Drop for Kv {
 
 /// A consistent snapshot of `db` for reading, without a [`Kv`] (a group
 /// member that does not lead).
-pub fn read_db(db: &Database) -> Result<Snapshot, MdsError> {
+pub fn read_db(db: &impl ReadableDatabase) -> Result<Snapshot, MdsError> {
     Ok(Snapshot {
         txn: db.begin_read().map_err(|e| io_err("begin read", e))?,
         tables: Default::default(),

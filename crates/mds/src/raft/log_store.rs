@@ -253,6 +253,9 @@ impl RaftLogReader<Tc> for LogStore {
         let inner = self.lock();
         let (lo, hi) = bounds(&range);
         let end = inner.first + inner.index.len() as u64;
+        // Below the first live entry is purged: openraft's own storage
+        // suite expects what is left (it never asks for purged entries
+        // when replicating).
         let (lo, hi) = (lo.max(inner.first), hi.min(end));
         (lo..hi.max(lo)).map(|i| inner.entry(i)).collect()
     }

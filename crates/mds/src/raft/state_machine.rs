@@ -68,6 +68,15 @@ pub struct KvMachine {
     /// Snapshots built by this process (part of their ids).
     built: Arc<AtomicU64>,
     quiesce: QuiesceSlot,
+    /// Held while the current image is written or replaced (a build and
+    /// an install never interleave).
+    image_lock: Arc<std::sync::Mutex<()>>,
+}
+
+/// The meta of the current image under `dir`, if it reads.
+fn current_meta(dir: &Path) -> Option<SnapshotMeta<u64, Member>> {
+    let raw = image::image_meta(&snapshot_path(dir)).ok()?;
+    postcard::from_bytes(&raw).ok()
 }
 
 /// The image of the current snapshot under `dir`.
@@ -97,6 +106,7 @@ impl KvMachine {
             live_origin: Arc::new(AtomicU64::new(0)),
             built: Arc::new(AtomicU64::new(0)),
             quiesce: QuiesceSlot::default(),
+            image_lock: Arc::default(),
         })
     }
 
@@ -122,14 +132,17 @@ pub struct KvSnapshotBuilder {
     dir: PathBuf,
     built: Arc<AtomicU64>,
     quiesce: QuiesceSlot,
+    image_lock: Arc<std::sync::Mutex<()>>,
 }
 
 impl RaftSnapshotBuilder<Tc> for KvSnapshotBuilder {
     async fn build_snapshot(&mut self) -> Result<Snapshot<Tc>, StoreError> {
         let (db, dir, built) = (self.db.clone(), self.dir.clone(), self.built.clone());
         let slot = self.quiesce.clone();
+        let image_lock = self.image_lock.clone();
         let path = snapshot_path(&dir);
         let made = tokio::task::spawn_blocking(move || {
+            let _image = image_lock.lock().unwrap_or_else(|e| e.into_inner());
             // The slot is looked at here, at the point itself (a member
             // elected since the build was asked for has a quiet point to
             // find). A follower takes its point under the slot's lock: a
@@ -153,7 +166,10 @@ impl RaftSnapshotBuilder<Tc> for KvSnapshotBuilder {
             match point {
                 Some(Ok(r)) if ran => write_snapshot(&r, &dir, &built),
                 Some(Err(e)) => Err(e),
-                _ => Err(crate::kv::io_err("snapshot", "the KV found no quiet point")),
+                // No quiet point in time: the current image stands (an
+                // error here would stop raft).
+                _ => current_meta(&dir)
+                    .ok_or_else(|| crate::kv::io_err("snapshot", "the KV found no quiet point")),
             }
         })
         .await
@@ -172,6 +188,15 @@ fn write_snapshot(
     dir: &Path,
     built: &AtomicU64,
 ) -> Result<SnapshotMeta<u64, Member>, proto::mds::MdsError> {
+    // An image installed meanwhile may be newer than this point: it stays.
+    let at: Option<LogId<u64>> = image::raft_state_at(r)?
+        .and_then(|raw| postcard::from_bytes::<AppliedState>(&raw).ok())
+        .and_then(|s| s.applied);
+    if let Some(current) = current_meta(dir)
+        && current.last_log_id > at
+    {
+        return Ok(current);
+    }
     let n = built.fetch_add(1, Ordering::SeqCst) + 1;
     let (_, raw) = image::write_image_at(r, &snapshot_path(dir), |state| {
         let state: AppliedState = match state {
@@ -243,6 +268,7 @@ impl RaftStateMachine<Tc> for KvMachine {
             dir: self.dir.clone(),
             built: self.built.clone(),
             quiesce: self.quiesce.clone(),
+            image_lock: self.image_lock.clone(),
         }
     }
 
@@ -269,6 +295,10 @@ impl RaftStateMachine<Tc> for KvMachine {
                 inside.last_log_id, meta.last_log_id
             )));
         }
+        let image_lock = self.image_lock.clone();
+        let _image = image_lock.lock().unwrap_or_else(|e| e.into_inner());
+        // The KV is replaced: no batch in it is a live leader's any more.
+        self.live_origin.store(0, Ordering::SeqCst);
         let state = AppliedState {
             applied: meta.last_log_id,
             membership: meta.last_membership.clone(),
@@ -285,6 +315,9 @@ impl RaftStateMachine<Tc> for KvMachine {
                 .map_err(|e| err(e.to_string()))?;
             if snapshot.path == self.dir.join("snapshot.incoming") {
                 let _ = std::fs::remove_file(&snapshot.path);
+            }
+            if let Ok(d) = std::fs::File::open(&self.dir) {
+                let _ = d.sync_all();
             }
         }
         self.state = state;

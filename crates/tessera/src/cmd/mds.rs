@@ -100,99 +100,7 @@ use super::runtime;
 
 pub fn run(c: MdsCmd) -> anyhow::Result<i32> {
     match c {
-        MdsCmd::Format {
-            data,
-            cluster,
-            policy,
-            stripe_unit,
-            stripe_count,
-            replicas,
-            log_size,
-            namespace,
-            dir_protocol,
-            encrypt,
-            members,
-            peers,
-        } => {
-            let group = members
-                .as_deref()
-                .map(|m| super::mds_group::parse_members(m, peers.as_deref()))
-                .transpose()?;
-            let root = data.clone();
-            let data = if group.is_some() {
-                root.join(".format")
-            } else {
-                data
-            };
-            let kind = PolicyKind::parse(&policy).map_err(anyhow::Error::msg)?;
-            let namespace =
-                proto::mds::NamespaceMode::parse(&namespace).map_err(anyhow::Error::msg)?;
-            osdns::Protocol::parse(&dir_protocol).map_err(anyhow::Error::msg)?;
-            let opts = FormatOptions {
-                cluster_id: cluster.clone(),
-                policy: IdPolicy::new(kind, Geometry::default()).map_err(anyhow::Error::msg)?,
-                layout: LayoutSpec {
-                    stripe_unit: u32::try_from(stripe_unit).context("stripe unit too large")?,
-                    stripe_count,
-                    object_size: 0,
-                    replicas: replicas.unwrap_or(3),
-                    min_replicas: 0,
-                },
-                wal_bytes: log_size,
-                namespace,
-                dir_protocol: dir_protocol.clone(),
-            };
-            mds::service::format(&data, &opts)?;
-            if encrypt {
-                let p = data.join("mds.toml");
-                let mut cfg = mds::MdsConfig::load(&p).map_err(anyhow::Error::msg)?;
-                cfg.require_encryption = true;
-                net::files::write_private(&p, toml::to_string_pretty(&cfg)?.as_bytes())
-                    .with_context(|| format!("cannot write {}", p.display()))?;
-            }
-            if group.is_none() {
-                println!(
-                    "formatted {} for cluster {cluster} (id policy {policy}); put OSD keys in {}",
-                    data.display(),
-                    data.join("keys").display()
-                );
-                println!(
-                    "admin key: {} (add --mds ADDR to it, or pass --mds; `tessera auth add` makes keys for other clients)",
-                    mds::principals::admin_key_path(&data).display()
-                );
-            }
-            if namespace == proto::mds::NamespaceMode::Osd {
-                println!(
-                    "namespace on the OSDs ({dir_protocol} protocol): the first client to \
-                     connect after OSDs register makes the root directory"
-                );
-            }
-            if let Some(g) = group {
-                let dirs =
-                    super::mds_group::make_members(&data, &root, &g, log_size.max(64 << 20))?;
-                println!(
-                    "formatted an MDS group of {} members for cluster {cluster} (id policy {policy}); \
-                     put each OSD's key file in every member's keys/ directory",
-                    g.len()
-                );
-                for (m, d) in g.iter().zip(&dirs) {
-                    println!(
-                        "member {}: {} (clients {}, peers {})",
-                        m.id,
-                        d.display(),
-                        m.addr,
-                        m.peer
-                    );
-                }
-                let all: Vec<&str> = g.iter().map(|m| m.addr.as_str()).collect();
-                println!("clients and OSDs: --mds {}", all.join(","));
-                println!(
-                    "admin key: {} (the same in every member's directory)",
-                    mds::principals::admin_key_path(&dirs[0]).display()
-                );
-            }
-            Ok(0)
-        }
+        c @ MdsCmd::Format { .. } => format(c),
         MdsCmd::Serve { data, .. }
             if mds::MdsConfig::load(&data.join("mds.toml"))
                 .map_err(anyhow::Error::msg)?
@@ -262,4 +170,101 @@ pub fn run(c: MdsCmd) -> anyhow::Result<i32> {
             }
         }
     }
+}
+
+/// `tessera mds format`.
+fn format(c: MdsCmd) -> anyhow::Result<i32> {
+    let MdsCmd::Format {
+        data,
+        cluster,
+        policy,
+        stripe_unit,
+        stripe_count,
+        replicas,
+        log_size,
+        namespace,
+        dir_protocol,
+        encrypt,
+        members,
+        peers,
+    } = c
+    else {
+        unreachable!("format is given a format command")
+    };
+    let group = members
+        .as_deref()
+        .map(|m| super::mds_group::parse_members(m, peers.as_deref()))
+        .transpose()?;
+    let root = data.clone();
+    let data = if group.is_some() {
+        root.join(".format")
+    } else {
+        data
+    };
+    let kind = PolicyKind::parse(&policy).map_err(anyhow::Error::msg)?;
+    let namespace = proto::mds::NamespaceMode::parse(&namespace).map_err(anyhow::Error::msg)?;
+    osdns::Protocol::parse(&dir_protocol).map_err(anyhow::Error::msg)?;
+    let opts = FormatOptions {
+        cluster_id: cluster.clone(),
+        policy: IdPolicy::new(kind, Geometry::default()).map_err(anyhow::Error::msg)?,
+        layout: LayoutSpec {
+            stripe_unit: u32::try_from(stripe_unit).context("stripe unit too large")?,
+            stripe_count,
+            object_size: 0,
+            replicas: replicas.unwrap_or(3),
+            min_replicas: 0,
+        },
+        wal_bytes: log_size,
+        namespace,
+        dir_protocol: dir_protocol.clone(),
+    };
+    mds::service::format(&data, &opts)?;
+    if encrypt {
+        let p = data.join("mds.toml");
+        let mut cfg = mds::MdsConfig::load(&p).map_err(anyhow::Error::msg)?;
+        cfg.require_encryption = true;
+        net::files::write_private(&p, toml::to_string_pretty(&cfg)?.as_bytes())
+            .with_context(|| format!("cannot write {}", p.display()))?;
+    }
+    if group.is_none() {
+        println!(
+            "formatted {} for cluster {cluster} (id policy {policy}); put OSD keys in {}",
+            data.display(),
+            data.join("keys").display()
+        );
+        println!(
+            "admin key: {} (add --mds ADDR to it, or pass --mds; `tessera auth add` makes keys for other clients)",
+            mds::principals::admin_key_path(&data).display()
+        );
+    }
+    if namespace == proto::mds::NamespaceMode::Osd {
+        println!(
+            "namespace on the OSDs ({dir_protocol} protocol): the first client to \
+             connect after OSDs register makes the root directory"
+        );
+    }
+    if let Some(g) = group {
+        let dirs = super::mds_group::make_members(&data, &root, &g, log_size.max(64 << 20))?;
+        println!(
+            "formatted an MDS group of {} members for cluster {cluster} (id policy {policy}); \
+             put each OSD's key file in every member's keys/ directory",
+            g.len()
+        );
+        for (m, d) in g.iter().zip(&dirs) {
+            println!(
+                "member {}: {} (clients {}, peers {})",
+                m.id,
+                d.display(),
+                m.addr,
+                m.peer
+            );
+        }
+        let all: Vec<&str> = g.iter().map(|m| m.addr.as_str()).collect();
+        println!("clients and OSDs: --mds {}", all.join(","));
+        println!(
+            "admin key: {} (the same in every member's directory)",
+            mds::principals::admin_key_path(&dirs[0]).display()
+        );
+    }
+    Ok(0)
 }

@@ -136,7 +136,21 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     // anything.
     let (ns_mode, protocol) = check_args(&a)?;
     if a.mds_members > 1 || super::up_group::is_group(&a.data) {
-        return super::up_group::run(&a, ns_mode, protocol);
+        return super::up_group::run(&super::up_group::GroupUp {
+            data: a.data.clone(),
+            listen: a.listen.clone(),
+            cluster: a.cluster.clone(),
+            osds: a.osds,
+            size: a.size,
+            members: a.mds_members,
+            mount: a.mount.clone(),
+            prefetch: a.prefetch,
+            early_answers: !a.sync_namespace,
+            dir_leases: !a.no_dir_leases,
+            http_given: a.http.http.is_some(),
+            namespace: ns_mode,
+            format: format_options(&a, ns_mode, protocol)?,
+        });
     }
     let rt = super::runtime()?;
     let http_listener = rt.block_on(super::dashboard::listen(&a.http))?;

@@ -15,7 +15,36 @@ use net::MdsClient;
 use proto::mds::{MdsReply, Op};
 
 use super::cluster::ClusterFile;
-use super::up::Args;
+
+/// What `tessera up` passes on for a group (its arguments, judged).
+pub struct GroupUp {
+    /// The data directory.
+    pub data: PathBuf,
+    /// The first member's client address (the others follow it).
+    pub listen: String,
+    /// Cluster id (first run).
+    pub cluster: String,
+    /// OSDs (first run).
+    pub osds: u32,
+    /// Each OSD's store size (first run).
+    pub size: u64,
+    /// Members (first run).
+    pub members: u8,
+    /// Where to mount, if at all.
+    pub mount: Option<PathBuf>,
+    /// The mount's prefetch depth.
+    pub prefetch: u32,
+    /// The mount takes early answers.
+    pub early_answers: bool,
+    /// The mount takes directory leases.
+    pub dir_leases: bool,
+    /// `--http` was given.
+    pub http_given: bool,
+    /// Where the namespace lives.
+    pub namespace: proto::mds::NamespaceMode,
+    /// What a first run formats with, its stripe count and copies.
+    pub format: (mds::FormatOptions, u32, u8),
+}
 
 /// Whether `data` holds a group made by `up --mds N`.
 pub fn is_group(data: &Path) -> bool {
@@ -32,17 +61,13 @@ fn member_ids(data: &Path) -> Vec<u64> {
 }
 
 /// Formats the group on a first run.
-fn make_group(
-    a: &Args,
-    ns_mode: proto::mds::NamespaceMode,
-    protocol: osdns::Protocol,
-) -> anyhow::Result<ClusterFile> {
-    let (opts, sc, replicas) = super::up::format_options(a, ns_mode, protocol)?;
+fn make_group(a: &GroupUp) -> anyhow::Result<ClusterFile> {
+    let (opts, sc, replicas) = a.format.clone();
     let base: std::net::SocketAddr = a
         .listen
         .parse()
         .with_context(|| format!("--listen {:?} is not host:port", a.listen))?;
-    let n = u16::from(a.mds_members);
+    let n = u16::from(a.members);
     if base.port() == 0 || base.port().checked_add(n - 1 + 100).is_none() {
         bail!(
             "--listen {}: with --mds {n} the members listen on this port and the next {}, \
@@ -107,17 +132,13 @@ fn start_member(data: &Path, id: u64) -> anyhow::Result<Child> {
 }
 
 /// Runs `up` with a group.
-pub fn run(
-    a: &Args,
-    ns_mode: proto::mds::NamespaceMode,
-    protocol: osdns::Protocol,
-) -> anyhow::Result<i32> {
-    if ns_mode == proto::mds::NamespaceMode::Osd {
+pub fn run(a: &GroupUp) -> anyhow::Result<i32> {
+    if a.namespace == proto::mds::NamespaceMode::Osd {
         bail!(
             "--mds with --namespace osd is not supported yet (the OSD-namespace mode keeps no namespace in the MDS)"
         );
     }
-    if a.http.http.is_some() {
+    if a.http_given {
         bail!("the dashboard is not served with --mds > 1 yet; use `tessera status --watch`");
     }
     net::files::create_private_dir(&a.data)
@@ -128,7 +149,7 @@ pub fn run(
             "{} holds a single-MDS cluster: --mds applies to a first run only",
             a.data.display()
         ),
-        None => make_group(a, ns_mode, protocol)?,
+        None => make_group(a)?,
     };
     let ids = member_ids(&a.data);
     for id in 1..=cf.osds {
@@ -155,7 +176,17 @@ pub fn run(
     let result = rt.block_on(serve(a, &cf, &ids, handle));
     stopping.store(true, std::sync::atomic::Ordering::SeqCst);
     let _ = supervisor.join();
-    for (id, c) in members.lock().unwrap_or_else(|e| e.into_inner()).iter_mut() {
+    // The leader first, while the others can still take its last
+    // batches; then the followers.
+    let mut m = members.lock().unwrap_or_else(|e| e.into_inner());
+    let leads = |id: u64| {
+        let addr = cf.mds.split(',').nth(id as usize - 1).unwrap_or("");
+        addr.parse::<std::net::SocketAddr>().is_ok_and(|sa| {
+            std::net::TcpStream::connect_timeout(&sa, Duration::from_millis(200)).is_ok()
+        })
+    };
+    m.sort_by_key(|(id, _)| !leads(*id));
+    for (id, c) in m.iter_mut() {
         // SAFETY: signalling our own child.
         unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
         match c.wait() {
@@ -163,6 +194,7 @@ pub fn run(
             other => eprintln!("MDS member {id}: {other:?}"),
         }
     }
+    drop(m);
     if result.is_ok() {
         println!("cluster stopped cleanly");
     }
@@ -198,7 +230,7 @@ fn supervise(
 }
 
 async fn serve(
-    a: &Args,
+    a: &GroupUp,
     cf: &ClusterFile,
     ids: &[u64],
     handle: tokio::runtime::Handle,
@@ -241,8 +273,8 @@ async fn serve(
     if let Some(mp) = a.mount.as_ref() {
         let mut cfg = client::ClientConfig::new(&cf.mds, &cf.cluster_id, admin.clone());
         cfg.prefetch = a.prefetch;
-        cfg.early_answers = !a.sync_namespace;
-        cfg.dir_leases = !a.no_dir_leases;
+        cfg.early_answers = a.early_answers;
+        cfg.dir_leases = a.dir_leases;
         let cl = client::Client::connect(cfg)
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))?;
