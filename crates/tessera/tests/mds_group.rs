@@ -521,3 +521,102 @@ fn bad_group_arguments_and_a_copied_member_are_refused() {
         "{err}"
     );
 }
+
+/// `tessera up --mds 3`: the README's one command for a group. It comes
+/// up, `status` shows the group, the supervisor brings a killed member
+/// back, and Ctrl-C's SIGTERM stops everything cleanly; a second run
+/// brings the same group back.
+#[test]
+fn up_with_a_group_of_three_comes_up_restarts_a_killed_member_and_stops_cleanly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    // Three consecutive free ports, and their peers 100 above.
+    let base = loop {
+        let p: u16 = free_port().rsplit_once(':').unwrap().1.parse().unwrap();
+        if p < 60_000
+            && (0..3).all(|i| {
+                std::net::TcpListener::bind(("127.0.0.1", p + i)).is_ok()
+                    && std::net::TcpListener::bind(("127.0.0.1", p + i + 100)).is_ok()
+            })
+        {
+            break p;
+        }
+    };
+    let up = |data: &Path| {
+        Command::new(BIN)
+            .args([
+                "up",
+                "--mds",
+                "3",
+                "--osds",
+                "2",
+                "--size",
+                "64M",
+                "--no-http",
+            ])
+            .args(["--listen", &format!("127.0.0.1:{base}"), "--data"])
+            .arg(data)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let mut child = up(&data);
+    let out = common::wait_line(&mut child, "stop with Ctrl-C");
+    assert!(out.contains("MDS group of 3 members"), "{out}");
+    let status = || {
+        let o = Command::new(BIN)
+            .args(["status", "--data"])
+            .arg(&data)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let st = status();
+    assert!(st.contains("MDS group: 3 members"), "{st}");
+    // Kill the leader's process: another leads, and the supervisor
+    // restarts the killed one.
+    let leader = (0..3)
+        .find(|i| std::net::TcpStream::connect(("127.0.0.1", base + i)).is_ok())
+        .unwrap();
+    let pid = String::from_utf8_lossy(
+        &Command::new("pgrep")
+            .args(["-f", &format!("member-{} ?$", leader + 1)])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .trim()
+    .to_string();
+    assert!(!pid.is_empty(), "no process for member {}", leader + 1);
+    assert!(
+        Command::new("kill")
+            .args(["-9", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let mut healthy = String::new();
+    for _ in 0..100 {
+        std::thread::sleep(Duration::from_millis(200));
+        healthy = status();
+        if healthy.contains("MDS group: 3 members") && !healthy.contains("DOWN") {
+            break;
+        }
+    }
+    assert!(
+        !healthy.contains("DOWN") && healthy.contains("MDS group"),
+        "{healthy}"
+    );
+    // SIGTERM, as Ctrl-C: a clean stop.
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    assert!(child.wait().unwrap().success());
+    // Again: the same group.
+    let mut child = up(&data);
+    common::wait_line(&mut child, "stop with Ctrl-C");
+    assert!(status().contains("MDS group: 3 members"));
+    // SAFETY: as above.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    assert!(child.wait().unwrap().success());
+}
