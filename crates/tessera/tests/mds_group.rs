@@ -581,7 +581,11 @@ fn up_with_a_group_of_three_comes_up_restarts_a_killed_member_and_stops_cleanly(
         .unwrap();
     let pid = String::from_utf8_lossy(
         &Command::new("pgrep")
-            .args(["-f", &format!("member-{} ?$", leader + 1)])
+            // This test's member only: other tests run members too.
+            .args([
+                "-f",
+                &format!("{}/mds/member-{}$", data.display(), leader + 1),
+            ])
             .output()
             .unwrap()
             .stdout,
