@@ -129,7 +129,18 @@ impl Group {
         MdsClient::new(&self.list(), CLUSTER, key.identity().unwrap(), 1)
     }
 
+    /// SIGTERM to every member, the leader first (it drains while the
+    /// others can still take its last batches).
     fn stop_all(&mut self) {
+        let running = self.members.iter().filter(|m| m.is_some()).count();
+        if running > 1 {
+            let l = self.leader();
+            if let Some(mut c) = self.members[l as usize - 1].take() {
+                // SAFETY: kill(2) on a child we own.
+                unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+                let _ = c.wait();
+            }
+        }
         for c in self.members.iter_mut().filter_map(Option::take) {
             let mut c = c;
             // SAFETY: kill(2) on a child we own.
@@ -579,27 +590,10 @@ fn up_with_a_group_of_three_comes_up_restarts_a_killed_member_and_stops_cleanly(
     let leader = (0..3)
         .find(|i| std::net::TcpStream::connect(("127.0.0.1", base + i)).is_ok())
         .unwrap();
-    let pid = String::from_utf8_lossy(
-        &Command::new("pgrep")
-            // This test's member only: other tests run members too.
-            .args([
-                "-f",
-                &format!("{}/mds/member-{}$", data.display(), leader + 1),
-            ])
-            .output()
-            .unwrap()
-            .stdout,
-    )
-    .trim()
-    .to_string();
-    assert!(!pid.is_empty(), "no process for member {}", leader + 1);
-    assert!(
-        Command::new("kill")
-            .args(["-9", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
+    let me = format!("{}/mds/member-{}", data.display(), leader + 1);
+    let pid = pid_of(&me).unwrap_or_else(|| panic!("no process serves {me}"));
+    // SAFETY: kill(2) of the member process this test's `up` started.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
     let mut healthy = String::new();
     for _ in 0..100 {
         std::thread::sleep(Duration::from_millis(200));
@@ -623,4 +617,22 @@ fn up_with_a_group_of_three_comes_up_restarts_a_killed_member_and_stops_cleanly(
     // SAFETY: as above.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     assert!(child.wait().unwrap().success());
+}
+
+/// The process whose command line ends with `path` (a member's `mds
+/// serve --data PATH`), found in /proc.
+fn pid_of(path: &str) -> Option<i32> {
+    for e in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(cmd) = std::fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<&[u8]> = cmd.split(|b| *b == 0).filter(|a| !a.is_empty()).collect();
+        if args.last() == Some(&path.as_bytes()) && args.iter().any(|a| *a == b"serve") {
+            return Some(pid);
+        }
+    }
+    None
 }

@@ -118,10 +118,25 @@ fn make_each(
     Ok(())
 }
 
-/// Opens a member's KV read-only for an offline check (the member must
-/// not be running). It holds the member's last durable point: what a
-/// restart starts from before the raft log brings it forward.
-pub fn open_db_read(dir: &Path) -> Result<redb::ReadOnlyDatabase, String> {
+/// Checks a member's KV offline (the member must not be running) with
+/// `check`. It holds the member's last durable point: what a restart
+/// starts from before the raft log brings it forward. Opened read-only;
+/// a file left unclosed by a step-down (which ends without destructors)
+/// needs redb's repair first, which rebuilds its allocation state and
+/// changes no entry.
+pub fn check_db<R>(
+    dir: &Path,
+    check: impl Fn(&crate::kv::Snapshot) -> Result<R, proto::mds::MdsError>,
+) -> Result<R, String> {
     let p = crate::kv::KvPaths::new(dir).db;
-    redb::ReadOnlyDatabase::open(&p).map_err(|e| format!("{}: {e}", p.display()))
+    let run = |s: Result<crate::kv::Snapshot, proto::mds::MdsError>| {
+        s.and_then(|s| check(&s)).map_err(|e| e.to_string())
+    };
+    match redb::ReadOnlyDatabase::open(&p) {
+        Ok(db) => run(crate::kv::read_db(&db)),
+        Err(_) => {
+            let db = redb::Database::open(&p).map_err(|e| format!("{}: {e}", p.display()))?;
+            run(crate::kv::read_db(&db))
+        }
+    }
 }

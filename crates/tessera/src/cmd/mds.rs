@@ -146,8 +146,7 @@ pub fn run(c: MdsCmd) -> anyhow::Result<i32> {
             let r = if member {
                 // A group member's KV is read as it is: no log replay and
                 // no checkpoint, which would change this member alone.
-                let db = mds::group::files::open_db_read(&data).map_err(anyhow::Error::msg)?;
-                mds::fsck::check(&mds::kv::read_db(&db)?)?
+                mds::group::files::check_db(&data, mds::fsck::check).map_err(anyhow::Error::msg)?
             } else {
                 let kv = mds::kv::Kv::open(&mds::kv::KvPaths::new(&data), 64 << 20)?;
                 let r = mds::fsck::check(&kv.read()?)?;
