@@ -25,6 +25,22 @@ fn openraft_storage_suite_passes_on_the_real_files() {
     Suite::test_all(Builder).expect("suite");
 }
 
+/// Opens the log again. Another test of this binary forks a child, which
+/// holds a copy of every descriptor (and so the log's lock) until it
+/// executes: a reopen right after a close may find the lock briefly held.
+fn reopen(dir: &std::path::Path) -> LogStore {
+    for _ in 0..500 {
+        match LogStore::open(dir) {
+            Ok(l) => return l,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(std::time::Duration::from_millis(10))
+            }
+            Err(e) => panic!("reopen: {e}"),
+        }
+    }
+    panic!("the log stayed locked for 5 s")
+}
+
 fn entry(term: u64, index: u64, fill: u8, len: usize) -> Entry<Tc> {
     Entry {
         log_id: LogId::new(CommittedLeaderId::new(term, 1), index),
@@ -66,7 +82,7 @@ async fn a_truncation_never_comes_back_after_a_reopen() {
             .unwrap();
         append(&mut log, vec![entry(4, 4, 4, 9000)]).await;
     }
-    let mut log = LogStore::open(dir.path()).unwrap();
+    let mut log = reopen(dir.path());
     let got = indices(&mut log).await;
     assert_eq!(
         got,
@@ -99,7 +115,7 @@ async fn purged_space_is_reused_across_the_wrap_and_the_bounds_survive() {
             assert!(log.live_bytes() < log.capacity());
         }
     }
-    let mut log = LogStore::open(dir.path()).unwrap();
+    let mut log = reopen(dir.path());
     let got = indices(&mut log).await;
     let want: Vec<u64> = (purged + 1..next).collect();
     assert_eq!(got.iter().map(|g| g.0).collect::<Vec<_>>(), want);
@@ -128,7 +144,7 @@ async fn a_full_ring_refuses_the_append_instead_of_overwriting() {
     }
     // What was written is all still there.
     drop(log);
-    let mut log = LogStore::open(dir.path()).unwrap();
+    let mut log = reopen(dir.path());
     assert_eq!(indices(&mut log).await.len() as u64, i - 1);
 }
 
