@@ -195,13 +195,15 @@ pub fn image_meta(path: &Path) -> Result<Vec<u8>, MdsError> {
     Ok(open_image(path)?.1)
 }
 
-/// Reads the whole image at `path` and checks every crc, the entries'
-/// tables and the count at its end; returns its metadata blob.
-pub fn verify_image(path: &Path) -> Result<Vec<u8>, MdsError> {
-    let (mut r, meta) = open_image(path)?;
+/// Reads the rest of an image from `r`, checking every chunk's crc, each
+/// entry's table and the count at its end, and gives `f` each entry.
+fn each_image_entry(
+    r: &mut impl Read,
+    f: &mut dyn FnMut(u8, Vec<u8>, Vec<u8>) -> Result<(), MdsError>,
+) -> Result<(), MdsError> {
     let mut count = 0u64;
     loop {
-        let (body, crc) = read_chunk(&mut r)?;
+        let (body, crc) = read_chunk(r)?;
         if body.is_empty() {
             if crc != count as u32 {
                 return Err(io_err(
@@ -209,22 +211,31 @@ pub fn verify_image(path: &Path) -> Result<Vec<u8>, MdsError> {
                     format!("end says {crc} entries, {count} read"),
                 ));
             }
-            return Ok(meta);
+            return Ok(());
         }
         if crc32c::crc32c(&body) != crc {
             return Err(io_err("image", "chunk crc mismatch"));
         }
         let chunk: Chunk = postcard::from_bytes(&body).map_err(|e| io_err("image chunk", e))?;
-        for (t, k, _) in &chunk {
-            if *t as usize >= N || !replicated(*t as usize, k) {
+        for (t, k, v) in chunk {
+            if t as usize >= N || !replicated(t as usize, &k) {
                 return Err(io_err(
                     "image",
                     format!("entry of table {t} not replicated"),
                 ));
             }
+            f(t, k, v)?;
+            count += 1;
         }
-        count += chunk.len() as u64;
     }
+}
+
+/// Reads the whole image at `path` and checks every crc, the entries'
+/// tables and the count at its end; returns its metadata blob.
+pub fn verify_image(path: &Path) -> Result<Vec<u8>, MdsError> {
+    let (mut r, meta) = open_image(path)?;
+    each_image_entry(&mut r, &mut |_, _, _| Ok(()))?;
+    Ok(meta)
 }
 
 /// Replaces every replicated entry of `db` with the image at `path`, and
@@ -246,33 +257,7 @@ pub fn load_image(db: &Database, path: &Path, local: &[u8]) -> Result<Vec<u8>, M
                 .map_err(|e| io_err("clear table", e))?;
         }
         let mut tx = open_tx(&txn)?;
-        let mut count = 0u64;
-        loop {
-            let (body, crc) = read_chunk(&mut r)?;
-            if body.is_empty() {
-                if crc != count as u32 {
-                    return Err(io_err(
-                        "image",
-                        format!("end says {crc} entries, {count} read"),
-                    ));
-                }
-                break;
-            }
-            if crc32c::crc32c(&body) != crc {
-                return Err(io_err("image", "chunk crc mismatch"));
-            }
-            let chunk: Chunk = postcard::from_bytes(&body).map_err(|e| io_err("image chunk", e))?;
-            for (t, k, v) in chunk {
-                if t as usize >= N || !replicated(t as usize, &k) {
-                    return Err(io_err(
-                        "image",
-                        format!("entry of table {t} not replicated"),
-                    ));
-                }
-                tx.apply(&Write::Put(t, k, v))?;
-                count += 1;
-            }
-        }
+        each_image_entry(&mut r, &mut |t, k, v| tx.apply(&Write::Put(t, k, v)))?;
         tx.put(T::Meta, RAFT_STATE_KEY, local)?;
     }
     txn.commit().map_err(|e| io_err("commit image", e))?;
