@@ -11,7 +11,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use local::{LocalMds, LocalOsd, osd_dir, provision_osd};
+use local::{LocalOsd, osd_dir, provision_osd};
 use mds::FormatOptions;
 use net::MdsClient;
 use proto::layout::LayoutSpec;
@@ -110,37 +110,6 @@ async fn creates(
     Ok((tasks * per) as f64 / t0.elapsed().as_secs_f64())
 }
 
-/// A single MDS and one OSD under `work`; returns them and the admin.
-async fn single(work: &Path) -> anyhow::Result<(LocalMds, LocalOsd)> {
-    let mds_dir = work.join("single");
-    mds::service::format(
-        &mds_dir,
-        &FormatOptions::new(CLUSTER, LayoutSpec::default()),
-    )?;
-    provision_osd(
-        &osd_dir(work, 1),
-        1,
-        CLUSTER,
-        64 << 20,
-        &mds_dir.join("keys"),
-    )
-    .map_err(anyhow::Error::msg)?;
-    let m = LocalMds::start(&mds_dir, "127.0.0.1:0")
-        .await
-        .map_err(anyhow::Error::msg)?;
-    let o = LocalOsd::start(&osd_dir(work, 1), "127.0.0.1:0", Some(m.addr.to_string()))
-        .await
-        .map_err(anyhow::Error::msg)?;
-    wait_up(&MdsClient::new(
-        &m.addr.to_string(),
-        CLUSTER,
-        m.admin.clone(),
-        1,
-    ))
-    .await?;
-    Ok((m, o))
-}
-
 /// A group of three members and one OSD under `work`: the members'
 /// address list, the admin, the OSD and the switch that stops the members.
 async fn group(
@@ -200,7 +169,7 @@ pub fn run(dir: &Path, per_task: usize) -> anyhow::Result<Vec<GroupResult>> {
         .enable_all()
         .build()?;
     let res = rt.block_on(async {
-        let (m, o1) = single(&work).await?;
+        let (m, o1, _) = crate::meta_bench::start_cluster(&work).await?;
         let (list, admin, o2, stop) = group(&work).await?;
         let single_addr = m.addr.to_string();
         let mut out = Vec::new();

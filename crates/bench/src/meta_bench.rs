@@ -38,7 +38,7 @@ const CLUSTER: &str = "bench";
 
 /// Where the bench's MDS listens and who it connects as.
 #[derive(Clone)]
-struct Target {
+pub(crate) struct Target {
     addr: String,
     id: net::auth::Identity,
 }
@@ -140,7 +140,9 @@ fn local_phase(root: &Path, tasks: usize, per: usize, op: &str) -> anyhow::Resul
 
 /// Formats and starts an MDS and one OSD under `work`; returns them and
 /// the MDS address once the OSD is up.
-async fn start_cluster(work: &Path) -> anyhow::Result<(LocalMds, LocalOsd, Target)> {
+/// A single MDS and one OSD under `work` (`mds/`, `osd-0/`), the OSD
+/// registered.
+pub(crate) async fn start_cluster(work: &Path) -> anyhow::Result<(LocalMds, LocalOsd, Target)> {
     let mds_dir = work.join("mds");
     mds::service::format(
         &mds_dir,
