@@ -11,4 +11,6 @@ pub mod locks;
 pub mod mount;
 pub mod request;
 
+/// A running mount (unmounted by `umount_and_join` or when dropped).
+pub use fuser::BackgroundSession;
 pub use mount::{MountError, MountOptions, mount};

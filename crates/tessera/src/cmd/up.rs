@@ -298,23 +298,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         }
         println!("status: tessera status --data {}", a.data.display());
         println!("stop with Ctrl-C");
-        super::wait_for_signal().await;
-        println!("stopping");
-        if let Some(s) = session {
-            let r = tokio::task::spawn_blocking(move || s.umount_and_join()).await;
-            if let Ok(Err(e)) = r {
-                eprintln!("unmount: {e}");
-            }
-        }
-        if let Some(c) = &client {
-            let _ = c.sync_all().await;
-        }
-        for o in osds {
-            let id = o.id;
-            if let Err(e) = o.stop().await {
-                eprintln!("OSD {id}: {e}");
-            }
-        }
+        super::up_group::until_signal_then_stop(session, client.as_ref(), osds).await;
         m.stop().await;
         println!("cluster stopped cleanly");
         Ok(0)

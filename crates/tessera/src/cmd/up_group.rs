@@ -298,6 +298,17 @@ async fn serve(
     }
     println!("status: tessera status --data {}", a.data.display());
     println!("stop with Ctrl-C");
+    until_signal_then_stop(session, client.as_ref(), osds).await;
+    Ok(0)
+}
+
+/// Waits for Ctrl-C or SIGTERM, then unmounts, syncs the mount's client
+/// and stops the OSDs (what `up` does before it stops its MDS).
+pub async fn until_signal_then_stop(
+    session: Option<tessera_fuse::BackgroundSession>,
+    client: Option<&client::Client>,
+    osds: Vec<LocalOsd>,
+) {
     super::wait_for_signal().await;
     println!("stopping");
     if let Some(s) = session {
@@ -306,7 +317,7 @@ async fn serve(
             eprintln!("unmount: {e}");
         }
     }
-    if let Some(cl) = &client {
+    if let Some(cl) = client {
         let _ = cl.sync_all().await;
     }
     for o in osds {
@@ -315,5 +326,4 @@ async fn serve(
             eprintln!("OSD {id}: {e}");
         }
     }
-    Ok(0)
 }
