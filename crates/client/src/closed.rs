@@ -86,8 +86,25 @@ async fn write_one(inner: &Arc<Inner>, f: &Arc<OpenInode>, delay: Option<Duratio
     // close or fsync reported it, the file is as a local one is after a
     // failed write-back), and so do any this write-out loses.
     let lost_before = std::mem::take(&mut st.lost) && st.error.is_some();
+    // A copy of what is buffered: a write that fails in a way that may
+    // pass (an OSD's ticket wanted from an MDS that is away) puts it back
+    // for the next try — writing the same bytes again is harmless.
+    let saved = (!lost_before && !st.dirty.is_empty()).then(|| (st.dirty.clone(), st.dirty_bytes));
     let flushed = file::flush_all(inner, f.ino, &mut st).await;
-    let lost = lost_before || std::mem::take(&mut st.lost);
+    let mut lost = lost_before || std::mem::take(&mut st.lost);
+    if let (Err(e), Some((dirty, bytes))) = (&flushed, saved)
+        && may_pass(e)
+        && st.dirty.is_empty()
+        && st.inflight.is_empty()
+    {
+        st.dirty = dirty;
+        st.dirty_bytes = bytes;
+        st.error = None;
+        inner
+            .dirty_total
+            .fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
+        lost = lost_before;
+    }
     let done = match flushed {
         Ok(()) => file::commit(inner, f.ino, &mut st)
             .await

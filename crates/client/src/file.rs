@@ -314,9 +314,24 @@ pub(crate) async fn ensure_caps(
     // until it is first read or written), or a caller that dropped
     // refused ones and wants them renewed.
     if expiring || (write && !st.write_caps) || st.grants.is_empty() {
-        let (entry, grants) = inner
-            .open_grants(ino, &st.creds, write || st.write_caps)
-            .await?;
+        // Made under a lease: the DIR OPS that made it answered for it.
+        let made = if st.grants.is_empty() {
+            inner.leases.take_made(ino).await.filter(|f| {
+                f.entry.layout.is_some()
+                    && !f.grants.is_empty()
+                    && f.grants.iter().all(|g| g.rights & rights::WRITE != 0)
+            })
+        } else {
+            None
+        };
+        let (entry, grants) = match made {
+            Some(f) => (f.entry, f.grants),
+            None => {
+                inner
+                    .open_grants(ino, &st.creds, write || st.write_caps)
+                    .await?
+            }
+        };
         st.layout = entry.layout;
         st.grants = grants;
         st.write_caps = write || st.write_caps;

@@ -74,6 +74,7 @@ impl Inner {
         write: bool,
     ) -> Result<(Entry, Vec<Grant>)> {
         self.meta.miss();
+        self.leases.forget_made(ino);
         let f = if write {
             self.as_writer(ino, || self.ns.open(creds, ino, true))
                 .await?

@@ -87,6 +87,60 @@ async fn names(c: &net::MdsClient, dir: u64) -> Vec<(String, u64)> {
         .collect()
 }
 
+/// A batch's answer carries what a CREATE would have answered for each
+/// file it made (layout and write capabilities), so the holder's first
+/// write needs no OPEN; a batch sent again makes nothing and carries none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_answers_the_layouts_of_the_files_it_made() {
+    let cl = Cluster::start(3, spec(512 << 10, 3), PolicyKind::ChildClosest).await;
+    let a = cl.client();
+    let d = mkdir(&a, ROOT_INO, "d").await;
+    let l = lease(&a, d).await.unwrap();
+    let batch = vec![
+        mk("x", l.ids[0]),
+        mk("y", l.ids[1]),
+        DirOp::Unlink {
+            name: "x".into(),
+            ino: l.ids[0],
+        },
+    ];
+    let made = |r: MdsReply| match r {
+        MdsReply::DirDone { failed, made, .. } => {
+            assert!(failed.is_empty(), "{failed:?}");
+            made
+        }
+        other => panic!("{other:?}"),
+    };
+    let first = made(
+        a.call(Op::DirOps {
+            dir: d,
+            ops: batch.clone(),
+        })
+        .await
+        .unwrap(),
+    );
+    let y = first
+        .iter()
+        .find(|f| f.entry.attr.ino == l.ids[1])
+        .expect("the file made and kept is answered for");
+    assert!(y.entry.layout.is_some(), "{y:?}");
+    assert!(!y.grants.is_empty());
+    for g in &y.grants {
+        assert_ne!(
+            g.rights & proto::rights::WRITE,
+            0,
+            "write capabilities: {g:?}"
+        );
+        assert!(!g.caps.is_empty());
+    }
+    assert!(
+        first.len() <= 2,
+        "only the files this batch made: {first:?}"
+    );
+    let again = made(a.call(Op::DirOps { dir: d, ops: batch }).await.unwrap());
+    assert!(again.is_empty(), "a resent batch made nothing: {again:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_holder_its_changes_in_order_and_others_wait() {
     let cl = Cluster::start(3, spec(512 << 10, 3), PolicyKind::ChildClosest).await;

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use proto::mds::{Attr, Creds, DirOp, SetAttr};
+use proto::mds::{Attr, Creds, DirOp, Found, SetAttr};
 
 use super::{Dir, DirLeases, lock};
 use crate::error::Result;
@@ -26,7 +26,53 @@ fn made_in(dirs: &mut HashMap<u64, Dir>, ino: u64) -> Option<(u64, &mut Dir)> {
         .map(|(&dir, d)| (dir, d))
 }
 
+/// Answers for made files kept at most (past it they are dropped: the
+/// first write of such a file then asks with an OPEN).
+const MADE_ANSWERS_MAX: usize = 4096;
+
+/// An answer kept longer is not used (its capabilities may be near their
+/// end, and the file's copies may have moved since).
+const MADE_ANSWER_FRESH: std::time::Duration = std::time::Duration::from_secs(30);
+
 impl DirLeases {
+    /// Keeps what the MDS answered for the files a DIR OPS made, for
+    /// their first writes ([`DirLeases::take_made`]).
+    pub(super) fn keep_made(&self, made: Vec<Found>) {
+        if made.is_empty() {
+            return;
+        }
+        let mut m = lock(&self.made_answers);
+        if m.len() + made.len() > MADE_ANSWERS_MAX {
+            m.clear();
+        }
+        let now = Instant::now();
+        for f in made.into_iter().take(MADE_ANSWERS_MAX) {
+            m.insert(f.entry.attr.ino, (now, f));
+        }
+    }
+
+    /// Forgets the answer kept for `ino`: newer capabilities came another
+    /// way, and a later [`DirLeases::take_made`] must not go back to it.
+    pub fn forget_made(&self, ino: u64) {
+        lock(&self.made_answers).remove(&ino);
+    }
+
+    /// The layout and write capabilities of `ino`, a file this client
+    /// made under a lease, once the MDS has the create: what a first
+    /// write needs, without an OPEN. Waits for the changes queued before
+    /// it ([`DirLeases::drain`]); `None` when the MDS did not answer
+    /// them (then the caller opens the file as usual).
+    pub async fn take_made(&self, ino: u64) -> Option<Found> {
+        if lock(&self.made_answers).is_empty() && self.pending.load(Ordering::SeqCst) == 0 {
+            return None;
+        }
+        self.drain().await.ok()?;
+        lock(&self.made_answers)
+            .remove(&ino)
+            .filter(|(at, _)| at.elapsed() < MADE_ANSWER_FRESH)
+            .map(|(_, f)| f)
+    }
+
     /// Whether a close of `ino` may leave its data buffered, to be
     /// written by the write-back timer or before the lease goes back:
     /// true when `ino` was made under a lease this client still holds, so

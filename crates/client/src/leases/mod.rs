@@ -164,6 +164,9 @@ pub struct DirLeases {
     /// Closes that left their data to be written after ([`DirLeases::defer_close`]).
     pub deferred_closes: std::sync::atomic::AtomicU64,
     flusher: std::sync::OnceLock<Flusher>,
+    /// What the MDS answered for files made under leases (layouts and
+    /// write capabilities), until their first write takes them.
+    made_answers: Mutex<HashMap<u64, (Instant, Found)>>,
 }
 
 /// Writes out the data of closed files (the client's, set with
@@ -193,6 +196,7 @@ impl DirLeases {
             looked_up: std::sync::atomic::AtomicU64::new(0),
             deferred_closes: std::sync::atomic::AtomicU64::new(0),
             flusher: std::sync::OnceLock::new(),
+            made_answers: Mutex::new(HashMap::new()),
         })
     }
 
@@ -578,12 +582,16 @@ impl DirLeases {
                     failed,
                     contended,
                     ids,
+                    made,
                     ..
                 }) => (
-                    failed
-                        .into_iter()
-                        .map(|(i, e)| (ops.get(i as usize).map(|o| o.name().to_string()), e.into()))
-                        .collect::<Vec<(Option<String>, FsError)>>(),
+                    {
+                        self.keep_made(made);
+                        failed
+                    }
+                    .into_iter()
+                    .map(|(i, e)| (ops.get(i as usize).map(|o| o.name().to_string()), e.into()))
+                    .collect::<Vec<(Option<String>, FsError)>>(),
                     contended,
                     ids,
                 ),

@@ -144,6 +144,22 @@ impl Mds {
         )?)))
     }
 
+    /// What a CREATE would have answered for each file a DIR OPS made
+    /// (layout and write capabilities): the holder writes them without an
+    /// OPEN. The changes are made by now, so a file that cannot be read
+    /// back is only left out (its writer then asks with an OPEN).
+    pub(super) fn made_answers(&self, c: &Creds, made: &[u64]) -> Vec<Found> {
+        let Ok(snap) = self.kv.read() else {
+            return Vec::new();
+        };
+        made.iter()
+            .filter_map(|&ino| {
+                let i = snap.live_inode(ino).ok()?;
+                self.found(&snap, c, i, (true, true), 0).ok()
+            })
+            .collect()
+    }
+
     /// A lookup-style answer with prefetched neighbours.
     pub(super) fn found(
         &self,

@@ -595,6 +595,7 @@ impl Mds {
             l.heard = Instant::now();
         }
         let policy = self.sb.policy;
+        let creds = c.clone();
         let (applied, ack) = self
             .write_ns(early, move |tx| {
                 delegation::apply(tx, &policy, &c, dir, &ops, (session, holds))
@@ -651,6 +652,7 @@ impl Mds {
             contended,
             ids,
             dir: self.dir_attr(dir).ok(),
+            made: self.made_answers(&creds, &applied.opened),
         };
         Ok(self.answer(reply, ack))
     }

@@ -7,11 +7,17 @@ use super::Op;
 impl Op {
     /// Whether Hendricks et al. counts it as mandatory (it changes the namespace or
     /// the length, so it must reach the MDS at once; no prefetch avoids it).
+    /// A DIR LEASE counts as mandatory too: a client asks for one only
+    /// after changing a directory's names, to make the next changes there
+    /// on its own, so it stands for namespace changes (the paper's clients
+    /// send each of those as a request of its own) and no cache of
+    /// metadata could answer it.
     pub fn mandatory(&self) -> bool {
         self.may_answer_early()
             || matches!(
                 self,
                 Op::Mkdir { .. }
+                    | Op::DirLease { .. }
                     | Op::SetAttr { .. }
                     | Op::SetXattr { .. }
                     | Op::RemoveXattr { .. }

@@ -586,6 +586,11 @@ pub enum MdsReply {
         ids: Vec<u64>,
         /// The directory's attributes after the changes.
         dir: Option<Attr>,
+        /// The files this batch made, each as a CREATE would answer it
+        /// (layout and write capabilities, no prefetch), so the first
+        /// write to a file made under the lease needs no OPEN. A file the
+        /// MDS could not describe is left out (the client then opens it).
+        made: Vec<Found>,
     },
     /// The lock of another owner a TEST LOCK found in the way, if any.
     LockedBy(Option<crate::locks::LockSpec>),
