@@ -66,8 +66,8 @@ fn the_simulator_predicts_the_live_search_within_three_points() {
 }
 
 /// A package-like tree of Python modules: 5 packages, each with 4
-/// subpackages of 12 modules, and an `__init__.py` at every level (about
-/// 300 sources, no `__pycache__`).
+/// subpackages of 12 modules, and an `__init__.py` at every level (265
+/// sources, no `__pycache__`).
 fn python_tree(root: &Path) {
     for p in 0..5 {
         let top = root.join(format!("pkg{p}"));
@@ -87,8 +87,8 @@ fn python_tree(root: &Path) {
 
 /// The build-like workload (`python3 -m compileall`): it probes for
 /// missing outputs, writes each one to a temporary file and renames it
-/// over, under the mount's default directory leases. The lease requests
-/// count as mandatory and files made under a lease get their layouts in
+/// over, under the mount's default directory leases. Lease requests are
+/// no metadata access and files made under a lease get their layouts in
 /// the DIR OPS answer, so the live figure must agree with the paper's
 /// accounting within 3 points too.
 #[test]

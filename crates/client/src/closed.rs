@@ -88,8 +88,11 @@ async fn write_one(inner: &Arc<Inner>, f: &Arc<OpenInode>, delay: Option<Duratio
     let lost_before = std::mem::take(&mut st.lost) && st.error.is_some();
     // A copy of what is buffered: a write that fails in a way that may
     // pass (an OSD's ticket wanted from an MDS that is away) puts it back
-    // for the next try — writing the same bytes again is harmless.
-    let saved = (!lost_before && !st.dirty.is_empty()).then(|| (st.dirty.clone(), st.dirty_bytes));
+    // for the next try — writing the same bytes again is harmless. Not
+    // with a write-behind still in flight: its bytes are not in the copy,
+    // and a failure of it must stay a loss (no length over them).
+    let saved = (!lost_before && st.inflight.is_empty() && !st.dirty.is_empty())
+        .then(|| (st.dirty.clone(), st.dirty_bytes));
     let flushed = file::flush_all(inner, f.ino, &mut st).await;
     let mut lost = lost_before || std::mem::take(&mut st.lost);
     if let (Err(e), Some((dirty, bytes))) = (&flushed, saved)

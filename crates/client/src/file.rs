@@ -315,11 +315,15 @@ pub(crate) async fn ensure_caps(
     // refused ones and wants them renewed.
     if expiring || (write && !st.write_caps) || st.grants.is_empty() {
         // Made under a lease: the DIR OPS that made it answered for it.
-        let made = if st.grants.is_empty() {
+        // Only for a file that never had a layout here: one that had
+        // has newer capabilities to renew than the batch's answer.
+        let made = if st.grants.is_empty() && st.layout.is_none() {
             inner.leases.take_made(ino).await.filter(|f| {
                 f.entry.layout.is_some()
                     && !f.grants.is_empty()
-                    && f.grants.iter().all(|g| g.rights & rights::WRITE != 0)
+                    && f.grants
+                        .iter()
+                        .all(|g| g.rights & rights::WRITE != 0 && g.expiry_ms >= soon)
             })
         } else {
             None

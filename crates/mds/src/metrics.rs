@@ -298,23 +298,23 @@ impl MdsMetrics {
     }
 
     /// Counts one request.
-    pub fn count(&self, op: &str, mandatory: bool, secs: f64, errno: Option<&str>) {
-        let class = if mandatory {
-            "mandatory"
-        } else {
-            "non_mandatory"
+    pub fn count(&self, op: &str, class: ReqClass, secs: f64, errno: Option<&str>) {
+        let label = match class {
+            ReqClass::Mandatory => "mandatory",
+            ReqClass::NonMandatory => "non_mandatory",
+            ReqClass::Other => "other",
         };
         self.requests
             .get_or_create(&ReqLabel {
                 op: op.into(),
-                class: class.into(),
+                class: label.into(),
             })
             .inc();
-        if mandatory {
-            self.mandatory.inc();
-        } else {
-            self.non_mandatory.inc();
-        }
+        match class {
+            ReqClass::Mandatory => self.mandatory.inc(),
+            ReqClass::NonMandatory => self.non_mandatory.inc(),
+            ReqClass::Other => 0,
+        };
         self.latency
             .get_or_create(&OpLabel { op: op.into() })
             .observe(secs);
@@ -348,5 +348,35 @@ impl MdsMetrics {
         let mut out = String::new();
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
+    }
+}
+
+/// What a request is, for the `class` label of
+/// `tessera_mds_requests_total`: Hendricks et al.'s two classes of
+/// metadata access ([`proto::mds::Op::mandatory`],
+/// [`proto::mds::Op::is_access`]), or neither (a request about the
+/// cluster, a session's report of its open files or locks, a sync, a
+/// replay, a directory lease asked for or given back), which neither
+/// total counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReqClass {
+    /// Must reach the MDS at once.
+    Mandatory,
+    /// A client's cache could have answered it.
+    NonMandatory,
+    /// Not a metadata access.
+    Other,
+}
+
+impl ReqClass {
+    /// The class of `op`.
+    pub fn of(op: &proto::mds::Op) -> ReqClass {
+        if op.mandatory() {
+            ReqClass::Mandatory
+        } else if op.is_access() {
+            ReqClass::NonMandatory
+        } else {
+            ReqClass::Other
+        }
     }
 }

@@ -17,6 +17,7 @@ use proto::{Frame, Limits, PROTOCOL_VERSION, WireError};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+use crate::metrics::ReqClass;
 use crate::service::{Caller, Mds};
 
 /// The MDS's limits: requests carry no payload and headers up to 1 MiB;
@@ -120,24 +121,21 @@ impl Service for Front {
         let started = Instant::now();
         let result = match decode::<MdsRequest>(&f.header) {
             Ok(req) => {
-                let (name, mandatory) = (req.op.name(), req.op.mandatory());
-                let access = req.op.is_access();
+                let (name, class) = (req.op.name(), ReqClass::of(&req.op));
                 let result = self.mds.serve_request(&caller, req).await;
                 let errno = result.as_ref().err().map(|e| format!("{:?}", e.errno));
-                if access {
-                    self.mds.metrics.count(
-                        name,
-                        mandatory,
-                        started.elapsed().as_secs_f64(),
-                        errno.as_deref(),
-                    );
-                }
+                self.mds.metrics.count(
+                    name,
+                    class,
+                    started.elapsed().as_secs_f64(),
+                    errno.as_deref(),
+                );
                 result
             }
             Err(e) => {
                 self.mds
                     .metrics
-                    .count("undecodable", false, 0.0, Some("Proto"));
+                    .count("undecodable", ReqClass::Other, 0.0, Some("Proto"));
                 Err(MdsError::new(
                     Errno::Proto,
                     format!("request: {}", e.message),

@@ -43,6 +43,10 @@ impl DirLeases {
         }
         let mut m = lock(&self.made_answers);
         if m.len() + made.len() > MADE_ANSWERS_MAX {
+            // Files never written (empty ones) leave theirs behind.
+            m.retain(|_, (at, _)| at.elapsed() < MADE_ANSWER_FRESH);
+        }
+        if m.len() + made.len() > MADE_ANSWERS_MAX {
             m.clear();
         }
         let now = Instant::now();

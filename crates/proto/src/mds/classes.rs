@@ -7,17 +7,11 @@ use super::Op;
 impl Op {
     /// Whether Hendricks et al. counts it as mandatory (it changes the namespace or
     /// the length, so it must reach the MDS at once; no prefetch avoids it).
-    /// A DIR LEASE counts as mandatory too: a client asks for one only
-    /// after changing a directory's names, to make the next changes there
-    /// on its own, so it stands for namespace changes (the paper's clients
-    /// send each of those as a request of its own) and no cache of
-    /// metadata could answer it.
     pub fn mandatory(&self) -> bool {
         self.may_answer_early()
             || matches!(
                 self,
                 Op::Mkdir { .. }
-                    | Op::DirLease { .. }
                     | Op::SetAttr { .. }
                     | Op::SetXattr { .. }
                     | Op::RemoveXattr { .. }
@@ -28,17 +22,34 @@ impl Op {
     }
 
     /// Whether it is a metadata access at all (counted as mandatory or
-    /// non-mandatory): a session's report of its open files is not.
+    /// non-mandatory). Not: a session's report of its open files, its
+    /// locks, a sync or replay; a directory lease asked for or given back
+    /// (coordination this system adds, which the paper's clients do not
+    /// have: the changes made under it are counted, as DIR OPS); and a
+    /// request about the cluster rather than a file (a ticket for an OSD
+    /// connection, the OSD map, who the caller is, the cluster's status,
+    /// an OSD's report, administration).
     pub fn is_access(&self) -> bool {
         !matches!(
             self,
             Op::Holding { .. }
                 | Op::Sync
                 | Op::Replay { .. }
+                | Op::DirLease { .. }
                 | Op::DirRelease { .. }
                 | Op::Lock { .. }
                 | Op::TestLock { .. }
                 | Op::LocksHeld { .. }
+                | Op::Ticket { .. }
+                | Op::Whoami
+                | Op::GetMap { .. }
+                | Op::Status
+                | Op::Report(_)
+                | Op::Chains
+                | Op::AuthAdd(_)
+                | Op::AuthList
+                | Op::AuthRemove { .. }
+                | Op::AuthRotate { .. }
         )
     }
 
