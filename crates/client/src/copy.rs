@@ -21,8 +21,9 @@ use proto::layout::{DATA_PARTITION, Layout};
 use proto::msg::{Command, MAX_COPY};
 use proto::rights;
 
+use crate::caps::{ensure_caps, mark_stale};
 use crate::error::{Errno, FsError, Result};
-use crate::file::{self, commit, ensure_caps, mark_stale, targets};
+use crate::file::{self, commit, targets};
 use crate::open_file::OpenInode;
 use crate::state::Inner;
 use crate::stats::Counters;

@@ -17,8 +17,9 @@ use proto::layout::DATA_PARTITION;
 use proto::msg::{Command, Reply};
 use proto::{ErrorCode, rights};
 
+use crate::caps::{ensure_caps, mark_stale};
 use crate::error::{Errno, FsError, Result};
-use crate::file::{commit, ensure_caps, mark_stale, targets, truncated};
+use crate::file::{commit, targets, truncated};
 use crate::open_file::{FileState, OpenInode};
 use crate::state::Inner;
 use crate::striped::{self, run_copy};

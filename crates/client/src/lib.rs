@@ -8,6 +8,7 @@
 
 pub mod absent;
 pub mod cache;
+pub mod caps;
 pub mod client;
 pub mod closed;
 pub mod config;

@@ -15,7 +15,7 @@ use proto::{ErrorCode, Frame, PROTOCOL_VERSION, WireError};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::exec::{Ctx, execute};
+use crate::exec::{Ctx, execute_admitted};
 use crate::metrics::{CodeLabel, DirLabel, Metrics, OpLabel};
 
 /// Server settings.
@@ -261,7 +261,9 @@ impl Service for Osd {
             return (Bytes::from(proto::msg::encode(&resp)), out);
         }
         let (resp, out) = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            crate::exec::blocking(&req, || execute(&ctx, peer.principal_id, &req, f.payload))
+            crate::exec::blocking(&req, || {
+                execute_admitted(&ctx, peer.principal_id, &req, f.payload)
+            })
         })) {
             Ok(r) => r,
             Err(_) => (

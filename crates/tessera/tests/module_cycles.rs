@@ -19,6 +19,9 @@ const KNOWN: &[(&str, &[&str])] = &[
     (
         "client",
         &[
+            // An open file's capabilities, split out of `file` (the same
+            // hub: both reach the client's shared state).
+            "caps",
             "client",
             // Closed files are written out with `file`'s commit, from the
             // client's timer and namespace calls: the hub's cycle.

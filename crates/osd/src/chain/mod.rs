@@ -27,7 +27,7 @@ use proto::chain::{ChainTable, Forward};
 use proto::msg::{AttrKey, Command, Reply, Request, Response};
 use proto::{Capability, ErrorCode, WireError};
 
-use crate::exec::{Ctx, execute};
+use crate::exec::{Ctx, execute_admitted};
 
 mod bounds;
 mod fill;
@@ -469,7 +469,7 @@ impl Chains {
                     _ => {
                         let _held = self.lock_objects(&req.cmd).await;
                         Ok(tokio::task::block_in_place(|| {
-                            execute(ctx, principal, &req, payload.clone())
+                            execute_admitted(ctx, principal, &req, payload.clone())
                         }))
                     }
                 }
@@ -626,8 +626,9 @@ impl Chains {
         {
             return Ok((Response { result, attrs }, Bytes::new()));
         }
-        let (mut resp, mut out) =
-            crate::exec::blocking(&req, || execute(ctx, principal, &req, payload.clone()));
+        let (mut resp, mut out) = crate::exec::blocking(&req, || {
+            execute_admitted(ctx, principal, &req, payload.clone())
+        });
         // A bad copy here: repaired from the first other member whose copy
         // reads (the next one's may be bad too), then run again; with no
         // good copy left the checksum error stands.
@@ -637,8 +638,9 @@ impl Chains {
                 .repaired(ctx, &view, (group, &chain.members), oid)
                 .await
         {
-            (resp, out) =
-                crate::exec::blocking(&req, || execute(ctx, principal, &req, payload.clone()));
+            (resp, out) = crate::exec::blocking(&req, || {
+                execute_admitted(ctx, principal, &req, payload.clone())
+            });
         }
         let reply = match &resp.result {
             Ok(r) => r.clone(),
