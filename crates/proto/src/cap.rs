@@ -273,6 +273,19 @@ impl KeyRing {
         self.keys.iter().max_by_key(|k| k.0).map(|(v, k)| (*v, k))
     }
 
+    /// The part of [`KeyRing::check`] that depends on the clock: whether
+    /// `cap` has expired by `now_ms` (for a request checked whole when it
+    /// was admitted and run later, after waits).
+    pub fn check_expiry(cap: Option<&Capability>, now_ms: u64) -> Result<(), CapError> {
+        match cap {
+            Some(c) if now_ms >= c.expiry_ms => Err(CapError::Expired {
+                expiry_ms: c.expiry_ms,
+                now_ms,
+            }),
+            _ => Ok(()),
+        }
+    }
+
     /// Checks everything but the object version (which needs the store):
     /// key version, MAC, holder (the connection's principal), expiry,
     /// partition, range, rights.
@@ -425,6 +438,18 @@ mod tests {
             ring.check(Some(&good), 7, 4, 10_000, &need()),
             Err(CapError::Expired { .. })
         ));
+        // The clock's part alone (a request admitted, then run later).
+        assert_eq!(KeyRing::check_expiry(Some(&good), 1), Ok(()));
+        assert!(matches!(
+            KeyRing::check_expiry(Some(&good), 10_000),
+            Err(CapError::Expired { .. })
+        ));
+        assert_eq!(
+            KeyRing::check_expiry(Some(&good), good.expiry_ms - 1),
+            Ok(())
+        );
+        assert!(KeyRing::check_expiry(Some(&good), good.expiry_ms).is_err());
+        assert_eq!(KeyRing::check_expiry(None, 10_000), Ok(()));
         let other = Need {
             partition: 6,
             ..need()

@@ -17,7 +17,7 @@ use proto::{ErrorCode, WireError};
 use super::{
     CATCH_UP, ChainView, Chains, Effect, PASS_DEADLINE, lock, min_copies, not_head, stale,
 };
-use crate::exec::{Ctx, execute};
+use crate::exec::{Ctx, execute, execute_admitted};
 
 impl Chains {
     /// Gives every other member the head's whole copy of `oid` (the caller
@@ -431,7 +431,13 @@ pub(super) fn apply(
     req: &Request,
     payload: Bytes,
 ) -> Result<(), WireError> {
-    let run = || execute(ctx, principal, req, payload.clone()).0.result;
+    // The effect carries the FORWARD's own capability, which admission
+    // checked against what the effect needs.
+    let run = || {
+        execute_admitted(ctx, principal, req, payload.clone())
+            .0
+            .result
+    };
     match run() {
         Ok(_) => Ok(()),
         Err(e) if e.code == ErrorCode::Exists => {

@@ -109,7 +109,8 @@ fn wait_unique(mut s: Arc<Store>) -> Result<Store, StoreError> {
 }
 
 /// Striped reader-writer locks by object: every command on an object holds
-/// its stripe shared from the capability check to the end of the operation;
+/// its stripe shared from the revocation (version) check to the end of the
+/// operation;
 /// SET VERSION holds it exclusively. So once a revocation is acknowledged, no
 /// operation authorised by a revoked capability is still running or can start.
 pub struct ObjectLocks {
@@ -286,11 +287,13 @@ pub fn execute(ctx: &Ctx, holder: u64, req: &Request, payload: Bytes) -> (Respon
 }
 
 /// [`execute`] of a request whose capability [`precheck`] accepted as it
-/// was admitted (the server's `admit`): its MAC is not computed a second
-/// time. The lease is checked again (it may have lapsed while the request
-/// waited), and so is a COPY's source capability, which `precheck` does
-/// not cover.
-pub fn execute_admitted(
+/// was admitted (the server's `admit`), or that carries such a request's
+/// capability unchanged (a FORWARD's effect): the check that depends only
+/// on the request and the key ring (MAC, holder, range, rights) is not
+/// made a second time. Expiry and the lease are checked again (time has
+/// passed while the request waited), and so is a COPY's source
+/// capability, which `precheck` does not cover.
+pub(crate) fn execute_admitted(
     ctx: &Ctx,
     holder: u64,
     req: &Request,
@@ -320,7 +323,7 @@ fn respond(
 /// Whether [`run`] still checks the request's capability.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Capability {
-    /// Not checked yet (a request a chain member runs for another).
+    /// Not checked yet (a request an OSD builds itself).
     Check,
     /// Accepted by [`precheck`] when it was admitted.
     Admitted,
@@ -440,7 +443,15 @@ fn run(
     // object, comes under the lock below).
     match cap {
         Capability::Check => precheck(ctx, holder, req)?,
-        Capability::Admitted => check_lease(ctx, req)?,
+        Capability::Admitted => {
+            // All of the check but the clock is fixed by the request and
+            // the key ring; the clock has moved while the request waited
+            // (for reply memory, a chain's view, the object's lock).
+            if ctx.keys.is_some() {
+                KeyRing::check_expiry(req.cap.as_ref(), now_ms())?;
+            }
+            check_lease(ctx, req)?
+        }
     }
     if let Command::Format { policy } = &req.cmd {
         drop(s);
