@@ -19,6 +19,10 @@ pub enum Scale {
     Log,
     /// Linear, counting things (clients, ranks): ticks only at whole numbers.
     Integer,
+    /// Linear, a share in percent: the axis starts at 0 and reaches 100 at
+    /// least, so a few points close together are not magnified into a
+    /// difference that is not there.
+    Percent,
 }
 
 /// A line chart's labels and scales.
@@ -77,6 +81,7 @@ pub fn lines_svg(path: &Path, chart: &Chart, series: &[Series]) -> anyhow::Resul
     }
     let pad = |lo: f64, hi: f64, s: Scale| match s {
         Scale::Log => (lo / 1.2, hi * 1.2),
+        Scale::Percent => (0.0, hi.max(100.0) * 1.02),
         _ if hi > lo => (lo - (hi - lo) * 0.05, hi + (hi - lo) * 0.05),
         _ => (lo - 1.0, hi + 1.0),
     };
@@ -160,7 +165,9 @@ where
             .legend(move |(x, y)| {
                 PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
             });
-        c.draw_series(pts.iter().map(|&p| Circle::new(p, 2, color.filled())))
+        // A lone point (one client, one run) is all there is: drawn so it shows.
+        let r = if pts.len() == 1 { 6 } else { 2 };
+        c.draw_series(pts.iter().map(|&p| Circle::new(p, r, color.filled())))
             .map_err(err)?;
     }
     c.configure_series_labels()
@@ -362,6 +369,25 @@ mod tests {
             !texts.contains(&"0.2") && !texts.contains(&"1.2"),
             "no fractional ticks"
         );
+        // A share: from 0 to 100 at least, whatever the points' spread.
+        let pct = dir.join("percent.svg");
+        let chart = Chart {
+            y_scale: Scale::Percent,
+            ..chart
+        };
+        lines_svg(
+            &pct,
+            &chart,
+            &[
+                ("a".into(), vec![(1.0, 67.3)]),
+                ("b".into(), vec![(1.0, 71.2)]),
+            ],
+        )
+        .expect("drawn");
+        let svg = std::fs::read_to_string(&pct).expect("written");
+        let texts: Vec<&str> = svg.lines().map(str::trim).collect();
+        assert!(texts.contains(&"0") && texts.contains(&"100"), "0 to 100");
+        assert!(svg.contains("r=\"6\""), "a lone point is drawn large");
         // On a log axis every measured x has its tick (16 clients had
         // none among plotters' own).
         let log = dir.join("log.svg");

@@ -175,7 +175,7 @@ impl Study {
                 x: "client (busiest first)",
                 y: "% of no-prefetch requests",
                 x_scale: Scale::Integer,
-                y_scale: Scale::Linear,
+                y_scale: Scale::Percent,
             },
             &series,
         )?;
