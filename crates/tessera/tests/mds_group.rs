@@ -26,6 +26,9 @@ const CLUSTER: &str = "group";
 struct Group {
     dir: PathBuf,
     addrs: Vec<String>,
+    /// Each member's dashboard and `/metrics` address (served while it
+    /// leads).
+    https: Vec<String>,
     members: Vec<Option<Child>>,
     osds: Vec<Child>,
 }
@@ -50,6 +53,7 @@ impl Group {
         let mut g = Group {
             dir: dir.into(),
             addrs,
+            https: (0..3).map(|_| free_port()).collect(),
             members: vec![None, None, None],
             osds: Vec::new(),
         };
@@ -91,7 +95,13 @@ impl Group {
             .open(self.dir.join(format!("member-{id}.log")))
             .unwrap();
         let child = Command::new(BIN)
-            .args(["mds", "serve", "--data"])
+            .args([
+                "mds",
+                "serve",
+                "--http",
+                &self.https[id as usize - 1],
+                "--data",
+            ])
             .arg(self.member_dir(id))
             .stdout(Stdio::null())
             .stderr(log)
@@ -122,6 +132,38 @@ impl Group {
 
     fn list(&self) -> String {
         self.addrs.join(",")
+    }
+
+    /// `/metrics` of member `id`'s HTTP port (`None`: it serves none).
+    fn metrics(&self, id: u64) -> Option<String> {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(&self.https[id as usize - 1]).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+            .ok()?;
+        let mut body = String::new();
+        s.read_to_string(&mut body).ok()?;
+        Some(body)
+    }
+
+    /// Waits until the leader `l` serves `/metrics` naming itself leader;
+    /// the followers serve none.
+    fn leader_alone_serves_metrics(&self, l: u64) {
+        let want = format!("tessera_mds_group_leader {l}");
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            match self.metrics(l) {
+                Some(m) if m.contains(&want) && m.contains("tessera_mds_group_term") => break,
+                other => assert!(
+                    std::time::Instant::now() < deadline,
+                    "leader {l}'s /metrics: {other:?}"
+                ),
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        for f in (1..=3).filter(|&f| f != l && self.members[f as usize - 1].is_some()) {
+            assert!(self.metrics(f).is_none(), "follower {f} serves /metrics");
+        }
     }
 
     fn client(&self) -> MdsClient {
@@ -401,6 +443,9 @@ fn the_leader_killed_mid_storm_loses_nothing_acknowledged() {
             checked > 100,
             "the storms did work ({checked} names checked)"
         );
+        // The leader (a new one by now) serves the dashboard's /metrics
+        // with the group's gauges; the followers serve none.
+        g.leader_alone_serves_metrics(g.leader());
         // The status names the members; one down is a warning.
         let st = status_text(&g);
         assert!(st.contains("MDS group: 3 members"), "{st}");
@@ -522,7 +567,7 @@ fn bad_group_arguments_and_a_copied_member_are_refused() {
     )
     .unwrap();
     let out = Command::new(BIN)
-        .args(["mds", "serve", "--data"])
+        .args(["mds", "serve", "--no-http", "--data"])
         .arg(&copy)
         .output()
         .unwrap();

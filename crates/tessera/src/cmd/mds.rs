@@ -101,13 +101,13 @@ use super::runtime;
 pub fn run(c: MdsCmd) -> anyhow::Result<i32> {
     match c {
         c @ MdsCmd::Format { .. } => format(c),
-        MdsCmd::Serve { data, .. }
+        MdsCmd::Serve { data, http, .. }
             if mds::MdsConfig::load(&data.join("mds.toml"))
                 .map_err(anyhow::Error::msg)?
                 .group
                 .is_some() =>
         {
-            super::mds_group::serve_member(&data)
+            super::mds_group::serve_member(&data, http)
         }
         MdsCmd::Serve { data, listen, http } => runtime()?.block_on(async move {
             let http_listener = super::dashboard::listen(&http).await?;

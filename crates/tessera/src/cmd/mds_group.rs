@@ -127,8 +127,9 @@ fn reexec(why: &str) {
     unsafe { libc::_exit(75) }
 }
 
-/// Serves the group member in `data` until SIGTERM / Ctrl-C.
-pub fn serve_member(data: &Path) -> anyhow::Result<i32> {
+/// Serves the group member in `data` until SIGTERM / Ctrl-C; while it
+/// leads, the dashboard and `/metrics` too, on `http`'s address.
+pub fn serve_member(data: &Path, http: super::dashboard::HttpArgs) -> anyhow::Result<i32> {
     super::runtime()?.block_on(async move {
         let (stop, rx) = tokio::sync::watch::channel(false);
         tokio::spawn(async move {
@@ -150,10 +151,51 @@ pub fn serve_member(data: &Path) -> anyhow::Result<i32> {
             me.peer,
             me.addr
         );
-        mds::group::run(data, rx, step_down, |_| {})
-            .await
-            .map_err(anyhow::Error::msg)?;
+        let addr = me.addr.clone();
+        mds::group::run(data, rx, step_down, move |running| {
+            tokio::spawn(dashboard_while_leading(http, running.mds, addr));
+        })
+        .await
+        .map_err(anyhow::Error::msg)?;
         println!("MDS group member stopped cleanly");
         Ok(0)
     })
+}
+
+/// Once this member leads, the dashboard and `/metrics` of its MDS on
+/// `http`'s address (none with `--no-http`). A member that stops leading
+/// re-executes itself, which closes the port; the next leader — another
+/// process, maybe on this host — binds it, trying again for a while in
+/// case the old one has not let go yet. Followers serve nothing there: a
+/// scrape of a follower fails, and the leader's gauges
+/// (`tessera_mds_group_*`) say who leads.
+async fn dashboard_while_leading(
+    http: super::dashboard::HttpArgs,
+    mut mds: tokio::sync::watch::Receiver<Option<Arc<mds::Mds>>>,
+    addr: String,
+) {
+    if http.no_http {
+        return;
+    }
+    let Ok(m) = mds.wait_for(Option::is_some).await.map(|m| m.clone()) else {
+        return;
+    };
+    let Some(m) = m else { return };
+    for attempt in 0..60 {
+        match super::dashboard::listen(&http).await {
+            Ok(Some(l)) => {
+                match super::dashboard::start(&http, l, m, &addr, None) {
+                    Ok(at) => println!("leading: dashboard and /metrics on http://{at}/"),
+                    Err(e) => eprintln!("leading, but the dashboard could not start: {e:#}"),
+                }
+                return;
+            }
+            Ok(None) => return,
+            Err(e) if attempt == 59 => {
+                eprintln!("leading, but no dashboard or /metrics: {e:#}");
+                return;
+            }
+            Err(_) => tokio::time::sleep(std::time::Duration::from_millis(500)).await,
+        }
+    }
 }

@@ -115,7 +115,8 @@ fn start_member(data: &Path, id: u64) -> anyhow::Result<Child> {
     let mut cmd = Command::new(std::env::current_exe()?);
     // Its own process group: a Ctrl-C at the terminal reaches `up`, which
     // stops the members last, after the mount is synced.
-    cmd.args(["mds", "serve", "--data"])
+    // No dashboard from the members: `up` serves none with a group yet.
+    cmd.args(["mds", "serve", "--no-http", "--data"])
         .arg(&dir)
         .process_group(0)
         .stdout(Stdio::null())
