@@ -5,8 +5,13 @@
 use super::Op;
 
 impl Op {
-    /// Whether Hendricks et al. counts it as mandatory (it changes the namespace or
-    /// the length, so it must reach the MDS at once; no prefetch avoids it).
+    /// Whether it is mandatory in Hendricks et al.'s sense for a system
+    /// whose metadata server manages file lengths — their prototype's rule
+    /// (§4.1), which is this system's: it changes the namespace, a length
+    /// or attributes, so it must reach the MDS at once and no prefetch
+    /// avoids it. (Their trace simulator, §4.2, lets clients manage
+    /// lengths and counts length updates as non-mandatory; `sim trace`
+    /// follows that rule: `docs/SIMULATORS.md`.)
     pub fn mandatory(&self) -> bool {
         self.may_answer_early()
             || matches!(
@@ -28,29 +33,64 @@ impl Op {
     /// have: the changes made under it are counted, as DIR OPS); and a
     /// request about the cluster rather than a file (a ticket for an OSD
     /// connection, the OSD map, who the caller is, the cluster's status,
-    /// an OSD's report, administration).
+    /// an OSD's report, chains, redundancy and administration). Every
+    /// operation is named here, so a new one must be placed.
     pub fn is_access(&self) -> bool {
-        !matches!(
-            self,
+        match self {
+            Op::Lookup { .. }
+            | Op::GetAttr { .. }
+            | Op::SetAttr { .. }
+            | Op::Create { .. }
+            | Op::Mkdir { .. }
+            | Op::Symlink { .. }
+            | Op::Mknod { .. }
+            | Op::Link { .. }
+            | Op::Unlink { .. }
+            | Op::Rmdir { .. }
+            | Op::Rename { .. }
+            | Op::Readlink { .. }
+            | Op::Readdir { .. }
+            | Op::ReaddirPrefetch { .. }
+            | Op::Stat { .. }
+            | Op::Resolve { .. }
+            | Op::GetXattr { .. }
+            | Op::SetXattr { .. }
+            | Op::ListXattr { .. }
+            | Op::RemoveXattr { .. }
+            | Op::Open { .. }
+            | Op::CommitSize { .. }
+            | Op::ExtendLayout { .. }
+            | Op::GetLayout { .. }
+            | Op::SetLayout { .. }
+            | Op::DirOps { .. } => true,
             Op::Holding { .. }
-                | Op::Sync
-                | Op::Replay { .. }
-                | Op::DirLease { .. }
-                | Op::DirRelease { .. }
-                | Op::Lock { .. }
-                | Op::TestLock { .. }
-                | Op::LocksHeld { .. }
-                | Op::Ticket { .. }
-                | Op::Whoami
-                | Op::GetMap { .. }
-                | Op::Status
-                | Op::Report(_)
-                | Op::Chains
-                | Op::AuthAdd(_)
-                | Op::AuthList
-                | Op::AuthRemove { .. }
-                | Op::AuthRotate { .. }
-        )
+            | Op::Sync
+            | Op::Replay { .. }
+            | Op::DirLease { .. }
+            | Op::DirRelease { .. }
+            | Op::Lock { .. }
+            | Op::TestLock { .. }
+            | Op::LocksHeld { .. }
+            | Op::Statfs
+            | Op::Ticket { .. }
+            | Op::Whoami
+            | Op::GetMap { .. }
+            | Op::Status
+            | Op::Report(_)
+            | Op::NamespaceGrant
+            | Op::NamespaceRoot { .. }
+            | Op::MarkStale { .. }
+            | Op::SetOsdOut { .. }
+            | Op::Scrub { .. }
+            | Op::Chains
+            | Op::ChainDrop { .. }
+            | Op::ChainFilled { .. }
+            | Op::ChainRestarted { .. }
+            | Op::AuthAdd(_)
+            | Op::AuthList
+            | Op::AuthRemove { .. }
+            | Op::AuthRotate { .. } => false,
+        }
     }
 
     /// Whether the MDS may answer it before it is durable (when the
@@ -141,5 +181,45 @@ impl Op {
     /// Opcode in the frame prefix (for traces; the header says the rest).
     pub fn opcode(&self) -> u16 {
         0x100
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Op;
+
+    /// The classes the live counters and `/metrics` use (the agreement
+    /// with `sim trace` depends on them).
+    #[test]
+    fn each_request_is_in_its_class() {
+        let lookup = Op::Lookup {
+            parent: 1,
+            name: "a".into(),
+        };
+        assert!(lookup.is_access() && !lookup.mandatory());
+        let create = Op::Create {
+            parent: 1,
+            name: "a".into(),
+            mode: 0o644,
+            exclusive: true,
+        };
+        assert!(create.is_access() && create.mandatory());
+        let ops = Op::DirOps {
+            dir: 1,
+            ops: Vec::new(),
+        };
+        assert!(ops.is_access() && ops.mandatory());
+        // Coordination and the cluster: no metadata access at all.
+        for op in [
+            Op::DirLease { dir: 1 },
+            Op::DirRelease { dir: 1 },
+            Op::Whoami,
+            Op::Status,
+            Op::Statfs,
+            Op::Sync,
+            Op::Chains,
+        ] {
+            assert!(!op.is_access() && !op.mandatory(), "{}", op.name());
+        }
     }
 }

@@ -169,7 +169,10 @@ pub enum BenchCmd {
     /// MDS requests prefetching eliminated, live and simulated. Needs
     /// root (FUSE) and strace.
     ///
-    /// Example: tessera bench agreement --workload compile --tree /usr/lib/python3.11
+    /// Example: tessera bench agreement --workload compile --tree T, where T
+    /// is a copy of /usr/lib/python3.11 without its __pycache__ directories
+    /// (`find T -name __pycache__ -prune -exec rm -rf {} +`): a tree already
+    /// compiled gives compileall nothing to do.
     Agreement {
         /// search (`find | xargs grep`) or compile (`python3 -m compileall`).
         #[arg(long, default_value = "search")]
