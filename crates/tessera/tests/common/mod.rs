@@ -293,7 +293,10 @@ pub fn start_osd(dir: &Path, i: u32, addr: &str, mds: &str) -> Child {
 }
 
 pub fn wait_osds_up(mds: &str, cluster: &str, n: usize) {
-    for _ in 0..200 {
+    // By the clock, not by tries: under a loaded test run each `status`
+    // process takes a while to start.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while std::time::Instant::now() < deadline {
         let o = bin()
             .args(["status", "--mds", mds, "--cluster", cluster, "--json"])
             .output()
