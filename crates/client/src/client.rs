@@ -268,10 +268,12 @@ impl Client {
             let mut cache = meta.cache();
             match cache.ino_of(parent, name) {
                 // Under a lease, only the inode the lease lists.
-                Some(ino) if leased.is_none_or(|l| l == Some(ino)) => match cache.peek(ino) {
-                    Some(x) if meta.fresh(x) => cache.get(ino),
-                    _ => None,
-                },
+                Some(ino) if leased.is_none_or(|l| l.map(|x| x.0) == Some(ino)) => {
+                    match cache.peek(ino) {
+                        Some(x) if meta.fresh(x) => cache.get(ino),
+                        _ => None,
+                    }
+                }
                 _ => None,
             }
         };
@@ -289,7 +291,11 @@ impl Client {
             ));
         }
         meta.miss();
-        if let Some(Some(ino)) = leased
+        // A directory is never taken from a lookup that skips the lease's
+        // queue (`lookup_listed`): it would be asked twice, so it waits
+        // for the queue like any request.
+        if let Some(Some((ino, kind))) = leased
+            && kind != FileKind::Dir
             && let Some(f) = self
                 .inner
                 .leases

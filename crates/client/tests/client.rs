@@ -844,3 +844,35 @@ async fn a_lease_vouches_for_what_a_lookup_brings_back() {
     }
     cl.stop().await.unwrap();
 }
+
+/// Under a lease, a lookup of a subdirectory's name is one request: the
+/// lease lists it as a directory, whose answer a lookup that skips the
+/// lease's queue could not take, so it is not tried first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subdirectory_looked_up_under_a_lease_costs_one_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let cl = cluster(&dir, PolicyKind::ChildClosest, 64 << 10, 3).await;
+    let window = Duration::from_millis(300);
+    let a = client(&cl, |c| {
+        c.early_answers = true;
+        c.attr_timeout = window;
+    })
+    .await;
+    let d = a.mkdir(&root(), 0, "d", 0o755).await.unwrap().attr.ino;
+    let sub = a.mkdir(&root(), d, "sub", 0o755).await.unwrap().attr.ino;
+    // The cached entry of "sub" expires; two creates bring the lease.
+    tokio::time::sleep(window + Duration::from_millis(200)).await;
+    let granted = a.stats().leases_granted;
+    touch(&a, d, "f0").await;
+    touch(&a, d, "f1").await;
+    let before = a.stats();
+    assert!(before.leases_granted > granted, "{before:?}");
+    assert_eq!(a.lookup(&root(), d, "sub").await.unwrap().attr.ino, sub);
+    let after = a.stats();
+    assert_eq!(
+        after.mds_non_mandatory - before.mds_non_mandatory,
+        1,
+        "one lookup: {before:?} → {after:?}"
+    );
+    cl.stop().await.unwrap();
+}

@@ -368,15 +368,16 @@ impl DirLeases {
     }
 
     /// What `parent`'s lease says of `name`: `Some(None)` absent,
-    /// `Some(Some(ino))` present; `None` when there is no usable lease.
-    pub fn lookup(&self, parent: u64, name: &str) -> Option<Option<u64>> {
+    /// `Some(Some((ino, kind)))` present; `None` when there is no usable
+    /// lease.
+    pub fn lookup(&self, parent: u64, name: &str) -> Option<Option<(u64, FileKind)>> {
         // No lease held or on its way back (the common case): no lock.
         if !self.ticking.load(Ordering::SeqCst) {
             return None;
         }
         let dirs = lock(&self.dirs);
         let h = dirs.get(&parent)?.lease.as_ref().filter(|h| h.usable())?;
-        Some(h.names.get(name).map(|x| x.0))
+        Some(h.names.get(name).copied())
     }
 
     /// Looks up at the MDS `name`, which `parent`'s lease lists as `ino`
