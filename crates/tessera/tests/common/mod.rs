@@ -293,8 +293,12 @@ pub fn start_osd(dir: &Path, i: u32, addr: &str, mds: &str) -> Child {
 }
 
 pub fn wait_osds_up(mds: &str, cluster: &str, n: usize) {
-    // By the clock, not by tries: under a loaded test run each `status`
-    // process takes a while to start.
+    assert!(osds_up(mds, cluster, n), "OSDs did not come up");
+}
+
+/// Whether `n` OSDs are up within 60 s — by the clock, not by tries:
+/// under a loaded test run each `status` process takes a while to start.
+fn osds_up(mds: &str, cluster: &str, n: usize) -> bool {
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     while std::time::Instant::now() < deadline {
         let o = bin()
@@ -303,11 +307,11 @@ pub fn wait_osds_up(mds: &str, cluster: &str, n: usize) {
             .unwrap();
         let s = String::from_utf8_lossy(&o.stdout);
         if s.matches("\"up\": true").count() >= n {
-            return;
+            return true;
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    panic!("OSDs did not come up");
+    false
 }
 
 /// Separate daemon processes: `tessera mds format` (with `format_extra`)
@@ -356,7 +360,15 @@ pub fn daemons(
         osds.push(start_osd(d, i, &a, &mds_addr));
         addrs.push(a);
     }
-    wait_osds_up(&mds_addr, cluster, 3);
+    if !osds_up(&mds_addr, cluster, 3) {
+        // Nothing left running behind the failure.
+        let mut mds = mds;
+        for c in osds.iter_mut().chain(std::iter::once(&mut mds)) {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        panic!("OSDs did not come up");
+    }
     (mds, osds, addrs, mds_addr)
 }
 
