@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use proto::mds::{Errno, MdsError, MdsReply, MdsRequest, NamespaceMode, Op};
+use proto::mds::{Errno, MdsError, MdsReply, MdsRequest, NamespaceMode, Op, OpClass};
 
 use super::{Mds, err};
 
@@ -15,30 +15,11 @@ impl Mds {
         let c = req.creds;
         let pf = req.prefetch;
         let session = req.session;
-        let cluster_op = matches!(
-            req.op,
-            Op::GetMap { .. }
-                | Op::Report(_)
-                | Op::Status
-                | Op::Statfs
-                | Op::NamespaceGrant
-                | Op::NamespaceRoot { .. }
-                | Op::SetOsdOut { .. }
-                | Op::Scrub { .. }
-                | Op::Chains
-                | Op::ChainDrop { .. }
-                | Op::ChainFilled { .. }
-                | Op::ChainRestarted { .. }
-                | Op::Ticket { .. }
-                | Op::Whoami
-                | Op::AuthAdd(_)
-                | Op::AuthList
-                | Op::AuthRemove { .. }
-                | Op::AuthRotate { .. }
-                | Op::Lock { .. }
-                | Op::TestLock { .. }
-                | Op::LocksHeld { .. }
-        );
+        let cluster_op = req.op.class() == OpClass::Cluster
+            || matches!(
+                req.op,
+                Op::Lock { .. } | Op::TestLock { .. } | Op::LocksHeld { .. }
+            );
         if self.namespace == NamespaceMode::Osd && !cluster_op {
             return Err(err(
                 Errno::Inval,

@@ -144,18 +144,29 @@ impl Mds {
         )?)))
     }
 
-    /// What a CREATE would have answered for each file a DIR OPS made
-    /// (layout and write capabilities): the holder writes them without an
-    /// OPEN. The changes are made by now, so a file that cannot be read
-    /// back is only left out (its writer then asks with an OPEN).
+    /// The entry and write capabilities of each file a DIR OPS made (as a
+    /// CREATE answers them, without its range grants for reading): the
+    /// holder writes them without an OPEN. The counters and the OSD map are
+    /// read once for the batch. The changes are made by now, so a file
+    /// that cannot be read back is only left out (its writer then asks
+    /// with an OPEN).
     pub(super) fn made_answers(&self, c: &Creds, made: &[u64]) -> Vec<Found> {
-        let Ok(snap) = self.kv.read() else {
+        let read = || -> Result<_, MdsError> {
+            let snap = self.kv.read()?;
+            let st = snap.state()?;
+            let map = snap.map(st.map_epoch)?.unwrap_or_default();
+            Ok((snap, st, map))
+        };
+        let Ok((snap, st, map)) = read() else {
             return Vec::new();
         };
         made.iter()
             .filter_map(|&ino| {
                 let i = snap.live_inode(ino).ok()?;
-                self.found(&snap, c, i, (true, true), 0).ok()
+                let rights = Self::rights_for(&i, c, true, true);
+                let mut f = Self::bare(&i);
+                f.grants = self.file_grants(&map, &i, rights, st.cap_version);
+                Some(f)
             })
             .collect()
     }

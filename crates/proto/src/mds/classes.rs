@@ -27,15 +27,14 @@ impl Op {
     }
 
     /// Whether it is a metadata access at all (counted as mandatory or
-    /// non-mandatory). Not: a session's report of its open files, its
-    /// locks, a sync or replay; a directory lease asked for or given back
-    /// (coordination this system adds, which the paper's clients do not
-    /// have: the changes made under it are counted, as DIR OPS); and a
-    /// request about the cluster rather than a file (a ticket for an OSD
-    /// connection, the OSD map, who the caller is, the cluster's status,
-    /// an OSD's report, chains, redundancy and administration). Every
-    /// operation is named here, so a new one must be placed.
+    /// non-mandatory): [`OpClass::Metadata`].
     pub fn is_access(&self) -> bool {
+        self.class() == OpClass::Metadata
+    }
+
+    /// What kind of request it is. Every operation is named here, so a new
+    /// one must be placed.
+    pub fn class(&self) -> OpClass {
         match self {
             Op::Lookup { .. }
             | Op::GetAttr { .. }
@@ -62,7 +61,7 @@ impl Op {
             | Op::ExtendLayout { .. }
             | Op::GetLayout { .. }
             | Op::SetLayout { .. }
-            | Op::DirOps { .. } => true,
+            | Op::DirOps { .. } => OpClass::Metadata,
             Op::Holding { .. }
             | Op::Sync
             | Op::Replay { .. }
@@ -71,7 +70,8 @@ impl Op {
             | Op::Lock { .. }
             | Op::TestLock { .. }
             | Op::LocksHeld { .. }
-            | Op::Statfs
+            | Op::MarkStale { .. } => OpClass::Session,
+            Op::Statfs
             | Op::Ticket { .. }
             | Op::Whoami
             | Op::GetMap { .. }
@@ -79,7 +79,6 @@ impl Op {
             | Op::Report(_)
             | Op::NamespaceGrant
             | Op::NamespaceRoot { .. }
-            | Op::MarkStale { .. }
             | Op::SetOsdOut { .. }
             | Op::Scrub { .. }
             | Op::Chains
@@ -89,7 +88,7 @@ impl Op {
             | Op::AuthAdd(_)
             | Op::AuthList
             | Op::AuthRemove { .. }
-            | Op::AuthRotate { .. } => false,
+            | Op::AuthRotate { .. } => OpClass::Cluster,
         }
     }
 
@@ -182,6 +181,25 @@ impl Op {
     pub fn opcode(&self) -> u16 {
         0x100
     }
+}
+
+/// What kind of request an [`Op`] is ([`Op::class`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpClass {
+    /// An access to the metadata of files and directories: what Hendricks
+    /// et al. count, as mandatory or non-mandatory ([`Op::mandatory`]).
+    Metadata,
+    /// A session's own bookkeeping with the MDS: its open files, locks,
+    /// syncs and replays, directory leases asked for or given back
+    /// (coordination the paper's clients do not have; the changes made
+    /// under a lease are counted, as DIR OPS), a copy marked stale.
+    Session,
+    /// About the cluster rather than a file: tickets for OSD connections,
+    /// the OSD map, who the caller is, status and space, an OSD's report,
+    /// the namespace-on-OSDs grants, out and in, scrub, chains,
+    /// principals. An MDS whose namespace lives on the OSDs answers only
+    /// these (and locks).
+    Cluster,
 }
 
 #[cfg(test)]

@@ -15,6 +15,7 @@ pub use crate::replay::{
 
 mod attrs;
 mod classes;
+pub use classes::OpClass;
 mod leases;
 mod principals;
 
@@ -586,8 +587,8 @@ pub enum MdsReply {
         ids: Vec<u64>,
         /// The directory's attributes after the changes.
         dir: Option<Attr>,
-        /// The files this batch made, each as a CREATE would answer it
-        /// (layout and write capabilities, no prefetch), so the first
+        /// The files this batch made: entry, layout and write capabilities
+        /// as a CREATE answers them (no prefetch, no range grants), so the first
         /// write to a file made under the lease needs no OPEN. A file the
         /// MDS could not describe is left out (the client then opens it).
         made: Vec<Found>,
