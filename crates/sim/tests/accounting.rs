@@ -162,3 +162,65 @@ fn entries_and_listings_expire_with_the_attribute_timeout() {
     let kept = run(&late.text, 32, None);
     assert_eq!(kept.non_mandatory, 1, "{kept:?}");
 }
+
+/// The build's usual save: a temporary file renamed *over* an output that
+/// is already there (src 02 holds a.c 03 and a.o 05). Worked out by hand:
+///
+/// | request | without prefetch | with 32 |
+/// |---|---|---|
+/// | listing of the root | non-mandatory 1 | non-mandatory 1 (sends src's ahead) |
+/// | listing of src | non-mandatory 2 | sent ahead: free |
+/// | lookup a.o.tmp (no such name) | ignored 1 | ignored 1 |
+/// | create a.o.tmp (06) | mandatory 1 | mandatory 1 |
+/// | rename a.o.tmp over a.o | mandatory 2 | mandatory 2 |
+/// | lookup a.o, now 06 | hit: the entry moved with the rename | hit |
+/// | read a.c (03): a listing carries no layout | non-mandatory 3 | non-mandatory 2 |
+/// | write 06: the create's answer carried its layout | hit | hit |
+#[test]
+fn a_temporary_file_renamed_over_an_existing_output_counts_as_worked_out_by_hand() {
+    let mut s = Script::new();
+    s.req(
+        1.0,
+        0x11,
+        "readdirp",
+        "fh 01",
+        "OK name-0 \"src\" fh-0 02 ftype-0 2",
+    )
+    .req(
+        1.0,
+        0x11,
+        "readdirp",
+        "fh 02",
+        "OK name-0 \"a.c\" fh-0 03 ftype-0 1 name-1 \"a.o\" fh-1 05 ftype-1 1",
+    )
+    .req(1.0, 3, "lookup", "fh 02 name \"a.o.tmp\"", "2")
+    .req(
+        1.0,
+        8,
+        "create",
+        "fh 02 name \"a.o.tmp\"",
+        "OK fh 06 ftype 1",
+    )
+    .req(
+        1.0,
+        0xe,
+        "rename",
+        "fh 02 name \"a.o.tmp\" fh2 02 name2 \"a.o\"",
+        "OK",
+    )
+    .req(1.0, 3, "lookup", "fh 02 name \"a.o\"", "OK fh 06 ftype 1")
+    .req(1.0, 6, "read", "fh 03", "OK")
+    .req(1.0, 7, "write", "fh 06", "OK");
+    let without = run(&s.text, 0, None);
+    assert_eq!(
+        (without.mandatory, without.non_mandatory, without.ignored),
+        (2, 3, 1),
+        "{without:?}"
+    );
+    let with = run(&s.text, 32, None);
+    assert_eq!(
+        (with.mandatory, with.non_mandatory, with.ignored),
+        (2, 2, 1),
+        "{with:?}"
+    );
+}
