@@ -477,6 +477,17 @@ impl LocalCluster {
         Ok(())
     }
 
+    /// Provisions a new OSD of `size` bytes (the next id), starts it and
+    /// waits until the MDS has it in its map; returns its id.
+    pub async fn add_osd(&mut self, size: u64) -> Result<u32, LocalError> {
+        let id = self.osds.len() as u32;
+        let keys = self.root.join("mds").join("keys");
+        provision_osd(&osd_dir(&self.root, id), id, &self.cluster_id, size, &keys)?;
+        self.osds.push(None);
+        self.start_osd(id).await?;
+        Ok(id)
+    }
+
     /// Stops OSD `i` cleanly.
     pub async fn stop_osd(&mut self, i: u32) -> Result<(), LocalError> {
         match self.osds[i as usize].take() {

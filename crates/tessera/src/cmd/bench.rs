@@ -115,16 +115,21 @@ pub enum BenchCmd {
         #[arg(long, default_value = "./tessera-data/bench")]
         dir: PathBuf,
     },
-    /// Replication: write MB/s with 1, 2 and 3 copies (one disk: the ideal
-    /// for R copies is 1/R), cold read healthy and with the preferred
-    /// copy's OSD stopped, and recovery of an OSD's loss (1 GiB of
-    /// two-copy data on four OSDs; the OSD marked out at once) — its
-    /// time to HEALTH_OK and its rate against fio's sequential write of
-    /// the same disk, in one run. Needs root (a loop device for fio).
+    /// Replication under both policies (copies in layouts with the
+    /// namespace in the MDS, replica chains with it on the OSDs): write
+    /// MB/s with 1, 2 and 3 copies (one disk: the ideal for R copies is
+    /// 1/R), cold read healthy and with an OSD holding a copy stopped,
+    /// recovery of that OSD's loss (1 GiB of two-copy data on four OSDs;
+    /// the OSD marked out at once) — its time to HEALTH_OK and its rate —
+    /// and the rebalance onto a fifth OSD added, against fio's sequential
+    /// write of the same disk, in one run. Needs root (a loop device for fio).
     Replication {
         /// 256 MiB per write test (default 1 GiB); the recovery is 1 GiB either way.
         #[arg(long)]
         quick: bool,
+        /// Which policy: mds (copies in layouts), osd (replica chains) or both.
+        #[arg(long, default_value = "both", value_parser = ["mds", "osd", "both"])]
+        namespace: String,
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
@@ -249,10 +254,22 @@ pub fn run(c: BenchCmd) -> anyhow::Result<i32> {
             };
             emit(json, &bench::dirops::run(&cfg)?, bench::dirops::print)
         }
-        BenchCmd::Replication { quick, json, dir } => {
+        BenchCmd::Replication {
+            quick,
+            namespace,
+            json,
+            dir,
+        } => {
+            use bench::replication::Policies;
             let p = bench::replication::ReplParams {
                 write: if quick { 256 << 20 } else { 1 << 30 },
                 recover: 1 << 30,
+                fio_secs: 5,
+                policies: match namespace.as_str() {
+                    "mds" => Policies::Mds,
+                    "osd" => Policies::Osd,
+                    _ => Policies::Both,
+                },
             };
             emit(json, &bench::replication::run(&dir, p)?, |r| {
                 bench::replication::print(r, p)
