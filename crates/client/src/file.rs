@@ -214,13 +214,17 @@ async fn write_extent(
                             grants = f.grants;
                         }
                     }
+                    // A copy refused for want of room makes the write's
+                    // failure ENOSPC, as on a local disk, not EIO.
+                    let full = w.missed.iter().any(|m| striped::no_space(&m.error));
                     let short = (!w.short.is_empty()).then(|| {
                         FsError::new(
-                            Errno::Io,
+                            if full { Errno::NoSpc } else { Errno::Io },
                             format!(
-                                "inode {ino:#x}: fewer than {} copies could be written; \
+                                "inode {ino:#x}: fewer than {} copies could be written{}; \
                                  the copies that missed the write are recorded stale",
-                                layout.spec.min_copies()
+                                layout.spec.min_copies(),
+                                if full { " (an OSD is full)" } else { "" }
                             ),
                         )
                     });

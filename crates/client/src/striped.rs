@@ -124,6 +124,11 @@ pub fn transport(e: &ConnError) -> bool {
     )
 }
 
+/// Whether the OSD refused for want of room (ENOSPC).
+pub fn no_space(e: &ConnError) -> bool {
+    matches!(e, ConnError::Remote(w) if w.code == ErrorCode::NoSpace)
+}
+
 /// Whether the OSD says it has no lease yet (starting): worth a short wait.
 fn not_ready(e: &ConnError) -> bool {
     matches!(e, ConnError::Remote(w) if w.code == ErrorCode::NotReady)

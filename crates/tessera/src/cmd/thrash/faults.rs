@@ -4,6 +4,8 @@
 use std::path::Path;
 use std::time::Duration;
 
+use anyhow::bail;
+
 use super::Rng;
 use super::cluster::Cluster;
 
@@ -44,6 +46,10 @@ pub enum Fault {
     /// A bit flipped in an acknowledged file's bytes on one OSD's store
     /// (stopped cleanly for it), then a deep scrub.
     FlipBit,
+    /// The disks filled: a second client writes files until the cluster
+    /// answers ENOSPC; the workload runs again on the full cluster, then
+    /// the files are removed (deletes must work on a full cluster).
+    Fill,
 }
 
 impl std::fmt::Display for Fault {
@@ -75,6 +81,7 @@ impl std::fmt::Display for Fault {
                 write!(f, "kill -9 OSD {osd}, back on the older copy of its store")
             }
             Fault::FlipBit => write!(f, "flip a bit of a file in one OSD's store, deep scrub"),
+            Fault::Fill => write!(f, "fill the disks to ENOSPC mid-workload, then free them"),
         }
     }
 }
@@ -83,7 +90,7 @@ impl std::fmt::Display for Fault {
 /// the OSD whose store was copied aside, if any.
 pub fn draw(rng: &mut Rng, osds: u32, replicas: u8, snapshot: Option<u32>) -> Fault {
     let any_osd = |rng: &mut Rng| 1 + rng.below(u64::from(osds)) as u32;
-    match rng.below(12) {
+    match rng.below(13) {
         0 => Fault::Calm,
         1..=3 => {
             // Fewer than the copies kept, so every object keeps one up.
@@ -109,20 +116,23 @@ pub fn draw(rng: &mut Rng, osds: u32, replicas: u8, snapshot: Option<u32>) -> Fa
             osd: snapshot.unwrap_or(1),
         },
         9 => Fault::Snapshot { osd: any_osd(rng) },
-        _ => Fault::FlipBit,
+        10 | 11 => Fault::FlipBit,
+        _ => Fault::Fill,
     }
 }
 
-/// Applies a fault that strikes while the workload runs (after `delay`).
+/// Applies a fault that strikes while the workload runs (after `delay`);
+/// a fill's files are left for the caller to [`free`].
 pub async fn strike(
     cl: &mut Cluster,
     fault: &Fault,
     delay: Duration,
     aside: &Path,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Option<Filled>> {
     tokio::time::sleep(delay).await;
     match fault {
         Fault::Calm | Fault::FlipBit => {}
+        Fault::Fill => return Ok(Some(fill(cl).await?)),
         Fault::KillOsds { ids, down_ms } => {
             for id in ids {
                 cl.kill_osd(*id);
@@ -159,6 +169,72 @@ pub async fn strike(
             cl.start_osd(*osd)?;
         }
     }
+    Ok(None)
+}
+
+/// What a fill left: its files, and what it wrote against what `statfs`
+/// said was free.
+#[derive(Debug)]
+pub struct Filled {
+    /// The files written (the last one cut short by ENOSPC).
+    pub names: Vec<String>,
+    /// Bytes acknowledged before ENOSPC.
+    pub bytes: u64,
+    /// What `statfs` said was free before.
+    pub free: u64,
+}
+
+/// Writes 4 MiB files (fsync'd, as a second client) until the cluster
+/// answers ENOSPC — after about what `statfs` said was free, and never
+/// more than its raw capacity. Any other error, or a fill far short of
+/// what `statfs` promised, is the fault's failure.
+async fn fill(cl: &Cluster) -> anyhow::Result<Filled> {
+    use proto::mds::Creds;
+    let c = super::oracle::connect(&cl.mds_addr, cl.admin()?).await?;
+    let st = c.statfs(&Creds::root()).await?;
+    let free = st.capacity.saturating_sub(st.used);
+    let raw = super::cluster::STORE_BYTES * u64::from(cl.osd_count());
+    let chunk = vec![0xF1u8; 4 << 20];
+    let (mut names, mut bytes) = (Vec::new(), 0u64);
+    loop {
+        let name = format!("fill-{}", names.len());
+        let wrote = tokio::time::timeout(
+            super::oracle::OP_LIMIT,
+            super::oracle::write_whole(&c, &name, &chunk),
+        )
+        .await;
+        names.push(name);
+        match wrote {
+            Ok(Ok(())) => bytes += chunk.len() as u64,
+            Ok(Err(e)) if e.errno == libc::ENOSPC => break,
+            Ok(Err(e)) => bail!("a write to a filling cluster failed with {e}, not ENOSPC"),
+            Err(_) => bail!("a write to a filling cluster had no answer"),
+        }
+        if bytes > raw {
+            bail!("no ENOSPC after {bytes} bytes, more than the raw capacity ({raw})");
+        }
+    }
+    // Placement spreads files unevenly, and the first OSD at 95 % refuses
+    // new data, so a fill stops somewhat short of what statfs promised.
+    if bytes < free / 3 {
+        bail!("ENOSPC after {bytes} bytes, though statfs said {free} were free");
+    }
+    Ok(Filled { names, bytes, free })
+}
+
+/// Removes a fill's files from the full cluster (a delete that fails is
+/// the fault's failure) and syncs the namespace.
+pub async fn free(cl: &Cluster, f: &Filled) -> anyhow::Result<()> {
+    use proto::mds::{Creds, ROOT_INO};
+    let c = super::oracle::connect(&cl.mds_addr, cl.admin()?).await?;
+    for name in &f.names {
+        match c.unlink(&Creds::root(), ROOT_INO, name).await {
+            Ok(()) => {}
+            Err(e) if e.errno == libc::ENOENT => {}
+            Err(e) => bail!("removing {name} from a full cluster failed: {e}"),
+        }
+    }
+    c.sync_namespace().await?;
     Ok(())
 }
 
@@ -204,4 +280,76 @@ pub fn flip(cl: &mut Cluster, osd: u32, needle: &[u8], at: &[u64]) -> anyhow::Re
     drop(f);
     cl.start_osd(osd)?;
     Ok(flipped)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The kind of a fault, for coverage.
+    fn kind(f: &Fault) -> &'static str {
+        match f {
+            Fault::Calm => "calm",
+            Fault::KillOsds { .. } => "kill some",
+            Fault::KillAll { lost: None, .. } => "kill all",
+            Fault::KillAll { lost: Some(_), .. } => "kill all, one store lost",
+            Fault::KillMds => "kill the MDS",
+            Fault::Snapshot { .. } => "snapshot",
+            Fault::RestoreOlder { .. } => "older store",
+            Fault::FlipBit => "flip",
+            Fault::Fill => "fill",
+        }
+    }
+
+    /// The faults `rounds` rounds of `seed` draw with 4 OSDs and 3 copies,
+    /// using the generator as `thrash` does: the fault, its delay, and for
+    /// a flip the file it picks.
+    fn schedule(seed: u64, rounds: u64) -> Vec<Fault> {
+        let mut rng = Rng(seed);
+        let mut snapshot = None;
+        let mut out = Vec::new();
+        for _ in 0..rounds {
+            let f = draw(&mut rng, 4, 3, snapshot);
+            rng.below(900);
+            if f == Fault::FlipBit {
+                rng.below(7);
+            }
+            if let Fault::Snapshot { osd } = f {
+                snapshot = Some(osd);
+            }
+            out.push(f);
+        }
+        out
+    }
+
+    /// `crates/tessera/tests/thrash.rs` runs seed 30 in OSD mode and 294
+    /// in MDS mode, five rounds each: between them they draw every kind
+    /// of fault but a calm round, and each fills the disks once.
+    #[test]
+    fn the_end_to_end_seeds_draw_every_kind_of_fault() {
+        let (osd, mds) = (schedule(30, 5), schedule(294, 5));
+        for s in [&osd, &mds] {
+            assert!(s.contains(&Fault::Fill), "{s:?}");
+        }
+        let drawn: std::collections::BTreeSet<&str> = osd.iter().chain(&mds).map(kind).collect();
+        let every = [
+            "kill some",
+            "kill all",
+            "kill all, one store lost",
+            "kill the MDS",
+            "snapshot",
+            "older store",
+            "flip",
+            "fill",
+        ];
+        for k in every {
+            assert!(drawn.contains(k), "{k} not drawn: {drawn:?}");
+        }
+    }
+
+    #[test]
+    fn a_seed_draws_the_same_schedule_every_time() {
+        assert_eq!(schedule(30, 20), schedule(30, 20));
+        assert_ne!(schedule(30, 20), schedule(31, 20));
+    }
 }

@@ -3,9 +3,9 @@
 //! seeded schedule of faults (after Ceph's `thrashosds` and Jepsen): OSDs
 //! and the MDS killed with SIGKILL, every OSD at once, a disk replaced by
 //! an empty one, a store put back to an older copy, a bit flipped in a
-//! store. After each round it waits for HEALTH_OK, then reads back every
-//! acknowledged byte through a fresh client; at the end every store must
-//! pass fsck. A failing seed prints its schedule and the command that
+//! store, the disks filled. After each round it waits for HEALTH_OK,
+//! then reads back every acknowledged byte through a fresh client; at the
+//! end every store must pass fsck. A failing seed prints its schedule and the command that
 //! replays it.
 
 mod cluster;
@@ -40,10 +40,10 @@ pub enum Mode {
 /// some OSDs (fewer than the copies kept), of every OSD at once (one of
 /// them perhaps back on a new, empty store), of the MDS; an OSD put back
 /// on an older copy of its store; a bit flipped in a file's bytes on one
-/// store, then a deep scrub. At the end every store must pass fsck. The
+/// store, then a deep scrub; the disks filled to ENOSPC by a second
+/// client, then freed. At the end every store must pass fsck. The
 /// schedule follows from the seed: a failure prints it and the command
-/// that replays it. Not injected yet: network partitions, clock steps,
-/// full disks.
+/// that replays it. Not injected yet: network partitions, clock steps.
 ///
 /// Example: tessera thrash --seed 7 --rounds 20 --namespace osd
 #[derive(clap::Args)]
@@ -180,11 +180,31 @@ async fn thrash(a: &Args, dir: &std::path::Path) -> anyhow::Result<String> {
                 schedule.join("\n  ")
             )
         };
-        let (done, struck) = tokio::join!(
+        let (mut done, struck) = tokio::join!(
             oracle.work(&client, &mut work_rng, round, a.changes),
             faults::strike(&mut cl, &fault, delay, &aside)
         );
-        struck.map_err(|e| says(format!("the fault could not be applied: {e:#}"), &schedule))?;
+        let filled = struck
+            .map_err(|e| says(format!("the fault could not be applied: {e:#}"), &schedule))?;
+        let mut noted = String::new();
+        if let Some(f) = filled {
+            // The workload again, on the full cluster: what it is told was
+            // written must read back like everything else.
+            let full = oracle.work(&client, &mut work_rng, round, a.changes).await;
+            faults::free(&cl, &f)
+                .await
+                .map_err(|e| says(format!("{e:#}"), &schedule))?;
+            noted = format!(
+                " ({} MiB written of {} MiB statfs said free, then ENOSPC; while full {} \
+                 written, {} refused; freed)",
+                f.bytes >> 20,
+                f.free >> 20,
+                full.written,
+                full.failed
+            );
+            schedule.push(format!("  {}", noted.trim()));
+            done.add(&full);
+        }
         if let Fault::Snapshot { osd } = fault {
             snapshot = Some(osd);
         }
@@ -198,11 +218,10 @@ async fn thrash(a: &Args, dir: &std::path::Path) -> anyhow::Result<String> {
                 "  (sabotage: {name} overwritten behind the oracle's back)"
             ));
         }
-        let mut flipped = String::new();
         if fault == Fault::FlipBit
             && let Some(what) = flip_and_scrub(&mut cl, &oracle, &mut schedule_rng, heal).await?
         {
-            flipped = format!(" ({what})");
+            noted = format!(" ({what})");
             schedule.push(format!("  ({what})"));
         }
         // Long enough for the MDS to see any OSD that restarted within its
@@ -227,7 +246,7 @@ async fn thrash(a: &Args, dir: &std::path::Path) -> anyhow::Result<String> {
         }
         checked += oracle.files.len() as u64;
         println!(
-            "round {round}/{}: {fault}{flipped}; {} written, {} removed, {} not acknowledged; \
+            "round {round}/{}: {fault}{noted}; {} written, {} removed, {} not acknowledged; \
              healthy in {:.1} s; {} files read back",
             a.rounds,
             done.written,

@@ -12,7 +12,7 @@ use super::Rng;
 
 /// How long one client operation may take before the workload gives up on
 /// it (it is then not acknowledged, and not recorded).
-const OP_LIMIT: Duration = Duration::from_secs(60);
+pub const OP_LIMIT: Duration = Duration::from_secs(60);
 
 /// Deterministic content: `len` bytes from `seed`.
 pub fn content(seed: u64, len: usize) -> Vec<u8> {
@@ -44,6 +44,15 @@ pub struct Done {
     pub removed: u64,
     /// Changes that failed (not acknowledged, so not recorded).
     pub failed: u64,
+}
+
+impl Done {
+    /// Counts `other`'s changes in too.
+    pub fn add(&mut self, other: &Done) {
+        self.written += other.written;
+        self.removed += other.removed;
+        self.failed += other.failed;
+    }
 }
 
 /// A client of the cluster as its admin (attributes never cached).
