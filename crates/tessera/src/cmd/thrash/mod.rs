@@ -186,6 +186,17 @@ async fn thrash(a: &Args, dir: &std::path::Path) -> anyhow::Result<String> {
         );
         let filled = struck
             .map_err(|e| says(format!("the fault could not be applied: {e:#}"), &schedule))?;
+        // A cluster that takes no change at all is not available, however
+        // healthy it says it is (a fill may refuse them all, rightly).
+        if done.written + done.removed == 0 && done.failed > 0 && fault != Fault::Fill {
+            return Err(says(
+                format!(
+                    "the cluster refused all {} changes of the round",
+                    done.failed
+                ),
+                &schedule,
+            ));
+        }
         let mut noted = String::new();
         if let Some(f) = filled {
             // The workload again, on the full cluster: what it is told was
