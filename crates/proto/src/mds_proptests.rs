@@ -125,6 +125,7 @@ pub fn op() -> impl Strategy<Value = Op> {
             out,
             force
         }),
+        (any::<u32>(), any::<u32>()).prop_map(|(group, osd)| Op::AdoptGroup { group, osd }),
         (u(), any::<bool>()).prop_map(|(ino, deep)| Op::Scrub { ino, deep }),
         any::<u32>().prop_map(|osd| Op::Ticket { osd }),
         (u(), lock()).prop_map(|(ino, lock)| Op::Lock { ino, lock }),

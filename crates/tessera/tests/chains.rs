@@ -973,3 +973,121 @@ fn an_out_head_hands_its_groups_over_and_ends_in_no_chain() {
         }
     });
 }
+
+/// Every group lost at once (two disks replaced, the third store put back
+/// to an older copy): the groups stay unavailable until the operator
+/// adopts the older copy, which then serves the files it holds, as they
+/// were, and fills the new disks; what came after it is gone. The command
+/// is refused without `--accept-loss`, for a group that is not lost, an
+/// unknown group and an OSD that is not up.
+#[test]
+fn lost_groups_are_served_again_from_an_older_copy_the_operator_adopts() {
+    let dir = tempfile::tempdir().unwrap();
+    runtime().block_on(async {
+        let mut cl = Cluster::start_formatted(dir.path(), 3, 3, "", &["--namespace", "osd"]);
+        cl.wait_healthy(60).await;
+        let c = cl.client().await;
+        for k in 0..10u64 {
+            write_file(
+                &c,
+                ROOT_INO,
+                &format!("f{k}"),
+                &content(k, 4000 + 11 * k as usize),
+            )
+            .await;
+        }
+        let img3 = cl.osd_dir(3).join("store.img");
+        let old3 = dir.path().join("old3.img");
+        cl.stop_osd(3);
+        copy_image(&img3, &old3);
+        cl.start_osd(3);
+        cl.wait_healthy(60).await;
+        // After the copy: new files, and f0 rewritten.
+        for k in 0..5u64 {
+            write_file(&c, ROOT_INO, &format!("g{k}"), &content(100 + k, 3000)).await;
+        }
+        write_file(&c, ROOT_INO, "f0", &content(99, 5000)).await;
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        for id in 1..=3 {
+            cl.kill_osd(id);
+        }
+        tokio::time::sleep(Duration::from_millis(4000)).await;
+        for id in [1u32, 2] {
+            std::fs::remove_file(cl.osd_dir(id).join("store.img")).unwrap();
+            local::provision_osd(
+                &cl.osd_dir(id),
+                id,
+                common::cluster::CLUSTER,
+                512 << 20,
+                &cl.dir.join("mds").join("keys"),
+            )
+            .unwrap();
+        }
+        copy_image(&old3, &img3);
+        for id in 1..=3 {
+            cl.start_osd(id);
+        }
+        let s = cl
+            .wait_for("every group lost", 60, |s| {
+                s.redundancy.groups_lost == 3 && s.osds.iter().all(|o| o.up)
+            })
+            .await;
+        assert_eq!(s.health().level, "HEALTH_ERR", "{:?}", s.health());
+        // Refused: no --accept-loss, an unknown group, an OSD not up.
+        let out = cl.cli(&["osd", "adopt-group", "1", "--from", "3"]);
+        assert!(!out.status.success());
+        assert!(String::from_utf8_lossy(&out.stderr).contains("--accept-loss"));
+        let out = cl.cli(&["osd", "adopt-group", "99", "--from", "3", "--accept-loss"]);
+        assert!(String::from_utf8_lossy(&out.stderr).contains("no replica group 99"));
+        let out = cl.cli(&["osd", "adopt-group", "1", "--from", "7", "--accept-loss"]);
+        assert!(String::from_utf8_lossy(&out.stderr).contains("OSD 7 is not up and in"));
+        for g in ["1", "2", "3"] {
+            cl.cli_ok(&["osd", "adopt-group", g, "--from", "3", "--accept-loss"]);
+        }
+        let out = cl.cli(&["osd", "adopt-group", "1", "--from", "3", "--accept-loss"]);
+        assert!(String::from_utf8_lossy(&out.stderr).contains("is not lost"));
+        let s = cl
+            .wait_for("HEALTH_OK, every chain whole again", 120, |s| {
+                s.health().level == "HEALTH_OK" && s.redundancy.groups_degraded == 0
+            })
+            .await;
+        assert_eq!(s.redundancy.groups_lost, 0);
+        // The older copy's files, as they were in it; nothing after it.
+        let fresh = cl.client().await;
+        let mut names: Vec<String> = fresh
+            .readdir(&root(), ROOT_INO)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|e| e.name)
+            .filter(|n| n.starts_with('f') || n.starts_with('g'))
+            .collect();
+        names.sort();
+        let want: Vec<String> = (0..10).map(|k| format!("f{k}")).collect();
+        assert_eq!(names, want);
+        for k in 0..10u64 {
+            let name = format!("f{k}");
+            let got = read_file(&fresh, ROOT_INO, &name).await;
+            assert_eq!(got, content(k, 4000 + 11 * k as usize), "{name}");
+        }
+        // New files go into every group again, and the filled disks hold
+        // everything: the adopted OSD killed, all still reads back.
+        for k in 0..6u64 {
+            write_file(&fresh, ROOT_INO, &format!("h{k}"), &content(200 + k, 2000)).await;
+        }
+        cl.wait_healthy(60).await;
+        cl.kill_osd(3);
+        let after = cl.client().await;
+        for k in 0..6u64 {
+            let name = format!("h{k}");
+            assert_eq!(
+                read_file(&after, ROOT_INO, &name).await,
+                content(200 + k, 2000)
+            );
+        }
+        assert_eq!(
+            read_file(&after, ROOT_INO, "f3").await,
+            content(3, 4000 + 33)
+        );
+    });
+}

@@ -401,6 +401,7 @@ impl Mds {
                 | Op::AuthRemove { .. }
                 | Op::AuthRotate { .. }
                 | Op::SetOsdOut { .. }
+                | Op::AdoptGroup { .. }
                 | Op::Scrub { .. }
         );
         if admin_only && !spec.admin {

@@ -186,6 +186,67 @@ impl Mds {
         Err(err(Errno::Busy, "the chains kept changing; try again"))
     }
 
+    /// ADOPT GROUP (operator): `group`, which lost every full copy, is
+    /// served again from OSD `osd`'s copy as it is — older, or empty —
+    /// and the loss of anything newer is accepted. `osd` becomes the only
+    /// member; its departures are forgotten, so every joiner is filled
+    /// whole from it (a catch-up by time could keep a newer object on a
+    /// joiner, and the copies would differ).
+    pub(super) async fn adopt_group(
+        &self,
+        c: &proto::mds::Creds,
+        group: u32,
+        osd: u32,
+    ) -> Result<MdsReply, MdsError> {
+        if c.uid != 0 {
+            return Err(err(Errno::Perm, "only root may adopt a replica group"));
+        }
+        let _gate = self.chain_gate.lock().await;
+        let Some(t) = self.chain_table()? else {
+            return Err(err(
+                Errno::Inval,
+                "this file system keeps no replica chains (the namespace is in the MDS)",
+            ));
+        };
+        let Some(chain) = t.chain(group) else {
+            let known: Vec<String> = t.chains.iter().map(|(g, _)| g.to_string()).collect();
+            return Err(err(
+                Errno::NoEnt,
+                format!("no replica group {group} (groups: {})", known.join(", ")),
+            ));
+        };
+        if !chain.members.is_empty() {
+            return Err(err(
+                Errno::Inval,
+                format!(
+                    "replica group {group} is not lost: members {:?} hold it in full",
+                    chain.members
+                ),
+            ));
+        }
+        let map = self.current_map()?;
+        if !self.up_osds().contains(&osd) || !map.osd(osd).is_some_and(|e| !e.out) {
+            return Err(err(
+                Errno::Inval,
+                format!("OSD {osd} is not up and in: the group can only adopt a copy it can serve"),
+            ));
+        }
+        let mut next = t.clone();
+        next.set(group, vec![osd], Vec::new());
+        if let Some((_, ch)) = next.chains.iter_mut().find(|(g, _)| *g == group) {
+            ch.left.clear();
+        }
+        if !self.store_chains(&t, next).await? {
+            return Err(err(Errno::Busy, "the chains changed meanwhile; try again"));
+        }
+        tracing::warn!(
+            group,
+            osd,
+            "replica group adopted by the operator: anything newer than OSD {osd}'s copy is lost"
+        );
+        Ok(MdsReply::Done)
+    }
+
     /// CHAIN DROP from OSD `me`: `osd`, its successor in `group`'s chain,
     /// could not take an effect. Dropped once the MDS sees it down (its
     /// lease has run out), waiting up to a lease for that; at once when it

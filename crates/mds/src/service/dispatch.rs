@@ -134,6 +134,7 @@ impl Mds {
                     .await
             }
             Op::SetOsdOut { osd, out, force } => self.set_osd_out(&c, osd, out, force).await,
+            Op::AdoptGroup { group, osd } => self.adopt_group(&c, group, osd).await,
             Op::Scrub { ino, deep } => self.scrub_op(&c, ino, deep).await,
             Op::Sync => self.sync_op().await,
             op @ (Op::Chains

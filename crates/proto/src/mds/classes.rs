@@ -80,6 +80,7 @@ impl Op {
             | Op::NamespaceGrant
             | Op::NamespaceRoot { .. }
             | Op::SetOsdOut { .. }
+            | Op::AdoptGroup { .. }
             | Op::Scrub { .. }
             | Op::Chains
             | Op::ChainDrop { .. }
@@ -156,6 +157,7 @@ impl Op {
             Op::NamespaceRoot { .. } => "namespaceroot",
             Op::MarkStale { .. } => "markstale",
             Op::SetOsdOut { .. } => "setosdout",
+            Op::AdoptGroup { .. } => "adoptgroup",
             Op::Scrub { .. } => "scrub",
             Op::Ticket { .. } => "ticket",
             Op::Whoami => "whoami",

@@ -280,6 +280,18 @@ pub enum Op {
         /// Even if objects would have no fresh copy left.
         force: bool,
     },
+    /// Operator: a replica group that lost every full copy (its members'
+    /// stores came back new or older) is served again from OSD `osd`'s
+    /// copy as it is — older, or empty — accepting the loss of anything
+    /// newer; the other members are then filled whole from it. Refused
+    /// for a group that still has a member, and for an OSD that is not
+    /// up and in.
+    AdoptGroup {
+        /// The replica group.
+        group: u32,
+        /// The OSD whose copy the group adopts (it becomes the head).
+        osd: u32,
+    },
     /// Compare every copy of the objects under `ino` (a file, or a
     /// directory's whole subtree; the root = everything) and repair
     /// those that differ.

@@ -34,13 +34,45 @@ pub enum OsdAction {
         #[command(flatten)]
         to: ClusterArgs,
     },
+    /// Serve a lost replica group again (namespace on the OSDs) from one
+    /// OSD's copy as it is, accepting the loss of anything newer.
+    ///
+    /// A group is lost when every member's store came back new (a
+    /// replaced disk) or older (a restored copy): `status` says "N replica
+    /// groups lost every full copy", and the group stays unavailable —
+    /// its files and any new file placed in it fail — rather than be
+    /// refilled from a copy that may be missing acknowledged changes.
+    /// This makes OSD --from the group's only member, as its copy is now
+    /// (older, or empty if its disk was replaced), and fills the others
+    /// from it. Files changed since that copy read back as they were in
+    /// it, or not at all. Refused for a group that still has a member.
+    ///
+    /// Example: tessera osd adopt-group 2 --from 3 --accept-loss
+    AdoptGroup {
+        /// The replica group (the id of the OSD it was made for).
+        group: u32,
+        /// The OSD whose copy the group adopts (up and in).
+        #[arg(long)]
+        from: u32,
+        /// Confirms that changes newer than that copy are given up.
+        #[arg(long)]
+        accept_loss: bool,
+        #[command(flatten)]
+        to: ClusterArgs,
+    },
 }
 
-/// Runs `tessera osd out|in`.
+/// Runs `tessera osd out|in|adopt-group`.
 pub fn osd_action(a: OsdAction) -> anyhow::Result<i32> {
     let (id, out, force, to) = match a {
         OsdAction::Out { id, force, to } => (id, true, force, to),
         OsdAction::In { id, to } => (id, false, false, to),
+        OsdAction::AdoptGroup {
+            group,
+            from,
+            accept_loss,
+            to,
+        } => return adopt_group(group, from, accept_loss, to),
     };
     runtime()?.block_on(async move {
         let r = to.to.resolve()?;
@@ -57,6 +89,30 @@ pub fn osd_action(a: OsdAction) -> anyhow::Result<i32> {
                 println!(
                     "OSD {id} marked {}; `tessera status --watch` follows recovery",
                     if out { "out" } else { "in" }
+                );
+                Ok(0)
+            }
+            r => bail!("unexpected reply {r:?}"),
+        }
+    })
+}
+
+/// Runs `tessera osd adopt-group`.
+fn adopt_group(group: u32, osd: u32, accept_loss: bool, to: ClusterArgs) -> anyhow::Result<i32> {
+    if !accept_loss {
+        bail!(
+            "adopting group {group} from OSD {osd} gives up every change newer than that OSD's \
+             copy of it; say so with --accept-loss"
+        );
+    }
+    runtime()?.block_on(async move {
+        let r = to.to.resolve()?;
+        let c = MdsClient::new(&r.mds, &r.cluster, r.identity, 1);
+        match c.call(Op::AdoptGroup { group, osd }).await? {
+            MdsReply::Done => {
+                println!(
+                    "replica group {group} is served from OSD {osd}'s copy; the other members \
+                     are filled from it (`tessera status --watch` follows)"
                 );
                 Ok(0)
             }
