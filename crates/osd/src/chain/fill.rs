@@ -274,46 +274,21 @@ impl Chains {
             )
             .await?;
         }
-        // Up to WRITES_IN_FLIGHT chunks at once, so the round trips
-        // overlap. On a failure the writes still in flight are waited for
-        // before it is returned: none lands after a later attempt began.
-        let peer = self.peer(view, joiner).map_err(io)?;
-        let cap = view.caps.get(&(group, joiner)).cloned();
-        let mut flying = tokio::task::JoinSet::new();
         for (off, len) in ranges {
             let mut at = off;
             while at < off + len {
                 let n = CHUNK.min(off + len - at);
-                let data = match s.read(target, oid, at, n) {
-                    Ok(d) => d,
-                    Err(e) => return Err(drained(&mut flying, map_err(e)).await),
-                };
+                let data = s.read(target, oid, at, n).map_err(map_err)?;
                 if !data.is_empty() {
-                    if flying.len() >= WRITES_IN_FLIGHT
-                        && let Err(e) = landed(flying.join_next().await)
-                    {
-                        return Err(drained(&mut flying, e).await);
-                    }
-                    let req = Request {
-                        cap: cap.clone(),
-                        id: 0,
-                        cmd: Command::Write {
-                            pid,
-                            oid,
-                            offset: at,
-                        },
-                        get: Vec::new(),
-                        set: Vec::new(),
+                    let write = Command::Write {
+                        pid,
+                        oid,
+                        offset: at,
                     };
-                    let p = peer.clone();
-                    flying.spawn(async move { p.call(req, Bytes::from(data)).await });
+                    self.remote(view, group, joiner, write, vec![], Bytes::from(data))
+                        .await?;
                 }
                 at += n;
-            }
-        }
-        while let Some(r) = flying.join_next().await {
-            if let Err(e) = landed(Some(r)) {
-                return Err(drained(&mut flying, e).await);
             }
         }
         self.remote(
@@ -419,32 +394,6 @@ impl Chains {
         let c = self.peer(view, to).map_err(io)?;
         c.call(req, data).await.map_err(io)
     }
-}
-
-/// Chunk writes a fill keeps in flight to one joiner.
-const WRITES_IN_FLIGHT: usize = 4;
-
-/// The outcome of one chunk write a fill sent (none left: done).
-fn landed(
-    r: Option<Result<Result<net::Answer, ConnError>, tokio::task::JoinError>>,
-) -> Result<(), WireError> {
-    match r {
-        None | Some(Ok(Ok(_))) => Ok(()),
-        Some(Ok(Err(e))) => Err(io(e)),
-        Some(Err(e)) => Err(WireError::new(
-            ErrorCode::Io,
-            format!("a fill's write task failed: {e}"),
-        )),
-    }
-}
-
-/// A fill's chunk writes in flight.
-type Flying = tokio::task::JoinSet<Result<net::Answer, ConnError>>;
-
-/// Waits for every write still in flight, then gives back `e`.
-async fn drained(flying: &mut Flying, e: WireError) -> WireError {
-    while flying.join_next().await.is_some() {}
-    e
 }
 
 /// Splits an object's attributes into set lists a member takes: at most
