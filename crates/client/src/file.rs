@@ -214,9 +214,10 @@ async fn write_extent(
                             grants = f.grants;
                         }
                     }
-                    // A copy refused for want of room makes the write's
-                    // failure ENOSPC, as on a local disk, not EIO.
-                    let full = w.missed.iter().any(|m| striped::no_space(&m.error));
+                    // Short only because copies were refused for want of
+                    // room: ENOSPC, as on a local disk; any other cause
+                    // of a short object keeps it EIO.
+                    let full = w.short.iter().all(|o| w.short_for_room.contains(o));
                     let short = (!w.short.is_empty()).then(|| {
                         FsError::new(
                             if full { Errno::NoSpc } else { Errno::Io },

@@ -124,9 +124,10 @@ pub fn transport(e: &ConnError) -> bool {
     )
 }
 
-/// Whether the OSD refused for want of room (ENOSPC).
+/// Whether the OSD refused for want of room (ENOSPC, or a store bound
+/// reached, which the mount reports as ENOSPC too).
 pub fn no_space(e: &ConnError) -> bool {
-    matches!(e, ConnError::Remote(w) if w.code == ErrorCode::NoSpace)
+    matches!(e, ConnError::Remote(w) if matches!(w.code, ErrorCode::NoSpace | ErrorCode::Bound))
 }
 
 /// Whether the OSD says it has no lease yet (starting): worth a short wait.
@@ -385,6 +386,9 @@ pub struct Written {
     /// write must fail (EIO) once the copies that missed it are recorded
     /// stale (so the copies that have the bytes are the fresh ones).
     pub short: Vec<(u64, u32)>,
+    /// Of `short`, the objects that would have reached their quorum but
+    /// for copies refused for want of room: the write fails with ENOSPC.
+    pub short_for_room: Vec<(u64, u32)>,
 }
 
 /// Writes one run to every copy at once. A refused capability on any copy
@@ -448,6 +452,10 @@ async fn write_run(
     }
     if ok < t.quorum.max(1) {
         out.short.push((r.objset, r.stripe));
+        let refused = out.missed.iter().filter(|m| no_space(&m.error)).count();
+        if ok + refused >= t.quorum.max(1) {
+            out.short_for_room.push((r.objset, r.stripe));
+        }
     } else {
         out.done.push((r.objset, r.stripe));
     }
@@ -483,6 +491,7 @@ pub async fn write(
                 out.done.extend(w.done);
                 out.missed.extend(w.missed);
                 out.short.extend(w.short);
+                out.short_for_room.extend(w.short_for_room);
             }
             Ok(Err(e)) => {
                 first.get_or_insert(e);

@@ -122,9 +122,12 @@ struct Settled {
 }
 
 impl Settled {
-    /// The bytes, the seconds from `from` until settled, and the rate.
-    fn moved(&self, from: Instant) -> Moved {
-        let seconds = self.at.saturating_duration_since(from).as_secs_f64();
+    /// The bytes, the seconds from `from` until settled (`to_last`: until
+    /// the last byte arrived), and the rate between the first and the
+    /// last arrival.
+    fn moved(&self, from: Instant, to_last: bool) -> Moved {
+        let until = if to_last { self.last } else { self.at };
+        let seconds = until.saturating_duration_since(from).as_secs_f64();
         Moved {
             bytes: self.bytes,
             seconds,
@@ -162,9 +165,9 @@ async fn write_file(c: &Client, dir: u64, name: &str, size: u64) -> anyhow::Resu
 }
 
 /// Reads a whole file with a fresh client (cold caches): MB/s from its
-/// first byte on, and the seconds until that byte arrived (the open and,
-/// with an OSD lost, the failover).
-async fn read_file(cfg: &ClientConfig, dir: u64, name: &str) -> anyhow::Result<(f64, f64)> {
+/// first byte on, and when that byte arrived (after the open and, with an
+/// OSD lost, the failover).
+async fn read_file(cfg: &ClientConfig, dir: u64, name: &str) -> anyhow::Result<(f64, Instant)> {
     drop_caches();
     let c = Client::connect(cfg.clone()).await?;
     let t = Instant::now();
@@ -182,7 +185,13 @@ async fn read_file(cfg: &ClientConfig, dir: u64, name: &str) -> anyhow::Result<(
     c.release(fh).await?;
     let secs = t.elapsed().as_secs_f64();
     let first = first.unwrap_or(secs);
-    Ok((off as f64 / (secs - first).max(1e-3) / 1e6, first))
+    let mb_s = off as f64 / (secs - first).max(1e-3) / 1e6;
+    Ok((mb_s, t + Duration::from_secs_f64(first)))
+}
+
+/// Bytes in use on the OSDs `which` selects, as they last reported.
+fn used(s: &ClusterStatus, which: impl Fn(u32) -> bool) -> u64 {
+    s.osds.iter().filter(|o| which(o.id)).map(|o| o.used).sum()
 }
 
 /// Marks `osd` out, as `tessera osd out` does.
@@ -203,12 +212,12 @@ async fn mark_out(cl: &LocalCluster, osd: u32) -> anyhow::Result<()> {
 
 /// Waits (up to 10 minutes) until `done` holds of the cluster's status
 /// and the count `bytes` reads from it (`start` before the change) has
-/// not moved for `quiet`, polling
-/// every 100 ms. With `must_move` it must also have moved by a MiB (a
-/// status read before the MDS saw the change can look settled); without,
-/// it waits `quiet` and at least 5 s (several heartbeats) for a move.
-/// Returns how far that count moved, when it first had moved by a MiB,
-/// and when it last moved.
+/// not grown for `quiet`, polling every 100 ms. With `must_move` the
+/// count must also have grown by a MiB, and a status must have been seen
+/// that is not `done` (one read before the MDS saw the change can look
+/// settled); without, it looks at least 5 s (several heartbeats) and
+/// `quiet` for growth. Returns how far the count grew, when it first had
+/// grown by a MiB, and when it last grew.
 async fn settle(
     c: &Client,
     (start, mut bytes): (u64, impl FnMut(&ClusterStatus) -> u64),
@@ -218,23 +227,30 @@ async fn settle(
 ) -> anyhow::Result<Settled> {
     let began = Instant::now();
     let deadline = Instant::now() + Duration::from_secs(600);
-    let (mut first, mut last, mut seen) = (None, began, start);
+    let (mut first, mut last, mut high) = (None, began, start);
+    let mut unsettled = false;
     loop {
         let s = c.status().await?;
         let now = bytes(&s);
-        if now != seen {
-            // Counted once a MiB has moved: a store's own bookkeeping
-            // changes its used bytes a little on its own.
-            if first.is_none() && now.abs_diff(start) >= 1 << 20 {
-                first = Some(Instant::now());
-            }
-            seen = now;
+        // Growth only, counted once a MiB has arrived: a store's own
+        // bookkeeping moves its used bytes a little either way.
+        if now > high {
+            high = now;
             last = Instant::now();
+            if first.is_none() && now - start >= 1 << 20 {
+                first = Some(last);
+            }
         }
-        let moved = first.is_some() || !must_move && began.elapsed() >= quiet.max(MIN_LOOK);
-        if moved && done(&s) && last.elapsed() >= quiet {
+        let settled = done(&s);
+        unsettled |= !settled;
+        let moved = if must_move {
+            first.is_some() && unsettled
+        } else {
+            began.elapsed() >= quiet.max(MIN_LOOK)
+        };
+        if moved && settled && last.elapsed() >= quiet {
             return Ok(Settled {
-                bytes: seen.saturating_sub(start),
+                bytes: high - start,
                 first,
                 last,
                 at: Instant::now(),
@@ -243,12 +259,65 @@ async fn settle(
         if Instant::now() > deadline {
             bail!(
                 "not settled after 10 minutes ({} bytes moved): {:?}",
-                seen.abs_diff(start),
+                high - start,
                 s.health()
             );
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// Stops `victim`, reads `dir/name` with it gone, then marks it out (as
+/// an operator would once the read shows it lost), watching recovery —
+/// the bytes the other OSDs' stores gain — from the stop until `settled`.
+/// Returns the degraded read's MB/s, the seconds from the stop to its
+/// first byte, and the recovery.
+async fn lose(
+    cl: &mut LocalCluster,
+    c: &Client,
+    (cfg, dir, name): (&ClientConfig, u64, &str),
+    victim: u32,
+    settled: fn(&ClusterStatus) -> bool,
+) -> anyhow::Result<(f64, f64, Moved)> {
+    let others = move |s: &ClusterStatus| used(s, |o| o != victim);
+    let before = others(&c.status().await?);
+    let lost = Instant::now();
+    let watch = settle(c, (before, others), settled, Duration::ZERO, true);
+    let stop = async {
+        cl.stop_osd(victim).await.map_err(anyhow::Error::msg)?;
+        let read = read_file(cfg, dir, name).await?;
+        mark_out(cl, victim).await?;
+        anyhow::Ok(read)
+    };
+    let (watched, (degraded, first_byte)) = tokio::try_join!(watch, stop)?;
+    let failover = first_byte.saturating_duration_since(lost).as_secs_f64();
+    Ok((degraded, failover, watched.moved(lost, false)))
+}
+
+/// Adds an OSD and waits until nothing more arrives on it (its store's
+/// growth), `settled` holding; with `must_move`, something must.
+async fn rebalance(
+    cl: &mut LocalCluster,
+    c: &Client,
+    size: u64,
+    settled: fn(&ClusterStatus) -> bool,
+    must_move: bool,
+) -> anyhow::Result<Moved> {
+    let added = Instant::now();
+    let new = cl.add_osd(size).await.map_err(anyhow::Error::msg)?;
+    let on_new = move |s: &ClusterStatus| used(s, |o| o == new);
+    // Counted from its first report (a new store's own bookkeeping).
+    let start = loop {
+        let s = c.status().await?;
+        if s.osds.iter().any(|o| o.id == new && o.capacity > 0) {
+            break on_new(&s);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let quiet = Duration::from_secs(3);
+    Ok(settle(c, (start, on_new), settled, quiet, must_move)
+        .await?
+        .moved(added, true))
 }
 
 /// The rate of `bytes` moved between `first` and `last`, MB/s (one poll

@@ -3,7 +3,6 @@
 //! of a file's preferred copy; recovery's bytes are the MDS's own count.
 
 use std::path::Path;
-use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use client::{Client, ClientConfig};
@@ -12,7 +11,7 @@ use mds::{FormatOptions, MdsConfig};
 use proto::layout::LayoutSpec;
 use proto::mds::{ClusterStatus, Creds, ROOT_INO};
 
-use super::{Moved, ReplParams, ReplReport, mark_out, read_file, settle, write_file};
+use super::{ReplParams, ReplReport, lose, read_file, rebalance, write_file};
 
 /// Settings before format (format keeps an existing mds.toml): quick
 /// failure detection, no recovery throttle, frequent passes.
@@ -74,25 +73,17 @@ pub(super) async fn measure(work: &Path, p: ReplParams) -> anyhow::Result<ReplRe
     for k in 0..p.recover.div_ceil(per) {
         write_file(&c, dirs[1], &format!("data{k}"), per).await?;
     }
+    // Only two- and three-copy data from here on: a lost single copy
+    // would leave its file unfound, and the cluster never healthy.
+    for name in ["big", "big2"] {
+        c.unlink(&Creds::root(), dirs[0], name).await?;
+    }
     // Reads of a two-copy file, healthy then with its preferred copy's OSD stopped.
     let (healthy, _) = read_file(&ccfg, dirs[1], "big").await?;
     let victim = preferred_copy(&c, dirs[1], "big").await?;
-    // Recovery is watched from the loss on, while the degraded read runs.
-    let before = c.status().await?.redundancy.bytes_recovered;
-    let recovered = |s: &ClusterStatus| s.redundancy.bytes_recovered;
-    let lost = Instant::now();
-    let watch = settle(&c, (before, recovered), settled, Duration::ZERO, true);
-    let lose = async {
-        cl.stop_osd(victim).await.map_err(anyhow::Error::msg)?;
-        let read = read_file(&ccfg, dirs[1], "big").await?;
-        // The loss: marked out at once (the operator's `tessera osd out`).
-        mark_out(&cl, victim).await?;
-        anyhow::Ok(read)
-    };
-    let (watched, read) = tokio::join!(watch, lose);
-    let (degraded, failover) = read?;
-    let recovery = watched?.moved(lost);
-    let rebalance = rebalance(&mut cl, &c, osd_size).await?;
+    let read = (&ccfg, dirs[1], "big");
+    let (degraded, failover, recovery) = lose(&mut cl, &c, read, victim, settled).await?;
+    let rebalance = rebalance(&mut cl, &c, osd_size, settled, true).await?;
     cl.stop().await.map_err(anyhow::Error::msg)?;
     Ok(super::report(
         "mds",
@@ -117,18 +108,4 @@ async fn preferred_copy(c: &Client, dir: u64, name: &str) -> anyhow::Result<u32>
         .and_then(|s| s.fresh.first())
         .copied()
         .context("no recorded copy")
-}
-
-/// Adds an OSD and waits until backfill has copied its share to it.
-async fn rebalance(cl: &mut LocalCluster, c: &Client, size: u64) -> anyhow::Result<Moved> {
-    let before = c.status().await?.redundancy.bytes_recovered;
-    let added = Instant::now();
-    cl.add_osd(size).await.map_err(anyhow::Error::msg)?;
-    let copied = |s: &ClusterStatus| s.redundancy.bytes_recovered;
-    // A pass runs every 200 ms; two seconds without a copy after a
-    // settled status means backfill found nothing more to move.
-    let quiet = Duration::from_secs(2);
-    Ok(settle(c, (before, copied), settled, quiet, true)
-        .await?
-        .moved(added))
 }

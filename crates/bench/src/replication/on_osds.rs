@@ -5,7 +5,7 @@
 //! OSDs' stores gained, as they report it (fills go OSD to OSD).
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Context;
 use client::{Client, ClientConfig};
@@ -15,18 +15,13 @@ use proto::layout::{LayoutSpec, data_oid};
 use proto::mds::{ClusterStatus, Creds, NamespaceMode, ROOT_INO};
 
 use super::on_mds::quick_mds_config;
-use super::{Moved, ReplParams, ReplReport, mark_out, read_file, settle, write_file};
+use super::{ReplParams, ReplReport, lose, read_file, rebalance, settle, write_file};
 
 /// Healthy, every chain whole and none filling.
 fn settled(s: &ClusterStatus) -> bool {
     s.health().level == "HEALTH_OK"
         && s.redundancy.groups_degraded == 0
         && s.redundancy.groups_filling == 0
-}
-
-/// Bytes in use on the OSDs `which` selects, as last reported.
-fn used(s: &ClusterStatus, which: impl Fn(u32) -> bool) -> u64 {
-    s.osds.iter().filter(|o| which(o.id)).map(|o| o.used).sum()
 }
 
 /// A cluster of four OSDs keeping `replicas` copies with the namespace
@@ -79,22 +74,11 @@ pub(super) async fn measure(work: &Path, p: ReplParams) -> anyhow::Result<ReplRe
     }
     let (healthy, _) = read_file(&ccfg, ROOT_INO, "big").await?;
     let victim = head_of(&c, "big").await?;
-    // Recovery is watched from the loss on, while the degraded read runs
-    // (the chain drops the OSD once its lease runs out, and fills a joiner).
-    let others = move |s: &ClusterStatus| used(s, |o| o != victim);
-    let before = others(&c.status().await?);
-    let lost = Instant::now();
-    let watch = settle(&c, (before, others), settled, Duration::ZERO, true);
-    let lose = async {
-        cl.stop_osd(victim).await.map_err(anyhow::Error::msg)?;
-        let read = read_file(&ccfg, ROOT_INO, "big").await?;
-        mark_out(&cl, victim).await?;
-        anyhow::Ok(read)
-    };
-    let (watched, read) = tokio::join!(watch, lose);
-    let (degraded, failover) = read?;
-    let recovery = watched?.moved(lost);
-    let rebalance = rebalance(&mut cl, &c, osd_size).await?;
+    // The chain drops the OSD once its lease runs out, and fills a joiner.
+    let read = (&ccfg, ROOT_INO, "big");
+    let (degraded, failover, recovery) = lose(&mut cl, &c, read, victim, settled).await?;
+    // Whole groups move, or none: nothing may arrive.
+    let rebalance = rebalance(&mut cl, &c, osd_size, settled, false).await?;
     cl.stop().await.map_err(anyhow::Error::msg)?;
     Ok(super::report(
         "osd",
@@ -116,26 +100,4 @@ async fn head_of(c: &Client, name: &str) -> anyhow::Result<u32> {
         .first()
         .copied()
         .context("no OSD takes placements")
-}
-
-/// Adds an OSD and waits until the chains placement now puts partly on it
-/// have filled it (nothing moves when placement keeps every group where
-/// it was: whole groups move, not objects).
-async fn rebalance(cl: &mut LocalCluster, c: &Client, size: u64) -> anyhow::Result<Moved> {
-    let added = Instant::now();
-    let new = cl.add_osd(size).await.map_err(anyhow::Error::msg)?;
-    let on_new = move |s: &ClusterStatus| used(s, |o| o == new);
-    // Its own used bytes once it first reported (a new store's own
-    // bookkeeping), counted from there.
-    let start = loop {
-        let s = c.status().await?;
-        if s.osds.iter().any(|o| o.id == new && o.capacity > 0) {
-            break on_new(&s);
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    let quiet = Duration::from_secs(3);
-    Ok(settle(c, (start, on_new), settled, quiet, false)
-        .await?
-        .moved(added))
 }

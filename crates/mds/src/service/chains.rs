@@ -225,7 +225,7 @@ impl Mds {
             ));
         }
         let map = self.current_map()?;
-        if !self.up_osds().contains(&osd) || !map.osd(osd).is_some_and(|e| !e.out) {
+        if !self.up_osds().contains(&osd) || map.osd(osd).is_none_or(|e| e.out) {
             return Err(err(
                 Errno::Inval,
                 format!("OSD {osd} is not up and in: the group can only adopt a copy it can serve"),

@@ -12,7 +12,7 @@ use proto::mds::{ClusterStatus, MdsReply, Op};
 /// The cluster id the thrasher formats.
 pub const CLUSTER: &str = "thrash";
 /// Bytes of each OSD's store (a sparse file).
-pub const STORE_BYTES: u64 = 512 << 20;
+const STORE_BYTES: u64 = 512 << 20;
 
 /// An MDS process and OSD processes `1..=n`.
 pub struct Cluster {

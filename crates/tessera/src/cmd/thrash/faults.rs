@@ -184,40 +184,61 @@ pub struct Filled {
     pub free: u64,
 }
 
+/// The content of a fill's `k`th file: its own bytes, so a write that
+/// landed in the wrong file or place is seen.
+fn fill_content(k: usize) -> Vec<u8> {
+    super::oracle::content(0xF111_0000 + k as u64, 4 << 20)
+}
+
 /// Writes 4 MiB files (fsync'd, as a second client) until the cluster
 /// answers ENOSPC — after about what `statfs` said was free, and never
-/// more than its raw capacity. Any other error, or a fill far short of
-/// what `statfs` promised, is the fault's failure.
+/// more than its capacity — then reads back the last few it acknowledged.
+/// Any other error, a fill far short of what `statfs` promised, or an
+/// acknowledged file that does not read back is the fault's failure.
 async fn fill(cl: &Cluster) -> anyhow::Result<Filled> {
     use proto::mds::Creds;
     let c = super::oracle::connect(&cl.mds_addr, cl.admin()?).await?;
     let st = c.statfs(&Creds::root()).await?;
     let free = st.capacity.saturating_sub(st.used);
-    let raw = super::cluster::STORE_BYTES * u64::from(cl.osd_count());
-    let chunk = vec![0xF1u8; 4 << 20];
     let (mut names, mut bytes) = (Vec::new(), 0u64);
     loop {
         let name = format!("fill-{}", names.len());
+        let data = fill_content(names.len());
         let wrote = tokio::time::timeout(
             super::oracle::OP_LIMIT,
-            super::oracle::write_whole(&c, &name, &chunk),
+            super::oracle::write_whole(&c, &name, &data),
         )
         .await;
         names.push(name);
         match wrote {
-            Ok(Ok(())) => bytes += chunk.len() as u64,
+            Ok(Ok(())) => bytes += data.len() as u64,
             Ok(Err(e)) if e.errno == libc::ENOSPC => break,
             Ok(Err(e)) => bail!("a write to a filling cluster failed with {e}, not ENOSPC"),
             Err(_) => bail!("a write to a filling cluster had no answer"),
         }
-        if bytes > raw {
-            bail!("no ENOSPC after {bytes} bytes, more than the raw capacity ({raw})");
+        if bytes > st.capacity + (64 << 20) {
+            bail!(
+                "no ENOSPC after {bytes} bytes, more than the capacity statfs gave ({})",
+                st.capacity
+            );
         }
     }
     // Placement spreads files unevenly, and the first OSD at 95 % refuses
     // new data, so a fill stops somewhat short of what statfs promised.
     if bytes < free / 3 {
         bail!("ENOSPC after {bytes} bytes, though statfs said {free} were free");
+    }
+    // The files acknowledged nearest to full read back.
+    let acked = names.len() - 1;
+    let from = acked.saturating_sub(3);
+    for (k, name) in names.iter().enumerate().take(acked).skip(from) {
+        let got = super::oracle::read_whole(&c, name).await?;
+        if got != fill_content(k) {
+            bail!(
+                "{name}, acknowledged as the cluster filled, reads back {} bytes that differ",
+                got.len()
+            );
+        }
     }
     Ok(Filled { names, bytes, free })
 }
@@ -312,7 +333,7 @@ mod tests {
             let f = draw(&mut rng, 4, 3, snapshot);
             rng.below(900);
             if f == Fault::FlipBit {
-                rng.below(7);
+                rng.next();
             }
             if let Fault::Snapshot { osd } = f {
                 snapshot = Some(osd);

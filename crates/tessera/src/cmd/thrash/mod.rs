@@ -180,8 +180,9 @@ async fn thrash(a: &Args, dir: &std::path::Path) -> anyhow::Result<String> {
                 schedule.join("\n  ")
             )
         };
+        let tag = format!("r{round}");
         let (mut done, struck) = tokio::join!(
-            oracle.work(&client, &mut work_rng, round, a.changes),
+            oracle.work(&client, &mut work_rng, &tag, a.changes),
             faults::strike(&mut cl, &fault, delay, &aside)
         );
         let filled = struck
@@ -201,7 +202,8 @@ async fn thrash(a: &Args, dir: &std::path::Path) -> anyhow::Result<String> {
         if let Some(f) = filled {
             // The workload again, on the full cluster: what it is told was
             // written must read back like everything else.
-            let full = oracle.work(&client, &mut work_rng, round, a.changes).await;
+            let tag = format!("r{round}full");
+            let full = oracle.work(&client, &mut work_rng, &tag, a.changes).await;
             faults::free(&cl, &f)
                 .await
                 .map_err(|e| says(format!("{e:#}"), &schedule))?;
@@ -298,10 +300,13 @@ async fn flip_and_scrub(
         .iter()
         .filter(|(_, (_, len))| *len >= 65_536)
         .collect();
+    // Drawn whether or not there is a file to pick, so the schedule's
+    // later rounds do not depend on the workload's sizes.
+    let pick = rng.next();
     if large.is_empty() {
         return Ok(None);
     }
-    let (name, (seed, len)) = large[rng.below(large.len() as u64) as usize];
+    let (name, (seed, len)) = large[(pick % large.len() as u64) as usize];
     let data = oracle::content(*seed, *len);
     let at = (*len / 2) & !4095;
     let needle = &data[at..at + 64];

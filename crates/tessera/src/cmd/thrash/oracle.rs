@@ -112,9 +112,10 @@ pub async fn read_whole(c: &Client, name: &str) -> client::Result<Vec<u8>> {
 }
 
 impl Oracle {
-    /// One round's workload: `n` changes chosen by `rng` — new files,
-    /// rewrites and removals — each recorded only once acknowledged.
-    pub async fn work(&mut self, c: &Client, rng: &mut Rng, round: u64, n: u64) -> Done {
+    /// One round's workload: `n` changes chosen by `rng` — new files
+    /// (named after `tag`), rewrites and removals — each recorded only
+    /// once acknowledged.
+    pub async fn work(&mut self, c: &Client, rng: &mut Rng, tag: &str, n: u64) -> Done {
         let mut done = Done::default();
         for k in 0..n {
             let existing: Vec<String> = self.files.keys().cloned().collect();
@@ -143,7 +144,7 @@ impl Oracle {
             let name = if pick < 4 && !existing.is_empty() {
                 existing[rng.below(existing.len() as u64) as usize].clone()
             } else {
-                format!("r{round}-f{k}")
+                format!("{tag}-f{k}")
             };
             let len = match rng.below(4) {
                 0 => rng.below(100) as usize,
