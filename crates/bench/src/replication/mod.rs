@@ -10,12 +10,13 @@
 //!   efficiency is `(MB/s at R ÷ MB/s at 1) × R`, target ≥ 0.9);
 //! - cold sequential read of two-copy data, healthy and with an OSD
 //!   holding a copy stopped (target ≥ 0.8);
-//! - recovery: that OSD marked out at once; the time until `HEALTH_OK` and
-//!   the copying rate against fio's sequential write of the same disk
+//! - recovery: that OSD marked out once the degraded read is done; the
+//!   bytes the other OSDs' stores gain from the stop until `HEALTH_OK`,
+//!   and their rate against fio's sequential write of the same disk
 //!   (512 KiB, depth 1 — one stream, as recovery writes each copy —
 //!   target ≥ 0.3; depth 16 reported too);
-//! - rebalance: an OSD added to the four; the bytes that move to it, the
-//!   time until the cluster settles and the rate, against fio the same way.
+//! - rebalance: an OSD added to the four; the bytes its store gains, the
+//!   time until the last arrived and the rate, against fio the same way.
 
 mod on_mds;
 mod on_osds;
@@ -87,20 +88,20 @@ pub struct ReplReport {
     /// Seconds from stopping the OSD to the first byte read back (chains:
     /// the head's lease running out; layouts: the next copy at once).
     pub failover_seconds: f64,
-    /// Bytes recovery copied.
+    /// Bytes recovery copied: what the other OSDs' stores gained.
     pub recovered_bytes: u64,
-    /// Seconds from the OSD's loss to HEALTH_OK.
+    /// Seconds from stopping the OSD to HEALTH_OK.
     pub seconds_to_healthy: f64,
-    /// Recovery's copying rate (bytes copied ÷ time from the first byte
-    /// copied to HEALTH_OK), MB/s.
+    /// Recovery's copying rate (its bytes ÷ time from their first MiB's
+    /// arrival to their last), MB/s.
     pub recovery_mb_s: f64,
     /// Recovery ÷ fio at depth 1 (the target's ratio).
     pub recovery_ratio: f64,
     /// Recovery ÷ fio at depth 16.
     pub recovery_ratio_qd16: f64,
-    /// Bytes that moved to an added OSD.
+    /// Bytes that moved to an added OSD (what its store gained).
     pub rebalance_bytes: u64,
-    /// Seconds from adding the OSD until its share had arrived.
+    /// Seconds from adding the OSD until the last of them arrived.
     pub rebalance_seconds: f64,
     /// Rebalance's copying rate (its bytes ÷ time from their first to
     /// their last arrival), MB/s.

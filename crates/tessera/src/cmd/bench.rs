@@ -120,7 +120,8 @@ pub enum BenchCmd {
     /// MB/s with 1, 2 and 3 copies (one disk: the ideal for R copies is
     /// 1/R), cold read healthy and with an OSD holding a copy stopped,
     /// recovery of that OSD's loss (1 GiB of two-copy data on four OSDs;
-    /// the OSD marked out at once) — its time to HEALTH_OK and its rate —
+    /// the OSD marked out after the read) — its time to HEALTH_OK and its
+    /// rate, as the other OSDs' stores gain the bytes —
     /// and the rebalance onto a fifth OSD added, against fio's sequential
     /// write of the same disk, in one run. Needs root (a loop device for fio).
     Replication {
