@@ -23,7 +23,7 @@ const LONG_FNS: &[(&str, &str, usize)] = &[
     ("crates/mds/src/fsck.rs", "check", 161),
     ("crates/mds/src/kv/commit.rs", "run_batch", 195),
     ("crates/mds/src/metrics.rs", "new", 165),
-    ("crates/mds/src/service/auth.rs", "serve_checked", 185),
+    ("crates/mds/src/service/auth.rs", "serve_checked", 176),
     ("crates/mds/src/service/dispatch.rs", "handle", 164),
     ("crates/net/src/serve.rs", "connection", 237),
     ("crates/osd/src/chain/mod.rs", "serve_at_head", 188),

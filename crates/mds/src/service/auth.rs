@@ -192,6 +192,21 @@ fn replayed_inodes(op: &Op) -> Vec<u64> {
     }
 }
 
+/// Whether only an admin principal may ask `op` (principals, OSDs in or
+/// out, lost groups, scrubs).
+fn admin_only(op: &Op) -> bool {
+    matches!(
+        op,
+        Op::AuthAdd(_)
+            | Op::AuthList
+            | Op::AuthRemove { .. }
+            | Op::AuthRotate { .. }
+            | Op::SetOsdOut { .. }
+            | Op::AdoptGroup { .. }
+            | Op::Scrub { .. }
+    )
+}
+
 /// Whether a read-only principal must be refused `op`.
 fn changes_something(op: &Op) -> bool {
     op.mandatory()
@@ -394,17 +409,7 @@ impl Mds {
         if matches!(req.op, Op::Report(_)) {
             return Err(denied(Errno::Access, "only OSDs report"));
         }
-        let admin_only = matches!(
-            req.op,
-            Op::AuthAdd(_)
-                | Op::AuthList
-                | Op::AuthRemove { .. }
-                | Op::AuthRotate { .. }
-                | Op::SetOsdOut { .. }
-                | Op::AdoptGroup { .. }
-                | Op::Scrub { .. }
-        );
-        if admin_only && !spec.admin {
+        if admin_only(&req.op) && !spec.admin {
             return Err(denied(
                 Errno::Perm,
                 format!(
@@ -413,7 +418,7 @@ impl Mds {
                 ),
             ));
         }
-        if admin_only && !full_admin(spec) {
+        if admin_only(&req.op) && !full_admin(spec) {
             // An admin may mint any principal: confined, read-only or
             // mapped, it could otherwise mint itself out of its bounds.
             return Err(denied(
