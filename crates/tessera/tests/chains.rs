@@ -61,6 +61,19 @@ async fn grant(cl: &Cluster) -> NamespaceGrant {
     }
 }
 
+/// OSD `id`'s disk replaced (it is stopped): a new, empty store.
+fn new_empty_store(cl: &Cluster, id: u32) {
+    std::fs::remove_file(cl.osd_dir(id).join("store.img")).unwrap();
+    local::provision_osd(
+        &cl.osd_dir(id),
+        id,
+        common::cluster::CLUSTER,
+        512 << 20,
+        &cl.dir.join("mds").join("keys"),
+    )
+    .unwrap();
+}
+
 /// The head of the root directory's chain (once the root is made).
 async fn root_head(cl: &Cluster) -> (u32, Vec<u32>) {
     let g = grant(cl).await;
@@ -837,16 +850,7 @@ fn every_osd_crashed_at_once_with_a_store_lost_and_one_rewound_loses_no_file() {
         tokio::time::sleep(Duration::from_millis(4000)).await;
         // OSD 1's disk is replaced by an empty one; OSD 3 comes back on
         // the older copy of its store. Only OSD 2 holds every file.
-        let img1 = cl.osd_dir(1).join("store.img");
-        std::fs::remove_file(&img1).unwrap();
-        local::provision_osd(
-            &cl.osd_dir(1),
-            1,
-            common::cluster::CLUSTER,
-            512 << 20,
-            &cl.dir.join("mds").join("keys"),
-        )
-        .unwrap();
+        new_empty_store(&cl, 1);
         copy_image(&old3, &img3);
         for id in 1..=3 {
             cl.start_osd(id);
@@ -1013,15 +1017,7 @@ fn lost_groups_are_served_again_from_an_older_copy_the_operator_adopts() {
         }
         tokio::time::sleep(Duration::from_millis(4000)).await;
         for id in [1u32, 2] {
-            std::fs::remove_file(cl.osd_dir(id).join("store.img")).unwrap();
-            local::provision_osd(
-                &cl.osd_dir(id),
-                id,
-                common::cluster::CLUSTER,
-                512 << 20,
-                &cl.dir.join("mds").join("keys"),
-            )
-            .unwrap();
+            new_empty_store(&cl, id);
         }
         copy_image(&old3, &img3);
         for id in 1..=3 {
