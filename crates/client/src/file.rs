@@ -217,7 +217,7 @@ async fn write_extent(
                     // Short only because copies were refused for want of
                     // room: ENOSPC, as on a local disk; any other cause
                     // of a short object keeps it EIO.
-                    let full = w.short.iter().all(|o| w.short_for_room.contains(o));
+                    let full = w.short.len() == w.short_for_room.len();
                     let short = (!w.short.is_empty()).then(|| {
                         FsError::new(
                             if full { Errno::NoSpc } else { Errno::Io },

@@ -386,8 +386,9 @@ pub struct Written {
     /// write must fail (EIO) once the copies that missed it are recorded
     /// stale (so the copies that have the bytes are the fresh ones).
     pub short: Vec<(u64, u32)>,
-    /// Of `short`, the objects that would have reached their quorum but
-    /// for copies refused for want of room: the write fails with ENOSPC.
+    /// Of `short` (one entry per run), the runs that would have reached
+    /// their quorum but for copies refused for want of room: when every
+    /// short run is one, the write fails with ENOSPC.
     pub short_for_room: Vec<(u64, u32)>,
 }
 

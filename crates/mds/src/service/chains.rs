@@ -215,6 +215,20 @@ impl Mds {
                 format!("no replica group {group} (groups: {})", known.join(", ")),
             ));
         };
+        if chain.members == [osd] {
+            // Asked again (a lost answer): already so, nothing to change.
+            return Ok(MdsReply::Done);
+        }
+        if self.kv.read()?.namespace()?.root_osd == Some(group) {
+            return Err(err(
+                Errno::Inval,
+                format!(
+                    "replica group {group} holds the root directory and the inode counter: an \
+                     older copy would hand out inode numbers files in other groups still use, \
+                     so it cannot be adopted"
+                ),
+            ));
+        }
         if !chain.members.is_empty() {
             return Err(err(
                 Errno::Inval,
@@ -244,6 +258,7 @@ impl Mds {
             osd,
             "replica group adopted by the operator: anything newer than OSD {osd}'s copy is lost"
         );
+        self.recovery_wake.notify_one();
         Ok(MdsReply::Done)
     }
 

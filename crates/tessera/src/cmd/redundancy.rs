@@ -44,8 +44,12 @@ pub enum OsdAction {
     /// refilled from a copy that may be missing acknowledged changes.
     /// This makes OSD --from the group's only member, as its copy is now
     /// (older, or empty if its disk was replaced), and fills the others
-    /// from it. Files changed since that copy read back as they were in
-    /// it, or not at all. Refused for a group that still has a member.
+    /// from it (a former member's better copy is overwritten). Objects in
+    /// the group read back as they were in that copy, or not at all;
+    /// objects in other groups are as they are, so run `tessera fsck
+    /// --namespace` afterwards. Refused for a group that still has a
+    /// member, and for the root directory's group (its inode counter
+    /// would go back).
     ///
     /// Example: tessera osd adopt-group 2 --from 3 --accept-loss
     AdoptGroup {
