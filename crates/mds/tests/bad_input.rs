@@ -396,6 +396,7 @@ async fn redundancy_operations_refuse_bad_input() {
             ino: ROOT_INO,
             deep: true,
         },
+        Op::AdoptGroup { group: osd, osd },
     ] {
         assert_eq!(errno(c.call_as(user.clone(), op).await), Errno::Perm.raw());
     }
@@ -409,6 +410,11 @@ async fn redundancy_operations_refuse_bad_input() {
         .unwrap_err();
     assert_eq!(e.errno(), Errno::NoEnt.raw());
     assert!(e.to_string().contains("OSD 99 is not in the map"), "{e}");
+    // Without replica chains (the namespace in the MDS) there is no group
+    // to adopt.
+    let e = c.call(Op::AdoptGroup { group: 0, osd }).await.unwrap_err();
+    assert_eq!(e.errno(), Errno::Inval.raw());
+    assert!(e.to_string().contains("keeps no replica chains"), "{e}");
     // A report with an empty host is refused (after its MAC checks out).
     let key = cl.osd_key(0);
     let mut r = cl.report(&cl.osd0_addr(), proto::clock::now_ms() + 60_000, "");
