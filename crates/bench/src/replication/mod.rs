@@ -171,23 +171,29 @@ async fn write_file(c: &Client, dir: u64, name: &str, size: u64) -> anyhow::Resu
 async fn read_file(cfg: &ClientConfig, dir: u64, name: &str) -> anyhow::Result<(f64, Instant)> {
     drop_caches();
     let c = Client::connect(cfg.clone()).await?;
-    let t = Instant::now();
     let ent = c.lookup(&Creds::root(), dir, name).await?;
     let fh = c.open(&Creds::root(), ent.attr.ino, false).await?;
     let (mut off, mut first) = (0u64, None);
     loop {
         let b = c.read(fh, off, IO as u32).await?;
-        first.get_or_insert_with(|| t.elapsed().as_secs_f64());
+        let at = *first.get_or_insert_with(Instant::now);
         if b.is_empty() {
-            break;
+            c.release(fh).await?;
+            let secs = at.elapsed().as_secs_f64().max(1e-3);
+            return Ok((off as f64 / secs / 1e6, at));
         }
         off += b.len() as u64;
     }
-    c.release(fh).await?;
-    let secs = t.elapsed().as_secs_f64();
-    let first = first.unwrap_or(secs);
-    let mb_s = off as f64 / (secs - first).max(1e-3) / 1e6;
-    Ok((mb_s, t + Duration::from_secs_f64(first)))
+}
+
+/// The two-copy data whose loss is recovered: `bytes` in files of at
+/// most 64 MiB, in directory `dir`.
+async fn write_recovered_data(c: &Client, dir: u64, bytes: u64) -> anyhow::Result<()> {
+    let per = (64u64 << 20).min(bytes);
+    for k in 0..bytes.div_ceil(per) {
+        write_file(c, dir, &format!("data{k}"), per).await?;
+    }
+    Ok(())
 }
 
 /// Bytes in use on the OSDs `which` selects, as they last reported.

@@ -11,7 +11,7 @@ use mds::{FormatOptions, MdsConfig};
 use proto::layout::LayoutSpec;
 use proto::mds::{ClusterStatus, Creds, ROOT_INO};
 
-use super::{ReplParams, ReplReport, lose, read_file, rebalance, write_file};
+use super::{ReplParams, ReplReport, lose, read_file, rebalance, write_file, write_recovered_data};
 
 /// Settings before format (format keeps an existing mds.toml): quick
 /// failure detection, no recovery throttle, frequent passes.
@@ -69,10 +69,7 @@ pub(super) async fn measure(work: &Path, p: ReplParams) -> anyhow::Result<ReplRe
     let w1b = write_file(&c, dirs[0], "big2", p.write).await?;
     w[0] = (w[0] + w1b) / 2.0;
     // The data whose loss is recovered: two copies, many files.
-    let per = (64u64 << 20).min(p.recover);
-    for k in 0..p.recover.div_ceil(per) {
-        write_file(&c, dirs[1], &format!("data{k}"), per).await?;
-    }
+    write_recovered_data(&c, dirs[1], p.recover).await?;
     // Only two- and three-copy data from here on: a lost single copy
     // would leave its file unfound, and the cluster never healthy.
     for name in ["big", "big2"] {

@@ -15,7 +15,9 @@ use proto::layout::{LayoutSpec, data_oid};
 use proto::mds::{ClusterStatus, Creds, NamespaceMode, ROOT_INO};
 
 use super::on_mds::quick_mds_config;
-use super::{ReplParams, ReplReport, lose, read_file, rebalance, settle, write_file};
+use super::{
+    ReplParams, ReplReport, lose, read_file, rebalance, settle, write_file, write_recovered_data,
+};
 
 /// Healthy, every chain whole and none filling.
 fn settled(s: &ClusterStatus) -> bool {
@@ -68,10 +70,7 @@ pub(super) async fn measure(work: &Path, p: ReplParams) -> anyhow::Result<ReplRe
     }
     let (mut cl, ccfg, c) = cluster(&work.join("r2"), 2, osd_size).await?;
     w[1] = write_file(&c, ROOT_INO, "big", p.write).await?;
-    let per = (64u64 << 20).min(p.recover);
-    for k in 0..p.recover.div_ceil(per) {
-        write_file(&c, ROOT_INO, &format!("data{k}"), per).await?;
-    }
+    write_recovered_data(&c, ROOT_INO, p.recover).await?;
     let (healthy, _) = read_file(&ccfg, ROOT_INO, "big").await?;
     let victim = head_of(&c, "big").await?;
     // The chain drops the OSD once its lease runs out, and fills a joiner.
