@@ -118,7 +118,7 @@ struct Settled {
     first: Option<Instant>,
     /// When it last moved.
     last: Instant,
-    /// When the cluster was settled.
+    /// Since when the cluster has been settled (without a break).
     at: Instant,
 }
 
@@ -235,7 +235,7 @@ async fn settle(
     let began = Instant::now();
     let deadline = Instant::now() + Duration::from_secs(600);
     let (mut first, mut last, mut high) = (None, began, start);
-    let mut unsettled = false;
+    let (mut unsettled, mut settled_since) = (false, None);
     loop {
         let s = c.status().await?;
         let now = bytes(&s);
@@ -250,6 +250,11 @@ async fn settle(
         }
         let settled = done(&s);
         unsettled |= !settled;
+        if !settled {
+            settled_since = None;
+        } else if settled_since.is_none() {
+            settled_since = Some(Instant::now());
+        }
         let moved = if must_move {
             first.is_some() && unsettled
         } else {
@@ -260,7 +265,7 @@ async fn settle(
                 bytes: high - start,
                 first,
                 last,
-                at: Instant::now(),
+                at: settled_since.unwrap_or_else(Instant::now),
             });
         }
         if Instant::now() > deadline {
@@ -289,7 +294,10 @@ async fn lose(
     let others = move |s: &ClusterStatus| used(s, |o| o != victim);
     let before = others(&c.status().await?);
     let lost = Instant::now();
-    let watch = settle(c, (before, others), settled, Duration::ZERO, true);
+    // Settled for a second: the OSDs report their used bytes every 300 ms,
+    // so the last copies' bytes arrive after HEALTH_OK does.
+    let quiet = Duration::from_secs(1);
+    let watch = settle(c, (before, others), settled, quiet, true);
     let stop = async {
         cl.stop_osd(victim).await.map_err(anyhow::Error::msg)?;
         let read = read_file(cfg, dir, name).await?;
