@@ -146,10 +146,7 @@ async fn write_one(inner: &Arc<Inner>, f: &Arc<OpenInode>, delay: Option<Duratio
     }
     st.failing_since = None;
     if st.handles == 0 && !st.busy() && !st.modified {
-        let mut inodes = lock(&inner.inodes);
-        if inodes.get(&f.ino).is_some_and(|g| Arc::ptr_eq(g, f)) {
-            inodes.remove(&f.ino);
-        }
+        inner.forget_open(f, st.write_caps);
     }
 }
 

@@ -85,37 +85,69 @@ impl Client {
         grants: Vec<Grant>,
         write: bool,
     ) -> u64 {
-        let ino = e.attr.ino;
+        loop {
+            if let Some(fh) = self.try_install(c, e, &grants, write, None).await {
+                return fh;
+            }
+        }
+    }
+
+    /// [`Handles::install`], unless `e` may be stale: with `seen` (the
+    /// inode's [`crate::state::Departures`] mark from before `e` was
+    /// asked for), `None` when an inode written through here left the
+    /// open inodes since — its entry may hold the length from before its
+    /// commit, and must be asked for again.
+    async fn try_install(
+        &self,
+        c: &Creds,
+        e: &Entry,
+        grants: &[Grant],
+        write: bool,
+        seen: Option<u64>,
+    ) -> Option<u64> {
         // A closed file being written out may leave `inodes` while this
         // waits for its lock: then take the one there now (retried).
         loop {
-            let f = self.open_inode(c, e, &grants, write);
-            if let Some(fh) = self.install_on(f, c, e, &grants, write).await {
-                return fh;
+            let f = self.open_inode(c, e, grants, write, seen)?;
+            if let Some(fh) = self.install_on(f, c, e, grants, write).await {
+                return Some(fh);
             }
             tracing::debug!(
-                ino,
+                ino = e.attr.ino,
                 "an open inode left while waited for: taking the current one"
             );
         }
     }
 
-    /// The open inode `e` names: the one in `inodes`, or a new one there.
-    fn open_inode(&self, c: &Creds, e: &Entry, grants: &[Grant], write: bool) -> Arc<OpenInode> {
+    /// The open inode `e` names: the one in `inodes`, or a new one there —
+    /// not if an inode of that number written through here left since
+    /// the mark `seen` (then `None`).
+    fn open_inode(
+        &self,
+        c: &Creds,
+        e: &Entry,
+        grants: &[Grant],
+        write: bool,
+        seen: Option<u64>,
+    ) -> Option<Arc<OpenInode>> {
         let ino = e.attr.ino;
         let mut m = lock(&self.inner.inodes);
-        m.entry(ino)
-            .or_insert_with(|| {
-                Arc::new(OpenInode::new(
-                    ino,
-                    e.layout.clone(),
-                    grants.to_vec(),
-                    write,
-                    c.clone(),
-                    e.attr.size,
-                ))
-            })
-            .clone()
+        if let Some(f) = m.get(&ino) {
+            return Some(f.clone());
+        }
+        if seen.is_some_and(|s| s != self.inner.departures.mark(ino)) {
+            return None;
+        }
+        let f = Arc::new(OpenInode::new(
+            ino,
+            e.layout.clone(),
+            grants.to_vec(),
+            write,
+            c.clone(),
+            e.attr.size,
+        ));
+        m.insert(ino, f.clone());
+        Some(f)
     }
 
     /// [`Handles::install`] on `f`, the inode's current open state.
@@ -173,27 +205,72 @@ impl Client {
 
     /// Opens a file; read-only opens are answered from the cache when a
     /// fresh entry with a read capability is there (what prefetch buys).
+    /// An entry asked for while this client wrote the file out and forgot
+    /// it is asked for again (it may predate the length's commit).
     pub async fn open(&self, c: &Creds, ino: u64, write: bool) -> Result<u64> {
-        if !write {
-            let margin = self.inner.cfg.cap_margin.as_millis() as u64;
-            let cached = {
-                let mut cache = self.inner.meta.cache();
-                let usable = cache.peek(ino).is_some_and(|x| {
-                    self.inner.meta.fresh(x)
-                        && x.layout_known
-                        && (x.entry.attr.kind != FileKind::File
-                            || x.grants.iter().any(|g| {
-                                g.covers(data_oid(ino), rights::READ)
-                                    && g.expiry_ms > proto::clock::now_ms() + margin
-                            }))
-                });
-                if usable { cache.get(ino) } else { None }
+        let seen = self.inner.departures.mark(ino);
+        let cached = if write {
+            None
+        } else {
+            self.cached_for_reading(ino)
+        };
+        Ok(self.install_fresh(c, ino, write, seen, cached).await?.1)
+    }
+
+    /// Installs a handle on `ino` from `got` (or an entry asked of the
+    /// namespace), asking again while the entry may predate the commit of
+    /// a write-out of the file here (`seen`: the inode's departures mark
+    /// from before `got` was had). Answers the entry (with the length
+    /// this client knows, if longer) and the handle.
+    pub(crate) async fn install_fresh(
+        &self,
+        c: &Creds,
+        ino: u64,
+        write: bool,
+        mut seen: u64,
+        mut got: Option<(Entry, Vec<Grant>)>,
+    ) -> Result<(Entry, u64)> {
+        loop {
+            let (entry, grants) = match got.take() {
+                Some(x) => x,
+                None => self.entry_to_open(c, ino, write).await?,
             };
-            if let Some((x, first)) = cached {
-                self.inner.meta.hit(first);
-                return Ok(self.install(c, &x.entry, x.grants, false).await);
+            if let Some(fh) = self
+                .try_install(c, &entry, &grants, write, Some(seen))
+                .await
+            {
+                // The length this client wrote, if the entry predates it.
+                return Ok((self.sized(entry), fh));
             }
+            seen = self.inner.departures.mark(ino);
         }
+    }
+
+    /// A fresh cached entry of `ino` with a read capability, if there is one.
+    fn cached_for_reading(&self, ino: u64) -> Option<(Entry, Vec<Grant>)> {
+        let margin = self.inner.cfg.cap_margin.as_millis() as u64;
+        let mut cache = self.inner.meta.cache();
+        let usable = cache.peek(ino).is_some_and(|x| {
+            self.inner.meta.fresh(x)
+                && x.layout_known
+                && (x.entry.attr.kind != FileKind::File
+                    || x.grants.iter().any(|g| {
+                        g.covers(data_oid(ino), rights::READ)
+                            && g.expiry_ms > proto::clock::now_ms() + margin
+                    }))
+        });
+        let (x, first) = if usable { cache.get(ino)? } else { return None };
+        self.inner.meta.hit(first);
+        Some((x.entry, x.grants))
+    }
+
+    /// `ino`'s entry and capabilities asked of the namespace for an open.
+    pub(crate) async fn entry_to_open(
+        &self,
+        c: &Creds,
+        ino: u64,
+        write: bool,
+    ) -> Result<(Entry, Vec<Grant>)> {
         let held_here = self.inner.is_open(ino);
         let r = self
             .inner
@@ -211,18 +288,17 @@ impl Client {
                 }
                 Ok((e, g))
             });
-        let (entry, grants) = match r {
-            Ok(x) => x,
+        match r {
+            Ok(x) => Ok(x),
             // An inode that is gone, reached through a cached name of a
             // file removed elsewhere: ESTALE makes the kernel look the
             // name up again, and that look must reach the namespace.
             Err(e) if e.errno == Errno::Stale.raw() || e.errno == Errno::NoEnt.raw() => {
                 self.inner.meta.cache().remove(ino);
-                return Err(FsError::new(Errno::Stale, e.message));
+                Err(FsError::new(Errno::Stale, e.message))
             }
-            Err(e) => return Err(e),
-        };
-        Ok(self.install(c, &entry, grants, write).await)
+            Err(e) => Err(e),
+        }
     }
 
     pub(crate) fn handle(&self, fh: u64) -> Result<Handle> {
@@ -319,13 +395,7 @@ impl Client {
             let r = self.close_or_defer(h.inode.ino, &mut st).await;
             st.handles = st.handles.saturating_sub(1);
             if st.handles == 0 && !st.busy() && !st.modified {
-                let mut inodes = lock(&self.inner.inodes);
-                if inodes
-                    .get(&h.inode.ino)
-                    .is_some_and(|g| Arc::ptr_eq(g, &h.inode))
-                {
-                    inodes.remove(&h.inode.ino);
-                }
+                self.inner.forget_open(&h.inode, st.write_caps);
             }
             r
         };

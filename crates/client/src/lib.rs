@@ -20,6 +20,7 @@ pub mod holes;
 pub mod leases;
 pub mod listings;
 pub mod locks;
+pub mod lookups;
 pub mod meta;
 pub mod namespace;
 pub mod on_mds;

@@ -76,16 +76,18 @@ impl Meta {
     pub fn absorb(&self, f: &Found) {
         let now = Instant::now();
         let mut c = self.cache();
-        c.insert(
-            Cached {
-                entry: f.entry.clone(),
-                grants: f.grants.clone(),
-                fetched: now,
-                layout_known: true,
-                changed: false,
-            },
-            Segment::Demand,
-        );
+        let mut found = Cached {
+            entry: f.entry.clone(),
+            grants: f.grants.clone(),
+            fetched: now,
+            layout_known: true,
+            changed: false,
+            committed: None,
+        };
+        if let Some(old) = c.peek(f.entry.attr.ino) {
+            self.keep_committed(old, &mut found);
+        }
+        c.insert(found, Segment::Demand);
         for e in &f.prefetch {
             let oid = data_oid(e.attr.ino);
             let grants: Vec<Grant> = f
@@ -121,6 +123,7 @@ impl Meta {
                     fetched: now,
                     layout_known: true,
                     changed: false,
+                    committed: None,
                 },
                 Segment::Prefetch,
             );
@@ -154,19 +157,72 @@ impl Meta {
                     fetched: at,
                     layout_known: false,
                     changed: false,
+                    committed: None,
                 },
                 Segment::Prefetch,
             );
         }
     }
 
-    /// Updates a cached entry's attributes (after an operation returned them).
-    pub fn cache_attr(&self, a: Attr) {
+    /// Updates a cached entry's attributes (after an operation returned
+    /// them) — not to a shorter length than this client committed within
+    /// the consistency window (an answer made before that commit).
+    pub fn cache_attr(&self, mut a: Attr) {
         self.cache().update(a.ino, |c| {
+            if self.committed_lately(c) {
+                a.size = a.size.max(c.entry.attr.size);
+            }
             c.entry.attr = a;
             c.fetched = Instant::now();
             c.changed = false;
         });
+    }
+
+    /// [`Meta::cache_attr`] after this client committed the file's length
+    /// (a close, fsync or write-back): later answers made before it keep
+    /// this length and layout for the consistency window.
+    pub fn cache_committed(&self, a: Attr) {
+        self.cache().update(a.ino, |c| {
+            c.entry.attr = a;
+            c.fetched = Instant::now();
+            c.changed = false;
+            c.committed = Some(Instant::now());
+        });
+    }
+
+    /// [`Meta::cache_attr`] after this client set the file's length
+    /// (a truncate): shorter is now right.
+    pub fn cache_truncated(&self, a: Attr) {
+        self.cache().update(a.ino, |c| {
+            c.entry.attr = a;
+            c.fetched = Instant::now();
+            c.changed = false;
+            c.committed = None;
+        });
+    }
+
+    /// Whether this client committed `c`'s length within the window.
+    fn committed_lately(&self, c: &Cached) -> bool {
+        c.committed.is_some_and(|t| t.elapsed() < self.attr_timeout)
+    }
+
+    /// `new` (an answer about to replace `old`) with the length and the
+    /// layout `old` holds from a commit of this client within the window,
+    /// when those are longer.
+    fn keep_committed(&self, old: &Cached, new: &mut Cached) {
+        if !self.committed_lately(old) {
+            return;
+        }
+        new.committed = old.committed;
+        let a = &mut new.entry.attr;
+        a.size = a.size.max(old.entry.attr.size);
+        let sets = |c: &Cached| c.entry.layout.as_ref().map(|l| l.objsets.len());
+        if old.layout_known && sets(old) > sets(new) {
+            // Capabilities name the OSDs of their layout: the two together.
+            new.entry.layout = old.entry.layout.clone();
+            new.grants = old.grants.clone();
+            new.layout_known = true;
+        }
     }
 
     /// A namespace change in directory `dir` by this client: with the
@@ -311,5 +367,48 @@ mod tests {
         short.absorb(&found(entry(7, 5), Vec::new()));
         short.absorb(&found(entry(8, 0), vec![entry(7, 6)]));
         assert_eq!(short.cache().peek(7).map(|x| x.entry.attr.size), Some(6));
+    }
+
+    /// Answers made before this client committed a length (a setattr or
+    /// stat that raced a write-out) arrive after the commit's: they keep
+    /// the committed length and the longer layout for the window; a
+    /// truncate by this client takes the length down; after the window an
+    /// answer is taken as it is.
+    #[test]
+    fn answers_older_than_a_commit_here_never_take_its_length_back() {
+        let m = Meta::new(64, 64, Duration::from_secs(5));
+        let laid = |ino, size, sets: Vec<u64>| {
+            let mut e = entry(ino, size);
+            e.layout = Some(proto::layout::Layout {
+                spec: Default::default(),
+                map_epoch: 1,
+                objsets: sets,
+                homes: Vec::new(),
+            });
+            e
+        };
+        m.absorb(&found(laid(7, 0, vec![7]), Vec::new()));
+        m.cache_committed(entry(7, 4164).attr);
+        m.cache_attr(entry(7, 0).attr);
+        assert_eq!(m.fresh_attr(7).map(|a| a.size), Some(4164));
+        m.cache()
+            .update(7, |c| c.entry.layout = laid(7, 0, vec![7, 70]).layout);
+        m.absorb(&found(laid(7, 10, vec![7]), Vec::new()));
+        let x = m.cache().peek(7).cloned().unwrap();
+        assert_eq!(x.entry.attr.size, 4164);
+        assert_eq!(x.entry.layout.unwrap().objsets, vec![7, 70]);
+        // Longer answers are taken.
+        m.cache_attr(entry(7, 9000).attr);
+        assert_eq!(m.fresh_attr(7).map(|a| a.size), Some(9000));
+        m.cache_truncated(entry(7, 100).attr);
+        assert_eq!(m.fresh_attr(7).map(|a| a.size), Some(100));
+        m.cache_attr(entry(7, 50).attr);
+        assert_eq!(m.fresh_attr(7).map(|a| a.size), Some(50));
+        // Past the window, what the namespace says.
+        let short = Meta::new(64, 64, Duration::ZERO);
+        short.absorb(&found(entry(8, 0), Vec::new()));
+        short.cache_committed(entry(8, 4164).attr);
+        short.cache_attr(entry(8, 3).attr);
+        assert_eq!(short.cache().peek(8).map(|x| x.entry.attr.size), Some(3));
     }
 }

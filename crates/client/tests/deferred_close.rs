@@ -405,3 +405,67 @@ async fn a_read_only_file_closed_under_a_lease_is_written_after_an_mds_restart()
     reads_all(&b, d, 0..4).await;
     cl.stop().await.unwrap();
 }
+
+/// The write-back timer writes closed files out (and forgets them) while
+/// their writer opens them again: every reopen reads every byte, and an
+/// append through a create that is not exclusive lands after them. An
+/// entry asked of the MDS while a write-out committed the length holds
+/// the length from before: taken as it was, the reopen read an empty
+/// file (`tar -d` after `tar -x` on one mount) and the append wrote over
+/// the start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reopens_racing_the_write_back_timer_see_the_whole_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let cl = cluster(&dir).await;
+    let a = writer(&cl, Duration::ZERO).await;
+    let d = a.mkdir(&root(), 0, "d", 0o755).await.unwrap().attr.ino;
+    let tail = b"appended\n";
+    let times = proto::mds::SetAttr {
+        mtime: Some(proto::mds::SetTime::At(1_000_000_000_000_000_000)),
+        ..Default::default()
+    };
+    for round in 0..60 {
+        let mut made = Vec::new();
+        for i in 0..16 {
+            made.push(make(&a, d, &format!("r{round}f{i}"), &content(i)).await);
+        }
+        // As tar does after each file: its times, then its mode.
+        for &ino in &made {
+            let a1 = a.setattr(&root(), ino, times.clone()).await.unwrap();
+            let mode = proto::mds::SetAttr {
+                mode: Some(0o640),
+                ..Default::default()
+            };
+            let a2 = a.setattr(&root(), ino, mode).await.unwrap();
+            assert_eq!(a1.size, a2.size);
+        }
+        for (i, &ino) in made.iter().enumerate() {
+            let name = format!("r{round}f{i}");
+            let size = a.getattr(&root(), ino).await.unwrap().size;
+            assert_eq!(size, content(i).len() as u64, "{name}'s length, stat");
+            if i % 2 == 0 {
+                let (size, got) = read_back(&a, d, &name).await;
+                assert_eq!(size, content(i).len() as u64, "{name}'s length");
+                assert!(got == content(i), "{name}'s bytes: {} read", got.len());
+            } else {
+                let (e, fh) = a.create(&root(), d, &name, 0o600, false).await.unwrap();
+                assert_eq!(
+                    e.attr.size,
+                    content(i).len() as u64,
+                    "{name}'s length at create"
+                );
+                a.write(fh, e.attr.size, tail).await.unwrap();
+                a.release(fh).await.unwrap();
+            }
+        }
+        for i in (1..16).step_by(2) {
+            let name = format!("r{round}f{i}");
+            let (_, got) = read_back(&a, d, &name).await;
+            let mut want = content(i);
+            want.extend_from_slice(tail);
+            assert!(got == want, "{name} after its append: {} bytes", got.len());
+        }
+    }
+    a.sync_all().await.unwrap();
+    cl.stop().await.unwrap();
+}

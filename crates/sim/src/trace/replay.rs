@@ -230,6 +230,7 @@ impl State<'_> {
             fetched: self.now,
             layout_known: layout,
             changed: false,
+            committed: None,
         }
     }
 
