@@ -219,18 +219,19 @@ fn root() -> Creds {
 
 /// Makes directory `name` in `d`.
 async fn mkdir(ns: &Ns, d: Dir, name: &str) -> anyhow::Result<Dir> {
-    let f = ns
+    let mut f = ns
         .mkdir(&root(), d, name, 0o755)
         .await
         .map_err(|e| anyhow::anyhow!("mkdir {name}: {e}"))?;
-    ns.meta.absorb(&f);
+    ns.meta.absorb(&mut f, ns.meta.commits.last());
     Ok(f.entry.attr.ino)
 }
 
 /// Runs `op` on `name` in `d`.
 async fn run_op(ns: &Ns, op: DirOp, d: Dir, name: &str) -> anyhow::Result<()> {
     let c = root();
-    let cache = |f: client::Result<proto::mds::Found>| f.map(|f| ns.meta.absorb(&f));
+    let since = ns.meta.commits.last();
+    let cache = |f: client::Result<proto::mds::Found>| f.map(|mut f| ns.meta.absorb(&mut f, since));
     let r = match op {
         DirOp::Create => cache(ns.create(&c, d, name, 0o644, true).await),
         DirOp::Mkdir => cache(ns.mkdir(&c, d, name, 0o755).await),

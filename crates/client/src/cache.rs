@@ -37,10 +37,6 @@ pub struct Cached {
     /// Out of date only because this client changed names in it (a
     /// directory): refreshing it needs its attributes, not a prefetch.
     pub changed: bool,
-    /// When this client last committed the file's length: answers the
-    /// namespace made before that may still arrive, and must not take the
-    /// length or the layout back ([`crate::meta::Meta::cache_committed`]).
-    pub committed: Option<Instant>,
 }
 
 struct Slot {
@@ -218,7 +214,6 @@ mod tests {
             fetched: Instant::now(),
             layout_known: true,
             changed: false,
-            committed: None,
         }
     }
 

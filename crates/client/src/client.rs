@@ -119,7 +119,6 @@ impl Client {
             dirty_total: AtomicU64::new(0),
             locks: Default::default(),
             inodes: Mutex::new(HashMap::new()),
-            departures: Default::default(),
             handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             root: me.root_ino,
@@ -254,15 +253,23 @@ impl Client {
     /// the cache and the directory's cached attributes learn from it.
     /// `new`: the operation cannot have answered an existing inode (an
     /// exclusive create, mkdir, mknod, symlink), which then has no
-    /// extended attributes.
-    fn made(&self, parent: u64, name: &str, r: Result<Found>, new: bool) -> Result<Found> {
+    /// extended attributes. `since`: the commit number the operation was
+    /// asked at ([`crate::commits`]).
+    fn made(
+        &self,
+        parent: u64,
+        name: &str,
+        r: Result<Found>,
+        new: bool,
+        since: u64,
+    ) -> Result<Found> {
         self.named(parent, name, &r);
-        let f = r?;
+        let mut f = r?;
         let made = (f.entry.attr.ino, f.entry.attr.kind);
         self.inner
             .leases
             .changed(parent, name, Some(made), f.dir.as_ref());
-        self.inner.meta.absorb(&f);
+        self.inner.meta.absorb(&mut f, since);
         self.inner.meta.dir_changed(parent, f.dir.as_ref());
         if new {
             self.inner.bare.made(f.entry.attr.ino);
@@ -294,8 +301,9 @@ impl Client {
         mode: u32,
         rdev: u32,
     ) -> Result<Entry> {
+        let since = self.inner.meta.commits.last();
         let r = self.inner.ns.mknod(c, parent, name, kind, mode, rdev).await;
-        let f = self.made(parent, name, r, true)?;
+        let f = self.made(parent, name, r, true, since)?;
         Ok(f.entry)
     }
 
@@ -319,42 +327,43 @@ impl Client {
             // read or write.
             let (entry, dir) = r?;
             self.inner.absent.added(parent, name);
-            let f = Found {
+            let mut f = Found {
                 entry,
                 grants: Vec::new(),
                 prefetch: Vec::new(),
                 prefetch_grants: Vec::new(),
                 dir: Some(dir),
             };
-            self.inner.meta.absorb(&f);
+            self.inner
+                .meta
+                .absorb(&mut f, self.inner.meta.commits.last());
             self.inner.meta.dir_changed(parent, f.dir.as_ref());
             self.inner.bare.made(f.entry.attr.ino);
-            let fh = self.install(c, &f.entry, Vec::new(), true).await;
-            return Ok((f.entry, fh));
+            return Ok(self.install(c, f.entry, Vec::new(), true, None).await);
         }
-        let marks = self.inner.departures.marks();
-        let r = self.inner.ns.create(c, parent, name, mode, exclusive).await;
         // A create that is not exclusive may open a file that was there —
         // one this client may have written out and forgotten meanwhile,
-        // its length committed after the answer was made: then its entry
-        // is asked for again.
-        let f = self.made(parent, name, r, exclusive)?;
-        let ino = f.entry.attr.ino;
-        let got = Some((f.entry, f.grants));
-        self.install_fresh(c, ino, true, marks.of(ino), got).await
+        // its length committed after the answer was made: settled.
+        let asked = self.inner.meta.commits.ask();
+        let r = self.inner.ns.create(c, parent, name, mode, exclusive).await;
+        let f = self.made(parent, name, r, exclusive, asked.since())?;
+        let since = Some(asked.since());
+        Ok(self.install(c, f.entry, f.grants, true, since).await)
     }
 
     /// Makes a directory.
     pub async fn mkdir(&self, c: &Creds, parent: u64, name: &str, mode: u32) -> Result<Entry> {
+        let since = self.inner.meta.commits.last();
         let r = self.inner.ns.mkdir(c, parent, name, mode).await;
-        let f = self.made(parent, name, r, true)?;
+        let f = self.made(parent, name, r, true, since)?;
         Ok(f.entry)
     }
 
     /// Makes a symbolic link.
     pub async fn symlink(&self, c: &Creds, parent: u64, name: &str, target: &str) -> Result<Entry> {
+        let since = self.inner.meta.commits.last();
         let r = self.inner.ns.symlink(c, parent, name, target).await;
-        let f = self.made(parent, name, r, true)?;
+        let f = self.made(parent, name, r, true, since)?;
         Ok(f.entry)
     }
 
@@ -363,9 +372,12 @@ impl Client {
         // A second name could be reached without this client's lease.
         crate::closed::write_out(&self.inner, None).await;
         self.inner.leases.renamed_or_linked();
+        let asked = self.inner.meta.commits.ask();
         let r = self.inner.ns.link(c, ino, parent, name).await;
-        let f = self.made(parent, name, r, false)?;
-        Ok(f.entry)
+        let f = self.made(parent, name, r, false, asked.since())?;
+        // The length this client knows, if longer (a descriptor may still
+        // hold data the namespace has not had).
+        Ok(self.sized(f.entry))
     }
 
     /// Removes a file name.
@@ -432,6 +444,7 @@ impl Client {
             (moved, replaced)
         };
         let open = |i: u64| self.inner.is_open(i);
+        let asked = self.inner.meta.commits.ask();
         let r = self
             .inner
             .ns
@@ -467,8 +480,8 @@ impl Client {
         // The moved entry as it is now, under its new name — unless this
         // client has it open (a close or flush racing with the rename may
         // have newer attributes than the rename's answer).
-        if let Some(f) = found.filter(|f| !self.inner.is_open(f.entry.attr.ino)) {
-            self.inner.meta.absorb(&f);
+        if let Some(mut f) = found.filter(|f| !self.inner.is_open(f.entry.attr.ino)) {
+            self.inner.meta.absorb(&mut f, asked.since());
         }
         r.map(|_| ())
     }
@@ -476,8 +489,8 @@ impl Client {
     /// Every entry of a directory, in name order, with attributes.
     pub async fn readdir(&self, c: &Creds, ino: u64) -> Result<Vec<DirEntry>> {
         let meta = &self.inner.meta;
-        let (at, mut out) = match meta.listings.take(ino) {
-            Some((at, mut out)) => {
+        let (at, since, mut out) = match meta.listings.take(ino) {
+            Some((at, since, mut out)) => {
                 meta.hit(true);
                 // This client's fresher attributes win over the listing's.
                 for e in &mut out {
@@ -485,19 +498,21 @@ impl Client {
                         e.attr = Some(a.entry.attr.clone());
                     }
                 }
-                (at, out)
+                (at, since, out)
             }
             None => {
                 let at = std::time::Instant::now();
+                let asked = meta.commits.ask();
                 let (out, listings) = self.inner.ns.readdir_prefetch(c, ino).await?;
-                meta.listings.insert(at, listings);
-                (at, out)
+                meta.listings.insert(at, asked.since(), listings);
+                (at, asked.since(), out)
             }
         };
         self.inner
             .absent
             .listed(ino, at, out.iter().map(|e| e.name.clone()));
-        meta.listed(ino, at, &out);
+        // Settled against this client's commits since it was asked for.
+        meta.listed(ino, at, &mut out, since);
         for e in &mut out {
             if let Some(a) = e.attr.take() {
                 e.attr = Some(self.with_local_size(a));

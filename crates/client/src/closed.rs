@@ -146,7 +146,7 @@ async fn write_one(inner: &Arc<Inner>, f: &Arc<OpenInode>, delay: Option<Duratio
     }
     st.failing_since = None;
     if st.handles == 0 && !st.busy() && !st.modified {
-        inner.forget_open(f, st.write_caps);
+        inner.forget_open(f);
     }
 }
 

@@ -390,7 +390,9 @@ pub async fn commit(inner: &Arc<Inner>, ino: u64, st: &mut FileState) -> Result<
             .as_writer(ino, || inner.ns.commit_size(creds, ino, size, mtime))
             .await?;
         st.modified = false;
-        inner.meta.cache_committed(a);
+        inner
+            .meta
+            .cache_committed(a, st.layout.clone(), st.grants.clone());
     }
     Ok(())
 }

@@ -77,40 +77,32 @@ impl Client {
         crate::holes::seek(&self.inner, &h.inode, off, data).await
     }
 
-    /// Registers a handle on an inode (sharing the open state of other handles).
+    /// Registers a handle on an inode (sharing the open state of other
+    /// handles). `since`: the commit number `e` was asked at
+    /// ([`crate::commits`]; `None` for a file this client just made): a
+    /// length this client committed after it is taken.
     pub(crate) async fn install(
         &self,
         c: &Creds,
-        e: &Entry,
-        grants: Vec<Grant>,
+        mut e: Entry,
+        mut grants: Vec<Grant>,
         write: bool,
-    ) -> u64 {
-        loop {
-            if let Some(fh) = self.try_install(c, e, &grants, write, None).await {
-                return fh;
-            }
-        }
-    }
-
-    /// [`Handles::install`], unless `e` may be stale: with `seen` (the
-    /// inode's [`crate::state::Departures`] mark from before `e` was
-    /// asked for), `None` when an inode written through here left the
-    /// open inodes since — its entry may hold the length from before its
-    /// commit, and must be asked for again.
-    async fn try_install(
-        &self,
-        c: &Creds,
-        e: &Entry,
-        grants: &[Grant],
-        write: bool,
-        seen: Option<u64>,
-    ) -> Option<u64> {
+        since: Option<u64>,
+    ) -> (Entry, u64) {
         // A closed file being written out may leave `inodes` while this
-        // waits for its lock: then take the one there now (retried).
+        // waits for its lock, its length committed after `e` was asked
+        // for: then the entry is settled again and the one there now taken.
         loop {
-            let f = self.open_inode(c, e, grants, write, seen)?;
-            if let Some(fh) = self.install_on(f, c, e, grants, write).await {
-                return Some(fh);
+            if let Some(since) = since {
+                self.inner
+                    .meta
+                    .commits
+                    .settle_entry(&mut e, &mut grants, since);
+            }
+            let f = self.open_inode(c, &e, &grants, write);
+            if let Some(fh) = self.install_on(f, c, &e, &grants, write).await {
+                // The length this client wrote, if the entry predates it.
+                return (self.sized(e), fh);
             }
             tracing::debug!(
                 ino = e.attr.ino,
@@ -119,35 +111,22 @@ impl Client {
         }
     }
 
-    /// The open inode `e` names: the one in `inodes`, or a new one there —
-    /// not if an inode of that number written through here left since
-    /// the mark `seen` (then `None`).
-    fn open_inode(
-        &self,
-        c: &Creds,
-        e: &Entry,
-        grants: &[Grant],
-        write: bool,
-        seen: Option<u64>,
-    ) -> Option<Arc<OpenInode>> {
+    /// The open inode `e` names: the one in `inodes`, or a new one there.
+    fn open_inode(&self, c: &Creds, e: &Entry, grants: &[Grant], write: bool) -> Arc<OpenInode> {
         let ino = e.attr.ino;
         let mut m = lock(&self.inner.inodes);
-        if let Some(f) = m.get(&ino) {
-            return Some(f.clone());
-        }
-        if seen.is_some_and(|s| s != self.inner.departures.mark(ino)) {
-            return None;
-        }
-        let f = Arc::new(OpenInode::new(
-            ino,
-            e.layout.clone(),
-            grants.to_vec(),
-            write,
-            c.clone(),
-            e.attr.size,
-        ));
-        m.insert(ino, f.clone());
-        Some(f)
+        m.entry(ino)
+            .or_insert_with(|| {
+                Arc::new(OpenInode::new(
+                    ino,
+                    e.layout.clone(),
+                    grants.to_vec(),
+                    write,
+                    c.clone(),
+                    e.attr.size,
+                ))
+            })
+            .clone()
     }
 
     /// [`Handles::install`] on `f`, the inode's current open state.
@@ -205,45 +184,19 @@ impl Client {
 
     /// Opens a file; read-only opens are answered from the cache when a
     /// fresh entry with a read capability is there (what prefetch buys).
-    /// An entry asked for while this client wrote the file out and forgot
-    /// it is asked for again (it may predate the length's commit).
     pub async fn open(&self, c: &Creds, ino: u64, write: bool) -> Result<u64> {
-        let seen = self.inner.departures.mark(ino);
         let cached = if write {
             None
         } else {
-            self.cached_for_reading(ino)
+            // The cache follows this client's commits: settled from now.
+            let since = self.inner.meta.commits.last();
+            self.cached_for_reading(ino).map(|(e, g)| (e, g, since))
         };
-        Ok(self.install_fresh(c, ino, write, seen, cached).await?.1)
-    }
-
-    /// Installs a handle on `ino` from `got` (or an entry asked of the
-    /// namespace), asking again while the entry may predate the commit of
-    /// a write-out of the file here (`seen`: the inode's departures mark
-    /// from before `got` was had). Answers the entry (with the length
-    /// this client knows, if longer) and the handle.
-    pub(crate) async fn install_fresh(
-        &self,
-        c: &Creds,
-        ino: u64,
-        write: bool,
-        mut seen: u64,
-        mut got: Option<(Entry, Vec<Grant>)>,
-    ) -> Result<(Entry, u64)> {
-        loop {
-            let (entry, grants) = match got.take() {
-                Some(x) => x,
-                None => self.entry_to_open(c, ino, write).await?,
-            };
-            if let Some(fh) = self
-                .try_install(c, &entry, &grants, write, Some(seen))
-                .await
-            {
-                // The length this client wrote, if the entry predates it.
-                return Ok((self.sized(entry), fh));
-            }
-            seen = self.inner.departures.mark(ino);
-        }
+        let (entry, grants, since) = match cached {
+            Some(x) => x,
+            None => self.entry_to_open(c, ino, write).await?,
+        };
+        Ok(self.install(c, entry, grants, write, Some(since)).await.1)
     }
 
     /// A fresh cached entry of `ino` with a read capability, if there is one.
@@ -265,18 +218,19 @@ impl Client {
     }
 
     /// `ino`'s entry and capabilities asked of the namespace for an open.
-    pub(crate) async fn entry_to_open(
+    /// With the commit number it was asked at.
+    async fn entry_to_open(
         &self,
         c: &Creds,
         ino: u64,
         write: bool,
-    ) -> Result<(Entry, Vec<Grant>)> {
+    ) -> Result<(Entry, Vec<Grant>, u64)> {
         let held_here = self.inner.is_open(ino);
         let r = self
             .inner
-            .open_grants(ino, c, write)
+            .open_grants_since(ino, c, write)
             .await
-            .and_then(|(e, g)| {
+            .and_then(|(e, g, since)| {
                 // Without a name, a file is reachable only through what was
                 // open before (the MDS checks its sessions; a namespace on
                 // the OSDs has only this client to ask).
@@ -286,7 +240,7 @@ impl Client {
                         format!("inode {ino:#x} was unlinked"),
                     ));
                 }
-                Ok((e, g))
+                Ok((e, g, since))
             });
         match r {
             Ok(x) => Ok(x),
@@ -395,7 +349,7 @@ impl Client {
             let r = self.close_or_defer(h.inode.ino, &mut st).await;
             st.handles = st.handles.saturating_sub(1);
             if st.handles == 0 && !st.busy() && !st.modified {
-                self.inner.forget_open(&h.inode, st.write_caps);
+                self.inner.forget_open(&h.inode);
             }
             r
         };

@@ -11,6 +11,7 @@ pub mod cache;
 pub mod caps;
 pub mod client;
 pub mod closed;
+pub mod commits;
 pub mod config;
 pub mod copy;
 pub mod error;

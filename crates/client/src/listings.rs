@@ -25,7 +25,9 @@ pub const MAX_ENTRIES: usize = 65_536;
 
 #[derive(Default)]
 struct State {
-    by_dir: HashMap<u64, (Instant, Vec<DirEntry>)>,
+    /// Each listing with when it was fetched and the commit number it
+    /// was asked at ([`crate::commits`]).
+    by_dir: HashMap<u64, (Instant, u64, Vec<DirEntry>)>,
     /// Insertion order, for eviction (may name listings already gone).
     order: VecDeque<u64>,
     entries: usize,
@@ -50,15 +52,17 @@ impl Listings {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Keeps `listings`, fetched at `at`.
-    pub fn insert(&self, at: Instant, listings: Vec<Listing>) {
+    /// Keeps `listings`, fetched at `at`, asked for at commit number
+    /// `since` (their attributes are settled against later commits when
+    /// used).
+    pub fn insert(&self, at: Instant, since: u64, listings: Vec<Listing>) {
         let mut st = self.state();
         for l in listings {
             if l.entries.len() > MAX_ENTRIES {
                 continue;
             }
             st.entries += l.entries.len();
-            if let Some((_, old)) = st.by_dir.insert(l.ino, (at, l.entries)) {
+            if let Some((_, _, old)) = st.by_dir.insert(l.ino, (at, since, l.entries)) {
                 st.entries -= old.len();
             }
             st.order.push_back(l.ino);
@@ -67,7 +71,7 @@ impl Listings {
             let Some(d) = st.order.pop_front() else {
                 break;
             };
-            if let Some((_, old)) = st.by_dir.remove(&d) {
+            if let Some((_, _, old)) = st.by_dir.remove(&d) {
                 st.entries -= old.len();
             }
         }
@@ -77,19 +81,19 @@ impl Listings {
         }
     }
 
-    /// `dir`'s listing and when it was fetched, if one is fresh (taken:
-    /// each is used once).
-    pub fn take(&self, dir: u64) -> Option<(Instant, Vec<DirEntry>)> {
+    /// `dir`'s listing, when it was fetched and the commit number it was
+    /// asked at, if one is fresh (taken: each is used once).
+    pub fn take(&self, dir: u64) -> Option<(Instant, u64, Vec<DirEntry>)> {
         let mut st = self.state();
-        let (at, entries) = st.by_dir.remove(&dir)?;
+        let (at, since, entries) = st.by_dir.remove(&dir)?;
         st.entries -= entries.len();
-        (at.elapsed() < self.window).then_some((at, entries))
+        (at.elapsed() < self.window).then_some((at, since, entries))
     }
 
     /// Forgets `dir`'s listing (this client changed the directory).
     pub fn forget(&self, dir: u64) {
         let mut st = self.state();
-        if let Some((_, old)) = st.by_dir.remove(&dir) {
+        if let Some((_, _, old)) = st.by_dir.remove(&dir) {
             st.entries -= old.len();
         }
     }
@@ -128,23 +132,24 @@ mod tests {
     fn listings_are_used_once_forgotten_on_change_and_bounded() {
         let l = Listings::new(Duration::from_secs(60));
         let now = Instant::now();
-        l.insert(now, vec![listing(1, 3), listing(2, 2)]);
-        assert_eq!(l.take(1).map(|(_, e)| e.len()), Some(3));
+        l.insert(now, 0, vec![listing(1, 3), listing(2, 2)]);
+        assert_eq!(l.take(1).map(|(_, _, e)| e.len()), Some(3));
         assert!(l.take(1).is_none(), "used once");
         l.forget(2);
         assert!(l.take(2).is_none(), "forgotten");
         // The oldest go first past the entry bound.
         l.insert(
             now,
+            0,
             vec![listing(3, MAX_ENTRIES / 2), listing(4, MAX_ENTRIES / 2)],
         );
-        l.insert(now, vec![listing(5, 10)]);
+        l.insert(now, 0, vec![listing(5, 10)]);
         assert!(l.take(3).is_none(), "evicted");
         assert!(l.take(4).is_some() && l.take(5).is_some());
         assert!(l.is_empty());
         // Past the window: not answered.
         let old = Listings::new(Duration::from_millis(1));
-        old.insert(now, vec![listing(6, 1)]);
+        old.insert(now, 0, vec![listing(6, 1)]);
         std::thread::sleep(Duration::from_millis(5));
         assert!(old.take(6).is_none());
     }

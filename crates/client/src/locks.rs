@@ -206,8 +206,9 @@ impl Client {
     pub async fn revalidate(&self, c: &Creds, f: &crate::open_file::OpenInode) -> Result<()> {
         let mut st = f.st.lock().await;
         crate::file::commit(self.inner(), f.ino, &mut st).await?;
-        let a = self.inner().ns.getattr(c, f.ino).await?;
-        self.inner().meta.cache_attr(a.clone());
+        let asked = self.inner().meta.commits.ask();
+        let mut a = self.inner().ns.getattr(c, f.ino).await?;
+        self.inner().meta.cache_attr(&mut a, asked.since());
         crate::file::truncated(f, &mut st, a.size);
         Ok(())
     }

@@ -1,21 +1,20 @@
 //! Names and attributes through a [`Client`]: lookup, getattr and
 //! setattr, answered from the cache while fresh, always with the length
 //! this client knows of a file it writes (which the namespace may not
-//! have yet). An answer asked for while this client wrote a file out and
-//! forgot it is asked for again ([`crate::state::Departures`]): it may
-//! hold the length from before the commit.
+//! have yet). Every answer is settled against the lengths this client
+//! committed after it was asked for ([`crate::commits`]): it may have
+//! been made before the commit and arrive after it, when the file is no
+//! longer open here.
 
 use proto::mds::{Attr, Creds, Entry, FileKind, SetAttr};
+
+use std::sync::Arc;
 
 use crate::client::Client;
 use crate::error::{Errno, FsError, Result};
 use crate::file;
+use crate::open_file::{FileState, OpenInode};
 use crate::state::lock;
-
-/// How many times a lookup or stat asks again while files this client
-/// wrote out leave its open inodes ([`crate::state::Departures`]) before
-/// taking the answer it has.
-const STEADY_TRIES: u32 = 4;
 
 impl Client {
     /// `e` with the length this client knows of its file, if longer.
@@ -24,6 +23,21 @@ impl Client {
         e
     }
 
+    /// The number of this client's last length commit: an answer kept
+    /// from now is settled with it later ([`Client::as_known`]).
+    pub fn commit_number(&self) -> u64 {
+        self.inner.meta.commits.last()
+    }
+
+    /// `a`, read when the commit number was `since`, as this client knows
+    /// the file now: with the lengths it committed since, and what it
+    /// holds unwritten.
+    pub fn as_known(&self, mut a: Attr, since: u64) -> Attr {
+        self.inner.meta.commits.settle_attr(&mut a, since);
+        self.with_local_size(a)
+    }
+
+    /// `a` with the length this client holds of an open file, if longer.
     pub(crate) fn with_local_size(&self, mut a: Attr) -> Attr {
         if let Some(s) = self.inner.local_size(a.ino) {
             a.size = a.size.max(s);
@@ -33,20 +47,6 @@ impl Client {
 
     /// Finds `name` in directory `parent`.
     pub async fn lookup(&self, c: &Creds, parent: u64, name: &str) -> Result<Entry> {
-        let mut tries = 0;
-        loop {
-            let marks = self.inner.departures.marks();
-            let e = self.lookup_once(c, parent, name).await?;
-            tries += 1;
-            if tries == STEADY_TRIES || !marks.moved(&self.inner.departures, e.attr.ino) {
-                return Ok(e);
-            }
-        }
-    }
-
-    /// [`Client::lookup`], once: its length may predate a commit of a
-    /// file this client wrote out and forgot meanwhile.
-    async fn lookup_once(&self, c: &Creds, parent: u64, name: &str) -> Result<Entry> {
         let meta = &self.inner.meta;
         // A held lease knows every name in its directory: a name it does
         // not list is absent, whatever the cache holds.
@@ -86,6 +86,7 @@ impl Client {
             ));
         }
         meta.miss();
+        let asked = meta.commits.ask();
         // A directory is never taken from a lookup that skips the lease's
         // queue (`lookup_listed`): it would be asked twice, so it waits
         // for the queue like any request.
@@ -94,12 +95,12 @@ impl Client {
             && let Some(f) = self
                 .inner
                 .leases
-                .lookup_listed(c, parent, name, ino, |f| meta.absorb(f))
+                .lookup_listed(c, parent, name, ino, |f| meta.absorb(f, asked.since()))
                 .await
         {
             return Ok(self.sized(f.entry));
         }
-        let f = match self.inner.ns.lookup(c, parent, name).await {
+        let mut f = match self.inner.ns.lookup(c, parent, name).await {
             Ok(f) => f,
             Err(e) => {
                 tracing::trace!(parent, name, error = %e, "lookup: the namespace says");
@@ -109,7 +110,7 @@ impl Client {
                 return Err(e);
             }
         };
-        self.inner.meta.absorb(&f);
+        self.inner.meta.absorb(&mut f, asked.since());
         Ok(self.sized(f.entry))
     }
 
@@ -134,41 +135,33 @@ impl Client {
 
     /// Attributes of `ino`.
     pub async fn getattr(&self, c: &Creds, ino: u64) -> Result<Attr> {
-        let mut tries = 0;
-        loop {
-            let seen = self.inner.departures.mark(ino);
-            let a = self.getattr_once(c, ino).await?;
-            tries += 1;
-            if tries == STEADY_TRIES || self.inner.departures.mark(ino) == seen {
-                return Ok(a);
-            }
-        }
-    }
-
-    /// [`Client::getattr`], once: its length may predate a commit of a
-    /// file this client wrote out and forgot meanwhile.
-    async fn getattr_once(&self, c: &Creds, ino: u64) -> Result<Attr> {
-        if let Some(a) = self.inner.meta.fresh_attr(ino) {
+        let meta = &self.inner.meta;
+        if let Some(a) = meta.fresh_attr(ino) {
             return Ok(self.with_local_size(a));
         }
-        self.inner.meta.miss();
-        if self.inner.meta.only_changed(ino) {
+        meta.miss();
+        let asked = meta.commits.ask();
+        if meta.only_changed(ino) {
             // A directory this client just changed: its new times and link
             // count, without the neighbours a cold stat prefetches.
-            let a = self.inner.ns.getattr(c, ino).await?;
-            self.inner.meta.cache_attr(a.clone());
+            let mut a = self.inner.ns.getattr(c, ino).await?;
+            meta.cache_attr(&mut a, asked.since());
             return Ok(self.with_local_size(a));
         }
         let a = match self.inner.ns.stat(c, ino).await? {
             // An orphan (open, unlinked) has no name to be cached under.
-            Some(f) if f.entry.attr.nlink > 0 || f.entry.attr.kind == FileKind::Dir => {
-                self.inner.meta.absorb(&f);
+            Some(mut f) if f.entry.attr.nlink > 0 || f.entry.attr.kind == FileKind::Dir => {
+                meta.absorb(&mut f, asked.since());
                 f.entry.attr
             }
-            Some(f) => f.entry.attr,
+            Some(f) => {
+                let mut a = f.entry.attr;
+                meta.commits.settle_attr(&mut a, asked.since());
+                a
+            }
             None => {
-                let a = self.inner.ns.getattr(c, ino).await?;
-                self.inner.meta.cache_attr(a.clone());
+                let mut a = self.inner.ns.getattr(c, ino).await?;
+                meta.cache_attr(&mut a, asked.since());
                 a
             }
         };
@@ -197,46 +190,73 @@ impl Client {
         set.via_handle = fh
             .and_then(|fh| lock(&self.inner.handles).get(&fh).cloned())
             .is_some_and(|h| h.write && h.inode.ino == ino);
-        let open = lock(&self.inner.inodes).get(&ino).cloned();
-        let mut guard = match &open {
-            Some(f) => Some(f.st.lock().await),
-            None => None,
-        };
-        let a = match self.inner.leases.setattr(c, ino, &set) {
+        // The file's open state here, held — the one among the open
+        // inodes once locked: a write-out may forget it while this waits
+        // (then the one there now, if any).
+        loop {
+            let open = lock(&self.inner.inodes).get(&ino).cloned();
+            let mut guard = match &open {
+                Some(f) => Some(f.st.lock().await),
+                None => None,
+            };
+            if let Some(f) = &open
+                && !lock(&self.inner.inodes)
+                    .get(&ino)
+                    .is_some_and(|x| Arc::ptr_eq(x, f))
+            {
+                continue;
+            }
+            let st = guard.as_deref_mut();
+            return self.setattr_held(c, ino, &set, open.as_ref(), st).await;
+        }
+    }
+
+    /// [`Client::setattr_via`] with the file's open state `st` held (if it
+    /// is open here).
+    async fn setattr_held(
+        &self,
+        c: &Creds,
+        ino: u64,
+        set: &SetAttr,
+        open: Option<&Arc<OpenInode>>,
+        mut st: Option<&mut FileState>,
+    ) -> Result<Attr> {
+        let mut asked = self.inner.meta.commits.ask();
+        let a = match self.inner.leases.setattr(c, ino, set) {
             // A file made under a lease this client holds: answered here.
             Some(r) => r?,
             None => {
                 // Buffered data goes out before a truncate. New times do
                 // not wait for it: the length commit that follows keeps them.
-                if let Some(st) = guard.as_mut()
+                if let Some(st) = st.as_deref_mut()
                     && set.size.is_some()
                 {
                     file::commit(&self.inner, ino, st).await?;
                 }
-                let r = self.inner.ns.setattr(c, ino, &set).await;
+                asked = self.inner.meta.commits.ask();
+                let r = self.inner.ns.setattr(c, ino, set).await;
                 // Changed (or maybe changed) by the MDS: no longer the lease's.
                 self.inner.leases.unmade(ino);
                 r?
             }
         };
-        if let Some(st) = guard.as_mut()
+        if let Some(st) = st.as_deref_mut()
             && set.mtime.is_some()
             && set.size.is_none()
         {
             st.times_set = true;
         }
-        if let (Some(f), Some(st), Some(size)) = (&open, guard.as_mut(), set.size) {
+        if let (Some(f), Some(st), Some(size)) = (open, st, set.size) {
             file::truncated(f, st, size);
         }
         // The MDS (or the lease) knows the committed length; this client
         // may hold more — read while the file's state is held, so a
         // write-out cannot commit it and forget the file in between.
-        let a = self.with_local_size(a);
-        drop(guard);
+        let mut a = self.with_local_size(a);
         if set.size.is_some() {
             self.inner.meta.cache_truncated(a.clone());
         } else {
-            self.inner.meta.cache_attr(a.clone());
+            self.inner.meta.cache_attr(&mut a, asked.since());
         }
         Ok(a)
     }

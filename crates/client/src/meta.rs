@@ -6,10 +6,11 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use proto::layout::data_oid;
+use proto::layout::{Layout, data_oid};
 use proto::mds::{Attr, DirEntry, Entry, Found, Grant};
 
 use crate::cache::{Cached, MetaCache, Segment};
+use crate::commits::Commits;
 use crate::stats::Counters;
 
 /// The shared metadata cache and counters.
@@ -21,6 +22,9 @@ pub struct Meta {
     pub attr_timeout: Duration,
     /// Prefetched directory listings.
     pub listings: crate::listings::Listings,
+    /// This client's recent commits, which answers asked before them are
+    /// settled against.
+    pub commits: Commits,
 }
 
 impl Meta {
@@ -31,6 +35,7 @@ impl Meta {
             counters: Counters::default(),
             attr_timeout,
             listings: crate::listings::Listings::new(attr_timeout),
+            commits: Commits::new(attr_timeout),
         }
     }
 
@@ -71,31 +76,34 @@ impl Meta {
         })
     }
 
-    /// Caches a lookup-style answer: the entry on demand, its prefetched
-    /// neighbours (each with the range capabilities that cover it) as prefetch.
-    pub fn absorb(&self, f: &Found) {
+    /// Caches a lookup-style answer to a question asked at `since`
+    /// ([`Commits::ask`]): the entry on demand, its prefetched neighbours
+    /// (each with the range capabilities that cover it) as prefetch — each
+    /// settled first against this client's later commits, in `f` too.
+    pub fn absorb(&self, f: &mut Found, since: u64) {
+        self.commits
+            .settle_entry(&mut f.entry, &mut f.grants, since);
         let now = Instant::now();
         let mut c = self.cache();
-        let mut found = Cached {
-            entry: f.entry.clone(),
-            grants: f.grants.clone(),
-            fetched: now,
-            layout_known: true,
-            changed: false,
-            committed: None,
-        };
-        if let Some(old) = c.peek(f.entry.attr.ino) {
-            self.keep_committed(old, &mut found);
-        }
-        c.insert(found, Segment::Demand);
-        for e in &f.prefetch {
+        c.insert(
+            Cached {
+                entry: f.entry.clone(),
+                grants: f.grants.clone(),
+                fetched: now,
+                layout_known: true,
+                changed: false,
+            },
+            Segment::Demand,
+        );
+        for e in &mut f.prefetch {
             let oid = data_oid(e.attr.ino);
-            let grants: Vec<Grant> = f
+            let mut grants: Vec<Grant> = f
                 .prefetch_grants
                 .iter()
                 .filter(|g| g.covers(oid, 0))
                 .cloned()
                 .collect();
+            self.commits.settle_entry(e, &mut grants, since);
             // A neighbour cached and fresh keeps its attributes: the MDS
             // read this answer's snapshot before the request was answered,
             // and a size this client committed since (a file it just
@@ -123,7 +131,6 @@ impl Meta {
                     fetched: now,
                     layout_known: true,
                     changed: false,
-                    committed: None,
                 },
                 Segment::Prefetch,
             );
@@ -134,9 +141,15 @@ impl Meta {
     /// attributes) as prefetch, for the lookups and stats that follow a
     /// listing; an entry already cached and fresh is left as it is (it may
     /// hold grants and a layout a listing lacks).
-    pub fn listed(&self, dir: u64, at: Instant, entries: &[DirEntry]) {
+    /// The entries' attributes are settled first (in `entries` too)
+    /// against this client's commits after `since`, when the listing was
+    /// asked for.
+    pub fn listed(&self, dir: u64, at: Instant, entries: &mut [DirEntry], since: u64) {
+        for a in entries.iter_mut().filter_map(|e| e.attr.as_mut()) {
+            self.commits.settle_attr(a, since);
+        }
         let mut c = self.cache();
-        for e in entries {
+        for e in entries.iter() {
             let Some(attr) = &e.attr else {
                 continue;
             };
@@ -157,20 +170,39 @@ impl Meta {
                     fetched: at,
                     layout_known: false,
                     changed: false,
-                    committed: None,
                 },
                 Segment::Prefetch,
             );
         }
     }
 
-    /// Updates a cached entry's attributes (after an operation returned
-    /// them) — not to a shorter length than this client committed within
-    /// the consistency window (an answer made before that commit).
-    pub fn cache_attr(&self, mut a: Attr) {
+    /// Updates a cached entry's attributes from an answer to a question
+    /// asked at `since`, settled first (in `a` too) against this client's
+    /// later commits.
+    pub fn cache_attr(&self, a: &mut Attr, since: u64) {
+        self.commits.settle_attr(a, since);
         self.cache().update(a.ino, |c| {
-            if self.committed_lately(c) {
-                a.size = a.size.max(c.entry.attr.size);
+            c.entry.attr = a.clone();
+            c.fetched = Instant::now();
+            c.changed = false;
+        });
+    }
+
+    /// This client committed the file's length (a close, fsync or
+    /// write-back), its data written under `layout` with `grants`: the
+    /// cached entry takes all three, and answers asked before are settled
+    /// against them ([`Commits`]).
+    pub fn cache_committed(&self, a: Attr, layout: Option<Layout>, grants: Vec<Grant>) {
+        self.commits
+            .committed(a.ino, a.size, layout.clone(), grants.clone());
+        self.cache().update(a.ino, |c| {
+            let longer = match (&layout, &c.entry.layout) {
+                (Some(new), Some(old)) => new.objsets.len() >= old.objsets.len(),
+                (new, _) => new.is_some(),
+            };
+            if longer && c.layout_known {
+                c.entry.layout = layout;
+                c.grants = grants;
             }
             c.entry.attr = a;
             c.fetched = Instant::now();
@@ -178,51 +210,15 @@ impl Meta {
         });
     }
 
-    /// [`Meta::cache_attr`] after this client committed the file's length
-    /// (a close, fsync or write-back): later answers made before it keep
-    /// this length and layout for the consistency window.
-    pub fn cache_committed(&self, a: Attr) {
-        self.cache().update(a.ino, |c| {
-            c.entry.attr = a;
-            c.fetched = Instant::now();
-            c.changed = false;
-            c.committed = Some(Instant::now());
-        });
-    }
-
-    /// [`Meta::cache_attr`] after this client set the file's length
-    /// (a truncate): shorter is now right.
+    /// This client set the file's length (a truncate): the cached entry
+    /// takes the answer, and answers asked before take its length.
     pub fn cache_truncated(&self, a: Attr) {
+        self.commits.truncated(a.ino, a.size);
         self.cache().update(a.ino, |c| {
             c.entry.attr = a;
             c.fetched = Instant::now();
             c.changed = false;
-            c.committed = None;
         });
-    }
-
-    /// Whether this client committed `c`'s length within the window.
-    fn committed_lately(&self, c: &Cached) -> bool {
-        c.committed.is_some_and(|t| t.elapsed() < self.attr_timeout)
-    }
-
-    /// `new` (an answer about to replace `old`) with the length and the
-    /// layout `old` holds from a commit of this client within the window,
-    /// when those are longer.
-    fn keep_committed(&self, old: &Cached, new: &mut Cached) {
-        if !self.committed_lately(old) {
-            return;
-        }
-        new.committed = old.committed;
-        let a = &mut new.entry.attr;
-        a.size = a.size.max(old.entry.attr.size);
-        let sets = |c: &Cached| c.entry.layout.as_ref().map(|l| l.objsets.len());
-        if old.layout_known && sets(old) > sets(new) {
-            // Capabilities name the OSDs of their layout: the two together.
-            new.entry.layout = old.entry.layout.clone();
-            new.grants = old.grants.clone();
-            new.layout_known = true;
-        }
     }
 
     /// A namespace change in directory `dir` by this client: with the
@@ -334,12 +330,12 @@ mod tests {
     #[test]
     fn a_prefetched_neighbour_never_replaces_a_fresh_entry() {
         let m = Meta::new(64, 64, Duration::from_secs(1));
-        m.absorb(&found(entry(7, 0), Vec::new()));
-        m.cache_attr(entry(7, 4096).attr);
-        m.absorb(&found(entry(8, 0), vec![entry(7, 0)]));
+        m.absorb(&mut found(entry(7, 0), Vec::new()), 0);
+        m.cache_attr(&mut entry(7, 4096).attr, 0);
+        m.absorb(&mut found(entry(8, 0), vec![entry(7, 0)]), 0);
         assert_eq!(m.fresh_attr(7).map(|a| a.size), Some(4096));
         // The entry asked for is the answer itself: it is taken.
-        m.absorb(&found(entry(7, 10), Vec::new()));
+        m.absorb(&mut found(entry(7, 10), Vec::new()), 0);
         assert_eq!(m.fresh_attr(7).map(|a| a.size), Some(10));
         // A listed entry (no layout known) keeps its attributes and takes
         // the prefetch's layout and grants, so an open needs no MDS.
@@ -349,7 +345,7 @@ mod tests {
             kind: FileKind::File,
             attr: Some(entry(9, 300).attr),
         };
-        m.listed(1, Instant::now(), &[listing]);
+        m.listed(1, Instant::now(), &mut [listing], 0);
         assert!(!m.cache().peek(9).unwrap().layout_known);
         let mut neighbour = entry(9, 0);
         neighbour.layout = Some(proto::layout::Layout {
@@ -358,24 +354,23 @@ mod tests {
             objsets: vec![9],
             homes: Vec::new(),
         });
-        m.absorb(&found(entry(8, 0), vec![neighbour]));
+        m.absorb(&mut found(entry(8, 0), vec![neighbour]), 0);
         let x = m.cache().peek(9).cloned().unwrap();
         assert!(x.layout_known && x.entry.layout.is_some());
         assert_eq!(x.entry.attr.size, 300);
         // A neighbour not cached, or cached and stale, is taken.
         let short = Meta::new(64, 64, Duration::ZERO);
-        short.absorb(&found(entry(7, 5), Vec::new()));
-        short.absorb(&found(entry(8, 0), vec![entry(7, 6)]));
+        short.absorb(&mut found(entry(7, 5), Vec::new()), 0);
+        short.absorb(&mut found(entry(8, 0), vec![entry(7, 6)]), 0);
         assert_eq!(short.cache().peek(7).map(|x| x.entry.attr.size), Some(6));
     }
 
-    /// Answers made before this client committed a length (a setattr or
-    /// stat that raced a write-out) arrive after the commit's: they keep
-    /// the committed length and the longer layout for the window; a
-    /// truncate by this client takes the length down; after the window an
-    /// answer is taken as it is.
+    /// An answer asked for before this client committed a length (a
+    /// setattr or stat that raced a write-out) arrives after the commit:
+    /// cached and returned with the committed length and layout; one
+    /// asked for after a truncate here takes the truncate's length.
     #[test]
-    fn answers_older_than_a_commit_here_never_take_its_length_back() {
+    fn answers_asked_before_a_commit_here_never_take_its_length_back() {
         let m = Meta::new(64, 64, Duration::from_secs(5));
         let laid = |ino, size, sets: Vec<u64>| {
             let mut e = entry(ino, size);
@@ -387,28 +382,31 @@ mod tests {
             });
             e
         };
-        m.absorb(&found(laid(7, 0, vec![7]), Vec::new()));
-        m.cache_committed(entry(7, 4164).attr);
-        m.cache_attr(entry(7, 0).attr);
+        m.absorb(
+            &mut found(laid(7, 0, vec![7]), Vec::new()),
+            m.commits.last(),
+        );
+        let early = m.commits.ask();
+        let long = laid(7, 4164, vec![7, 70]);
+        m.cache_committed(long.attr.clone(), long.layout.clone(), Vec::new());
+        let mut a = entry(7, 0).attr;
+        m.cache_attr(&mut a, early.since());
+        assert_eq!(a.size, 4164, "the answer itself is settled");
         assert_eq!(m.fresh_attr(7).map(|a| a.size), Some(4164));
-        m.cache()
-            .update(7, |c| c.entry.layout = laid(7, 0, vec![7, 70]).layout);
-        m.absorb(&found(laid(7, 10, vec![7]), Vec::new()));
+        let mut f = found(laid(7, 10, vec![7]), vec![entry(9, 1)]);
+        m.absorb(&mut f, early.since());
+        assert_eq!(f.entry.attr.size, 4164);
         let x = m.cache().peek(7).cloned().unwrap();
-        assert_eq!(x.entry.attr.size, 4164);
         assert_eq!(x.entry.layout.unwrap().objsets, vec![7, 70]);
-        // Longer answers are taken.
-        m.cache_attr(entry(7, 9000).attr);
-        assert_eq!(m.fresh_attr(7).map(|a| a.size), Some(9000));
-        m.cache_truncated(entry(7, 100).attr);
-        assert_eq!(m.fresh_attr(7).map(|a| a.size), Some(100));
-        m.cache_attr(entry(7, 50).attr);
+        // Asked after the commit: taken as it is (another client's truncate).
+        let late = m.commits.ask();
+        let mut a = entry(7, 50).attr;
+        m.cache_attr(&mut a, late.since());
         assert_eq!(m.fresh_attr(7).map(|a| a.size), Some(50));
-        // Past the window, what the namespace says.
-        let short = Meta::new(64, 64, Duration::ZERO);
-        short.absorb(&found(entry(8, 0), Vec::new()));
-        short.cache_committed(entry(8, 4164).attr);
-        short.cache_attr(entry(8, 3).attr);
-        assert_eq!(short.cache().peek(8).map(|x| x.entry.attr.size), Some(3));
+        // A truncate here: answers from before it take its length.
+        m.cache_truncated(entry(7, 100).attr);
+        let mut a = entry(7, 4164).attr;
+        m.cache_attr(&mut a, late.since());
+        assert_eq!(a.size, 100);
     }
 }

@@ -52,69 +52,12 @@ pub struct Inner {
     /// Bytes buffered or being written in the whole client.
     pub dirty_total: AtomicU64,
     pub(crate) inodes: Mutex<HashMap<u64, Arc<OpenInode>>>,
-    /// Counts open inodes that left `inodes` after being written through
-    /// ([`Departures`]).
-    pub(crate) departures: Departures,
     pub(crate) handles: Mutex<HashMap<u64, Handle>>,
     pub(crate) next_fh: AtomicU64,
     /// The principal this client authenticated as.
     pub principal: proto::mds::PrincipalInfo,
     /// Its root directory (ROOT_INO unless confined to a subtree).
     pub root: u64,
-}
-
-/// How many inodes that were open for writing left [`Inner::inodes`],
-/// counted in a few slots by inode number. An answer asked of the
-/// namespace while such an inode was written out and forgotten may hold
-/// the length from before its commit, and this client no longer knows
-/// better: an open, a lookup or a stat compares the inode's slot before
-/// and after, and asks again when it moved (a shared slot only costs a
-/// second ask).
-pub(crate) struct Departures([AtomicU64; DEPARTURE_SLOTS]);
-
-const DEPARTURE_SLOTS: usize = 64;
-
-/// Every slot of [`Departures`] at one instant (for a call that learns
-/// the inode number only from its answer).
-pub(crate) struct Marks([u64; DEPARTURE_SLOTS]);
-
-impl Default for Departures {
-    fn default() -> Departures {
-        Departures(std::array::from_fn(|_| AtomicU64::new(0)))
-    }
-}
-
-fn slot_of(ino: u64) -> usize {
-    (ino % DEPARTURE_SLOTS as u64) as usize
-}
-
-impl Departures {
-    /// The count for `ino`'s slot now.
-    pub(crate) fn mark(&self, ino: u64) -> u64 {
-        self.0[slot_of(ino)].load(Ordering::SeqCst)
-    }
-
-    /// Every slot's count now.
-    pub(crate) fn marks(&self) -> Marks {
-        Marks(std::array::from_fn(|i| self.0[i].load(Ordering::SeqCst)))
-    }
-
-    /// Counts a departure of `ino` (with the inodes' lock held).
-    fn note(&self, ino: u64) {
-        self.0[slot_of(ino)].fetch_add(1, Ordering::SeqCst);
-    }
-}
-
-impl Marks {
-    /// `ino`'s slot as it was.
-    pub(crate) fn of(&self, ino: u64) -> u64 {
-        self.0[slot_of(ino)]
-    }
-
-    /// Whether an inode of `ino`'s slot left since.
-    pub(crate) fn moved(&self, now: &Departures, ino: u64) -> bool {
-        now.mark(ino) != self.of(ino)
-    }
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -130,16 +73,30 @@ impl Inner {
         creds: &Creds,
         write: bool,
     ) -> Result<(Entry, Vec<Grant>)> {
+        let (e, g, _) = self.open_grants_since(ino, creds, write).await?;
+        Ok((e, g))
+    }
+
+    /// [`Inner::open_grants`], and the commit number it was asked at
+    /// ([`crate::commits`]): the answer is settled against the commits
+    /// before it arrived, and must be against any after it until used.
+    pub(crate) async fn open_grants_since(
+        &self,
+        ino: u64,
+        creds: &Creds,
+        write: bool,
+    ) -> Result<(Entry, Vec<Grant>, u64)> {
         self.meta.miss();
         self.leases.forget_made(ino);
-        let f = if write {
+        let asked = self.meta.commits.ask();
+        let mut f = if write {
             self.as_writer(ino, || self.ns.open(creds, ino, true))
                 .await?
         } else {
             self.ns.open(creds, ino, false).await?
         };
-        self.meta.absorb(&f);
-        Ok((f.entry, f.grants))
+        self.meta.absorb(&mut f, asked.since());
+        Ok((f.entry, f.grants, asked.since()))
     }
 
     /// Runs `call`, a request the MDS lets through because this session
@@ -196,15 +153,11 @@ impl Inner {
         v
     }
 
-    /// Forgets open inode `f` if it is still the one in `inodes`, counting
-    /// the departure of one that was open for writing.
-    pub(crate) fn forget_open(&self, f: &Arc<OpenInode>, written: bool) {
+    /// Forgets open inode `f` if it is still the one in `inodes`.
+    pub(crate) fn forget_open(&self, f: &Arc<OpenInode>) {
         let mut inodes = lock(&self.inodes);
         if inodes.get(&f.ino).is_some_and(|g| Arc::ptr_eq(g, f)) {
             inodes.remove(&f.ino);
-            if written {
-                self.departures.note(f.ino);
-            }
         }
     }
 

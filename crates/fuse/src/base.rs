@@ -22,6 +22,9 @@ pub(crate) struct Listing {
     pub(crate) ino: u64,
     pub(crate) parent: u64,
     pub(crate) entries: Vec<DirEntry>,
+    /// The client's commit number when it was read: its attributes are
+    /// settled against later commits when given to the kernel.
+    pub(crate) since: u64,
 }
 
 /// Tessera behind FUSE.

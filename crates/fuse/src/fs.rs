@@ -504,11 +504,13 @@ impl Filesystem for TesseraFs {
             }
             // "..": the parent this client last saw (the kernel keeps its own).
             let parent = self.client.parent_hint(dir);
+            let since = self.client.commit_number();
             let entries = self.client.readdir(&c, dir).await?;
             Ok(Listing {
                 ino: dir,
                 parent,
                 entries,
+                since,
             })
         });
         match r {
@@ -590,7 +592,9 @@ impl Filesystem for TesseraFs {
             } else {
                 let e = &l.entries[(i - 2) as usize];
                 let a: FileAttr = match &e.attr {
-                    Some(a) => file_attr(&self.inos, a),
+                    // As the mount knows it now: it may have written or
+                    // committed more since the listing was read.
+                    Some(a) => file_attr(&self.inos, &self.client.as_known(a.clone(), l.since)),
                     None => match self.run(self.client.getattr(&c, e.ino)) {
                         Ok(a) => file_attr(&self.inos, &a),
                         Err(_) => continue,

@@ -634,6 +634,23 @@ fn df_counts_the_copies(a: &Path, mds_addr: &str, cluster: &str) {
     );
 }
 
+/// Files written and closed, then appended to with `>>` and checked with
+/// `stat` and `cmp` while the mount's write-back timer writes them out
+/// (an append through a create that answered the namespace's older
+/// length wrote over the file's start; a stat raced the commit).
+fn appends_and_stats_racing_the_write_back(a: &Path) {
+    let d = a.join("appends");
+    std::fs::create_dir(&d).unwrap();
+    let script = format!(
+        "cd '{}' && for i in $(seq 1 120); do yes abcdefghij | head -c $((4000 + i)) > f$i; done && \
+         sleep 0.9 && for i in $(seq 1 120); do echo tail >> f$i; \
+           s=$(stat -c %s f$i); [ $s -eq $((4005 + i)) ] || {{ echo \"f$i: $s\"; exit 1; }}; done && \
+         for i in $(seq 1 120); do (yes abcdefghij | head -c $((4000 + i)); echo tail) | cmp - f$i || exit 1; done",
+        d.display()
+    );
+    sh_ok(&script);
+}
+
 fn run(cluster: &str, format_extra: &[&str]) {
     with_two_mounts(cluster, format_extra, |a, b, d, mds_addr| {
         locks_between_mounts(a, b);
@@ -641,6 +658,7 @@ fn run(cluster: &str, format_extra: &[&str]) {
         appends_under_flock_from_two_mounts(a, b);
         setattr_on_buffered_data(a, b);
         tar_keeps_every_mtime(a, d);
+        appends_and_stats_racing_the_write_back(a);
         punch_after_truncate(a);
         long_names_and_stale_names(a, b);
         atomic_saves_under_readers(a, b);

@@ -402,7 +402,7 @@ impl DirLeases {
         parent: u64,
         name: &str,
         ino: u64,
-        absorb: impl FnOnce(&Found),
+        absorb: impl FnOnce(&mut Found),
     ) -> Option<Found> {
         let op = Op::Lookup {
             parent,
@@ -425,7 +425,7 @@ impl DirLeases {
             return None;
         }
         f.prefetch.retain(|e| vouched(e));
-        absorb(&f);
+        absorb(&mut f);
         self.looked_up.fetch_add(1, Ordering::Relaxed);
         Some(*f)
     }

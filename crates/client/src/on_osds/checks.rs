@@ -18,8 +18,9 @@ impl OsdNamespace {
             return Ok(a);
         }
         self.meta.miss();
-        let a = self.getattr(ino).await?;
-        self.meta.cache_attr(a.clone());
+        let asked = self.meta.commits.ask();
+        let mut a = self.getattr(ino).await?;
+        self.meta.cache_attr(&mut a, asked.since());
         Ok(a)
     }
 

@@ -230,7 +230,6 @@ impl State<'_> {
             fetched: self.now,
             layout_known: layout,
             changed: false,
-            committed: None,
         }
     }
 
