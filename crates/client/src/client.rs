@@ -269,7 +269,7 @@ impl Client {
         self.inner
             .leases
             .changed(parent, name, Some(made), f.dir.as_ref());
-        self.inner.meta.absorb(&mut f, since);
+        self.take_found(&mut f, since);
         self.inner.meta.dir_changed(parent, f.dir.as_ref());
         if new {
             self.inner.bare.made(f.entry.attr.ino);
@@ -301,9 +301,9 @@ impl Client {
         mode: u32,
         rdev: u32,
     ) -> Result<Entry> {
-        let since = self.inner.meta.commits.last();
+        let asked = self.inner.meta.commits.ask();
         let r = self.inner.ns.mknod(c, parent, name, kind, mode, rdev).await;
-        let f = self.made(parent, name, r, true, since)?;
+        let f = self.made(parent, name, r, true, asked.since())?;
         Ok(f.entry)
     }
 
@@ -353,17 +353,17 @@ impl Client {
 
     /// Makes a directory.
     pub async fn mkdir(&self, c: &Creds, parent: u64, name: &str, mode: u32) -> Result<Entry> {
-        let since = self.inner.meta.commits.last();
+        let asked = self.inner.meta.commits.ask();
         let r = self.inner.ns.mkdir(c, parent, name, mode).await;
-        let f = self.made(parent, name, r, true, since)?;
+        let f = self.made(parent, name, r, true, asked.since())?;
         Ok(f.entry)
     }
 
     /// Makes a symbolic link.
     pub async fn symlink(&self, c: &Creds, parent: u64, name: &str, target: &str) -> Result<Entry> {
-        let since = self.inner.meta.commits.last();
+        let asked = self.inner.meta.commits.ask();
         let r = self.inner.ns.symlink(c, parent, name, target).await;
-        let f = self.made(parent, name, r, true, since)?;
+        let f = self.made(parent, name, r, true, asked.since())?;
         Ok(f.entry)
     }
 
@@ -374,10 +374,10 @@ impl Client {
         self.inner.leases.renamed_or_linked();
         let asked = self.inner.meta.commits.ask();
         let r = self.inner.ns.link(c, ino, parent, name).await;
+        // With the length this client knows, if longer (a descriptor may
+        // still hold data the namespace has not had).
         let f = self.made(parent, name, r, false, asked.since())?;
-        // The length this client knows, if longer (a descriptor may still
-        // hold data the namespace has not had).
-        Ok(self.sized(f.entry))
+        Ok(f.entry)
     }
 
     /// Removes a file name.
@@ -489,33 +489,33 @@ impl Client {
     /// Every entry of a directory, in name order, with attributes.
     pub async fn readdir(&self, c: &Creds, ino: u64) -> Result<Vec<DirEntry>> {
         let meta = &self.inner.meta;
-        let (at, since, mut out) = match meta.listings.take(ino) {
-            Some((at, since, mut out)) => {
+        let (at, since, mut out, kept) = match meta.listings.take(ino) {
+            Some((at, since, out)) => {
                 meta.hit(true);
-                // This client's fresher attributes win over the listing's.
-                for e in &mut out {
-                    if let Some(a) = meta.cache().peek(e.ino).filter(|x| x.fetched > at) {
-                        e.attr = Some(a.entry.attr.clone());
-                    }
-                }
-                (at, since, out)
+                (at, since, out, true)
             }
             None => {
                 let at = std::time::Instant::now();
                 let asked = meta.commits.ask();
                 let (out, listings) = self.inner.ns.readdir_prefetch(c, ino).await?;
                 meta.listings.insert(at, asked.since(), listings);
-                (at, asked.since(), out)
+                (at, asked.since(), out, false)
             }
         };
+        // The lengths held here first, then the listing settled against
+        // this client's commits since it was asked for (and cached).
+        let local: Vec<Option<u64>> = out.iter().map(|e| self.inner.local_size(e.ino)).collect();
         self.inner
             .absent
             .listed(ino, at, out.iter().map(|e| e.name.clone()));
-        // Settled against this client's commits since it was asked for.
         meta.listed(ino, at, &mut out, since);
-        for e in &mut out {
-            if let Some(a) = e.attr.take() {
-                e.attr = Some(self.with_local_size(a));
+        for (e, held) in out.iter_mut().zip(local) {
+            // A kept listing: this client's fresher attributes win.
+            if kept && let Some(x) = meta.cache().peek(e.ino).filter(|x| x.fetched > at) {
+                e.attr = Some(x.entry.attr.clone());
+            }
+            if let (Some(a), Some(held)) = (e.attr.as_mut(), held) {
+                a.size = a.size.max(held);
             }
         }
         Ok(out)

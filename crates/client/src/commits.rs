@@ -37,9 +37,10 @@ pub const MAX_RECENT: usize = 65_536;
 #[derive(Clone)]
 struct Recent {
     size: u64,
-    /// A truncate by this client: answers from before it take this length
-    /// even if longer.
-    exact: bool,
+    /// The number of this client's last truncate of the file, if it is
+    /// remembered: answers asked before it take this length even if
+    /// longer (later commits only grow it from there).
+    truncated: Option<u64>,
     /// The layout the data was written under, with its capabilities.
     layout: Option<(Layout, Vec<Grant>)>,
     number: u64,
@@ -141,7 +142,11 @@ impl Commits {
             size,
             // A truncate not yet forgotten still holds for answers from
             // before it: the length after it is this client's.
-            exact: exact || before.as_ref().is_some_and(|b| b.exact),
+            truncated: if exact {
+                Some(number)
+            } else {
+                before.as_ref().and_then(|b| b.truncated)
+            },
             layout: layout.or_else(|| before.as_ref().and_then(|b| b.layout.clone())),
             number,
             at: Instant::now(),
@@ -176,7 +181,12 @@ impl Commits {
     pub fn settle_attr(&self, a: &mut Attr, since: u64) {
         let st = self.state();
         if let Some(r) = st.recent.get(&a.ino).filter(|r| r.number > since) {
-            a.size = if r.exact { r.size } else { a.size.max(r.size) };
+            let before_truncate = r.truncated.is_some_and(|t| since < t);
+            a.size = if before_truncate {
+                r.size
+            } else {
+                a.size.max(r.size)
+            };
         }
     }
 
@@ -282,10 +292,15 @@ mod tests {
         let mut a = attr(7, 4164);
         c.settle_attr(&mut a, early.since());
         assert_eq!(a.size, 100);
+        let between = c.ask();
         c.committed(7, 300, None, Vec::new());
         let mut a = attr(7, 4164);
         c.settle_attr(&mut a, early.since());
         assert_eq!(a.size, 300);
+        // Asked after the truncate: another client's longer length stands.
+        let mut a = attr(7, 4164);
+        c.settle_attr(&mut a, between.since());
+        assert_eq!(a.size, 4164);
     }
 
     /// Commits are forgotten once no question from before them is out

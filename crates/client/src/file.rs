@@ -390,6 +390,7 @@ pub async fn commit(inner: &Arc<Inner>, ino: u64, st: &mut FileState) -> Result<
             .as_writer(ino, || inner.ns.commit_size(creds, ino, size, mtime))
             .await?;
         st.modified = false;
+        inner.leases.committed(&a);
         inner
             .meta
             .cache_committed(a, st.layout.clone(), st.grants.clone());

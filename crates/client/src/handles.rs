@@ -93,13 +93,7 @@ impl Client {
         // waits for its lock, its length committed after `e` was asked
         // for: then the entry is settled again and the one there now taken.
         loop {
-            if let Some(since) = since {
-                self.inner
-                    .meta
-                    .commits
-                    .settle_entry(&mut e, &mut grants, since);
-            }
-            let f = self.open_inode(c, &e, &grants, write);
+            let f = self.open_inode(c, &mut e, &mut grants, write, since);
             if let Some(fh) = self.install_on(f, c, &e, &grants, write).await {
                 // The length this client wrote, if the entry predates it.
                 return (self.sized(e), fh);
@@ -111,10 +105,24 @@ impl Client {
         }
     }
 
-    /// The open inode `e` names: the one in `inodes`, or a new one there.
-    fn open_inode(&self, c: &Creds, e: &Entry, grants: &[Grant], write: bool) -> Arc<OpenInode> {
+    /// The open inode `e` names: the one in `inodes`, or a new one there
+    /// — `e` (and its `grants`) settled first against the commits after
+    /// `since`, under the inodes' lock: a write-out commits before it
+    /// forgets its file there, so a file not among them had its commit
+    /// recorded.
+    fn open_inode(
+        &self,
+        c: &Creds,
+        e: &mut Entry,
+        grants: &mut Vec<Grant>,
+        write: bool,
+        since: Option<u64>,
+    ) -> Arc<OpenInode> {
         let ino = e.attr.ino;
         let mut m = lock(&self.inner.inodes);
+        if let Some(since) = since {
+            self.inner.meta.commits.settle_entry(e, grants, since);
+        }
         m.entry(ino)
             .or_insert_with(|| {
                 Arc::new(OpenInode::new(

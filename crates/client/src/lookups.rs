@@ -6,7 +6,7 @@
 //! been made before the commit and arrive after it, when the file is no
 //! longer open here.
 
-use proto::mds::{Attr, Creds, Entry, FileKind, SetAttr};
+use proto::mds::{Attr, Creds, Entry, FileKind, Found, SetAttr};
 
 use std::sync::Arc;
 
@@ -33,8 +33,29 @@ impl Client {
     /// the file now: with the lengths it committed since, and what it
     /// holds unwritten.
     pub fn as_known(&self, mut a: Attr, since: u64) -> Attr {
+        let local = self.inner.local_size(a.ino);
         self.inner.meta.commits.settle_attr(&mut a, since);
-        self.with_local_size(a)
+        a.size = a.size.max(local.unwrap_or(0));
+        a
+    }
+
+    /// Caches `f`, an answer to a question asked at commit number `since`,
+    /// and makes it what this client knows: the length it holds of the
+    /// file read first, then the answer settled against the commits after
+    /// `since` — a write-out records its commit before it forgets the
+    /// file, so one of the two has the length.
+    pub(crate) fn take_found(&self, f: &mut Found, since: u64) {
+        let local = self.inner.local_size(f.entry.attr.ino);
+        self.inner.meta.absorb(f, since);
+        let a = &mut f.entry.attr;
+        a.size = a.size.max(local.unwrap_or(0));
+    }
+
+    /// [`Client::take_found`] of an answer that is only attributes.
+    fn take_attr(&self, a: &mut Attr, since: u64) {
+        let local = self.inner.local_size(a.ino);
+        self.inner.meta.cache_attr(a, since);
+        a.size = a.size.max(local.unwrap_or(0));
     }
 
     /// `a` with the length this client holds of an open file, if longer.
@@ -95,10 +116,10 @@ impl Client {
             && let Some(f) = self
                 .inner
                 .leases
-                .lookup_listed(c, parent, name, ino, |f| meta.absorb(f, asked.since()))
+                .lookup_listed(c, parent, name, ino, |f| self.take_found(f, asked.since()))
                 .await
         {
-            return Ok(self.sized(f.entry));
+            return Ok(f.entry);
         }
         let mut f = match self.inner.ns.lookup(c, parent, name).await {
             Ok(f) => f,
@@ -110,8 +131,8 @@ impl Client {
                 return Err(e);
             }
         };
-        self.inner.meta.absorb(&mut f, asked.since());
-        Ok(self.sized(f.entry))
+        self.take_found(&mut f, asked.since());
+        Ok(f.entry)
     }
 
     /// Fetches `dir`'s names for [`crate::absent`] (small directories the
@@ -136,8 +157,12 @@ impl Client {
     /// Attributes of `ino`.
     pub async fn getattr(&self, c: &Creds, ino: u64) -> Result<Attr> {
         let meta = &self.inner.meta;
-        if let Some(a) = meta.fresh_attr(ino) {
-            return Ok(self.with_local_size(a));
+        // The length held here first, then the cache: a write-out updates
+        // the cache before it forgets the file.
+        let local = self.inner.local_size(ino);
+        if let Some(mut a) = meta.fresh_attr(ino) {
+            a.size = a.size.max(local.unwrap_or(0));
+            return Ok(a);
         }
         meta.miss();
         let asked = meta.commits.ask();
@@ -145,27 +170,23 @@ impl Client {
             // A directory this client just changed: its new times and link
             // count, without the neighbours a cold stat prefetches.
             let mut a = self.inner.ns.getattr(c, ino).await?;
-            meta.cache_attr(&mut a, asked.since());
-            return Ok(self.with_local_size(a));
+            self.take_attr(&mut a, asked.since());
+            return Ok(a);
         }
         let a = match self.inner.ns.stat(c, ino).await? {
             // An orphan (open, unlinked) has no name to be cached under.
             Some(mut f) if f.entry.attr.nlink > 0 || f.entry.attr.kind == FileKind::Dir => {
-                meta.absorb(&mut f, asked.since());
+                self.take_found(&mut f, asked.since());
                 f.entry.attr
             }
-            Some(f) => {
-                let mut a = f.entry.attr;
-                meta.commits.settle_attr(&mut a, asked.since());
-                a
-            }
+            Some(f) => self.as_known(f.entry.attr, asked.since()),
             None => {
                 let mut a = self.inner.ns.getattr(c, ino).await?;
-                meta.cache_attr(&mut a, asked.since());
+                self.take_attr(&mut a, asked.since());
                 a
             }
         };
-        Ok(self.with_local_size(a))
+        Ok(a)
     }
 
     /// chmod, chown, utimens, truncate. A truncate first writes out this
@@ -221,7 +242,8 @@ impl Client {
         open: Option<&Arc<OpenInode>>,
         mut st: Option<&mut FileState>,
     ) -> Result<Attr> {
-        let mut asked = self.inner.meta.commits.ask();
+        // The lease's answer is this client's own: settled from now.
+        let mut asked = None;
         let a = match self.inner.leases.setattr(c, ino, set) {
             // A file made under a lease this client holds: answered here.
             Some(r) => r?,
@@ -233,7 +255,7 @@ impl Client {
                 {
                     file::commit(&self.inner, ino, st).await?;
                 }
-                asked = self.inner.meta.commits.ask();
+                asked = Some(self.inner.meta.commits.ask());
                 let r = self.inner.ns.setattr(c, ino, set).await;
                 // Changed (or maybe changed) by the MDS: no longer the lease's.
                 self.inner.leases.unmade(ino);
@@ -249,6 +271,9 @@ impl Client {
         if let (Some(f), Some(st), Some(size)) = (open, st, set.size) {
             file::truncated(f, st, size);
         }
+        if let (None, Some(size)) = (open, set.size) {
+            self.truncated_meanwhile(ino, size).await;
+        }
         // The MDS (or the lease) knows the committed length; this client
         // may hold more — read while the file's state is held, so a
         // write-out cannot commit it and forget the file in between.
@@ -256,8 +281,22 @@ impl Client {
         if set.size.is_some() {
             self.inner.meta.cache_truncated(a.clone());
         } else {
-            self.inner.meta.cache_attr(&mut a, asked.since());
+            let since = asked.as_ref().map_or(self.commit_number(), |q| q.since());
+            self.inner.meta.cache_attr(&mut a, since);
         }
         Ok(a)
+    }
+
+    /// A truncate of `ino` to `size` by this client while the file was not
+    /// open here: an open that began meanwhile made its state from the
+    /// length before, which the truncate now sets.
+    async fn truncated_meanwhile(&self, ino: u64, size: u64) {
+        let Some(f) = lock(&self.inner.inodes).get(&ino).cloned() else {
+            return;
+        };
+        let mut st = f.st.lock().await;
+        if !st.busy() && !st.modified {
+            file::truncated(&f, &mut st, size);
+        }
     }
 }

@@ -81,10 +81,12 @@ impl Meta {
     /// (each with the range capabilities that cover it) as prefetch — each
     /// settled first against this client's later commits, in `f` too.
     pub fn absorb(&self, f: &mut Found, since: u64) {
+        // Settled and cached under the cache's lock, which a commit holds
+        // to record itself and update its entry: one sees the other.
+        let mut c = self.cache();
         self.commits
             .settle_entry(&mut f.entry, &mut f.grants, since);
         let now = Instant::now();
-        let mut c = self.cache();
         c.insert(
             Cached {
                 entry: f.entry.clone(),
@@ -145,10 +147,10 @@ impl Meta {
     /// against this client's commits after `since`, when the listing was
     /// asked for.
     pub fn listed(&self, dir: u64, at: Instant, entries: &mut [DirEntry], since: u64) {
+        let mut c = self.cache();
         for a in entries.iter_mut().filter_map(|e| e.attr.as_mut()) {
             self.commits.settle_attr(a, since);
         }
-        let mut c = self.cache();
         for e in entries.iter() {
             let Some(attr) = &e.attr else {
                 continue;
@@ -180,8 +182,9 @@ impl Meta {
     /// asked at `since`, settled first (in `a` too) against this client's
     /// later commits.
     pub fn cache_attr(&self, a: &mut Attr, since: u64) {
+        let mut cache = self.cache();
         self.commits.settle_attr(a, since);
-        self.cache().update(a.ino, |c| {
+        cache.update(a.ino, |c| {
             c.entry.attr = a.clone();
             c.fetched = Instant::now();
             c.changed = false;
@@ -193,9 +196,10 @@ impl Meta {
     /// cached entry takes all three, and answers asked before are settled
     /// against them ([`Commits`]).
     pub fn cache_committed(&self, a: Attr, layout: Option<Layout>, grants: Vec<Grant>) {
+        let mut cache = self.cache();
         self.commits
             .committed(a.ino, a.size, layout.clone(), grants.clone());
-        self.cache().update(a.ino, |c| {
+        cache.update(a.ino, |c| {
             let longer = match (&layout, &c.entry.layout) {
                 (Some(new), Some(old)) => new.objsets.len() >= old.objsets.len(),
                 (new, _) => new.is_some(),
@@ -213,8 +217,9 @@ impl Meta {
     /// This client set the file's length (a truncate): the cached entry
     /// takes the answer, and answers asked before take its length.
     pub fn cache_truncated(&self, a: Attr) {
+        let mut cache = self.cache();
         self.commits.truncated(a.ino, a.size);
-        self.cache().update(a.ino, |c| {
+        cache.update(a.ino, |c| {
             c.entry.attr = a;
             c.fetched = Instant::now();
             c.changed = false;

@@ -437,7 +437,13 @@ async fn reopens_racing_the_write_back_timer_see_the_whole_file() {
                 ..Default::default()
             };
             let a2 = a.setattr(&root(), ino, mode).await.unwrap();
-            assert_eq!(a1.size, a2.size);
+            let i = made.iter().position(|&x| x == ino).unwrap();
+            let want = content(i).len() as u64;
+            assert_eq!(
+                (a1.size, a2.size),
+                (want, want),
+                "r{round}f{i} after setattrs"
+            );
         }
         for (i, &ino) in made.iter().enumerate() {
             let name = format!("r{round}f{i}");
@@ -466,6 +472,42 @@ async fn reopens_racing_the_write_back_timer_see_the_whole_file() {
             assert!(got == want, "{name} after its append: {} bytes", got.len());
         }
     }
+    a.sync_all().await.unwrap();
+    cl.stop().await.unwrap();
+}
+
+/// A file made and written under a lease, written out by another change
+/// (a removal writes every closed file out first) while its lease is
+/// still held: a chmod answered under the lease afterwards says its
+/// length, and an open from the cache reads every byte (the lease kept
+/// the length it was made with, 0).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chmod_under_the_lease_after_a_write_out_keeps_the_length() {
+    let dir = tempfile::tempdir().unwrap();
+    let cl = cluster(&dir).await;
+    let a = writer(&cl, Duration::from_secs(60)).await;
+    let d = a.mkdir(&root(), 0, "d", 0o755).await.unwrap().attr.ino;
+    for i in 0..8 {
+        let name = format!("x{i}");
+        let ino = make(&a, d, &name, &content(i)).await;
+        make(&a, d, "scratch", b"tmp").await;
+        a.unlink(&root(), d, "scratch").await.unwrap();
+        let mode = proto::mds::SetAttr {
+            mode: Some(0o755),
+            ..Default::default()
+        };
+        let at = a.setattr(&root(), ino, mode).await.unwrap();
+        assert_eq!(
+            at.size,
+            content(i).len() as u64,
+            "{name}'s length after chmod"
+        );
+        let (size, got) = read_back(&a, d, &name).await;
+        assert_eq!(size, content(i).len() as u64, "{name}'s length");
+        assert!(got == content(i), "{name}'s bytes: {} read", got.len());
+    }
+    let st = a.stats();
+    assert!(st.deferred_closes >= 8, "closes under the lease: {st:?}");
     a.sync_all().await.unwrap();
     cl.stop().await.unwrap();
 }

@@ -122,6 +122,22 @@ impl DirLeases {
         }
     }
 
+    /// This client committed a file's length and times (`a`, the MDS's
+    /// answer to the commit): a file made under a lease keeps them, so
+    /// an attribute change answered there afterwards starts from them —
+    /// not from the length it was made with.
+    pub fn committed(&self, a: &Attr) {
+        let mut dirs = lock(&self.dirs);
+        let Some((_, d)) = made_in(&mut dirs, a.ino) else {
+            return;
+        };
+        if let Some((_, attr)) = d.lease.as_mut().and_then(|h| h.made.get_mut(&a.ino)) {
+            attr.size = a.size;
+            attr.mtime = attr.mtime.max(a.mtime);
+            attr.ctime = attr.ctime.max(a.ctime);
+        }
+    }
+
     /// Changes the attributes of `ino`, a file made under a lease this
     /// client holds, under that lease: the attributes after, or `None`
     /// when the MDS must answer (a length, a change that takes a right
