@@ -489,6 +489,8 @@ impl Client {
     /// Every entry of a directory, in name order, with attributes.
     pub async fn readdir(&self, c: &Creds, ino: u64) -> Result<Vec<DirEntry>> {
         let meta = &self.inner.meta;
+        // Held until the listing is settled: the commits after it stay.
+        let asked = meta.commits.ask();
         let (at, since, mut out, kept) = match meta.listings.take(ino) {
             Some((at, since, out)) => {
                 meta.hit(true);
@@ -496,7 +498,6 @@ impl Client {
             }
             None => {
                 let at = std::time::Instant::now();
-                let asked = meta.commits.ask();
                 let (out, listings) = self.inner.ns.readdir_prefetch(c, ino).await?;
                 meta.listings.insert(at, asked.since(), listings);
                 (at, asked.since(), out, false)

@@ -94,7 +94,10 @@ impl Client {
         // for: then the entry is settled again and the one there now taken.
         loop {
             let f = self.open_inode(c, &mut e, &mut grants, write, since);
-            if let Some(fh) = self.install_on(f, c, &e, &grants, write).await {
+            if let Some(fh) = self
+                .install_on(f, c, &mut e, &mut grants, write, since)
+                .await
+            {
                 // The length this client wrote, if the entry predates it.
                 return (self.sized(e), fh);
             }
@@ -138,13 +141,17 @@ impl Client {
     }
 
     /// [`Handles::install`] on `f`, the inode's current open state.
+    /// `e` is settled again once the state is held: a truncate here
+    /// records itself while it holds the state, and must not be undone by
+    /// a longer length asked for before it.
     async fn install_on(
         &self,
         f: Arc<OpenInode>,
         c: &Creds,
-        e: &Entry,
-        grants: &[Grant],
+        e: &mut Entry,
+        grants: &mut Vec<Grant>,
         write: bool,
+        since: Option<u64>,
     ) -> Option<u64> {
         {
             let mut st = f.st.lock().await;
@@ -154,6 +161,9 @@ impl Client {
                 .is_some_and(|g| Arc::ptr_eq(g, &f))
             {
                 return None;
+            }
+            if let Some(since) = since {
+                self.inner.meta.commits.settle_entry(e, grants, since);
             }
             if st.handles > 0 {
                 // Another handle has it open: keep what this client wrote,

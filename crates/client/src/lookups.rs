@@ -272,7 +272,11 @@ impl Client {
             file::truncated(f, st, size);
         }
         if let (None, Some(size)) = (open, set.size) {
+            // Recorded first: an open made from here on settles to it, and
+            // one made before is truncated now (unless it wrote since).
+            self.inner.meta.cache_truncated(a.clone());
             self.truncated_meanwhile(ino, size).await;
+            return Ok(self.with_local_size(a));
         }
         // The MDS (or the lease) knows the committed length; this client
         // may hold more — read while the file's state is held, so a

@@ -511,3 +511,40 @@ async fn a_chmod_under_the_lease_after_a_write_out_keeps_the_length() {
     a.sync_all().await.unwrap();
     cl.stop().await.unwrap();
 }
+
+/// A truncate by this client racing an open of the same file here: once
+/// both are done, the open sees the truncated length and so does a stat
+/// (an open made from the length before the truncate kept it, and its
+/// length went into the truncate's answer and the cache).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_truncate_racing_an_open_here_is_not_undone() {
+    let dir = tempfile::tempdir().unwrap();
+    let cl = cluster(&dir).await;
+    let a = writer(&cl, Duration::from_secs(60)).await;
+    let d = a.mkdir(&root(), 0, "d", 0o755).await.unwrap().attr.ino;
+    let zero = proto::mds::SetAttr {
+        size: Some(0),
+        ..Default::default()
+    };
+    for round in 0..60 {
+        let ino = make(&a, d, &format!("t{round}"), &content(round)).await;
+        a.sync_all().await.unwrap();
+        let _ = a.getattr(&root(), ino).await.unwrap();
+        let (t, o) = (a.clone(), a.clone());
+        let z = zero.clone();
+        let truncate = tokio::spawn(async move { t.setattr(&root(), ino, z).await.unwrap() });
+        let open = tokio::spawn(async move { o.open(&root(), ino, false).await.unwrap() });
+        let answered = truncate.await.unwrap();
+        let fh = open.await.unwrap();
+        assert_eq!(answered.size, 0, "round {round}: the truncate's answer");
+        assert_eq!(
+            a.getattr(&root(), ino).await.unwrap().size,
+            0,
+            "round {round}: stat"
+        );
+        let got = a.read(fh, 0, 1 << 20).await.unwrap();
+        assert!(got.is_empty(), "round {round}: {} bytes read", got.len());
+        a.release(fh).await.unwrap();
+    }
+    cl.stop().await.unwrap();
+}
