@@ -119,6 +119,7 @@ impl Client {
             dirty_total: AtomicU64::new(0),
             locks: Default::default(),
             inodes: Mutex::new(HashMap::new()),
+            present: Default::default(),
             handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             root: me.root_ino,
@@ -477,6 +478,12 @@ impl Client {
         for i in [cached, moved, replaced].into_iter().flatten() {
             self.inner.meta.changed(i);
         }
+        // A replaced file may be gone, its objects too: an open of it
+        // must ask the namespace (ESTALE has the kernel look the name up
+        // again), not read its old entry's objects as holes.
+        if let Some(i) = replaced.filter(|&i| Some(i) != moved) {
+            self.inner.meta.cache().remove(i);
+        }
         // The moved entry as it is now, under its new name — unless this
         // client has it open (a close or flush racing with the rename may
         // have newer attributes than the rename's answer).
@@ -593,7 +600,9 @@ impl Client {
                 first = Err(e);
             }
         }
-        first.and(self.sync_namespace().await)
+        let open = |i: u64| self.inner.is_open(i);
+        let removed = self.inner.ns.remove_due(&open, true).await;
+        first.and(removed).and(self.sync_namespace().await)
     }
 }
 
@@ -622,4 +631,8 @@ async fn writeback_tick(inner: &Arc<Inner>) {
         }
     }
     crate::closed::write_out_older(inner, None, Some(inner.cfg.writeback_delay)).await;
+    let open = |i: u64| inner.is_open(i);
+    if let Err(e) = inner.ns.remove_due(&open, false).await {
+        tracing::warn!("removing unlinked files' objects: {e}");
+    }
 }

@@ -401,7 +401,19 @@ pub async fn commit(inner: &Arc<Inner>, ino: u64, st: &mut FileState) -> Result<
 /// Buffers a write; writes out when the buffer reaches a chunk or the
 /// client is over its memory limit.
 pub async fn write(inner: &Arc<Inner>, f: &OpenInode, off: u64, data: &[u8]) -> Result<u32> {
+    write_at(inner, f, Some(off), data).await.map(|(n, _)| n)
+}
+
+/// [`write`] at `off`, or at the end of the file as this client knows it
+/// (`None`: an `O_APPEND` write). Answers the bytes written and where.
+pub async fn write_at(
+    inner: &Arc<Inner>,
+    f: &OpenInode,
+    off: Option<u64>,
+    data: &[u8],
+) -> Result<(u32, u64)> {
     let mut st = f.st.lock().await;
+    let off = off.unwrap_or(st.size);
     st.take_error()?;
     if !st.write_caps {
         return Err(FsError::new(Errno::BadF, "file not open for writing"));
@@ -434,7 +446,7 @@ pub async fn write(inner: &Arc<Inner>, f: &OpenInode, off: u64, data: &[u8]) -> 
             st.take_error()?;
         }
     }
-    Ok(data.len() as u32)
+    Ok((data.len() as u32, off))
 }
 
 /// Serves `[off, off + len)` from the read-ahead buffer if it holds it.
@@ -621,7 +633,14 @@ pub async fn read_range(
             ));
         };
         match striped::read(ts, len).await {
-            Ok((b, bad)) => {
+            Ok(striped::Read {
+                data: b,
+                bad,
+                absent,
+            }) => {
+                if absent {
+                    crate::gone::check(inner, creds, ino).await?;
+                }
                 Counters::add(&inner.meta.counters.bytes_read, len);
                 if !bad.is_empty() {
                     let (inner, creds) = (inner.clone(), creds.clone());

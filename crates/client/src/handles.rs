@@ -243,15 +243,19 @@ impl Client {
         ino: u64,
         write: bool,
     ) -> Result<(Entry, Vec<Grant>, u64)> {
-        let held_here = self.inner.is_open(ino);
+        // Open here, or for reading where the namespace lets an unlinked
+        // file be opened (a name resolved just before an unlink or rename
+        // took it). Never for writing: the kernel must look the name up
+        // again (a write to the unlinked file would be lost).
+        let held_here = self.inner.is_open(ino) || (!write && self.inner.ns.may_open_unlinked(ino));
         let r = self
             .inner
             .open_grants_since(ino, c, write)
             .await
             .and_then(|(e, g, since)| {
                 // Without a name, a file is reachable only through what was
-                // open before (the MDS checks its sessions; a namespace on
-                // the OSDs has only this client to ask).
+                // open before (the MDS checks its sessions); with the
+                // namespace on the OSDs, while its objects are kept.
                 if e.attr.nlink == 0 && e.attr.kind != FileKind::Dir && !held_here {
                     return Err(FsError::new(
                         Errno::Stale,
@@ -293,6 +297,20 @@ impl Client {
             return Err(FsError::new(Errno::BadF, "handle not open for writing"));
         }
         file::write(&self.inner, &h.inode, off, data).await
+    }
+
+    /// An `O_APPEND` write of `data` on handle `fh`: at the end of the
+    /// file as this client knows it — its length from the namespace at
+    /// open (close-to-open: another mount's appends closed before are
+    /// there) and its own writes since — whatever offset the kernel,
+    /// whose cached length may be older, asked for. Answers the bytes
+    /// written and where they went.
+    pub async fn write_append(&self, fh: u64, data: &[u8]) -> Result<(u32, u64)> {
+        let h = self.handle(fh)?;
+        if !h.write {
+            return Err(FsError::new(Errno::BadF, "handle not open for writing"));
+        }
+        file::write_at(&self.inner, &h.inode, None, data).await
     }
 
     /// Writes buffered data out and commits the length (fsync).

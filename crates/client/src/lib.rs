@@ -16,6 +16,7 @@ pub mod config;
 pub mod copy;
 pub mod error;
 pub mod file;
+pub mod gone;
 pub mod handles;
 pub mod holes;
 pub mod leases;

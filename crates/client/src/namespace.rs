@@ -225,6 +225,23 @@ pub trait Namespace: Send + Sync {
     /// The last handle of `ino` in this client closed.
     fn released<'a>(&'a self, ino: u64) -> NsFuture<'a, ()>;
 
+    /// Removes the objects of files with no name left whose wait is over
+    /// (`all`: of every waiting one), where this client removes them
+    /// itself (the namespace on the OSDs); `open_here` says which are
+    /// open in this client (they wait for their last release).
+    fn remove_due<'a>(&'a self, _open_here: OpenHere<'a>, _all: bool) -> NsFuture<'a, ()> {
+        Box::pin(async { Ok(()) })
+    }
+
+    /// Whether an open for reading may take `ino` though it has no name
+    /// left (a name resolved just before an unlink or rename-over took it). The MDS
+    /// decides by its sessions (no); with the namespace on the OSDs the
+    /// client that removed the name keeps the objects for a cache window
+    /// or its last release (yes: a read after that answers ESTALE).
+    fn may_open_unlinked(&self, _ino: u64) -> bool {
+        false
+    }
+
     /// The files this client holds open now, (inode, for writing): a
     /// namespace that keeps unlinked files for their holders hears it
     /// every [`proto::mds::HOLD_INTERVAL_MS`] while there are any.

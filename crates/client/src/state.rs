@@ -52,6 +52,8 @@ pub struct Inner {
     /// Bytes buffered or being written in the whole client.
     pub dirty_total: AtomicU64,
     pub(crate) inodes: Mutex<HashMap<u64, Arc<OpenInode>>>,
+    /// Files that read a hole and were found present lately.
+    pub(crate) present: crate::gone::Present,
     pub(crate) handles: Mutex<HashMap<u64, Handle>>,
     pub(crate) next_fh: AtomicU64,
     /// The principal this client authenticated as.

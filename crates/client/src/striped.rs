@@ -235,37 +235,49 @@ pub struct Missed {
 /// A copy found bad while reading: (object set, stripe, OSD).
 pub type BadCopy = (u64, u32, u32);
 
+/// What a striped read found.
+pub struct Read {
+    /// `len` bytes (holes are zeros).
+    pub data: Bytes,
+    /// Copies that failed their checksums while another copy answered.
+    pub bad: Vec<BadCopy>,
+    /// Some object read was on no copy: a hole — or a file removed since
+    /// its layout was had, which the caller may check.
+    pub absent: bool,
+}
+
 /// Reads every run into one buffer of `len` bytes (holes are zeros); also
-/// says which copies failed their checksums (another copy answered).
-pub async fn read(
-    targets: Vec<(Run, Target)>,
-    len: u64,
-) -> std::result::Result<(Bytes, Vec<BadCopy>), PieceError> {
+/// says which copies failed their checksums (another copy answered) and
+/// whether an object was on no copy.
+pub async fn read(targets: Vec<(Run, Target)>, len: u64) -> std::result::Result<Read, PieceError> {
     // One request (a small read): no task hop.
     if let [(r, t)] = &targets[..] {
-        let (data, bad) = read_one(r, t).await?;
+        let (data, bad, absent) = read_one(r, t).await?;
         if r.buf_offset == 0 && data.len() as u64 == len {
-            return Ok((data, bad));
+            return Ok(Read { data, bad, absent });
         }
         let mut buf = BytesMut::zeroed(len as usize);
         let n = data.len().min(r.len as usize);
         let at = r.buf_offset as usize;
         buf[at..at + n].copy_from_slice(&data[..n]);
-        return Ok((buf.freeze(), bad));
+        let data = buf.freeze();
+        return Ok(Read { data, bad, absent });
     }
     let mut set = JoinSet::new();
     for (r, t) in targets {
         set.spawn(async move { read_one(&r, &t).await.map(|d| (r, d)) });
     }
     let mut buf = BytesMut::zeroed(len as usize);
-    let mut bad = Vec::new();
-    for (r, (data, b)) in join_all(set).await? {
+    let (mut bad, mut absent) = (Vec::new(), false);
+    for (r, (data, b, gone)) in join_all(set).await? {
         let n = data.len().min(r.len as usize);
         let at = r.buf_offset as usize;
         buf[at..at + n].copy_from_slice(&data[..n]);
         bad.extend(b);
+        absent |= gone;
     }
-    Ok((buf.freeze(), bad))
+    let data = buf.freeze();
+    Ok(Read { data, bad, absent })
 }
 
 /// Waits for every request of a range; the first failure wins.
@@ -292,9 +304,13 @@ async fn join_all<T: 'static>(
 }
 
 /// Reads one run from the first copy that answers (a missing object is a
-/// hole: no bytes). A capability the OSD refuses ends the read (the caller
-/// renews its layout and capabilities); any other failure tries the next copy.
-async fn read_one(r: &Run, t: &Target) -> std::result::Result<(Bytes, Vec<BadCopy>), PieceError> {
+/// hole: no bytes, and `true`). A capability the OSD refuses ends the
+/// read (the caller renews its layout and capabilities); any other
+/// failure tries the next copy.
+async fn read_one(
+    r: &Run,
+    t: &Target,
+) -> std::result::Result<(Bytes, Vec<BadCopy>, bool), PieceError> {
     let cmd = Command::Read {
         pid: DATA_PARTITION,
         oid: t.oid,
@@ -311,7 +327,7 @@ async fn read_one(r: &Run, t: &Target) -> std::result::Result<(Bytes, Vec<BadCop
         match run_copy(c, cmd.clone(), Bytes::new()).await {
             Ok(a) => {
                 bad.extend(missing.iter().map(|&o| (r.objset, r.stripe, o)));
-                return Ok((a.data, bad));
+                return Ok((a.data, bad, false));
             }
             Err(ConnError::Remote(w)) if w.code == ErrorCode::NoObject => missing.push(c.osd),
             Err(e) if cap_stale(&e) => return Err(PieceError::at(c.osd, e)),
@@ -324,7 +340,7 @@ async fn read_one(r: &Run, t: &Target) -> std::result::Result<(Bytes, Vec<BadCop
         }
     }
     if missing.len() == t.copies.len() || (first.is_none() && !missing.is_empty()) {
-        return Ok((Bytes::new(), bad));
+        return Ok((Bytes::new(), bad, true));
     }
     Err(first
         .unwrap_or_else(|| PieceError::nowhere(format!("object {:#x} has no fresh copy", t.oid))))

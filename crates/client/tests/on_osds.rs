@@ -180,6 +180,8 @@ async fn lengths_truncate_unlinked_open_files_and_rename() {
     assert_eq!(a.read(fh, 0, 10).await.unwrap()[..], data[..10]);
     assert_eq!(b.lookup(&root, 0, "f").await.unwrap_err().errno, ENOENT);
     a.release(fh).await.unwrap();
+    // Its objects wait a cache window (docs/CLIENT.md); a sync removes them.
+    a.sync_all().await.unwrap();
     let e = b.getattr(&root, e.attr.ino).await.unwrap_err();
     assert_eq!(e.errno, ENOENT, "{e}");
     // A file replaced by a rename while open here: readable until released.
@@ -192,6 +194,7 @@ async fn lengths_truncate_unlinked_open_files_and_rename() {
     assert_eq!(&a.read(fh, 0, 9).await.unwrap()[..], b"old bytes");
     assert_eq!(b.lookup(&root, 0, "x").await.unwrap().attr.ino, y.attr.ino);
     a.release(fh).await.unwrap();
+    a.sync_all().await.unwrap();
     let e = b.getattr(&root, x.attr.ino).await.unwrap_err();
     assert_eq!(e.errno, ENOENT, "{e}");
     a.unlink(&root, 0, "x").await.unwrap();
@@ -244,5 +247,70 @@ async fn a_rename_between_two_links_of_one_file_keeps_both_names() {
         let there = b.lookup(&r, 0, name).await.unwrap();
         assert_eq!(there.attr.ino, x.attr.ino, "{name} on the OSDs");
     }
+    cl.stop().await.unwrap();
+}
+
+/// Writes `data` to a new file `name` in the root through `c`, closed.
+async fn put(c: &Client, name: &str, data: &[u8]) -> u64 {
+    let root = Creds::root();
+    let (e, fh) = c.create(&root, 0, name, 0o644, true).await.unwrap();
+    c.write(fh, 0, data).await.unwrap();
+    c.release(fh).await.unwrap();
+    e.attr.ino
+}
+
+/// Reads all of `ino` through `c`: its bytes, or the errno of the open
+/// or the read.
+async fn get(c: &Client, ino: u64) -> Result<Vec<u8>, i32> {
+    let root = Creds::root();
+    let fh = c.open(&root, ino, false).await.map_err(|e| e.errno)?;
+    let r = c.read(fh, 0, 1 << 20).await.map_err(|e| e.errno);
+    c.release(fh).await.unwrap();
+    r.map(|b| b.to_vec())
+}
+
+/// Another client removes or replaces a file this one read a moment
+/// ago (its entry and read capability still cached, so the open is
+/// answered here): the read finds the objects gone and answers ESTALE —
+/// never the old length of zeros (an editor's save, read by another
+/// mount, came back as zero bytes). A sparse file's holes still read as
+/// zeros.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_removed_by_another_client_never_reads_as_zeros() {
+    const ESTALE: i32 = 116;
+    let dir = tempfile::tempdir().unwrap();
+    let cl = cluster(&dir, "atomic").await;
+    let a = client(&cl, Duration::ZERO).await;
+    let b = client(&cl, Duration::from_secs(30)).await;
+    let root = Creds::root();
+    let old: Vec<u8> = (0..20_000u32).map(|i| (i % 251) as u8 + 1).collect();
+    for round in 0..2 {
+        let name = format!("cfg{round}");
+        let ino = put(&a, &name, &old).await;
+        let e = b.lookup(&root, 0, &name).await.unwrap();
+        assert_eq!(get(&b, e.attr.ino).await, Ok(old.clone()));
+        if round == 0 {
+            put(&a, "tmp", b"new contents").await;
+            a.rename(&root, 0, "tmp", 0, &name, false).await.unwrap();
+        } else {
+            a.unlink(&root, 0, &name).await.unwrap();
+        }
+        match get(&b, ino).await {
+            Ok(got) => assert!(
+                got == old,
+                "round {round}: {} bytes, not the old ones",
+                got.len()
+            ),
+            Err(errno) => assert_eq!(errno, ESTALE, "round {round}"),
+        }
+    }
+    // Holes of a file that is there read as zeros.
+    let (e, fh) = a.create(&root, 0, "sparse", 0o644, true).await.unwrap();
+    a.write(fh, 3 << 20, b"end").await.unwrap();
+    a.release(fh).await.unwrap();
+    let fh = b.open(&root, e.attr.ino, false).await.unwrap();
+    let got = b.read(fh, 0, 4096).await.unwrap();
+    assert!(got.len() == 4096 && got.iter().all(|&x| x == 0));
+    b.release(fh).await.unwrap();
     cl.stop().await.unwrap();
 }

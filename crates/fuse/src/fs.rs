@@ -283,7 +283,7 @@ impl Filesystem for TesseraFs {
         offset: u64,
         data: &[u8],
         write_flags: WriteFlags,
-        _flags: OpenFlags,
+        flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
@@ -292,6 +292,22 @@ impl Filesystem for TesseraFs {
         let set_id = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
         if let Err(e) = self.strip(req, ino, set_id) {
             return reply.error(e);
+        }
+        if flags.0 & libc::O_APPEND != 0 {
+            // The kernel's offset is its cached length, which may predate
+            // another mount's appends (closed before this open): the end
+            // is the client's. If it differs, the kernel's pages and
+            // length are dropped once this write is answered.
+            return match self.run(self.client.write_append(fh.0, data)) {
+                Ok((n, at)) => {
+                    reply.written(n);
+                    if at != offset {
+                        let notifier = self.notifier.clone();
+                        std::thread::spawn(move || locks::drop_kernel_cache(&notifier, ino));
+                    }
+                }
+                Err(e) => reply.error(e),
+            };
         }
         match self.run(self.client.write(fh.0, offset, data)) {
             Ok(n) => reply.written(n),

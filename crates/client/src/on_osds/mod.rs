@@ -36,6 +36,7 @@ pub const LEASE: Duration = Duration::from_secs(5);
 const READDIR_STATS: usize = 32;
 
 mod checks;
+mod removal;
 
 fn kind(k: Kind) -> FileKind {
     match k {
@@ -108,8 +109,8 @@ pub struct OsdNamespace {
     pub fs: Arc<OsdFs>,
     meta: Arc<Meta>,
     homes: Mutex<HashMap<u64, u32>>,
-    /// Files unlinked while open here: destroyed at the last release.
-    doomed: Mutex<HashMap<u64, (u32, Inode)>>,
+    /// Files with no name left, whose objects go later.
+    removals: removal::Removals,
 }
 
 impl OsdNamespace {
@@ -142,9 +143,9 @@ impl OsdNamespace {
         fs.open_or_make_root().await?;
         Ok(Some(OsdNamespace {
             fs,
+            removals: removal::Removals::new(meta.attr_timeout),
             meta,
             homes: Mutex::new(HashMap::new()),
-            doomed: Mutex::new(HashMap::new()),
         }))
     }
 
@@ -271,20 +272,6 @@ impl OsdNamespace {
         Ok(e.ino)
     }
 
-    /// After the last local handle of `ino` closed: removes its objects if
-    /// it was unlinked meanwhile.
-    pub async fn released(&self, ino: u64) -> Result<()> {
-        let d = self
-            .doomed
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&ino);
-        if let Some((osd, i)) = d {
-            self.fs.destroy(ino, osd, &i).await?;
-        }
-        Ok(())
-    }
-
     /// Removes the empty directory `name`.
     pub async fn rmdir_name(&self, parent: u64, name: &str) -> Result<()> {
         let d = self.dir(parent).await?;
@@ -309,20 +296,6 @@ impl OsdNamespace {
             self.gone(ino, osd, i, open_here(ino)).await?;
         }
         Ok(Renamed::moved(m.ino, m.unchanged))
-    }
-
-    /// An inode with no names left: destroyed now, or remembered for the
-    /// last local release.
-    async fn gone(&self, ino: u64, osd: u32, i: Inode, open_here: bool) -> Result<()> {
-        if open_here {
-            self.doomed
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(ino, (osd, i));
-            Ok(())
-        } else {
-            Ok(self.fs.destroy(ino, osd, &i).await?)
-        }
     }
 
     /// A symlink's target.
@@ -782,6 +755,14 @@ impl Namespace for OsdNamespace {
 
     fn released<'a>(&'a self, ino: u64) -> NsFuture<'a, ()> {
         Box::pin(self.released(ino))
+    }
+
+    fn remove_due<'a>(&'a self, open_here: OpenHere<'a>, all: bool) -> NsFuture<'a, ()> {
+        Box::pin(self.remove_due(open_here, all))
+    }
+
+    fn may_open_unlinked(&self, _ino: u64) -> bool {
+        true
     }
 
     fn holding(&self, _held: Vec<(u64, bool)>) -> NsFuture<'_, ()> {

@@ -1,0 +1,72 @@
+//! Reads that found an object on no copy. That is a hole — or the file
+//! was removed since this client had its layout: another client unlinked
+//! or replaced it (with the namespace on the OSDs its objects go at
+//! once), while a read-only open here was answered from the cache or a
+//! descriptor was open. Read as zeros, the file came back with its old
+//! length and no bytes (an editor's save read by another mount). So a
+//! read that met an absent object asks the namespace whether the inode
+//! is still there, at most once per cache window per file, and answers
+//! ESTALE if not — as NFS does for a file removed under a client.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use proto::mds::Creds;
+
+use crate::error::{Errno, FsError, Result};
+use crate::state::Inner;
+
+/// Files whose presence was checked lately.
+const CHECKED_MAX: usize = 4096;
+
+/// When each file that read a hole was last found present.
+#[derive(Default)]
+pub struct Present {
+    checked: Mutex<HashMap<u64, Instant>>,
+}
+
+impl Present {
+    fn lately(&self, ino: u64, window: Duration) -> bool {
+        let m = self.checked.lock().unwrap_or_else(|e| e.into_inner());
+        m.get(&ino).is_some_and(|t| t.elapsed() < window)
+    }
+
+    fn found(&self, ino: u64, window: Duration) {
+        let mut m = self.checked.lock().unwrap_or_else(|e| e.into_inner());
+        if m.len() >= CHECKED_MAX {
+            m.retain(|_, t| t.elapsed() < window);
+            if m.len() >= CHECKED_MAX {
+                m.clear();
+            }
+        }
+        m.insert(ino, Instant::now());
+    }
+}
+
+/// After a read of `ino` met an object on no copy: `Ok` if the file is
+/// still there (the object is a hole), ESTALE if it was removed. A
+/// namespace that cannot answer leaves the read as it was (holes).
+pub async fn check(inner: &Inner, creds: &Creds, ino: u64) -> Result<()> {
+    let window = inner.meta.attr_timeout.max(Duration::from_millis(100));
+    if inner.present.lately(ino, window) {
+        return Ok(());
+    }
+    match inner.ns.getattr(creds, ino).await {
+        Ok(_) => {
+            inner.present.found(ino, window);
+            Ok(())
+        }
+        Err(e) if e.is(Errno::NoEnt) || e.is(Errno::Stale) => {
+            inner.meta.cache().remove(ino);
+            Err(FsError::new(
+                Errno::Stale,
+                format!("inode {ino:#x} was removed while this client read it: {e}"),
+            ))
+        }
+        Err(e) => {
+            tracing::debug!(ino, error = %e, "a read met a hole; the namespace did not say whether the file is there");
+            Ok(())
+        }
+    }
+}
