@@ -639,7 +639,8 @@ pub async fn read_range(
                 absent,
             }) => {
                 if absent {
-                    crate::gone::check(inner, creds, ino).await?;
+                    let parts = (&*inner.ns, &*inner.meta, &inner.present);
+                    crate::gone::check(parts, creds, ino).await?;
                 }
                 Counters::add(&inner.meta.counters.bytes_read, len);
                 if !bad.is_empty() {

@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 use proto::mds::Creds;
 
 use crate::error::{Errno, FsError, Result};
-use crate::state::Inner;
+use crate::meta::Meta;
+use crate::namespace::Namespace;
 
 /// Files whose presence was checked lately.
 const CHECKED_MAX: usize = 4096;
@@ -45,20 +46,25 @@ impl Present {
 }
 
 /// After a read of `ino` met an object on no copy: `Ok` if the file is
-/// still there (the object is a hole), ESTALE if it was removed. A
-/// namespace that cannot answer leaves the read as it was (holes).
-pub async fn check(inner: &Inner, creds: &Creds, ino: u64) -> Result<()> {
-    let window = inner.meta.attr_timeout.max(Duration::from_millis(100));
-    if inner.present.lately(ino, window) {
+/// still there (the object is a hole), ESTALE if it was removed — as
+/// `ns` says, remembered in `present`. A namespace that cannot answer
+/// leaves the read as it was (holes).
+pub async fn check(
+    (ns, meta, present): (&dyn Namespace, &Meta, &Present),
+    creds: &Creds,
+    ino: u64,
+) -> Result<()> {
+    let window = meta.attr_timeout.max(Duration::from_millis(100));
+    if present.lately(ino, window) {
         return Ok(());
     }
-    match inner.ns.getattr(creds, ino).await {
+    match ns.getattr(creds, ino).await {
         Ok(_) => {
-            inner.present.found(ino, window);
+            present.found(ino, window);
             Ok(())
         }
         Err(e) if e.is(Errno::NoEnt) || e.is(Errno::Stale) => {
-            inner.meta.cache().remove(ino);
+            meta.cache().remove(ino);
             Err(FsError::new(
                 Errno::Stale,
                 format!("inode {ino:#x} was removed while this client read it: {e}"),
