@@ -188,27 +188,12 @@ impl MetaCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use proto::mds::{Attr, FileKind};
 
     fn c(ino: u64) -> Cached {
         Cached {
             entry: Entry {
                 parent: 0,
-                name: format!("f{ino}"),
-                attr: Attr {
-                    ino,
-                    kind: FileKind::File,
-                    mode: 0o644,
-                    nlink: 1,
-                    uid: 0,
-                    gid: 0,
-                    size: 0,
-                    atime: 0,
-                    mtime: 0,
-                    ctime: 0,
-                    rdev: 0,
-                },
-                layout: None,
+                ..crate::meta::tests::entry(ino, 0)
             },
             grants: Vec::new(),
             fetched: Instant::now(),

@@ -219,22 +219,9 @@ impl Commits {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use proto::mds::FileKind;
 
     fn attr(ino: u64, size: u64) -> Attr {
-        Attr {
-            ino,
-            kind: FileKind::File,
-            mode: 0o644,
-            nlink: 1,
-            uid: 0,
-            gid: 0,
-            size,
-            atime: 0,
-            mtime: 0,
-            ctime: 0,
-            rdev: 0,
-        }
+        crate::meta::tests::entry(ino, size).attr
     }
 
     fn layout(sets: Vec<u64>) -> Layout {

@@ -294,11 +294,12 @@ pub fn found(entry: Entry, grants: Vec<Grant>) -> Found {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use proto::mds::{Attr, Entry, FileKind};
 
-    fn entry(ino: u64, size: u64) -> Entry {
+    /// A plain file's entry in directory 1, for the client's unit tests.
+    pub(crate) fn entry(ino: u64, size: u64) -> Entry {
         Entry {
             parent: 1,
             name: format!("f{ino}"),
