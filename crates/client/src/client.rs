@@ -357,6 +357,8 @@ impl Client {
         let asked = self.inner.meta.commits.ask();
         let r = self.inner.ns.mkdir(c, parent, name, mode).await;
         let f = self.made(parent, name, r, true, asked.since())?;
+        // Nobody else knows it yet: files are likely to follow.
+        self.inner.leases.made_here(f.entry.attr.ino);
         Ok(f.entry)
     }
 

@@ -742,6 +742,36 @@ async fn a_tree_walk_reads_prefetched_listings() {
     cl.stop().await.unwrap();
 }
 
+/// A directory this client just made is filled under its lease from the
+/// first file (an untar or a build makes a directory and fills it at once):
+/// the first create asks for the lease instead of going to the MDS alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_directory_made_here_is_filled_under_its_lease_from_the_first_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let cl = cluster(&dir, PolicyKind::ChildClosest, 64 << 10, 3).await;
+    let a = client(&cl, |c| c.early_answers = true).await;
+    let b = client(&cl, |c| c.attr_timeout = Duration::ZERO).await;
+    let d = a.mkdir(&root(), 0, "d", 0o755).await.unwrap().attr.ino;
+    let before = a.stats();
+    touch(&a, d, "first").await;
+    let after = a.stats();
+    assert_eq!(after.leases_granted, before.leases_granted + 1, "{after:?}");
+    assert_eq!(after.lease_answered, before.lease_answered + 1, "{after:?}");
+    // A directory made elsewhere still waits for a second change.
+    let e = b.mkdir(&root(), 0, "e", 0o755).await.unwrap().attr.ino;
+    touch(&a, e, "one").await;
+    assert_eq!(
+        a.stats().leases_granted,
+        after.leases_granted,
+        "{:?}",
+        a.stats()
+    );
+    // What was answered here reaches the MDS.
+    a.sync_namespace().await.unwrap();
+    assert!(b.lookup(&root(), d, "first").await.is_ok());
+    cl.stop().await.unwrap();
+}
+
 /// A directory's lease keeps the directory's attributes for the holder's
 /// own answers; changes the holder makes through the MDS meanwhile (a
 /// subdirectory made, moved out, made and removed) move its link count,

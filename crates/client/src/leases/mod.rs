@@ -15,7 +15,7 @@
 //!   sticky bit, a permission it would refuse, an existing name opened
 //!   without `O_EXCL`, a removal of a directory) goes to the MDS as before;
 //! - a lease is asked for only after two changes in one directory within
-//!   a second, is used for at most [`LEASE_TERM_MS`] after its last answer,
+//!   a second (at the first in a directory this client made), is used for at most [`LEASE_TERM_MS`] after its last answer,
 //!   and goes back when it has been idle for [`IDLE`], when the MDS says
 //!   another client waits, or after any refused change;
 //! - a change the MDS refuses after it was answered here (which needs a
@@ -272,6 +272,21 @@ impl DirLeases {
             }
             Ok(_) | Err(_) => d.not_before = Some(Instant::now() + BACK_OFF),
         }
+    }
+
+    /// `dir` was just made by this client: its first change asks for its
+    /// lease (an untar or a build fills a new directory at once, and its
+    /// files' attribute changes are then answered here too).
+    pub fn made_here(&self, dir: u64) {
+        if !self.on {
+            return;
+        }
+        let mut dirs = lock(&self.dirs);
+        if dirs.len() >= MAX_DIRS && !dirs.contains_key(&dir) {
+            dirs.retain(|_, d| !d.idle());
+        }
+        let d = dirs.entry(dir).or_default();
+        d.hot = Some((Instant::now(), HOT_CHANGES - 1));
     }
 
     /// Creates `name` in `parent` under its lease: `None` when the lease
