@@ -120,6 +120,7 @@ impl Client {
             locks: Default::default(),
             inodes: Mutex::new(HashMap::new()),
             present: Default::default(),
+            eof_checked: Default::default(),
             handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             root: me.root_ino,

@@ -496,19 +496,30 @@ fn read_ahead_next(inner: &Arc<Inner>, f: &OpenInode, st: &mut FileState, pos: u
 /// next window fetched in the background, and concurrent readers of a
 /// window being fetched waiting for it instead of fetching it again.
 pub async fn read(inner: &Arc<Inner>, f: &OpenInode, off: u64, len: u32) -> Result<Bytes> {
-    let len = u64::from(len);
+    read_checked(inner, f, off, len).await.map(|(b, _)| b)
+}
+
+/// [`read`], also saying whether the file grew under the read: another
+/// client rewrote it since this one had its length ([`crate::eof`]).
+pub async fn read_checked(
+    inner: &Arc<Inner>,
+    f: &OpenInode,
+    off: u64,
+    len: u32,
+) -> Result<(Bytes, bool)> {
+    let asked = u64::from(len);
     let mut st = f.st.lock().await;
-    if st.dirty_overlaps(off, len) {
+    if st.dirty_overlaps(off, asked) {
         flush_all(inner, f.ino, &mut st).await?;
     }
-    if off >= st.size || len == 0 {
-        return Ok(Bytes::new());
+    if off >= st.size || asked == 0 {
+        return Ok((Bytes::new(), false));
     }
-    let len = len.min(st.size - off);
+    let len = asked.min(st.size - off);
     if let Some(out) = from_ra(&st, off, len) {
         st.seq_next = st.seq_next.max(off + len);
         read_ahead_next(inner, f, &mut st, off + len);
-        return Ok(out);
+        return Ok((out, false));
     }
     // A window being fetched that holds the range: wait for it.
     if let Some((lo, hi, g, cell)) = st.pending.clone()
@@ -533,13 +544,18 @@ pub async fn read(inner: &Arc<Inner>, f: &OpenInode, off: u64, len: u32) -> Resu
             let at = (off - lo) as usize;
             let out = match &st.ra {
                 Some((ro, b)) if *ro == lo => b.slice(at..at + len as usize),
-                _ => return read_direct(inner, f, st, off, len, len).await,
+                _ => return unchanged(read_direct(inner, f, st, off, len, len).await),
             };
             st.seq_next = st.seq_next.max(off + len);
             read_ahead_next(inner, f, &mut st, off + len);
-            return Ok(out);
+            return Ok((out, false));
         }
-        return read_direct(inner, f, st, off, len, len).await;
+        return unchanged(read_direct(inner, f, st, off, len, len).await);
+    }
+    // Up to the end of the file as known here, with nothing buffered:
+    // whether the objects agree with that end.
+    if off + asked > st.size && !st.busy() && !st.modified {
+        return crate::eof::read(inner, f, st, off, asked).await;
     }
     // Sequential (allowing the kernel's concurrent reads to arrive a little
     // out of order): grow the window.
@@ -556,7 +572,12 @@ pub async fn read(inner: &Arc<Inner>, f: &OpenInode, off: u64, len: u32) -> Resu
     } else {
         len.max(st.window).min(st.size - off)
     };
-    read_direct(inner, f, st, off, len, want).await
+    unchanged(read_direct(inner, f, st, off, len, want).await)
+}
+
+/// A read's bytes, the file's length as it was.
+fn unchanged(r: Result<Bytes>) -> Result<(Bytes, bool)> {
+    r.map(|b| (b, false))
 }
 
 /// Fetches `[off, off + want)` (readers of it meanwhile wait for it), keeps
@@ -612,10 +633,23 @@ pub async fn read_range(
     ino: u64,
     creds: &Creds,
     layout: &Layout,
-    mut grants: Vec<Grant>,
+    grants: Vec<Grant>,
     off: u64,
     len: u64,
 ) -> Result<Bytes> {
+    let r = read_range_to((inner, ino, creds), layout, grants, off, len).await;
+    r.map(|(data, _)| data)
+}
+
+/// [`read_range`], also saying how far into the range the objects' bytes
+/// reached.
+pub async fn read_range_to(
+    (inner, ino, creds): (&Arc<Inner>, u64, &Creds),
+    layout: &Layout,
+    mut grants: Vec<Grant>,
+    off: u64,
+    len: u64,
+) -> Result<(Bytes, u64)> {
     let mut layout = layout.clone();
     for attempt in 0..2 {
         let rs = striped::runs(&layout, off, len);
@@ -637,6 +671,7 @@ pub async fn read_range(
                 data: b,
                 bad,
                 absent,
+                end,
             }) => {
                 if absent {
                     let parts = (&*inner.ns, &*inner.meta, &inner.present);
@@ -652,7 +687,7 @@ pub async fn read_range(
                         }
                     });
                 }
-                return Ok(b);
+                return Ok((b, end));
             }
             Err(e) if attempt == 0 && cap_stale(&e.error) => {
                 (layout, grants) = renew(inner, ino, creds, false, &layout).await?;

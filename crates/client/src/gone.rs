@@ -28,12 +28,14 @@ pub struct Present {
 }
 
 impl Present {
-    fn lately(&self, ino: u64, window: Duration) -> bool {
+    /// Whether `ino` was found present within `window`.
+    pub(crate) fn lately(&self, ino: u64, window: Duration) -> bool {
         let m = self.checked.lock().unwrap_or_else(|e| e.into_inner());
         m.get(&ino).is_some_and(|t| t.elapsed() < window)
     }
 
-    fn found(&self, ino: u64, window: Duration) {
+    /// `ino` was found present now.
+    pub(crate) fn found(&self, ino: u64, window: Duration) {
         let mut m = self.checked.lock().unwrap_or_else(|e| e.into_inner());
         if m.len() >= CHECKED_MAX {
             m.retain(|_, t| t.elapsed() < window);

@@ -290,6 +290,15 @@ impl Client {
         file::read(&self.inner, &h.inode, off, len).await
     }
 
+    /// [`Client::read`], also saying whether the file grew under the read
+    /// (another client rewrote it since this one had its length): a
+    /// kernel that caches the length must drop it. (A shrink shows in the
+    /// answer, short of what was asked.)
+    pub async fn read_checked(&self, fh: u64, off: u64, len: u32) -> Result<(Bytes, bool)> {
+        let h = self.handle(fh)?;
+        file::read_checked(&self.inner, &h.inode, off, len).await
+    }
+
     /// Writes `data` at `off` (buffered; durable after fsync or close).
     pub async fn write(&self, fh: u64, off: u64, data: &[u8]) -> Result<u32> {
         let h = self.handle(fh)?;

@@ -14,6 +14,7 @@ pub mod closed;
 pub mod commits;
 pub mod config;
 pub mod copy;
+pub mod eof;
 pub mod error;
 pub mod file;
 pub mod gone;

@@ -54,6 +54,8 @@ pub struct Inner {
     pub(crate) inodes: Mutex<HashMap<u64, Arc<OpenInode>>>,
     /// Files that read a hole and were found present lately.
     pub(crate) present: crate::gone::Present,
+    /// Files whose length a read at their end asked for lately.
+    pub(crate) eof_checked: crate::gone::Present,
     pub(crate) handles: Mutex<HashMap<u64, Handle>>,
     pub(crate) next_fh: AtomicU64,
     /// The principal this client authenticated as.

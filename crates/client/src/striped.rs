@@ -244,6 +244,9 @@ pub struct Read {
     /// Some object read was on no copy: a hole — or a file removed since
     /// its layout was had, which the caller may check.
     pub absent: bool,
+    /// How far into the buffer the objects' bytes reached (past it, the
+    /// objects ended: zeros).
+    pub end: u64,
 }
 
 /// Reads every run into one buffer of `len` bytes (holes are zeros); also
@@ -253,31 +256,50 @@ pub async fn read(targets: Vec<(Run, Target)>, len: u64) -> std::result::Result<
     // One request (a small read): no task hop.
     if let [(r, t)] = &targets[..] {
         let (data, bad, absent) = read_one(r, t).await?;
+        let n = data.len().min(r.len as usize);
+        let end = r.buf_offset + n as u64;
         if r.buf_offset == 0 && data.len() as u64 == len {
-            return Ok(Read { data, bad, absent });
+            return Ok(Read {
+                data,
+                bad,
+                absent,
+                end,
+            });
         }
         let mut buf = BytesMut::zeroed(len as usize);
-        let n = data.len().min(r.len as usize);
         let at = r.buf_offset as usize;
         buf[at..at + n].copy_from_slice(&data[..n]);
         let data = buf.freeze();
-        return Ok(Read { data, bad, absent });
+        return Ok(Read {
+            data,
+            bad,
+            absent,
+            end,
+        });
     }
     let mut set = JoinSet::new();
     for (r, t) in targets {
         set.spawn(async move { read_one(&r, &t).await.map(|d| (r, d)) });
     }
     let mut buf = BytesMut::zeroed(len as usize);
-    let (mut bad, mut absent) = (Vec::new(), false);
+    let (mut bad, mut absent, mut end) = (Vec::new(), false, 0);
     for (r, (data, b, gone)) in join_all(set).await? {
         let n = data.len().min(r.len as usize);
         let at = r.buf_offset as usize;
         buf[at..at + n].copy_from_slice(&data[..n]);
+        if n > 0 {
+            end = end.max(r.buf_offset + n as u64);
+        }
         bad.extend(b);
         absent |= gone;
     }
     let data = buf.freeze();
-    Ok(Read { data, bad, absent })
+    Ok(Read {
+        data,
+        bad,
+        absent,
+        end,
+    })
 }
 
 /// Waits for every request of a range; the first failure wins.

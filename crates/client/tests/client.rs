@@ -906,3 +906,55 @@ async fn a_subdirectory_looked_up_under_a_lease_costs_one_request() {
     );
     cl.stop().await.unwrap();
 }
+
+/// A file rewritten by another client while this one has its length
+/// cached (a read-only open within the cache window asks nobody): a read
+/// at the end finds the objects disagree, asks for the length and takes
+/// it — the new bytes are never cut to the old length, nor padded with
+/// zeros to it — and says whether the file grew.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_at_the_end_takes_another_clients_new_length() {
+    let dir = tempfile::tempdir().unwrap();
+    let cl = cluster(&dir, PolicyKind::ChildClosest, 64 << 10, 3).await;
+    let a = client(&cl, |c| c.attr_timeout = Duration::from_secs(30)).await;
+    let b = client(&cl, |_| {}).await;
+    let long: Vec<u8> = (0..300u32).map(|i| b'a' + (i % 26) as u8).collect();
+    for (name, first, then, grows) in [
+        ("grows", &b"short\n"[..], &long[..], true),
+        ("shrinks", &long[..], &b"tiny\n"[..], false),
+    ] {
+        let (e, fh) = a.create(&root(), 0, name, 0o644, true).await.unwrap();
+        a.write(fh, 0, first).await.unwrap();
+        a.release(fh).await.unwrap();
+        let ino = e.attr.ino;
+        let fh = a.open(&root(), ino, false).await.unwrap();
+        assert_eq!(read_all(&a, fh, 4096).await, first, "{name}: first version");
+        a.release(fh).await.unwrap();
+
+        let fh = b.open(&root(), ino, true).await.unwrap();
+        b.setattr_via(
+            &root(),
+            ino,
+            SetAttr {
+                size: Some(0),
+                ..Default::default()
+            },
+            Some(fh),
+        )
+        .await
+        .unwrap();
+        b.write(fh, 0, then).await.unwrap();
+        b.release(fh).await.unwrap();
+
+        let fh = a.open(&root(), ino, false).await.unwrap();
+        let (data, grew) = a.read_checked(fh, 0, 4096).await.unwrap();
+        assert_eq!(data, then, "{name}: read after the other client's rewrite");
+        assert_eq!(grew, grows, "{name}: whether it grew");
+        let (again, grew) = a.read_checked(fh, 0, 4096).await.unwrap();
+        assert_eq!((again, grew), (data, false), "{name}: read again");
+        a.release(fh).await.unwrap();
+        let st = a.getattr(&root(), ino).await.unwrap();
+        assert_eq!(st.size, then.len() as u64, "{name}: stat after the read");
+    }
+    cl.stop().await.unwrap();
+}

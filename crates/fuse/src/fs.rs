@@ -261,7 +261,7 @@ impl Filesystem for TesseraFs {
     fn read(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         size: u32,
@@ -269,8 +269,17 @@ impl Filesystem for TesseraFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        match self.run(self.client.read(fh.0, offset, size)) {
-            Ok(d) => reply.data(&d),
+        match self.run(self.client.read_checked(fh.0, offset, size)) {
+            Ok((d, grew)) => {
+                if grew {
+                    // Before the answer: the reader's next read past the
+                    // kernel's old length asks for the new one. (Not on a
+                    // shrink: the kernel takes the short answer as the new
+                    // end only if its attributes were not dropped meanwhile.)
+                    locks::drop_kernel_attrs(&self.notifier, ino);
+                }
+                reply.data(&d)
+            }
             Err(e) => reply.error(e),
         }
     }

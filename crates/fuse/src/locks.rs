@@ -53,6 +53,17 @@ pub fn drop_kernel_cache(n: &Notifier, ino: fuser::INodeNo) {
     }
 }
 
+/// Has the kernel drop its cached attributes of inode `ino` (as the
+/// kernel numbers it), not its pages: safe inside a request that holds a
+/// page locked (a read).
+pub fn drop_kernel_attrs(n: &Notifier, ino: fuser::INodeNo) {
+    if let Some(n) = n.get()
+        && let Err(e) = n.inval_inode(ino, -1, 0)
+    {
+        tracing::debug!(ino = ino.0, error = %e, "the kernel did not drop its cached attributes");
+    }
+}
+
 /// Whether process `pid`, waiting in a lock request, has gone or has a
 /// signal to take (what would interrupt the wait on a local file system:
 /// `flock -w`, `alarm`, Ctrl-C, a kill). fuser does not pass the kernel's

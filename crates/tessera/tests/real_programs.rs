@@ -677,12 +677,47 @@ fn appends_taking_turns_between_mounts(a: &Path, b: &Path) {
     }
 }
 
+/// A file rewritten on one mount and read on another within the cache
+/// window, growing and shrinking: the reader sees one whole version,
+/// never the new bytes cut to the old length (`cat` printed six bytes of
+/// the new file) or the new length padded with zeros.
+fn rewrites_on_another_mount_read_whole(a: &Path, b: &Path) {
+    for i in 0..8 {
+        let (ra, rb) = (a.join(format!("grow{i}")), b.join(format!("grow{i}")));
+        let (sa, sb) = (a.join(format!("shrink{i}")), b.join(format!("shrink{i}")));
+        let script = format!(
+            "printf 'short{i}\\n' > '{ra}'; cat '{ra}' > /dev/null; seq 1 {n} > '{rb}'; \
+             seq 1 {n} > '{sa}'; cat '{sa}' > /dev/null; printf 'tiny{i}\\n' > '{sb}'; \
+             cat '{ra}'; echo ---; cat '{sa}'",
+            ra = ra.display(),
+            rb = rb.display(),
+            sa = sa.display(),
+            sb = sb.display(),
+            n = 60 + i,
+        );
+        let out = sh_ok(&script);
+        let (grown, shrunk) = out.split_once("---\n").expect("both outputs");
+        let seq: String = (1..=60 + i).map(|k| format!("{k}\n")).collect();
+        let old = format!("short{i}\n");
+        assert!(
+            grown == seq || grown == old,
+            "round {i}: a file grown on the other mount read as {grown:?}"
+        );
+        let (tiny, was) = (format!("tiny{i}\n"), seq);
+        assert!(
+            shrunk == tiny || shrunk == was,
+            "round {i}: a file shrunk on the other mount read as {shrunk:?}"
+        );
+    }
+}
+
 fn run(cluster: &str, format_extra: &[&str]) {
     with_two_mounts(cluster, format_extra, |a, b, d, mds_addr| {
         locks_between_mounts(a, b);
         sqlite_from_two_mounts(a, b);
         appends_under_flock_from_two_mounts(a, b);
         appends_taking_turns_between_mounts(a, b);
+        rewrites_on_another_mount_read_whole(a, b);
         setattr_on_buffered_data(a, b);
         tar_keeps_every_mtime(a, d);
         appends_and_stats_racing_the_write_back(a);
