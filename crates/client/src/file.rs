@@ -555,7 +555,7 @@ pub async fn read_checked(
     // Up to the end of the file as known here, with nothing buffered:
     // whether the objects agree with that end.
     if off + asked > st.size && !st.busy() && !st.modified {
-        return crate::eof::read(inner, f, st, off, asked).await;
+        return read_at_end(inner, f, st, off, asked).await;
     }
     // Sequential (allowing the kernel's concurrent reads to arrive a little
     // out of order): grow the window.
@@ -573,6 +573,51 @@ pub async fn read_checked(
         len.max(st.window).min(st.size - off)
     };
     unchanged(read_direct(inner, f, st, off, len, want).await)
+}
+
+/// Reads `[off, off + asked)` of `f`, which crosses the end of the file
+/// as known here (`st` held, nothing buffered): the bytes up to the end,
+/// and whether the file grew under the read ([`crate::eof`]).
+async fn read_at_end(
+    inner: &Arc<Inner>,
+    f: &OpenInode,
+    mut st: tokio::sync::MutexGuard<'_, FileState>,
+    off: u64,
+    asked: u64,
+) -> Result<(Bytes, bool)> {
+    let known = st.size - off;
+    st.seq_next = st.seq_next.max(off + known);
+    ensure_caps(inner, f.ino, &mut st, false, 0).await?;
+    let Some(layout) = st.layout.clone() else {
+        return Ok((Bytes::from(vec![0u8; known as usize]), false));
+    };
+    let (grants, creds, gen_) = (st.grants.clone(), st.creds.clone(), st.gen_);
+    drop(st);
+    let read = read_range_to((inner, f.ino, &creds), &layout, grants, off, asked);
+    let (data, end) = read.await?;
+    let cut = |n: u64| data.slice(0..n.min(data.len() as u64) as usize);
+    if end == known {
+        return Ok((cut(known), false));
+    }
+    let parts = (&*inner.ns, &*inner.meta, &inner.eof_checked);
+    let Some(size) = crate::eof::length_now(parts, &creds, f.ino).await? else {
+        return Ok((cut(known), false));
+    };
+    let mut st = f.st.lock().await;
+    // Written, truncated or read anew here meanwhile: this client's
+    // length stands.
+    if st.gen_ != gen_ || st.busy() || st.modified || size == st.size {
+        return Ok((cut(st.size.saturating_sub(off)), false));
+    }
+    tracing::debug!(
+        ino = f.ino,
+        was = st.size,
+        now = size,
+        "another client changed the file's length"
+    );
+    let grew = size > st.size;
+    truncated(f, &mut st, size);
+    Ok((cut(size.saturating_sub(off)), grew))
 }
 
 /// A read's bytes, the file's length as it was.
