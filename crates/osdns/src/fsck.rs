@@ -53,6 +53,8 @@ pub struct Report {
     /// differ: clients add their counts in batches, so this is not damage
     /// (set to the count when repairing).
     pub inode_counter: Option<(u64, u64)>,
+    /// Whether what was found was also fixed (`--repair`).
+    pub repaired: bool,
 }
 
 impl Report {
@@ -76,24 +78,57 @@ impl Report {
             "{} directories, {} files and symlinks reached",
             self.dirs, self.files
         )];
-        let mut add = |n: u64, what: &str| {
+        let fixed = self.repaired;
+        let mut add = |n: u64, found: &str, done: &str| {
             if n > 0 {
-                v.push(format!("{n} {what}"));
+                v.push(format!("{n} {}", if fixed { done } else { found }));
             }
         };
-        add(self.renames_finished, "interrupted renames finished");
-        add(self.renames_undone, "interrupted renames undone");
+        let interrupted = "interrupted renames";
+        add(
+            self.renames_finished,
+            &format!("{interrupted} to finish"),
+            &format!("{interrupted} finished"),
+        );
+        add(
+            self.renames_undone,
+            &format!("{interrupted} to undo"),
+            &format!("{interrupted} undone"),
+        );
+        let dangling = "entries naming missing objects";
         add(
             self.dangling.len() as u64,
-            "entries naming missing objects removed",
+            &format!("{dangling} found (not removed)"),
+            &format!("{dangling} removed"),
         );
-        add(self.orphans.len() as u64, "orphan inodes removed");
-        add(self.locks, "leftover locks cleared");
-        add(self.marks, "marked chain heads unmarked");
-        add(self.dying, "dying marks cleared");
-        add(self.list_slots, "unreachable list slots freed");
-        add(self.nlinks, "link counts corrected");
-        add(self.parents, "parent pointers corrected");
+        add(
+            self.orphans.len() as u64,
+            "orphan inodes found (not removed)",
+            "orphan inodes removed",
+        );
+        add(self.locks, "leftover locks found", "leftover locks cleared");
+        add(
+            self.marks,
+            "marked chain heads found",
+            "marked chain heads unmarked",
+        );
+        add(self.dying, "dying marks found", "dying marks cleared");
+        let slots = "unreachable list slots";
+        add(
+            self.list_slots,
+            &format!("{slots} found"),
+            &format!("{slots} freed"),
+        );
+        add(
+            self.nlinks,
+            "wrong link counts found",
+            "link counts corrected",
+        );
+        add(
+            self.parents,
+            "wrong parent pointers found",
+            "parent pointers corrected",
+        );
         if let Some((was, counted)) = self.inode_counter {
             v.push(format!(
                 "inode counter said {was}, {counted} counted (clients add theirs in batches)"
@@ -119,7 +154,10 @@ struct Obj {
 /// Checks the namespace and, with `repair`, fixes it. Objects younger than
 /// `grace_ms` are not treated as orphans.
 pub async fn fsck(fs: &OsdFs, repair: bool, grace_ms: u64) -> Result<Report> {
-    let mut r = Report::default();
+    let mut r = Report {
+        repaired: repair,
+        ..Report::default()
+    };
     let root = fs.root().await?;
     let keys = vec![
         INODE,
@@ -359,4 +397,28 @@ async fn repair_dir(fs: &OsdFs, d: &DirRef, repair: bool, r: &mut Report) -> Res
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Report;
+
+    /// A check without `--repair` says what it found, never that it
+    /// removed or fixed it; a repair says what it did.
+    #[test]
+    fn a_check_says_found_and_a_repair_says_fixed() {
+        let mut r = Report {
+            orphans: vec![7],
+            nlinks: 2,
+            ..Report::default()
+        };
+        let checked = r.lines().join("\n");
+        assert!(checked.contains("1 orphan inodes found (not removed)"), "{checked}");
+        assert!(checked.contains("2 wrong link counts found"), "{checked}");
+        assert!(!checked.contains("removed\n") && !checked.contains("corrected"), "{checked}");
+        r.repaired = true;
+        let repaired = r.lines().join("\n");
+        assert!(repaired.contains("1 orphan inodes removed"), "{repaired}");
+        assert!(repaired.contains("2 link counts corrected"), "{repaired}");
+    }
 }
