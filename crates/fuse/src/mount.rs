@@ -1,5 +1,5 @@
 //! Mounting: checks the mount point (missing, not a directory, already a
-//! mount point: each gets its own message), mounts with several request
+//! mount point, not empty: each gets its own message), mounts with several request
 //! threads, and unmounts cleanly when asked.
 
 use std::path::{Path, PathBuf};
@@ -19,6 +19,8 @@ pub struct MountOptions {
     pub ttl: Duration,
     /// Let other users than the mounter use the mount (root mounts only).
     pub allow_other: bool,
+    /// Mount over a directory that has entries (hidden while mounted).
+    pub allow_nonempty: bool,
 }
 
 impl Default for MountOptions {
@@ -27,6 +29,7 @@ impl Default for MountOptions {
             threads: 16,
             ttl: Duration::from_secs(1),
             allow_other: true,
+            allow_nonempty: false,
         }
     }
 }
@@ -55,6 +58,13 @@ pub enum MountError {
     /// The mount point is not a directory.
     #[error("mount point {} is not a directory", .0.display())]
     NotADirectory(PathBuf),
+    /// The mount point has entries, which the mount would hide.
+    #[error(
+        "mount point {} is not empty: its files would be hidden while mounted (mount on an empty \
+         directory, or pass --nonempty)",
+        .0.display()
+    )]
+    NotEmpty(PathBuf),
     /// Something is already mounted there.
     #[error(
         "mount point {} is busy: something is already mounted there (unmount it with: umount {})",
@@ -81,8 +91,9 @@ pub enum MountError {
     },
 }
 
-/// Checks `p` can be mounted on; the error says what is wrong.
-pub fn check_mount_point(p: &Path) -> Result<PathBuf, MountError> {
+/// Checks `p` can be mounted on (and is empty, unless `allow_nonempty`);
+/// the error says what is wrong.
+pub fn check_mount_point(p: &Path, allow_nonempty: bool) -> Result<PathBuf, MountError> {
     let io = |source| MountError::Io {
         path: p.into(),
         source,
@@ -100,6 +111,9 @@ pub fn check_mount_point(p: &Path) -> Result<PathBuf, MountError> {
     if is_mount_point(p) {
         return Err(MountError::Busy(p.into()));
     }
+    if !allow_nonempty && std::fs::read_dir(p).map_err(io)?.next().is_some() {
+        return Err(MountError::NotEmpty(p.into()));
+    }
     if !std::path::Path::new("/dev/fuse").exists() {
         return Err(MountError::NoFuseDevice);
     }
@@ -114,7 +128,7 @@ pub fn mount(
     mountpoint: &Path,
     opts: &MountOptions,
 ) -> Result<BackgroundSession, MountError> {
-    let mp = check_mount_point(mountpoint)?;
+    let mp = check_mount_point(mountpoint, opts.allow_nonempty)?;
     let fs = TesseraFs::new(client, rt, opts.ttl);
     let mut cfg = Config::default();
     cfg.mount_options = vec![

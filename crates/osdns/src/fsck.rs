@@ -413,9 +413,15 @@ mod tests {
             ..Report::default()
         };
         let checked = r.lines().join("\n");
-        assert!(checked.contains("1 orphan inodes found (not removed)"), "{checked}");
+        assert!(
+            checked.contains("1 orphan inodes found (not removed)"),
+            "{checked}"
+        );
         assert!(checked.contains("2 wrong link counts found"), "{checked}");
-        assert!(!checked.contains("removed\n") && !checked.contains("corrected"), "{checked}");
+        assert!(
+            !checked.contains("removed\n") && !checked.contains("corrected"),
+            "{checked}"
+        );
         r.repaired = true;
         let repaired = r.lines().join("\n");
         assert!(repaired.contains("1 orphan inodes removed"), "{repaired}");

@@ -254,8 +254,24 @@ fn file_commands_refuse_bad_input_clearly() {
         &["mount", &port, s(dir.path()), "--attr-timeout", "nan"],
         "--attr-timeout",
     );
+    // A mount point with entries: refused (they would be hidden).
+    std::fs::write(dir.path().join("keep.txt"), b"mine").unwrap();
+    fail(&["mount", &port, s(dir.path())], "is not empty");
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
     fail(
-        &["mount", &port, s(dir.path()), "--key-file", s(&key)],
+        &["mount", &port, s(&empty), "--key-file", s(&key)],
+        "cannot reach the MDS",
+    );
+    fail(
+        &[
+            "mount",
+            &port,
+            s(dir.path()),
+            "--nonempty",
+            "--key-file",
+            s(&key),
+        ],
         "cannot reach the MDS",
     );
 }

@@ -25,6 +25,10 @@ pub struct Args {
     /// Stay in the foreground (logs to stderr) instead of detaching.
     #[arg(long)]
     pub foreground: bool,
+    /// Mount even if the mount point has entries (they are hidden while
+    /// mounted; by default such a mount point is refused).
+    #[arg(long)]
+    pub nonempty: bool,
     /// Cluster id (default: the key file's).
     #[arg(long)]
     pub cluster: Option<String>,
@@ -67,10 +71,11 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
-    tessera_fuse::mount::check_mount_point(&a.mountpoint).map_err(anyhow::Error::msg)?;
     if !(a.attr_timeout >= 0.0 && a.attr_timeout.is_finite()) {
         bail!("--attr-timeout must be a number of seconds ≥ 0");
     }
+    tessera_fuse::mount::check_mount_point(&a.mountpoint, a.nonempty)
+        .map_err(anyhow::Error::msg)?;
     if a.foreground {
         return serve(a, None);
     }
@@ -138,6 +143,7 @@ fn serve(a: Args, mut ready: Option<OwnedFd>) -> anyhow::Result<i32> {
             threads: a.threads,
             ttl: Duration::from_secs_f64(a.attr_timeout),
             allow_other: true,
+            allow_nonempty: a.nonempty,
         };
         let session = tessera_fuse::mount(c.clone(), handle.clone(), &a.mountpoint, &opts)
             .map_err(anyhow::Error::msg)?;
