@@ -245,6 +245,19 @@ fn file_commands_refuse_bad_input_clearly() {
         &["up", "--size", "lots", "--data", s(&dir.path().join("up"))],
         "unknown size unit",
     );
+    // Stores the disk under the data directory cannot hold: refused
+    // before anything is made.
+    fail(
+        &[
+            "up",
+            "--size",
+            "1000T",
+            "--data",
+            s(&dir.path().join("huge")),
+        ],
+        "choose a smaller --size",
+    );
+    assert!(!dir.path().join("huge").exists(), "nothing made");
     // Mount: a missing mount point, a bad window, an MDS that is not there.
     fail(
         &["mount", &port, s(&dir.path().join("nowhere"))],

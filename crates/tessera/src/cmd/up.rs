@@ -3,7 +3,7 @@
 //! and installed, optionally mounted. Running it again brings the same
 //! cluster back with its data.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 use local::{LocalMds, LocalOsd, osd_dir, provision_osd, wait_registered};
@@ -129,12 +129,59 @@ pub fn format_options(
     Ok((opts, sc, replicas))
 }
 
+/// Refuses to make store files of `size` for OSDs `1..=osds` that have
+/// none yet in `data` when the file system under `data` has less room
+/// than they may fill: they are sparse and would fill the host's disk
+/// as data arrives, each store believing it had space.
+fn check_free_space(data: &Path, osds: u32, size: u64) -> anyhow::Result<()> {
+    let new = (1..=osds)
+        .filter(|&id| !osd_dir(data, id).join("store.img").exists())
+        .count() as u64;
+    if new == 0 {
+        return Ok(());
+    }
+    // The nearest directory that exists (`data` may not yet).
+    let Some(at) = data
+        .ancestors()
+        .find(|p| p.is_dir() || p.as_os_str().is_empty())
+    else {
+        return Ok(());
+    };
+    let at = if at.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        at
+    };
+    let c = std::ffi::CString::new(at.as_os_str().as_encoded_bytes())
+        .context("the data directory's path has a NUL byte")?;
+    // SAFETY: a zeroed statvfs is a valid value for statvfs() to fill.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid C string and a statvfs to fill.
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return Ok(()); // cannot tell: the stores' own ENOSPC will say
+    }
+    let free = st.f_bavail as u64 * st.f_frsize as u64;
+    let need = new.saturating_mul(size);
+    if need > free {
+        bail!(
+            "{new} new OSD stores of {} each need {} but {} has only {} free: choose a smaller \
+             --size (or fewer --osds)",
+            super::human(size),
+            super::human(need),
+            at.display(),
+            super::human(free),
+        );
+    }
+    Ok(())
+}
+
 /// Runs `tessera up`.
 pub fn run(a: Args) -> anyhow::Result<i32> {
     // The arguments, then the HTTP port: a bad argument is reported as
     // such, and a taken port stops `up` before it has made or started
     // anything.
     let (ns_mode, protocol) = check_args(&a)?;
+    check_free_space(&a.data, a.osds, a.size)?;
     if a.mds_members > 1 || super::up_group::is_group(&a.data) {
         return super::up_group::run(&super::up_group::GroupUp {
             data: a.data.clone(),
