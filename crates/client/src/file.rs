@@ -591,6 +591,13 @@ async fn read_at_end(
     let Some(layout) = st.layout.clone() else {
         return Ok((Bytes::from(vec![0u8; known as usize]), false));
     };
+    // Past the end, only within the stripe unit the end is in: the next
+    // unit is another object, most often absent (a question to the
+    // namespace, `crate::gone`). An end on a unit's boundary is not
+    // probed past.
+    let su = u64::from(layout.spec.stripe_unit.max(1));
+    let unit_end = st.size.div_ceil(su).saturating_mul(su);
+    let asked = asked.min(unit_end - off).max(known);
     let (grants, creds, gen_) = (st.grants.clone(), st.creds.clone(), st.gen_);
     drop(st);
     let read = read_range_to((inner, f.ino, &creds), &layout, grants, off, asked);
