@@ -44,7 +44,12 @@ pub(crate) async fn mark_stale(
         stripe,
         osd,
     };
-    match inner.mds.call_as(creds.clone(), op).await? {
+    match inner
+        .mds
+        .call_as(creds.clone(), op)
+        .await
+        .map_err(crate::error::from_call)?
+    {
         proto::mds::MdsReply::Found(f) => Ok(*f),
         other => Err(FsError::new(
             Errno::Io,

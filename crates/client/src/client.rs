@@ -69,7 +69,7 @@ impl Client {
             }
             Err(e) => {
                 return Err(FsError::new(
-                    e.errno(),
+                    e.code(),
                     format!("cannot reach the MDS at {}: {e}", cfg.mds_addr),
                 ));
             }
@@ -236,7 +236,11 @@ impl Client {
     async fn call(&self, c: &Creds, op: Op) -> Result<MdsReply> {
         // statfs counts the inodes this client made under a lease too.
         self.inner.leases.drain().await?;
-        Ok(self.inner.mds.call_as(c.clone(), op).await?)
+        self.inner
+            .mds
+            .call_as(c.clone(), op)
+            .await
+            .map_err(crate::error::from_call)
     }
 
     /// After an operation that adds `name` to `parent`: known present, or

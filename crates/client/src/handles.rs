@@ -269,7 +269,7 @@ impl Client {
             // An inode that is gone, reached through a cached name of a
             // file removed elsewhere: ESTALE makes the kernel look the
             // name up again, and that look must reach the namespace.
-            Err(e) if e.errno == Errno::Stale.raw() || e.errno == Errno::NoEnt.raw() => {
+            Err(e) if e.is(Errno::Stale) || e.is(Errno::NoEnt) => {
                 self.inner.meta.cache().remove(ino);
                 Err(FsError::new(Errno::Stale, e.message))
             }
@@ -381,7 +381,7 @@ impl Client {
             .mds
             .sync()
             .await
-            .map_err(|e| FsError::new(e.errno(), format!("sync with the MDS: {e}")))
+            .map_err(|e| FsError::new(e.code(), format!("sync with the MDS: {e}")))
     }
 
     /// Closes a handle (writes out and commits if it was the last).

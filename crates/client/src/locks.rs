@@ -84,7 +84,7 @@ impl Client {
             .mds
             .call_as(c.clone(), op)
             .await
-            .map_err(FsError::from)
+            .map_err(crate::error::from_call)
     }
 
     /// Sends now the releases still owed for `owner` on `ino` (before a
@@ -167,10 +167,10 @@ impl Client {
                     return flushed;
                 }
                 // A restarted MDS taking locks back: always wait.
-                Err(e) if e.errno == Errno::Busy.raw() => {}
-                Err(e) if e.errno == Errno::Again.raw() && wait => {}
+                Err(e) if e.is(Errno::Busy) => {}
+                Err(e) if e.is(Errno::Again) && wait => {}
                 Err(e) => {
-                    if e.errno == Errno::Io.raw() && l.kind != LockKind::Unlock {
+                    if e.is(Errno::Io) && l.kind != LockKind::Unlock {
                         // The MDS may have granted it before the answer
                         // was lost: owe its release.
                         let undo = LockSpec {
@@ -193,7 +193,10 @@ impl Client {
                 ));
             }
             if interrupted() {
-                return Err(FsError::new(EINTR, "the waiting process was interrupted"));
+                return Err(FsError::new(
+                    Errno::Intr,
+                    "the waiting process was interrupted",
+                ));
             }
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(WAIT_MAX);
@@ -226,7 +229,7 @@ impl Client {
                         format!("TEST LOCK answered {other:?}"),
                     ));
                 }
-                Err(e) if e.errno == Errno::Busy.raw() => {
+                Err(e) if e.is(Errno::Busy) => {
                     tokio::time::sleep(WAIT_MAX).await;
                 }
                 Err(e) => return Err(e),
@@ -265,9 +268,6 @@ impl Client {
         r
     }
 }
-
-/// EINTR (Linux), which the namespace's errno type does not carry.
-const EINTR: i32 = 4;
 
 /// What the client's reporter sends every interval: the releases still
 /// owed, then the locks held (nothing when it holds none).

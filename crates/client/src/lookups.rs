@@ -125,7 +125,7 @@ impl Client {
             Ok(f) => f,
             Err(e) => {
                 tracing::trace!(parent, name, error = %e, "lookup: the namespace says");
-                if e.errno == Errno::NoEnt.raw() && self.inner.absent.missed(parent) {
+                if e.is(Errno::NoEnt) && self.inner.absent.missed(parent) {
                     self.list_names(c, parent).await;
                 }
                 return Err(e);

@@ -44,7 +44,10 @@ impl MdsNamespace {
         if let Some(l) = &self.leases {
             l.drain().await?;
         }
-        Ok(self.mds.call_as(c.clone(), op).await?)
+        self.mds
+            .call_as(c.clone(), op)
+            .await
+            .map_err(crate::error::from_call)
     }
 
     async fn found(&self, c: &Creds, op: Op, what: &str) -> Result<Found> {
@@ -91,7 +94,10 @@ impl MdsNamespace {
                 if let Some(l) = &self.leases {
                     l.drain().await?;
                 }
-                self.mds.call_as_absent(c.clone(), op).await?
+                self.mds
+                    .call_as_absent(c.clone(), op)
+                    .await
+                    .map_err(crate::error::from_call)?
             };
             match reply {
                 MdsReply::Dir { entries, more } => {
@@ -416,7 +422,13 @@ impl Namespace for MdsNamespace {
 
     fn holding(&self, held: Vec<(u64, bool)>) -> NsFuture<'_, ()> {
         let op = Op::Holding { held };
-        Box::pin(async move { self.mds.call(op).await.map(|_| ()).map_err(Into::into) })
+        Box::pin(async move {
+            self.mds
+                .call(op)
+                .await
+                .map(|_| ())
+                .map_err(crate::error::from_call)
+        })
     }
 
     fn inodes(&self) -> NsFuture<'_, Option<u64>> {

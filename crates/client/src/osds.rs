@@ -116,7 +116,11 @@ impl OsdSet {
 
     /// Asks the MDS for a map (current, or of `epoch`) and caches it.
     async fn fetch(&self, mds: &MdsClient, epoch: Option<u64>) -> Result<Arc<OsdMap>> {
-        let m = match mds.call(Op::GetMap { epoch }).await? {
+        let m = match mds
+            .call(Op::GetMap { epoch })
+            .await
+            .map_err(crate::error::from_call)?
+        {
             // With replica groups an OSD that is out still names its group.
             MdsReply::Map(m) if self.grouped() => Arc::new(proto::chain::placement_map(&m)),
             MdsReply::Map(m) => Arc::new(m),

@@ -549,7 +549,7 @@ pub const WRITE_NEED: u32 = rights::WRITE | rights::CREATE;
 /// Turns a piece failure into the error callers see.
 pub fn piece_error(p: PieceError) -> FsError {
     match p.osd {
-        Some(osd) => FsError::osd(osd, &p.error),
+        Some(osd) => crate::error::osd(osd, &p.error),
         None => FsError::new(Errno::Io, p.error.to_string()),
     }
 }

@@ -161,7 +161,7 @@ async fn renames_removals_and_reopens_after_a_deferred_close_lose_nothing() {
     a.sync_all().await.unwrap();
     reads_all(&b, d, 0..6).await;
     assert_eq!(
-        b.lookup(&root(), d, "gone").await.unwrap_err().errno,
+        b.lookup(&root(), d, "gone").await.unwrap_err().raw(),
         2,
         "removed"
     );
@@ -209,7 +209,7 @@ async fn a_write_back_failing_after_a_deferred_close_fails_the_next_syncfs() {
         .await
         .expect("syncfs returns")
         .unwrap_err();
-    assert_eq!(e.errno, 5, "EIO: {e}");
+    assert_eq!(e.raw(), 5, "EIO: {e}");
     cl.stop().await.unwrap();
 }
 
@@ -391,7 +391,7 @@ async fn a_read_only_file_closed_under_a_lease_is_written_after_an_mds_restart()
         .await
         .expect("syncfs returns")
     {
-        assert_eq!(e.errno, 5, "{e}");
+        assert_eq!(e.raw(), 5, "{e}");
         tries += 1;
         assert!(tries < 100, "the MDS stays unreachable: {e}");
         tokio::time::sleep(Duration::from_millis(200)).await;

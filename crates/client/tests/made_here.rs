@@ -39,7 +39,7 @@ async fn a_new_files_missing_xattrs_cost_no_request_and_a_set_one_is_seen() {
     let before = asked(&a);
     for name in ["security.capability", "user.k"] {
         let err = a.getxattr(&r, ino, name).await.unwrap_err();
-        assert_eq!(err.errno, Errno::NoData.raw(), "{err}");
+        assert_eq!(err.errno, Errno::NoData, "{err}");
     }
     assert!(a.listxattr(&r, ino).await.unwrap().is_empty());
     assert_eq!(
@@ -108,7 +108,7 @@ async fn a_new_files_missing_xattrs_cost_no_request_and_a_set_one_is_seen() {
         .getxattr(&stranger, n.attr.ino, "user.k")
         .await
         .unwrap_err();
-    assert_eq!(err.errno, Errno::Access.raw(), "{err}");
+    assert_eq!(err.errno, Errno::Access, "{err}");
     a.getxattr(&r, n.attr.ino, "nonamespace").await.unwrap_err();
     assert_eq!(asked(&a), before + 2, "both were the namespace's to answer");
     a.release(fh5).await.unwrap();
@@ -139,7 +139,7 @@ async fn a_rename_within_a_directory_brings_its_attributes_and_the_moved_entry()
     );
     // The old name is gone, from this client's cache too.
     let gone = a.lookup(&r, d, "out.tmp").await.unwrap_err();
-    assert_eq!(gone.errno, Errno::NoEnt.raw());
+    assert_eq!(gone.errno, Errno::NoEnt);
     // What the MDS says of the directory matches what the client kept.
     let fresh = _b.getattr(&r, d).await.unwrap();
     assert_eq!(

@@ -75,12 +75,12 @@ async fn permissions_are_enforced_by_the_client() {
         .create(&u1, p.attr.ino, "x", 0o644, true)
         .await
         .unwrap_err();
-    assert_eq!(e.errno, EACCES, "{e}");
+    assert_eq!(e.raw(), EACCES, "{e}");
     c.create(&root, p.attr.ino, "secret", 0o600, true)
         .await
         .unwrap();
     let e = c.lookup(&u1, p.attr.ino, "secret").await.unwrap_err();
-    assert_eq!(e.errno, EACCES, "{e}");
+    assert_eq!(e.raw(), EACCES, "{e}");
     // A sticky world-writable directory: only the owner removes a name.
     let t = c.mkdir(&root, 0, "tmp", 0o1777).await.unwrap();
     let (mine, fh) = c
@@ -90,15 +90,15 @@ async fn permissions_are_enforced_by_the_client() {
     c.release(fh).await.unwrap();
     assert_eq!((mine.attr.uid, mine.attr.gid), (1000, 1000));
     let e = c.unlink(&u2, t.attr.ino, "mine").await.unwrap_err();
-    assert_eq!(e.errno, EPERM, "{e}");
+    assert_eq!(e.raw(), EPERM, "{e}");
     let e = c
         .rename(&u2, t.attr.ino, "mine", t.attr.ino, "stolen", false)
         .await
         .unwrap_err();
-    assert_eq!(e.errno, EPERM, "{e}");
+    assert_eq!(e.raw(), EPERM, "{e}");
     // Someone else's 0600 file: no open; chmod and chown are the owner's.
     let e = c.open(&u2, mine.attr.ino, false).await.unwrap_err();
-    assert_eq!(e.errno, EACCES, "{e}");
+    assert_eq!(e.raw(), EACCES, "{e}");
     let chmod = SetAttr {
         mode: Some(0o666),
         ..Default::default()
@@ -107,13 +107,13 @@ async fn permissions_are_enforced_by_the_client() {
         .setattr(&u2, mine.attr.ino, chmod.clone())
         .await
         .unwrap_err();
-    assert_eq!(e.errno, EPERM, "{e}");
+    assert_eq!(e.raw(), EPERM, "{e}");
     let chown = SetAttr {
         uid: Some(2000),
         ..Default::default()
     };
     let e = c.setattr(&u1, mine.attr.ino, chown).await.unwrap_err();
-    assert_eq!(e.errno, EPERM, "{e}");
+    assert_eq!(e.raw(), EPERM, "{e}");
     let a = c.setattr(&u1, mine.attr.ino, chmod).await.unwrap();
     assert_eq!(a.mode, 0o666);
     c.open(&u2, mine.attr.ino, false).await.unwrap();
@@ -178,12 +178,12 @@ async fn lengths_truncate_unlinked_open_files_and_rename() {
     let fh = a.open(&root, e.attr.ino, false).await.unwrap();
     a.unlink(&root, 0, "f").await.unwrap();
     assert_eq!(a.read(fh, 0, 10).await.unwrap()[..], data[..10]);
-    assert_eq!(b.lookup(&root, 0, "f").await.unwrap_err().errno, ENOENT);
+    assert_eq!(b.lookup(&root, 0, "f").await.unwrap_err().raw(), ENOENT);
     a.release(fh).await.unwrap();
     // Its objects wait a cache window (docs/CLIENT.md); a sync removes them.
     a.sync_all().await.unwrap();
     let e = b.getattr(&root, e.attr.ino).await.unwrap_err();
-    assert_eq!(e.errno, ENOENT, "{e}");
+    assert_eq!(e.raw(), ENOENT, "{e}");
     // A file replaced by a rename while open here: readable until released.
     let (x, fh) = a.create(&root, 0, "x", 0o644, true).await.unwrap();
     a.write(fh, 0, b"old bytes").await.unwrap();
@@ -196,7 +196,7 @@ async fn lengths_truncate_unlinked_open_files_and_rename() {
     a.release(fh).await.unwrap();
     a.sync_all().await.unwrap();
     let e = b.getattr(&root, x.attr.ino).await.unwrap_err();
-    assert_eq!(e.errno, ENOENT, "{e}");
+    assert_eq!(e.raw(), ENOENT, "{e}");
     a.unlink(&root, 0, "x").await.unwrap();
     // Rename across directories, seen by b.
     let d1 = a.mkdir(&root, 0, "d1", 0o755).await.unwrap();
@@ -263,8 +263,8 @@ async fn put(c: &Client, name: &str, data: &[u8]) -> u64 {
 /// or the read.
 async fn get(c: &Client, ino: u64) -> Result<Vec<u8>, i32> {
     let root = Creds::root();
-    let fh = c.open(&root, ino, false).await.map_err(|e| e.errno)?;
-    let r = c.read(fh, 0, 1 << 20).await.map_err(|e| e.errno);
+    let fh = c.open(&root, ino, false).await.map_err(|e| e.raw())?;
+    let r = c.read(fh, 0, 1 << 20).await.map_err(|e| e.raw());
     c.release(fh).await.unwrap();
     r.map(|b| b.to_vec())
 }

@@ -525,7 +525,10 @@ impl Filesystem for TesseraFs {
         let r = self.run(async {
             let a = self.client.getattr(&c, dir).await?;
             if a.kind != FileKind::Dir {
-                return Err(FsError::new(libc::ENOTDIR, "not a directory"));
+                return Err(FsError::new(
+                    client::error::Errno::NotDir,
+                    "not a directory",
+                ));
             }
             // "..": the parent this client last saw (the kernel keeps its own).
             let parent = self.client.parent_hint(dir);

@@ -23,7 +23,7 @@ const GROUPS_TTL: Duration = Duration::from_secs(1);
 /// A client error as the kernel takes it (logged at debug).
 pub fn errno(e: FsError) -> Errno {
     tracing::debug!("fuse: {e}");
-    Errno::from_i32(e.errno)
+    Errno::from_i32(e.raw())
 }
 
 /// Answers an operation that returns nothing.

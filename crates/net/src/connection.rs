@@ -48,6 +48,17 @@ pub enum ConnError {
     Protocol(String),
 }
 
+impl ConnError {
+    /// What the peer answered, if it answered with an error (`None`: it
+    /// did not answer — unreachable, lost, timed out, undecodable).
+    pub fn remote_code(&self) -> Option<proto::ErrorCode> {
+        match self {
+            ConnError::Remote(w) => Some(w.code),
+            _ => None,
+        }
+    }
+}
+
 /// How a client connects.
 #[derive(Clone)]
 pub struct ConnConfig {

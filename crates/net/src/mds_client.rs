@@ -29,12 +29,18 @@ pub enum CallError {
 }
 
 impl CallError {
-    /// The errno to hand to POSIX callers.
-    pub fn errno(&self) -> i32 {
+    /// The errno to hand to POSIX callers: the MDS's, or EIO when it
+    /// could not be reached.
+    pub fn code(&self) -> proto::mds::Errno {
         match self {
-            CallError::Transport(_) => proto::mds::Errno::Io.raw(),
-            CallError::Mds(e) => e.errno.raw(),
+            CallError::Transport(_) => proto::mds::Errno::Io,
+            CallError::Mds(e) => e.errno,
         }
+    }
+
+    /// [`CallError::code`] as its Linux number.
+    pub fn errno(&self) -> i32 {
+        self.code().raw()
     }
 }
 

@@ -62,7 +62,7 @@ impl Walk {
     fn into_error(self, d: &DirRef) -> NsError {
         match self {
             Walk::Failed(e) => e,
-            Walk::Torn(n) => NsError::corrupt(format!(
+            Walk::Torn(n) => crate::error::corrupt(format!(
                 "directory {}: chain points at empty list slot {n}",
                 d.ino
             )),
@@ -206,7 +206,7 @@ impl OsdFs {
             let raw = self.osds.get1(d.osd, data_oid(d.ino), list_key(n)).await?;
             if raw.is_empty() {
                 return Err(if locked {
-                    Walk::Failed(NsError::corrupt(format!(
+                    Walk::Failed(crate::error::corrupt(format!(
                         "directory {}: chain points at empty list slot {n}",
                         d.ino
                     )))
@@ -220,7 +220,7 @@ impl OsdFs {
             }
             hops += 1;
             if hops > 1 << 20 {
-                return Err(Walk::Failed(NsError::corrupt(format!(
+                return Err(Walk::Failed(crate::error::corrupt(format!(
                     "directory {}: chain loops",
                     d.ino
                 ))));
@@ -271,7 +271,7 @@ impl OsdFs {
         let oid = data_oid(d.ino);
         loop {
             let v = match self.osds.get1(d.osd, oid, DIR_DYING).await {
-                Err(e) if e.is_missing() => return Ok(false),
+                Err(e) if e.is(crate::error::Errno::NoEnt) => return Ok(false),
                 r => r?,
             };
             if v.is_empty() {
@@ -737,7 +737,7 @@ impl OsdFs {
             n = s.next;
             out.push(s.ent);
             if out.len() > 1 << 20 {
-                return Err(Walk::Failed(NsError::corrupt(format!(
+                return Err(Walk::Failed(crate::error::corrupt(format!(
                     "directory {}: chain loops",
                     d.ino
                 ))));

@@ -8,7 +8,7 @@ use proto::layout::LayoutSpec;
 use proto::msg::AttrKey;
 use serde::{Deserialize, Serialize};
 
-use crate::error::{NsError, Result};
+use crate::error::Result;
 use crate::hash::DirHash;
 
 /// Version byte of every value below.
@@ -165,7 +165,7 @@ impl Kind {
             5 => Kind::CharDev,
             6 => Kind::BlockDev,
             7 => Kind::Socket,
-            _ => return Err(NsError::corrupt(format!("entry kind {c}"))),
+            _ => return Err(crate::error::corrupt(format!("entry kind {c}"))),
         })
     }
 }
@@ -227,20 +227,20 @@ impl Slot {
     /// Parses [`Slot::encode`]'s bytes.
     pub fn decode(b: &[u8]) -> Result<Slot> {
         if b.len() < SLOT_FIXED + 1 {
-            return Err(NsError::corrupt(format!(
+            return Err(crate::error::corrupt(format!(
                 "directory slot of {} bytes (at least {} needed)",
                 b.len(),
                 SLOT_FIXED + 1
             )));
         }
         if b[0] != FORMAT_VERSION {
-            return Err(NsError::corrupt(format!(
+            return Err(crate::error::corrupt(format!(
                 "directory slot format version {} (this build reads {FORMAT_VERSION})",
                 b[0]
             )));
         }
         if b[1] & !1 != 0 {
-            return Err(NsError::corrupt(format!(
+            return Err(crate::error::corrupt(format!(
                 "directory slot flags {:#x}",
                 b[1]
             )));
@@ -249,9 +249,11 @@ impl Slot {
         let mut ino = [0u8; 8];
         ino.copy_from_slice(&b[7..15]);
         let name = std::str::from_utf8(&b[SLOT_FIXED..])
-            .map_err(|_| NsError::corrupt("directory entry name is not UTF-8"))?;
+            .map_err(|_| crate::error::corrupt("directory entry name is not UTF-8"))?;
         if posix::raw_len(name) > NAME_MAX || name.contains('/') || name.contains('\0') {
-            return Err(NsError::corrupt(format!("directory entry name {name:?}")));
+            return Err(crate::error::corrupt(format!(
+                "directory entry name {name:?}"
+            )));
         }
         Ok(Slot {
             mark: b[1] & 1 != 0,
@@ -364,9 +366,9 @@ pub fn encode<T: Serialize>(v: &T) -> Vec<u8> {
 /// an error.
 pub fn decode<'a, T: Deserialize<'a>>(what: &str, b: &'a [u8]) -> Result<T> {
     let (v, rest) =
-        postcard::take_from_bytes(b).map_err(|e| NsError::corrupt(format!("{what}: {e}")))?;
+        postcard::take_from_bytes(b).map_err(|e| crate::error::corrupt(format!("{what}: {e}")))?;
     if !rest.is_empty() {
-        return Err(NsError::corrupt(format!(
+        return Err(crate::error::corrupt(format!(
             "{what}: {} trailing bytes",
             rest.len()
         )));
@@ -384,7 +386,7 @@ impl Inode {
     pub fn decode(b: &[u8]) -> Result<Inode> {
         let i: Inode = decode("inode record", b)?;
         if i.version != FORMAT_VERSION {
-            return Err(NsError::corrupt(format!(
+            return Err(crate::error::corrupt(format!(
                 "inode record format version {}",
                 i.version
             )));
@@ -394,7 +396,7 @@ impl Inode {
         if let Some(l) = &i.layout {
             l.spec
                 .validate()
-                .map_err(|e| NsError::corrupt(format!("inode record layout: {e}")))?;
+                .map_err(|e| crate::error::corrupt(format!("inode record layout: {e}")))?;
         }
         Ok(i)
     }
@@ -410,7 +412,7 @@ impl DirHeader {
     pub fn decode(b: &[u8]) -> Result<DirHeader> {
         let h: DirHeader = decode("directory header", b)?;
         if h.version != FORMAT_VERSION {
-            return Err(NsError::corrupt(format!(
+            return Err(crate::error::corrupt(format!(
                 "directory header format version {}",
                 h.version
             )));
@@ -558,7 +560,7 @@ mod tests {
                 map_epoch: 1,
             });
             let e = Inode::decode(&i.encode()).unwrap_err();
-            assert_eq!(e.errno, libc::EIO, "{e}");
+            assert_eq!(e.raw(), libc::EIO, "{e}");
             assert!(e.message.contains("layout"), "{e}");
         }
     }

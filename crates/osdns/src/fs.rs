@@ -189,7 +189,7 @@ impl OsdFs {
             (FS_INODES, 1u64.to_le_bytes().to_vec()),
         ];
         match self.osds.create(osd, data_oid(ROOT_INO), attrs).await {
-            Err(e) if e.errno == Errno::Exist.raw() => {}
+            Err(e) if e.is(Errno::Exist) => {}
             r => r?,
         }
         let recorded = self.osds.authority().set_root(osd).await?;
@@ -483,7 +483,7 @@ impl OsdFs {
         match i {
             Ok(i) if i.nlink == 0 => Ok((ent, Some(i))),
             Ok(_) => Ok((ent, None)),
-            Err(e) if e.is_missing() => Ok((ent, None)),
+            Err(e) if e.is(crate::error::Errno::NoEnt) => Ok((ent, None)),
             Err(e) => Err(e),
         }
     }

@@ -151,6 +151,17 @@ struct Obj {
     attrs: proto::msg::AttrList,
 }
 
+/// The attributes the scan reads of every object.
+const SCANNED: [AttrKey; 7] = [
+    INODE,
+    INTENT,
+    DIR_HEADER,
+    DIR_LOCK,
+    DIR_DYING,
+    CREATED,
+    DIR_SUBDIRS,
+];
+
 /// Checks the namespace and, with `repair`, fixes it. Objects younger than
 /// `grace_ms` are not treated as orphans.
 pub async fn fsck(fs: &OsdFs, repair: bool, grace_ms: u64) -> Result<Report> {
@@ -159,15 +170,7 @@ pub async fn fsck(fs: &OsdFs, repair: bool, grace_ms: u64) -> Result<Report> {
         ..Report::default()
     };
     let root = fs.root().await?;
-    let keys = vec![
-        INODE,
-        INTENT,
-        DIR_HEADER,
-        DIR_LOCK,
-        DIR_DYING,
-        CREATED,
-        DIR_SUBDIRS,
-    ];
+    let keys = SCANNED.to_vec();
     // (1) scan
     let map = fs.osds.map();
     let mut objs: HashMap<(u32, u64), Obj> = HashMap::new();

@@ -139,7 +139,7 @@ impl OsdFs {
                 cur = self.stat(cur.0, cur.1).await?.parent;
                 hops += 1;
                 if hops > 4096 {
-                    return Err(NsError::corrupt("parent pointers loop"));
+                    return Err(crate::error::corrupt("parent pointers loop"));
                 }
             }
         }
@@ -192,7 +192,7 @@ impl OsdFs {
             // with the parent): a compare-and-swap, so a concurrent change
             // of the inode is not lost.
             match self.update(moving.ino, moving.osd, |_| Ok(())).await {
-                Err(e) if !e.is_missing() => return Err(e),
+                Err(e) if !e.is(crate::error::Errno::NoEnt) => return Err(e),
                 _ => {}
             }
         }
@@ -225,7 +225,7 @@ impl OsdFs {
                 };
                 self.remove(&src, &old).await?;
             }
-            Err(e) if e.is_missing() => {}
+            Err(e) if e.is(crate::error::Errno::NoEnt) => {}
             Err(e) => return Err(e),
         }
         let mut dead = None;
@@ -273,7 +273,7 @@ impl OsdFs {
         {
             Ok(i) if i.nlink == 0 => Ok(Some((ino, osd, i))),
             Ok(_) => Ok(None),
-            Err(e) if e.is_missing() => Ok(None),
+            Err(e) if e.is(crate::error::Errno::NoEnt) => Ok(None),
             Err(e) => Err(e),
         }
     }

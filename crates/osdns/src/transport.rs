@@ -259,7 +259,7 @@ impl Osds {
                 Bytes::new(),
             )
             .await
-            .map_err(|e| NsError::osd(osd, &e))
+            .map_err(|e| crate::error::osd(osd, &e))
     }
 
     /// Sends one command to replica group `group`: to its head, in the
@@ -306,7 +306,7 @@ impl Osds {
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     let _ = self.refresh_soon().await;
                 }
-                Err(e) => return Err(NsError::osd(group, &e)),
+                Err(e) => return Err(crate::error::osd(group, &e)),
             }
         }
     }
@@ -440,7 +440,7 @@ impl Osds {
             oid,
         };
         match self.call(osd, cmd, Vec::new(), Vec::new()).await {
-            Err(e) if e.is_missing() => Ok(()),
+            Err(e) if e.is(crate::error::Errno::NoEnt) => Ok(()),
             r => r.map(|_| ()),
         }
     }
@@ -511,7 +511,7 @@ impl MdsAuthority {
         match self.mds.call(op).await {
             Ok(proto::mds::MdsReply::Namespace(g)) => Ok(*g),
             Ok(r) => Err(NsError::new(Errno::Io, format!("MDS answered {r:?}"))),
-            Err(e) => Err(NsError::new(e.errno(), format!("MDS: {e}"))),
+            Err(e) => Err(NsError::new(e.code(), format!("MDS: {e}"))),
         }
     }
 }

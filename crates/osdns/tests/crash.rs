@@ -118,7 +118,7 @@ async fn present(fs: &OsdFs, d: &DirRef, name: &str) -> Option<u64> {
             }
             Some(e.ino)
         }
-        Err(e) if e.errno == libc::ENOENT => None,
+        Err(e) if e.raw() == libc::ENOENT => None,
         Err(e) => panic!("lookup {name}: {e}"),
     }
 }

@@ -59,7 +59,7 @@ async fn same_and_distinct(p: Protocol) {
     while let Some(r) = tasks.join_next().await {
         match r.unwrap() {
             Ok(_) => won += 1,
-            Err(e) if e.errno == libc::EEXIST => exists += 1,
+            Err(e) if e.raw() == libc::EEXIST => exists += 1,
             Err(e) => panic!("unexpected error {e}"),
         }
     }
@@ -166,14 +166,14 @@ async fn chains(p: Protocol) {
     }
     for i in 0..16 {
         let e = fs.lookup(&root, &format!("n{i}-0")).await.unwrap_err();
-        assert_eq!(e.errno, libc::ENOENT);
+        assert_eq!(e.raw(), libc::ENOENT);
     }
     // A name already chained is refused, with the existing entry.
     let e = fs
         .make(&root, "n3-5", Kind::File, OWNER, None, true)
         .await
         .unwrap_err();
-    assert_eq!(e.errno, libc::EEXIST);
+    assert_eq!(e.raw(), libc::EEXIST);
     let r = osdns::fsck::fsck(&fs, false, 0).await.unwrap();
     assert!(r.clean(), "{p:?}: {:?}", r.lines());
     c.c.stop().await.unwrap();

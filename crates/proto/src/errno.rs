@@ -62,6 +62,8 @@ pub enum Errno {
     Again,
     /// ENOLCK (the principal holds its bound of locks).
     NoLck,
+    /// EINTR (a process waiting for a lock was interrupted).
+    Intr,
 }
 
 impl Errno {
@@ -94,6 +96,7 @@ impl Errno {
             Errno::NxIo => 6,
             Errno::Again => 11,
             Errno::NoLck => 37,
+            Errno::Intr => 4,
         }
     }
 }
@@ -106,7 +109,7 @@ impl From<Errno> for i32 {
 
 impl Errno {
     /// Every errno the protocol carries.
-    pub const ALL: [Errno; 26] = [
+    pub const ALL: [Errno; 27] = [
         Errno::Perm,
         Errno::NoEnt,
         Errno::Io,
@@ -133,6 +136,7 @@ impl Errno {
         Errno::NxIo,
         Errno::Again,
         Errno::NoLck,
+        Errno::Intr,
     ];
 
     /// The errno whose Linux number is `n`, if the protocol carries it.
@@ -182,6 +186,7 @@ mod tests {
             (Errno::Range, 34),
             (Errno::NameTooLong, 36),
             (Errno::NoLck, 37),
+            (Errno::Intr, 4),
             (Errno::NotEmpty, 39),
             (Errno::Loop, 40),
             (Errno::NoData, 61),

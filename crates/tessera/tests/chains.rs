@@ -118,7 +118,7 @@ fn sixty_four_clients_race_exclusive_creates_while_the_head_is_killed() {
                                 c.release(fh).await.unwrap();
                                 Some((i, e.attr.ino))
                             }
-                            Err(e) if e.errno == libc::EEXIST => None,
+                            Err(e) if e.raw() == libc::EEXIST => None,
                             Err(e) => panic!("client {i}, {name}: {e}"),
                         }
                     })
@@ -772,7 +772,7 @@ fn full_disks_refuse_writes_with_enospc_and_deletes_make_room() {
                 kept.len()
             );
         };
-        assert_eq!(refused.errno, libc::ENOSPC, "{refused}");
+        assert_eq!(refused.raw(), libc::ENOSPC, "{refused}");
         let st = cl.status().await.unwrap();
         assert_eq!(
             st.redundancy.groups_degraded, 0,
@@ -796,7 +796,7 @@ fn full_disks_refuse_writes_with_enospc_and_deletes_make_room() {
             match write_file_in(&c, ROOT_INO, "after", &data).await {
                 Ok(()) => break,
                 Err(e) if std::time::Instant::now() < deadline => {
-                    assert_eq!(e.errno, libc::ENOSPC, "{e}");
+                    assert_eq!(e.raw(), libc::ENOSPC, "{e}");
                     tokio::time::sleep(Duration::from_millis(500)).await;
                 }
                 Err(e) => panic!("no room after three deletes: {e}"),

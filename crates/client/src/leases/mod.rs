@@ -644,7 +644,7 @@ impl DirLeases {
                     true,
                     Vec::new(),
                 ),
-                Err(e) => (vec![(None, e.into())], true, Vec::new()),
+                Err(e) => (vec![(None, crate::error::from_call(e))], true, Vec::new()),
             };
             retry = Duration::from_millis(50);
             if unreachable {

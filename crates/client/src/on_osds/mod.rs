@@ -127,7 +127,7 @@ impl OsdNamespace {
             Ok(o) => o,
             // The MDS refuses the namespace grant exactly when it keeps
             // the namespace itself.
-            Err(e) if e.errno == Errno::Inval.raw() => return Ok(None),
+            Err(e) if e.is(Errno::Inval) => return Ok(None),
             Err(e) => {
                 return Err(FsError::new(
                     e.errno,
@@ -156,7 +156,7 @@ impl OsdNamespace {
     /// The OSD holding `ino`'s record.
     fn home(&self, ino: u64) -> Result<u32> {
         if ino == proto::mds::ROOT_INO {
-            return Ok(self.fs.root_osd()?);
+            return self.fs.root_osd();
         }
         if let Some(o) = self.homes().get(&ino) {
             return Ok(*o);
@@ -185,12 +185,12 @@ impl OsdNamespace {
     }
 
     async fn dir(&self, ino: u64) -> Result<DirRef> {
-        Ok(self.fs.dir(ino, self.home(ino)?).await?)
+        self.fs.dir(ino, self.home(ino)?).await
     }
 
     /// The record of `ino`.
     pub async fn inode(&self, ino: u64) -> Result<Inode> {
-        Ok(self.fs.stat(ino, self.home(ino)?).await?)
+        self.fs.stat(ino, self.home(ino)?).await
     }
 
     /// Attributes of `ino`.
@@ -401,7 +401,7 @@ impl OsdNamespace {
                 len,
             };
             match self.fs.osds.call(osd, cmd, Vec::new(), Vec::new()).await {
-                Err(e) if e.is_missing() => {} // a stripe never written
+                Err(e) if e.is(Errno::NoEnt) => {} // a stripe never written
                 r => {
                     r?;
                 }
@@ -427,7 +427,7 @@ impl OsdNamespace {
     /// Reads extended attribute `name`.
     pub async fn getxattr(&self, ino: u64, name: &str) -> Result<Vec<u8>> {
         posix::check_xattr_name(name).map_err(FsError::from)?;
-        Ok(self.fs.getxattr(ino, self.home(ino)?, name).await?)
+        self.fs.getxattr(ino, self.home(ino)?, name).await
     }
 
     /// Sets (`Some`) or removes (`None`) extended attribute `name`.
@@ -443,7 +443,7 @@ impl OsdNamespace {
             && v.len() > proto::mds::XATTR_VALUE_MAX
         {
             return Err(FsError::new(
-                proto::mds::Errno::Range.raw(),
+                proto::mds::Errno::Range,
                 format!(
                     "value of {} bytes; limit {}",
                     v.len(),
@@ -462,16 +462,12 @@ impl OsdNamespace {
                 mode == XattrMode::Replace,
             )
             .await?;
-        self.fs
-            .update(ino, osd, |_| Ok(()))
-            .await
-            .map(|_| ())
-            .map_err(Into::into)
+        self.fs.update(ino, osd, |_| Ok(())).await.map(|_| ())
     }
 
     /// Names of `ino`'s extended attributes.
     pub async fn listxattr(&self, ino: u64) -> Result<Vec<String>> {
-        Ok(self.fs.listxattr(ino, self.home(ino)?).await?)
+        self.fs.listxattr(ino, self.home(ino)?).await
     }
 }
 

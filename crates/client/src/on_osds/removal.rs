@@ -95,7 +95,7 @@ impl OsdNamespace {
             } else if let Err(e) = self.fs.destroy(ino, osd, &i).await {
                 tracing::warn!(ino, error = %e, "removing an unlinked file's objects failed");
                 if first.is_ok() {
-                    first = Err(e.into());
+                    first = Err(e);
                 }
             }
         }

@@ -386,7 +386,7 @@ pub fn mkdir(a: MkdirArgs) -> anyhow::Result<i32> {
             ino = match c.lookup(&cr, ino, part).await {
                 Ok(e) if e.attr.kind == FileKind::Dir => e.attr.ino,
                 Ok(_) => bail!("{at}: exists and is not a directory"),
-                Err(e) if e.errno == client::error::Errno::NoEnt.raw() => {
+                Err(e) if e.is(client::error::Errno::NoEnt) => {
                     match c.mkdir(&cr, ino, part, 0o755).await {
                         Ok(e) => e.attr.ino,
                         // Someone else made it meanwhile.

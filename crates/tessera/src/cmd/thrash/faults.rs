@@ -212,7 +212,7 @@ async fn fill(cl: &Cluster) -> anyhow::Result<Filled> {
         names.push(name);
         match wrote {
             Ok(Ok(())) => bytes += data.len() as u64,
-            Ok(Err(e)) if e.errno == libc::ENOSPC => break,
+            Ok(Err(e)) if e.raw() == libc::ENOSPC => break,
             Ok(Err(e)) => bail!("a write to a filling cluster failed with {e}, not ENOSPC"),
             Err(_) => bail!("a write to a filling cluster had no answer"),
         }
@@ -251,7 +251,7 @@ pub async fn free(cl: &Cluster, f: &Filled) -> anyhow::Result<()> {
     for name in &f.names {
         match c.unlink(&Creds::root(), ROOT_INO, name).await {
             Ok(()) => {}
-            Err(e) if e.errno == libc::ENOENT => {}
+            Err(e) if e.raw() == libc::ENOENT => {}
             Err(e) => bail!("removing {name} from a full cluster failed: {e}"),
         }
     }

@@ -195,7 +195,7 @@ impl Oracle {
         for name in &self.removed {
             let found = c.lookup(&Creds::root(), ROOT_INO, name).await;
             match found {
-                Err(e) if e.errno == libc::ENOENT => {}
+                Err(e) if e.raw() == libc::ENOENT => {}
                 Ok(_) => bad.push(format!("{name}: removed (acknowledged), but back")),
                 Err(e) => bad.push(format!("{name}: removed, but lookup says {e}")),
             }
