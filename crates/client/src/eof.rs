@@ -7,7 +7,7 @@
 //! `cat f` here printed six bytes of the new file). So such a read asks
 //! the objects for the whole range the kernel asked for; when their bytes
 //! stop somewhere other than the known end, it asks the namespace for the
-//! length (at most once per cache window per file), takes it, and says
+//! length (at most once per cache window per file and extent seen), takes it, and says
 //! whether the file grew — the mount then drops the kernel's cached
 //! attributes, whose length cuts reads too. (A shrink needs nothing more:
 //! the kernel takes a short answer as the new end, unless its attributes
@@ -15,32 +15,68 @@
 //! end) costs that one question per window. The read itself is
 //! `file::read_at_end`; this module decides what the length is.
 
-use std::time::Duration;
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use proto::mds::Creds;
 
 use crate::error::{Errno, FsError, Result};
-use crate::gone::Present;
 use crate::meta::Meta;
 use crate::namespace::Namespace;
 
-/// After a read at the end of `ino` found the objects' bytes stopping
-/// elsewhere: the namespace's length, cached for the client — `None` if
-/// asked within the cache window already (remembered in `checked`) or if
+/// Files whose length was asked lately.
+const CHECKED_MAX: usize = 4096;
+
+/// For each file whose length a read at its end asked for lately: when,
+/// and where the objects' bytes stopped then. The question is not asked
+/// again within the cache window while they stop at the same place (a
+/// sparse file's tail), and is asked at once when they stop elsewhere
+/// (the file changed again: once per window let a shrink right after a
+/// growth read as zeros).
+#[derive(Default)]
+pub struct Checked {
+    m: Mutex<HashMap<u64, (Instant, u64)>>,
+}
+
+impl Checked {
+    fn lately(&self, ino: u64, seen: u64, window: Duration) -> bool {
+        let m = self.m.lock().unwrap_or_else(|e| e.into_inner());
+        m.get(&ino)
+            .is_some_and(|&(t, s)| s == seen && t.elapsed() < window)
+    }
+
+    fn asked(&self, ino: u64, seen: u64, window: Duration) {
+        let mut m = self.m.lock().unwrap_or_else(|e| e.into_inner());
+        if m.len() >= CHECKED_MAX {
+            m.retain(|_, (t, _)| t.elapsed() < window);
+            if m.len() >= CHECKED_MAX {
+                m.clear();
+            }
+        }
+        m.insert(ino, (Instant::now(), seen));
+    }
+}
+
+/// After a read at the end of `ino` found the objects' bytes stopping at
+/// `seen` (a file offset), not at the known end: the namespace's length,
+/// cached for the client — `None` if asked within the cache window with
+/// the bytes stopping at the same place (remembered in `checked`) or if
 /// the namespace cannot answer; ESTALE if the file was removed.
 pub async fn length_now(
-    (ns, meta, checked): (&dyn Namespace, &Meta, &Present),
+    (ns, meta, checked): (&dyn Namespace, &Meta, &Checked),
     creds: &Creds,
     ino: u64,
+    seen: u64,
 ) -> Result<Option<u64>> {
     let window = meta.attr_timeout.max(Duration::from_millis(100));
-    if checked.lately(ino, window) {
+    if checked.lately(ino, seen, window) {
         return Ok(None);
     }
     let asked = meta.commits.ask();
     match ns.getattr(creds, ino).await {
         Ok(mut a) => {
-            checked.found(ino, window);
+            checked.asked(ino, seen, window);
             meta.cache_attr(&mut a, asked.since());
             Ok(Some(a.size))
         }

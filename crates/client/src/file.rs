@@ -516,6 +516,12 @@ pub async fn read_checked(
         return Ok((Bytes::new(), false));
     }
     let len = asked.min(st.size - off);
+    // Up to the end of the file as known here, with nothing buffered:
+    // whether the objects agree with that end (not from a read-ahead
+    // window, which was fetched up to it).
+    if off + asked >= st.size && !st.busy() && !st.modified {
+        return read_at_end(inner, f, st, off, asked).await;
+    }
     if let Some(out) = from_ra(&st, off, len) {
         st.seq_next = st.seq_next.max(off + len);
         read_ahead_next(inner, f, &mut st, off + len);
@@ -552,11 +558,6 @@ pub async fn read_checked(
         }
         return unchanged(read_direct(inner, f, st, off, len, len).await);
     }
-    // Up to the end of the file as known here, with nothing buffered:
-    // whether the objects agree with that end.
-    if off + asked > st.size && !st.busy() && !st.modified {
-        return read_at_end(inner, f, st, off, asked).await;
-    }
     // Sequential (allowing the kernel's concurrent reads to arrive a little
     // out of order): grow the window.
     let near = 2 * inner.cfg.readahead_max.max(1 << 20);
@@ -591,13 +592,14 @@ async fn read_at_end(
     let Some(layout) = st.layout.clone() else {
         return Ok((Bytes::from(vec![0u8; known as usize]), false));
     };
-    // Past the end, only within the stripe unit the end is in: the next
-    // unit is another object, most often absent (a question to the
-    // namespace, `crate::gone`). An end on a unit's boundary is not
-    // probed past.
+    // What was asked and at least a page past the end, but only within
+    // the stripe unit of the first byte past the end (the next unit is
+    // another object, most often absent: a question to the namespace,
+    // `crate::gone`). An end on a unit's boundary reads a page of the
+    // next unit's object.
     let su = u64::from(layout.spec.stripe_unit.max(1));
-    let unit_end = st.size.div_ceil(su).saturating_mul(su);
-    let asked = asked.min(unit_end - off).max(known);
+    let unit_end = (st.size + 1).div_ceil(su).saturating_mul(su);
+    let asked = asked.max(known + 4096).min(unit_end - off);
     let (grants, creds, gen_) = (st.grants.clone(), st.creds.clone(), st.gen_);
     drop(st);
     let read = read_range_to((inner, f.ino, &creds), &layout, grants, off, asked);
@@ -607,7 +609,8 @@ async fn read_at_end(
         return Ok((cut(known), false));
     }
     let parts = (&*inner.ns, &*inner.meta, &inner.eof_checked);
-    let Some(size) = crate::eof::length_now(parts, &creds, f.ino).await? else {
+    let seen = off + end;
+    let Some(size) = crate::eof::length_now(parts, &creds, f.ino, seen).await? else {
         return Ok((cut(known), false));
     };
     let mut st = f.st.lock().await;

@@ -55,7 +55,7 @@ pub struct Inner {
     /// Files that read a hole and were found present lately.
     pub(crate) present: crate::gone::Present,
     /// Files whose length a read at their end asked for lately.
-    pub(crate) eof_checked: crate::gone::Present,
+    pub(crate) eof_checked: crate::eof::Checked,
     pub(crate) handles: Mutex<HashMap<u64, Handle>>,
     pub(crate) next_fh: AtomicU64,
     /// The principal this client authenticated as.

@@ -956,5 +956,45 @@ async fn a_read_at_the_end_takes_another_clients_new_length() {
         let st = a.getattr(&root(), ino).await.unwrap();
         assert_eq!(st.size, then.len() as u64, "{name}: stat after the read");
     }
+    // Rewritten twice within the window, growing then shrinking; and a
+    // file whose end falls on a stripe unit's boundary (64 KiB here),
+    // grown by a unit: each read whole.
+    let unit = vec![b'u'; 128 << 10];
+    let more: Vec<u8> = (0..(192u32 << 10)).map(|i| (i % 251) as u8).collect();
+    for (name, versions) in [
+        ("twice", vec![&b"a\n"[..], &long[..], &b"new\n"[..]]),
+        ("on a boundary", vec![&unit[..], &more[..]]),
+    ] {
+        let (e, fh) = a.create(&root(), 0, name, 0o644, true).await.unwrap();
+        a.write(fh, 0, versions[0]).await.unwrap();
+        a.release(fh).await.unwrap();
+        let ino = e.attr.ino;
+        for (k, v) in versions.iter().enumerate() {
+            if k > 0 {
+                let fh = b.open(&root(), ino, true).await.unwrap();
+                let cut = SetAttr {
+                    size: Some(0),
+                    ..Default::default()
+                };
+                b.setattr_via(&root(), ino, cut, Some(fh)).await.unwrap();
+                b.write(fh, 0, v).await.unwrap();
+                b.release(fh).await.unwrap();
+            }
+            let fh = a.open(&root(), ino, false).await.unwrap();
+            let mut got = Vec::new();
+            loop {
+                let (d, _) = a
+                    .read_checked(fh, got.len() as u64, 32 << 10)
+                    .await
+                    .unwrap();
+                if d.is_empty() {
+                    break;
+                }
+                got.extend_from_slice(&d);
+            }
+            a.release(fh).await.unwrap();
+            assert!(got == *v, "{name}: version {k} read as {} bytes", got.len());
+        }
+    }
     cl.stop().await.unwrap();
 }

@@ -709,6 +709,25 @@ fn rewrites_on_another_mount_read_whole(a: &Path, b: &Path) {
             "round {i}: a file shrunk on the other mount read as {shrunk:?}"
         );
     }
+    // Grown, read, then shrunk within the window; and a file of whole
+    // stripe units (1 MiB) grown to 3 MiB.
+    let (ta, tb) = (a.join("twice"), b.join("twice"));
+    let (ba, bb) = (a.join("big"), b.join("big"));
+    let script = format!(
+        "printf 'a\\n' > '{ta}'; printf '%0100d\\n' 0 > '{tb}'; cat '{ta}' > /dev/null; \
+         printf 'new\\n' > '{tb}'; cat '{ta}'; \
+         head -c 1M /dev/zero | tr '\\0' x > '{ba}'; cat '{ba}' > /dev/null; \
+         head -c 3M /dev/zero | tr '\\0' y > '{bb}'; cat '{ba}' | md5sum; \
+         head -c 3M /dev/zero | tr '\\0' y | md5sum",
+        ta = ta.display(),
+        tb = tb.display(),
+        ba = ba.display(),
+        bb = bb.display(),
+    );
+    let out = sh_ok(&script);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.first(), Some(&"new"), "shrunk after growing: {out:?}");
+    assert_eq!(lines.get(1), lines.get(2), "1 MiB grown to 3 MiB: {out:?}");
 }
 
 fn run(cluster: &str, format_extra: &[&str]) {
