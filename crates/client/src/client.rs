@@ -519,7 +519,7 @@ impl Client {
         };
         // The lengths held here first, then the listing settled against
         // this client's commits since it was asked for (and cached).
-        let local: Vec<Option<u64>> = out.iter().map(|e| self.inner.local_size(e.ino)).collect();
+        let local: Vec<_> = out.iter().map(|e| self.inner.local_size(e.ino)).collect();
         self.inner
             .absent
             .listed(ino, at, out.iter().map(|e| e.name.clone()));
@@ -529,8 +529,8 @@ impl Client {
             if kept && let Some(x) = meta.cache().peek(e.ino).filter(|x| x.fetched > at) {
                 e.attr = Some(x.entry.attr.clone());
             }
-            if let (Some(a), Some(held)) = (e.attr.as_mut(), held) {
-                a.size = a.size.max(held);
+            if let Some(a) = e.attr.as_mut() {
+                crate::state::Held::apply(held, a);
             }
         }
         Ok(out)

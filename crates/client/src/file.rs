@@ -434,6 +434,7 @@ pub async fn write_at(
     st.size = st.size.max(end);
     f.size.store(st.size, Ordering::Relaxed);
     st.mark_modified();
+    f.written_ns.store(now_ns(), Ordering::Relaxed);
     st.gen_ += 1;
     st.ra = None;
     st.pending = None;

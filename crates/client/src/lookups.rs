@@ -14,7 +14,7 @@ use crate::client::Client;
 use crate::error::{Errno, FsError, Result};
 use crate::file;
 use crate::open_file::{FileState, OpenInode};
-use crate::state::lock;
+use crate::state::{Held, lock};
 
 impl Client {
     /// `e` with the length this client knows of its file, if longer.
@@ -35,7 +35,7 @@ impl Client {
     pub fn as_known(&self, mut a: Attr, since: u64) -> Attr {
         let local = self.inner.local_size(a.ino);
         self.inner.meta.commits.settle_attr(&mut a, since);
-        a.size = a.size.max(local.unwrap_or(0));
+        Held::apply(local, &mut a);
         a
     }
 
@@ -47,22 +47,20 @@ impl Client {
     pub(crate) fn take_found(&self, f: &mut Found, since: u64) {
         let local = self.inner.local_size(f.entry.attr.ino);
         self.inner.meta.absorb(f, since);
-        let a = &mut f.entry.attr;
-        a.size = a.size.max(local.unwrap_or(0));
+        Held::apply(local, &mut f.entry.attr);
     }
 
     /// [`Client::take_found`] of an answer that is only attributes.
     fn take_attr(&self, a: &mut Attr, since: u64) {
         let local = self.inner.local_size(a.ino);
         self.inner.meta.cache_attr(a, since);
-        a.size = a.size.max(local.unwrap_or(0));
+        Held::apply(local, a);
     }
 
-    /// `a` with the length this client holds of an open file, if longer.
+    /// `a` with the length this client holds of an open file, if longer
+    /// (and the time of a write not committed yet, if later).
     pub(crate) fn with_local_size(&self, mut a: Attr) -> Attr {
-        if let Some(s) = self.inner.local_size(a.ino) {
-            a.size = a.size.max(s);
-        }
+        Held::apply(self.inner.local_size(a.ino), &mut a);
         a
     }
 
@@ -161,7 +159,7 @@ impl Client {
         // the cache before it forgets the file.
         let local = self.inner.local_size(ino);
         if let Some(mut a) = meta.fresh_attr(ino) {
-            a.size = a.size.max(local.unwrap_or(0));
+            Held::apply(local, &mut a);
             return Ok(a);
         }
         meta.miss();
@@ -267,6 +265,10 @@ impl Client {
             && set.size.is_none()
         {
             st.times_set = true;
+            // The times set win over the writes before them.
+            if let Some(f) = open {
+                f.written_ns.store(0, std::sync::atomic::Ordering::Relaxed);
+            }
         }
         if let (Some(f), Some(st), Some(size)) = (open, st, set.size) {
             file::truncated(f, st, size);

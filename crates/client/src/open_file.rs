@@ -76,6 +76,10 @@ pub struct OpenInode {
     /// `FileState::size`, readable without waiting for the state lock
     /// (which a flush holds across network round trips); updated with it.
     pub size: AtomicU64,
+    /// When this client last wrote data here not yet committed (ns; 0:
+    /// none since the times were last set), so a stat shows the mtime the
+    /// write gave before the commit carries it.
+    pub written_ns: std::sync::atomic::AtomicI64,
 }
 
 impl OpenInode {
@@ -91,6 +95,7 @@ impl OpenInode {
         OpenInode {
             ino,
             size: AtomicU64::new(size),
+            written_ns: std::sync::atomic::AtomicI64::new(0),
             st: tokio::sync::Mutex::new(FileState {
                 layout,
                 grants,

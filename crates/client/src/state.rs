@@ -131,12 +131,13 @@ impl Inner {
         self.held().iter().any(|&(i, w)| i == ino && w)
     }
 
-    /// The size this client knows for an open inode (its writes may not be
-    /// committed yet).
-    pub(crate) fn local_size(&self, ino: u64) -> Option<u64> {
-        lock(&self.inodes)
-            .get(&ino)
-            .map(|f| f.size.load(Ordering::Relaxed))
+    /// What this client holds of an open inode that the namespace may
+    /// not have yet: its length and the time of its last write.
+    pub(crate) fn local_size(&self, ino: u64) -> Option<Held> {
+        lock(&self.inodes).get(&ino).map(|f| Held {
+            size: f.size.load(Ordering::Relaxed),
+            written_ns: f.written_ns.load(Ordering::Relaxed),
+        })
     }
 
     /// The files open in this client: (inode, some handle writes), at
@@ -168,5 +169,29 @@ impl Inner {
     /// Whether this client has `ino` open.
     pub(crate) fn is_open(&self, ino: u64) -> bool {
         lock(&self.inodes).contains_key(&ino)
+    }
+}
+
+/// What this client holds of an open file beyond the namespace's answer
+/// ([`Inner::local_size`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Held {
+    /// The length, with writes not committed yet.
+    pub size: u64,
+    /// When it last wrote data not committed yet (0: none since the times
+    /// were last set).
+    pub written_ns: i64,
+}
+
+impl Held {
+    /// `a` as this client knows it: the longer length, and the later
+    /// modification and change times.
+    pub(crate) fn apply(held: Option<Held>, a: &mut proto::mds::Attr) {
+        let Some(h) = held else { return };
+        a.size = a.size.max(h.size);
+        if h.written_ns > 0 {
+            a.mtime = a.mtime.max(h.written_ns);
+            a.ctime = a.ctime.max(h.written_ns);
+        }
     }
 }
