@@ -258,6 +258,14 @@ fn file_commands_refuse_bad_input_clearly() {
         "choose a smaller --size",
     );
     assert!(!dir.path().join("huge").exists(), "nothing made");
+    // Stores too small to hold a journal: refused before anything is made.
+    for tiny in ["1K", "0"] {
+        fail(
+            &["up", "--size", tiny, "--data", s(&dir.path().join("tiny"))],
+            "is too small",
+        );
+    }
+    assert!(!dir.path().join("tiny").exists(), "nothing made");
     // Mount: a missing mount point, a bad window, an MDS that is not there.
     fail(
         &["mount", &port, s(&dir.path().join("nowhere"))],

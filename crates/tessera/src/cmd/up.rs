@@ -89,6 +89,10 @@ pub struct Args {
     pub mds_members: u8,
 }
 
+/// The smallest OSD store `up` makes (a journal of 4 MiB and 16 large
+/// blocks fit with room to spare).
+const MIN_STORE: u64 = 64 << 20;
+
 /// The arguments `up` can judge before it touches anything: the namespace
 /// mode and directory protocol they name.
 fn check_args(a: &Args) -> anyhow::Result<(proto::mds::NamespaceMode, osdns::Protocol)> {
@@ -96,6 +100,14 @@ fn check_args(a: &Args) -> anyhow::Result<(proto::mds::NamespaceMode, osdns::Pro
     let protocol = osdns::Protocol::parse(&a.dir_protocol).map_err(anyhow::Error::msg)?;
     if a.osds == 0 {
         bail!("--osds must be at least 1");
+    }
+    if a.size < MIN_STORE {
+        bail!(
+            "--size {} is too small: an OSD's store holds its journal and at least 16 large \
+             blocks of data; use at least {}",
+            super::human(a.size),
+            super::human(MIN_STORE)
+        );
     }
     PolicyKind::parse(&a.policy).map_err(anyhow::Error::msg)?;
     Ok((ns_mode, protocol))
