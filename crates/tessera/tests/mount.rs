@@ -807,6 +807,17 @@ fn up_mounts_a_namespace_on_the_osds() {
     args.extend(t.iter().map(String::as_str));
     let out = ok(&args);
     assert!(out.contains("namespace is consistent"), "{out}");
+    // The status counts what the OSDs hold, not the MDS's empty tables.
+    let mut args = vec!["status"];
+    args.extend(t.iter().map(String::as_str));
+    // (HEALTH_WARN while a new group's member fills: not checked here.)
+    let st = String::from_utf8_lossy(&bin().args(&args).output().unwrap().stdout).into_owned();
+    assert!(
+        st.contains("namespace on the OSDs")
+            && !st.contains("inodes 1 ")
+            && !st.contains("0 stripe objects"),
+        "{st}"
+    );
     up.stop();
 }
 

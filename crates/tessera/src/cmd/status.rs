@@ -103,10 +103,21 @@ pub fn print_status(s: &ClusterStatus) {
         println!("{}: {}", h.level, h.reasons.join("; "));
     }
     let r = &s.redundancy;
-    println!(
-        "objects: {} stripe objects; {} degraded, {} misplaced, {} unfound, {} inconsistent",
-        r.objects, r.degraded, r.misplaced, r.unfound, r.inconsistent
-    );
+    // With the namespace on the OSDs, the MDS counts no inodes, stripe
+    // objects or namespace requests: the OSDs' own counts stand instead.
+    let on_osds = r.groups > 0;
+    if on_osds {
+        let all: u64 = s.osds.iter().map(|o| o.objects).sum();
+        println!(
+            "objects: {all} on the OSDs, every copy counted (files and directories: \
+             `tessera fsck --namespace`)"
+        );
+    } else {
+        println!(
+            "objects: {} stripe objects; {} degraded, {} misplaced, {} unfound, {} inconsistent",
+            r.objects, r.degraded, r.misplaced, r.unfound, r.inconsistent
+        );
+    }
     if r.groups > 0 {
         println!(
             "replica groups (namespace on the OSDs): {} with {} copies each; {} degraded, {} filling a new member, {} unavailable, {} lost every full copy",
@@ -136,9 +147,14 @@ pub fn print_status(s: &ClusterStatus) {
             human(r.bytes_recovered)
         );
     }
+    let inodes = if on_osds {
+        "namespace on the OSDs".to_string()
+    } else {
+        format!("inodes {}", s.inodes)
+    };
     println!(
-        "cluster {}  map epoch {}  inodes {}  id policy {}",
-        s.cluster_id, s.epoch, s.inodes, s.id_policy
+        "cluster {}  map epoch {}  {inodes}  id policy {}",
+        s.cluster_id, s.epoch, s.id_policy
     );
     if let Some(g) = &s.mds_group {
         print_group(g);
@@ -152,11 +168,15 @@ pub fn print_status(s: &ClusterStatus) {
         human(sp.avail),
         human(sp.capacity)
     );
-    println!(
-        "MDS requests: {} mandatory, {} non-mandatory; {} files waiting for object deletion, \
-         {} unlinked files kept while open",
-        s.mandatory, s.non_mandatory, s.delete_queue, s.orphans
-    );
+    if on_osds {
+        println!("MDS requests: maps and capabilities only (the namespace is on the OSDs)");
+    } else {
+        println!(
+            "MDS requests: {} mandatory, {} non-mandatory; {} files waiting for object deletion, \
+             {} unlinked files kept while open",
+            s.mandatory, s.non_mandatory, s.delete_queue, s.orphans
+        );
+    }
     println!(
         "{:>4}  {:<22} {:<12} {:>8} {:>7} {:>11} {:>11} {:>9}",
         "OSD", "address", "host", "state", "weight", "used", "capacity", "objects"
