@@ -308,6 +308,17 @@ fn real_tree_fsx_fio_and_posix_calls_on_a_mount() {
     let up = Up::start(dir.path(), &[]);
     let t = up.target();
     let tgt: Vec<&str> = t.iter().map(String::as_str).collect();
+    // `fsck --namespace` is for a namespace on the OSDs: here it says the
+    // MDS keeps it, not that the MDS cannot be reached.
+    let mut args = vec!["fsck", "--namespace"];
+    args.extend(&tgt);
+    let o = bin().args(&args).output().unwrap();
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && e.contains("keeps its namespace in the MDS"),
+        "{e}"
+    );
+    assert!(!e.contains("cannot reach"), "{e}");
     // A real source tree in and back out.
     let src = real_tree(dir.path(), 2);
     let dst = up.mp.join("tree");

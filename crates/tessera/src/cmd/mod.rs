@@ -107,9 +107,19 @@ pub async fn namespace_client(r: &cluster::Resolved) -> anyhow::Result<osdns::Os
         1,
     ));
     let auth = std::sync::Arc::new(osdns::MdsAuthority::new(mds));
-    let osds = osdns::Osds::new(&r.cluster, auth, 2)
-        .await
-        .map_err(|e| anyhow::anyhow!("cannot reach the MDS at {}: {e}", r.mds))?;
+    let osds = osdns::Osds::new(&r.cluster, auth, 2).await.map_err(|e| {
+        // The MDS answers, and refuses the namespace's grant: it keeps
+        // the namespace itself.
+        if e.is(proto::mds::Errno::Inval) {
+            anyhow::anyhow!(
+                "the file system at {} keeps its namespace in the MDS, not on the OSDs: check \
+                 it with `tessera mds fsck` (this command is for --namespace osd): {e}",
+                r.mds
+            )
+        } else {
+            anyhow::anyhow!("cannot reach the MDS at {}: {e}", r.mds)
+        }
+    })?;
     let layout = osds.creds().layout;
     Ok(osdns::OsdFs::new(
         std::sync::Arc::new(osds),
