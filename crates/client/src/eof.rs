@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use proto::mds::Creds;
 
-use crate::error::{Errno, FsError, Result};
+use crate::error::Result;
 use crate::meta::Meta;
 use crate::namespace::Namespace;
 
@@ -80,13 +80,7 @@ pub async fn length_now(
             meta.cache_attr(&mut a, asked.since());
             Ok(Some(a.size))
         }
-        Err(e) if e.is(Errno::NoEnt) || e.is(Errno::Stale) => {
-            meta.cache().remove(ino);
-            Err(FsError::new(
-                Errno::Stale,
-                format!("inode {ino:#x} was removed while this client read it: {e}"),
-            ))
-        }
+        Err(e) if crate::gone::removed(&e) => Err(crate::gone::stale(meta, ino, &e)),
         Err(e) => {
             tracing::debug!(ino, error = %e, "a read at the end of a file could not ask for its length");
             Ok(None)

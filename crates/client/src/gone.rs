@@ -65,16 +65,25 @@ pub async fn check(
             present.found(ino, window);
             Ok(())
         }
-        Err(e) if e.is(Errno::NoEnt) || e.is(Errno::Stale) => {
-            meta.cache().remove(ino);
-            Err(FsError::new(
-                Errno::Stale,
-                format!("inode {ino:#x} was removed while this client read it: {e}"),
-            ))
-        }
+        Err(e) if removed(&e) => Err(stale(meta, ino, &e)),
         Err(e) => {
             tracing::debug!(ino, error = %e, "a read met a hole; the namespace did not say whether the file is there");
             Ok(())
         }
     }
+}
+
+/// Whether the namespace's answer `e` says the inode is gone.
+pub fn removed(e: &FsError) -> bool {
+    e.is(Errno::NoEnt) || e.is(Errno::Stale)
+}
+
+/// ESTALE for a read of `ino` that the namespace says was removed
+/// (`e`), its cached entry dropped.
+pub fn stale(meta: &Meta, ino: u64, e: &FsError) -> FsError {
+    meta.cache().remove(ino);
+    FsError::new(
+        Errno::Stale,
+        format!("inode {ino:#x} was removed while this client read it: {e}"),
+    )
 }

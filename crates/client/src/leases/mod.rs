@@ -173,6 +173,15 @@ pub struct DirLeases {
 /// [`DirLeases::set_flusher`]): called before a lease goes back.
 pub type Flusher = Box<dyn Fn(Vec<u64>) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
 
+/// What this client knows of `dir`, made if new — idle directories are
+/// forgotten only to make room for a new one.
+fn room_for(dirs: &mut HashMap<u64, Dir>, dir: u64) -> &mut Dir {
+    if dirs.len() >= MAX_DIRS && !dirs.contains_key(&dir) {
+        dirs.retain(|_, d| !d.idle());
+    }
+    dirs.entry(dir).or_default()
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -207,11 +216,7 @@ impl DirLeases {
         }
         {
             let mut dirs = lock(&self.dirs);
-            // Idle directories are forgotten only to make room for a new one.
-            if dirs.len() >= MAX_DIRS && !dirs.contains_key(&dir) {
-                dirs.retain(|_, d| !d.idle());
-            }
-            let d = dirs.entry(dir).or_default();
+            let d = room_for(&mut dirs, dir);
             if d.lease.is_some()
                 || d.asking.is_some()
                 || d.releasing
@@ -282,11 +287,7 @@ impl DirLeases {
             return;
         }
         let mut dirs = lock(&self.dirs);
-        if dirs.len() >= MAX_DIRS && !dirs.contains_key(&dir) {
-            dirs.retain(|_, d| !d.idle());
-        }
-        let d = dirs.entry(dir).or_default();
-        d.hot = Some((Instant::now(), HOT_CHANGES - 1));
+        room_for(&mut dirs, dir).hot = Some((Instant::now(), HOT_CHANGES - 1));
     }
 
     /// Creates `name` in `parent` under its lease: `None` when the lease
