@@ -121,6 +121,7 @@ impl Client {
             inodes: Mutex::new(HashMap::new()),
             present: Default::default(),
             eof_checked: Default::default(),
+            short_checked: Default::default(),
             handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             root: me.root_ino,

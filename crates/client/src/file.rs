@@ -484,9 +484,12 @@ fn read_ahead_next(inner: &Arc<Inner>, f: &OpenInode, st: &mut FileState, pos: u
     );
     tokio::spawn(async move {
         cell.get_or_init(|| async {
-            read_range(&inner, ino, &creds, &layout, grants, end, want)
+            // Only what the objects held: a read past it goes to the
+            // objects again, and asks whether the file shrank.
+            read_range_to((&inner, ino, &creds), &layout, grants, end, want)
                 .await
                 .ok()
+                .map(|(d, to)| d.slice(0..to as usize))
         })
         .await;
     });
@@ -550,7 +553,9 @@ pub async fn read_checked(
             }
             let at = (off - lo) as usize;
             let out = match &st.ra {
-                Some((ro, b)) if *ro == lo => b.slice(at..at + len as usize),
+                Some((ro, b)) if *ro == lo && at + len as usize <= b.len() => {
+                    b.slice(at..at + len as usize)
+                }
                 _ => return unchanged(read_direct(inner, f, st, off, len, len).await),
             };
             st.seq_next = st.seq_next.max(off + len);
@@ -588,6 +593,8 @@ async fn read_at_end(
     asked: u64,
 ) -> Result<(Bytes, bool)> {
     let known = st.size - off;
+    // Never more than the kernel asked (it refuses a longer answer).
+    let limit = asked;
     st.seq_next = st.seq_next.max(off + known);
     ensure_caps(inner, f.ino, &mut st, false, 0).await?;
     let Some(layout) = st.layout.clone() else {
@@ -605,7 +612,7 @@ async fn read_at_end(
     drop(st);
     let read = read_range_to((inner, f.ino, &creds), &layout, grants, off, asked);
     let (data, end) = read.await?;
-    let cut = |n: u64| data.slice(0..n.min(data.len() as u64) as usize);
+    let cut = |n: u64| data.slice(0..n.min(limit).min(data.len() as u64) as usize);
     if end == known {
         return Ok((cut(known), false));
     }
@@ -659,9 +666,23 @@ async fn read_direct(
         st.pending = Some((off, off + want, gen_, cell.clone()));
     }
     drop(st);
-    let res = read_range(inner, f.ino, &creds, &layout, grants, off, want).await;
-    let _ = cell.set(res.as_ref().ok().cloned());
-    let data = res?;
+    let res = read_range_to((inner, f.ino, &creds), &layout, grants, off, want).await;
+    // Only what the objects held is kept for the reads after this one.
+    let _ = cell.set(res.as_ref().ok().map(|(d, to)| d.slice(0..*to as usize)));
+    let (data, to) = res?;
+    if to < len {
+        // The objects stop inside the range: a hole, or the file shrank
+        // on another client since this one had its length.
+        let parts = (&*inner.ns, &*inner.meta, &inner.short_checked);
+        if let Some(size) = crate::eof::length_now(parts, &creds, f.ino, 0).await? {
+            let mut st = f.st.lock().await;
+            if size < st.size && st.gen_ == gen_ && !st.busy() && !st.modified {
+                truncated(f, &mut st, size);
+                return Ok(data.slice(0..size.saturating_sub(off).min(len) as usize));
+            }
+        }
+    }
+    let data = data.slice(0..(to as usize).max(len as usize));
     let out = data.slice(0..len as usize);
     if want > len {
         let mut st = f.st.lock().await;

@@ -56,6 +56,8 @@ pub struct Inner {
     pub(crate) present: crate::gone::Present,
     /// Files whose length a read at their end asked for lately.
     pub(crate) eof_checked: crate::eof::Checked,
+    /// Files a read found their objects stopping short in lately.
+    pub(crate) short_checked: crate::eof::Checked,
     pub(crate) handles: Mutex<HashMap<u64, Handle>>,
     pub(crate) next_fh: AtomicU64,
     /// The principal this client authenticated as.

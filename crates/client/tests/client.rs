@@ -961,9 +961,11 @@ async fn a_read_at_the_end_takes_another_clients_new_length() {
     // grown by a unit: each read whole.
     let unit = vec![b'u'; 128 << 10];
     let more: Vec<u8> = (0..(192u32 << 10)).map(|i| (i % 251) as u8).collect();
+    let (big, small) = (vec![b'B'; 3 << 20], vec![b's'; (1 << 20) + 100]);
     for (name, versions) in [
         ("twice", vec![&b"a\n"[..], &long[..], &b"new\n"[..]]),
         ("on a boundary", vec![&unit[..], &more[..]]),
+        ("a large file shrunk", vec![&big[..], &small[..]]),
     ] {
         let (e, fh) = a.create(&root(), 0, name, 0o644, true).await.unwrap();
         a.write(fh, 0, versions[0]).await.unwrap();

@@ -710,7 +710,7 @@ fn rewrites_on_another_mount_read_whole(a: &Path, b: &Path) {
         );
     }
     // Grown, read, then shrunk within the window; and a file of whole
-    // stripe units (1 MiB) grown to 3 MiB.
+    // stripe units (1 MiB) grown to 3 MiB, then shrunk back to 1 MiB.
     let (ta, tb) = (a.join("twice"), b.join("twice"));
     let (ba, bb) = (a.join("big"), b.join("big"));
     let script = format!(
@@ -718,7 +718,9 @@ fn rewrites_on_another_mount_read_whole(a: &Path, b: &Path) {
          printf 'new\\n' > '{tb}'; cat '{ta}'; \
          head -c 1M /dev/zero | tr '\\0' x > '{ba}'; cat '{ba}' > /dev/null; \
          head -c 3M /dev/zero | tr '\\0' y > '{bb}'; cat '{ba}' | md5sum; \
-         head -c 3M /dev/zero | tr '\\0' y | md5sum",
+         head -c 3M /dev/zero | tr '\\0' y | md5sum; \
+         head -c 1M /dev/zero | tr '\\0' z > '{bb}'; cat '{ba}' | md5sum; \
+         head -c 1M /dev/zero | tr '\\0' z | md5sum",
         ta = ta.display(),
         tb = tb.display(),
         ba = ba.display(),
@@ -728,6 +730,7 @@ fn rewrites_on_another_mount_read_whole(a: &Path, b: &Path) {
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines.first(), Some(&"new"), "shrunk after growing: {out:?}");
     assert_eq!(lines.get(1), lines.get(2), "1 MiB grown to 3 MiB: {out:?}");
+    assert_eq!(lines.get(3), lines.get(4), "3 MiB shrunk to 1 MiB: {out:?}");
 }
 
 fn run(cluster: &str, format_extra: &[&str]) {
