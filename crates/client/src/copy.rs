@@ -285,7 +285,7 @@ pub async fn copy_range(
         let mut at = p.at;
         while at < p.at + p.len {
             let n = (p.at + p.len - at).min(4 << 20);
-            let data = file::read(inner, src, off_in + at, n as u32).await?;
+            let data = crate::reads::read(inner, src, off_in + at, n as u32).await?;
             let mut data = data.to_vec();
             data.resize(n as usize, 0);
             file::write(inner, dst, off_out + at, &data).await?;

@@ -13,7 +13,7 @@
 //! the kernel takes a short answer as the new end, unless its attributes
 //! were dropped during the read.) A sparse file's tail (a hole up to the
 //! end) costs that one question per window. The read itself is
-//! `file::read_at_end`; this module decides what the length is.
+//! `reads::read_at_end`; this module decides what the length is.
 
 use std::collections::HashMap;
 use std::sync::Mutex;

@@ -287,7 +287,7 @@ impl Client {
     /// Reads up to `len` bytes at `off`.
     pub async fn read(&self, fh: u64, off: u64, len: u32) -> Result<Bytes> {
         let h = self.handle(fh)?;
-        file::read(&self.inner, &h.inode, off, len).await
+        crate::reads::read(&self.inner, &h.inode, off, len).await
     }
 
     /// [`Client::read`], also saying whether the file grew under the read
@@ -296,7 +296,7 @@ impl Client {
     /// answer, short of what was asked.)
     pub async fn read_checked(&self, fh: u64, off: u64, len: u32) -> Result<(Bytes, bool)> {
         let h = self.handle(fh)?;
-        file::read_checked(&self.inner, &h.inode, off, len).await
+        crate::reads::read_checked(&self.inner, &h.inode, off, len).await
     }
 
     /// Writes `data` at `off` (buffered; durable after fsync or close).

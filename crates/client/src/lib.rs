@@ -31,6 +31,7 @@ pub mod on_osds;
 pub mod open_file;
 pub mod osds;
 pub mod privs;
+pub mod reads;
 pub mod state;
 pub mod stats;
 pub mod striped;
