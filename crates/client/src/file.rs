@@ -383,12 +383,19 @@ pub async fn commit(inner: &Arc<Inner>, ino: u64, st: &mut FileState) -> Result<
     if st.modified {
         // Times set since the last write stay (`i64::MIN` never wins the
         // namespace's "later of the two").
-        let mtime = if st.times_set { i64::MIN } else { now_ns() };
+        let mtime = match (st.times_set, st.written_at) {
+            (true, _) => i64::MIN,
+            // The last write's time, not the commit's (a close under a
+            // lease commits up to a second later).
+            (false, at) if at > 0 => at,
+            (false, _) => now_ns(),
+        };
         let (creds, size) = (&st.creds, st.size);
         let a = inner
             .as_writer(ino, || inner.ns.commit_size(creds, ino, size, mtime))
             .await?;
         st.modified = false;
+        st.written_at = 0;
         inner.leases.committed(&a);
         inner
             .meta
@@ -433,7 +440,8 @@ pub async fn write_at(
     st.size = st.size.max(end);
     f.size.store(st.size, Ordering::Relaxed);
     st.mark_modified();
-    f.written_ns.store(now_ns(), Ordering::Relaxed);
+    st.written_at = now_ns();
+    f.written_ns.store(st.written_at, Ordering::Relaxed);
     st.gen_ += 1;
     st.ra = None;
     st.pending = None;

@@ -44,6 +44,10 @@ pub struct FileState {
     /// data change: the next length commit keeps it instead of stamping
     /// the time of the commit over it.
     pub times_set: bool,
+    /// When data was last written here since the last commit (ns; 0:
+    /// not by a write): the mtime the commit gives, as a local file
+    /// system's write would.
+    pub written_at: i64,
     pub(crate) dirty: BTreeMap<u64, Vec<u8>>,
     pub(crate) dirty_bytes: u64,
     pub(crate) dirty_since: Option<Instant>,
@@ -104,6 +108,7 @@ impl OpenInode {
                 size,
                 modified: false,
                 times_set: false,
+                written_at: 0,
                 dirty: BTreeMap::new(),
                 dirty_bytes: 0,
                 dirty_since: None,
@@ -196,6 +201,9 @@ impl FileState {
     pub(crate) fn mark_modified(&mut self) {
         self.modified = true;
         self.times_set = false;
+        // A change other than a write: the commit stamps its own time
+        // (a write sets its time after this).
+        self.written_at = 0;
     }
 
     /// Reports (and clears) a write-behind failure.

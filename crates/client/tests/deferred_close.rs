@@ -262,6 +262,8 @@ async fn times_set_over_buffered_data_survive_its_length_commit() {
         assert_eq!(seen.size, len, "{name}: the length");
         if write_after {
             assert!(seen.mtime > old, "{name}: the later write's time");
+            // The write's own time, not the commit's: it does not move.
+            assert_eq!(seen.mtime, mine.mtime, "{name}: the mtime after the commit");
         } else {
             assert_eq!(seen.mtime, old, "{name}: the time set stays");
         }

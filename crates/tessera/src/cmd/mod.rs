@@ -112,8 +112,9 @@ pub async fn namespace_client(r: &cluster::Resolved) -> anyhow::Result<osdns::Os
         // the namespace itself.
         if e.is(proto::mds::Errno::Inval) {
             anyhow::anyhow!(
-                "the file system at {} keeps its namespace in the MDS, not on the OSDs: check \
-                 it with `tessera mds fsck` (this command is for --namespace osd): {e}",
+                "the file system at {} keeps its namespace in the MDS, not on the OSDs (this \
+                 command is for --namespace osd): check it with the MDS stopped, with `tessera \
+                 mds fsck --data DIR` on the MDS's directory (DATA/mds under `tessera up`)",
                 r.mds
             )
         } else {
