@@ -361,6 +361,10 @@ pub fn rm(a: RmArgs) -> anyhow::Result<i32> {
                 .await
                 .map_err(fs_err(&a.remote))?;
         }
+        // With the namespace on the OSDs a removed file's objects wait a
+        // while for other clients' cached opens; this command's client
+        // ends now, so they go now (else they stay as orphans).
+        c.sync_all().await.map_err(fs_err(&a.remote))?;
         Ok(0)
     })
 }

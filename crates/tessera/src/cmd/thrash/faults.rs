@@ -244,7 +244,8 @@ async fn fill(cl: &Cluster) -> anyhow::Result<Filled> {
 }
 
 /// Removes a fill's files from the full cluster (a delete that fails is
-/// the fault's failure) and syncs the namespace.
+/// the fault's failure) and syncs the namespace — with the namespace on
+/// the OSDs, removing the files' objects before this client goes.
 pub async fn free(cl: &Cluster, f: &Filled) -> anyhow::Result<()> {
     use proto::mds::{Creds, ROOT_INO};
     let c = super::oracle::connect(&cl.mds_addr, cl.admin()?).await?;
@@ -255,7 +256,7 @@ pub async fn free(cl: &Cluster, f: &Filled) -> anyhow::Result<()> {
             Err(e) => bail!("removing {name} from a full cluster failed: {e}"),
         }
     }
-    c.sync_namespace().await?;
+    c.sync_all().await?;
     Ok(())
 }
 
