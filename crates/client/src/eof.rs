@@ -15,48 +15,14 @@
 //! end) costs that one question per window. The read itself is
 //! `reads::read_at_end`; this module decides what the length is.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use proto::mds::Creds;
 
 use crate::error::Result;
+use crate::gone::Present;
 use crate::meta::Meta;
 use crate::namespace::Namespace;
-
-/// Files whose length was asked lately.
-const CHECKED_MAX: usize = 4096;
-
-/// For each file whose length a read at its end asked for lately: when,
-/// and where the objects' bytes stopped then. The question is not asked
-/// again within the cache window while they stop at the same place (a
-/// sparse file's tail), and is asked at once when they stop elsewhere
-/// (the file changed again: once per window let a shrink right after a
-/// growth read as zeros).
-#[derive(Default)]
-pub struct Checked {
-    m: Mutex<HashMap<u64, (Instant, u64)>>,
-}
-
-impl Checked {
-    fn lately(&self, ino: u64, seen: u64, window: Duration) -> bool {
-        let m = self.m.lock().unwrap_or_else(|e| e.into_inner());
-        m.get(&ino)
-            .is_some_and(|&(t, s)| s == seen && t.elapsed() < window)
-    }
-
-    fn asked(&self, ino: u64, seen: u64, window: Duration) {
-        let mut m = self.m.lock().unwrap_or_else(|e| e.into_inner());
-        if m.len() >= CHECKED_MAX {
-            m.retain(|_, (t, _)| t.elapsed() < window);
-            if m.len() >= CHECKED_MAX {
-                m.clear();
-            }
-        }
-        m.insert(ino, (Instant::now(), seen));
-    }
-}
 
 /// After a read at the end of `ino` found the objects' bytes stopping at
 /// `seen` (a file offset), not at the known end: the namespace's length,
@@ -64,7 +30,7 @@ impl Checked {
 /// the bytes stopping at the same place (remembered in `checked`) or if
 /// the namespace cannot answer; ESTALE if the file was removed.
 pub async fn length_now(
-    (ns, meta, checked): (&dyn Namespace, &Meta, &Checked),
+    (ns, meta, checked): (&dyn Namespace, &Meta, &Present),
     creds: &Creds,
     ino: u64,
     seen: u64,
@@ -76,7 +42,7 @@ pub async fn length_now(
     let asked = meta.commits.ask();
     match ns.getattr(creds, ino).await {
         Ok(mut a) => {
-            checked.asked(ino, seen, window);
+            checked.found(ino, seen, window);
             meta.cache_attr(&mut a, asked.since());
             Ok(Some(a.size))
         }

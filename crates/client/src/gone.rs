@@ -18,32 +18,36 @@ use crate::error::{Errno, FsError, Result};
 use crate::meta::Meta;
 use crate::namespace::Namespace;
 
-/// Files whose presence was checked lately.
+/// Files asked about lately, kept at most.
 const CHECKED_MAX: usize = 4096;
 
-/// When each file that read a hole was last found present.
+/// For each file the namespace was asked about lately: when, and what
+/// the read saw then (`seen`: where the objects' bytes stopped, or 0).
+/// A question is not asked again within the cache window about what was
+/// seen the same way (`gone`: a hole; `eof`: a sparse tail).
 #[derive(Default)]
 pub struct Present {
-    checked: Mutex<HashMap<u64, Instant>>,
+    checked: Mutex<HashMap<u64, (Instant, u64)>>,
 }
 
 impl Present {
-    /// Whether `ino` was found present within `window`.
-    pub(crate) fn lately(&self, ino: u64, window: Duration) -> bool {
+    /// Whether `ino` was asked about within `window`, having seen `seen`.
+    pub(crate) fn lately(&self, ino: u64, seen: u64, window: Duration) -> bool {
         let m = self.checked.lock().unwrap_or_else(|e| e.into_inner());
-        m.get(&ino).is_some_and(|t| t.elapsed() < window)
+        m.get(&ino)
+            .is_some_and(|&(t, s)| s == seen && t.elapsed() < window)
     }
 
-    /// `ino` was found present now.
-    pub(crate) fn found(&self, ino: u64, window: Duration) {
+    /// `ino` was asked about now, having seen `seen`.
+    pub(crate) fn found(&self, ino: u64, seen: u64, window: Duration) {
         let mut m = self.checked.lock().unwrap_or_else(|e| e.into_inner());
         if m.len() >= CHECKED_MAX {
-            m.retain(|_, t| t.elapsed() < window);
+            m.retain(|_, (t, _)| t.elapsed() < window);
             if m.len() >= CHECKED_MAX {
                 m.clear();
             }
         }
-        m.insert(ino, Instant::now());
+        m.insert(ino, (Instant::now(), seen));
     }
 }
 
@@ -57,12 +61,12 @@ pub async fn check(
     ino: u64,
 ) -> Result<()> {
     let window = meta.attr_timeout.max(Duration::from_millis(100));
-    if present.lately(ino, window) {
+    if present.lately(ino, 0, window) {
         return Ok(());
     }
     match ns.getattr(creds, ino).await {
         Ok(_) => {
-            present.found(ino, window);
+            present.found(ino, 0, window);
             Ok(())
         }
         Err(e) if removed(&e) => Err(stale(meta, ino, &e)),

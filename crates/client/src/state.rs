@@ -55,9 +55,9 @@ pub struct Inner {
     /// Files that read a hole and were found present lately.
     pub(crate) present: crate::gone::Present,
     /// Files whose length a read at their end asked for lately.
-    pub(crate) eof_checked: crate::eof::Checked,
+    pub(crate) eof_checked: crate::gone::Present,
     /// Files a read found their objects stopping short in lately.
-    pub(crate) short_checked: crate::eof::Checked,
+    pub(crate) short_checked: crate::gone::Present,
     pub(crate) handles: Mutex<HashMap<u64, Handle>>,
     pub(crate) next_fh: AtomicU64,
     /// The principal this client authenticated as.
