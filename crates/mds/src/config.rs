@@ -52,10 +52,8 @@ pub struct MdsConfig {
     /// for tests (a crash then always finds early answers not yet
     /// durable). 0 in production.
     pub wal_flush_delay_ms: u64,
-    /// Namespace on the OSDs with copies: an OSD that joins a chain again
-    /// is sent every object changed since this long (ms) before it left,
-    /// and trusted to hold the rest (changes in flight when it left, and
-    /// the clocks of the MDS and the OSDs apart, must fit in it).
+    /// No longer used: a returning chain member is caught up by change
+    /// stamps, not by time. Accepted so older files load.
     pub chain_catch_up_margin_ms: u64,
     /// Authenticated connections served at once (each mount holds two).
     /// When full, the principal holding the most gives its idlest one up

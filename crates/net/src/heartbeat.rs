@@ -132,6 +132,14 @@ pub async fn report_loop(mds_addr: String, src: ReportSource, lease: std::sync::
             }
             Ok(other) => tracing::warn!(reply = ?other, "unexpected answer to a report"),
             Err(e) => {
+                let why = e.to_string();
+                if let Some(floor) = proto::report::stale_report_floor(&why) {
+                    // Restarted on a clock set back: report after the last.
+                    last_report = Some((floor, Instant::now()));
+                    tracing::warn!(mds = %mds_addr, floor, "this OSD's clock is behind its last report; reporting after it");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
                 if registered {
                     tracing::warn!(mds = %mds_addr, error = %e, "heartbeat failed");
                 }

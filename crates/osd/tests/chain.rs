@@ -987,3 +987,76 @@ async fn a_change_is_never_acknowledged_on_fewer_copies_than_the_floor() {
     }
     stop_all(&mut members);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_change_moves_the_objects_stamp_and_clients_cannot_set_it() {
+    let (shared, mut members, client) = chain_of(2);
+    let pid = group_partition(GROUP);
+    let stamp = |attrs: Vec<(AttrKey, Vec<u8>)>| {
+        attrs
+            .into_iter()
+            .find(|(k, _)| *k == proto::chain::STAMP)
+            .map(|(_, v)| v)
+    };
+    client
+        .call(
+            1,
+            Command::Create {
+                pid,
+                oid: Some(OBJ),
+                count: 1,
+            },
+            vec![],
+        )
+        .await;
+    let get = || {
+        client.call(
+            0,
+            Command::GetAttributes { pid, oid: OBJ },
+            vec![proto::chain::STAMP],
+        )
+    };
+    let made = stamp(get().await.1).expect("a created object is stamped");
+    assert_eq!(made.len(), 8);
+    let mut seen = vec![made];
+    for id in 2..6u64 {
+        client
+            .call(
+                id,
+                Command::Truncate {
+                    pid,
+                    oid: OBJ,
+                    len: id * 100,
+                },
+                vec![],
+            )
+            .await;
+        let now = stamp(get().await.1).unwrap();
+        assert!(!seen.contains(&now), "change {id} kept an earlier stamp");
+        seen.push(now);
+    }
+    // A read moves nothing.
+    client
+        .call(
+            0,
+            Command::Read {
+                pid,
+                oid: OBJ,
+                offset: 0,
+                len: 10,
+            },
+            vec![],
+        )
+        .await;
+    assert_eq!(stamp(get().await.1).as_ref(), seen.last());
+    let addr1 = shared.lock().unwrap().addrs[&1].clone();
+    let forged = client_request(
+        1,
+        9,
+        Command::SetAttributes { pid, oid: OBJ },
+        vec![(proto::chain::STAMP, seen[0].clone())],
+    );
+    refused_as_bad(&client, &addr1, forged, "replica chains' own").await;
+    assert_eq!(stamp(get().await.1).as_ref(), seen.last());
+    stop_all(&mut members);
+}

@@ -28,6 +28,19 @@ pub const MAX_GROUPS: u32 = 1 << 16;
 /// Most copies a chain keeps.
 pub const MAX_CHAIN: usize = 5;
 
+/// The attribute every member of a chain keeps on each object of its
+/// group: the stamp of the last change it took whole (8 bytes, u64 LE).
+/// The head draws a new stamp for every change and passes it down with
+/// the effect; a member marks the object with a stamp of its own before it
+/// applies an effect and with the change's once it has. Two copies with
+/// the same stamp took the same changes, so a returning member is sent
+/// only the objects whose stamps differ: catch-up by versions, never by
+/// clocks. Clients may not set it.
+pub const STAMP: crate::msg::AttrKey = crate::msg::AttrKey {
+    page: 0x7c00,
+    number: 1,
+};
+
 /// The principal id an OSD's tickets name when it passes effects to
 /// another member (the high bit keeps it apart from people's principals).
 pub fn member_principal(osd: u32) -> u64 {
@@ -104,8 +117,8 @@ pub struct Chain {
     /// but are not counted, read or made head until the fill is done.
     pub joining: Vec<u32>,
     /// OSDs that left this chain recently, with when (ms since the epoch,
-    /// the authority's clock; the newest few): one that joins again is
-    /// filled only with what changed since about then.
+    /// the authority's clock; the newest few). A record for operators:
+    /// catch-up compares change stamps ([`STAMP`]), not these times.
     pub left: Vec<(u32, u64)>,
 }
 

@@ -45,6 +45,19 @@ pub struct OsdLoad {
     pub busy_us: u64,
 }
 
+/// What an MDS's refusal of a report no later than the OSD's last one
+/// says before that time (ms since the epoch): the OSD's next reports are
+/// later than it, so an OSD restarted on a clock set back is not refused
+/// until its clock catches up.
+pub const STALE_REPORT_AFTER: &str = "the OSD last reported at ";
+
+/// The last report time a refusal names ([`STALE_REPORT_AFTER`]).
+pub fn stale_report_floor(message: &str) -> Option<u64> {
+    let rest = &message[message.find(STALE_REPORT_AFTER)? + STALE_REPORT_AFTER.len()..];
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
+}
+
 /// An OSD's registration and heartbeat, authenticated with its key.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OsdReport {
@@ -119,5 +132,18 @@ impl OsdReport {
     pub fn verify(&self, cluster_id: &str, ring: &KeyRing) -> bool {
         ring.key(self.key_version)
             .is_some_and(|k| mac_ok(k, &self.signed_bytes(cluster_id), &self.mac))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stale_report_refusal_names_the_time_to_pass() {
+        let m = format!("EACCES: stale or replayed report: {STALE_REPORT_AFTER}1764236000123 ms");
+        assert_eq!(stale_report_floor(&m), Some(1_764_236_000_123));
+        assert_eq!(stale_report_floor("stale or replayed report"), None);
+        assert_eq!(stale_report_floor(STALE_REPORT_AFTER), None);
     }
 }

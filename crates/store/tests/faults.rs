@@ -212,3 +212,37 @@ fn crash_test_short_run_has_no_violations() {
         "cuts should catch operations in flight"
     );
 }
+
+#[test]
+fn an_ordered_attribute_is_never_lost_while_a_change_logged_after_it_survives() {
+    use store::device::CrashMode;
+    for seed in 0..40u64 {
+        let (dev, s) = fresh_fault();
+        let id = s.create(P, None).unwrap();
+        s.write(P, id, 0, b"before").unwrap();
+        assert!(
+            s.set_attr_ordered(P, id, (0x7c00, 1), &seed.to_le_bytes())
+                .unwrap()
+        );
+        s.write(P, id, 0, b"after!").unwrap();
+        // Anything later is free to be lost.
+        s.set_attr_ordered(P, id, (0x7c00, 2), b"x").unwrap();
+        for mode in [CrashMode::DropAll, CrashMode::TearLast, CrashMode::Reorder] {
+            let img = dev.crash_image(mode, seed);
+            let back = Arc::new(MemDevice::from_image(img));
+            let r = Store::open(back, &OpenOptions::default()).unwrap();
+            assert_eq!(r.read(P, id, 0, 6).unwrap(), b"after!", "{mode:?} {seed}");
+            assert_eq!(
+                r.get_attr(P, id, 0x7c00, 1).unwrap(),
+                Some(seed.to_le_bytes().to_vec()),
+                "{mode:?} {seed}: the write survived without the attribute before it"
+            );
+        }
+    }
+    let (_, s) = fresh_fault();
+    assert!(!s.set_attr_ordered(P, 0x9_9999, (0x7c00, 1), b"x").unwrap());
+    assert!(matches!(
+        s.set_attr_ordered(P, 0x9_9999, (0x3, 1), b"x"),
+        Err(StoreError::ReadOnlyAttribute { .. })
+    ));
+}

@@ -26,7 +26,6 @@ const LONG_FNS: &[(&str, &str, usize)] = &[
     ("crates/mds/src/service/auth.rs", "serve_checked", 176),
     ("crates/mds/src/service/dispatch.rs", "handle", 164),
     ("crates/net/src/serve.rs", "connection", 237),
-    ("crates/osd/src/chain/mod.rs", "serve_at_head", 188),
     ("crates/osdns/src/fsck.rs", "fsck", 186),
     ("crates/store/src/crashtest.rs", "run", 161),
     ("crates/store/src/meta.rs", "apply", 156),

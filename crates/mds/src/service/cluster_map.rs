@@ -10,6 +10,7 @@ use proto::mds::{
     NamespaceMode, OsdReport, OsdStatus, ROOT_INO,
 };
 use proto::placement::OsdMap;
+use proto::report::STALE_REPORT_AFTER;
 use proto::{KeyRing, rights};
 
 use super::{Mds, err, load_keys};
@@ -79,10 +80,19 @@ impl Mds {
             // Only the time is claimed here; the OSD counts as live once
             // its map change is durable (below).
             let mut live = self.live.lock().unwrap_or_else(|e| e.into_inner());
-            if live.claimed.get(&r.osd_id).is_some_and(|&t| t >= r.at_ms)
-                || live.osds.get(&r.osd_id).is_some_and(|l| l.at_ms >= r.at_ms)
-            {
-                return Err(err(Errno::Access, "stale or replayed report"));
+            let last = live
+                .claimed
+                .get(&r.osd_id)
+                .copied()
+                .max(live.osds.get(&r.osd_id).map(|l| l.at_ms));
+            if let Some(last) = last.filter(|&t| t >= r.at_ms) {
+                // The time it must pass: an OSD restarted on a clock set
+                // back (within the five minutes) reports after it, as one
+                // whose clock stepped back while it ran does.
+                return Err(err(
+                    Errno::Access,
+                    format!("stale or replayed report: {STALE_REPORT_AFTER}{last} ms"),
+                ));
             }
             live.claimed.insert(r.osd_id, r.at_ms);
         }

@@ -83,6 +83,37 @@ pub(super) fn changes(req: &Request) -> bool {
         )
 }
 
+/// Refuses a change to a group whose chain holds fewer full copies than
+/// a change needs: EIO when no member is being filled, Busy (retry) while
+/// one is.
+pub(super) fn check_floor(
+    req: &Request,
+    (group, chain): (u32, &proto::chain::Chain),
+    table: &proto::chain::ChainTable,
+) -> Result<(), WireError> {
+    let min = super::min_copies(table);
+    if !changes(req) || chain.members.len() >= min {
+        return Ok(());
+    }
+    let why = format!(
+        "group {group} has {} full copies, fewer than the {min} a change needs \
+         (replicas {} less one)",
+        chain.members.len(),
+        table.replicas
+    );
+    Err(if chain.joining.is_empty() {
+        WireError::new(
+            ErrorCode::Io,
+            format!("{why}: refused rather than kept on too few"),
+        )
+    } else {
+        WireError::new(
+            ErrorCode::Busy,
+            format!("{why}; a new member is being filled: retry"),
+        )
+    })
+}
+
 /// What a head refuses before it looks at its chain, and the group of a
 /// request it takes: a partition that is not a group's (a staging one
 /// takes only the member before), INSTALL, an unnamed create, a change
@@ -115,6 +146,7 @@ pub(super) fn admissible_at_head(req: &Request, ready: bool, me: u32) -> Result<
     }
     if changes(req) {
         check_forwardable(req)?;
+        super::stamp::refuse_client_stamp(req)?;
     }
     Ok(group)
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use net::ConnError;
-use proto::chain::{group_partition, staging_partition};
+use proto::chain::{STAMP, group_partition, staging_partition};
 use proto::msg::{AttrKey, Command, MAX_ATTR_LIST, Reply, Request};
 use proto::{ErrorCode, WireError};
 use store::StoreError;
@@ -24,11 +24,35 @@ const FIRST_OID: u64 = 0x1_0000;
 const CHUNK: u64 = 1 << 20;
 /// Ids per LIST.
 const PAGE: u32 = 1000;
-/// The store's page of object times, and its attribute and data
-/// modification times (ns since the epoch, u64 LE).
-const PAGE_TIMES: u32 = 0x3;
-const TIME_ATTR_MODIFIED: u32 = 0x3;
-const TIME_DATA_MODIFIED: u32 = 0x5;
+/// The store's attribute holding an object's version (u64 LE).
+const VERSION: AttrKey = AttrKey {
+    page: 0x1,
+    number: 0x83,
+};
+
+/// What decides whether two copies of an object took the same changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Mark {
+    /// The stamp of the last change taken whole (None: unmarked).
+    stamp: Option<u64>,
+    /// The capability revocation counter.
+    version: u64,
+}
+
+/// The mark of this OSD's copy of `obj` (an unreadable one matches none).
+fn mark_here(ctx: &crate::exec::Ctx, (pid, oid): (u64, u64)) -> Result<Mark, WireError> {
+    let s = ctx.store.get()?;
+    Ok(match s.stat(pid, oid) {
+        Ok(st) => Mark {
+            stamp: super::stamp::stamp_of(ctx, (pid, oid))?,
+            version: st.version,
+        },
+        Err(_) => Mark {
+            stamp: None,
+            version: u64::MAX - 1,
+        },
+    })
+}
 /// The store's own attribute pages are below this one (not copied: the
 /// joiner's store keeps its own).
 const FIRST_USER_PAGE: u32 = 0x10;
@@ -54,18 +78,10 @@ impl Chains {
         let view = self.view().await?;
         let listed = self.remote_listing(&view, group, joiner).await?;
         let theirs: Vec<u64> = listed.iter().map(|(o, _)| *o).collect();
-        // A member that was in this chain before had every change made
-        // until it left: only objects changed here or there since a
-        // margin before that are copied (catch-up, not a full copy).
-        let since_ns = view
-            .table
-            .chain(group)
-            .and_then(|c| c.left_at(joiner))
-            .map(|ms| {
-                ms.saturating_sub(view.table.catch_up_margin_ms)
-                    .saturating_mul(1_000_000)
-            });
-        let their_times: std::collections::HashMap<u64, u64> = listed.into_iter().collect();
+        // Objects the joiner holds with the stamp (and version) of the
+        // head's copy took the same changes: skipped (catch-up). Stamps,
+        // not clocks, decide (see `stamp`).
+        let their_marks: std::collections::HashMap<u64, Mark> = listed.into_iter().collect();
         let (mut copied, mut unchanged, mut bytes) = (0u64, 0u64, 0u64);
         let started = std::time::Instant::now();
         let mut after = None;
@@ -78,15 +94,12 @@ impl Chains {
                 .map_err(map_err)?;
             for oid in &page.ids {
                 let _held = self.lock_objects(&Command::Remove { pid, oid: *oid }).await;
-                if let (Some(since), Some(&theirs_at)) = (since_ns, their_times.get(oid)) {
-                    let mine_at = match ctx.store.get()?.stat(pid, *oid) {
-                        Ok(st) => st.data_modified.max(st.attr_modified),
-                        Err(_) => u64::MAX,
-                    };
-                    if mine_at < since && theirs_at < since {
-                        unchanged += 1;
-                        continue;
-                    }
+                if let Some(theirs) = their_marks.get(oid)
+                    && theirs.stamp.is_some()
+                    && *theirs == mark_here(&ctx, (pid, *oid))?
+                {
+                    unchanged += 1;
+                    continue;
                 }
                 bytes += self.copy_object(&ctx, &view, group, joiner, *oid).await?;
                 copied += 1;
@@ -114,7 +127,7 @@ impl Chains {
         self.still_filling(group, epoch, joiner)?;
         let v = self.authority.filled(group, epoch, joiner).await?;
         self.install(v);
-        if since_ns.is_some() {
+        if unchanged > 0 {
             tracing::info!(
                 group,
                 osd = joiner,
@@ -159,25 +172,16 @@ impl Chains {
             .collect())
     }
 
-    /// Every object the joiner holds in the group's partition, with when
-    /// its data or attributes last changed there (ns).
+    /// Every object the joiner holds in the group's partition, with its
+    /// stamp and version there.
     async fn remote_listing(
         &self,
         view: &ChainView,
         group: u32,
         joiner: u32,
-    ) -> Result<Vec<(u64, u64)>, WireError> {
+    ) -> Result<Vec<(u64, Mark)>, WireError> {
         let pid = group_partition(group);
-        let times = [
-            AttrKey {
-                page: PAGE_TIMES,
-                number: TIME_ATTR_MODIFIED,
-            },
-            AttrKey {
-                page: PAGE_TIMES,
-                number: TIME_DATA_MODIFIED,
-            },
-        ];
+        let keys = [STAMP, VERSION];
         let mut ids = Vec::new();
         let mut after = None;
         loop {
@@ -187,7 +191,7 @@ impl Chains {
                 hi: u64::MAX,
                 after,
                 max: PAGE,
-                attrs: times.to_vec(),
+                attrs: keys.to_vec(),
             };
             match self
                 .remote(view, group, joiner, cmd, vec![], Bytes::new())
@@ -195,15 +199,18 @@ impl Chains {
             {
                 Ok(Reply::Listed { entries, next }) => {
                     ids.extend(entries.into_iter().map(|(o, attrs)| {
-                        // Missing or unreadable times count as "now": copied.
-                        let at = attrs
-                            .iter()
-                            .map(|(_, v)| {
-                                v.as_slice().try_into().map_or(u64::MAX, u64::from_le_bytes)
-                            })
-                            .max()
-                            .unwrap_or(u64::MAX);
-                        (o, at)
+                        let get = |k: AttrKey| {
+                            attrs
+                                .iter()
+                                .find(|(a, _)| *a == k)
+                                .and_then(|(_, v)| v.as_slice().try_into().ok())
+                                .map(u64::from_le_bytes)
+                        };
+                        let mark = Mark {
+                            stamp: get(STAMP),
+                            version: get(VERSION).unwrap_or(u64::MAX),
+                        };
+                        (o, mark)
                     }));
                     match next {
                         Some(n) => after = Some(n),

@@ -15,7 +15,7 @@ use proto::msg::{AttrKey, Command, Reply, Request, Response};
 use proto::{ErrorCode, WireError};
 
 use super::{
-    CATCH_UP, ChainView, Chains, Effect, PASS_DEADLINE, lock, min_copies, not_head, stale,
+    CATCH_UP, ChainView, Chains, Effect, PASS_DEADLINE, lock, min_copies, not_head, stale, stamp,
 };
 use crate::exec::{Ctx, execute, execute_admitted};
 
@@ -166,14 +166,24 @@ impl Chains {
             )));
         }
         self.ensure_partition(ctx, proto::chain::group_partition(f.group))?;
+        // Marked with a stamp of its own first, the change's once applied
+        // (see `stamp`): a crash between leaves a stamp no copy shares.
+        let (stamp, set) = stamp::split(&req.set);
         let inner = Request {
             cap: req.cap.clone(),
             id: 0,
             cmd: f.op.clone(),
             get: Vec::new(),
-            set: req.set.clone(),
+            set,
         };
+        let marked = stamp.and_then(|s| Some((stamp::marked_object(&inner.cmd)?, s)));
+        if let Some((obj, _)) = marked {
+            stamp::mark(ctx, obj, self.stamps.draw())?;
+        }
         tokio::task::block_in_place(|| apply(ctx, principal, &inner, payload.clone()))?;
+        if let Some((obj, s)) = marked {
+            stamp::mark(ctx, obj, s)?;
+        }
         let (origin, id, answer) = (f.origin, f.id, (Ok(f.reply.clone()), f.attrs.clone()));
         let matters = !matches!(f.reply, Reply::Done);
         self.pass_down(f, req.set, payload).await?;

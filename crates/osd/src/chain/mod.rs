@@ -28,17 +28,20 @@ use proto::msg::{AttrKey, Command, Reply, Request, Response};
 use proto::{Capability, ErrorCode, WireError};
 
 use crate::exec::{Ctx, execute_admitted};
+use head::Ran;
 
 mod bounds;
 mod fill;
 mod forward;
 
 pub use forward::effect;
+mod head;
 mod restart;
 mod scrub;
+mod stamp;
 
 pub use bounds::{FORWARDABLE_HEADER, FORWARDED_ATTRS};
-use bounds::{admissible_at_head, changes, forwarded_attrs, group_of};
+use bounds::{admissible_at_head, forwarded_attrs, group_of};
 pub use restart::mark_new_store;
 
 /// A boxed future (the authority is called through a trait object).
@@ -186,6 +189,8 @@ pub struct Chains {
     /// follow a clean shutdown (or the format of its store), only once the
     /// authority has judged its restart.
     ready: std::sync::atomic::AtomicBool,
+    /// The stamps this OSD draws for changes ([`stamp`]).
+    stamps: stamp::Stamps,
 }
 
 /// Each object's lock, while anyone holds or waits for it.
@@ -239,6 +244,7 @@ impl Chains {
             epochs: std::sync::OnceLock::new(),
             resending: std::sync::atomic::AtomicBool::new(false),
             ready: std::sync::atomic::AtomicBool::new(false),
+            stamps: stamp::Stamps::new(),
         })
     }
 
@@ -518,32 +524,6 @@ impl Chains {
             })
     }
 
-    /// Makes this head's bad copy of `oid` again from the first other
-    /// member of `members` whose copy reads; whether it could.
-    async fn repaired(
-        &self,
-        ctx: &Ctx,
-        view: &ChainView,
-        (group, members): (u32, &[u32]),
-        oid: u64,
-    ) -> bool {
-        let Some(others) = members.get(1..).filter(|o| !o.is_empty()) else {
-            return false;
-        };
-        match self.heal_head(ctx, view, (group, others), oid, false).await {
-            Ok(_) => true,
-            Err(why) => {
-                tracing::error!(
-                    group,
-                    oid,
-                    why,
-                    "a bad copy at the head: no member's copy could repair it"
-                );
-                false
-            }
-        }
-    }
-
     async fn serve_at_head(
         &self,
         ctx: &Ctx,
@@ -575,26 +555,7 @@ impl Chains {
                 chain.head()
             )));
         }
-        let min = min_copies(&view.table);
-        if changes(&req) && chain.members.len() < min {
-            let why = format!(
-                "group {group} has {} full copies, fewer than the {min} a change needs \
-                 (replicas {} less one)",
-                chain.members.len(),
-                view.table.replicas
-            );
-            return Err(if chain.joining.is_empty() {
-                WireError::new(
-                    ErrorCode::Io,
-                    format!("{why}: refused rather than kept on too few"),
-                )
-            } else {
-                WireError::new(
-                    ErrorCode::Busy,
-                    format!("{why}; a new member is being filled: retry"),
-                )
-            });
-        }
+        bounds::check_floor(&req, (group, &chain), &view.table)?;
         if takes_space(&req.cmd) {
             refuse_when_full(ctx, group)?;
         }
@@ -626,47 +587,19 @@ impl Chains {
         {
             return Ok((Response { result, attrs }, Bytes::new()));
         }
-        let (mut resp, mut out) = crate::exec::blocking(&req, || {
-            execute_admitted(ctx, principal, &req, payload.clone())
-        });
-        // A bad copy here: repaired from the first other member whose copy
-        // reads (the next one's may be bad too), then run again; with no
-        // good copy left the checksum error stands.
-        if let (Err(e), Some((_, oid))) = (&resp.result, req.cmd.object())
-            && e.code == ErrorCode::Checksum
-            && self
-                .repaired(ctx, &view, (group, &chain.members), oid)
-                .await
+        let stamp = self.stamps.draw();
+        let (resp, out, reply) = match self
+            .run_at_head(
+                ctx,
+                principal,
+                (&req, &payload),
+                (&view, group, &chain),
+                stamp,
+            )
+            .await?
         {
-            (resp, out) = crate::exec::blocking(&req, || {
-                execute_admitted(ctx, principal, &req, payload.clone())
-            });
-        }
-        let reply = match &resp.result {
-            Ok(r) => r.clone(),
-            Err(e) => {
-                // A failure after part of the change was made (the set list
-                // after the command, a full device mid-write): the members
-                // get the head's whole object, so none differs from it. A
-                // bound passed by an attribute change alone changed nothing.
-                let attrs_only = matches!(
-                    req.cmd,
-                    Command::SetAttributes { .. } | Command::Cas { .. } | Command::FetchAdd { .. }
-                );
-                if changes(&req)
-                    && (matches!(
-                        e.code,
-                        ErrorCode::NoSpace
-                            | ErrorCode::Io
-                            | ErrorCode::ReadOnly
-                            | ErrorCode::Failed
-                    ) || (e.code == ErrorCode::Bound && !attrs_only))
-                    && let Some((_, oid)) = req.cmd.object()
-                {
-                    self.resync(ctx, &view, group, oid).await?;
-                }
-                return Ok((resp, out));
-            }
+            Ran::Done(resp, out, reply) => (resp, out, reply),
+            Ran::Answer(resp, out) => return Ok((resp, out)),
         };
         let payload = match &req.cmd {
             // A COPY travels as the bytes it wrote (its source capability
@@ -688,6 +621,7 @@ impl Chains {
         let Some(Effect { cmd: op, set, data }) = effect(&req, &reply, &payload) else {
             return Ok((resp, out));
         };
+        let set = stamp::onto(&op, set, stamp);
         let fwd = Forward {
             group,
             epoch: chain.epoch,

@@ -34,11 +34,13 @@ const MAX_PROBLEMS: usize = 100;
 /// Bytes fetched per READ in a repair.
 const CHUNK: u64 = 1 << 20;
 
-/// The digest of a list of attributes (user pages only, in order).
+/// The digest of a list of attributes (user pages only, in order; not the
+/// change stamp, which a copy that took the same bytes by another way, a
+/// change that failed or a cut-short effect, may hold another of).
 fn attr_hash(attrs: impl Iterator<Item = ((u32, u32), Vec<u8>)>) -> u64 {
     let mut h = xxhash_rust::xxh3::Xxh3::new();
     let mut v: Vec<((u32, u32), Vec<u8>)> = attrs
-        .filter(|((page, _), _)| *page >= FIRST_USER_PAGE)
+        .filter(|((page, _), _)| *page >= FIRST_USER_PAGE && *page != proto::chain::STAMP.page)
         .collect();
     v.sort();
     for ((page, number), value) in v {

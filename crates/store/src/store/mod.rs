@@ -12,6 +12,7 @@ mod commit;
 mod data;
 mod objects;
 pub(crate) mod open;
+mod ordered;
 mod punch;
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};

@@ -102,7 +102,7 @@ fn standard(pid: u64, oid: u64, o: &Onode, page: u32, number: u32) -> Option<Vec
     }))
 }
 
-fn check_attr(page: u32, number: u32, value: &[u8]) -> Result<()> {
+pub(super) fn check_attr(page: u32, number: u32, value: &[u8]) -> Result<()> {
     if page < FIRST_USER_PAGE {
         return Err(StoreError::ReadOnlyAttribute { page, number });
     }

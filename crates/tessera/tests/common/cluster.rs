@@ -188,7 +188,16 @@ impl Cluster {
             .append(true)
             .open(d.join("osd.log"))
             .unwrap();
-        let child = Command::new(BIN)
+        // An OSD given a clock of its own runs with libfaketime preloaded
+        // (see `set_osd_clock`; not the `faketime` wrapper, which forks, so
+        // a kill would miss the OSD); monotonic time stays the machine's.
+        let mut cmd = Command::new(BIN);
+        if let Ok(spec) = std::fs::read_to_string(d.join("clock")) {
+            cmd.env("LD_PRELOAD", libfaketime())
+                .env("FAKETIME", spec.trim())
+                .env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
+        }
+        let child = cmd
             .arg("osd")
             .arg("--store")
             .arg(d.join("store.img"))
@@ -202,6 +211,12 @@ impl Cluster {
             .spawn()
             .unwrap();
         self.osds[id as usize - 1] = Some(child);
+    }
+
+    /// Runs OSD `id`, from its next start, with its wall clock moved as
+    /// faketime's `spec` says ("-1h": an hour behind everyone else's).
+    pub fn set_osd_clock(&self, id: u32, spec: &str) {
+        std::fs::write(self.osd_dir(id).join("clock"), spec).unwrap();
     }
 
     /// SIGTERM: the OSD flushes its store and exits.
@@ -453,4 +468,14 @@ pub fn flip_in_image(path: &Path, needle: &[u8]) -> bool {
     }
     std::fs::write(path, img).unwrap();
     found
+}
+
+/// Where Debian's faketime package puts the library it preloads.
+fn libfaketime() -> PathBuf {
+    std::fs::read_dir("/usr/lib")
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| e.path().join("faketime").join("libfaketime.so.1"))
+        .find(|p| p.exists())
+        .expect("libfaketime (the Debian package faketime; .ci/run installs it)")
 }

@@ -47,6 +47,15 @@ fn daemon(exe: &Path) -> Command {
     c
 }
 
+/// libfaketime (Debian's faketime package), if installed.
+fn libfaketime() -> Option<PathBuf> {
+    std::fs::read_dir("/usr/lib")
+        .ok()?
+        .filter_map(Result::ok)
+        .map(|e| e.path().join("faketime").join("libfaketime.so.1"))
+        .find(|p| p.exists())
+}
+
 fn log_file(p: &Path) -> anyhow::Result<Stdio> {
     let f = std::fs::OpenOptions::new()
         .create(true)
@@ -163,7 +172,21 @@ impl Cluster {
     /// Starts OSD `id` on its store (logging to its `osd.log`).
     pub fn start_osd(&mut self, id: u32) -> anyhow::Result<()> {
         let d = self.osd_dir(id);
-        let child = daemon(&self.exe)
+        let mut cmd = daemon(&self.exe);
+        // Each OSD's wall clock can be stepped while it runs (a clock
+        // step fault): libfaketime, preloaded, reads its offset from the
+        // OSD's `clock` file every second. Monotonic time is left alone.
+        if let Some(lib) = libfaketime() {
+            let clock = d.join("clock");
+            if !clock.exists() {
+                std::fs::write(&clock, "+0")?;
+            }
+            cmd.env("LD_PRELOAD", lib)
+                .env("FAKETIME_TIMESTAMP_FILE", &clock)
+                .env("FAKETIME_CACHE_DURATION", "1")
+                .env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
+        }
+        let child = cmd
             .arg("osd")
             .arg("--store")
             .arg(d.join("store.img"))
@@ -176,6 +199,17 @@ impl Cluster {
             .spawn()?;
         self.osds[id as usize - 1] = Some(child);
         Ok(())
+    }
+
+    /// Steps OSD `id`'s wall clock to `secs` seconds off the machine's
+    /// (within a second, while it runs); false when libfaketime is not
+    /// installed, so its clock cannot be moved.
+    pub fn step_clock(&self, id: u32, secs: i64) -> anyhow::Result<bool> {
+        if libfaketime().is_none() {
+            return Ok(false);
+        }
+        std::fs::write(self.osd_dir(id).join("clock"), format!("{secs:+}"))?;
+        Ok(true)
     }
 
     /// SIGKILL to OSD `id`, as a crash.

@@ -46,6 +46,15 @@ pub enum Fault {
     /// A bit flipped in an acknowledged file's bytes on one OSD's store
     /// (stopped cleanly for it), then a deep scrub.
     FlipBit,
+    /// OSD `osd`'s wall clock steps `secs` seconds off the others' in the
+    /// middle of the workload (either way, within the five minutes the MDS
+    /// takes), and back at the end of the round.
+    ClockStep {
+        /// Which.
+        osd: u32,
+        /// By how much.
+        secs: i64,
+    },
     /// The disks filled: a second client writes files until the cluster
     /// answers ENOSPC; the workload runs again on the full cluster, then
     /// the files are removed (deletes must work on a full cluster).
@@ -82,6 +91,10 @@ impl std::fmt::Display for Fault {
             }
             Fault::FlipBit => write!(f, "flip a bit of a file in one OSD's store, deep scrub"),
             Fault::Fill => write!(f, "fill the disks to ENOSPC mid-workload, then free them"),
+            Fault::ClockStep { osd, secs } => write!(
+                f,
+                "step OSD {osd}'s clock {secs:+} s mid-workload, back after the round"
+            ),
         }
     }
 }
@@ -91,7 +104,14 @@ impl std::fmt::Display for Fault {
 pub fn draw(rng: &mut Rng, osds: u32, replicas: u8, snapshot: Option<u32>) -> Fault {
     let any_osd = |rng: &mut Rng| 1 + rng.below(u64::from(osds)) as u32;
     match rng.below(13) {
-        0 => Fault::Calm,
+        // Half the quiet rounds step a clock (a round of its own costs
+        // no other fault's share, so older seeds keep their schedules
+        // up to their first quiet round).
+        0 if rng.below(2) == 0 => Fault::Calm,
+        0 => Fault::ClockStep {
+            osd: any_osd(rng),
+            secs: rng.below(420) as i64 - 240,
+        },
         1..=3 => {
             // Fewer than the copies kept, so every object keeps one up.
             let n = 1 + rng.below(u64::from(replicas.max(2) - 1)) as u32;
@@ -132,6 +152,11 @@ pub async fn strike(
     tokio::time::sleep(delay).await;
     match fault {
         Fault::Calm | Fault::FlipBit => {}
+        Fault::ClockStep { osd, secs } => {
+            if !cl.step_clock(*osd, *secs)? {
+                tracing::warn!("libfaketime is not installed: clock steps are skipped");
+            }
+        }
         Fault::Fill => return Ok(Some(fill(cl).await?)),
         Fault::KillOsds { ids, down_ms } => {
             for id in ids {
@@ -320,6 +345,7 @@ mod tests {
             Fault::RestoreOlder { .. } => "older store",
             Fault::FlipBit => "flip",
             Fault::Fill => "fill",
+            Fault::ClockStep { .. } => "clock step",
         }
     }
 
@@ -344,12 +370,12 @@ mod tests {
         out
     }
 
-    /// `crates/tessera/tests/thrash.rs` runs seed 30 in OSD mode and 294
+    /// `crates/tessera/tests/thrash.rs` runs seed 112 in OSD mode and 294
     /// in MDS mode, five rounds each: between them they draw every kind
     /// of fault but a calm round, and each fills the disks once.
     #[test]
     fn the_end_to_end_seeds_draw_every_kind_of_fault() {
-        let (osd, mds) = (schedule(30, 5), schedule(294, 5));
+        let (osd, mds) = (schedule(112, 5), schedule(294, 5));
         for s in [&osd, &mds] {
             assert!(s.contains(&Fault::Fill), "{s:?}");
         }
@@ -363,6 +389,7 @@ mod tests {
             "older store",
             "flip",
             "fill",
+            "clock step",
         ];
         for k in every {
             assert!(drawn.contains(k), "{k} not drawn: {drawn:?}");

@@ -258,6 +258,10 @@ async fn thrash(a: &Args, dir: &std::path::Path) -> anyhow::Result<String> {
             ));
         }
         checked += oracle.files.len() as u64;
+        if let Fault::ClockStep { osd, .. } = fault {
+            // Back: a step the other way, while the next round runs.
+            cl.step_clock(osd, 0)?;
+        }
         println!(
             "round {round}/{}: {fault}{noted}; {} written, {} removed, {} not acknowledged; \
              healthy in {:.1} s; {} files read back",

@@ -1,0 +1,116 @@
+//! Running a change at its group's head: the change's stamp first
+//! ([`super::stamp`]), the command, a read repair when the head's copy is
+//! bad, and the head's whole object to every member when the change
+//! failed part way.
+
+use bytes::Bytes;
+use proto::chain::Chain;
+use proto::msg::{Command, Reply, Request, Response};
+use proto::{ErrorCode, WireError};
+
+use super::bounds::changes;
+use super::{ChainView, Chains, stamp};
+use crate::exec::{Ctx, execute_admitted};
+
+/// What running a request at the head came to.
+pub(super) enum Ran {
+    /// It succeeded: the response, its data, and the reply to pass on.
+    Done(Response, Bytes, Reply),
+    /// It failed: the answer to give as it is.
+    Answer(Response, Bytes),
+}
+
+impl Chains {
+    /// Runs `req` at the head of `group`, the object marked with `stamp`
+    /// first when the request changes it (and once made, when it makes it).
+    pub(super) async fn run_at_head(
+        &self,
+        ctx: &Ctx,
+        principal: u64,
+        (req, payload): (&Request, &Bytes),
+        (view, group, chain): (&ChainView, u32, &Chain),
+        stamp: u64,
+    ) -> Result<Ran, WireError> {
+        let marked = match stamp::marked_object(&req.cmd).filter(|_| changes(req)) {
+            Some(obj) => stamp::mark(ctx, obj, stamp)?,
+            None => false,
+        };
+        let run = || {
+            crate::exec::blocking(req, || {
+                execute_admitted(ctx, principal, req, payload.clone())
+            })
+        };
+        let (mut resp, mut out) = run();
+        // A bad copy here: repaired from the first other member whose copy
+        // reads (the next one's may be bad too), then run again; with no
+        // good copy left the checksum error stands.
+        if let (Err(e), Some((_, oid))) = (&resp.result, req.cmd.object())
+            && e.code == ErrorCode::Checksum
+            && self.repaired(ctx, view, (group, &chain.members), oid).await
+        {
+            (resp, out) = run();
+        }
+        match &resp.result {
+            Ok(r) => {
+                // A create: marked once the object is there.
+                if !marked
+                    && changes(req)
+                    && let Some(obj) = stamp::marked_object(&req.cmd)
+                {
+                    stamp::mark(ctx, obj, stamp)?;
+                }
+                let r = r.clone();
+                Ok(Ran::Done(resp, out, r))
+            }
+            Err(e) => {
+                // A failure after part of the change was made (the set list
+                // after the command, a full device mid-write): the members
+                // get the head's whole object, so none differs from it. A
+                // bound passed by an attribute change alone changed nothing.
+                let attrs_only = matches!(
+                    req.cmd,
+                    Command::SetAttributes { .. } | Command::Cas { .. } | Command::FetchAdd { .. }
+                );
+                if changes(req)
+                    && (matches!(
+                        e.code,
+                        ErrorCode::NoSpace
+                            | ErrorCode::Io
+                            | ErrorCode::ReadOnly
+                            | ErrorCode::Failed
+                    ) || (e.code == ErrorCode::Bound && !attrs_only))
+                    && let Some((_, oid)) = req.cmd.object()
+                {
+                    self.resync(ctx, view, group, oid).await?;
+                }
+                Ok(Ran::Answer(resp, out))
+            }
+        }
+    }
+
+    /// Makes this head's bad copy of `oid` again from the first other
+    /// member of `members` whose copy reads; whether it could.
+    async fn repaired(
+        &self,
+        ctx: &Ctx,
+        view: &ChainView,
+        (group, members): (u32, &[u32]),
+        oid: u64,
+    ) -> bool {
+        let Some(others) = members.get(1..).filter(|o| !o.is_empty()) else {
+            return false;
+        };
+        match self.heal_head(ctx, view, (group, others), oid, false).await {
+            Ok(_) => true,
+            Err(why) => {
+                tracing::error!(
+                    group,
+                    oid,
+                    why,
+                    "a bad copy at the head: no member's copy could repair it"
+                );
+                false
+            }
+        }
+    }
+}
