@@ -133,7 +133,14 @@ pub async fn report_loop(mds_addr: String, src: ReportSource, lease: std::sync::
             Ok(other) => tracing::warn!(reply = ?other, "unexpected answer to a report"),
             Err(e) => {
                 let why = e.to_string();
-                if let Some(floor) = proto::report::stale_report_floor(&why) {
+                // The MDS takes reports at most five minutes off its clock,
+                // and this clock at most five minutes off it: a floor
+                // further ahead than ten minutes is no report the MDS
+                // took, and would keep this OSD out. Ignored.
+                let wall = proto::clock::now_ms();
+                if let Some(floor) = proto::report::stale_report_floor(&why)
+                    .filter(|f| *f < wall.saturating_add(600_000))
+                {
                     // Restarted on a clock set back: report after the last.
                     last_report = Some((floor, Instant::now()));
                     tracing::warn!(mds = %mds_addr, floor, "this OSD's clock is behind its last report; reporting after it");

@@ -1057,6 +1057,103 @@ async fn every_change_moves_the_objects_stamp_and_clients_cannot_set_it() {
         vec![(proto::chain::STAMP, seen[0].clone())],
     );
     refused_as_bad(&client, &addr1, forged, "replica chains' own").await;
+    let swap = client_request(
+        1,
+        10,
+        Command::Cas {
+            pid,
+            oid: OBJ,
+            key: proto::chain::STAMP,
+            expected: seen.last().unwrap().clone(),
+            new: seen[0].clone(),
+        },
+        vec![],
+    );
+    refused_as_bad(&client, &addr1, swap, "replica chains' own").await;
     assert_eq!(stamp(get().await.1).as_ref(), seen.last());
+    stop_all(&mut members);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_that_makes_its_destination_makes_it_on_every_member() {
+    let (shared, mut members, client) = chain_of(2);
+    let pid = group_partition(GROUP);
+    let addr1 = shared.lock().unwrap().addrs[&1].clone();
+    client
+        .call(
+            1,
+            Command::Create {
+                pid,
+                oid: Some(OBJ),
+                count: 1,
+            },
+            vec![],
+        )
+        .await;
+    let data = Bytes::from(vec![7u8; 5000]);
+    let w = client_request(
+        1,
+        2,
+        Command::Write {
+            pid,
+            oid: OBJ,
+            offset: 0,
+        },
+        vec![],
+    );
+    client.conn(1, &addr1).call(w, data.clone()).await.unwrap();
+    let dest = OBJ + 1;
+    let copy = client_request(
+        1,
+        3,
+        Command::Copy {
+            pid,
+            oid: dest,
+            offset: 100,
+            src_oid: OBJ,
+            src_offset: 0,
+            len: 5000,
+            src_cap: Some(Box::new(client_cap(1))),
+        },
+        vec![],
+    );
+    client
+        .conn(1, &addr1)
+        .call(copy, Bytes::new())
+        .await
+        .unwrap();
+    // Member 2 alone, as head: the destination is there, whole.
+    shared.lock().unwrap().table.set(GROUP, vec![2], vec![]);
+    let (reply, _) = client
+        .call(
+            0,
+            Command::Read {
+                pid,
+                oid: dest,
+                offset: 0,
+                len: 6000,
+            },
+            vec![],
+        )
+        .await;
+    assert_eq!(reply, Reply::Read { size: 5100 }, "member 2 lacks the copy");
+    let addr2 = shared.lock().unwrap().addrs[&2].clone();
+    let read = client_request(
+        2,
+        0,
+        Command::Read {
+            pid,
+            oid: dest,
+            offset: 100,
+            len: 5000,
+        },
+        vec![],
+    );
+    let got = client
+        .conn(2, &addr2)
+        .call(read, Bytes::new())
+        .await
+        .unwrap();
+    assert_eq!(got.data, data, "member 2's copy differs");
     stop_all(&mut members);
 }

@@ -181,8 +181,16 @@ impl Chains {
             stamp::mark(ctx, obj, self.stamps.draw())?;
         }
         tokio::task::block_in_place(|| apply(ctx, principal, &inner, payload.clone()))?;
-        if let Some((obj, s)) = marked {
-            stamp::mark(ctx, obj, s)?;
+        // Only a full member takes the change's stamp: a joining one
+        // applies effects to whatever copy it came back with, which may
+        // lack earlier changes its fill has still to bring. Its own stamp
+        // stays, so the fill copies the object. A mark that fails leaves
+        // that stamp too (the object is copied by the next fill): safe.
+        if let Some((obj, s)) = marked
+            && chain.members.contains(&self.me)
+            && let Err(e) = stamp::mark(ctx, obj, s)
+        {
+            tracing::warn!(group = f.group, oid = obj.1, error = %e, "an applied effect left its object unmarked");
         }
         let (origin, id, answer) = (f.origin, f.id, (Ok(f.reply.clone()), f.attrs.clone()));
         let matters = !matches!(f.reply, Reply::Done);

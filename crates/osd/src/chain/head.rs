@@ -14,8 +14,9 @@ use crate::exec::{Ctx, execute_admitted};
 
 /// What running a request at the head came to.
 pub(super) enum Ran {
-    /// It succeeded: the response, its data, and the reply to pass on.
-    Done(Response, Bytes, Reply),
+    /// It succeeded: the response, its data, the reply to pass on, and
+    /// whether it made the object.
+    Done(Response, Bytes, Reply, bool),
     /// It failed: the answer to give as it is.
     Answer(Response, Bytes),
 }
@@ -48,19 +49,26 @@ impl Chains {
             && e.code == ErrorCode::Checksum
             && self.repaired(ctx, view, (group, &chain.members), oid).await
         {
+            // The repaired copy came with the member's stamp: this change
+            // is marked again before it runs.
+            if marked && let Some(obj) = stamp::marked_object(&req.cmd) {
+                stamp::mark(ctx, obj, stamp)?;
+            }
             (resp, out) = run();
         }
         match &resp.result {
             Ok(r) => {
-                // A create: marked once the object is there.
-                if !marked
-                    && changes(req)
+                // A create: marked once the object is there (a mark that
+                // fails leaves it unmarked, which a fill always copies).
+                let created = !marked && changes(req) && stamp::marked_object(&req.cmd).is_some();
+                if created
                     && let Some(obj) = stamp::marked_object(&req.cmd)
+                    && let Err(e) = stamp::mark(ctx, obj, stamp)
                 {
-                    stamp::mark(ctx, obj, stamp)?;
+                    tracing::warn!(group, oid = obj.1, error = %e, "a created object left unmarked");
                 }
                 let r = r.clone();
-                Ok(Ran::Done(resp, out, r))
+                Ok(Ran::Done(resp, out, r, created))
             }
             Err(e) => {
                 // A failure after part of the change was made (the set list

@@ -598,7 +598,16 @@ impl Chains {
             )
             .await?
         {
-            Ran::Done(resp, out, reply) => (resp, out, reply),
+            Ran::Done(resp, out, reply, created) => {
+                // A COPY that made its destination passes down as a plain
+                // write, which members skip for an object they lack: they
+                // get the head's whole object instead.
+                if let (true, Command::Copy { oid, .. }) = (created, &req.cmd) {
+                    self.resync(ctx, &view, group, *oid).await?;
+                    return Ok((resp, out));
+                }
+                (resp, out, reply)
+            }
             Ran::Answer(resp, out) => return Ok((resp, out)),
         };
         let payload = match &req.cmd {

@@ -100,9 +100,14 @@ pub(super) fn onto(
     set
 }
 
-/// Refuses a client's request that sets the stamp.
+/// Refuses a client's request that sets the stamp (in its set list, or
+/// as the attribute a compare-and-swap or fetch-and-add changes).
 pub(super) fn refuse_client_stamp(req: &Request) -> Result<(), WireError> {
-    if req.set.iter().any(|(k, _)| k.page == STAMP.page) {
+    let swaps_it = matches!(
+        req.cmd,
+        Command::Cas { key, .. } | Command::FetchAdd { key, .. } if key.page == STAMP.page
+    );
+    if swaps_it || req.set.iter().any(|(k, _)| k.page == STAMP.page) {
         return Err(WireError::new(
             ErrorCode::BadRequest,
             format!(
