@@ -28,8 +28,9 @@ pub struct OsdEntry {
     pub addr: String,
     /// Relative weight, 16.16 fixed point; 0 = takes no new placements.
     pub weight: u32,
-    /// Failure domain (the host it runs on): copies of one object go to
-    /// distinct hosts when the map has enough of them.
+    /// Failure domain: the host it runs on, or `rack/host` (`tessera osd
+    /// --rack`). Copies of one object go to distinct racks, then distinct
+    /// hosts, as far as the map has them ([`pick_spread`]).
     pub host: String,
     /// Marked out (by the operator, or by the MDS after it was down longer
     /// than `out_after`): takes no placements, its copies are re-made elsewhere.
@@ -116,8 +117,8 @@ impl OsdMap {
     /// The copies of object set `oid`: for each of `stripes` stripes, up to
     /// `replicas` OSDs. Walks the ranking: no OSD holds two copies of one
     /// set (its stripe objects share the id); the copies of one stripe go
-    /// to distinct hosts while the ranking has a host not yet used for that
-    /// stripe. With fewer placeable OSDs than `stripes × replicas`, later
+    /// to distinct racks, then hosts, while the ranking has one not yet
+    /// used for that stripe ([`pick_spread`]). With fewer placeable OSDs than `stripes × replicas`, later
     /// stripes get fewer copies (the set is *degraded* until OSDs are added).
     /// With one copy and one host this is [`OsdMap::place`].
     pub fn place_copies(&self, oid: u64, stripes: u32, replicas: u32) -> Vec<Vec<u32>> {
@@ -128,9 +129,10 @@ impl OsdMap {
             let mut copies: Vec<u32> = Vec::new();
             let mut hosts: Vec<&str> = Vec::new();
             for _ in 0..replicas {
-                let fresh_host = (0..ranking.len())
-                    .find(|&i| !used[i] && !hosts.contains(&ranking[i].host.as_str()));
-                let Some(i) = fresh_host.or_else(|| (0..ranking.len()).find(|&i| !used[i])) else {
+                let free = (0..ranking.len())
+                    .filter(|&i| !used[i])
+                    .map(|i| (i, ranking[i].host.as_str()));
+                let Some(i) = pick_spread(free, &hosts) else {
                     break;
                 };
                 used[i] = true;
@@ -165,6 +167,29 @@ impl OsdMap {
     pub fn addr(&self, id: u32) -> Option<&str> {
         self.osd(id).map(|o| o.addr.as_str())
     }
+}
+
+/// The rack of a failure domain: the part of `host` before its `/`, or
+/// the host itself (a host named without a rack is a rack of its own).
+pub fn rack_of(host: &str) -> &str {
+    host.split_once('/').map_or(host, |(rack, _)| rack)
+}
+
+/// The first candidate (index, failure domain), in ranking order, in a
+/// rack none of `used` is in; else on a host none of `used` is on; else
+/// the first. So copies spread over racks first, then hosts, and still
+/// land somewhere when the map has too few of either.
+pub fn pick_spread<'a>(
+    candidates: impl Iterator<Item = (usize, &'a str)> + Clone,
+    used: &[&str],
+) -> Option<usize> {
+    let racks: Vec<&str> = used.iter().map(|h| rack_of(h)).collect();
+    candidates
+        .clone()
+        .find(|(_, h)| !racks.contains(&rack_of(h)))
+        .or_else(|| candidates.clone().find(|(_, h)| !used.contains(h)))
+        .or_else(|| candidates.clone().next())
+        .map(|(i, _)| i)
 }
 
 #[cfg(test)]
@@ -264,6 +289,47 @@ mod tests {
         let m = map(4);
         let got: Vec<Vec<u32>> = (0..4).map(|oid| m.place(oid, 4)).collect();
         assert_eq!(got, PINNED.to_vec());
+    }
+
+    #[test]
+    fn copies_spread_over_racks_before_hosts() {
+        // Rack r1 holds four hosts, r2 two, r3 one: ranking order alone
+        // would often put two of three copies in r1.
+        let mut m = map(7);
+        for o in &mut m.osds {
+            let rack = ["r1", "r1", "r1", "r1", "r2", "r2", "r3"][o.id as usize];
+            o.host = format!("{rack}/h{}", o.id);
+        }
+        for oid in 0..2000u64 {
+            let c = m.place_copies(oid, 1, 3);
+            let racks: std::collections::BTreeSet<&str> = c[0]
+                .iter()
+                .map(|&id| rack_of(&m.osd(id).unwrap().host))
+                .collect();
+            assert_eq!(racks.len(), 3, "oid {oid}: {c:?} not on three racks");
+        }
+        // Two racks for three copies: both racks, and three hosts.
+        for o in &mut m.osds {
+            let rack = if o.id < 4 { "r1" } else { "r2" };
+            o.host = format!("{rack}/h{}", o.id);
+        }
+        for oid in 0..500u64 {
+            let c = m.place_copies(oid, 1, 3);
+            let hosts: Vec<&str> = c[0]
+                .iter()
+                .map(|&id| m.osd(id).unwrap().host.as_str())
+                .collect();
+            let racks: std::collections::BTreeSet<&str> =
+                hosts.iter().map(|h| rack_of(h)).collect();
+            assert_eq!((racks.len(), hosts.len()), (2, 3), "oid {oid}: {hosts:?}");
+        }
+        assert_eq!(rack_of("r1/h1"), "r1");
+        assert_eq!(rack_of("h1"), "h1", "a host without a rack is its own");
+        let cands = [(0, "r1/a"), (1, "r1/b"), (2, "r2/c")];
+        assert_eq!(pick_spread(cands.iter().copied(), &["r1/a"]), Some(2));
+        assert_eq!(pick_spread(cands[..2].iter().copied(), &["r1/a"]), Some(1));
+        assert_eq!(pick_spread(cands[..1].iter().copied(), &["r1/a"]), Some(0));
+        assert_eq!(pick_spread(std::iter::empty(), &[]), None);
     }
 
     #[test]

@@ -38,15 +38,15 @@ impl Seen {
 /// when nothing changes. Pure, so it is tested on its own.
 ///
 /// - An OSD id without a chain gets one once that OSD is up: itself first,
-///   then the others in its placement order (distinct hosts first), all
+///   then the others in its placement order (distinct racks, then hosts, first), all
 ///   full members (a new group holds no object yet).
 /// - Members that are down leave (the next one becomes head), but only
 ///   while a member that stays is `heard` from now: otherwise the group
 ///   waits for one to come back, its chain unchanged.
 /// - A chain with fewer members than copies asked for gets one joining
 ///   member: the first OSD in its placement order that is up, in, not
-///   full and not in the chain, on a host the chain does not use if there
-///   is one.
+///   full and not in the chain, in a rack, else on a host, the chain does
+///   not use if there is one.
 /// - A whole, healthy chain that placement would now put elsewhere (an
 ///   OSD was added or came back in) gets the OSD placement prefers as a
 ///   joiner; once it is filled, a member placement no longer names leaves.
@@ -66,11 +66,13 @@ pub fn plan_chains(t: &ChainTable, map: &OsdMap, seen: &Seen) -> Option<ChainTab
             .filter(|o| up.contains(o) && is_in(*o) && !taken.contains(o) && !seen.full.contains(o))
             .collect();
         let hosts: Vec<String> = taken.iter().map(|o| host(*o)).collect();
-        ranked
+        let used: Vec<&str> = hosts.iter().map(String::as_str).collect();
+        let ranked_hosts: Vec<String> = ranked.iter().map(|o| host(*o)).collect();
+        let free = ranked_hosts
             .iter()
-            .copied()
-            .find(|o| !hosts.contains(&host(*o)))
-            .or_else(|| ranked.first().copied())
+            .enumerate()
+            .map(|(i, h)| (i, h.as_str()));
+        proto::placement::pick_spread(free, &used).map(|i| ranked[i])
     };
     // Where placement puts group `g` now: its own OSD first when up and
     // in, then the others in its placement order (distinct hosts first).
@@ -226,6 +228,30 @@ mod tests {
             catch_up_margin_ms: 0,
             fill_mib_per_sec: 0,
             chains: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn chains_spread_over_racks_first() {
+        // Racks: r1 holds OSDs 1–4, r2 holds 5 and 6, r3 holds 7.
+        let mut m = map(7);
+        for e in &mut m.osds {
+            let rack = match e.id {
+                1..=4 => "r1",
+                5 | 6 => "r2",
+                _ => "r3",
+            };
+            e.host = format!("{rack}/h{}", e.id);
+        }
+        let up: HashSet<u32> = (1..=7).collect();
+        let t = plan_chains(&table(3), &m, &Seen::all(&up)).unwrap();
+        for (g, c) in &t.chains {
+            let racks: HashSet<&str> = c
+                .members
+                .iter()
+                .map(|o| proto::placement::rack_of(&m.osd(*o).unwrap().host))
+                .collect();
+            assert_eq!(racks.len(), 3, "group {g}: {:?}", c.members);
         }
     }
 

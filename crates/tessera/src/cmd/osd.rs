@@ -22,7 +22,7 @@ use store::{OpenOptions, Store};
 /// back into) placement; see their --help.
 ///
 /// Example: tessera keygen --out osd0.key --cluster demo --osd-id 0
-///          tessera osd --store osd0.img --listen 0.0.0.0:7000 --key-file osd0.key --metrics 127.0.0.1:9100 --host rack1-node4
+///          tessera osd --store osd0.img --listen 0.0.0.0:7000 --key-file osd0.key --metrics 127.0.0.1:9100 --rack rack1 --host node4
 #[derive(clap::Args)]
 #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 pub struct Args {
@@ -79,6 +79,11 @@ pub struct Args {
     /// when the cluster has enough. Default: this machine's host name.
     #[arg(long)]
     host: Option<String>,
+    /// The rack (or room, or power domain) the host is in: copies go to
+    /// distinct racks first, then distinct hosts. Reported as RACK/HOST.
+    /// Default: none (each host is a rack of its own).
+    #[arg(long)]
+    rack: Option<String>,
 }
 
 /// Make an OSD key file with a fresh random secret (key version 1).
@@ -187,10 +192,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
                 bail!("--weight {}: must be between 0 and 65535", a.weight);
             }
             let weight = (a.weight * f64::from(proto::placement::WEIGHT_ONE)).round() as u32;
-            let host = a.host.clone().unwrap_or_else(local::host_name);
-            if host.is_empty() || host.len() > 255 {
-                bail!("--host: must be 1 to 255 bytes");
-            }
+            let host = failure_domain(a.rack.as_deref(), a.host.clone())?;
             let reg = local::Registration { addr, weight, host };
             local::spawn_reporter(
                 m,
@@ -209,4 +211,42 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         Ok::<_, anyhow::Error>(())
     })?;
     Ok(0)
+}
+
+/// The failure domain an OSD reports: `RACK/HOST` with `--rack`, else the
+/// host (this machine's name when `--host` is not given).
+fn failure_domain(rack: Option<&str>, host: Option<String>) -> anyhow::Result<String> {
+    let host = host.unwrap_or_else(local::host_name);
+    let domain = match rack {
+        Some(r) => {
+            if r.is_empty() || r.contains('/') || host.contains('/') {
+                bail!("--rack {r:?} --host {host:?}: neither may be empty or hold a '/'");
+            }
+            format!("{r}/{host}")
+        }
+        None => host,
+    };
+    if domain.is_empty() || domain.len() > 255 {
+        bail!("--host (with --rack): must be 1 to 255 bytes");
+    }
+    Ok(domain)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::failure_domain;
+
+    #[test]
+    fn a_rack_is_reported_before_its_host_and_bad_names_are_refused() {
+        assert_eq!(
+            failure_domain(Some("r1"), Some("n4".into())).unwrap(),
+            "r1/n4"
+        );
+        assert_eq!(failure_domain(None, Some("n4".into())).unwrap(), "n4");
+        for (rack, host) in [("", "n4"), ("r/1", "n4"), ("r1", "a/b")] {
+            let e = failure_domain(Some(rack), Some(host.into())).unwrap_err();
+            assert!(e.to_string().contains("may be empty or hold a '/'"), "{e}");
+        }
+        assert!(failure_domain(Some("r"), Some("h".repeat(300))).is_err());
+    }
 }

@@ -745,11 +745,15 @@ pub(super) fn new_homes(
         .collect();
     let mut out: Vec<u32> = Vec::new();
     while out.len() < n {
-        let pick = candidates
+        let free = candidates
             .iter()
-            .find(|e| !out.contains(&e.id) && !hosts.contains(&e.host))
-            .or_else(|| candidates.iter().find(|e| !out.contains(&e.id)));
-        let Some(e) = pick else { break };
+            .enumerate()
+            .filter(|(_, e)| !out.contains(&e.id))
+            .map(|(i, e)| (i, e.host.as_str()));
+        let used: Vec<&str> = hosts.iter().map(String::as_str).collect();
+        let Some(e) = proto::placement::pick_spread(free, &used).map(|i| candidates[i]) else {
+            break;
+        };
         hosts.push(e.host.clone());
         out.push(e.id);
     }

@@ -41,9 +41,12 @@ pub enum Mode {
 /// them perhaps back on a new, empty store), of the MDS; an OSD put back
 /// on an older copy of its store; a bit flipped in a file's bytes on one
 /// store, then a deep scrub; the disks filled to ENOSPC by a second
-/// client, then freed. At the end every store must pass fsck. The
-/// schedule follows from the seed: a failure prints it and the command
-/// that replays it. Not injected yet: network partitions, clock steps.
+/// client, then freed; an OSD's wall clock stepped up to 4 minutes back
+/// or 3 forward while it serves, and back at the end of the round (with
+/// libfaketime, the Debian package faketime; skipped without it). At the
+/// end every store must pass fsck. The schedule follows from the seed: a
+/// failure prints it and the command that replays it. Not injected yet:
+/// network partitions.
 ///
 /// Example: tessera thrash --seed 7 --rounds 20 --namespace osd
 #[derive(clap::Args)]
