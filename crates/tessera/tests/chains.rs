@@ -757,6 +757,69 @@ fn an_added_osd_gets_its_share_of_the_existing_groups() {
 /// (before, a full member was dropped and the group refilled onto full
 /// disks, degraded for good); deletes still work and make room for new
 /// writes; every file written is intact.
+/// Two copies on four OSDs: stores fill unevenly, so a head with room
+/// meets a full member. The write answers ENOSPC in seconds (it once
+/// waited for room on the member past any client's patience), and the
+/// file it was for can still be removed.
+#[test]
+fn a_full_member_behind_a_head_with_room_answers_enospc_promptly() {
+    let dir = tempfile::tempdir().unwrap();
+    runtime().block_on(async {
+        let cl = Cluster::start_sized(dir.path(), (4, 128 << 20), 2, "", &["--namespace", "osd"]);
+        cl.wait_healthy(60).await;
+        let c = cl.client().await;
+        let mut names = Vec::new();
+        let mut refused = 0;
+        for k in 0..80u64 {
+            let name = format!("f{k}");
+            let started = std::time::Instant::now();
+            let r = write_file_in(&c, ROOT_INO, &name, &content(k, 4 << 20)).await;
+            let took = started.elapsed();
+            assert!(
+                took < Duration::from_secs(12),
+                "{name}: answered after {took:?}: {r:?}"
+            );
+            names.push(name);
+            match r {
+                Ok(()) => {}
+                Err(e) => {
+                    assert_eq!(e.raw(), libc::ENOSPC, "{e}");
+                    refused += 1;
+                    if refused == 6 {
+                        break;
+                    }
+                }
+            }
+        }
+        assert!(
+            refused > 0,
+            "four 128 MiB stores at two copies took 80 files of 4 MiB"
+        );
+        for name in &names {
+            match c.unlink(&root(), ROOT_INO, name).await {
+                Ok(()) => {}
+                Err(e) => assert_eq!(e.raw(), libc::ENOENT, "removing {name}: {e}"),
+            }
+        }
+        c.sync_all().await.unwrap();
+        // Room again: a new file is taken and reads back.
+        let data = content(7777, 4 << 20);
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let _ = c.unlink(&root(), ROOT_INO, "after").await;
+            match write_file_in(&c, ROOT_INO, "after", &data).await {
+                Ok(()) => break,
+                Err(e) if std::time::Instant::now() < deadline => {
+                    assert_eq!(e.raw(), libc::ENOSPC, "{e}");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+                Err(e) => panic!("no room after every file was removed: {e}"),
+            }
+        }
+        assert_eq!(read_file(&cl.client().await, ROOT_INO, "after").await, data);
+    });
+}
+
 #[test]
 fn full_disks_refuse_writes_with_enospc_and_deletes_make_room() {
     let dir = tempfile::tempdir().unwrap();

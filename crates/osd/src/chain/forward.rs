@@ -269,7 +269,23 @@ impl Chains {
                 Err(e) => Err(e),
             };
             match sent {
-                Ok(_) => return Ok(()),
+                Ok(_) => {
+                    self.full_members.cleared(next);
+                    return Ok(());
+                }
+                Err(ConnError::Remote(w)) if w.code == ErrorCode::NoSpace => {
+                    // A full member is not dropped (the group would only
+                    // refill onto full disks); the change waits a little
+                    // for room, then answers ENOSPC.
+                    self.full_members.noted(next);
+                    if started.elapsed() >= super::full::FULL_WAIT {
+                        return Err(WireError::new(
+                            ErrorCode::NoSpace,
+                            format!("group {group}: member OSD {next} has no room: {w}"),
+                        ));
+                    }
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
                 Err(ConnError::Remote(w)) if w.code == ErrorCode::StaleChain => {
                     // The successor holds another epoch: look again.
                     let before = self.current().map(|c| c.1);
@@ -295,16 +311,13 @@ impl Chains {
                 }
                 Err(e) => {
                     // An answer other than "not now" is given every time:
-                    // that member cannot take the effect. A full member is
-                    // "not now" too: dropping it would only have the group
-                    // refill onto full disks; it takes the effect once a
-                    // delete has made room.
+                    // that member cannot take the effect (a full one is
+                    // handled above).
                     let refused = matches!(&e, ConnError::Remote(w)
                     if !matches!(
                         w.code,
                         ErrorCode::NotReady
                             | ErrorCode::Busy
-                            | ErrorCode::NoSpace
                             | ErrorCode::Bound
                     ));
                     tracing::warn!(

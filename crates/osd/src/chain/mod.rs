@@ -35,6 +35,7 @@ mod fill;
 mod forward;
 
 pub use forward::effect;
+mod full;
 mod head;
 mod restart;
 mod scrub;
@@ -191,6 +192,8 @@ pub struct Chains {
     ready: std::sync::atomic::AtomicBool,
     /// The stamps this OSD draws for changes ([`stamp`]).
     stamps: stamp::Stamps,
+    /// Successors that answered "no space" lately ([`full`]).
+    full_members: full::FullMembers,
 }
 
 /// Each object's lock, while anyone holds or waits for it.
@@ -245,6 +248,7 @@ impl Chains {
             resending: std::sync::atomic::AtomicBool::new(false),
             ready: std::sync::atomic::AtomicBool::new(false),
             stamps: stamp::Stamps::new(),
+            full_members: full::FullMembers::default(),
         })
     }
 
@@ -556,8 +560,10 @@ impl Chains {
             )));
         }
         bounds::check_floor(&req, (group, &chain), &view.table)?;
-        if takes_space(&req.cmd) {
-            refuse_when_full(ctx, group)?;
+        if full::takes_space(&req.cmd) {
+            full::refuse_when_full(ctx, group)?;
+            self.full_members
+                .refuse(group, chain.order().filter(|m| *m != self.me))?;
         }
         self.ensure_partition(ctx, proto::chain::group_partition(group))?;
         let key = (principal, req.id);
@@ -574,6 +580,18 @@ impl Chains {
         // before the lease ran out may have waited for the lock past it,
         // when the next member may be head already (a drain, a partition).
         still_leased(ctx, &req)?;
+        // A removal supersedes the changes of its object not down the
+        // chain yet (they may wait for room on a full member): deletes
+        // always go through.
+        if let Command::Remove { pid, oid } = req.cmd
+            && lock(&self.unsent).remove(&(pid, oid)).is_some()
+        {
+            tracing::warn!(
+                group,
+                oid,
+                "changes not yet down the chain dropped: their object is removed"
+            );
+        }
         // A change of this object that is not down the chain yet goes
         // first (and answers its own retry); until it is, the object
         // serves nothing, so nobody reads what a failover could lose.
@@ -650,6 +668,14 @@ impl Chains {
                 // whole object instead, and keeps its place.
                 return Ok((resp, out));
             }
+            // No room on a member: the change is undone (the tail's copy
+            // back on the members before it), so the object serves on.
+            if e.code == ErrorCode::NoSpace
+                && let Some((_, oid)) = req.cmd.object()
+                && self.roll_back(ctx, group, oid).await.is_ok()
+            {
+                return Err(e);
+            }
             // Applied here, not yet down the chain: kept until it is (a
             // retry, the next request on the object, or the resender).
             if let Some(obj) = req.cmd.object() {
@@ -661,8 +687,15 @@ impl Chains {
                     answer,
                 });
             }
+            // A full member: ENOSPC (the change stays here until there is
+            // room, or its object goes).
+            let code = if e.code == ErrorCode::NoSpace {
+                ErrorCode::NoSpace
+            } else {
+                ErrorCode::Busy
+            };
             return Err(WireError::new(
-                ErrorCode::Busy,
+                code,
                 format!("the change is made but not yet down the chain: {e}"),
             ));
         }
@@ -671,43 +704,6 @@ impl Chains {
         }
         Ok((resp, out))
     }
-}
-
-/// Commands that make objects or write data. Attribute changes (the
-/// directories' compare-and-swaps, counters) are small and stay served,
-/// so names can still be removed on a full group.
-fn takes_space(cmd: &Command) -> bool {
-    matches!(
-        cmd,
-        Command::Create { .. }
-            | Command::CreateAndWrite { .. }
-            | Command::CreatePartition { .. }
-            | Command::Write { .. }
-            | Command::Append { .. }
-            | Command::Reserve { .. }
-    )
-}
-
-/// ENOSPC when this OSD's store is as full as health calls "full"
-/// ([`proto::space::FULL`]): a head refuses the changes that take space —
-/// new objects and data — before anything is made, so the members, which
-/// hold the same objects, keep room for what frees it (a delete is a
-/// directory's compare-and-swap and a removal, and a store with no room
-/// left cannot even journal those).
-fn refuse_when_full(ctx: &Ctx, group: u32) -> Result<(), WireError> {
-    let (total, free) = ctx.store.get()?.space();
-    let used = total.saturating_sub(free) as f64;
-    if total > 0 && used >= proto::space::FULL * total as f64 {
-        return Err(WireError::new(
-            ErrorCode::NoSpace,
-            format!(
-                "group {group}: this head's store is {:.0} % full; no new objects or \
-                 data until room is made (deletes are served)",
-                used * 100.0 / total as f64
-            ),
-        ));
-    }
-    Ok(())
 }
 
 /// Full copies a change needs: `replicas - 1` (at least one), and no more
