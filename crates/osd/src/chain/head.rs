@@ -9,7 +9,7 @@ use proto::msg::{Command, Reply, Request, Response};
 use proto::{ErrorCode, WireError};
 
 use super::bounds::changes;
-use super::{ChainView, Chains, stamp};
+use super::{ChainView, Chains, Unsent, lock, stamp};
 use crate::exec::{Ctx, execute_admitted};
 
 /// What running a request at the head came to.
@@ -120,5 +120,47 @@ impl Chains {
                 false
             }
         }
+    }
+
+    /// What a head does with a change it made that could not be passed
+    /// down (`e`): a member that refused it as malformed gets the head's
+    /// whole object (Ok: answered as made); one without room has it rolled
+    /// back (ENOSPC); otherwise it is kept until it can go down (a retry,
+    /// the next request on the object, or the resender) and answered Busy,
+    /// or ENOSPC when a member has no room.
+    pub(super) async fn not_passed_down(
+        &self,
+        ctx: &Ctx,
+        (view, group): (&ChainView, u32),
+        req: &Request,
+        unsent: Unsent,
+        e: WireError,
+    ) -> Result<(), WireError> {
+        if e.code == ErrorCode::BadRequest
+            && let Some((_, oid)) = req.cmd.object()
+            && self.resync(ctx, view, group, oid).await.is_ok()
+        {
+            return Ok(());
+        }
+        // No room on a member: the change is undone (the tail's copy
+        // back on the members before it), so the object serves on.
+        if e.code == ErrorCode::NoSpace
+            && let Some((_, oid)) = req.cmd.object()
+            && self.roll_back(ctx, group, oid).await.is_ok()
+        {
+            return Err(e);
+        }
+        if let Some(obj) = req.cmd.object() {
+            lock(&self.unsent).entry(obj).or_default().push(unsent);
+        }
+        let code = if e.code == ErrorCode::NoSpace {
+            ErrorCode::NoSpace
+        } else {
+            ErrorCode::Busy
+        };
+        Err(WireError::new(
+            code,
+            format!("the change is made but not yet down the chain: {e}"),
+        ))
     }
 }

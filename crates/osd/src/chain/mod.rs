@@ -660,44 +660,17 @@ impl Chains {
         };
         let answer: Kept = (resp.result.clone(), resp.attrs.clone());
         if let Err(e) = self.pass_down(fwd.clone(), set.clone(), data.clone()).await {
-            if e.code == ErrorCode::BadRequest
-                && let Some((_, oid)) = req.cmd.object()
-                && self.resync(ctx, &view, group, oid).await.is_ok()
-            {
-                // Refused as malformed by a member: it got the head's
-                // whole object instead, and keeps its place.
-                return Ok((resp, out));
-            }
-            // No room on a member: the change is undone (the tail's copy
-            // back on the members before it), so the object serves on.
-            if e.code == ErrorCode::NoSpace
-                && let Some((_, oid)) = req.cmd.object()
-                && self.roll_back(ctx, group, oid).await.is_ok()
-            {
-                return Err(e);
-            }
-            // Applied here, not yet down the chain: kept until it is (a
-            // retry, the next request on the object, or the resender).
-            if let Some(obj) = req.cmd.object() {
-                lock(&self.unsent).entry(obj).or_default().push(Unsent {
-                    key,
-                    fwd,
-                    set,
-                    data,
-                    answer,
-                });
-            }
-            // A full member: ENOSPC (the change stays here until there is
-            // room, or its object goes).
-            let code = if e.code == ErrorCode::NoSpace {
-                ErrorCode::NoSpace
-            } else {
-                ErrorCode::Busy
+            let unsent = Unsent {
+                key,
+                fwd,
+                set,
+                data,
+                answer,
             };
-            return Err(WireError::new(
-                code,
-                format!("the change is made but not yet down the chain: {e}"),
-            ));
+            return self
+                .not_passed_down(ctx, (&view, group), &req, unsent, e)
+                .await
+                .map(|()| (resp, out));
         }
         if answer_matters(&req.cmd) {
             self.keep(key, answer);
