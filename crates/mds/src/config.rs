@@ -53,7 +53,8 @@ pub struct MdsConfig {
     /// durable). 0 in production.
     pub wal_flush_delay_ms: u64,
     /// No longer used: a returning chain member is caught up by change
-    /// stamps, not by time. Accepted so older files load.
+    /// stamps, not by time. Accepted so older files load; not written.
+    #[serde(skip_serializing)]
     pub chain_catch_up_margin_ms: u64,
     /// Authenticated connections served at once (each mount holds two).
     /// When full, the principal holding the most gives its idlest one up

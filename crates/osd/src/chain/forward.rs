@@ -227,6 +227,7 @@ impl Chains {
     ) -> Result<(), WireError> {
         let group = f.group;
         let started = Instant::now();
+        let mut cap_refreshes = 0;
         while started.elapsed() < PASS_DEADLINE {
             let view = self.view().await?;
             let chain = view.table.chain(group).cloned().unwrap_or_default();
@@ -285,6 +286,17 @@ impl Chains {
                         ));
                     }
                     tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(ConnError::Remote(w))
+                    if w.code == ErrorCode::CapExpired && cap_refreshes < 3 =>
+                {
+                    // Expired by the successor's clock, not by this OSD's
+                    // (their clocks differ): fresh capabilities, then again,
+                    // rather than dropping a live member.
+                    cap_refreshes += 1;
+                    tracing::warn!(group, osd = next, error = %w, "a successor found this OSD's capability expired: fetching fresh ones");
+                    let before = self.current().map(|c| c.1);
+                    self.refresh(before).await?;
                 }
                 Err(ConnError::Remote(w)) if w.code == ErrorCode::StaleChain => {
                     // The successor holds another epoch: look again.
