@@ -194,7 +194,10 @@ impl Chains {
         }
         let (origin, id, answer) = (f.origin, f.id, (Ok(f.reply.clone()), f.attrs.clone()));
         let matters = !matches!(f.reply, Reply::Done);
-        self.pass_down(f, req.set, payload).await?;
+        let group = f.group;
+        if let Err(e) = self.pass_down(f, req.set, payload).await {
+            return Err(self.undo_unpassed(ctx, group, &inner.cmd, e).await);
+        }
         // Kept only once the rest of the chain has it: a retry that finds
         // it here (as a new head) is answered with a change every later
         // member holds. (An answer of Done is what a second run answers
@@ -275,17 +278,27 @@ impl Chains {
                     return Ok(());
                 }
                 Err(ConnError::Remote(w)) if w.code == ErrorCode::NoSpace => {
-                    // A full member is not dropped (the group would only
-                    // refill onto full disks); the change waits a little
-                    // for room, then answers ENOSPC.
-                    self.full_members.noted(next);
-                    if started.elapsed() >= super::full::FULL_WAIT {
-                        return Err(WireError::new(
-                            ErrorCode::NoSpace,
-                            format!("group {group}: member OSD {next} has no room: {w}"),
-                        ));
+                    let full = super::full::full_osd(&w.message).unwrap_or(next);
+                    if full == next && !chain.members.contains(&next) {
+                        // A joining member without room: its fill cannot
+                        // finish anyway. Dropped, as a member that refuses.
+                        tracing::warn!(group, osd = next, error = %w, "a joining member has no room: asking that it be dropped");
+                        let v = self
+                            .authority
+                            .drop_member(group, chain.epoch, next, true)
+                            .await?;
+                        self.install(v);
+                    } else {
+                        // A full member is not dropped (the group would only
+                        // refill onto full disks). The successor itself full:
+                        // offered again for a little; one further down: the
+                        // members after this one have rolled the change back.
+                        self.full_members.noted(full);
+                        if full != next || started.elapsed() >= super::full::FULL_WAIT {
+                            return Err(super::full::no_room(group, full, &w));
+                        }
+                        tokio::time::sleep(Duration::from_millis(200)).await;
                     }
-                    tokio::time::sleep(Duration::from_millis(200)).await;
                 }
                 Err(ConnError::Remote(w))
                     if w.code == ErrorCode::CapExpired && cap_refreshes < 3 =>
@@ -357,6 +370,31 @@ impl Chains {
             ErrorCode::Io,
             format!("group {group}: the effect could not be passed down its chain"),
         ))
+    }
+
+    /// A member's answer when an effect it applied could not go on: with
+    /// no room after it, its own copy is rolled back to its successor's
+    /// (so "no room" keeps meaning "not on this member nor after it"); a
+    /// rollback that fails is an I/O error, which the head does not take
+    /// for "no room".
+    async fn undo_unpassed(&self, ctx: &Ctx, group: u32, cmd: &Command, e: WireError) -> WireError {
+        if e.code != ErrorCode::NoSpace {
+            return e;
+        }
+        let next = match self.view().await {
+            Ok(v) => v.table.chain(group).and_then(|c| c.successor(self.me)),
+            Err(_) => None,
+        };
+        match (next, cmd.object()) {
+            (Some(next), Some((_, oid))) => match self.roll_back_to(ctx, group, oid, next).await {
+                Ok(()) => e,
+                Err(r) => WireError::new(
+                    ErrorCode::Io,
+                    format!("{e}; rolling this member back failed: {r}"),
+                ),
+            },
+            _ => e,
+        }
     }
 
     pub(super) fn peer(&self, view: &ChainView, osd: u32) -> Result<Arc<OsdClient>, ConnError> {

@@ -105,50 +105,56 @@ pub(super) fn refuse_when_full(ctx: &Ctx, group: u32) -> Result<(), WireError> {
     Ok(())
 }
 
+/// What a member says when a change found no room at OSD `full` (it or
+/// one after it): the change is on neither it nor any member after it.
+pub(super) fn no_room(group: u32, full: u32, why: &dyn std::fmt::Display) -> WireError {
+    WireError::new(
+        ErrorCode::NoSpace,
+        format!("group {group}: {NO_ROOM_AT}{full} has no room (rolled back): {why}"),
+    )
+}
+
+/// How [`no_room`] names the full member.
+const NO_ROOM_AT: &str = "member OSD ";
+
+/// The full member a [`no_room`] answer names (None: the answering OSD's
+/// own store was full).
+pub(super) fn full_osd(message: &str) -> Option<u32> {
+    let rest = &message[message.find(NO_ROOM_AT)? + NO_ROOM_AT.len()..];
+    rest.split(' ').next()?.parse().ok()
+}
+
 impl super::Chains {
-    /// Undoes a change the chain could not take for want of room: this
-    /// head, and every full member between it and the tail, get the
-    /// tail's copy of `oid` (the tail took none of it: a change goes down
-    /// in order and stopped before the tail; had it stopped at a joining
-    /// member after the tail, this changes nothing), or lose theirs when the
-    /// tail has none (the change made the object). The caller holds the
-    /// object's lock. On failure the change stays, to be passed down once
-    /// there is room.
-    pub(super) async fn roll_back(&self, ctx: &Ctx, group: u32, oid: u64) -> Result<(), WireError> {
+    /// Puts back on this OSD the copy of `oid` that member `from` (its
+    /// successor, which answered "no room" and so holds none of the
+    /// change) has — or none, when `from` has none (the change made the
+    /// object) — undoing a change the chain could not take. Built aside
+    /// and installed; the caller holds the object's lock. On failure this
+    /// OSD's copy is as it was.
+    pub(super) async fn roll_back_to(
+        &self,
+        ctx: &Ctx,
+        group: u32,
+        oid: u64,
+        from: u32,
+    ) -> Result<(), WireError> {
         let view = self.view().await?;
-        let view = view.as_ref();
-        let members = view
-            .table
-            .chain(group)
-            .map(|c| c.members.clone())
-            .unwrap_or_default();
-        let Some(&tail) = members.last().filter(|t| **t != self.me) else {
-            return Err(WireError::new(
-                ErrorCode::Io,
-                "no other member to roll back to",
-            ));
-        };
-        let pid = proto::chain::group_partition(group);
-        let made = match self.repair_from(ctx, view, group, tail, oid).await {
-            Ok(()) => true,
-            Err(e) if e.code == ErrorCode::NoObject => match ctx.store.get()?.remove(pid, oid) {
-                Ok(()) | Err(store::StoreError::NoObject { .. }) => false,
-                Err(e) => return Err(crate::exec::map_err(e)),
-            },
-            Err(e) => return Err(e),
-        };
-        for &m in &members[1..members.len() - 1] {
-            if made {
-                self.copy_object(ctx, view, group, m, oid).await?;
-            } else {
-                self.remote_remove(view, group, m, oid).await?;
+        match self.repair_from(ctx, &view, group, from, oid).await {
+            Ok(()) => {}
+            Err(e) if e.code == ErrorCode::NoObject => {
+                let pid = proto::chain::group_partition(group);
+                match ctx.store.get()?.remove(pid, oid) {
+                    Ok(()) | Err(store::StoreError::NoObject { .. }) => {}
+                    Err(e) => return Err(crate::exec::map_err(e)),
+                }
             }
+            Err(e) => return Err(e),
         }
         tracing::warn!(
             group,
             oid,
-            tail,
-            "a change no room could take was rolled back to the tail's copy"
+            from,
+            "a change no room could take was rolled back to the next member's copy"
         );
         Ok(())
     }

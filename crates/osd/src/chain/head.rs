@@ -142,13 +142,26 @@ impl Chains {
         {
             return Ok(());
         }
-        // No room on a member: the change is undone (the tail's copy
-        // back on the members before it), so the object serves on.
+        // No room on a member: the members after this head have rolled
+        // the change back; so does the head, to its successor's copy, if
+        // it is still head and that member still follows it (the chain may
+        // have gained a joiner meanwhile). The object
+        // then serves on, and the change is answered ENOSPC.
         if e.code == ErrorCode::NoSpace
             && let Some((_, oid)) = req.cmd.object()
-            && self.roll_back(ctx, group, oid).await.is_ok()
+            && let Some(next) = view.table.chain(group).and_then(|c| c.successor(self.me))
+            && self.current().is_some_and(|(v, _)| {
+                v.table.chain(group).is_some_and(|c| {
+                    c.head() == Some(self.me) && c.successor(self.me) == Some(next)
+                })
+            })
         {
-            return Err(e);
+            match self.roll_back_to(ctx, group, oid, next).await {
+                Ok(()) => return Err(e),
+                Err(r) => {
+                    tracing::warn!(group, oid, error = %r, "a change no room could take could not be rolled back here; kept")
+                }
+            }
         }
         if let Some(obj) = req.cmd.object() {
             lock(&self.unsent).entry(obj).or_default().push(unsent);

@@ -319,6 +319,14 @@ impl Chains {
                     Ok(n) => {
                         tracing::info!(group, osd = joiner, objects = n, "filled a chain member")
                     }
+                    Err(e) if e.code == ErrorCode::NoSpace => {
+                        // A joiner without room cannot be filled: dropped,
+                        // so the group picks another (one not full).
+                        tracing::warn!(group, osd = joiner, error = %e, "a joining member has no room for its fill: asking that it be dropped");
+                        if let Ok(v) = me.authority.drop_member(group, epoch, joiner, true).await {
+                            me.install(v);
+                        }
+                    }
                     Err(e) => {
                         tracing::warn!(group, osd = joiner, error = %e, "fill failed; retried")
                     }
@@ -580,22 +588,14 @@ impl Chains {
         // before the lease ran out may have waited for the lock past it,
         // when the next member may be head already (a drain, a partition).
         still_leased(ctx, &req)?;
-        // A removal supersedes the changes of its object not down the
-        // chain yet (they may wait for room on a full member): deletes
-        // always go through.
-        if let Command::Remove { pid, oid } = req.cmd
-            && lock(&self.unsent).remove(&(pid, oid)).is_some()
-        {
-            tracing::warn!(
-                group,
-                oid,
-                "changes not yet down the chain dropped: their object is removed"
-            );
-        }
         // A change of this object that is not down the chain yet goes
         // first (and answers its own retry); until it is, the object
-        // serves nothing, so nobody reads what a failover could lose.
-        if let Some(obj) = req.cmd.object()
+        // serves nothing, so nobody reads what a failover could lose. A
+        // removal does not wait for them (they may wait for room on a full
+        // member): once it is made, they are dropped.
+        let removal = matches!(req.cmd, Command::Remove { .. });
+        if !removal
+            && let Some(obj) = req.cmd.object()
             && let Some(answer) = self.resend(obj, key).await?
         {
             return Ok((answer, Bytes::new()));
@@ -617,6 +617,15 @@ impl Chains {
             .await?
         {
             Ran::Done(resp, out, reply, created) => {
+                if let (true, Some(obj)) = (removal, req.cmd.object())
+                    && lock(&self.unsent).remove(&obj).is_some()
+                {
+                    tracing::warn!(
+                        group,
+                        oid = obj.1,
+                        "changes not yet down the chain dropped: their object is removed"
+                    );
+                }
                 // A COPY that made its destination passes down as a plain
                 // write, which members skip for an object they lack: they
                 // get the head's whole object instead.
