@@ -624,17 +624,7 @@ async fn only_chain_members_pass_effects_and_only_the_head_serves() {
 async fn a_change_that_fails_part_way_leaves_no_member_different() {
     let (shared, mut members, client) = chain_of(2);
     let pid = group_partition(GROUP);
-    client
-        .call(
-            1,
-            Command::Create {
-                pid,
-                oid: Some(OBJ),
-                count: 1,
-            },
-            vec![],
-        )
-        .await;
+    create_obj(&client, 1).await;
     // The swap is made, then its set list fails (a page the store keeps
     // itself is read-only): the head answers the error, and the member
     // gets the head's whole object rather than stay without the swap.
@@ -799,6 +789,22 @@ async fn only_a_shutdown_with_nothing_in_flight_is_clean() {
     drop(hole);
 }
 
+/// Creates the test object `OBJ` in the group's partition (request id `id`).
+async fn create_obj(client: &GroupClient, id: u64) {
+    let pid = group_partition(GROUP);
+    client
+        .call(
+            id,
+            Command::Create {
+                pid,
+                oid: Some(OBJ),
+                count: 1,
+            },
+            vec![],
+        )
+        .await;
+}
+
 /// `req`, sent to the head at `addr`, is refused as a bad request whose
 /// message says `says`.
 async fn refused_as_bad(client: &GroupClient, addr: &str, req: Request, says: &str) {
@@ -826,17 +832,7 @@ async fn assert_unset(client: &GroupClient, pid: u64, k: AttrKey) {
 async fn a_change_too_large_to_forward_is_refused_at_the_head_and_costs_no_member() {
     let (shared, mut members, client) = chain_of(2);
     let pid = group_partition(GROUP);
-    client
-        .call(
-            1,
-            Command::Create {
-                pid,
-                oid: Some(OBJ),
-                count: 1,
-            },
-            vec![],
-        )
-        .await;
+    create_obj(&client, 1).await;
     // Fourteen 60 KiB attributes: 840 KiB of header, under the frame
     // limit (1 MiB), but its FORWARD (the set list, the change, the
     // answer) would not fit the next member's.
@@ -998,17 +994,7 @@ async fn every_change_moves_the_objects_stamp_and_clients_cannot_set_it() {
             .find(|(k, _)| *k == proto::chain::STAMP)
             .map(|(_, v)| v)
     };
-    client
-        .call(
-            1,
-            Command::Create {
-                pid,
-                oid: Some(OBJ),
-                count: 1,
-            },
-            vec![],
-        )
-        .await;
+    create_obj(&client, 1).await;
     let get = || {
         client.call(
             0,
@@ -1079,17 +1065,7 @@ async fn a_copy_that_makes_its_destination_makes_it_on_every_member() {
     let (shared, mut members, client) = chain_of(2);
     let pid = group_partition(GROUP);
     let addr1 = shared.lock().unwrap().addrs[&1].clone();
-    client
-        .call(
-            1,
-            Command::Create {
-                pid,
-                oid: Some(OBJ),
-                count: 1,
-            },
-            vec![],
-        )
-        .await;
+    create_obj(&client, 1).await;
     let data = Bytes::from(vec![7u8; 5000]);
     let w = client_request(
         1,

@@ -757,6 +757,24 @@ fn an_added_osd_gets_its_share_of_the_existing_groups() {
 /// (before, a full member was dropped and the group refilled onto full
 /// disks, degraded for good); deletes still work and make room for new
 /// writes; every file written is intact.
+/// Writes `name` in the root once the cluster has room again (ENOSPC
+/// until then), within `secs` seconds of trying; `after` names what made
+/// room, for the failure.
+async fn write_when_room(c: &client::Client, name: &str, data: &[u8], secs: u64, after: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(secs);
+    loop {
+        let _ = c.unlink(&root(), ROOT_INO, name).await;
+        match write_file_in(c, ROOT_INO, name, data).await {
+            Ok(()) => return,
+            Err(e) if std::time::Instant::now() < deadline => {
+                assert_eq!(e.raw(), libc::ENOSPC, "{e}");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(e) => panic!("no room after {after}: {e}"),
+        }
+    }
+}
+
 /// Two copies on four OSDs: stores fill unevenly, so a head with room
 /// meets a full member. The write answers ENOSPC in seconds (it once
 /// waited for room on the member past any client's patience), and the
@@ -804,18 +822,7 @@ fn a_full_member_behind_a_head_with_room_answers_enospc_promptly() {
         c.sync_all().await.unwrap();
         // Room again: a new file is taken and reads back.
         let data = content(7777, 4 << 20);
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        loop {
-            let _ = c.unlink(&root(), ROOT_INO, "after").await;
-            match write_file_in(&c, ROOT_INO, "after", &data).await {
-                Ok(()) => break,
-                Err(e) if std::time::Instant::now() < deadline => {
-                    assert_eq!(e.raw(), libc::ENOSPC, "{e}");
-                    tokio::time::sleep(Duration::from_millis(500)).await;
-                }
-                Err(e) => panic!("no room after every file was removed: {e}"),
-            }
-        }
+        write_when_room(&c, "after", &data, 30, "every file was removed").await;
         assert_eq!(read_file(&cl.client().await, ROOT_INO, "after").await, data);
     });
 }
@@ -859,18 +866,7 @@ fn full_disks_refuse_writes_with_enospc_and_deletes_make_room() {
         }
         let data = content(999, 4 << 20);
         // Room comes back once the removals are durable on the stores.
-        let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        loop {
-            let _ = c.unlink(&root(), ROOT_INO, "after").await;
-            match write_file_in(&c, ROOT_INO, "after", &data).await {
-                Ok(()) => break,
-                Err(e) if std::time::Instant::now() < deadline => {
-                    assert_eq!(e.raw(), libc::ENOSPC, "{e}");
-                    tokio::time::sleep(Duration::from_millis(500)).await;
-                }
-                Err(e) => panic!("no room after three deletes: {e}"),
-            }
-        }
+        write_when_room(&c, "after", &data, 20, "three deletes").await;
         kept.push(("after".into(), data));
         let fresh = cl.client().await;
         for (name, data) in &kept {

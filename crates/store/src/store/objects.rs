@@ -146,7 +146,12 @@ fn check_attr_count(o: Option<&Onode>, oid: u64, attrs: &[Attribute], limit: usi
 }
 
 /// Journal records setting `attrs` on one object at `time`.
-fn attr_records(pid: u64, oid: u64, attrs: &[((u32, u32), Vec<u8>)], time: u64) -> Vec<Record> {
+pub(super) fn attr_records(
+    pid: u64,
+    oid: u64,
+    attrs: &[((u32, u32), Vec<u8>)],
+    time: u64,
+) -> Vec<Record> {
     attrs
         .iter()
         .map(|((page, number), value)| Record::SetAttr {

@@ -4,10 +4,9 @@
 //! across a crash, so a change logged after the mark is never durable
 //! without it, and the caller pays no flush of its own.
 
-use super::objects::check_attr;
+use super::objects::{attr_records, check_attr};
 use super::{Store, commit, now_ns};
 use crate::error::Result;
-use crate::journal::record::Record;
 
 impl Store {
     /// Sets user attribute `(page, number)` of object `(pid, oid)` to
@@ -28,15 +27,8 @@ impl Store {
         if !st.meta.objects.contains_key(&(pid, oid)) {
             return Ok(false);
         }
-        let rec = Record::SetAttr {
-            pid,
-            oid,
-            page,
-            number,
-            value: value.to_vec(),
-            time: now_ns(),
-        };
-        commit::log(&self.inner, &mut st, &[rec])?;
+        let recs = attr_records(pid, oid, &[((page, number), value.to_vec())], now_ns());
+        commit::log(&self.inner, &mut st, &recs)?;
         Ok(true)
     }
 }
