@@ -159,9 +159,7 @@ async fn read_at_end(
     let known = st.size - off;
     // Never more than the kernel asked (it refuses a longer answer).
     let limit = asked;
-    st.seq_next = st.seq_next.max(off + known);
-    ensure_caps(inner, f.ino, &mut st, false, 0).await?;
-    let Some(layout) = st.layout.clone() else {
+    let Some(layout) = ready(inner, f, &mut st, off + known).await? else {
         return Ok((Bytes::from(vec![0u8; known as usize]), false));
     };
     // What was asked and at least a page past the end, but only within
@@ -202,6 +200,20 @@ async fn read_at_end(
     Ok((cut(size.saturating_sub(off)), grew))
 }
 
+/// Before a read of `f` up to `end`: notes where the next sequential
+/// read starts, makes sure the capabilities are current, and gives the
+/// layout (None: the file has no objects yet, so reads as zeros).
+async fn ready(
+    inner: &Arc<Inner>,
+    f: &OpenInode,
+    st: &mut FileState,
+    end: u64,
+) -> Result<Option<proto::layout::Layout>> {
+    st.seq_next = st.seq_next.max(end);
+    ensure_caps(inner, f.ino, st, false, 0).await?;
+    Ok(st.layout.clone())
+}
+
 /// A read's bytes, the file's length as it was.
 fn unchanged(r: Result<Bytes>) -> Result<(Bytes, bool)> {
     r.map(|b| (b, false))
@@ -217,9 +229,7 @@ async fn read_direct(
     len: u64,
     want: u64,
 ) -> Result<Bytes> {
-    st.seq_next = st.seq_next.max(off + len);
-    ensure_caps(inner, f.ino, &mut st, false, 0).await?;
-    let Some(layout) = st.layout.clone() else {
+    let Some(layout) = ready(inner, f, &mut st, off + len).await? else {
         return Ok(Bytes::from(vec![0u8; len as usize]));
     };
     let grants = st.grants.clone();
