@@ -397,6 +397,12 @@ async fn redundancy_operations_refuse_bad_input() {
             deep: true,
         },
         Op::AdoptGroup { group: osd, osd },
+        Op::GroupAdd {
+            id: 4,
+            addr: "127.0.0.1:7404".into(),
+            peer: "127.0.0.1:7504".into(),
+        },
+        Op::GroupRemove { id: 1 },
     ] {
         assert_eq!(errno(c.call_as(user.clone(), op).await), Errno::Perm.raw());
     }
@@ -415,6 +421,19 @@ async fn redundancy_operations_refuse_bad_input() {
     let e = c.call(Op::AdoptGroup { group: 0, osd }).await.unwrap_err();
     assert_eq!(e.errno(), Errno::Inval.raw());
     assert!(e.to_string().contains("keeps no replica chains"), "{e}");
+    // A single MDS has no group members to add or remove.
+    for op in [
+        Op::GroupAdd {
+            id: 4,
+            addr: "127.0.0.1:7404".into(),
+            peer: "127.0.0.1:7504".into(),
+        },
+        Op::GroupRemove { id: 1 },
+    ] {
+        let e = c.call(op).await.unwrap_err();
+        assert_eq!(e.errno(), Errno::Inval.raw());
+        assert!(e.to_string().contains("not a replicated group"), "{e}");
+    }
     // A report with an empty host is refused (after its MAC checks out).
     let key = cl.osd_key(0);
     let mut r = cl.report(&cl.osd0_addr(), proto::clock::now_ms() + 60_000, "");

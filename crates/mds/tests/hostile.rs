@@ -149,8 +149,12 @@ async fn hostile_clients_are_refused_and_change_nothing() {
         mkdir(&fx, ROOT_INO, "by-fx", Creds::root()).await,
         Err(Errno::Access)
     );
-    // Not an admin: cannot manage principals.
+    // Not an admin: cannot manage principals, nor the MDS group.
     assert_eq!(errno(bob.call(Op::AuthList).await), Errno::Perm);
+    assert_eq!(
+        errno(bob.call(Op::GroupRemove { id: 1 }).await),
+        Errno::Perm
+    );
     // A read-only key cannot change anything.
     let ro = add(&admin, "client.ro", "/", UidMap::Trusted, Access::ReadOnly).await;
     let ro = MdsClient::new(&cl.mds_addr, CLUSTER, ro, 1);

@@ -216,6 +216,12 @@ fn sample_requests() -> Vec<(u16, Vec<u8>)> {
         ),
         Op::Status,
         Op::AuthList,
+        Op::GroupAdd {
+            id: 4,
+            addr: "127.0.0.1:7404".into(),
+            peer: "x".repeat(300),
+        },
+        Op::GroupRemove { id: u64::MAX },
     ];
     ops.into_iter()
         .map(|op| {

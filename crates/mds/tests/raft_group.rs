@@ -251,6 +251,7 @@ async fn three_members_agree_survive_a_leader_stop_and_catch_up_by_snapshot() {
                 i,
                 Member {
                     addr: format!("m{i}"),
+                    client: String::new(),
                 },
             )
         })
@@ -303,7 +304,14 @@ async fn three_members_agree_survive_a_leader_stop_and_catch_up_by_snapshot() {
     for _ in 0..20 {
         let lead = leader(&net, &[1, 2, 3]).await;
         if node(&net, lead)
-            .add_learner(4, Member { addr: "m4".into() }, true)
+            .add_learner(
+                4,
+                Member {
+                    addr: "m4".into(),
+                    client: String::new(),
+                },
+                true,
+            )
             .await
             .is_ok()
         {

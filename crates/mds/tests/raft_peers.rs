@@ -100,6 +100,7 @@ async fn members_agree_over_the_wire_and_a_new_one_catches_up_from_a_snapshot() 
                 i as u64 + 1,
                 Member {
                     addr: n.addr.clone(),
+                    client: String::new(),
                 },
             )
         })
@@ -143,6 +144,7 @@ async fn members_agree_over_the_wire_and_a_new_one_catches_up_from_a_snapshot() 
             4,
             Member {
                 addr: fourth.addr.clone(),
+                client: String::new(),
             },
             true,
         )

@@ -191,3 +191,50 @@ fn an_unsynced_kv_commit_does_not_survive_an_exit_without_destructors() {
         "a commit without a sync survived the process"
     );
 }
+
+fn blank(index: u64) -> Entry<Tc> {
+    Entry {
+        log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
+        payload: EntryPayload::Blank,
+    }
+}
+
+/// A member made by `tessera mds join` holds an empty KV: it refuses
+/// entries until it has installed the leader's snapshot (else it would
+/// build a state the group never had), then applies them; a restart
+/// after the install (even one that left the marker) does not refuse.
+#[tokio::test]
+async fn a_joining_member_refuses_entries_until_it_installs_a_snapshot() {
+    use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine};
+    let leader_dir = tempfile::tempdir().unwrap();
+    let (_l, mut leader) = open_member(leader_dir.path(), 1 << 20).unwrap();
+    leader.apply((1..=5).map(blank)).await.unwrap();
+    let snap = leader
+        .get_snapshot_builder()
+        .await
+        .build_snapshot()
+        .await
+        .unwrap();
+    let joiner_dir = tempfile::tempdir().unwrap();
+    let marker = mds::raft::state_machine::awaiting_snapshot_path(joiner_dir.path());
+    std::fs::write(&marker, b"waiting\n").unwrap();
+    let (log, mut joiner) = open_member(joiner_dir.path(), 1 << 20).unwrap();
+    let e = joiner.apply([blank(1)]).await.unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("must start from the leader's snapshot"),
+        "{e}"
+    );
+    let into = joiner.begin_receiving_snapshot().await.unwrap();
+    std::fs::copy(&snap.snapshot.path, &into.path).unwrap();
+    joiner.install_snapshot(&snap.meta, into).await.unwrap();
+    assert!(!marker.exists(), "the install removes the marker");
+    joiner.apply([blank(6)]).await.unwrap();
+    drop(joiner);
+    drop(log);
+    // A marker left by an install that ended early: the applied state
+    // says the snapshot is in.
+    std::fs::write(&marker, b"waiting\n").unwrap();
+    let (_log, mut joiner) = open_member(joiner_dir.path(), 1 << 20).unwrap();
+    joiner.apply([blank(7)]).await.unwrap();
+}

@@ -126,6 +126,12 @@ pub fn op() -> impl Strategy<Value = Op> {
             force
         }),
         (any::<u32>(), any::<u32>()).prop_map(|(group, osd)| Op::AdoptGroup { group, osd }),
+        (any::<u64>(), ".{0,40}", ".{0,40}").prop_map(|(id, addr, peer)| Op::GroupAdd {
+            id,
+            addr,
+            peer
+        }),
+        any::<u64>().prop_map(|id| Op::GroupRemove { id }),
         (u(), any::<bool>()).prop_map(|(ino, deep)| Op::Scrub { ino, deep }),
         any::<u32>().prop_map(|osd| Op::Ticket { osd }),
         (u(), lock()).prop_map(|(ino, lock)| Op::Lock { ino, lock }),

@@ -101,6 +101,9 @@ pub struct GroupMemberStatus {
     pub id: u64,
     /// Its client address.
     pub addr: String,
+    /// Whether it votes (false: a learner, still catching up, that the
+    /// leader makes a voter once it has).
+    pub voter: bool,
     /// The highest log index the leader knows it holds (None: unknown).
     pub matched: Option<u64>,
     /// Milliseconds since it last answered the leader (None: never since
@@ -114,13 +117,19 @@ pub const MEMBER_DOWN_MS: u64 = 2000;
 pub const MEMBER_BEHIND: u64 = 1000;
 
 impl GroupStatus {
-    /// Members down (not heard for [`MEMBER_DOWN_MS`]) and behind (more
-    /// than [`MEMBER_BEHIND`] entries), as warnings.
+    /// Members down (not heard for [`MEMBER_DOWN_MS`]), joining (not yet
+    /// voting) and behind (more than [`MEMBER_BEHIND`] entries), as
+    /// warnings.
     pub fn warnings(&self) -> Vec<String> {
         let mut w = Vec::new();
         for m in &self.members {
             if m.heard_ms.is_none_or(|ms| ms > MEMBER_DOWN_MS) {
                 w.push(format!("MDS member {} ({}) down", m.id, m.addr));
+            } else if !m.voter {
+                w.push(format!(
+                    "MDS member {} ({}) is joining: not yet voting",
+                    m.id, m.addr
+                ));
             } else if let Some(lag) = m.matched.map(|i| self.last_log.saturating_sub(i))
                 && lag > MEMBER_BEHIND
             {

@@ -166,8 +166,16 @@ impl Group {
         }
     }
 
+    /// The admin key (in every member's directory: the first still there).
+    fn admin_key(&self) -> PathBuf {
+        (1..=self.addrs.len() as u64)
+            .map(|id| self.member_dir(id).join("client.admin.key"))
+            .find(|p| p.exists())
+            .unwrap()
+    }
+
     fn client(&self) -> MdsClient {
-        let key = net::auth::ClientKey::load(&self.member_dir(1).join("client.admin.key")).unwrap();
+        let key = net::auth::ClientKey::load(&self.admin_key()).unwrap();
         MdsClient::new(&self.list(), CLUSTER, key.identity().unwrap(), 1)
     }
 
@@ -194,6 +202,18 @@ impl Group {
 
 impl Drop for Group {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            // What the members said, for the failure report.
+            for id in 1..=self.addrs.len() {
+                let log = self.dir.join(format!("member-{id}.log"));
+                let text = std::fs::read_to_string(&log).unwrap_or_default();
+                let lines: Vec<&str> = text.lines().collect();
+                eprintln!("--- member {id}, last lines of {}", log.display());
+                for l in &lines[lines.len().saturating_sub(25)..] {
+                    eprintln!("{}", l.chars().take(300).collect::<String>());
+                }
+            }
+        }
         for c in &mut self.osds {
             let _ = c.kill();
             let _ = c.wait();
@@ -334,10 +354,33 @@ fn status_text(g: &Group) -> String {
             CLUSTER,
             "--key-file",
         ])
-        .arg(g.member_dir(1).join("client.admin.key"))
+        .arg(g.admin_key())
         .output()
         .unwrap();
     String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Runs `tessera ARGS` and returns (success, stdout, stderr).
+fn tessera(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(BIN).args(args).output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Waits until `tessera status` says `want` (or panics with the last).
+async fn wait_status(g: &Group, want: impl Fn(&str) -> bool, what: &str) -> String {
+    let mut last = String::new();
+    for _ in 0..300 {
+        last = status_text(g);
+        if want(&last) {
+            return last;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("{what}: {last}");
 }
 
 /// Kills the leader while two clients storm; returns how long the group
@@ -494,6 +537,165 @@ fn the_leader_killed_mid_storm_loses_nothing_acknowledged() {
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(
             out.status.success() && text.contains("clean"),
+            "member {id}: {out:?}"
+        );
+    }
+}
+
+/// A member's host is lost (process killed, directory deleted): the
+/// operator removes it and makes a new member from a surviving member's
+/// directory; the new one installs the leader's snapshot, votes once
+/// caught up, and the group (now holding it) survives the loss of its
+/// leader with every name there. What the commands refuse on the way.
+#[test]
+fn a_lost_member_is_replaced_by_a_new_one_and_the_group_keeps_serving() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut g = Group::format(tmp.path());
+    let rt = runtime();
+    let lost = rt.block_on(async {
+        let c = g.client();
+        let mut names: Vec<String> = Vec::new();
+        for i in 0..40 {
+            names.push(format!("before-{i}"));
+            mkdir(&c, names.last().unwrap()).await;
+        }
+        let leader = g.leader();
+        let lost = (1..=3).find(|i| *i != leader).unwrap();
+        g.kill(lost);
+        std::fs::remove_dir_all(g.member_dir(lost)).unwrap();
+        let key = g.admin_key();
+        let key = key.to_str().unwrap();
+        let list = g.list();
+        let remove = |id: u64| {
+            tessera(&[
+                "mds",
+                "remove",
+                "--id",
+                &id.to_string(),
+                "--mds",
+                &list,
+                "--cluster",
+                CLUSTER,
+                "--key-file",
+                key,
+            ])
+        };
+        let (ok, out, err) = remove(lost);
+        assert!(
+            ok && out.contains(&format!("member {lost} removed")),
+            "{out}{err}"
+        );
+        let (ok, _, err) = remove(lost);
+        assert!(!ok && err.contains("not in the group"), "{err}");
+        let st = wait_status(&g, |s| s.contains("MDS group: 2 members"), "two voters").await;
+        assert!(!st.contains(&format!("member {lost} ")), "{st}");
+        // The new member, made from the leader's directory.
+        let from = g.member_dir(leader);
+        let new = g.member_dir(4);
+        let (addr4, peer4) = (free_port(), free_port());
+        let join = |id: &str, addr: &str, peer: &str| {
+            tessera(&[
+                "mds",
+                "join",
+                "--from",
+                from.to_str().unwrap(),
+                "--data",
+                new.to_str().unwrap(),
+                "--id",
+                id,
+                "--addr",
+                addr,
+                "--peer",
+                peer,
+            ])
+        };
+        // Refused: an id some member had, an address in use, no port.
+        let taken = g.addrs[leader as usize - 1].clone();
+        for (id, addr, says) in [
+            (lost.to_string(), addr4.as_str(), "ids are never reused"),
+            ("4".into(), taken.as_str(), "already has that id or address"),
+            ("4".into(), "127.0.0.1", "not host:port"),
+            ("0".into(), addr4.as_str(), "reserved"),
+        ] {
+            let (ok, out, err) = join(&id, addr, &peer4);
+            assert!(!ok && err.contains(says), "join {id} {addr}: {out}{err}");
+            assert!(!new.exists(), "join {id} {addr} left {}", new.display());
+        }
+        let (ok, out, err) = join("4", &addr4, &peer4);
+        assert!(
+            ok && out.contains("added to the group as a learner"),
+            "{out}{err}"
+        );
+        assert!(out.contains(&format!("--mds {}", g.addrs[0])), "{out}");
+        let st = wait_status(&g, |s| s.contains("joining"), "member 4 joining").await;
+        assert!(
+            st.starts_with("HEALTH_WARN") && st.contains("MDS member 4"),
+            "{st}"
+        );
+        // Adding it again is refused by the leader.
+        let again = tessera(&[
+            "mds",
+            "join",
+            "--from",
+            from.to_str().unwrap(),
+            "--data",
+            tmp.path().join("again").to_str().unwrap(),
+            "--id",
+            "4",
+            "--addr",
+            &free_port(),
+        ]);
+        assert!(
+            !again.0 && again.2.contains("already in the group"),
+            "{again:?}"
+        );
+        assert!(!tmp.path().join("again").exists());
+        g.addrs.push(addr4);
+        g.https.push(free_port());
+        g.members.push(None);
+        g.start(4);
+        let st = wait_status(
+            &g,
+            |s| s.contains("MDS group: 3 members") && !s.contains("joining"),
+            "member 4 voting",
+        )
+        .await;
+        assert!(st.contains("member 4 "), "{st}");
+        assert!(
+            !g.member_dir(4).join("awaiting-snapshot").exists(),
+            "member 4 installed the snapshot"
+        );
+        for i in 0..40 {
+            names.push(format!("after-{i}"));
+            mkdir(&c, names.last().unwrap()).await;
+        }
+        // Without the old leader the group is the survivor and member 4.
+        let l = g.leader();
+        g.kill(l);
+        let fresh = g.client();
+        let model: Model = names.iter().map(|n| (n.clone(), Some(true))).collect();
+        let checked = check(&fresh, ROOT_INO, &model, "after the new member's failover").await;
+        assert_eq!(checked, 80);
+        mkdir(&fresh, "after-failover").await;
+        g.start(l);
+        wait_status(
+            &g,
+            |s| s.matches("up, lag 0 entries").count() == 3,
+            "every member caught up",
+        )
+        .await;
+        lost
+    });
+    g.stop_all();
+    for id in (1..=4).filter(|id| *id != lost) {
+        let out = Command::new(BIN)
+            .args(["mds", "fsck", "--data"])
+            .arg(g.member_dir(id))
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && text.contains("clean") && text.contains("82 inodes"),
             "member {id}: {out:?}"
         );
     }

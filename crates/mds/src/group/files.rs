@@ -140,3 +140,166 @@ pub fn check_db<R>(
         }
     }
 }
+
+/// What [`make_joiner`] made.
+#[derive(Debug, Clone)]
+pub struct Joiner {
+    /// The cluster.
+    pub cluster_id: String,
+    /// The members as `from` knew them, the new one last.
+    pub members: Vec<GroupMember>,
+}
+
+/// Makes `out` the directory of a new member `me` from `from`, a
+/// member's directory or a copy of one (only its `mds.toml`, `group.key`,
+/// `client.admin.key` and `keys/` are read, so `from` may belong to a
+/// running member). The new member gets its own raft log, an empty KV
+/// and the marker [`crate::raft::state_machine::awaiting_snapshot_path`]:
+/// it starts from the leader's snapshot once the leader adds it.
+pub fn make_joiner(from: &Path, out: &Path, me: &GroupMember) -> Result<Joiner, String> {
+    let cfg_path = from.join("mds.toml");
+    let mut cfg = MdsConfig::load(&cfg_path).map_err(|e| e.to_string())?;
+    let Some(group) = cfg.group.clone() else {
+        return Err(format!(
+            "{}: no [group]: not a replicated MDS group's member",
+            cfg_path.display()
+        ));
+    };
+    if let Some(m) = group.members.iter().find(|m| {
+        m.id == me.id
+            || [&m.addr, &m.peer]
+                .iter()
+                .any(|a| *a == &me.addr || *a == &me.peer)
+    }) {
+        return Err(format!(
+            "member {} ({}, peer {}) already has that id or address: ids are never reused",
+            m.id, m.addr, m.peer
+        ));
+    }
+    let key = load_key(from)?;
+    let admin = from.join("client.admin.key");
+    let cluster_id = net::auth::ClientKey::load(&admin)
+        .map_err(|e| e.to_string())?
+        .cluster_id;
+    if out.exists() {
+        return Err(format!(
+            "{} exists: refusing to make a member over it",
+            out.display()
+        ));
+    }
+    let made = (|| {
+        net::files::create_private_dir(out).map_err(|e| format!("{}: {e}", out.display()))?;
+        if from.join("keys").is_dir() {
+            copy_tree(&from.join("keys"), &out.join("keys"))?;
+        }
+        std::fs::copy(&admin, out.join("client.admin.key"))
+            .map_err(|e| format!("{}: {e}", admin.display()))?;
+        save_key(out, &key)?;
+        let wal_bytes =
+            std::fs::metadata(crate::kv::KvPaths::new(from).wal).map_or(64 << 20, |m| m.len());
+        empty_kv(out, &cluster_id, wal_bytes)?;
+        crate::raft::log_store::create(out, group.log_bytes, me.id)
+            .map_err(|e| format!("{}: {e}", out.display()))?;
+        let mut members = group.members.clone();
+        members.push(me.clone());
+        cfg.group = Some(GroupConfig {
+            id: me.id,
+            members: members.clone(),
+            log_bytes: group.log_bytes,
+        });
+        let text = toml::to_string_pretty(&cfg).map_err(|e| e.to_string())?;
+        let p = out.join("mds.toml");
+        net::files::write_private(&p, text.as_bytes())
+            .map_err(|e| format!("{}: {e}", p.display()))?;
+        let marker = crate::raft::state_machine::awaiting_snapshot_path(out);
+        net::files::write_private(&marker, b"waiting for the leader's snapshot\n")
+            .map_err(|e| format!("{}: {e}", marker.display()))?;
+        Ok(Joiner {
+            cluster_id: cluster_id.clone(),
+            members,
+        })
+    })();
+    if made.is_err() {
+        // Nothing half made is left behind.
+        let _ = std::fs::remove_dir_all(out);
+    }
+    made
+}
+
+/// A KV holding only the superblock naming `cluster_id` (what a member
+/// reads before raft runs; the snapshot replaces all of it).
+fn empty_kv(dir: &Path, cluster_id: &str, wal_bytes: u64) -> Result<(), String> {
+    let paths = crate::kv::KvPaths::new(dir);
+    crate::kv::create(&paths, wal_bytes).map_err(|e| e.to_string())?;
+    let kv = crate::kv::Kv::open(&paths, 1 << 20).map_err(|e| e.to_string())?;
+    let policy = crate::ids::IdPolicy::new(
+        crate::ids::PolicyKind::ChildClosest,
+        crate::ids::Geometry::default(),
+    )
+    .map_err(|e| e.to_string())?;
+    let sb = crate::records::Superblock {
+        version: crate::records::RECORDS_VERSION,
+        cluster_id: cluster_id.to_string(),
+        policy,
+        created_ms: proto::clock::now_ms(),
+    };
+    let written = kv.write_blocking(move |tx| tx.put_superblock(&sb));
+    kv.close();
+    written.map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn member(id: u64, port: u16) -> GroupMember {
+        GroupMember {
+            id,
+            addr: format!("127.0.0.1:{port}"),
+            peer: format!("127.0.0.1:{}", port + 100),
+        }
+    }
+
+    #[test]
+    fn a_joining_member_is_made_from_a_members_directory_and_refused_reuse() {
+        let tmp = tempfile::tempdir().unwrap();
+        let formatted = tmp.path().join("f");
+        let layout = proto::layout::LayoutSpec {
+            stripe_unit: 65536,
+            stripe_count: 1,
+            object_size: 0,
+            replicas: 1,
+            min_replicas: 0,
+        };
+        crate::service::format(&formatted, &crate::FormatOptions::new("c", layout)).unwrap();
+        let members = [member(1, 7001), member(2, 7002), member(3, 7003)];
+        let dirs = make_members(&formatted, tmp.path(), &members, 1 << 20).unwrap();
+        let out = tmp.path().join("m4");
+        // Refused: not a member's directory, an id or address in use.
+        let e = make_joiner(&formatted, &out, &member(4, 7004)).unwrap_err();
+        assert!(e.contains("no [group]"), "{e}");
+        let e = make_joiner(&dirs[0], &out, &member(2, 7004)).unwrap_err();
+        assert!(e.contains("ids are never reused"), "{e}");
+        let e = make_joiner(&dirs[0], &out, &member(4, 7003)).unwrap_err();
+        assert!(e.contains("already has that id or address"), "{e}");
+        assert!(!out.exists());
+        let j = make_joiner(&dirs[1], &out, &member(4, 7004)).unwrap();
+        assert_eq!(j.cluster_id, "c");
+        assert_eq!(j.members.len(), 4);
+        // Its own raft log, the group's key and admin key, the marker.
+        let log = crate::raft::log_store::LogStore::open(&out).unwrap();
+        assert_eq!(log.member(), 4);
+        assert_eq!(load_key(&out).unwrap(), load_key(&dirs[0]).unwrap());
+        assert_eq!(
+            std::fs::read(out.join("client.admin.key")).unwrap(),
+            std::fs::read(dirs[0].join("client.admin.key")).unwrap()
+        );
+        assert!(crate::raft::state_machine::awaiting_snapshot_path(&out).exists());
+        let cfg = MdsConfig::load(&out.join("mds.toml")).unwrap();
+        assert_eq!(cfg.group.unwrap().id, 4);
+        // Made once: a second time over it is refused, and it is kept.
+        let e = make_joiner(&dirs[1], &out, &member(5, 7005)).unwrap_err();
+        assert!(e.contains("exists"), "{e}");
+        assert!(out.join("mds.toml").exists());
+    }
+}

@@ -15,7 +15,6 @@
 //! can be elected), or when a batch is refused. Its process ends without
 //! running destructors, so its KV keeps nothing the group did not commit.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -28,9 +27,9 @@ use super::peer::{PeerFront, PeerNet};
 use super::sink::RaftSink;
 use crate::config::MdsConfig;
 use crate::kv::{Kv, KvPaths};
+use crate::raft::Tc;
 use crate::raft::log_store::LogStore;
 use crate::raft::state_machine::KvMachine;
-use crate::raft::{Member, Tc};
 use crate::records::Records;
 use crate::service::Mds;
 
@@ -154,21 +153,12 @@ pub async fn run(
         .map_err(|e| format!("peer listener {}: {e}", me.peer))?;
     let peers = net::serve::Server::new(front, peer_limits());
     tokio::spawn(peers.serve(peer_listener, stop.clone()));
-    let members: BTreeMap<u64, Member> = group
-        .members
-        .iter()
-        .map(|m| {
-            (
-                m.id,
-                Member {
-                    addr: m.peer.clone(),
-                },
-            )
-        })
-        .collect();
-    if !raft.is_initialized().await.map_err(|e| e.to_string())? {
+    let members = super::peer::membership(&group.members);
+    let joining = crate::raft::state_machine::awaiting_snapshot_path(dir).exists();
+    if !joining && !raft.is_initialized().await.map_err(|e| e.to_string())? {
         // Every member of a pristine group does this; all but the first
-        // to be heard are told the group exists.
+        // to be heard are told the group exists. A member that joined
+        // later never does: the leader tells it the group.
         if let Err(e) = raft.initialize(members).await {
             tracing::info!(error = %e, "group already initialized");
         }
@@ -210,17 +200,9 @@ pub async fn run(
     };
     let _ = mds
         .group_status
-        .set(status_of(raft.clone(), group.clone(), heard));
-    lead(
-        &raft,
-        mds,
-        &me.addr,
-        group.members.len(),
-        stop,
-        guard,
-        mds_tx,
-    )
-    .await
+        .set(status_of(raft.clone(), group.id, heard));
+    let _ = mds.group_admin.set(super::admin::admin(raft.clone()));
+    lead(&raft, mds, &me.addr, stop, guard, mds_tx).await
 }
 
 /// Held while the KV may hold batches the group has not committed: ends
@@ -247,42 +229,44 @@ impl Drop for Speculating {
     }
 }
 
-/// The group as the leader sees it, for the status.
+/// The group as the leader `leader` sees it (its members as raft records
+/// them, voters and learners), for the status.
 fn status_of(
     raft: Raft<Tc>,
-    group: crate::config::GroupConfig,
+    leader: u64,
     heard: super::peer::Heard,
 ) -> crate::service::GroupStatusFn {
     Box::new(move || {
         let m = raft.metrics().borrow().clone();
         let last_log = m.last_log_index.unwrap_or(0);
         let heard = heard.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let group = m.membership_config.membership();
         let members = group
-            .members
-            .iter()
-            .map(|g| {
-                let me = g.id == group.id;
+            .nodes()
+            .map(|(&id, node)| {
+                let me = id == leader;
                 proto::status::GroupMemberStatus {
-                    id: g.id,
-                    addr: g.addr.clone(),
+                    id,
+                    addr: node.client.clone(),
+                    voter: group.voter_ids().any(|v| v == id),
                     matched: if me {
                         Some(last_log)
                     } else {
                         m.replication
                             .as_ref()
-                            .and_then(|r| r.get(&g.id).cloned().flatten())
+                            .and_then(|r| r.get(&id).cloned().flatten())
                             .map(|l| l.index)
                     },
                     heard_ms: if me {
                         Some(0)
                     } else {
-                        heard.get(&g.id).map(|t| t.elapsed().as_millis() as u64)
+                        heard.get(&id).map(|t| t.elapsed().as_millis() as u64)
                     },
                 }
             })
             .collect();
         proto::status::GroupStatus {
-            leader: group.id,
+            leader,
             term: m.current_term,
             last_log,
             applied: m.last_applied.map_or(0, |l| l.index),
@@ -300,11 +284,33 @@ async fn follow(
     stop: &mut watch::Receiver<bool>,
 ) -> Result<bool, String> {
     let mut metrics = raft.metrics();
+    // A member that joined learns the group from a snapshot taken before
+    // it was added: it is removed only once it has been seen in the group
+    // and is no longer.
+    let mut seen_in_group = false;
     loop {
-        let leads = {
+        let (leads, in_group, committed) = {
             let m = metrics.borrow();
-            m.state == ServerState::Leader && m.current_leader == Some(me)
+            let group = m.membership_config.membership();
+            // Applied means committed: an uncommitted change may yet be
+            // undone by another leader.
+            let committed = m.membership_config.log_id().is_some_and(|at| {
+                m.last_applied
+                    .is_some_and(|applied| applied.index >= at.index)
+            });
+            (
+                m.state == ServerState::Leader && m.current_leader == Some(me),
+                group.get_node(&me).is_some(),
+                committed,
+            )
         };
+        seen_in_group |= in_group;
+        if seen_in_group && !in_group && committed {
+            return Err(format!(
+                "member {me} was removed from the group (`tessera mds remove`): it no longer \
+                 serves; to bring this host back, make a new member with `tessera mds join`"
+            ));
+        }
         if leads {
             tracing::info!(member = me, "elected: taking over");
             // Everything committed before is applied once this returns.
@@ -325,7 +331,6 @@ async fn lead(
     raft: &Raft<Tc>,
     mds: Arc<Mds>,
     addr: &str,
-    members: usize,
     mut stop: watch::Receiver<bool>,
     mut guard: Speculating,
     mds_tx: watch::Sender<Option<Arc<Mds>>>,
@@ -342,6 +347,7 @@ async fn lead(
     let workers = [
         tokio::spawn(mds.clone().delete_worker()),
         tokio::spawn(mds.clone().recovery_worker()),
+        tokio::spawn(super::admin::promote(raft.clone())),
     ];
     let _ = mds_tx.send(Some(mds.clone()));
     tracing::info!(%addr, "leading: serving clients and OSDs");
@@ -361,11 +367,12 @@ async fn lead(
             seen = std::time::Instant::now();
         }
         let m = reports.borrow().clone();
+        let voters = m.membership_config.membership().voter_ids().count();
         let lease = Duration::from_millis(m.millis_since_quorum_ack.unwrap_or(u64::MAX))
             .saturating_add(seen.elapsed());
         if m.state != ServerState::Leader {
             guard.step_down(&format!("no longer the leader (term {})", m.current_term));
-        } else if members > 1 && lease > QUORUM_LEASE {
+        } else if voters > 1 && lease > QUORUM_LEASE {
             guard.step_down(&format!("no majority heard for {lease:?}"));
         } else if mds.kv.has_failed() {
             guard.step_down("a batch was not replicated");

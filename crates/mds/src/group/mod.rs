@@ -8,9 +8,11 @@
 //!
 //! Map: [`peer`] (raft's messages between members), [`sink`] (the
 //! leader's batches into raft), [`member`] (a member's life: follow,
-//! take over, serve, step down), [`files`] (the group key and formatting
-//! the members' directories).
+//! take over, serve, step down), [`admin`] (adding and removing members
+//! on the leader), [`files`] (the group key, formatting the members'
+//! directories and making a joining member's).
 
+pub mod admin;
 pub mod files;
 pub mod member;
 pub mod peer;

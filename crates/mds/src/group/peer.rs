@@ -81,12 +81,30 @@ pub struct PeerFront {
     pub cluster_id: String,
     /// The group's key.
     pub key: Secret,
-    /// Members allowed to connect.
+    /// Members allowed to connect until raft knows the group's own list
+    /// (those `mds.toml` names: a pristine group, or a member that joined
+    /// and has not yet heard from the leader). Once raft knows it, only
+    /// its members (voters and learners) are let in, so a removed member
+    /// cannot disturb the group.
     pub members: Vec<u64>,
     /// Where incoming snapshot images are assembled.
     pub dir: PathBuf,
     /// One snapshot arrives at a time: the id of the one arriving.
     pub receiving: tokio::sync::Mutex<Option<String>>,
+}
+
+impl PeerFront {
+    /// Whether member `id` may connect.
+    fn admits(&self, id: u64) -> bool {
+        let m = self.raft.metrics();
+        let known = m.borrow();
+        let group = known.membership_config.membership();
+        if group.nodes().next().is_some() {
+            group.get_node(&id).is_some()
+        } else {
+            self.members.contains(&id)
+        }
+    }
 }
 
 fn reply<T: Serialize>(r: &Result<T, String>) -> (Bytes, Bytes) {
@@ -195,7 +213,7 @@ impl Service for PeerFront {
             Credential::Key { principal, .. } => principal
                 .strip_prefix("mds.")
                 .and_then(|n| n.parse::<u64>().ok())
-                .filter(|id| self.members.contains(id)),
+                .filter(|id| self.admits(*id)),
             _ => None,
         };
         match member {
@@ -473,10 +491,18 @@ impl PeerLink {
     }
 }
 
-/// The members' peer addresses, as raft's membership.
-pub fn membership(members: &[(u64, String)]) -> BTreeMap<u64, Member> {
+/// The members `mds.toml` names, as raft's membership.
+pub fn membership(members: &[crate::config::GroupMember]) -> BTreeMap<u64, Member> {
     members
         .iter()
-        .map(|(id, addr)| (*id, Member { addr: addr.clone() }))
+        .map(|m| {
+            (
+                m.id,
+                Member {
+                    addr: m.peer.clone(),
+                    client: m.addr.clone(),
+                },
+            )
+        })
         .collect()
 }

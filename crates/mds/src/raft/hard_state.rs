@@ -14,7 +14,9 @@ use serde::{Deserialize, Serialize};
 use store::device::{AlignedBuf, Device, FileDevice};
 
 const MAGIC: [u8; 4] = *b"TMRS";
-const VERSION: u16 = 1;
+/// 2: a member's record (in membership entries and snapshots) holds its
+/// client address as well as its peer address.
+const VERSION: u16 = 2;
 const SLOT: u64 = 4096;
 const HEADER: usize = 24;
 
@@ -49,15 +51,21 @@ fn crc(seq: u64, body: &[u8]) -> u32 {
     crc32c::crc32c_append(c, body)
 }
 
-fn parse(b: &[u8]) -> Option<(u64, HardState)> {
-    if b[..4] != MAGIC || u16::from_le_bytes([b[4], b[5]]) != VERSION {
+/// A slot whose magic and checksum hold: its version, sequence and body.
+fn checked_slot(b: &[u8]) -> Option<(u16, u64, &[u8])> {
+    if b[..4] != MAGIC {
         return None;
     }
     let seq = u64::from_le_bytes(b[8..16].try_into().ok()?);
     let len = u32::from_le_bytes(b[16..20].try_into().ok()?) as usize;
     let want = u32::from_le_bytes(b[20..24].try_into().ok()?);
     let body = b.get(HEADER..HEADER + len)?;
-    if crc(seq, body) != want {
+    (crc(seq, body) == want).then(|| (u16::from_le_bytes([b[4], b[5]]), seq, body))
+}
+
+fn parse(b: &[u8]) -> Option<(u64, HardState)> {
+    let (version, seq, body) = checked_slot(b)?;
+    if version != VERSION {
         return None;
     }
     postcard::from_bytes(body).ok().map(|s| (seq, s))
@@ -99,14 +107,25 @@ impl HardStateFile {
             )));
         }
         let mut best: Option<(u64, HardState)> = None;
+        let mut other_version = None;
         for slot in 0..2 {
             let mut b = AlignedBuf::zeroed(SLOT as usize);
             dev.read_at(&mut b, slot * SLOT)?;
+            if let Some((version, ..)) = checked_slot(&b).filter(|(v, ..)| *v != VERSION) {
+                other_version = Some(version);
+            }
             if let Some((seq, s)) = parse(&b)
                 && best.as_ref().is_none_or(|(q, _)| seq > *q)
             {
                 best = Some((seq, s));
             }
+        }
+        if let (None, Some(v)) = (&best, other_version) {
+            return Err(io::Error::other(format!(
+                "{}: raft state version {v}, made by another tessera release (this one \
+                 reads version {VERSION}); a group is upgraded by formatting anew",
+                path.display()
+            )));
         }
         let (seq, state) = best.ok_or_else(|| {
             io::Error::other(format!(
@@ -142,6 +161,28 @@ impl HardStateFile {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_state_of_another_version_is_refused_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("mds.raft");
+        drop(HardStateFile::create(&p, 1).unwrap());
+        // Both slots as an older release wrote them.
+        let raw = FileDevice::open_with(&p, false).unwrap();
+        for at in [0, SLOT] {
+            let mut b = AlignedBuf::zeroed(SLOT as usize);
+            raw.read_at(&mut b, at).unwrap();
+            b[4..6].copy_from_slice(&1u16.to_le_bytes());
+            raw.write_at(&b, at).unwrap();
+        }
+        raw.flush().unwrap();
+        drop(raw);
+        let e = HardStateFile::open(&p).err().unwrap().to_string();
+        assert!(
+            e.contains("raft state version 1") && e.contains("another tessera release"),
+            "{e}"
+        );
+    }
 
     #[test]
     fn the_newer_good_slot_wins_and_a_torn_one_is_ignored() {

@@ -40,11 +40,15 @@ pub struct Batch {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Applied;
 
-/// A member as the group records it.
+/// A member as the group records it (in membership entries and
+/// snapshots: the group's own list, changed by `tessera mds join` and
+/// `remove`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Member {
     /// Where its peers reach it (`host:port`).
     pub addr: String,
+    /// Where clients and OSDs reach it while it leads (`host:port`).
+    pub client: String,
 }
 
 /// A snapshot's data: a KV image file (see [`crate::kv::image`]).

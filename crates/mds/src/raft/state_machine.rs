@@ -71,6 +71,16 @@ pub struct KvMachine {
     /// Held while the current image is written or replaced (a build and
     /// an install never interleave).
     image_lock: Arc<std::sync::Mutex<()>>,
+    /// A member made by `tessera mds join` holds an empty KV until it
+    /// installs the leader's snapshot: applying entries to it before then
+    /// would build a state the group never had, so they are refused.
+    awaiting_snapshot: bool,
+}
+
+/// The marker `tessera mds join` leaves in a new member's directory until
+/// its first snapshot is installed.
+pub fn awaiting_snapshot_path(dir: &Path) -> PathBuf {
+    dir.join("awaiting-snapshot")
 }
 
 /// The meta of the current image under `dir`, if it reads.
@@ -98,6 +108,9 @@ impl KvMachine {
         } else {
             None
         };
+        // An install that ended before its marker was removed left an
+        // applied state: the snapshot is in.
+        let awaiting_snapshot = awaiting_snapshot_path(dir).exists() && state.applied.is_none();
         Ok(KvMachine {
             db,
             dir: dir.to_path_buf(),
@@ -107,6 +120,7 @@ impl KvMachine {
             built: Arc::new(AtomicU64::new(0)),
             quiesce: QuiesceSlot::default(),
             image_lock: Arc::default(),
+            awaiting_snapshot,
         })
     }
 
@@ -233,6 +247,19 @@ impl RaftStateMachine<Tc> for KvMachine {
         I: IntoIterator<Item = Entry<Tc>> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
+        let mut entries = entries.into_iter().peekable();
+        if self.awaiting_snapshot
+            && let Some(e) = entries.peek()
+        {
+            return Err(sm_err(
+                ErrorVerb::Write,
+                format!(
+                    "this member joined the group with an empty KV and must start from the \
+                     leader's snapshot, but was sent entry {} instead",
+                    e.log_id.index
+                ),
+            ));
+        }
         let live = self.live_origin.load(Ordering::SeqCst);
         let mut state = self.state.clone();
         let mut batches: Vec<Vec<u8>> = Vec::new();
@@ -319,6 +346,19 @@ impl RaftStateMachine<Tc> for KvMachine {
             if let Ok(d) = std::fs::File::open(&self.dir) {
                 let _ = d.sync_all();
             }
+        }
+        if self.awaiting_snapshot {
+            let marker = awaiting_snapshot_path(&self.dir);
+            std::fs::remove_file(&marker)
+                .or_else(|e| match e.kind() {
+                    std::io::ErrorKind::NotFound => Ok(()),
+                    _ => Err(e),
+                })
+                .map_err(|e| err(format!("{}: {e}", marker.display())))?;
+            if let Ok(d) = std::fs::File::open(&self.dir) {
+                let _ = d.sync_all();
+            }
+            self.awaiting_snapshot = false;
         }
         self.state = state;
         self.current = Some(meta.clone());

@@ -203,6 +203,8 @@ fn admin_only(op: &Op) -> bool {
             | Op::AuthRotate { .. }
             | Op::SetOsdOut { .. }
             | Op::AdoptGroup { .. }
+            | Op::GroupAdd { .. }
+            | Op::GroupRemove { .. }
             | Op::Scrub { .. }
     )
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use proto::mds::{Errno, MdsError, MdsReply, MdsRequest, NamespaceMode, Op, OpClass};
 
-use super::{Mds, err};
+use super::{GroupChange, Mds, err};
 
 impl Mds {
     /// Answers one request.
@@ -135,6 +135,11 @@ impl Mds {
             }
             Op::SetOsdOut { osd, out, force } => self.set_osd_out(&c, osd, out, force).await,
             Op::AdoptGroup { group, osd } => self.adopt_group(&c, group, osd).await,
+            Op::GroupAdd { id, addr, peer } => {
+                self.change_group(&c, GroupChange::Add { id, addr, peer })
+                    .await
+            }
+            Op::GroupRemove { id } => self.change_group(&c, GroupChange::Remove { id }).await,
             Op::Scrub { ino, deep } => self.scrub_op(&c, ino, deep).await,
             Op::Sync => self.sync_op().await,
             op @ (Op::Chains
@@ -155,5 +160,24 @@ impl Mds {
                 format!("{}: needs an authenticated caller", op.name()),
             )),
         }
+    }
+
+    /// Adds or removes a member of this MDS's group (root only; only a
+    /// group's leader can).
+    async fn change_group(
+        &self,
+        c: &proto::mds::Creds,
+        change: GroupChange,
+    ) -> Result<MdsReply, MdsError> {
+        if c.uid != 0 {
+            return Err(err(Errno::Perm, "only root may change the MDS group"));
+        }
+        let Some(admin) = self.group_admin.get() else {
+            return Err(err(
+                Errno::Inval,
+                "this MDS is not a replicated group's member: it has no members to change",
+            ));
+        };
+        admin(change).await.map(|()| MdsReply::Done)
     }
 }

@@ -287,10 +287,38 @@ pub struct Mds {
     /// A group leader's view of its group, for the status (set once it
     /// leads: see `crate::group`).
     pub group_status: std::sync::OnceLock<GroupStatusFn>,
+    /// A group leader's way to add and remove members (set once it leads).
+    pub group_admin: std::sync::OnceLock<GroupAdminFn>,
 }
 
 /// How a group leader tells the status about its group.
 pub type GroupStatusFn = Box<dyn Fn() -> proto::status::GroupStatus + Send + Sync>;
+
+/// A change to who is in a replicated MDS group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GroupChange {
+    /// Add member `id` as a learner; it votes once it has caught up.
+    Add {
+        /// Its id.
+        id: u64,
+        /// Its client address.
+        addr: String,
+        /// Its peer address.
+        peer: String,
+    },
+    /// Remove member `id`.
+    Remove {
+        /// Its id.
+        id: u64,
+    },
+}
+
+/// How a group leader carries out a [`GroupChange`].
+pub type GroupAdminFn = Box<
+    dyn Fn(GroupChange) -> std::pin::Pin<Box<dyn Future<Output = Result<(), MdsError>> + Send>>
+        + Send
+        + Sync,
+>;
 
 use proto::mds::err;
 
@@ -386,6 +414,7 @@ impl Mds {
             connections: Default::default(),
             last_early: Default::default(),
             group_status: std::sync::OnceLock::new(),
+            group_admin: std::sync::OnceLock::new(),
         });
         mds.index_stale_copies()?;
         Ok(mds)

@@ -81,6 +81,8 @@ impl Op {
             | Op::NamespaceRoot { .. }
             | Op::SetOsdOut { .. }
             | Op::AdoptGroup { .. }
+            | Op::GroupAdd { .. }
+            | Op::GroupRemove { .. }
             | Op::Scrub { .. }
             | Op::Chains
             | Op::ChainDrop { .. }
@@ -158,6 +160,8 @@ impl Op {
             Op::MarkStale { .. } => "markstale",
             Op::SetOsdOut { .. } => "setosdout",
             Op::AdoptGroup { .. } => "adoptgroup",
+            Op::GroupAdd { .. } => "groupadd",
+            Op::GroupRemove { .. } => "groupremove",
             Op::Scrub { .. } => "scrub",
             Op::Ticket { .. } => "ticket",
             Op::Whoami => "whoami",

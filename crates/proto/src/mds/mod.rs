@@ -292,6 +292,24 @@ pub enum Op {
         /// The OSD whose copy the group adopts (it becomes the head).
         osd: u32,
     },
+    /// Operator, replicated MDS group: add member `id` (a directory made
+    /// by `tessera mds join`) as a learner; the leader makes it a voting
+    /// member once it has caught up. Refused for an id the group has or
+    /// had, and by an MDS that is not a group's leader.
+    GroupAdd {
+        /// The new member's id (never reused).
+        id: u64,
+        /// Where clients and OSDs reach it while it leads (`host:port`).
+        addr: String,
+        /// Where the other members reach it (`host:port`).
+        peer: String,
+    },
+    /// Operator, replicated MDS group: remove member `id` (voting or
+    /// not). Refused when it would leave the group without a voter.
+    GroupRemove {
+        /// The member.
+        id: u64,
+    },
     /// Compare every copy of the objects under `ino` (a file, or a
     /// directory's whole subtree; the root = everything) and repair
     /// those that differ.

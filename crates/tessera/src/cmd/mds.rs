@@ -1,4 +1,4 @@
-//! `tessera mds format|serve|fsck`: the metadata server's own commands
+//! `tessera mds format|serve|join|remove|fsck`: the metadata server's own commands
 //! (`tessera status` and `tessera layout` have their own modules).
 
 use std::path::PathBuf;
@@ -88,6 +88,49 @@ pub enum MdsCmd {
         #[command(flatten)]
         http: super::dashboard::HttpArgs,
     },
+    /// Make a new member of a replicated MDS group and ask the group to
+    /// add it (to grow the group, or to replace a member whose host or
+    /// disk was lost: `tessera mds remove` that one first).
+    ///
+    /// --from is any member's directory, or a copy of one: only its
+    /// mds.toml, group.key, client.admin.key and keys/ are read, so the
+    /// member may be running. --data is made from it with a raft log of
+    /// its own and an empty KV. The leader adds the member as a learner;
+    /// start it with `tessera mds serve --data DIR`, it installs the
+    /// leader's snapshot and votes once it has caught up (`tessera status`
+    /// shows it "joining" until then). Member ids are never reused.
+    ///
+    /// Example: tessera mds join --from /var/lib/tessera/mds --data /srv/mds-4 --id 4 --addr 10.0.0.4:7400
+    Join {
+        /// A member's directory (or a copy of one).
+        #[arg(long)]
+        from: PathBuf,
+        /// The new member's directory (created).
+        #[arg(long)]
+        data: PathBuf,
+        /// The new member's id (not used by any member, now or before).
+        #[arg(long)]
+        id: u64,
+        /// Where clients and OSDs reach it while it leads.
+        #[arg(long)]
+        addr: String,
+        /// Where the other members reach it (default: --addr's port plus 100).
+        #[arg(long)]
+        peer: Option<String>,
+    },
+    /// Remove a member from a replicated MDS group (a host retired or
+    /// lost). The group keeps serving if a majority of the members left
+    /// is up; stop the removed member's process afterwards.
+    ///
+    /// Example: tessera mds remove --id 2 --mds 10.0.0.1:7400,10.0.0.3:7400 --key-file admin.key
+    Remove {
+        /// The member's id.
+        #[arg(long)]
+        id: u64,
+        /// The group to ask.
+        #[command(flatten)]
+        to: super::cluster::Target,
+    },
     /// Check the namespace offline (the MDS must not be running).
     Fsck {
         /// Data directory.
@@ -138,6 +181,14 @@ pub fn run(c: MdsCmd) -> anyhow::Result<i32> {
             println!("MDS stopped cleanly");
             Ok(0)
         }),
+        MdsCmd::Join {
+            from,
+            data,
+            id,
+            addr,
+            peer,
+        } => super::mds_group::join(&from, &data, id, &addr, peer.as_deref()),
+        MdsCmd::Remove { id, to } => super::mds_group::remove(id, &to),
         MdsCmd::Fsck { data } => {
             let member = mds::MdsConfig::load(&data.join("mds.toml"))
                 .map_err(anyhow::Error::msg)?

@@ -1,6 +1,7 @@
 //! A replicated MDS group from the command line: formatting the members'
-//! directories (`tessera mds format --members`) and serving one member
-//! (`tessera mds serve` on a directory whose `mds.toml` has `[group]`).
+//! directories (`tessera mds format --members`), serving one member
+//! (`tessera mds serve` on a directory whose `mds.toml` has `[group]`),
+//! and adding or removing members (`tessera mds join`, `remove`).
 //! A member that stops leading re-executes itself: the process image is
 //! replaced without running any destructor, so its KV keeps nothing the
 //! group did not commit (`docs/HA.md`).
@@ -98,6 +99,95 @@ pub fn make_members(
     // Nothing half made is left behind: a second try starts clean.
     let _ = std::fs::remove_dir_all(formatted);
     made
+}
+
+/// Runs `tessera mds join`: makes the member's directory, then asks the
+/// group's leader (through `--from`'s members and admin key) to add it.
+pub fn join(
+    from: &Path,
+    data: &Path,
+    id: u64,
+    addr: &str,
+    peer: Option<&str>,
+) -> anyhow::Result<i32> {
+    let (host, port) = host_port(addr)?;
+    let peer = match peer {
+        Some(p) => {
+            host_port(p)?;
+            p.to_string()
+        }
+        None => format!(
+            "{host}:{}",
+            port.checked_add(100)
+                .with_context(|| format!("{addr}: no room for a peer port; give --peer"))?
+        ),
+    };
+    if id == 0 || id == u64::MAX {
+        anyhow::bail!("--id {id} is reserved: give another");
+    }
+    let me = GroupMember {
+        id,
+        addr: addr.to_string(),
+        peer: peer.clone(),
+    };
+    let j = mds::group::files::make_joiner(from, data, &me).map_err(anyhow::Error::msg)?;
+    let key = net::auth::ClientKey::load(&data.join("client.admin.key"))?;
+    let others: Vec<&str> = j
+        .members
+        .iter()
+        .filter(|m| m.id != id)
+        .map(|m| m.addr.as_str())
+        .collect();
+    let asked = super::runtime()?.block_on(async {
+        let c = net::MdsClient::new(&others.join(","), &j.cluster_id, key.identity()?, 1);
+        c.call(proto::mds::Op::GroupAdd {
+            id,
+            addr: addr.to_string(),
+            peer: peer.clone(),
+        })
+        .await
+        .map_err(anyhow::Error::from)
+    });
+    match asked {
+        Ok(proto::mds::MdsReply::Done) => {}
+        other => {
+            // The group did not take it: the directory is of no use.
+            let _ = std::fs::remove_dir_all(data);
+            match other {
+                Ok(r) => anyhow::bail!("unexpected reply {r:?}"),
+                Err(e) => return Err(e.context("the group did not add the member")),
+            }
+        }
+    }
+    let all: Vec<&str> = j.members.iter().map(|m| m.addr.as_str()).collect();
+    println!(
+        "member {id} made in {} and added to the group as a learner (clients {addr}, peers {peer})",
+        data.display()
+    );
+    println!(
+        "start it: tessera mds serve --data {} (it installs the leader's snapshot and votes once          caught up; `tessera status` shows it joining until then)",
+        data.display()
+    );
+    println!("clients and OSDs: --mds {}", all.join(","));
+    Ok(0)
+}
+
+/// Runs `tessera mds remove`.
+pub fn remove(id: u64, to: &super::cluster::Target) -> anyhow::Result<i32> {
+    super::runtime()?.block_on(async move {
+        let r = to.resolve()?;
+        let c = net::MdsClient::new(&r.mds, &r.cluster, r.identity, 1);
+        match c.call(proto::mds::Op::GroupRemove { id }).await? {
+            proto::mds::MdsReply::Done => {
+                println!(
+                    "member {id} removed from the group; stop its process and take its address \
+                     out of the clients' and OSDs' --mds lists"
+                );
+                Ok(0)
+            }
+            r => anyhow::bail!("unexpected reply {r:?}"),
+        }
+    })
 }
 
 /// Set once the member was asked to stop: a step-down then ends the

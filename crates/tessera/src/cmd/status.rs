@@ -66,7 +66,7 @@ pub fn status(a: StatusArgs) -> anyhow::Result<i32> {
 fn print_group(g: &proto::status::GroupStatus) {
     println!(
         "MDS group: {} members, leader {}, term {}, log {} (applied {})",
-        g.members.len(),
+        g.members.iter().filter(|m| m.voter).count(),
         g.leader,
         g.term,
         g.last_log,
@@ -75,8 +75,10 @@ fn print_group(g: &proto::status::GroupStatus) {
     for m in &g.members {
         let role = if m.id == g.leader {
             "leader"
-        } else {
+        } else if m.voter {
             "follower"
+        } else {
+            "joining"
         };
         let heard = match m.heard_ms {
             Some(ms) if ms <= proto::status::MEMBER_DOWN_MS => "up".to_string(),

@@ -24,8 +24,18 @@ pub fn can_mount() -> bool {
 }
 
 pub fn free_port() -> String {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().to_string()
+    // The kernel may hand the same free port out twice in a row: never
+    // give one out twice in a process.
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    loop {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let a = l.local_addr().unwrap();
+        let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+        if !given.contains(&a.port()) {
+            given.push(a.port());
+            return a.to_string();
+        }
+    }
 }
 
 std::thread_local! {
