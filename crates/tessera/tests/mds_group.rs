@@ -701,6 +701,84 @@ fn a_lost_member_is_replaced_by_a_new_one_and_the_group_keeps_serving() {
     }
 }
 
+/// A member restarted on an old copy of its directory (a backup taken
+/// before it acknowledged more) refuses to start, saying why and how to
+/// replace it, and the group serves on with everything.
+#[test]
+fn a_member_restarted_on_an_old_copy_of_its_data_refuses_to_start() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut g = Group::format(tmp.path());
+    let rt = runtime();
+    rt.block_on(async {
+        let c = g.client();
+        let mut names: Vec<String> = Vec::new();
+        for i in 0..20 {
+            names.push(format!("a-{i}"));
+            mkdir(&c, names.last().unwrap()).await;
+        }
+        let f = (1..=3).find(|i| *i != g.leader()).unwrap();
+        let all_caught_up = |s: &str| s.matches("up, lag 0 entries").count() == 3;
+        wait_status(&g, all_caught_up, "caught up").await;
+        g.kill(f);
+        let backup = tmp.path().join("backup");
+        let cp = |from: &Path, to: &Path| {
+            assert!(
+                Command::new("cp")
+                    .arg("-a")
+                    .arg(from)
+                    .arg(to)
+                    .status()
+                    .unwrap()
+                    .success()
+            )
+        };
+        cp(&g.member_dir(f), &backup);
+        g.start(f);
+        for i in 0..20 {
+            names.push(format!("b-{i}"));
+            mkdir(&c, names.last().unwrap()).await;
+        }
+        wait_status(&g, all_caught_up, "caught up after b").await;
+        g.kill(f);
+        std::fs::remove_dir_all(g.member_dir(f)).unwrap();
+        cp(&backup, &g.member_dir(f));
+        let mut child = Command::new(BIN)
+            .args(["mds", "serve", "--no-http", "--data"])
+            .arg(g.member_dir(f))
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break s;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("member {f} on its old copy started");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        let mut err = String::new();
+        std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+        assert!(
+            !status.success()
+                && err.contains("older than what it acknowledged")
+                && err.contains(&format!("tessera mds remove --id {f}")),
+            "{status:?}: {err}"
+        );
+        // The group serves on, with everything.
+        mkdir(&c, "after").await;
+        names.push("after".into());
+        let model: Model = names.iter().map(|n| (n.clone(), Some(true))).collect();
+        assert_eq!(
+            check(&g.client(), ROOT_INO, &model, "after the refusal").await,
+            41
+        );
+    });
+}
+
 /// What `mds format --members` refuses, and a member's directory copied
 /// to start as another member (its vote would come along).
 #[test]

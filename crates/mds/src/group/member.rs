@@ -15,6 +15,7 @@
 //! can be elected), or when a batch is refused. Its process ends without
 //! running destructors, so its KV keeps nothing the group did not commit.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -121,7 +122,7 @@ pub async fn run(
     }
     let log_watch = log.clone();
     let log_gate = log.clone();
-    let sm = KvMachine::open(db.clone(), dir).map_err(|e| e.to_string())?;
+    let mut sm = KvMachine::open(db.clone(), dir).map_err(|e| e.to_string())?;
     let (origin_slot, quiesce_slot) = (sm.live_origin(), sm.quiesce_slot());
     let heard = super::peer::Heard::default();
     let net = PeerNet {
@@ -130,6 +131,7 @@ pub async fn run(
         key,
         heard: heard.clone(),
     };
+    refuse_if_reverted(&net, &group, &log, &mut sm).await?;
     let raft_cfg = Arc::new(crate::raft::config(&cluster_id)?);
     let group_id = group.id;
     // Raft on a runtime of its own: requests keeping this one's workers
@@ -203,6 +205,38 @@ pub async fn run(
         .set(status_of(raft.clone(), group.id, heard));
     let _ = mds.group_admin.set(super::admin::admin(raft.clone()));
     lead(&raft, mds, &me.addr, stop, guard, mds_tx).await
+}
+
+/// Refuses to start when a leader saw this member hold more than its log
+/// does ([`super::reverted`]): asks the members `mds.toml` names and
+/// those the KV's last applied membership names.
+async fn refuse_if_reverted(
+    net: &PeerNet,
+    group: &crate::config::GroupConfig,
+    log: &LogStore,
+    sm: &mut KvMachine,
+) -> Result<(), String> {
+    use openraft::storage::{RaftLogStorage, RaftStateMachine};
+    let mut log = log.clone();
+    let state = log.get_log_state().await.map_err(|e| e.to_string())?;
+    let vote = log.read_vote().await.map_err(|e| e.to_string())?;
+    let (_, membership) = sm.applied_state().await.map_err(|e| e.to_string())?;
+    let mut peers: BTreeMap<u64, String> = group
+        .members
+        .iter()
+        .map(|m| (m.id, m.peer.clone()))
+        .collect();
+    for (id, m) in membership.membership().nodes() {
+        peers.insert(*id, m.addr.clone());
+    }
+    super::reverted::refuse_if_reverted(
+        net,
+        group.id,
+        vote.map_or(0, |v| v.leader_id().term),
+        state.last_log_id.map_or(0, |l| l.index),
+        peers.into_iter().collect(),
+    )
+    .await
 }
 
 /// Held while the KV may hold batches the group has not committed: ends

@@ -9,13 +9,15 @@
 //! Map: [`peer`] (raft's messages between members), [`sink`] (the
 //! leader's batches into raft), [`member`] (a member's life: follow,
 //! take over, serve, step down), [`admin`] (adding and removing members
-//! on the leader), [`files`] (the group key, formatting the members'
+//! on the leader), [`reverted`] (refusing to start on data older than what
+//! the member acknowledged), [`files`] (the group key, formatting the members'
 //! directories and making a joining member's).
 
 pub mod admin;
 pub mod files;
 pub mod member;
 pub mod peer;
+pub mod reverted;
 pub mod sink;
 
 pub use member::{Exit, run};

@@ -9,7 +9,8 @@
 //! Opcodes: [`RAFT_APPEND`] (AppendEntries), [`RAFT_VOTE`] (RequestVote),
 //! [`RAFT_SNAP_CHUNK`] (a piece of a snapshot image at an offset) and
 //! [`RAFT_SNAP_END`] (the snapshot's meta and the leader's vote: the
-//! receiver installs the image it assembled).
+//! receiver installs the image it assembled) and [`RAFT_PROGRESS`] (what
+//! the leader last saw the asking member hold).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -47,6 +48,9 @@ pub const RAFT_VOTE: u16 = 0x201;
 pub const RAFT_SNAP_CHUNK: u16 = 0x202;
 /// The end of a snapshot: install it.
 pub const RAFT_SNAP_END: u16 = 0x203;
+/// What the leader last saw the asking member hold (a restarting member
+/// asks: [`super::reverted`]).
+pub const RAFT_PROGRESS: u16 = 0x204;
 /// Largest snapshot piece sent (and payload accepted).
 pub const SNAP_CHUNK: usize = 8 << 20;
 /// Largest payload the peer listener accepts (an AppendEntries of 64
@@ -245,7 +249,7 @@ impl Service for PeerFront {
         })
     }
 
-    async fn handle(self: Arc<Self>, _peer: Arc<u64>, _: (), f: Frame) -> (Bytes, Bytes) {
+    async fn handle(self: Arc<Self>, peer: Arc<u64>, _: (), f: Frame) -> (Bytes, Bytes) {
         match f.opcode {
             RAFT_APPEND => {
                 let r = match postcard::from_bytes::<AppendEntriesRequest<Tc>>(&f.payload) {
@@ -263,6 +267,7 @@ impl Service for PeerFront {
             }
             RAFT_SNAP_CHUNK => reply(&self.chunk(&f).await),
             RAFT_SNAP_END => reply(&self.end(&f).await),
+            RAFT_PROGRESS => reply(&Ok(super::reverted::progress_of(&self.raft, *peer))),
             op => reply::<()>(&Err(format!("opcode {op:#x} is not a peer request"))),
         }
     }
@@ -391,6 +396,21 @@ impl PeerLink {
             ))),
             Err(e) => Err(RPCError::Network(NetworkError::new(&e))),
         }
+    }
+}
+
+impl PeerLink {
+    /// Asks the member what, if it leads, it last saw this one hold.
+    pub async fn progress(
+        &mut self,
+        ttl: Duration,
+    ) -> Result<Option<super::reverted::Seen>, String> {
+        let f = self
+            .call(RAFT_PROGRESS, &(), Bytes::new(), ttl)
+            .await
+            .map_err(|e| e.to_string())?;
+        self.decode::<Option<super::reverted::Seen>>(&f)
+            .map_err(|e| e.to_string())?
     }
 }
 
