@@ -249,6 +249,26 @@ fn lock(
     w.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// A connection whose sent bytes stay unacknowledged, or whose idle
+/// keepalive probes go unanswered, for this long is closed by the kernel:
+/// a peer whose host died or whose network was cut sends no reset, and
+/// without this a request on it would wait out the whole reply timeout
+/// (and an idle pool would keep a dead connection for minutes).
+pub const DEAD_PEER_AFTER: Duration = Duration::from_secs(3);
+
+/// Sets keepalive probes (after 1 s idle, every 1 s) and the kernel's
+/// user timeout to [`DEAD_PEER_AFTER`] on `sock`. Best effort: a system
+/// without them keeps the reply timeout alone.
+fn notice_dead_peers(sock: &TcpStream) {
+    let s = socket2::SockRef::from(sock);
+    let probes = socket2::TcpKeepalive::new()
+        .with_time(Duration::from_secs(1))
+        .with_interval(Duration::from_secs(1))
+        .with_retries(2);
+    let _ = s.set_tcp_keepalive(&probes);
+    let _ = s.set_tcp_user_timeout(Some(DEAD_PEER_AFTER));
+}
+
 impl Connection {
     /// Connects and performs the handshake.
     pub async fn connect(addr: &str, cfg: &ConnConfig) -> Result<Connection, ConnError> {
@@ -261,6 +281,7 @@ impl Connection {
             .map_err(|_| cerr("timed out".into()))?
             .map_err(|e| cerr(e.to_string()))?;
         let _ = sock.set_nodelay(true);
+        notice_dead_peers(&sock);
         let (rd, wr) = sock.into_split();
         let mut rd = BufReader::with_capacity(256 << 10, rd);
         let mut wr = BufWriter::with_capacity(256 << 10, wr);
