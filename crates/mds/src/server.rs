@@ -106,6 +106,14 @@ impl Service for Front {
             osd_id: MDS_ID,
             max_payload: 0,
             max_in_flight: self.max_in_flight,
+            // A group's leader names every member: clients whose list
+            // misses one that joined learn it here.
+            peers: self
+                .mds
+                .group_status
+                .get()
+                .map(|f| f().members.into_iter().map(|m| m.addr).collect())
+                .unwrap_or_default(),
         }
     }
 

@@ -111,13 +111,34 @@ impl ConnConfig {
 /// for `id`, checks the server's proof, sends the client's, and returns
 /// the server's payload limit and the frame seals (send, receive) of an
 /// authenticated connection (`None` for an `--insecure` OSD).
+/// What a handshake settled.
+pub struct Welcomed {
+    /// Largest payload the server accepts.
+    pub max_payload: u32,
+    /// The frames' seals (send, receive) when the server authenticated.
+    pub seals: Option<(FrameSeal, FrameSeal)>,
+    /// Other addresses of the same service (see `Welcome::Ok::peers`),
+    /// bounded.
+    pub peers: Vec<String>,
+}
+
+/// The peers a client keeps from a welcome: at most
+/// `proto::msg::MAX_WELCOME_PEERS`, each non-empty and at most 255 bytes.
+fn kept_peers(peers: Vec<String>) -> Vec<String> {
+    peers
+        .into_iter()
+        .filter(|p| !p.is_empty() && p.len() <= 255)
+        .take(proto::msg::MAX_WELCOME_PEERS)
+        .collect()
+}
+
 pub async fn handshake<R, W>(
     rd: &mut R,
     wr: &mut W,
     id: &crate::auth::Identity,
     cfg: &ConnConfig,
     cerr: impl Fn(std::io::Error) -> ConnError,
-) -> Result<(u32, Option<(FrameSeal, FrameSeal)>), ConnError>
+) -> Result<Welcomed, ConnError>
 where
     R: tokio::io::AsyncRead + Unpin,
     W: tokio::io::AsyncWrite + Unpin,
@@ -155,16 +176,18 @@ where
         .map_err(|e| cerr(std::io::Error::other(e.to_string())))?;
     let unauthenticated =
         |why: &str| ConnError::Refused(WireError::new(ErrorCode::Unauthenticated, why));
-    let (max_payload, seals) = match welcome(f)? {
+    let (max_payload, seals, peers) = match welcome(f)? {
         Welcome::Refused(e) => return Err(ConnError::Refused(e)),
-        Welcome::Ok { max_payload, .. } => {
+        Welcome::Ok {
+            max_payload, peers, ..
+        } => {
             if id.key.is_some() {
                 return Err(unauthenticated(
                     "the server did not authenticate itself (an --insecure OSD, or not a \
                          Tessera server of this cluster): refusing to use it",
                 ));
             }
-            (max_payload, None)
+            (max_payload, None, peers)
         }
         Welcome::Challenge {
             nonce,
@@ -204,12 +227,15 @@ where
                 .await
                 .map_err(|e| cerr(std::io::Error::other(e.to_string())))?;
             match welcome(f)? {
-                Welcome::Ok { max_payload, .. } => (
+                Welcome::Ok {
+                    max_payload, peers, ..
+                } => (
                     max_payload,
                     Some((
                         FrameSeal::new(&keys.client_to_server, encrypt),
                         FrameSeal::new(&keys.server_to_client, encrypt),
                     )),
+                    peers,
                 ),
                 Welcome::Refused(e) => return Err(ConnError::Refused(e)),
                 Welcome::Challenge { .. } => {
@@ -218,7 +244,11 @@ where
             }
         }
     };
-    Ok((max_payload, seals))
+    Ok(Welcomed {
+        max_payload,
+        seals,
+        peers: kept_peers(peers),
+    })
 }
 
 /// Writes one handshake frame and flushes it.
@@ -241,6 +271,8 @@ pub struct Connection {
     pub max_payload: u32,
     /// Whether frames are encrypted.
     pub encrypted: bool,
+    /// Other addresses of the same service its welcome named.
+    peers: Vec<String>,
 }
 
 fn lock(
@@ -286,8 +318,11 @@ impl Connection {
         let mut rd = BufReader::with_capacity(256 << 10, rd);
         let mut wr = BufWriter::with_capacity(256 << 10, wr);
         let id = cfg.identity.identity(cfg.osd_id).await?;
-        let (max_payload, mut seals) =
-            handshake(&mut rd, &mut wr, &id, cfg, |e| cerr(e.to_string())).await?;
+        let Welcomed {
+            max_payload,
+            mut seals,
+            peers,
+        } = handshake(&mut rd, &mut wr, &id, cfg, |e| cerr(e.to_string())).await?;
         let limits = Limits {
             max_header: 16 << 20,
             max_payload: u32::MAX,
@@ -357,7 +392,14 @@ impl Connection {
             timeout: cfg.timeout,
             max_payload,
             encrypted,
+            peers,
         })
+    }
+
+    /// Other addresses of the same service, as its welcome named them
+    /// (a replicated MDS group's members).
+    pub fn peers(&self) -> &[String] {
+        &self.peers
     }
 
     /// Whether the connection still works.
@@ -413,5 +455,20 @@ impl Connection {
             Ok(Ok(r)) => r?,
         };
         Ok(f)
+    }
+}
+
+#[cfg(test)]
+mod peer_tests {
+    use super::kept_peers;
+
+    #[test]
+    fn a_welcome_names_at_most_sixteen_short_peers() {
+        let mut named: Vec<String> = vec![String::new(), "x".repeat(256)];
+        named.extend((0..1000).map(|i| format!("10.0.0.{i}:7400")));
+        let kept = kept_peers(named);
+        assert_eq!(kept.len(), proto::msg::MAX_WELCOME_PEERS);
+        assert_eq!(kept[0], "10.0.0.0:7400");
+        assert!(kept.iter().all(|p| !p.is_empty() && p.len() <= 255));
     }
 }

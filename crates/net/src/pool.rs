@@ -19,7 +19,9 @@ pub const MEMBER_CONNECT: std::time::Duration = std::time::Duration::from_secs(2
 /// A small pool of pipelined connections to one server (an OSD, or the
 /// MDS: the handshake names which), made on first use and remade when one dies.
 pub struct Pool {
-    addrs: Vec<String>,
+    /// The addresses given, then those the server's welcomes named (a
+    /// group's members that joined later).
+    addrs: std::sync::Mutex<Vec<String>>,
     /// The address that accepted last.
     current: AtomicUsize,
     cfg: ConnConfig,
@@ -42,7 +44,7 @@ impl Pool {
             addrs.push(addr.into());
         }
         Pool {
-            addrs,
+            addrs: std::sync::Mutex::new(addrs),
             current: AtomicUsize::new(0),
             cfg,
             conns: (0..n).map(|_| tokio::sync::Mutex::new(None)).collect(),
@@ -96,13 +98,35 @@ impl Pool {
         Ok((c, true))
     }
 
+    /// The addresses tried, in order.
+    pub fn addrs(&self) -> Vec<String> {
+        self.addrs.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Adds the addresses a welcome named that the pool does not know
+    /// yet (after the others, so the order of those tried stays put),
+    /// up to `proto::msg::MAX_WELCOME_PEERS` in all.
+    fn learn(&self, peers: &[String]) {
+        let mut addrs = self.addrs.lock().unwrap_or_else(|e| e.into_inner());
+        for p in peers {
+            if addrs.len() >= proto::msg::MAX_WELCOME_PEERS.max(1) {
+                break;
+            }
+            if !addrs.contains(p) {
+                tracing::info!(addr = %p, "learned another member's address");
+                addrs.push(p.clone());
+            }
+        }
+    }
+
     /// A connection to the one address that accepts: the last that did
     /// first, then the others in turn; with several addresses, rounds go
     /// on for [`FAILOVER_WAIT`] while none accepts.
     async fn connect_any(&self) -> Result<Connection, ConnError> {
-        let n = self.addrs.len();
         let deadline = std::time::Instant::now() + FAILOVER_WAIT;
         loop {
+            let addrs = self.addrs();
+            let n = addrs.len();
             let start = self.current.load(Ordering::Relaxed);
             let mut last = None;
             // Addresses that did not accept at all (an election may be
@@ -110,7 +134,7 @@ impl Pool {
             let mut closed = 0;
             for k in 0..n {
                 let i = (start + k) % n;
-                let attempt = Connection::connect(&self.addrs[i], &self.cfg);
+                let attempt = Connection::connect(&addrs[i], &self.cfg);
                 // A member whose host is gone may not even refuse: with
                 // several addresses, none is waited on for long.
                 let r = if n > 1 {
@@ -118,7 +142,7 @@ impl Pool {
                         .await
                         .unwrap_or_else(|_| {
                             Err(ConnError::Connect {
-                                addr: self.addrs[i].clone(),
+                                addr: addrs[i].clone(),
                                 why: format!("no answer within {MEMBER_CONNECT:?}"),
                             })
                         })
@@ -128,6 +152,7 @@ impl Pool {
                 match r {
                     Ok(c) => {
                         self.current.store(i, Ordering::Relaxed);
+                        self.learn(c.peers());
                         return Ok(c);
                     }
                     // Refused or unreachable: perhaps not the leader.

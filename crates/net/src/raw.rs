@@ -37,9 +37,9 @@ impl RawSession {
             why: e.to_string(),
         };
         let mut stream = TcpStream::connect(addr).await.map_err(cerr)?;
-        let (_, seals) = {
+        let seals = {
             let (mut rd, mut wr) = stream.split();
-            handshake(&mut rd, &mut wr, id, cfg, cerr).await?
+            handshake(&mut rd, &mut wr, id, cfg, cerr).await?.seals
         };
         let (send, recv) = match seals {
             Some((s, r)) => (Some(s), Some(r)),

@@ -45,6 +45,7 @@ impl Service for Bulk {
             osd_id: 0,
             max_payload: 8 << 20,
             max_in_flight: 8,
+            peers: Vec::new(),
         }
     }
 

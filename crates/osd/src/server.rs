@@ -217,6 +217,7 @@ impl Service for Osd {
             osd_id: self.cfg.osd_id,
             max_payload: self.cfg.serve.frame.max_payload,
             max_in_flight: self.cfg.serve.max_in_flight,
+            peers: Vec::new(),
         }
     }
 

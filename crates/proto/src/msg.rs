@@ -68,10 +68,19 @@ pub enum Welcome {
         max_payload: u32,
         /// Requests it processes at once per connection.
         max_in_flight: u32,
+        /// Every address the same service answers on (a replicated MDS
+        /// group's members' client addresses, so a client whose list
+        /// misses a member that joined learns it); empty otherwise. A
+        /// client keeps at most [`MAX_WELCOME_PEERS`] of at most 255
+        /// bytes each.
+        peers: Vec<String>,
     },
     /// Refused (version, cluster or OSD mismatch); the server closes.
     Refused(WireError),
 }
+
+/// Most addresses a client takes from [`Welcome::Ok::peers`].
+pub const MAX_WELCOME_PEERS: usize = 16;
 
 /// Attributes with their values, as carried in replies and set lists.
 pub type AttrList = Vec<(AttrKey, Vec<u8>)>;

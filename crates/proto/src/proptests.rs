@@ -239,7 +239,7 @@ proptest! {
     fn handshakes_round_trip(cluster in "[a-z0-9-]{0,20}", osd in any::<u32>(), v in any::<u16>()) {
         let h = Hello { version: v, cluster_id: cluster.clone(), osd_id: osd, client: "c".into(), credential: crate::auth::Credential::Key { principal: cluster.clone(), key_version: osd }, nonce: [osd as u8; 16], encrypt: osd % 2 == 0 };
         prop_assert_eq!(decode::<Hello>(&encode(&h)).unwrap(), h);
-        let w = Welcome::Ok { version: v, cluster_id: cluster, osd_id: osd, max_payload: 1, max_in_flight: 2 };
+        let w = Welcome::Ok { version: v, cluster_id: cluster, osd_id: osd, max_payload: 1, max_in_flight: 2, peers: vec!["a:1".into()] };
         prop_assert_eq!(decode::<Welcome>(&encode(&w)).unwrap(), w);
     }
 

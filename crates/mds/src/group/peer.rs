@@ -238,6 +238,7 @@ impl Service for PeerFront {
             osd_id: PEER_ID,
             max_payload: MAX_PEER_PAYLOAD,
             max_in_flight: 16,
+            peers: Vec::new(),
         }
     }
 
