@@ -111,8 +111,17 @@ pub fn map_after(current: &OsdMap, r: &OsdReport) -> Option<OsdMap> {
 }
 
 impl LiveMap {
-    /// Status rows for every OSD in `map`.
-    pub fn status(&self, map: &OsdMap, down_after: Duration) -> Vec<OsdStatus> {
+    /// Status rows for every OSD in `map`. One not heard from since this
+    /// MDS `started` counts as up until a lease has passed since then: it
+    /// may still hold the lease an earlier MDS (a group's former leader)
+    /// granted, and is fenced only after that, so a failover does not
+    /// show every OSD down until each reports again.
+    pub fn status(
+        &self,
+        map: &OsdMap,
+        down_after: Duration,
+        started: std::time::Instant,
+    ) -> Vec<OsdStatus> {
         map.osds
             .iter()
             .map(|o| {
@@ -121,7 +130,7 @@ impl LiveMap {
                     id: o.id,
                     addr: o.addr.clone(),
                     weight: o.weight,
-                    up: l.is_some_and(|l| l.seen.elapsed() < down_after),
+                    up: l.map_or(started, |l| l.seen).elapsed() < down_after,
                     is_in: !o.out,
                     host: o.host.clone(),
                     last_seen_ms: l.map(|l| l.seen.elapsed().as_millis() as u64),

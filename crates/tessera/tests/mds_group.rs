@@ -66,22 +66,32 @@ impl Group {
                 local::provision_osd(&d, osd, CLUSTER, 64 << 20, &g.member_dir(m).join("keys"))
                     .unwrap();
             }
-            let log = std::fs::File::create(d.join("osd.log")).unwrap();
-            let child = Command::new(BIN)
-                .arg("osd")
-                .arg("--store")
-                .arg(d.join("store.img"))
-                .arg("--key-file")
-                .arg(d.join("key.toml"))
-                .args(["--listen", &free_port(), "--mds", &g.list()])
-                .args(["--host", &format!("host{osd}")])
-                .stdout(Stdio::null())
-                .stderr(log)
-                .spawn()
-                .unwrap();
+            let child = g.osd(osd);
             g.osds.push(child);
         }
         g
+    }
+
+    /// Starts OSD `osd` (provisioned under `osd-<osd>`).
+    fn osd(&self, osd: u32) -> Child {
+        let d = self.dir.join(format!("osd-{osd}"));
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(d.join("osd.log"))
+            .unwrap();
+        Command::new(BIN)
+            .arg("osd")
+            .arg("--store")
+            .arg(d.join("store.img"))
+            .arg("--key-file")
+            .arg(d.join("key.toml"))
+            .args(["--listen", &free_port(), "--mds", &self.list()])
+            .args(["--host", &format!("host{osd}")])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap()
     }
 
     fn member_dir(&self, id: u64) -> PathBuf {
@@ -803,6 +813,66 @@ fn a_member_restarted_on_an_old_copy_of_its_data_refuses_to_start() {
             check(&g.client(), ROOT_INO, &model, "after the refusal").await,
             41
         );
+    });
+}
+
+/// An OSD killed together with the leader: the new leader counts every
+/// OSD's lease from its takeover, marks the dead one down once (the two
+/// live ones never flap), and takes it back when it returns.
+#[test]
+fn an_osd_killed_with_the_leader_is_marked_down_once_by_the_new_leader() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut g = Group::format(tmp.path());
+    let rt = runtime();
+    rt.block_on(async {
+        let c = g.client();
+        wait_osds(&c, 3).await;
+        let leader = g.leader();
+        let mut dead = g.osds.remove(0);
+        g.kill(leader);
+        dead.kill().unwrap();
+        dead.wait().unwrap();
+        let t0 = Instant::now();
+        // Sample the map as the new leader sees it until OSD 1 is down,
+        // then a while longer.
+        let mut transitions = 0;
+        let mut was_up = true;
+        let mut down_at = None;
+        while t0.elapsed() < Duration::from_secs(25) {
+            let Ok(MdsReply::Status(s)) = c.call(Op::Status).await else {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            };
+            for o in &s.osds {
+                if o.id == 1 {
+                    if was_up && !o.up {
+                        transitions += 1;
+                        down_at.get_or_insert(t0.elapsed());
+                    }
+                    assert!(!(o.up && !was_up), "OSD 1 came back up while dead: {o:?}");
+                    was_up = o.up;
+                } else {
+                    assert!(o.up, "a live OSD marked down at {:?}: {o:?}", t0.elapsed());
+                }
+            }
+            if down_at.is_some_and(|d| t0.elapsed() > d + Duration::from_secs(5)) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let down_at = down_at.expect("the dead OSD was never marked down");
+        eprintln!("OSD 1 marked down {down_at:?} after the leader and it were killed");
+        assert_eq!(transitions, 1);
+        // It returns: up again, under the new leader.
+        g.osds.insert(0, g.osd(1));
+        wait_osds(&c, 3).await;
+        g.start(leader);
+        wait_status(
+            &g,
+            |s| s.matches("up, lag 0 entries").count() == 3,
+            "every member caught up",
+        )
+        .await;
     });
 }
 

@@ -193,7 +193,11 @@ impl Mds {
             .live
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .status(&map, Duration::from_millis(self.cfg.down_after_ms));
+            .status(
+                &map,
+                Duration::from_millis(self.cfg.down_after_ms),
+                self.started,
+            );
         Ok((st, rows))
     }
 
