@@ -41,7 +41,6 @@ async fn start(id: u64, dir: &std::path::Path, key: [u8; 32]) -> Node {
         raft: raft.clone(),
         cluster_id: CLUSTER.into(),
         key,
-        members: vec![1, 2, 3, 4],
         dir: dir.to_path_buf(),
         receiving: tokio::sync::Mutex::new(None),
     });

@@ -23,15 +23,48 @@ use crate::service::{GroupAdminFn, GroupChange};
 pub const CAUGHT_UP: u64 = 64;
 /// How long the leader waits for its snapshot and purge before a join.
 const SNAPSHOT_WAIT: Duration = Duration::from_secs(60);
+/// A member that answered the leader this recently counts as up for a
+/// change of voters (heartbeats go every 100 ms).
+const HEARD_RECENTLY: Duration = Duration::from_millis(500);
+/// A change of voters left half done this long (its leader gone) is
+/// finished by the next.
+const UNFINISHED_AFTER: Duration = Duration::from_secs(2);
 /// Longest address accepted for a member.
 const ADDR_MAX: usize = 255;
 
-/// The leader's [`GroupAdminFn`] over `raft`.
-pub fn admin(raft: Raft<Tc>) -> GroupAdminFn {
+/// The leader's [`GroupAdminFn`] over `raft`; `heard` says when each
+/// other member last answered it.
+pub fn admin(raft: Raft<Tc>, heard: super::peer::Heard) -> GroupAdminFn {
     Box::new(move |c| {
-        let raft = raft.clone();
-        Box::pin(async move { change(&raft, c).await })
+        let (raft, heard) = (raft.clone(), heard.clone());
+        Box::pin(async move { change(&raft, &heard, c).await })
     })
+}
+
+/// Refuses a change of voters from `old` to `new` that a majority of
+/// either cannot take now (raft's joint consensus needs both): the group
+/// would stop answering until the members that are down came back.
+fn check_majorities(
+    old: &BTreeSet<u64>,
+    new: &BTreeSet<u64>,
+    up: &BTreeSet<u64>,
+) -> Result<(), MdsError> {
+    for (which, set) in [("now", old), ("after the change", new)] {
+        let live = set.intersection(up).count();
+        if live < set.len() / 2 + 1 {
+            let down: Vec<u64> = set.difference(up).copied().collect();
+            return Err(err(
+                Errno::Again,
+                format!(
+                    "the voters {which} ({set:?}) would have {live} of {} up (members {down:?} \
+                     are down) and a change needs a majority of both the old and the new \
+                     voters: bring them back, or remove the ones that are down first",
+                    set.len()
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Whether `a` reads as `host:port` (no spaces, commas or control
@@ -61,13 +94,31 @@ fn raft_err(what: &str, e: impl std::fmt::Display) -> MdsError {
 }
 
 /// Carries out `c` on the leader's `raft`.
-pub async fn change(raft: &Raft<Tc>, c: GroupChange) -> Result<(), MdsError> {
-    let group = raft
-        .metrics()
-        .borrow()
-        .membership_config
-        .membership()
-        .clone();
+pub async fn change(
+    raft: &Raft<Tc>,
+    heard: &super::peer::Heard,
+    c: GroupChange,
+) -> Result<(), MdsError> {
+    let (me, group) = {
+        let m = raft.metrics();
+        let m = m.borrow();
+        (m.id, m.membership_config.membership().clone())
+    };
+    if group.get_joint_config().len() > 1 {
+        return Err(err(
+            Errno::Again,
+            "a change of members is still in progress: try again in a moment",
+        ));
+    }
+    let up: BTreeSet<u64> = {
+        let heard = heard.lock().unwrap_or_else(|e| e.into_inner());
+        heard
+            .iter()
+            .filter(|(_, t)| t.elapsed() < HEARD_RECENTLY)
+            .map(|(id, _)| *id)
+            .chain([me])
+            .collect()
+    };
     match c {
         GroupChange::Add { id, addr, peer } => {
             if id == 0 || id == u64::MAX {
@@ -79,6 +130,12 @@ pub async fn change(raft: &Raft<Tc>, c: GroupChange) -> Result<(), MdsError> {
                 return Err(err(
                     Errno::Exist,
                     format!("member {id} is already in the group"),
+                ));
+            }
+            if addr == peer {
+                return Err(err(
+                    Errno::Inval,
+                    "the client and peer addresses must differ",
                 ));
             }
             let taken = [&addr, &peer];
@@ -120,6 +177,9 @@ pub async fn change(raft: &Raft<Tc>, c: GroupChange) -> Result<(), MdsError> {
                         format!("member {id} is the group's only voter"),
                     ));
                 }
+                let mut after = voters.clone();
+                after.remove(&id);
+                check_majorities(&voters, &after, &up)?;
                 ChangeMembers::RemoveVoters(BTreeSet::from([id]))
             } else {
                 ChangeMembers::RemoveNodes(BTreeSet::from([id]))
@@ -167,6 +227,8 @@ async fn start_from_a_snapshot(raft: &Raft<Tc>) -> Result<(), MdsError> {
 /// entries of the leader a voter. Ends when raft stops.
 pub async fn promote(raft: Raft<Tc>) {
     let mut tick = tokio::time::interval(Duration::from_millis(250));
+    // The half-done change seen, and since when.
+    let mut joint_seen: Option<(Option<openraft::LogId<u64>>, std::time::Instant)> = None;
     loop {
         tick.tick().await;
         let m = raft.metrics().borrow().clone();
@@ -178,6 +240,35 @@ pub async fn promote(raft: Raft<Tc>) {
         }
         let last = m.last_log_index.unwrap_or(0);
         let group = m.membership_config.membership();
+        // A change a former leader began and did not finish (the group
+        // is left needing a majority of two sets of voters): finish it.
+        let joint = group.get_joint_config();
+        if joint.len() <= 1 {
+            joint_seen = None;
+        }
+        let at = *m.membership_config.log_id();
+        let since = match joint_seen {
+            Some((seen, t)) if seen == at => t,
+            _ if joint.len() > 1 => {
+                joint_seen = Some((at, std::time::Instant::now()));
+                continue;
+            }
+            _ => std::time::Instant::now(),
+        };
+        if joint.len() > 1 {
+            if since.elapsed() < UNFINISHED_AFTER {
+                continue;
+            }
+            let target = joint[joint.len() - 1].clone();
+            match raft
+                .change_membership(ChangeMembers::ReplaceAllVoters(target.clone()), false)
+                .await
+            {
+                Ok(_) => tracing::info!(voters = ?target, "finished a change of members"),
+                Err(e) => tracing::info!(error = %e, "could not finish a change of members yet"),
+            }
+            continue;
+        }
         let ready: BTreeSet<u64> = group
             .learner_ids()
             .filter(|id| {

@@ -131,7 +131,12 @@ pub async fn run(
         key,
         heard: heard.clone(),
     };
+    // The client address, bound now but not listened on until this member
+    // leads (a follower's refuses connections): a member that could not
+    // serve must not stand for election at all.
+    let client = bind_client(&me.addr)?;
     refuse_if_reverted(&net, &group, &log, &mut sm).await?;
+    never_resume_leading(&log, group.id).await?;
     let raft_cfg = Arc::new(crate::raft::config(&cluster_id)?);
     let group_id = group.id;
     // Raft on a runtime of its own: requests keeping this one's workers
@@ -146,7 +151,6 @@ pub async fn run(
         raft: raft.clone(),
         cluster_id: cluster_id.clone(),
         key,
-        members: group.members.iter().map(|m| m.id).collect(),
         dir: dir.to_path_buf(),
         receiving: tokio::sync::Mutex::new(None),
     });
@@ -202,9 +206,11 @@ pub async fn run(
     };
     let _ = mds
         .group_status
-        .set(status_of(raft.clone(), group.id, heard));
-    let _ = mds.group_admin.set(super::admin::admin(raft.clone()));
-    lead(&raft, mds, &me.addr, stop, guard, mds_tx).await
+        .set(status_of(raft.clone(), group.id, heard.clone()));
+    let _ = mds
+        .group_admin
+        .set(super::admin::admin(raft.clone(), heard.clone()));
+    lead(&raft, mds, (client, &me.addr), stop, guard, mds_tx).await
 }
 
 /// Refuses to start when a leader saw this member hold more than its log
@@ -237,6 +243,57 @@ async fn refuse_if_reverted(
         peers.into_iter().collect(),
     )
     .await
+}
+
+/// Binds (without listening) the member's client address.
+fn bind_client(addr: &str) -> Result<socket2::Socket, String> {
+    use std::net::ToSocketAddrs;
+    let what = |e: &dyn std::fmt::Display| format!("client address {addr}: {e}");
+    let at = addr
+        .to_socket_addrs()
+        .map_err(|e| what(&e))?
+        .next()
+        .ok_or_else(|| what(&"resolves to nothing"))?;
+    let s = socket2::Socket::new(
+        socket2::Domain::for_address(at),
+        socket2::Type::STREAM,
+        Some(socket2::Protocol::TCP),
+    )
+    .map_err(|e| what(&e))?;
+    s.set_reuse_address(true).map_err(|e| what(&e))?;
+    s.bind(&at.into()).map_err(|e| {
+        what(&format!(
+            "{e}: this member could not serve clients if elected, so it does not start"
+        ))
+    })?;
+    Ok(s)
+}
+
+/// openraft restores a member whose saved vote says it led as the leader
+/// of that term at once, without an election. A member restarts when it
+/// steps down (it lost its majority, or could not serve), and its data may
+/// have been restored from a copy: resuming would make it lead again at
+/// once (a loop while it cannot serve), and a copy missing entries it had
+/// appended in that term would write different entries at the same
+/// positions, which followers cannot tell apart. So the vote is kept
+/// (it still voted for itself in that term, and votes for no one else in
+/// it) but no longer counts as an elected leader's: the member starts as
+/// a follower and leads again only by winning an election in a later term,
+/// which a member whose log is behind cannot.
+async fn never_resume_leading(log: &LogStore, me: u64) -> Result<(), String> {
+    use openraft::storage::RaftLogStorage;
+    let mut log = log.clone();
+    let Some(vote) = log.read_vote().await.map_err(|e| e.to_string())? else {
+        return Ok(());
+    };
+    if vote.is_committed() && vote.leader_id().voted_for() == Some(me) {
+        let term = vote.leader_id().term;
+        log.save_vote(&openraft::Vote::new(term, me))
+            .await
+            .map_err(|e| e.to_string())?;
+        tracing::info!(term, "led before this start: starts as a follower");
+    }
+    Ok(())
 }
 
 /// Held while the KV may hold batches the group has not committed: ends
@@ -364,12 +421,16 @@ async fn follow(
 async fn lead(
     raft: &Raft<Tc>,
     mds: Arc<Mds>,
-    addr: &str,
+    (client, addr): (socket2::Socket, &str),
     mut stop: watch::Receiver<bool>,
     mut guard: Speculating,
     mds_tx: watch::Sender<Option<Arc<Mds>>>,
 ) -> Result<Exit, String> {
-    let listener = match tokio::net::TcpListener::bind(addr).await {
+    let listening = client
+        .listen(1024)
+        .and_then(|()| client.set_nonblocking(true))
+        .and_then(|()| tokio::net::TcpListener::from_std(client.into()));
+    let listener = match listening {
         Ok(l) => l,
         Err(e) => {
             guard.step_down(&format!("cannot listen on {addr}: {e}"));

@@ -85,12 +85,6 @@ pub struct PeerFront {
     pub cluster_id: String,
     /// The group's key.
     pub key: Secret,
-    /// Members allowed to connect until raft knows the group's own list
-    /// (those `mds.toml` names: a pristine group, or a member that joined
-    /// and has not yet heard from the leader). Once raft knows it, only
-    /// its members (voters and learners) are let in, so a removed member
-    /// cannot disturb the group.
-    pub members: Vec<u64>,
     /// Where incoming snapshot images are assembled.
     pub dir: PathBuf,
     /// One snapshot arrives at a time: the id of the one arriving.
@@ -98,16 +92,17 @@ pub struct PeerFront {
 }
 
 impl PeerFront {
-    /// Whether member `id` may connect.
+    /// Whether member `id` (holding the group key) may connect.
     fn admits(&self, id: u64) -> bool {
         let m = self.raft.metrics();
         let known = m.borrow();
         let group = known.membership_config.membership();
-        if group.nodes().next().is_some() {
-            group.get_node(&id).is_some()
-        } else {
-            self.members.contains(&id)
-        }
+        // Until raft knows the group (a pristine group, or a member that
+        // joined and has not yet heard from the leader, who may be one it
+        // has never heard of), the group key is the proof; after that,
+        // only raft's members (voters and learners) are let in, so a
+        // removed member cannot disturb the group.
+        group.nodes().next().is_none() || group.get_node(&id).is_some()
     }
 }
 

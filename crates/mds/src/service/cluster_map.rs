@@ -189,15 +189,11 @@ impl Mds {
         let snap = self.kv.read()?;
         let st = snap.state()?;
         let map = snap.map(st.map_epoch)?.unwrap_or_default();
-        let rows = self
-            .live
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .status(
-                &map,
-                Duration::from_millis(self.cfg.down_after_ms),
-                self.started,
-            );
+        let rows = self.live.lock().unwrap_or_else(|e| e.into_inner()).status(
+            &map,
+            Duration::from_millis(self.cfg.down_after_ms),
+            self.started,
+        );
         Ok((st, rows))
     }
 

@@ -117,6 +117,10 @@ pub enum MdsCmd {
         /// Where the other members reach it (default: --addr's port plus 100).
         #[arg(long)]
         peer: Option<String>,
+        /// The group's client addresses to ask (default: the members
+        /// --from's mds.toml lists, which may be out of date).
+        #[arg(long)]
+        mds: Option<String>,
     },
     /// Remove a member from a replicated MDS group (a host retired or
     /// lost). The group keeps serving if a majority of the members left
@@ -187,7 +191,8 @@ pub fn run(c: MdsCmd) -> anyhow::Result<i32> {
             id,
             addr,
             peer,
-        } => super::mds_group::join(&from, &data, id, &addr, peer.as_deref()),
+            mds,
+        } => super::mds_group::join(&from, &data, id, (&addr, peer.as_deref()), mds.as_deref()),
         MdsCmd::Remove { id, to } => super::mds_group::remove(id, &to),
         MdsCmd::Fsck { data } => {
             let member = mds::MdsConfig::load(&data.join("mds.toml"))

@@ -107,8 +107,8 @@ pub fn join(
     from: &Path,
     data: &Path,
     id: u64,
-    addr: &str,
-    peer: Option<&str>,
+    (addr, peer): (&str, Option<&str>),
+    mds: Option<&str>,
 ) -> anyhow::Result<i32> {
     let (host, port) = host_port(addr)?;
     let peer = match peer {
@@ -122,54 +122,94 @@ pub fn join(
                 .with_context(|| format!("{addr}: no room for a peer port; give --peer"))?
         ),
     };
+    if peer == addr {
+        anyhow::bail!("--addr and --peer must differ (clients and members use separate ports)");
+    }
     if id == 0 || id == u64::MAX {
         anyhow::bail!("--id {id} is reserved: give another");
+    }
+    if !from.join("mds.toml").is_file() {
+        anyhow::bail!(
+            "{}: no mds.toml: --from must be a member's directory (or a copy of one)",
+            from.display()
+        );
+    }
+    if data.exists() {
+        anyhow::bail!(
+            "{} exists: refusing to make a member over it",
+            data.display()
+        );
     }
     let me = GroupMember {
         id,
         addr: addr.to_string(),
         peer: peer.clone(),
     };
-    let j = mds::group::files::make_joiner(from, data, &me).map_err(anyhow::Error::msg)?;
-    let key = net::auth::ClientKey::load(&data.join("client.admin.key"))?;
-    let others: Vec<&str> = j
-        .members
-        .iter()
-        .filter(|m| m.id != id)
-        .map(|m| m.addr.as_str())
-        .collect();
-    let asked = super::runtime()?.block_on(async {
-        let c = net::MdsClient::new(&others.join(","), &j.cluster_id, key.identity()?, 1);
-        c.call(proto::mds::Op::GroupAdd {
-            id,
-            addr: addr.to_string(),
-            peer: peer.clone(),
-        })
-        .await
-        .map_err(anyhow::Error::from)
-    });
-    match asked {
-        Ok(proto::mds::MdsReply::Done) => {}
-        other => {
-            // The group did not take it: the directory is of no use.
-            let _ = std::fs::remove_dir_all(data);
-            match other {
-                Ok(r) => anyhow::bail!("unexpected reply {r:?}"),
-                Err(e) => return Err(e.context("the group did not add the member")),
-            }
+    // Made aside and put in place only once the group took it: a member
+    // started on DIR meanwhile cannot lose its files to a failed join.
+    let aside = data.with_extension("joining");
+    let _ = std::fs::remove_dir_all(&aside);
+    let j = mds::group::files::make_joiner(from, &aside, &me).map_err(anyhow::Error::msg)?;
+    let asked = ask_to_add(&aside, &j, &me, mds);
+    let members = match asked {
+        Ok(members) => members,
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&aside);
+            return Err(e.context("the group did not add the member"));
         }
-    }
-    let all: Vec<&str> = j.members.iter().map(|m| m.addr.as_str()).collect();
+    };
+    std::fs::rename(&aside, data)
+        .with_context(|| format!("cannot move {} to {}", aside.display(), data.display()))?;
     println!(
         "member {id} made in {} and added to the group as a learner (clients {addr}, peers {peer})",
         data.display()
     );
     println!(
-        "start it: tessera mds serve --data {} (it installs the leader's snapshot and votes once          caught up; `tessera status` shows it joining until then)",
+        "start it: tessera mds serve --data {} (it installs the leader's snapshot and votes \
+         once caught up; `tessera status` shows it joining until then)",
         data.display()
     );
-    println!("clients and OSDs: --mds {}", all.join(","));
+    println!("clients and OSDs: --mds {}", members.join(","));
     Ok(0)
+}
+
+/// Asks the group (`mds`, else the members `--from` named) to add `me`;
+/// answers every member's client address as the leader lists them.
+fn ask_to_add(
+    dir: &Path,
+    j: &mds::group::files::Joiner,
+    me: &GroupMember,
+    mds: Option<&str>,
+) -> anyhow::Result<Vec<String>> {
+    let key = net::auth::ClientKey::load(&dir.join("client.admin.key"))?;
+    let others: Vec<&str> = j
+        .members
+        .iter()
+        .filter(|m| m.id != me.id)
+        .map(|m| m.addr.as_str())
+        .collect();
+    let list = mds.map_or_else(|| others.join(","), str::to_string);
+    super::runtime()?.block_on(async {
+        let c = net::MdsClient::new(&list, &j.cluster_id, key.identity()?, 1);
+        let op = proto::mds::Op::GroupAdd {
+            id: me.id,
+            addr: me.addr.clone(),
+            peer: me.peer.clone(),
+        };
+        match c.call(op).await? {
+            proto::mds::MdsReply::Done => {}
+            r => anyhow::bail!("unexpected reply {r:?}"),
+        }
+        // The group's own list (the one --from knew may be older).
+        let listed = match c.call(proto::mds::Op::Status).await {
+            Ok(proto::mds::MdsReply::Status(s)) => s
+                .mds_group
+                .as_ref()
+                .map(|g| g.members.iter().map(|m| m.addr.clone()).collect()),
+            _ => None,
+        };
+        Ok(listed.unwrap_or_else(|| j.members.iter().map(|m| m.addr.clone()).collect()))
+    })
 }
 
 /// Runs `tessera mds remove`.
