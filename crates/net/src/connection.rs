@@ -76,6 +76,12 @@ pub struct ConnConfig {
     pub identity: Arc<dyn IdentitySource>,
     /// Ask for encrypted frames.
     pub encrypt: bool,
+    /// Close the connection when sent bytes stay unacknowledged this long
+    /// (the kernel's TCP user timeout): set for the MDS and a group's
+    /// members, where a dead leader must be noticed in seconds. Left
+    /// unset for OSDs: a busy server stops reading (back-pressure), and
+    /// its zero window must not cost the connection.
+    pub dead_peer_after: Option<Duration>,
 }
 
 impl std::fmt::Debug for ConnConfig {
@@ -103,6 +109,7 @@ impl ConnConfig {
             connections: 2,
             identity,
             encrypt: false,
+            dead_peer_after: None,
         }
     }
 }
@@ -281,24 +288,26 @@ fn lock(
     w.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// A connection whose sent bytes stay unacknowledged, or whose idle
-/// keepalive probes go unanswered, for this long is closed by the kernel:
-/// a peer whose host died or whose network was cut sends no reset, and
-/// without this a request on it would wait out the whole reply timeout
-/// (and an idle pool would keep a dead connection for minutes).
+/// What the MDS's clients and a group's members set as
+/// [`ConnConfig::dead_peer_after`]: a peer whose host died or whose
+/// network was cut sends no reset, and without it a request would wait
+/// out the whole reply timeout.
 pub const DEAD_PEER_AFTER: Duration = Duration::from_secs(3);
 
-/// Sets keepalive probes (after 1 s idle, every 1 s) and the kernel's
-/// user timeout to [`DEAD_PEER_AFTER`] on `sock`. Best effort: a system
-/// without them keeps the reply timeout alone.
-fn notice_dead_peers(sock: &TcpStream) {
+/// Sets keepalive probes on `sock` (after 1 s idle, every 1 s; an idle
+/// connection to a vanished peer is closed in a few seconds instead of
+/// kept for minutes) and, when asked, the kernel's user timeout. Best
+/// effort: a system without them keeps the reply timeout alone.
+fn notice_dead_peers(sock: &TcpStream, user_timeout: Option<Duration>) {
     let s = socket2::SockRef::from(sock);
     let probes = socket2::TcpKeepalive::new()
         .with_time(Duration::from_secs(1))
         .with_interval(Duration::from_secs(1))
         .with_retries(2);
     let _ = s.set_tcp_keepalive(&probes);
-    let _ = s.set_tcp_user_timeout(Some(DEAD_PEER_AFTER));
+    if user_timeout.is_some() {
+        let _ = s.set_tcp_user_timeout(user_timeout);
+    }
 }
 
 impl Connection {
@@ -313,7 +322,7 @@ impl Connection {
             .map_err(|_| cerr("timed out".into()))?
             .map_err(|e| cerr(e.to_string()))?;
         let _ = sock.set_nodelay(true);
-        notice_dead_peers(&sock);
+        notice_dead_peers(&sock, cfg.dead_peer_after);
         let (rd, wr) = sock.into_split();
         let mut rd = BufReader::with_capacity(256 << 10, rd);
         let mut wr = BufWriter::with_capacity(256 << 10, wr);

@@ -135,6 +135,7 @@ impl MdsClient {
         encrypt: bool,
     ) -> MdsClient {
         let mut cfg = ConnConfig::new(cluster_id, MDS_ID, std::sync::Arc::new(identity.clone()));
+        cfg.dead_peer_after = Some(crate::connection::DEAD_PEER_AFTER);
         cfg.name = "tessera-client".into();
         cfg.connections = connections.max(1);
         cfg.encrypt = encrypt;

@@ -21,8 +21,9 @@ use crate::service::{GroupAdminFn, GroupChange};
 
 /// A learner this close to the leader's last entry is made a voter.
 pub const CAUGHT_UP: u64 = 64;
-/// How long the leader waits for its snapshot and purge before a join.
-const SNAPSHOT_WAIT: Duration = Duration::from_secs(60);
+/// How long the leader waits for its snapshot, then for its purge,
+/// before a join (together within the client's 30 s reply timeout).
+const SNAPSHOT_WAIT: Duration = Duration::from_secs(12);
 /// A member that answered the leader this recently counts as up for a
 /// change of voters (heartbeats go every 100 ms).
 const HEARD_RECENTLY: Duration = Duration::from_millis(500);
@@ -99,10 +100,20 @@ pub async fn change(
     heard: &super::peer::Heard,
     c: GroupChange,
 ) -> Result<(), MdsError> {
-    let (me, group) = {
+    let (me, group, caught_up) = {
         let m = raft.metrics();
         let m = m.borrow();
-        (m.id, m.membership_config.membership().clone())
+        let last = m.last_log_index.unwrap_or(0);
+        // A voter far behind (installing a snapshot, say) would hold a
+        // change of voters up as surely as one that is down.
+        let caught_up: BTreeSet<u64> = m
+            .replication
+            .iter()
+            .flatten()
+            .filter(|(_, l)| l.is_some_and(|l| l.index + CAUGHT_UP >= last))
+            .map(|(id, _)| *id)
+            .collect();
+        (m.id, m.membership_config.membership().clone(), caught_up)
     };
     if group.get_joint_config().len() > 1 {
         return Err(err(
@@ -114,7 +125,7 @@ pub async fn change(
         let heard = heard.lock().unwrap_or_else(|e| e.into_inner());
         heard
             .iter()
-            .filter(|(_, t)| t.elapsed() < HEARD_RECENTLY)
+            .filter(|(id, t)| t.elapsed() < HEARD_RECENTLY && caught_up.contains(id))
             .map(|(id, _)| *id)
             .chain([me])
             .collect()
@@ -229,6 +240,8 @@ pub async fn promote(raft: Raft<Tc>) {
     let mut tick = tokio::time::interval(Duration::from_millis(250));
     // The half-done change seen, and since when.
     let mut joint_seen: Option<(Option<openraft::LogId<u64>>, std::time::Instant)> = None;
+    // Whether this leader has purged its log for a learner yet.
+    let mut purged_for_learners = false;
     loop {
         tick.tick().await;
         let m = raft.metrics().borrow().clone();
@@ -266,6 +279,23 @@ pub async fn promote(raft: Raft<Tc>) {
             {
                 Ok(_) => tracing::info!(voters = ?target, "finished a change of members"),
                 Err(e) => tracing::info!(error = %e, "could not finish a change of members yet"),
+            }
+            continue;
+        }
+        // A learner this leader has no progress for, when its log still
+        // reaches back to the start (a leader that took over after a
+        // join, before the member started): snapshot and purge, so the
+        // learner is sent the snapshot, never entries it cannot apply.
+        let fresh_learner = group.learner_ids().any(|id| {
+            m.replication
+                .as_ref()
+                .and_then(|r| r.get(&id).cloned().flatten())
+                .is_none()
+        });
+        if fresh_learner && m.purged.is_none() && !purged_for_learners {
+            purged_for_learners = true;
+            if let Err(e) = start_from_a_snapshot(&raft).await {
+                tracing::warn!(error = %e, "could not purge the log for a learner");
             }
             continue;
         }

@@ -120,9 +120,14 @@ pub async fn run(
             group.id
         ));
     }
+    let mut sm = KvMachine::open(db.clone(), dir).map_err(|e| e.to_string())?;
+    let log = if sm.awaiting_snapshot() {
+        fresh_log_if_joining(dir, log, group.log_bytes).await?
+    } else {
+        log
+    };
     let log_watch = log.clone();
     let log_gate = log.clone();
-    let mut sm = KvMachine::open(db.clone(), dir).map_err(|e| e.to_string())?;
     let (origin_slot, quiesce_slot) = (sm.live_origin(), sm.quiesce_slot());
     let heard = super::peer::Heard::default();
     let net = PeerNet {
@@ -243,6 +248,34 @@ async fn refuse_if_reverted(
         peers.into_iter().collect(),
     )
     .await
+}
+
+/// A member still waiting for its first snapshot (`mds join`; the caller
+/// checks) that was
+/// sent log entries instead (by a leader that had not purged its log)
+/// cannot apply them and would refuse them at every start: its log is
+/// made anew. It is a learner that has voted for no one, so nothing it
+/// held counts anywhere.
+async fn fresh_log_if_joining(
+    dir: &Path,
+    log: LogStore,
+    log_bytes: u64,
+) -> Result<LogStore, String> {
+    use openraft::storage::RaftLogStorage;
+    let mut probe = log.clone();
+    let state = probe.get_log_state().await.map_err(|e| e.to_string())?;
+    if state.last_log_id.is_none() {
+        return Ok(log);
+    }
+    let member = log.member();
+    drop((probe, log));
+    tracing::warn!("joined, and sent entries before a snapshot: starting the raft log anew");
+    let what = |e: std::io::Error| format!("{}: {e}", dir.display());
+    let (ring, state) = crate::raft::log_store::paths(dir);
+    std::fs::remove_file(&ring).map_err(what)?;
+    std::fs::remove_file(&state).map_err(what)?;
+    crate::raft::log_store::create(dir, log_bytes, member).map_err(what)?;
+    LogStore::open(dir).map_err(what)
 }
 
 /// Binds (without listening) the member's client address.

@@ -92,16 +92,17 @@ pub struct PeerFront {
 }
 
 impl PeerFront {
-    /// Whether member `id` (holding the group key) may connect.
-    fn admits(&self, id: u64) -> bool {
+    /// Whether member `id` (holding the group key) may ask for votes.
+    /// Any holder of the group key may connect and send entries: a
+    /// member that missed a change of members must still hear a leader it
+    /// does not know of yet (raft's terms judge what it sends). Only a
+    /// vote changes anything by itself, so once raft knows the group, a
+    /// member it does not list (one removed, still campaigning) has its
+    /// vote requests refused and cannot disturb the group.
+    fn may_vote(&self, id: u64) -> bool {
         let m = self.raft.metrics();
         let known = m.borrow();
         let group = known.membership_config.membership();
-        // Until raft knows the group (a pristine group, or a member that
-        // joined and has not yet heard from the leader, who may be one it
-        // has never heard of), the group key is the proof; after that,
-        // only raft's members (voters and learners) are let in, so a
-        // removed member cannot disturb the group.
         group.nodes().next().is_none() || group.get_node(&id).is_some()
     }
 }
@@ -212,7 +213,7 @@ impl Service for PeerFront {
             Credential::Key { principal, .. } => principal
                 .strip_prefix("mds.")
                 .and_then(|n| n.parse::<u64>().ok())
-                .filter(|id| self.admits(*id)),
+                .filter(|id| *id != u64::MAX),
             _ => None,
         };
         match member {
@@ -254,6 +255,10 @@ impl Service for PeerFront {
                 };
                 reply(&r)
             }
+            RAFT_VOTE if !self.may_vote(*peer) => reply::<()>(&Err(format!(
+                "member {} is not in this group: its vote requests are refused",
+                *peer
+            ))),
             RAFT_VOTE => {
                 let r = match postcard::from_bytes::<VoteRequest<u64>>(&f.payload) {
                     Ok(req) => Ok(self.raft.vote(req).await),
@@ -304,6 +309,7 @@ impl RaftNetworkFactory<Tc> for PeerNet {
     async fn new_client(&mut self, target: u64, node: &Member) -> PeerLink {
         let identity = Identity::principal(&principal(self.me), 1, self.key);
         let mut cfg = ConnConfig::new(&self.cluster_id, PEER_ID, Arc::new(identity));
+        cfg.dead_peer_after = Some(net::connection::DEAD_PEER_AFTER);
         cfg.name = format!("mds.{}", self.me);
         cfg.encrypt = true;
         cfg.connections = 1;

@@ -124,6 +124,12 @@ impl KvMachine {
         })
     }
 
+    /// Whether this member still waits for its first snapshot (made by
+    /// `tessera mds join`, none installed yet).
+    pub fn awaiting_snapshot(&self) -> bool {
+        self.awaiting_snapshot
+    }
+
     /// The switch naming the live instance whose batches are skipped.
     pub fn live_origin(&self) -> Arc<AtomicU64> {
         self.live_origin.clone()

@@ -147,7 +147,9 @@ pub fn join(
     };
     // Made aside and put in place only once the group took it: a member
     // started on DIR meanwhile cannot lose its files to a failed join.
-    let aside = data.with_extension("joining");
+    let mut aside = data.as_os_str().to_owned();
+    aside.push(".joining");
+    let aside = PathBuf::from(aside);
     let _ = std::fs::remove_dir_all(&aside);
     let j = mds::group::files::make_joiner(from, &aside, &me).map_err(anyhow::Error::msg)?;
     let asked = ask_to_add(&aside, &j, &me, mds);
