@@ -118,6 +118,9 @@ impl ConnConfig {
 /// for `id`, checks the server's proof, sends the client's, and returns
 /// the server's payload limit and the frame seals (send, receive) of an
 /// authenticated connection (`None` for an `--insecure` OSD).
+/// Most addresses a client takes from a welcome's `peers`.
+pub const MAX_PEERS_KEPT: usize = 16;
+
 /// What a handshake settled.
 pub struct Welcomed {
     /// Largest payload the server accepts.
@@ -130,12 +133,12 @@ pub struct Welcomed {
 }
 
 /// The peers a client keeps from a welcome: at most
-/// `proto::msg::MAX_WELCOME_PEERS`, each non-empty and at most 255 bytes.
+/// `crate::connection::MAX_PEERS_KEPT`, each non-empty and at most 255 bytes.
 fn kept_peers(peers: Vec<String>) -> Vec<String> {
     peers
         .into_iter()
         .filter(|p| !p.is_empty() && p.len() <= 255)
-        .take(proto::msg::MAX_WELCOME_PEERS)
+        .take(crate::connection::MAX_PEERS_KEPT)
         .collect()
 }
 
@@ -476,7 +479,7 @@ mod peer_tests {
         let mut named: Vec<String> = vec![String::new(), "x".repeat(256)];
         named.extend((0..1000).map(|i| format!("10.0.0.{i}:7400")));
         let kept = kept_peers(named);
-        assert_eq!(kept.len(), proto::msg::MAX_WELCOME_PEERS);
+        assert_eq!(kept.len(), crate::connection::MAX_PEERS_KEPT);
         assert_eq!(kept[0], "10.0.0.0:7400");
         assert!(kept.iter().all(|p| !p.is_empty() && p.len() <= 255));
     }

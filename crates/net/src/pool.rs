@@ -105,11 +105,11 @@ impl Pool {
 
     /// Adds the addresses a welcome named that the pool does not know
     /// yet (after the others, so the order of those tried stays put),
-    /// up to `proto::msg::MAX_WELCOME_PEERS` in all.
+    /// up to `crate::connection::MAX_PEERS_KEPT` in all.
     fn learn(&self, peers: &[String]) {
         let mut addrs = self.addrs.lock().unwrap_or_else(|e| e.into_inner());
         for p in peers {
-            if addrs.len() >= proto::msg::MAX_WELCOME_PEERS.max(1) {
+            if addrs.len() >= crate::connection::MAX_PEERS_KEPT.max(1) {
                 break;
             }
             if !addrs.contains(p) {

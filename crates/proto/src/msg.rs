@@ -41,8 +41,7 @@ pub struct Hello {
     pub encrypt: bool,
 }
 
-/// Server's answer to [`Hello`] (and, after a challenge, to the
-/// client's [`crate::auth::Proof`]).
+/// Server's answer to [`Hello`] (after a challenge, to [`crate::auth::Proof`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Welcome {
     /// The credential is known: the server proves it holds the key and
@@ -68,19 +67,13 @@ pub enum Welcome {
         max_payload: u32,
         /// Requests it processes at once per connection.
         max_in_flight: u32,
-        /// Every address the same service answers on (a replicated MDS
-        /// group's members' client addresses, so a client whose list
-        /// misses a member that joined learns it); empty otherwise. A
-        /// client keeps at most [`MAX_WELCOME_PEERS`] of at most 255
-        /// bytes each.
+        /// Every address the service answers on (an MDS group's members';
+        /// else empty). Clients keep 16 at most, ≤ 255 bytes each.
         peers: Vec<String>,
     },
     /// Refused (version, cluster or OSD mismatch); the server closes.
     Refused(WireError),
 }
-
-/// Most addresses a client takes from [`Welcome::Ok::peers`].
-pub const MAX_WELCOME_PEERS: usize = 16;
 
 /// Attributes with their values, as carried in replies and set lists.
 pub type AttrList = Vec<(AttrKey, Vec<u8>)>;

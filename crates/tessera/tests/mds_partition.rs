@@ -12,7 +12,7 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -224,20 +224,6 @@ async fn group(c: &MdsClient) -> proto::status::GroupStatus {
     }
 }
 
-fn fsck_clean(dir: &Path) {
-    let out = Command::new(BIN)
-        .args(["mds", "fsck", "--data"])
-        .arg(dir)
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && text.contains("clean"),
-        "{}: {out:?}",
-        dir.display()
-    );
-}
-
 #[test]
 fn a_leader_cut_off_from_the_others_stops_answering_and_loses_nothing() {
     let hosts = Hosts::make(3);
@@ -364,6 +350,6 @@ fn a_leader_cut_off_from_the_others_stops_answering_and_loses_nothing() {
     });
     members.stop_all();
     for k in 1..=3 {
-        fsck_clean(&tmp.path().join(format!("member-{k}")));
+        common::mds_fsck_clean(&tmp.path().join(format!("member-{k}")));
     }
 }

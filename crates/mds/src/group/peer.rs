@@ -29,7 +29,7 @@ use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse,
 };
-use openraft::{Raft, Snapshot, SnapshotMeta, Vote};
+use openraft::{Raft, ServerState, Snapshot, SnapshotMeta, Vote};
 use proto::auth::{Credential, Secret};
 use proto::msg::{Hello, Welcome};
 use proto::{ErrorCode, Frame, PROTOCOL_VERSION, WireError};
@@ -49,13 +49,35 @@ pub const RAFT_SNAP_CHUNK: u16 = 0x202;
 /// The end of a snapshot: install it.
 pub const RAFT_SNAP_END: u16 = 0x203;
 /// What the leader last saw the asking member hold (a restarting member
-/// asks: [`super::reverted`]).
+/// asks: `super::reverted`).
 pub const RAFT_PROGRESS: u16 = 0x204;
 /// Largest snapshot piece sent (and payload accepted).
 pub const SNAP_CHUNK: usize = 8 << 20;
 /// Largest payload the peer listener accepts (an AppendEntries of 64
 /// batches, each at most a few MiB, fits).
 pub const MAX_PEER_PAYLOAD: u32 = 256 << 20;
+
+/// What a leader saw a member hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Seen {
+    /// The leader's term.
+    pub term: u64,
+    /// The highest log index the member acknowledged to it.
+    pub index: u64,
+}
+
+/// What this member, if it leads, saw member `id` hold.
+pub fn progress_of(raft: &Raft<Tc>, id: u64) -> Option<Seen> {
+    let m = raft.metrics().borrow().clone();
+    if m.state != ServerState::Leader {
+        return None;
+    }
+    let index = m.replication.as_ref()?.get(&id).cloned().flatten()?.index;
+    Some(Seen {
+        term: m.current_term,
+        index,
+    })
+}
 
 /// The principal member `id` authenticates as.
 pub fn principal(id: u64) -> String {
@@ -268,7 +290,7 @@ impl Service for PeerFront {
             }
             RAFT_SNAP_CHUNK => reply(&self.chunk(&f).await),
             RAFT_SNAP_END => reply(&self.end(&f).await),
-            RAFT_PROGRESS => reply(&Ok(super::reverted::progress_of(&self.raft, *peer))),
+            RAFT_PROGRESS => reply(&Ok(progress_of(&self.raft, *peer))),
             op => reply::<()>(&Err(format!("opcode {op:#x} is not a peer request"))),
         }
     }
@@ -403,16 +425,12 @@ impl PeerLink {
 
 impl PeerLink {
     /// Asks the member what, if it leads, it last saw this one hold.
-    pub async fn progress(
-        &mut self,
-        ttl: Duration,
-    ) -> Result<Option<super::reverted::Seen>, String> {
+    pub async fn progress(&mut self, ttl: Duration) -> Result<Option<Seen>, String> {
         let f = self
             .call(RAFT_PROGRESS, &(), Bytes::new(), ttl)
             .await
             .map_err(|e| e.to_string())?;
-        self.decode::<Option<super::reverted::Seen>>(&f)
-            .map_err(|e| e.to_string())?
+        self.decode::<Option<Seen>>(&f).map_err(|e| e.to_string())?
     }
 }
 

@@ -17,36 +17,13 @@
 use std::time::Duration;
 
 use openraft::network::RaftNetworkFactory;
-use openraft::{Raft, ServerState};
-use serde::{Deserialize, Serialize};
 
 use super::peer::PeerNet;
-use crate::raft::{Member, Tc};
+pub use super::peer::Seen;
+use crate::raft::Member;
 
 /// How long a restarting member waits for each other member's answer.
 const ASK_WAIT: Duration = Duration::from_secs(2);
-
-/// What a leader saw a member hold.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Seen {
-    /// The leader's term.
-    pub term: u64,
-    /// The highest log index the member acknowledged to it.
-    pub index: u64,
-}
-
-/// What this member, if it leads, saw member `id` hold.
-pub fn progress_of(raft: &Raft<Tc>, id: u64) -> Option<Seen> {
-    let m = raft.metrics().borrow().clone();
-    if m.state != ServerState::Leader {
-        return None;
-    }
-    let index = m.replication.as_ref()?.get(&id).cloned().flatten()?.index;
-    Some(Seen {
-        term: m.current_term,
-        index,
-    })
-}
 
 /// Whether an answer shows the member's data went back: a leader at
 /// least as recent as the member's own vote saw it hold an index past

@@ -38,6 +38,35 @@ pub fn free_port() -> String {
     }
 }
 
+/// `tessera mds fsck --data DIR` on a stopped MDS or group member:
+/// asserts it is clean and answers its report.
+pub fn mds_fsck_clean(dir: &Path) -> String {
+    let out = Command::new(BIN)
+        .args(["mds", "fsck", "--data"])
+        .arg(dir)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success() && text.contains("clean"),
+        "{}: {out:?}",
+        dir.display()
+    );
+    text
+}
+
+/// `cp -a FROM TO` (a member's directory copied as a backup would be).
+pub fn cp_a(from: &Path, to: &Path) {
+    let ok = Command::new("cp")
+        .arg("-a")
+        .arg(from)
+        .arg(to)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "cp -a {} {}", from.display(), to.display());
+}
+
 std::thread_local! {
     /// The admin key of the cluster this test (thread) formatted.
     pub static KEY: std::cell::RefCell<Option<std::path::PathBuf>> = const { std::cell::RefCell::new(None) };
