@@ -756,9 +756,11 @@ fn a_lost_member_is_replaced_by_a_new_one_and_the_group_keeps_serving() {
         lost
     });
     g.stop_all();
+    // A member's KV is its last durable point (its raft log holds what
+    // came after), so only its consistency is checked here; every name was
+    // checked through the group above.
     for id in (1..=4).filter(|id| *id != lost) {
-        let text = common::mds_fsck_clean(&g.member_dir(id));
-        assert!(text.contains("84 inodes"), "member {id}: {text}");
+        common::mds_fsck_clean(&g.member_dir(id));
     }
 }
 

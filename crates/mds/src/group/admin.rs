@@ -286,12 +286,9 @@ pub async fn promote(raft: Raft<Tc>) {
         // reaches back to the start (a leader that took over after a
         // join, before the member started): snapshot and purge, so the
         // learner is sent the snapshot, never entries it cannot apply.
-        let fresh_learner = group.learner_ids().any(|id| {
-            m.replication
-                .as_ref()
-                .and_then(|r| r.get(&id).cloned().flatten())
-                .is_none()
-        });
+        let fresh_learner = group
+            .learner_ids()
+            .any(|id| crate::raft::matched(&m, id).is_none());
         if fresh_learner && m.purged.is_none() && !purged_for_learners {
             purged_for_learners = true;
             if let Err(e) = start_from_a_snapshot(&raft).await {
@@ -301,12 +298,7 @@ pub async fn promote(raft: Raft<Tc>) {
         }
         let ready: BTreeSet<u64> = group
             .learner_ids()
-            .filter(|id| {
-                m.replication
-                    .as_ref()
-                    .and_then(|r| r.get(id).cloned().flatten())
-                    .is_some_and(|l| l.index + CAUGHT_UP >= last)
-            })
+            .filter(|id| crate::raft::matched(&m, *id).is_some_and(|i| i + CAUGHT_UP >= last))
             .collect();
         if ready.is_empty() {
             continue;

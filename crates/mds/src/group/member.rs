@@ -376,10 +376,7 @@ fn status_of(
                     matched: if me {
                         Some(last_log)
                     } else {
-                        m.replication
-                            .as_ref()
-                            .and_then(|r| r.get(&id).cloned().flatten())
-                            .map(|l| l.index)
+                        crate::raft::matched(&m, id)
                     },
                     heard_ms: if me {
                         Some(0)

@@ -72,7 +72,7 @@ pub fn progress_of(raft: &Raft<Tc>, id: u64) -> Option<Seen> {
     if m.state != ServerState::Leader {
         return None;
     }
-    let index = m.replication.as_ref()?.get(&id).cloned().flatten()?.index;
+    let index = crate::raft::matched(&m, id)?;
     Some(Seen {
         term: m.current_term,
         index,

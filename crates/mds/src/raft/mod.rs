@@ -70,6 +70,17 @@ openraft::declare_raft_types!(
         AsyncRuntime = openraft::TokioRuntime,
 );
 
+/// The highest log index member `id` is known to hold, as the leader
+/// reporting `m` replicates to it (None: not leading, or no progress yet).
+pub fn matched(m: &openraft::RaftMetrics<u64, Member>, id: u64) -> Option<u64> {
+    m.replication
+        .as_ref()?
+        .get(&id)
+        .cloned()
+        .flatten()
+        .map(|l| l.index)
+}
+
 /// openraft's storage error, for this group's types.
 pub type StoreError = StorageError<u64>;
 
