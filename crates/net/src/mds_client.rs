@@ -17,6 +17,10 @@ use proto::mds::{
 };
 use proto::msg::decode;
 
+/// How many times a request that only reads is sent before a lost
+/// connection is reported ([`MdsClient::call`]).
+const READ_TRIES: u64 = 4;
+
 /// Why a call failed: transport or the MDS's answer.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum CallError {
@@ -337,13 +341,39 @@ impl MdsClient {
                 self.sync_call().await?;
             }
         }
-        let result = self.send(creds, op, early, foot).await;
+        let result = if op.is_read_only() {
+            self.send_read(creds, op).await
+        } else {
+            self.send(creds, op, early, foot).await
+        };
         if early {
             let mut log = self.log.lock().unwrap_or_else(|e| e.into_inner());
             let (n, b) = log.in_flight;
             log.in_flight = (n.saturating_sub(1), b.saturating_sub(foot));
         }
         result
+    }
+
+    /// [`MdsClient::send`] for a request that only reads: a connection
+    /// lost before the answer (a leader that died or stepped down) is
+    /// followed by the same request to whoever accepts next, a few times
+    /// within [`crate::pool::FAILOVER_WAIT`]. Writes are not sent again:
+    /// the first may have run.
+    async fn send_read(&self, creds: Creds, op: Op) -> Result<MdsReply, CallError> {
+        let deadline = std::time::Instant::now() + crate::pool::FAILOVER_WAIT;
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            match self.send(creds.clone(), op.clone(), false, 0).await {
+                Err(CallError::Transport(ConnError::Lost(why)))
+                    if tries < READ_TRIES && std::time::Instant::now() < deadline =>
+                {
+                    tracing::debug!(op = op.name(), %why, "connection lost: asking again");
+                    tokio::time::sleep(std::time::Duration::from_millis(50 * tries)).await;
+                }
+                r => return r,
+            }
+        }
     }
 
     async fn send(

@@ -447,6 +447,15 @@ impl RaftNetwork<Tc> for PeerLink {
         self.rpc(RAFT_VOTE, &rpc, option.hard_ttl()).await
     }
 
+    /// A member that could not be reached is tried again every heartbeat
+    /// (openraft waits 500 ms by default): a restarted member then hears
+    /// its leader before its own election timer (400 ms at least) runs
+    /// out, rather than stand as a candidate whose vote — in a term the
+    /// leader already holds, from a higher id — would depose it.
+    fn backoff(&self) -> openraft::network::Backoff {
+        openraft::network::Backoff::new(std::iter::repeat(Duration::from_millis(100)))
+    }
+
     async fn full_snapshot(
         &mut self,
         vote: Vote<u64>,

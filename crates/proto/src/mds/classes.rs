@@ -121,6 +121,36 @@ impl Op {
         }
     }
 
+    /// Whether it only reads: sending it again changes nothing, so a
+    /// client whose connection broke before the answer (a leader that
+    /// died or stepped down) may send it again to whoever leads next.
+    /// `Open` is here: it hands out capabilities and notes the session as
+    /// a holder, which a second time leaves as the first did.
+    pub fn is_read_only(&self) -> bool {
+        matches!(
+            self,
+            Op::Lookup { .. }
+                | Op::GetAttr { .. }
+                | Op::Open { .. }
+                | Op::Readlink { .. }
+                | Op::Readdir { .. }
+                | Op::ReaddirPrefetch { .. }
+                | Op::Stat { .. }
+                | Op::Resolve { .. }
+                | Op::GetXattr { .. }
+                | Op::ListXattr { .. }
+                | Op::GetLayout { .. }
+                | Op::TestLock { .. }
+                | Op::Statfs
+                | Op::Ticket { .. }
+                | Op::Whoami
+                | Op::GetMap { .. }
+                | Op::Status
+                | Op::Chains
+                | Op::AuthList
+        )
+    }
+
     /// A short name for logs and metrics.
     pub fn name(&self) -> &'static str {
         match self {
@@ -245,5 +275,9 @@ mod tests {
         ] {
             assert!(!op.is_access() && !op.mandatory(), "{}", op.name());
         }
+        // Sent again after a lost answer only if it reads.
+        assert!(lookup.is_read_only() && Op::Status.is_read_only());
+        assert!(!create.is_read_only() && !Op::Sync.is_read_only());
+        assert!(!Op::Holding { held: Vec::new() }.is_read_only());
     }
 }
