@@ -26,9 +26,10 @@ use crate::namespace::Namespace;
 
 /// After a read at the end of `ino` found the objects' bytes stopping at
 /// `seen` (a file offset), not at the known end: the namespace's length,
-/// cached for the client — `None` if asked within the cache window with
-/// the bytes stopping at the same place (remembered in `checked`) or if
-/// the namespace cannot answer; ESTALE if the file was removed.
+/// cached for the client — the length given then if asked within the
+/// cache window with the bytes stopping at the same place (remembered in
+/// `checked`), `None` if the namespace cannot answer; ESTALE if the file
+/// was removed.
 pub async fn length_now(
     (ns, meta, checked): (&dyn Namespace, &Meta, &Present),
     creds: &Creds,
@@ -36,13 +37,13 @@ pub async fn length_now(
     seen: u64,
 ) -> Result<Option<u64>> {
     let window = meta.attr_timeout.max(Duration::from_millis(100));
-    if checked.lately(ino, seen, window) {
-        return Ok(None);
+    if let Some(known) = checked.recent(ino, seen, window) {
+        return Ok(known);
     }
     let asked = meta.commits.ask();
     match ns.getattr(creds, ino).await {
         Ok(mut a) => {
-            checked.found(ino, seen, window);
+            checked.found(ino, seen, window, Some(a.size));
             meta.cache_attr(&mut a, asked.since());
             Ok(Some(a.size))
         }

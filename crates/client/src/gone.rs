@@ -21,33 +21,53 @@ use crate::namespace::Namespace;
 /// Files asked about lately, kept at most.
 const CHECKED_MAX: usize = 4096;
 
-/// For each file the namespace was asked about lately: when, and what
-/// the read saw then (`seen`: where the objects' bytes stopped, or 0).
-/// A question is not asked again within the cache window about what was
-/// seen the same way (`gone`: a hole; `eof`: a sparse tail).
+/// For each file the namespace was asked about lately: when, what the
+/// read saw then (`seen`: where the objects' bytes stopped, or 0) and the
+/// length the namespace gave, if it was asked for one. A question is not
+/// asked again within the cache window about what was seen the same way
+/// (`gone`: a hole; `eof`: a sparse tail, or a file shrunk elsewhere) —
+/// the answer then is the one remembered, so concurrent reads of one
+/// file (the kernel's read-ahead) agree on its length.
 #[derive(Default)]
 pub struct Present {
-    checked: Mutex<HashMap<u64, (Instant, u64)>>,
+    checked: Mutex<HashMap<u64, Asked>>,
+}
+
+/// One question about a file: when, what the read saw, the length given.
+#[derive(Clone, Copy)]
+struct Asked {
+    at: Instant,
+    seen: u64,
+    size: Option<u64>,
 }
 
 impl Present {
     /// Whether `ino` was asked about within `window`, having seen `seen`.
     pub(crate) fn lately(&self, ino: u64, seen: u64, window: Duration) -> bool {
-        let m = self.checked.lock().unwrap_or_else(|e| e.into_inner());
-        m.get(&ino)
-            .is_some_and(|&(t, s)| s == seen && t.elapsed() < window)
+        self.recent(ino, seen, window).is_some()
     }
 
-    /// `ino` was asked about now, having seen `seen`.
-    pub(crate) fn found(&self, ino: u64, seen: u64, window: Duration) {
+    /// If `ino` was asked about within `window` having seen `seen`: the
+    /// length it was given then (`None` inside: none was asked for).
+    pub(crate) fn recent(&self, ino: u64, seen: u64, window: Duration) -> Option<Option<u64>> {
+        let m = self.checked.lock().unwrap_or_else(|e| e.into_inner());
+        m.get(&ino)
+            .filter(|a| a.seen == seen && a.at.elapsed() < window)
+            .map(|a| a.size)
+    }
+
+    /// `ino` was asked about now, having seen `seen`, and was given
+    /// `size` (if a length was asked for).
+    pub(crate) fn found(&self, ino: u64, seen: u64, window: Duration, size: Option<u64>) {
         let mut m = self.checked.lock().unwrap_or_else(|e| e.into_inner());
         if m.len() >= CHECKED_MAX {
-            m.retain(|_, (t, _)| t.elapsed() < window);
+            m.retain(|_, a| a.at.elapsed() < window);
             if m.len() >= CHECKED_MAX {
                 m.clear();
             }
         }
-        m.insert(ino, (Instant::now(), seen));
+        let at = Instant::now();
+        m.insert(ino, Asked { at, seen, size });
     }
 }
 
@@ -66,7 +86,7 @@ pub async fn check(
     }
     match ns.getattr(creds, ino).await {
         Ok(_) => {
-            present.found(ino, 0, window);
+            present.found(ino, 0, window, None);
             Ok(())
         }
         Err(e) if removed(&e) => Err(stale(meta, ino, &e)),

@@ -299,6 +299,13 @@ impl Client {
         crate::reads::read_checked(&self.inner, &h.inode, off, len).await
     }
 
+    /// The length of the file open as `fh` as this client knows it now
+    /// (None: no such handle).
+    pub fn known_size(&self, fh: u64) -> Option<u64> {
+        let h = self.handle(fh).ok()?;
+        Some(h.inode.size.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
     /// Writes `data` at `off` (buffered; durable after fsync or close).
     pub async fn write(&self, fh: u64, off: u64, data: &[u8]) -> Result<u32> {
         let h = self.handle(fh)?;

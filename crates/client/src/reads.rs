@@ -248,12 +248,30 @@ async fn read_direct(
         // The objects stop inside the range: a hole, or the file shrank
         // on another client since this one had its length.
         let parts = (&*inner.ns, &*inner.meta, &inner.short_checked);
-        if let Some(size) = crate::eof::length_now(parts, &creds, f.ino, 0).await? {
-            let mut st = f.st.lock().await;
-            if size < st.size && st.gen_ == gen_ && !st.busy() && !st.modified {
-                truncated(f, &mut st, size);
-                return Ok(data.slice(0..size.saturating_sub(off).min(len) as usize));
-            }
+        let size = crate::eof::length_now(parts, &creds, f.ino, 0).await?;
+        let mut st = f.st.lock().await;
+        tracing::debug!(
+            ino = f.ino,
+            off,
+            len,
+            objects_end = off + to,
+            namespace = ?size,
+            known = st.size,
+            "a read found the objects stopping short"
+        );
+        if let Some(size) = size
+            && size < st.size
+            && st.gen_ == gen_
+            && !st.busy()
+            && !st.modified
+        {
+            truncated(f, &mut st, size);
+        }
+        // A shorter length — found by this read or by one beside it (the
+        // kernel reads ahead in parallel) — cuts this one too: zeros past
+        // the new end would make a torn mix of two versions.
+        if st.size < off + len && !st.busy() && !st.modified {
+            return Ok(data.slice(0..st.size.saturating_sub(off).min(len) as usize));
         }
     }
     let data = data.slice(0..(to as usize).max(len as usize));

@@ -42,6 +42,8 @@ pub struct TesseraFs {
     /// (`FUSE_HANDLE_KILLPRIV_V2` granted at init): writes, truncates,
     /// fallocate, copies into a file and chown strip them here.
     pub(crate) strips: bool,
+    /// The ends lately given in short read answers ([`crate::short_reads`]).
+    pub(crate) ends: crate::short_reads::Ends,
 }
 
 impl TesseraFs {
@@ -60,6 +62,7 @@ impl TesseraFs {
             groups: Groups::default(),
             notifier: locks::Notifier::default(),
             strips: false,
+            ends: Default::default(),
         }
     }
 

@@ -269,19 +269,7 @@ impl Filesystem for TesseraFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        match self.run(self.client.read_checked(fh.0, offset, size)) {
-            Ok((d, grew)) => {
-                if grew {
-                    // Before the answer: the reader's next read past the
-                    // kernel's old length asks for the new one. (Not on a
-                    // shrink: the kernel takes the short answer as the new
-                    // end only if its attributes were not dropped meanwhile.)
-                    locks::drop_kernel_attrs(&self.notifier, ino);
-                }
-                reply.data(&d)
-            }
-            Err(e) => reply.error(e),
-        }
+        crate::short_reads::answer(self, ino, fh.0, (offset, size), reply);
     }
 
     fn write(

@@ -2,7 +2,8 @@
 //! [`base::TesseraFs`] answers the kernel's requests with the client library
 //! (several request threads, bridged onto the client's tokio runtime);
 //! [`request`] reads what each request carries; [`locks`] maps the
-//! kernel's lock requests; [`mount`] checks the mount point and mounts.
+//! kernel's lock requests; [`short_reads`] orders answers shorter than
+//! asked; [`mount`] checks the mount point and mounts.
 
 pub mod attr;
 pub mod base;
@@ -10,6 +11,7 @@ pub mod fs;
 pub mod locks;
 pub mod mount;
 pub mod request;
+pub mod short_reads;
 
 /// A running mount (unmounted by `umount_and_join` or when dropped).
 pub use fuser::BackgroundSession;

@@ -1,0 +1,131 @@
+//! Read answers shorter than asked, in an order the kernel can take. The
+//! kernel reads ahead with several requests at once (`FUSE_ASYNC_READ`)
+//! and takes the first short answer it processes as the file's new end,
+//! ignoring the short answers of requests sent before that one changed
+//! it. When another client shrank a file this mount still has the old
+//! length of, every request past the new end is answered short: if the
+//! one farthest out were processed first, its offset would become the
+//! end, and the bytes between the true end and it would read as zeros (a
+//! file cut from 3 MiB to 1 MiB elsewhere read here as 1 MiB and 256 KiB
+//! of zeros). So an answer ending past the length the client knows waits,
+//! briefly, for an answer ending at or before that length to be given
+//! first.
+
+use std::collections::HashMap;
+use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use fuser::{INodeNo, ReplyData};
+
+use crate::base::TesseraFs;
+use crate::locks;
+
+/// How long an answer past the known end waits for one at it: a request
+/// at the end sent with it is being served by another thread by then; a
+/// read past the end alone (a `pread` there) pays this once.
+const WAIT_FOR_END: Duration = Duration::from_millis(100);
+
+/// Ends remembered at most; older than [`KEPT`] are dropped first.
+const ENDS_MAX: usize = 4096;
+
+/// How long an end given is remembered.
+const KEPT: Duration = Duration::from_secs(2);
+
+/// For each inode (as the kernel numbers it), the end the last short
+/// answer gave and when.
+#[derive(Default)]
+pub struct Ends {
+    given: Mutex<HashMap<u64, (u64, Instant)>>,
+    changed: Condvar,
+}
+
+impl Ends {
+    /// A short answer ending at `end` was given to the kernel.
+    fn given(&self, ino: u64, end: u64) {
+        let mut m = self.given.lock().unwrap_or_else(|e| e.into_inner());
+        if m.len() >= ENDS_MAX {
+            m.retain(|_, (_, t)| t.elapsed() < KEPT);
+            if m.len() >= ENDS_MAX {
+                m.clear();
+            }
+        }
+        m.insert(ino, (end, Instant::now()));
+        drop(m);
+        self.changed.notify_all();
+    }
+
+    /// Waits (at most `wait`) until the last short answer given lately
+    /// ended at or before `at`; says whether it did.
+    fn wait_for(&self, ino: u64, at: u64, wait: Duration) -> bool {
+        let deadline = Instant::now() + wait;
+        let mut m = self.given.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if m.get(&ino)
+                .is_some_and(|&(end, t)| end <= at && t.elapsed() < KEPT)
+            {
+                return true;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            m = self
+                .changed
+                .wait_timeout(m, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+}
+
+/// Answers the kernel's read of `len` bytes at `off` through handle `fh`.
+pub fn answer(fs: &TesseraFs, ino: INodeNo, fh: u64, (off, len): (u64, u32), reply: ReplyData) {
+    let (data, grew) = match fs.run(fs.client.read_checked(fh, off, len)) {
+        Ok(r) => r,
+        Err(e) => return reply.error(e),
+    };
+    if grew {
+        // Before the answer: the reader's next read past the kernel's old
+        // length asks for the new one.
+        locks::drop_kernel_attrs(&fs.notifier, ino);
+    }
+    if data.len() as u64 >= u64::from(len) {
+        return reply.data(&data);
+    }
+    let end = off + data.len() as u64;
+    if let Some(known) = fs.client.known_size(fh)
+        && end > known
+        && !fs.ends.wait_for(ino.0, known, WAIT_FOR_END)
+    {
+        tracing::debug!(
+            ino = ino.0,
+            end,
+            known,
+            "a read past the end was answered before one at it"
+        );
+    }
+    reply.data(&data);
+    fs.ends.given(ino.0, end);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_wait_ends_when_an_end_at_or_before_it_is_given() {
+        let ends = std::sync::Arc::new(Ends::default());
+        // Nothing given: the wait runs out.
+        assert!(!ends.wait_for(7, 100, Duration::from_millis(20)));
+        // An end past the one waited for does not count.
+        ends.given(7, 300);
+        assert!(!ends.wait_for(7, 100, Duration::from_millis(20)));
+        let e = ends.clone();
+        let waiter = std::thread::spawn(move || e.wait_for(7, 100, Duration::from_secs(5)));
+        std::thread::sleep(Duration::from_millis(20));
+        ends.given(7, 100);
+        assert!(waiter.join().unwrap());
+        // Another inode's end is its own.
+        assert!(!ends.wait_for(8, 100, Duration::from_millis(10)));
+    }
+}
