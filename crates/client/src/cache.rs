@@ -151,6 +151,22 @@ impl MetaCache {
         }
     }
 
+    /// Forgets every name cached in directory `parent` (and the inodes
+    /// they point at) but `keep`'s.
+    pub fn remove_children(&mut self, parent: u64, keep: u64) {
+        let inos: Vec<u64> = self
+            .names
+            .iter()
+            .filter(|((p, _), ino)| *p == parent && **ino != keep)
+            .map(|(_, ino)| *ino)
+            .collect();
+        self.names
+            .retain(|(p, _), ino| *p != parent || *ino == keep);
+        for ino in inos {
+            self.remove(ino);
+        }
+    }
+
     /// Uses an inode: returns it, marks it recently used, and promotes it to
     /// the demand segment if it was prefetched. The flag says whether it
     /// was a prefetched entry's first use.

@@ -118,8 +118,9 @@ impl Client {
     /// every lock request first writes out and commits this client's
     /// changes to the file (an unlock or a downgrade hands them on), and a
     /// granted lock drops what this client had cached of it and asks its
-    /// length anew ([`Client::revalidate`]); the caller drops the kernel's
-    /// cache of it too. A write lock needs a handle open for writing.
+    /// length anew ([`Client::revalidate`]), and forgets the names cached
+    /// beside it ([`Client::forget_names_beside`]); the caller drops the
+    /// kernel's cache of both too ([`Client::parent_of`] says where). A write lock needs a handle open for writing.
     pub async fn setlk(
         &self,
         c: &Creds,
@@ -156,11 +157,12 @@ impl Client {
                     if self.handle(fh).is_err() {
                         // Closed while it waited: nothing will release it.
                         self.unlock_owner(ino, l.owner).await?;
-                    } else if l.kind != LockKind::Unlock
-                        && let Err(e) = self.revalidate(c, &h.inode).await
-                    {
-                        // The lock is held: say so; the next read asks.
-                        tracing::debug!(ino, error = %e, "revalidating a locked file failed");
+                    } else if l.kind != LockKind::Unlock {
+                        self.forget_names_beside(ino);
+                        if let Err(e) = self.revalidate(c, &h.inode).await {
+                            // The lock is held: say so; the next read asks.
+                            tracing::debug!(ino, error = %e, "revalidating a locked file failed");
+                        }
                     }
                     // An unlock is done even if the changes before it
                     // could not be written out; that failure is reported.
@@ -201,6 +203,25 @@ impl Client {
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(WAIT_MAX);
         }
+    }
+
+    /// After a lock on `ino` was granted: forgets the names cached in its
+    /// directory (not its own), so what a program checks under the lock
+    /// is asked anew — sqlite looks for a hot `-journal` beside the
+    /// database once it holds a lock, and one another mount just removed
+    /// must not be found. Says the directory.
+    pub fn forget_names_beside(&self, ino: u64) -> Option<u64> {
+        let meta = &self.inner().meta;
+        let parent = meta.parent_of(ino)?;
+        meta.cache().remove_children(parent, ino);
+        meta.changed(parent);
+        self.inner().absent.forget(parent);
+        Some(parent)
+    }
+
+    /// The directory this client last saw `ino` in, if it has seen it.
+    pub fn parent_of(&self, ino: u64) -> Option<u64> {
+        self.inner().meta.parent_of(ino)
     }
 
     /// Forgets what this client cached of open file `f` (read-ahead, its

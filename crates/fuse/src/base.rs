@@ -44,6 +44,8 @@ pub struct TesseraFs {
     pub(crate) strips: bool,
     /// The ends lately given in short read answers ([`crate::short_reads`]).
     pub(crate) ends: crate::short_reads::Ends,
+    /// The names handed to the kernel lately ([`crate::kernel_names`]).
+    pub(crate) names: std::sync::Arc<crate::kernel_names::KernelNames>,
 }
 
 impl TesseraFs {
@@ -63,6 +65,7 @@ impl TesseraFs {
             notifier: locks::Notifier::default(),
             strips: false,
             ends: Default::default(),
+            names: std::sync::Arc::new(crate::kernel_names::KernelNames::new(ttl)),
         }
     }
 
@@ -104,9 +107,19 @@ impl TesseraFs {
         self.rt.block_on(f).map_err(errno)
     }
 
-    pub(crate) fn entry(&self, reply: ReplyEntry, r: Result<Attr, Errno>) {
+    /// Answers with the entry `name` in `parent` (noted as handed to the
+    /// kernel) or the error.
+    pub(crate) fn entry(
+        &self,
+        reply: ReplyEntry,
+        (parent, name): (fuser::INodeNo, &std::ffi::OsStr),
+        r: Result<Attr, Errno>,
+    ) {
         match r {
-            Ok(a) => reply.entry(&self.ttl, &file_attr(&self.inos, &a), Generation(0)),
+            Ok(a) => {
+                self.names.handed(parent, name);
+                reply.entry(&self.ttl, &file_attr(&self.inos, &a), Generation(0))
+            }
             Err(e) => reply.error(e),
         }
     }

@@ -50,7 +50,7 @@ impl Filesystem for TesseraFs {
             self.run(self.client.lookup(&c, self.inos.from_fuse(parent), &n))
                 .map(|e| e.attr)
         });
-        self.entry(reply, r);
+        self.entry(reply, (parent, n), r);
     }
 
     fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
@@ -129,6 +129,7 @@ impl Filesystem for TesseraFs {
             return;
         };
         let c = self.creds(req);
+        let at = parent;
         let parent = self.inos.from_fuse(parent);
         let perm = mode & !umask & 0o7777;
         let r = name(n).and_then(|n| {
@@ -141,7 +142,7 @@ impl Filesystem for TesseraFs {
                 Ok(e.attr)
             })
         });
-        self.entry(reply, r);
+        self.entry(reply, (at, n), r);
     }
 
     fn mkdir(
@@ -161,7 +162,7 @@ impl Filesystem for TesseraFs {
             )
             .map(|e| e.attr)
         });
-        self.entry(reply, r);
+        self.entry(reply, (parent, n), r);
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
@@ -194,7 +195,7 @@ impl Filesystem for TesseraFs {
             self.run(self.client.symlink(&c, self.inos.from_fuse(parent), &n, &t))
                 .map(|e| e.attr)
         });
-        self.entry(reply, r);
+        self.entry(reply, (parent, link_name), r);
     }
 
     fn rename(
@@ -246,7 +247,7 @@ impl Filesystem for TesseraFs {
             ))
             .map(|e| e.attr)
         });
-        self.entry(reply, r);
+        self.entry(reply, (newparent, newname), r);
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
@@ -388,7 +389,7 @@ impl Filesystem for TesseraFs {
         };
         let set = locks::set(
             self.client.clone(),
-            self.notifier.clone(),
+            (self.notifier.clone(), self.names.clone(), self.inos),
             ino,
             c,
             fh.0,
@@ -579,7 +580,7 @@ impl Filesystem for TesseraFs {
     fn readdirplus(
         &self,
         req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectoryPlus,
@@ -607,6 +608,7 @@ impl Filesystem for TesseraFs {
                 )
             } else {
                 let e = &l.entries[(i - 2) as usize];
+                self.names.handed(ino, &crate::request::os_name(&e.name));
                 let a: FileAttr = match &e.attr {
                     // As the mount knows it now: it may have written or
                     // committed more since the listing was read.
@@ -765,13 +767,16 @@ impl Filesystem for TesseraFs {
             ))
         });
         match r {
-            Ok((e, fh)) => reply.created(
-                &self.ttl,
-                &file_attr(&self.inos, &e.attr),
-                Generation(0),
-                FileHandle(fh),
-                FopenFlags::empty(),
-            ),
+            Ok((e, fh)) => {
+                self.names.handed(parent, n);
+                reply.created(
+                    &self.ttl,
+                    &file_attr(&self.inos, &e.attr),
+                    Generation(0),
+                    FileHandle(fh),
+                    FopenFlags::empty(),
+                )
+            }
             Err(e) => reply.error(e),
         }
     }

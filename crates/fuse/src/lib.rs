@@ -2,12 +2,14 @@
 //! [`base::TesseraFs`] answers the kernel's requests with the client library
 //! (several request threads, bridged onto the client's tokio runtime);
 //! [`request`] reads what each request carries; [`locks`] maps the
-//! kernel's lock requests; [`short_reads`] orders answers shorter than
+//! kernel's lock requests, [`kernel_names`] the names to forget after
+//! one; [`short_reads`] orders answers shorter than
 //! asked; [`mount`] checks the mount point and mounts.
 
 pub mod attr;
 pub mod base;
 pub mod fs;
+pub mod kernel_names;
 pub mod locks;
 pub mod mount;
 pub mod request;

@@ -5,8 +5,13 @@
 //! The kernel ends a range "to the end of the file" at `OFFSET_MAX`
 //! (`i64::MAX`); the wire says `u64::MAX`.
 
+use std::sync::Arc;
+
 use fuser::{Errno, LockOwner};
 use proto::locks::{LockKind, LockSpec};
+
+use crate::attr::Inodes;
+use crate::kernel_names::KernelNames;
 
 /// The kernel's lock request as a [`LockSpec`] (EINVAL for an unknown type
 /// or a range ending before it starts).
@@ -84,12 +89,12 @@ pub fn interrupted(pid: u32) -> bool {
 
 /// Runs one lock request of the kernel's (`setlk`): the client asks the
 /// MDS (waiting, if `l` says so, until `waiter` has a signal), and after a
-/// granted lock the kernel's cache of inode `ino` is dropped — off the
-/// request threads, since dropping it waits for pages whose reads those
-/// threads serve.
+/// granted lock the kernel's cache of inode `ino` and the names it holds
+/// beside it are dropped — off the request threads, since dropping them
+/// waits for pages whose reads those threads serve.
 pub async fn set(
     client: client::Client,
-    notifier: Notifier,
+    (notifier, names, inos): (Notifier, Arc<KernelNames>, Inodes),
     ino: fuser::INodeNo,
     c: proto::mds::Creds,
     fh: u64,
@@ -103,7 +108,17 @@ pub async fn set(
         .await
         .map_err(crate::request::errno);
     if r.is_ok() && l.kind != LockKind::Unlock {
-        let _ = tokio::task::spawn_blocking(move || drop_kernel_cache(&notifier, ino)).await;
+        // And the names beside it ([`crate::kernel_names`]).
+        let dir = client
+            .parent_of(inos.from_fuse(ino))
+            .map(|d| inos.to_fuse(d));
+        let _ = tokio::task::spawn_blocking(move || {
+            drop_kernel_cache(&notifier, ino);
+            if let Some(dir) = dir {
+                crate::kernel_names::drop_names(&notifier, &names, dir);
+            }
+        })
+        .await;
     }
     r
 }

@@ -83,7 +83,10 @@ fn main() {
         Command::Osd(_)
         | Command::Up(_)
         | Command::Mount(_)
-        | Command::Mds(cmd::mds::MdsCmd::Serve { .. }) => "info,openraft=warn",
+        // openraft logs every failed attempt to reach a member (ten a
+        // second while one is down) and every vote it ignores; the group
+        // logs a member going and coming back itself.
+        | Command::Mds(cmd::mds::MdsCmd::Serve { .. }) => "info,openraft=error,openraft::replication=off",
         _ => "warn",
     };
     tracing_subscriber::fmt()

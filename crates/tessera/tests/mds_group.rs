@@ -516,6 +516,8 @@ fn the_leader_killed_mid_storm_loses_nothing_acknowledged() {
         let st = status_text(&g);
         assert!(st.contains("MDS group: 3 members"), "{st}");
         let down = (1..=3).find(|i| *i != g.leader()).unwrap();
+        let leader_log = at.join(format!("member-{}.log", g.leader()));
+        let logged_before = std::fs::metadata(&leader_log).map_or(0, |m| m.len() as usize);
         g.kill(down);
         let mut warned = String::new();
         for _ in 0..100 {
@@ -528,6 +530,22 @@ fn the_leader_killed_mid_storm_loses_nothing_acknowledged() {
         assert!(
             warned.starts_with("HEALTH_WARN") && warned.contains(&format!("MDS member {down}")),
             "{warned}"
+        );
+        // The leader says once that it cannot reach the member, not at
+        // every attempt (openraft's lines, ten a second, are not logged).
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let log = std::fs::read_to_string(&leader_log).unwrap();
+        let log = log.get(logged_before..).unwrap_or_default();
+        let said = log
+            .lines()
+            .filter(|l| {
+                l.contains("cannot reach a member") && l.contains(&format!("member={down}"))
+            })
+            .count();
+        assert_eq!(said, 1, "said once that member {down} is down:\n{log}");
+        assert!(
+            !log.contains("openraft::replication"),
+            "no line per attempt to reach it:\n{log}"
         );
         g.start(down);
         // Every member killed at once and restarted: still all there (the

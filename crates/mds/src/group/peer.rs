@@ -15,7 +15,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use net::auth::Identity;
@@ -323,7 +323,13 @@ pub struct PeerLink {
     cfg: ConnConfig,
     conn: Option<Arc<Connection>>,
     heard: Heard,
+    /// Since when the member could not be reached, and when that was
+    /// last logged ([`PeerLink::note_down`]).
+    down: Option<(Instant, Instant)>,
 }
+
+/// How often a member that stays unreachable is logged again.
+const DOWN_LOGGED_EVERY: Duration = Duration::from_secs(60);
 
 impl RaftNetworkFactory<Tc> for PeerNet {
     type Network = PeerLink;
@@ -341,6 +347,7 @@ impl RaftNetworkFactory<Tc> for PeerNet {
             cfg,
             conn: None,
             heard: self.heard.clone(),
+            down: None,
         }
     }
 }
@@ -348,6 +355,41 @@ impl RaftNetworkFactory<Tc> for PeerNet {
 type Rpc<T> = Result<T, RPCError<u64, Member, RaftError<u64>>>;
 
 impl PeerLink {
+    /// Logs a member that cannot be reached: when it stops answering, then
+    /// once a minute (openraft's own lines for every attempt, ten a
+    /// second, are not logged by default).
+    fn note_down(&mut self, e: &ConnError) {
+        let now = Instant::now();
+        match self.down {
+            None => {
+                tracing::warn!(member = self.target, addr = %self.addr, error = %e, "cannot reach a member");
+                self.down = Some((now, now));
+            }
+            Some((since, said)) if said.elapsed() >= DOWN_LOGGED_EVERY => {
+                tracing::warn!(
+                    member = self.target,
+                    addr = %self.addr,
+                    for_s = since.elapsed().as_secs(),
+                    error = %e,
+                    "still cannot reach a member"
+                );
+                self.down = Some((since, now));
+            }
+            Some(_) => {}
+        }
+    }
+
+    /// The member answered: logs its return if it had been unreachable.
+    fn note_up(&mut self) {
+        if let Some((since, _)) = self.down.take() {
+            tracing::info!(
+                member = self.target,
+                after_ms = since.elapsed().as_millis() as u64,
+                "a member answers again"
+            );
+        }
+    }
+
     async fn call(
         &mut self,
         opcode: u16,
@@ -398,16 +440,30 @@ impl PeerLink {
             // A member that cannot be reached: openraft backs off.
             Err(e @ ConnError::Connect { .. }) => {
                 self.conn = None;
+                self.note_down(&e);
                 return Err(RPCError::Unreachable(Unreachable::new(&e)));
             }
             // A slow answer is not a dead member: no back-off (which would
             // stop heartbeats to it for 500 ms), and the connection stays.
-            Err(e @ ConnError::Timeout(_)) => return Err(RPCError::Network(NetworkError::new(&e))),
+            Err(e @ ConnError::Timeout(_)) => {
+                // Silent for 2 s (a host gone, a partition): logged.
+                let heard = self.heard.lock().unwrap_or_else(|e| e.into_inner());
+                let silent = heard
+                    .get(&self.target)
+                    .is_none_or(|t| t.elapsed() > Duration::from_secs(2));
+                drop(heard);
+                if silent {
+                    self.note_down(&e);
+                }
+                return Err(RPCError::Network(NetworkError::new(&e)));
+            }
             Err(e) => {
                 self.conn = None;
+                self.note_down(&e);
                 return Err(RPCError::Network(NetworkError::new(&e)));
             }
         };
+        self.note_up();
         self.heard
             .lock()
             .unwrap_or_else(|e| e.into_inner())
