@@ -24,26 +24,28 @@ use crate::gone::Present;
 use crate::meta::Meta;
 use crate::namespace::Namespace;
 
-/// After a read at the end of `ino` found the objects' bytes stopping at
-/// `seen` (a file offset), not at the known end: the namespace's length,
-/// cached for the client — the length given then if asked within the
-/// cache window with the bytes stopping at the same place (remembered in
-/// `checked`), `None` if the namespace cannot answer; ESTALE if the file
-/// was removed.
+/// After a read of `ino` (its state at generation `gen_`) found the
+/// objects' bytes stopping at `seen` (a file offset, or 0 inside the
+/// range): the namespace's length, cached for the client — the length
+/// given then if asked within the cache window for the same generation
+/// with the bytes stopping at the same place (remembered in `checked`,
+/// so concurrent reads agree), `None` if the namespace cannot answer;
+/// ESTALE if the file was removed.
 pub async fn length_now(
     (ns, meta, checked): (&dyn Namespace, &Meta, &Present),
     creds: &Creds,
-    ino: u64,
+    (ino, gen_): (u64, u64),
     seen: u64,
 ) -> Result<Option<u64>> {
     let window = meta.attr_timeout.max(Duration::from_millis(100));
-    if let Some(known) = checked.recent(ino, seen, window) {
-        return Ok(known);
+    if let Some(known) = checked.recent(ino, seen, window, gen_) {
+        return Ok(Some(known));
     }
+
     let asked = meta.commits.ask();
     match ns.getattr(creds, ino).await {
         Ok(mut a) => {
-            checked.found(ino, seen, window, Some(a.size));
+            checked.found(ino, seen, window, (Some(a.size), gen_));
             meta.cache_attr(&mut a, asked.since());
             Ok(Some(a.size))
         }

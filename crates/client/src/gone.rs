@@ -33,32 +33,44 @@ pub struct Present {
     checked: Mutex<HashMap<u64, Asked>>,
 }
 
-/// One question about a file: when, what the read saw, the length given.
+/// One question about a file: when, what the read saw, the length given
+/// and the generation of the client's state of the file it was given for.
 #[derive(Clone, Copy)]
 struct Asked {
     at: Instant,
     seen: u64,
     size: Option<u64>,
+    gen_: u64,
 }
 
 impl Present {
     /// Whether `ino` was asked about within `window`, having seen `seen`.
     pub(crate) fn lately(&self, ino: u64, seen: u64, window: Duration) -> bool {
-        self.recent(ino, seen, window).is_some()
-    }
-
-    /// If `ino` was asked about within `window` having seen `seen`: the
-    /// length it was given then (`None` inside: none was asked for).
-    pub(crate) fn recent(&self, ino: u64, seen: u64, window: Duration) -> Option<Option<u64>> {
         let m = self.checked.lock().unwrap_or_else(|e| e.into_inner());
         m.get(&ino)
-            .filter(|a| a.seen == seen && a.at.elapsed() < window)
-            .map(|a| a.size)
+            .is_some_and(|a| a.seen == seen && a.at.elapsed() < window)
+    }
+
+    /// If `ino` was asked about within `window` having seen `seen`, for
+    /// the same generation `gen_` of the client's state of it (a length
+    /// set since — a truncate, a revalidation under a lock, a shrink
+    /// found — makes the answer old): the length it was given then.
+    pub(crate) fn recent(&self, ino: u64, seen: u64, window: Duration, gen_: u64) -> Option<u64> {
+        let m = self.checked.lock().unwrap_or_else(|e| e.into_inner());
+        m.get(&ino)
+            .filter(|a| a.seen == seen && a.gen_ == gen_ && a.at.elapsed() < window)
+            .and_then(|a| a.size)
     }
 
     /// `ino` was asked about now, having seen `seen`, and was given
-    /// `size` (if a length was asked for).
-    pub(crate) fn found(&self, ino: u64, seen: u64, window: Duration, size: Option<u64>) {
+    /// `size` (if a length was asked for) for generation `gen_`.
+    pub(crate) fn found(
+        &self,
+        ino: u64,
+        seen: u64,
+        window: Duration,
+        (size, gen_): (Option<u64>, u64),
+    ) {
         let mut m = self.checked.lock().unwrap_or_else(|e| e.into_inner());
         if m.len() >= CHECKED_MAX {
             m.retain(|_, a| a.at.elapsed() < window);
@@ -67,7 +79,15 @@ impl Present {
             }
         }
         let at = Instant::now();
-        m.insert(ino, Asked { at, seen, size });
+        m.insert(
+            ino,
+            Asked {
+                at,
+                seen,
+                size,
+                gen_,
+            },
+        );
     }
 }
 
@@ -86,7 +106,7 @@ pub async fn check(
     }
     match ns.getattr(creds, ino).await {
         Ok(_) => {
-            present.found(ino, 0, window, None);
+            present.found(ino, 0, window, (None, 0));
             Ok(())
         }
         Err(e) if removed(&e) => Err(stale(meta, ino, &e)),

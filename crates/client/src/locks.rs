@@ -211,12 +211,19 @@ impl Client {
     /// database once it holds a lock, and one another mount just removed
     /// must not be found. Says the directory.
     pub fn forget_names_beside(&self, ino: u64) -> Option<u64> {
-        let meta = &self.inner().meta;
-        let parent = meta.parent_of(ino)?;
-        meta.cache().remove_children(parent, ino);
-        meta.changed(parent);
-        self.inner().absent.forget(parent);
+        let parent = self.inner().meta.parent_of(ino)?;
+        self.forget_names_in(parent, ino);
         Some(parent)
+    }
+
+    /// Forgets the names cached in directory `dir` but `keep`'s (see
+    /// [`Client::forget_names_beside`]; for a caller that knows the
+    /// directory when this client's cache no longer does).
+    pub fn forget_names_in(&self, dir: u64, keep: u64) {
+        let meta = &self.inner().meta;
+        meta.cache().remove_children(dir, keep);
+        meta.changed(dir);
+        self.inner().absent.forget(dir);
     }
 
     /// The directory this client last saw `ino` in, if it has seen it.

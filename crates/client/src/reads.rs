@@ -180,7 +180,7 @@ async fn read_at_end(
     }
     let parts = (&*inner.ns, &*inner.meta, &inner.eof_checked);
     let seen = off + end;
-    let Some(size) = crate::eof::length_now(parts, &creds, f.ino, seen).await? else {
+    let Some(size) = crate::eof::length_now(parts, &creds, (f.ino, gen_), seen).await? else {
         return Ok((cut(known), false));
     };
     let mut st = f.st.lock().await;
@@ -248,7 +248,7 @@ async fn read_direct(
         // The objects stop inside the range: a hole, or the file shrank
         // on another client since this one had its length.
         let parts = (&*inner.ns, &*inner.meta, &inner.short_checked);
-        let size = crate::eof::length_now(parts, &creds, f.ino, 0).await?;
+        let size = crate::eof::length_now(parts, &creds, (f.ino, gen_), 0).await?;
         let mut st = f.st.lock().await;
         tracing::debug!(
             ino = f.ino,

@@ -117,8 +117,9 @@ impl TesseraFs {
     ) {
         match r {
             Ok(a) => {
-                self.names.handed(parent, name);
-                reply.entry(&self.ttl, &file_attr(&self.inos, &a), Generation(0))
+                let a = file_attr(&self.inos, &a);
+                self.names.handed(parent, name, &a);
+                reply.entry(&self.ttl, &a, Generation(0))
             }
             Err(e) => reply.error(e),
         }

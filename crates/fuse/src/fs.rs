@@ -608,7 +608,6 @@ impl Filesystem for TesseraFs {
                 )
             } else {
                 let e = &l.entries[(i - 2) as usize];
-                self.names.handed(ino, &crate::request::os_name(&e.name));
                 let a: FileAttr = match &e.attr {
                     // As the mount knows it now: it may have written or
                     // committed more since the listing was read.
@@ -618,6 +617,8 @@ impl Filesystem for TesseraFs {
                         Err(_) => continue,
                     },
                 };
+                self.names
+                    .handed(ino, &crate::request::os_name(&e.name), &a);
                 reply.add(
                     self.inos.to_fuse(e.ino),
                     i + 1,
@@ -768,10 +769,11 @@ impl Filesystem for TesseraFs {
         });
         match r {
             Ok((e, fh)) => {
-                self.names.handed(parent, n);
+                let a = file_attr(&self.inos, &e.attr);
+                self.names.handed(parent, n, &a);
                 reply.created(
                     &self.ttl,
-                    &file_attr(&self.inos, &e.attr),
+                    &a,
                     Generation(0),
                     FileHandle(fh),
                     FopenFlags::empty(),

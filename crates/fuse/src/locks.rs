@@ -109,9 +109,16 @@ pub async fn set(
         .map_err(crate::request::errno);
     if r.is_ok() && l.kind != LockKind::Unlock {
         // And the names beside it ([`crate::kernel_names`]).
-        let dir = client
-            .parent_of(inos.from_fuse(ino))
-            .map(|d| inos.to_fuse(d));
+        // Where the kernel was given the file's name, else where the
+        // client last saw it; the client forgets its names there too.
+        let dir = names.parent_of(ino).or_else(|| {
+            client
+                .parent_of(inos.from_fuse(ino))
+                .map(|d| inos.to_fuse(d))
+        });
+        if let Some(d) = dir {
+            client.forget_names_in(inos.from_fuse(d), inos.from_fuse(ino));
+        }
         let _ = tokio::task::spawn_blocking(move || {
             drop_kernel_cache(&notifier, ino);
             if let Some(dir) = dir {

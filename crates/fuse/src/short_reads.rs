@@ -8,8 +8,9 @@
 //! end, and the bytes between the true end and it would read as zeros (a
 //! file cut from 3 MiB to 1 MiB elsewhere read here as 1 MiB and 256 KiB
 //! of zeros). So an answer ending past the length the client knows waits,
-//! briefly, for an answer ending at or before that length to be given
-//! first.
+//! briefly, for the answer ending at that length to be given first (one
+//! that reached it: an older end, from before the file last changed
+//! length, does not count).
 
 use std::collections::HashMap;
 use std::sync::{Condvar, Mutex};
@@ -24,6 +25,8 @@ use crate::locks;
 /// at the end sent with it is being served by another thread by then; a
 /// read past the end alone (a `pread` there) pays this once.
 const WAIT_FOR_END: Duration = Duration::from_millis(100);
+// (Each read past the end alone waits again: a program reading there
+// after a shrink elsewhere is rare, and the wait is bounded.)
 
 /// Ends remembered at most; older than [`KEPT`] are dropped first.
 const ENDS_MAX: usize = 4096;
@@ -31,11 +34,14 @@ const ENDS_MAX: usize = 4096;
 /// How long an end given is remembered.
 const KEPT: Duration = Duration::from_secs(2);
 
-/// For each inode (as the kernel numbers it), the end the last short
-/// answer gave and when.
+/// Ends kept per inode (the latest).
+const ENDS_PER_FILE: usize = 8;
+
+/// For each inode (as the kernel numbers it), the ends the latest short
+/// answers gave and when.
 #[derive(Default)]
 pub struct Ends {
-    given: Mutex<HashMap<u64, (u64, Instant)>>,
+    given: Mutex<HashMap<u64, Vec<(u64, Instant)>>>,
     changed: Condvar,
 }
 
@@ -44,24 +50,32 @@ impl Ends {
     fn given(&self, ino: u64, end: u64) {
         let mut m = self.given.lock().unwrap_or_else(|e| e.into_inner());
         if m.len() >= ENDS_MAX {
-            m.retain(|_, (_, t)| t.elapsed() < KEPT);
+            m.retain(|_, v| v.iter().any(|(_, t)| t.elapsed() < KEPT));
             if m.len() >= ENDS_MAX {
                 m.clear();
             }
         }
-        m.insert(ino, (end, Instant::now()));
+        let v = m.entry(ino).or_default();
+        v.retain(|(e, t)| *e != end && t.elapsed() < KEPT);
+        if v.len() >= ENDS_PER_FILE {
+            v.remove(0);
+        }
+        v.push((end, Instant::now()));
         drop(m);
         self.changed.notify_all();
     }
 
-    /// Waits (at most `wait`) until the last short answer given lately
-    /// ended at or before `at`; says whether it did.
+    /// Waits (at most `wait`) until a short answer ending exactly at `at`
+    /// (the length the client knows now: the answer of the request that
+    /// reached it) was given lately; says whether one was. An answer that
+    /// ended elsewhere, before the file last changed length, does not
+    /// count.
     fn wait_for(&self, ino: u64, at: u64, wait: Duration) -> bool {
         let deadline = Instant::now() + wait;
         let mut m = self.given.lock().unwrap_or_else(|e| e.into_inner());
         loop {
             if m.get(&ino)
-                .is_some_and(|&(end, t)| end <= at && t.elapsed() < KEPT)
+                .is_some_and(|v| v.iter().any(|&(end, t)| end == at && t.elapsed() < KEPT))
             {
                 return true;
             }
@@ -117,14 +131,24 @@ mod tests {
         let ends = std::sync::Arc::new(Ends::default());
         // Nothing given: the wait runs out.
         assert!(!ends.wait_for(7, 100, Duration::from_millis(20)));
-        // An end past the one waited for does not count.
+        // An end past the one waited for does not count, nor one before
+        // it (an older length).
         ends.given(7, 300);
+        ends.given(7, 40);
         assert!(!ends.wait_for(7, 100, Duration::from_millis(20)));
         let e = ends.clone();
         let waiter = std::thread::spawn(move || e.wait_for(7, 100, Duration::from_secs(5)));
         std::thread::sleep(Duration::from_millis(20));
         ends.given(7, 100);
         assert!(waiter.join().unwrap());
+        // A later answer past it does not hide it from later waiters.
+        ends.given(7, 500);
+        assert!(ends.wait_for(7, 100, Duration::ZERO));
+        // Each file keeps its latest few.
+        for e in 0..20 {
+            ends.given(9, e);
+        }
+        assert!(ends.given.lock().unwrap()[&9].len() <= ENDS_PER_FILE);
         // Another inode's end is its own.
         assert!(!ends.wait_for(8, 100, Duration::from_millis(10)));
     }

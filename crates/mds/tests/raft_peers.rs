@@ -31,6 +31,7 @@ async fn start(id: u64, dir: &std::path::Path, key: [u8; 32]) -> Node {
         cluster_id: CLUSTER.into(),
         key,
         heard: Heard::default(),
+        down: Default::default(),
     };
     let raft = Raft::new(id, Arc::new(config(CLUSTER).unwrap()), net, log, sm)
         .await

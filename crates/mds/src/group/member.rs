@@ -135,6 +135,7 @@ pub async fn run(
         cluster_id: cluster_id.clone(),
         key,
         heard: heard.clone(),
+        down: Default::default(),
     };
     // The client address, bound now but not listened on until this member
     // leads (a follower's refuses connections): a member that could not

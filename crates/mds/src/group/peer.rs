@@ -311,6 +311,8 @@ pub struct PeerNet {
     pub key: Secret,
     /// When each member last answered this one.
     pub heard: Heard,
+    /// The members this one cannot reach (logged once, not per attempt).
+    pub down: Down,
 }
 
 /// When each member last answered (shared by the links and the status).
@@ -323,10 +325,14 @@ pub struct PeerLink {
     cfg: ConnConfig,
     conn: Option<Arc<Connection>>,
     heard: Heard,
-    /// Since when the member could not be reached, and when that was
-    /// last logged ([`PeerLink::note_down`]).
-    down: Option<(Instant, Instant)>,
+    /// The members that could not be reached, shared by every link (openraft
+    /// makes a link per vote round) ([`PeerLink::note_down`]).
+    down: Down,
 }
+
+/// For each member that could not be reached: since when, and when that
+/// was last logged.
+pub type Down = Arc<std::sync::Mutex<BTreeMap<u64, (Instant, Instant)>>>;
 
 /// How often a member that stays unreachable is logged again.
 const DOWN_LOGGED_EVERY: Duration = Duration::from_secs(60);
@@ -347,7 +353,7 @@ impl RaftNetworkFactory<Tc> for PeerNet {
             cfg,
             conn: None,
             heard: self.heard.clone(),
-            down: None,
+            down: self.down.clone(),
         }
     }
 }
@@ -360,10 +366,11 @@ impl PeerLink {
     /// second, are not logged by default).
     fn note_down(&mut self, e: &ConnError) {
         let now = Instant::now();
-        match self.down {
+        let mut down = self.down.lock().unwrap_or_else(|e| e.into_inner());
+        match down.get(&self.target).copied() {
             None => {
                 tracing::warn!(member = self.target, addr = %self.addr, error = %e, "cannot reach a member");
-                self.down = Some((now, now));
+                down.insert(self.target, (now, now));
             }
             Some((since, said)) if said.elapsed() >= DOWN_LOGGED_EVERY => {
                 tracing::warn!(
@@ -373,7 +380,7 @@ impl PeerLink {
                     error = %e,
                     "still cannot reach a member"
                 );
-                self.down = Some((since, now));
+                down.insert(self.target, (since, now));
             }
             Some(_) => {}
         }
@@ -381,7 +388,12 @@ impl PeerLink {
 
     /// The member answered: logs its return if it had been unreachable.
     fn note_up(&mut self) {
-        if let Some((since, _)) = self.down.take() {
+        let was = self
+            .down
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&self.target);
+        if let Some((since, _)) = was {
             tracing::info!(
                 member = self.target,
                 after_ms = since.elapsed().as_millis() as u64,
