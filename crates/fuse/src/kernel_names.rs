@@ -15,12 +15,10 @@
 
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use fuser::INodeNo;
-
-use crate::locks::Notifier;
 
 /// Names kept at most; past it the oldest go first, then all (a lock
 /// then leaves the kernel's names as they are, until their timeout).
@@ -100,17 +98,6 @@ impl KernelNames {
             .filter(|(_, t)| t.elapsed() < self.ttl)
             .map(|(n, _)| n)
             .collect()
-    }
-}
-
-/// Has the kernel forget the names it was given lately in `parent`
-/// (blocking: call it off the request threads).
-pub fn drop_names(n: &Notifier, names: &Arc<KernelNames>, parent: INodeNo) {
-    let Some(n) = n.get() else { return };
-    for name in names.take(parent) {
-        if let Err(e) = n.inval_entry(parent, &name) {
-            tracing::debug!(parent = parent.0, error = %e, "the kernel did not forget a name");
-        }
     }
 }
 

@@ -69,6 +69,17 @@ pub fn drop_kernel_attrs(n: &Notifier, ino: fuser::INodeNo) {
     }
 }
 
+/// Has the kernel forget the names it was given lately in `parent`
+/// ([`KernelNames`]; blocking: call it off the request threads).
+fn drop_names(n: &Notifier, names: &KernelNames, parent: fuser::INodeNo) {
+    let Some(n) = n.get() else { return };
+    for name in names.take(parent) {
+        if let Err(e) = n.inval_entry(parent, &name) {
+            tracing::debug!(parent = parent.0, error = %e, "the kernel did not forget a name");
+        }
+    }
+}
+
 /// Whether process `pid`, waiting in a lock request, has gone or has a
 /// signal to take (what would interrupt the wait on a local file system:
 /// `flock -w`, `alarm`, Ctrl-C, a kill). fuser does not pass the kernel's
@@ -122,7 +133,7 @@ pub async fn set(
         let _ = tokio::task::spawn_blocking(move || {
             drop_kernel_cache(&notifier, ino);
             if let Some(dir) = dir {
-                crate::kernel_names::drop_names(&notifier, &names, dir);
+                drop_names(&notifier, &names, dir);
             }
         })
         .await;

@@ -18,7 +18,6 @@ use std::time::{Duration, Instant};
 
 use fuser::{INodeNo, ReplyData};
 
-use crate::base::TesseraFs;
 use crate::locks;
 
 /// How long an answer past the known end waits for one at it: a request
@@ -92,24 +91,36 @@ impl Ends {
     }
 }
 
-/// Answers the kernel's read of `len` bytes at `off` through handle `fh`.
-pub fn answer(fs: &TesseraFs, ino: INodeNo, fh: u64, (off, len): (u64, u32), reply: ReplyData) {
-    let (data, grew) = match fs.run(fs.client.read_checked(fh, off, len)) {
+/// What answering a read needs of the mount: its client, the notifier
+/// and the ends given.
+pub type Mount<'a> = (&'a client::Client, &'a locks::Notifier, &'a Ends);
+
+/// Answers the kernel's read of `len` bytes at `off` through handle `fh`
+/// with the client's answer `r` (bytes, and whether the file grew).
+pub fn answer(
+    r: Result<(impl AsRef<[u8]>, bool), fuser::Errno>,
+    (client, notifier, ends): Mount<'_>,
+    (ino, fh): (INodeNo, u64),
+    (off, len): (u64, u32),
+    reply: ReplyData,
+) {
+    let (data, grew) = match r {
         Ok(r) => r,
         Err(e) => return reply.error(e),
     };
     if grew {
         // Before the answer: the reader's next read past the kernel's old
         // length asks for the new one.
-        locks::drop_kernel_attrs(&fs.notifier, ino);
+        locks::drop_kernel_attrs(notifier, ino);
     }
+    let data = data.as_ref();
     if data.len() as u64 >= u64::from(len) {
-        return reply.data(&data);
+        return reply.data(data);
     }
     let end = off + data.len() as u64;
-    if let Some(known) = fs.client.known_size(fh)
+    if let Some(known) = client.known_size(fh)
         && end > known
-        && !fs.ends.wait_for(ino.0, known, WAIT_FOR_END)
+        && !ends.wait_for(ino.0, known, WAIT_FOR_END)
     {
         tracing::debug!(
             ino = ino.0,
@@ -118,8 +129,8 @@ pub fn answer(fs: &TesseraFs, ino: INodeNo, fh: u64, (off, len): (u64, u32), rep
             "a read past the end was answered before one at it"
         );
     }
-    reply.data(&data);
-    fs.ends.given(ino.0, end);
+    reply.data(data);
+    ends.given(ino.0, end);
 }
 
 #[cfg(test)]
