@@ -119,15 +119,17 @@ pub async fn set(
         .await
         .map_err(crate::request::errno);
     if r.is_ok() && l.kind != LockKind::Unlock {
-        // And the names beside it ([`crate::kernel_names`]).
-        // Where the kernel was given the file's name, else where the
-        // client last saw it; the client forgets its names there too.
-        let dir = names.parent_of(ino).or_else(|| {
-            client
-                .parent_of(inos.from_fuse(ino))
-                .map(|d| inos.to_fuse(d))
-        });
-        if let Some(d) = dir {
+        // And the names beside it ([`crate::kernel_names`]): where the
+        // kernel was given the file's name, else where the client last
+        // saw it. The client forgot its own names there when the lock was
+        // granted, unless its cache no longer knew the file.
+        let seen = client.parent_of(inos.from_fuse(ino));
+        let dir = names
+            .parent_of(ino)
+            .or_else(|| seen.map(|d| inos.to_fuse(d)));
+        if let Some(d) = dir
+            && seen != Some(inos.from_fuse(d))
+        {
             client.forget_names_in(inos.from_fuse(d), inos.from_fuse(ino));
         }
         let _ = tokio::task::spawn_blocking(move || {

@@ -114,10 +114,6 @@ impl ConnConfig {
     }
 }
 
-/// The client's side of the handshake on a fresh stream: sends the Hello
-/// for `id`, checks the server's proof, sends the client's, and returns
-/// the server's payload limit and the frame seals (send, receive) of an
-/// authenticated connection (`None` for an `--insecure` OSD).
 /// Most addresses a client takes from a welcome's `peers`.
 pub const MAX_PEERS_KEPT: usize = 16;
 
@@ -133,15 +129,19 @@ pub struct Welcomed {
 }
 
 /// The peers a client keeps from a welcome: at most
-/// `crate::connection::MAX_PEERS_KEPT`, each non-empty and at most 255 bytes.
+/// [`MAX_PEERS_KEPT`], each non-empty and at most 255 bytes.
 fn kept_peers(peers: Vec<String>) -> Vec<String> {
     peers
         .into_iter()
         .filter(|p| !p.is_empty() && p.len() <= 255)
-        .take(crate::connection::MAX_PEERS_KEPT)
+        .take(MAX_PEERS_KEPT)
         .collect()
 }
 
+/// The client's side of the handshake on a fresh stream: sends the Hello
+/// for `id`, checks the server's proof, sends the client's, and returns
+/// the server's payload limit and the frame seals (send, receive) of an
+/// authenticated connection (`None` for an `--insecure` OSD).
 pub async fn handshake<R, W>(
     rd: &mut R,
     wr: &mut W,

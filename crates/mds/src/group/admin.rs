@@ -106,14 +106,13 @@ pub async fn change(
         let last = m.last_log_index.unwrap_or(0);
         // A voter far behind (installing a snapshot, say) would hold a
         // change of voters up as surely as one that is down.
-        let caught_up: BTreeSet<u64> = m
-            .replication
-            .iter()
-            .flatten()
-            .filter(|(_, l)| l.is_some_and(|l| l.index + CAUGHT_UP >= last))
+        let group = m.membership_config.membership().clone();
+        let caught_up: BTreeSet<u64> = group
+            .nodes()
             .map(|(id, _)| *id)
+            .filter(|id| crate::raft::matched(&m, *id).is_some_and(|i| i + CAUGHT_UP >= last))
             .collect();
-        (m.id, m.membership_config.membership().clone(), caught_up)
+        (m.id, group, caught_up)
     };
     if group.get_joint_config().len() > 1 {
         return Err(err(

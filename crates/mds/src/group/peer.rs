@@ -336,6 +336,9 @@ pub type Down = Arc<std::sync::Mutex<BTreeMap<u64, (Instant, Instant)>>>;
 
 /// How often a member that stays unreachable is logged again.
 const DOWN_LOGGED_EVERY: Duration = Duration::from_secs(60);
+/// A member that timed out and has not answered for this long is logged
+/// as unreachable.
+const SILENT_AFTER: Duration = Duration::from_secs(2);
 
 impl RaftNetworkFactory<Tc> for PeerNet {
     type Network = PeerLink;
@@ -456,13 +459,13 @@ impl PeerLink {
                 return Err(RPCError::Unreachable(Unreachable::new(&e)));
             }
             // A slow answer is not a dead member: no back-off (which would
-            // stop heartbeats to it for 500 ms), and the connection stays.
+            // pause heartbeats to it), and the connection stays; one
+            // silent for a while (a host gone, a partition) is logged.
             Err(e @ ConnError::Timeout(_)) => {
-                // Silent for 2 s (a host gone, a partition): logged.
                 let heard = self.heard.lock().unwrap_or_else(|e| e.into_inner());
                 let silent = heard
                     .get(&self.target)
-                    .is_none_or(|t| t.elapsed() > Duration::from_secs(2));
+                    .is_none_or(|t| t.elapsed() > SILENT_AFTER);
                 drop(heard);
                 if silent {
                     self.note_down(&e);
