@@ -396,6 +396,10 @@ pub async fn commit(inner: &Arc<Inner>, ino: u64, st: &mut FileState) -> Result<
             .await?;
         st.modified = false;
         st.written_at = 0;
+        // The namespace's length is now this client's: a read that asked
+        // for it before this commit must not take its older answer as a
+        // shrink by another client (it checks the generation).
+        st.new_generation();
         inner.leases.committed(&a);
         inner
             .meta
@@ -442,7 +446,7 @@ pub async fn write_at(
     st.mark_modified();
     st.written_at = now_ns();
     f.written_ns.store(st.written_at, Ordering::Relaxed);
-    st.gen_ += 1;
+    st.new_generation();
     st.ra = None;
     st.pending = None;
     st.dirty_since.get_or_insert_with(Instant::now);
@@ -552,6 +556,6 @@ pub fn truncated(f: &OpenInode, st: &mut FileState, size: u64) {
     f.size.store(size, Ordering::Relaxed);
     st.ra = None;
     st.pending = None;
-    st.gen_ += 1;
+    st.new_generation();
     st.seq_next = 0;
 }

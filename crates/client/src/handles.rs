@@ -185,9 +185,10 @@ impl Client {
                     st.write_caps |= write;
                     st.creds = c.clone();
                 }
-                if !st.busy() {
-                    st.size = st.size.max(e.attr.size);
+                if !st.busy() && e.attr.size > st.size {
+                    st.size = e.attr.size;
                     f.size.store(st.size, Ordering::Relaxed);
+                    st.new_generation();
                 }
                 if st.layout.is_none() {
                     st.layout = e.layout.clone();

@@ -250,6 +250,9 @@ pub async fn grow(inner: &Arc<Inner>, f: &OpenInode, size: u64) -> Result<()> {
     if size > st.size {
         st.size = size;
         f.size.store(size, std::sync::atomic::Ordering::Relaxed);
+        // A new length: lengths learnt for the old one no longer hold
+        // (`crate::eof::length_now` keys them by generation).
+        st.new_generation();
         st.mark_modified();
         commit(inner, f.ino, &mut st).await?;
     }

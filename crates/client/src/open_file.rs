@@ -66,6 +66,10 @@ pub struct FileState {
     pub(crate) pending: Option<Pending>,
     pub(crate) seq_next: u64,
     pub(crate) window: u64,
+    /// Which version of the bytes and length the caches hold: changed
+    /// by every write and change of length ([`FileState::new_generation`]);
+    /// unique in the process, so an inode opened again never meets a
+    /// generation it had before (lengths learnt are keyed by it).
     pub(crate) gen_: u64,
     /// Handles open on the inode.
     pub handles: usize,
@@ -121,7 +125,7 @@ impl OpenInode {
                 pending: None,
                 seq_next: 0,
                 window: 0,
-                gen_: 0,
+                gen_: next_generation(),
                 handles: 0,
             }),
         }
@@ -195,6 +199,12 @@ impl FileState {
     /// Whether anything is buffered or in flight.
     pub fn busy(&self) -> bool {
         !self.dirty.is_empty() || !self.inflight.is_empty()
+    }
+
+    /// The bytes or the length changed: caches keyed by the old
+    /// generation no longer hold.
+    pub(crate) fn new_generation(&mut self) {
+        self.gen_ = next_generation();
     }
 
     /// Data changed: a length commit is due, stamped with its own time.
@@ -304,4 +314,10 @@ mod tests {
             proptest::prop_assert_eq!(st.dirty_bytes, model.len() as u64);
         }
     }
+}
+
+/// A generation no file state had before in this process.
+fn next_generation() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }

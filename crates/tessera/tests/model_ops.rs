@@ -73,7 +73,9 @@ fn check(f: &File, m: &Model, what: &str, mmap: bool) {
     let len = f.metadata().unwrap().len();
     assert_eq!(len, m.bytes.len() as u64, "{what}: length");
     let mut got = vec![0u8; m.bytes.len()];
-    f.read_exact_at(&mut got, 0).unwrap();
+    if let Err(e) = f.read_exact_at(&mut got, 0) {
+        panic!("{what}: reading {} bytes: {e}", got.len());
+    }
     if let Some(i) = got.iter().zip(&m.bytes).position(|(a, b)| a != b) {
         panic!("{what}: byte {i} is {} (want {})", got[i], m.bytes[i]);
     }
