@@ -225,6 +225,12 @@ impl FileState {
     }
 }
 
+/// A generation no file state had before in this process.
+fn next_generation() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -314,10 +320,4 @@ mod tests {
             proptest::prop_assert_eq!(st.dirty_bytes, model.len() as u64);
         }
     }
-}
-
-/// A generation no file state had before in this process.
-fn next_generation() -> u64 {
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }

@@ -746,6 +746,60 @@ fn rewrites_on_another_mount_read_whole(a: &Path, b: &Path) {
     assert_eq!(lines.get(3), lines.get(4), "3 MiB shrunk to 1 MiB: {out:?}");
 }
 
+/// A file rewritten in place (`cat new > f`: a truncate, then writes) on
+/// one mount while another reads it in a loop: a read may see the old
+/// version, the new one or a part of one, but never zeros nobody wrote.
+/// With the objects cut before the shorter length was recorded, a reader
+/// that asked for the length in between read the cut objects as holes
+/// (OSD namespace: 13–23 reads with zeros per 15 s; MDS: 2).
+fn rewrites_in_place_under_a_reader(a: &Path, b: &Path) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let versions: Vec<Vec<u8>> = [16usize, 4096, 100_000, 600_000, 1_500_000]
+        .iter()
+        .enumerate()
+        .map(|(v, &n)| (0..n).map(|k| ((v * 37 + k) % 250 + 1) as u8).collect())
+        .collect();
+    let (wa, rb) = (a.join("in-place"), b.join("in-place"));
+    std::fs::write(&wa, &versions[0]).unwrap();
+    let stop = AtomicBool::new(false);
+    let (writes, reads, zeros) = std::thread::scope(|s| {
+        let writer = s.spawn(|| {
+            let mut n = 0usize;
+            let until = std::time::Instant::now() + std::time::Duration::from_secs(6);
+            while std::time::Instant::now() < until {
+                std::fs::write(&wa, &versions[n * 7 % versions.len()]).unwrap();
+                n += 1;
+            }
+            stop.store(true, Ordering::Relaxed);
+            n
+        });
+        let reader = s.spawn(|| {
+            let (mut reads, mut zeros) = (0usize, Vec::new());
+            while !stop.load(Ordering::Relaxed) {
+                let Ok(d) = std::fs::read(&rb) else { continue };
+                reads += 1;
+                if let Some(z) = d.iter().position(|&x| x == 0) {
+                    zeros.push((d.len(), z));
+                }
+            }
+            (reads, zeros)
+        });
+        let w = writer.join().unwrap();
+        let (r, z) = reader.join().unwrap();
+        (w, r, z)
+    });
+    assert!(
+        writes > 20 && reads > 20,
+        "{writes} rewrites, {reads} reads"
+    );
+    assert!(
+        zeros.is_empty(),
+        "{} of {reads} reads during {writes} rewrites had zeros (length, first zero): {:?}",
+        zeros.len(),
+        &zeros[..zeros.len().min(5)]
+    );
+}
+
 fn run(cluster: &str, format_extra: &[&str]) {
     with_two_mounts(cluster, format_extra, |a, b, d, mds_addr| {
         locks_between_mounts(a, b);
@@ -753,6 +807,7 @@ fn run(cluster: &str, format_extra: &[&str]) {
         appends_under_flock_from_two_mounts(a, b);
         appends_taking_turns_between_mounts(a, b);
         rewrites_on_another_mount_read_whole(a, b);
+        rewrites_in_place_under_a_reader(a, b);
         setattr_on_buffered_data(a, b);
         tar_keeps_every_mtime(a, d);
         appends_and_stats_racing_the_write_back(a);

@@ -341,18 +341,30 @@ impl OsdNamespace {
         Ok(out)
     }
 
-    /// Changes attributes with the MDS's POSIX rules; a shrinking truncate
-    /// cuts the stripe objects first, then records the length.
+    /// Changes attributes with the MDS's POSIX rules. A shrinking
+    /// truncate records the length first, then cuts the stripe objects:
+    /// cut first, a reader on another client that asked for the length in
+    /// between took the cut objects for holes and read zeros nobody wrote
+    /// (`cat new > f` under a reader elsewhere). Recorded first, a reader
+    /// sees the old bytes or the new length, never a mix with zeros. A
+    /// crash between the two leaves bytes past the new end; a truncate
+    /// that grows the file cuts them before it records its length, so they
+    /// never read back (what remains: a later write past the end leaving a
+    /// hole over them, docs/CLIENT.md).
     pub async fn setattr_checked(&self, c: &Creds, ino: u64, set: &SetAttr) -> Result<Attr> {
         let osd = self.home(ino)?;
+        let mut shrunk = None;
         if let Some(size) = set.size {
-            // A truncate is checked before its objects are cut (nothing
-            // changes when refused); other changes are checked in the CAS.
+            // A truncate is checked before anything changes (nothing does
+            // when refused); other changes are checked in the CAS.
             let cur = self.fs.stat(ino, osd).await?;
             let mut probe = attr(ino, &cur);
             posix::apply_setattr(&mut probe, c, set, 0).map_err(FsError::from)?;
             if cur.kind == Kind::File && size < cur.size {
-                self.cut(ino, &cur, size).await?;
+                shrunk = Some((cur, size));
+            } else if cur.kind == Kind::File && size > cur.size {
+                // Bytes a crash left past the end are not part of the file.
+                self.cut(ino, &cur, cur.size).await?;
             }
         }
         let now = proto::clock::now_ns();
@@ -374,6 +386,9 @@ impl OsdNamespace {
                 Ok(())
             })
             .await?;
+        if let Some((cur, size)) = shrunk {
+            self.cut(ino, &cur, size).await?;
+        }
         if i.kind != Kind::Dir {
             return Ok(attr(ino, &i));
         }

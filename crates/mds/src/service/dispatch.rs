@@ -36,6 +36,14 @@ impl Mds {
             super::auth::session_key(super::auth::holder(), session)
         };
         let _active = self.lease_clear(key, &req.op).await;
+        if let Op::GetAttr { ino }
+        | Op::Stat { ino }
+        | Op::Open { ino, .. }
+        | Op::GetLayout { ino } = req.op
+        {
+            // A file being shrunk: its length once the shrink records it.
+            self.truncating.wait(ino).await;
+        }
         match req.op {
             Op::DirLease { dir } => self.dir_lease(&c, dir, key).await,
             Op::DirOps { dir, ops } => self.dir_ops(c, dir, ops, (key, session), early).await,

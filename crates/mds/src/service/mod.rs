@@ -38,6 +38,7 @@ mod requests;
 mod restarts;
 mod search;
 mod set_aside;
+mod truncating;
 
 pub use auth::Caller;
 pub use overview::ClientRow;
@@ -242,6 +243,8 @@ pub struct Mds {
     delete_due_ms: std::sync::atomic::AtomicU64,
     /// Recovery's state (stale copies, counts, files being copied).
     recovery: Mutex<RecoveryState>,
+    /// Files being shrunk: their length is not answered meanwhile.
+    truncating: truncating::Truncating,
     /// OSDs on a new or older store whose copies are being set aside.
     setting_aside: Mutex<std::collections::HashSet<u32>>,
     /// Wakes the recovery worker.
@@ -397,6 +400,7 @@ impl Mds {
             delete_wake: tokio::sync::Notify::new(),
             delete_due_ms: std::sync::atomic::AtomicU64::new(u64::MAX),
             recovery: Mutex::new(RecoveryState::default()),
+            truncating: truncating::Truncating::default(),
             setting_aside: Mutex::default(),
             recovery_wake: tokio::sync::Notify::new(),
             started: std::time::Instant::now(),

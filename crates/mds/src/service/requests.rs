@@ -456,10 +456,13 @@ impl Mds {
         // No recovery copy interleaves with what this does to the objects.
         let _held = self.hold(ino).await;
         // Shrinking a file: revoke old capabilities, then cut the objects,
-        // then record the length (so stale bytes can never reappear).
+        // then record the length (so stale bytes can never reappear); the
+        // length is not answered in between (`truncating`).
+        let mut _shrink = None;
         if let Some(size) = set.size {
             let i = self.kv.read()?.live_inode(ino)?;
             if i.attr.kind == FileKind::File && size < i.attr.size {
+                _shrink = Some(self.truncating.begin(ino));
                 // Every rule of the whole setattr is checked before any
                 // object is cut: a refused change must leave the data.
                 let mut probe = i.attr.clone();
