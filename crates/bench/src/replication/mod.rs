@@ -294,9 +294,12 @@ async fn lose(
     let others = move |s: &ClusterStatus| used(s, |o| o != victim);
     let before = others(&c.status().await?);
     let lost = Instant::now();
-    // Settled for a second: the OSDs report their used bytes every 300 ms,
-    // so the last copies' bytes arrive after HEALTH_OK does.
-    let quiet = Duration::from_secs(1);
+    // Settled for three seconds: the OSDs report their used bytes every
+    // 300 ms, and a joiner's store counts what a fill wrote only once it
+    // has applied it, so the last copies' bytes arrive after HEALTH_OK
+    // does (with one second, a run with chains counted 4 MiB of a 16 MiB
+    // group's fill; seen 2 s late by hand).
+    let quiet = Duration::from_secs(3);
     let watch = settle(c, (before, others), settled, quiet, true);
     let stop = async {
         cl.stop_osd(victim).await.map_err(anyhow::Error::msg)?;
