@@ -250,6 +250,24 @@ pub async fn copy_range(
     let (slayout, sgrants, size) = {
         let mut st = src.st.lock().await;
         commit(inner, src.ino, &mut st).await?;
+        // Another client may have rewritten the file since this one had
+        // its length (an open within the cache window): copied to the old
+        // length, a shrunk file came out padded with zeros (`cp` of a file
+        // cut from 4 MiB to 512 KiB elsewhere made 4 MiB). Nothing is
+        // buffered here now, so the namespace's length is the file's.
+        let asked = inner.meta.commits.ask();
+        match inner.ns.getattr(&st.creds, src.ino).await {
+            Ok(mut a) => {
+                if a.size != st.size {
+                    file::truncated(src, &mut st, a.size);
+                }
+                inner.meta.cache_attr(&mut a, asked.since());
+            }
+            Err(e) if crate::gone::removed(&e) => {
+                return Err(crate::gone::stale(&inner.meta, src.ino, &e));
+            }
+            Err(e) => return Err(e),
+        }
         let write = st.write_caps;
         ensure_caps(inner, src.ino, &mut st, write, 0).await?;
         (st.layout.clone(), st.grants.clone(), st.size)
