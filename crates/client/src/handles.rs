@@ -327,6 +327,7 @@ impl Client {
         if !h.write {
             return Err(FsError::new(Errno::BadF, "handle not open for writing"));
         }
+        file::refresh_append_end(&self.inner, &h.inode).await?;
         file::write_at(&self.inner, &h.inode, None, data).await
     }
 

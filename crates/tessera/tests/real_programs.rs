@@ -837,6 +837,31 @@ fn cp_of_a_file_shrunk_elsewhere(a: &Path, b: &Path) {
     );
 }
 
+/// An `O_APPEND` descriptor held open while another mount truncates and
+/// rewrites the file appends at the file's end, not at the end it knew:
+/// the file was `HDR` and 199 zero bytes before the append (20 of 20).
+fn append_after_a_truncate_elsewhere(a: &Path, b: &Path) {
+    use std::fs::{File, OpenOptions};
+    let (pa, pb) = (a.join("append-trunc"), b.join("append-trunc"));
+    std::fs::write(&pa, vec![b'x'; 200]).unwrap();
+    let mut appender = OpenOptions::new().append(true).open(&pb).unwrap();
+    appender.write_all(b"B1\n").unwrap();
+    appender.sync_all().unwrap();
+    let mut f = File::create(&pa).unwrap();
+    f.write_all(b"HDR\n").unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+    appender.write_all(b"B2\n").unwrap();
+    appender.sync_all().unwrap();
+    drop(appender);
+    let got = std::fs::read(&pb).unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&got),
+        "HDR\nB2\n",
+        "an append after another mount's truncate"
+    );
+}
+
 fn run(cluster: &str, format_extra: &[&str]) {
     with_two_mounts(cluster, format_extra, |a, b, d, mds_addr| {
         locks_between_mounts(a, b);
@@ -846,6 +871,7 @@ fn run(cluster: &str, format_extra: &[&str]) {
         rewrites_on_another_mount_read_whole(a, b);
         rewrites_in_place_under_a_reader(a, b, format_extra.contains(&"osd"));
         cp_of_a_file_shrunk_elsewhere(a, b);
+        append_after_a_truncate_elsewhere(a, b);
         setattr_on_buffered_data(a, b);
         tar_keeps_every_mtime(a, d);
         appends_and_stats_racing_the_write_back(a);

@@ -77,6 +77,12 @@ impl DirLeases {
             .map(|(_, f)| f)
     }
 
+    /// Whether `ino` was made under a lease this client still holds: no
+    /// other client can name it, so its length here is the file's.
+    pub fn made_under_lease(&self, ino: u64) -> bool {
+        made_in(&mut lock(&self.dirs), ino).is_some()
+    }
+
     /// Whether a close of `ino` may leave its data buffered, to be
     /// written by the write-back timer or before the lease goes back:
     /// true when `ino` was made under a lease this client still holds, so
