@@ -347,10 +347,10 @@ impl OsdNamespace {
     /// between took the cut objects for holes and read zeros nobody wrote
     /// (`cat new > f` under a reader elsewhere). Recorded first, a reader
     /// sees the old bytes or the new length, never a mix with zeros. A
-    /// crash between the two leaves bytes past the new end; a truncate
-    /// that grows the file cuts them before it records its length, so they
-    /// never read back (what remains: a later write past the end leaving a
-    /// hole over them, docs/CLIENT.md).
+    /// crash between the two leaves bytes past the new end, which a later
+    /// extension of the file would show (docs/CLIENT.md). A truncate that
+    /// grows the file does not cut past the old end: another client's
+    /// write there, out but not yet committed, would be lost.
     pub async fn setattr_checked(&self, c: &Creds, ino: u64, set: &SetAttr) -> Result<Attr> {
         let osd = self.home(ino)?;
         let mut shrunk = None;
@@ -362,9 +362,6 @@ impl OsdNamespace {
             posix::apply_setattr(&mut probe, c, set, 0).map_err(FsError::from)?;
             if cur.kind == Kind::File && size < cur.size {
                 shrunk = Some((cur, size));
-            } else if cur.kind == Kind::File && size > cur.size {
-                // Bytes a crash left past the end are not part of the file.
-                self.cut(ino, &cur, cur.size).await?;
             }
         }
         let now = proto::clock::now_ns();
