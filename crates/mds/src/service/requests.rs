@@ -458,11 +458,11 @@ impl Mds {
         // Shrinking a file: revoke old capabilities, then cut the objects,
         // then record the length (so stale bytes can never reappear); the
         // length is not answered in between (`truncating`).
-        let mut _shrink = None;
+        let mut shrink = None;
         if let Some(size) = set.size {
             let i = self.kv.read()?.live_inode(ino)?;
             if i.attr.kind == FileKind::File && size < i.attr.size {
-                _shrink = Some(self.truncating.begin(ino));
+                shrink = Some(self.truncating.begin(ino));
                 // Every rule of the whole setattr is checked before any
                 // object is cut: a refused change must leave the data.
                 let mut probe = i.attr.clone();
@@ -490,6 +490,8 @@ impl Mds {
                 Ok((done, pending))
             })
             .await?;
+        // The length is recorded: those waiting for it may have it.
+        drop(shrink);
         if done.revoke && ack.transno != 0 {
             ack.durable = self.kv.sync().await?;
         }
