@@ -255,22 +255,7 @@ pub async fn copy_range(
         // length, a shrunk file came out padded with zeros (`cp` of a file
         // cut from 4 MiB to 512 KiB elsewhere made 4 MiB). Nothing is
         // buffered here now, so the namespace's length is the file's.
-        let asked = inner.meta.commits.ask();
-        match inner.ns.getattr(&st.creds, src.ino).await {
-            Ok(mut a) => {
-                if a.size != st.size {
-                    file::truncated(src, &mut st, a.size);
-                }
-                inner.meta.cache_attr(&mut a, asked.since());
-            }
-            Err(e) if crate::gone::removed(&e) => {
-                return Err(crate::gone::stale(&inner.meta, src.ino, &e));
-            }
-            // The namespace away: the length this client knows, as before.
-            Err(e) => {
-                tracing::debug!(ino = src.ino, error = %e, "a copy could not ask for the length")
-            }
-        }
+        file::take_namespace_length(inner, src, &mut st, "a copy").await?;
         let write = st.write_caps;
         ensure_caps(inner, src.ino, &mut st, write, 0).await?;
         (st.layout.clone(), st.grants.clone(), st.size)

@@ -422,6 +422,20 @@ pub async fn refresh_append_end(inner: &Arc<Inner>, f: &OpenInode) -> Result<()>
     if st.busy() || st.modified {
         return Ok(());
     }
+    take_namespace_length(inner, f, &mut st, "an append").await
+}
+
+/// With `f`'s state `st` held and nothing of it buffered or uncommitted
+/// here: takes the namespace's length of the file (another client may
+/// have changed it since this one learnt it). ESTALE if the file was
+/// removed; with the namespace away, the length known here stands
+/// (logged for `what`).
+pub async fn take_namespace_length(
+    inner: &Arc<Inner>,
+    f: &OpenInode,
+    st: &mut FileState,
+    what: &str,
+) -> Result<()> {
     let asked = inner.meta.commits.ask();
     let mut a = match inner.ns.getattr(&st.creds, f.ino).await {
         Ok(a) => a,
@@ -429,13 +443,12 @@ pub async fn refresh_append_end(inner: &Arc<Inner>, f: &OpenInode) -> Result<()>
             return Err(crate::gone::stale(&inner.meta, f.ino, &e));
         }
         Err(e) => {
-            // The namespace away: the end this client knows, as before.
-            tracing::debug!(ino = f.ino, error = %e, "an append could not ask for the length");
+            tracing::debug!(ino = f.ino, error = %e, what, "could not ask for the length");
             return Ok(());
         }
     };
     if a.size != st.size {
-        truncated(f, &mut st, a.size);
+        truncated(f, st, a.size);
     }
     inner.meta.cache_attr(&mut a, asked.since());
     Ok(())
