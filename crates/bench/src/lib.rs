@@ -17,6 +17,7 @@ pub mod mounted;
 pub mod osd_bench;
 pub mod plot;
 pub mod prefetch_bench;
+pub mod programs_bench;
 pub mod replication;
 pub mod small_bench;
 pub mod stats;
