@@ -174,7 +174,7 @@ impl MdsMetrics {
         );
         registry.register(
             "replica_groups",
-            "Replica groups of a namespace on the OSDs by state (total, degraded, filling, unavailable)",
+            "Replica groups of a namespace on the OSDs by state (total, degraded, filling, unavailable, cut: a member cannot reach its successor though both are up)",
             groups.clone(),
         );
         let (kv_batches, kv_led, kv_jobs, kv_checkpoints, kv_wal_bytes) = (
@@ -288,6 +288,7 @@ impl MdsMetrics {
             ("degraded", r.groups_degraded),
             ("filling", r.groups_filling),
             ("unavailable", r.groups_unavailable),
+            ("cut", r.groups_cut),
         ] {
             self.groups
                 .get_or_create(&StateLabel {

@@ -178,6 +178,21 @@ mod tests {
             "{h:?}"
         );
         assert_eq!(h.reasons[1], "1 replica groups unavailable (no member up)");
+        // A link cut between two members that are both up: the group's
+        // writes fail, so it is an error, with the link named.
+        let mut cut = status(10);
+        cut.redundancy.groups = 3;
+        cut.redundancy.groups_cut = 1;
+        cut.redundancy.cut_links = vec![(2, 1, 3)];
+        let h = cut.health();
+        assert_eq!(h.level, "HEALTH_ERR");
+        assert_eq!(
+            h.reasons,
+            [
+                "1 replica groups cannot take writes: a member cannot reach its successor though \
+              both are up (group 2: OSD 1 cannot reach OSD 3)"
+            ]
+        );
     }
 
     #[test]

@@ -180,6 +180,12 @@ pub struct Redundancy {
     /// Groups with no full member left at all: every full copy was on a
     /// store that came back new or older. They stay unavailable.
     pub groups_lost: u32,
+    /// Groups whose member could not pass a change to its successor
+    /// though both are up (a link between two OSDs cut while both reach
+    /// the MDS): their writes fail until it heals.
+    pub groups_cut: u32,
+    /// Some of those cut links, as (group, member, successor).
+    pub cut_links: Vec<(u32, u32, u32)>,
     /// What the last scrub could not check (see [`ScrubReport::unchecked`]).
     pub scrub_unchecked: u64,
 }
@@ -216,6 +222,19 @@ impl ClusterStatus {
                 "{} replica groups lost every full copy (their members' stores came back \
                  new or older)",
                 r.groups_lost
+            ));
+        }
+        if r.groups_cut > 0 {
+            let named: Vec<String> = r
+                .cut_links
+                .iter()
+                .map(|(g, a, b)| format!("group {g}: OSD {a} cannot reach OSD {b}"))
+                .collect();
+            err.push(format!(
+                "{} replica groups cannot take writes: a member cannot reach its successor \
+                 though both are up ({})",
+                r.groups_cut,
+                named.join("; ")
             ));
         }
         if r.groups_unavailable > r.groups_lost {

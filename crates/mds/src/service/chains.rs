@@ -279,6 +279,16 @@ impl Mds {
         while !refused && !self.lease_lapsed(osd) && std::time::Instant::now() < deadline {
             tokio::time::sleep(DROP_POLL).await;
         }
+        if !refused && !self.lease_lapsed(osd) && self.up_osds().contains(&osd) {
+            // Up, yet `me` cannot reach it: a cut link (`cuts`).
+            tracing::warn!(
+                group,
+                from = me,
+                to = osd,
+                "a chain member cannot reach its successor, which is up: writes to the group fail until the link heals"
+            );
+            self.cuts.note(group, me, osd);
+        }
         // A successor that refuses every try is dropped alive: it is not
         // the head, so no client reads it, and it is filled again later.
         if refused || self.lease_lapsed(osd) {
@@ -485,6 +495,14 @@ impl Mds {
                 r.groups_filling += 1;
             }
         }
+        // A member asks again about every lease and a second while the
+        // link stays cut: two of those without a word, and it healed.
+        let fresh = Duration::from_millis(2 * (self.cfg.down_after_ms + 1_000) + 1_000);
+        let cuts = self.cuts.current(fresh, |g, a, b| {
+            t.chain(g).is_some_and(|c| c.successor(a) == Some(b))
+        });
+        r.groups_cut = cuts.len() as u32;
+        r.cut_links = cuts.into_iter().take(super::cuts::CUTS_NAMED).collect();
     }
 
     /// The client's capabilities with chains: per group, one for the

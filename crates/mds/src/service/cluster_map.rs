@@ -98,11 +98,15 @@ impl Mds {
         }
         let was_up = self.up_osds().contains(&r.osd_id);
         let r2 = r.clone();
+        let lower = self.lease_record_to_lower();
         // The store is checked, and an OSD on a new or older store taken
         // out of its chains, in the transaction that lets it count as up.
         let (epoch, verdict, left) = self
             .kv
             .write(move |tx| {
+                if let Some(ms) = lower {
+                    Mds::lower_lease_record(tx, ms)?;
+                }
                 let (verdict, left) = super::restarts::check_store(tx, r2.osd_id, r2.store, true)?;
                 let mut st = tx.state()?;
                 let cur = tx.map(st.map_epoch)?.unwrap_or_default();
@@ -114,6 +118,9 @@ impl Mds {
                 Ok((st.map_epoch, verdict, left))
             })
             .await?;
+        if let Some(ms) = lower {
+            self.lease_record_lowered(ms);
+        }
         self.log_store_verdict(r.osd_id, verdict, &left);
         if verdict == super::restarts::StoreVerdict::Missing {
             return Err(err(

@@ -25,9 +25,11 @@ mod auth;
 mod chain_plan;
 mod chains;
 mod cluster_map;
+mod cuts;
 mod dispatch;
 mod grants;
 mod holds;
+mod lease_record;
 mod leases;
 mod locks;
 mod osd_actions;
@@ -252,6 +254,13 @@ pub struct Mds {
     /// When this MDS started: an OSD it has not heard from yet may hold a
     /// lease from the previous MDS until `down_after_ms` after this.
     started: std::time::Instant,
+    /// How long after `started` an OSD may still hold a lease granted
+    /// before it (the longest recorded: `lease_record`).
+    lease_grace: Duration,
+    /// The lease length recorded for the next start (ms).
+    lease_recorded_ms: std::sync::atomic::AtomicU64,
+    /// Links between chain members reported cut while both are up.
+    cuts: cuts::Cuts,
     /// Where the namespace lives (fixed at format time).
     pub namespace: proto::mds::NamespaceMode,
     /// Who may connect, with which key, to do what.
@@ -384,6 +393,7 @@ impl Mds {
         let keys = load_keys(&paths.keys(), &sb.cluster_id)
             .map_err(|m| err(Errno::Inval, m.to_string()))?;
         let namespace = kv.read()?.namespace()?.mode;
+        let lease = lease_record::open(&kv, cfg.down_after_ms)?;
         let principals = crate::principals::Principals::load(&kv)?;
         let mds = Arc::new(Mds {
             principals,
@@ -404,6 +414,9 @@ impl Mds {
             setting_aside: Mutex::default(),
             recovery_wake: tokio::sync::Notify::new(),
             started: std::time::Instant::now(),
+            lease_grace: lease.grace,
+            cuts: cuts::Cuts::default(),
+            lease_recorded_ms: std::sync::atomic::AtomicU64::new(lease.recorded_ms),
             holds: Mutex::new(holds::Holds::default()),
             instance,
             prev_instance,
@@ -425,8 +438,13 @@ impl Mds {
     }
 
     /// Whether OSD `osd`'s lease has certainly run out: its last accepted
-    /// report (or this MDS's start, if none since) is older than a lease.
+    /// report (or this MDS's start, if none since) is older than a lease,
+    /// and so is this MDS's start than the longest lease an MDS before it
+    /// may have granted (`lease_record`).
     pub(super) fn lease_lapsed(&self, osd: u32) -> bool {
+        if self.earlier_leases_may_run() {
+            return false;
+        }
         let lease = Duration::from_millis(self.cfg.down_after_ms);
         let live = self.live.lock().unwrap_or_else(|e| e.into_inner());
         live.osds

@@ -418,11 +418,21 @@ impl Chains {
         // Longer than any wait below it (a member's own passing on, a
         // chain change), so a forward is not sent twice while one is alive.
         cfg.timeout = Duration::from_secs(60);
+        // A successor cut off by the network sends no reset: the kernel
+        // gives up on bytes it has not acknowledged for this long, so the
+        // member asks the MDS about it in seconds, not after the reply
+        // timeout (a live successor's kernel acknowledges even while the
+        // OSD itself is busy).
+        cfg.dead_peer_after = Some(PEER_SILENT_AFTER);
         let c = Arc::new(OsdClient::new(&addr, cfg));
         peers.insert(osd, (addr, c.clone()));
         Ok(c)
     }
 }
+
+/// How long a chain member's connection to its successor may hold bytes
+/// the successor's kernel has not acknowledged before it is given up.
+const PEER_SILENT_AFTER: Duration = Duration::from_secs(10);
 
 /// The effect of a request that changed something, in a form whose
 /// repetition is harmless: the command, its set list and its payload as

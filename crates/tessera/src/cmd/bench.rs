@@ -264,16 +264,7 @@ pub fn run(c: BenchCmd) -> anyhow::Result<i32> {
                 bench::small_bench::print(r, files)
             })
         }
-        BenchCmd::Programs { quick, json, dir } => {
-            let t = bench::programs_bench::Tree {
-                dirs: if quick { 40 } else { 400 },
-                files: 25,
-                seed: 7,
-            };
-            emit(json, &bench::programs_bench::run_bench(&dir, t)?, |r| {
-                bench::programs_bench::print(r, t)
-            })
-        }
+        BenchCmd::Programs { quick, json, dir } => programs(quick, json, &dir),
         c @ (BenchCmd::Meta { .. } | BenchCmd::Group { .. }) => metadata(c),
         BenchCmd::Dirops { quick, json, dir } => {
             let cfg = if quick {
@@ -428,6 +419,18 @@ fn agreement(
 }
 
 /// `bench meta` and `bench group`: the metadata server's own figures.
+/// `bench programs`: the full tree or the quick one.
+fn programs(quick: bool, json: bool, dir: &std::path::Path) -> anyhow::Result<i32> {
+    let t = bench::programs_bench::Tree {
+        dirs: if quick { 40 } else { 400 },
+        files: 25,
+        seed: 7,
+    };
+    emit(json, &bench::programs_bench::run_bench(dir, t)?, |r| {
+        bench::programs_bench::print(r, t)
+    })
+}
+
 fn metadata(c: BenchCmd) -> anyhow::Result<i32> {
     match c {
         BenchCmd::Meta {

@@ -131,6 +131,11 @@ pub fn print_status(s: &ClusterStatus) {
             r.groups_lost
         );
     }
+    for (g, a, b) in &r.cut_links {
+        println!(
+            "  group {g}: OSD {a} cannot reach OSD {b}, its successor, though both are up: writes to the group fail (check the network between them)"
+        );
+    }
     if r.objects_left > 0 {
         let eta = match r.bytes_left.checked_div(r.rate_bps) {
             Some(s) => format!("ETA {s}s"),

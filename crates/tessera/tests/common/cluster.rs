@@ -25,6 +25,8 @@ pub struct Cluster {
     /// Each OSD's /metrics.
     pub osd_metrics: Vec<String>,
     pub osds: Vec<Option<Child>>,
+    /// The network namespace each OSD runs in (empty: this one's).
+    pub osd_netns: Vec<String>,
 }
 
 impl Cluster {
@@ -66,6 +68,36 @@ impl Cluster {
         settings: &str,
         format: &[&str],
     ) -> Cluster {
+        Self::start_placed(dir, (n, store_bytes), replicas, (settings, format), None)
+    }
+
+    /// [`Cluster::start_formatted`] with OSD K on host K of `hosts` (its
+    /// own network namespace, 10.78.x.K) and the MDS on this side of
+    /// their bridge: links between OSDs can then be cut
+    /// ([`super::hosts::Hosts::cut`]).
+    pub fn start_on_hosts(
+        dir: &Path,
+        hosts: &super::hosts::Hosts,
+        (n, replicas): (u32, u8),
+        settings: &str,
+        format: &[&str],
+    ) -> Cluster {
+        Self::start_placed(
+            dir,
+            (n, 512 << 20),
+            replicas,
+            (settings, format),
+            Some(hosts),
+        )
+    }
+
+    fn start_placed(
+        dir: &Path,
+        (n, store_bytes): (u32, u64),
+        replicas: u8,
+        (settings, format): (&str, &[&str]),
+        hosts: Option<&super::hosts::Hosts>,
+    ) -> Cluster {
         let mds_dir = dir.join("mds");
         let out = Command::new(BIN)
             .args(["mds", "format", "--data"])
@@ -106,14 +138,19 @@ impl Cluster {
         }
         keep.extend(settings.lines().map(String::from));
         std::fs::write(&cfg, keep.join("\n")).unwrap();
+        let port_of = |a: String| a.rsplit(':').next().unwrap_or_default().to_string();
         let mut c = Cluster {
             dir: dir.into(),
-            mds_addr: free_port(),
+            mds_addr: match hosts {
+                Some(h) => format!("{}:{}", h.here(), port_of(free_port())),
+                None => free_port(),
+            },
             mds: None,
             http_addr: free_port(),
             osd_addrs: Vec::new(),
             osd_metrics: Vec::new(),
             osds: Vec::new(),
+            osd_netns: Vec::new(),
         };
         c.start_mds();
         for id in 1..=n {
@@ -125,8 +162,17 @@ impl Cluster {
                 &mds_dir.join("keys"),
             )
             .unwrap();
-            c.osd_addrs.push(free_port());
-            c.osd_metrics.push(free_port());
+            match hosts {
+                Some(h) => {
+                    c.osd_addrs.push(format!("{}:7500", h.addr(id as u8)));
+                    c.osd_metrics.push(format!("{}:7501", h.addr(id as u8)));
+                    c.osd_netns.push(h.ns(id as usize));
+                }
+                None => {
+                    c.osd_addrs.push(free_port());
+                    c.osd_metrics.push(free_port());
+                }
+            }
             c.osds.push(None);
             c.start_osd(id);
         }
@@ -191,7 +237,16 @@ impl Cluster {
         // An OSD given a clock of its own runs with libfaketime preloaded
         // (see `set_osd_clock`; not the `faketime` wrapper, which forks, so
         // a kill would miss the OSD); monotonic time stays the machine's.
-        let mut cmd = Command::new(BIN);
+        // In a namespace of its own: `ip netns exec` execs the OSD, so
+        // the child is the OSD itself (a kill reaches it).
+        let mut cmd = match self.osd_netns.get(id as usize - 1) {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns, BIN]);
+                c
+            }
+            None => Command::new(BIN),
+        };
         if let Ok(spec) = std::fs::read_to_string(d.join("clock")) {
             cmd.env("LD_PRELOAD", libfaketime())
                 .env("FAKETIME", spec.trim())

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 pub mod browser;
 pub mod cluster;
+pub mod hosts;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_tessera");
 
