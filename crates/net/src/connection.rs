@@ -82,6 +82,11 @@ pub struct ConnConfig {
     /// unset for OSDs: a busy server stops reading (back-pressure), and
     /// its zero window must not cost the connection.
     pub dead_peer_after: Option<Duration>,
+    /// How long a connect (the TCP handshake) may take; `None`: the
+    /// per-request timeout. A live server's kernel answers a connect at
+    /// once even while the server is busy, so a short one only shortens
+    /// the wait for a peer that cannot be reached.
+    pub connect_timeout: Option<Duration>,
 }
 
 impl std::fmt::Debug for ConnConfig {
@@ -110,6 +115,7 @@ impl ConnConfig {
             identity,
             encrypt: false,
             dead_peer_after: None,
+            connect_timeout: None,
         }
     }
 }
@@ -320,7 +326,8 @@ impl Connection {
             addr: addr.into(),
             why,
         };
-        let sock = tokio::time::timeout(cfg.timeout, TcpStream::connect(addr))
+        let connect_within = cfg.connect_timeout.unwrap_or(cfg.timeout);
+        let sock = tokio::time::timeout(connect_within, TcpStream::connect(addr))
             .await
             .map_err(|_| cerr("timed out".into()))?
             .map_err(|e| cerr(e.to_string()))?;

@@ -28,6 +28,13 @@ pub const MAX_GROUPS: u32 = 1 << 16;
 /// Most copies a chain keeps.
 pub const MAX_CHAIN: usize = 5;
 
+/// How long a chain member waits for its successor to accept a
+/// connection (ms). A live OSD's kernel answers a connect at once, so
+/// past this the member asks the authority about its successor; the
+/// authority counts on a member asking again about that often while a
+/// link between two members that both reach it stays cut.
+pub const PEER_CONNECT_TIMEOUT_MS: u64 = 5_000;
+
 /// The attribute every member of a chain keeps on each object of its
 /// group: the stamp of the last change it took whole (8 bytes, u64 LE).
 /// The head draws a new stamp for every change and passes it down with

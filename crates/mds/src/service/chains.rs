@@ -274,13 +274,22 @@ impl Mds {
         osd: u32,
         refused: bool,
     ) -> Result<MdsReply, MdsError> {
-        let deadline =
-            std::time::Instant::now() + Duration::from_millis(self.cfg.down_after_ms + 1_000);
+        let asked = std::time::Instant::now();
+        let up_when_asked = self.up_osds().contains(&osd);
+        let deadline = self.leases_out_by(asked);
         while !refused && !self.lease_lapsed(osd) && std::time::Instant::now() < deadline {
             tokio::time::sleep(DROP_POLL).await;
         }
-        if !refused && !self.lease_lapsed(osd) && self.up_osds().contains(&osd) {
-            // Up, yet `me` cannot reach it: a cut link (`cuts`).
+        if !refused
+            && !self.lease_lapsed(osd)
+            && up_when_asked
+            && self.up_osds().contains(&osd)
+            && !self
+                .cuts
+                .restarted_since(osd, asked - Duration::from_millis(self.cfg.down_after_ms))
+        {
+            // Up all along (not restarting, not just back after an MDS
+            // restart), yet `me` cannot reach it: a cut link (`cuts`).
             tracing::warn!(
                 group,
                 from = me,
@@ -495,9 +504,11 @@ impl Mds {
                 r.groups_filling += 1;
             }
         }
-        // A member asks again about every lease and a second while the
-        // link stays cut: two of those without a word, and it healed.
-        let fresh = Duration::from_millis(2 * (self.cfg.down_after_ms + 1_000) + 1_000);
+        // While the link stays cut a member asks again about every
+        // connect timeout, lease and second (the first time within its
+        // reply timeout): two of those without a word, and it healed.
+        let again = proto::chain::PEER_CONNECT_TIMEOUT_MS + self.cfg.down_after_ms + 1_000;
+        let fresh = Duration::from_millis(2 * again + 1_000);
         let cuts = self.cuts.current(fresh, |g, a, b| {
             t.chain(g).is_some_and(|c| c.successor(a) == Some(b))
         });

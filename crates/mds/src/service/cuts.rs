@@ -18,6 +18,8 @@ pub const CUTS_NAMED: usize = 8;
 #[derive(Default)]
 pub struct Cuts {
     seen: Mutex<HashMap<u32, (u32, u32, Instant)>>,
+    /// When each OSD last said it restarted (CHAIN RESTARTED).
+    restarts: Mutex<HashMap<u32, Instant>>,
 }
 
 impl Cuts {
@@ -40,6 +42,23 @@ impl Cuts {
         let mut out: Vec<_> = seen.iter().map(|(&g, &(a, b, _))| (g, a, b)).collect();
         out.sort_unstable();
         out
+    }
+
+    /// OSD `osd` restarted now.
+    pub fn restarted(&self, osd: u32) {
+        self.restarts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(osd, Instant::now());
+    }
+
+    /// Whether OSD `osd` restarted at or after `t`.
+    pub fn restarted_since(&self, osd: u32, t: Instant) -> bool {
+        self.restarts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&osd)
+            .is_some_and(|&at| at >= t)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u32, (u32, u32, Instant)>> {
@@ -66,6 +85,11 @@ mod tests {
             c.current(Duration::from_secs(10), |g, _, _| g != 7),
             vec![(4, 1, 2)]
         );
+        // A restart is told apart by its time.
+        let before = Instant::now();
+        assert!(!c.restarted_since(5, before));
+        c.restarted(5);
+        assert!(c.restarted_since(5, before) && !c.restarted_since(6, before));
         // Gone for good, not only hidden.
         assert_eq!(c.current(Duration::from_secs(10), all), vec![(4, 1, 2)]);
         // A newer report of the group replaces the older pair.

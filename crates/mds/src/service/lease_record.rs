@@ -63,6 +63,15 @@ impl Mds {
         self.started.elapsed() < self.lease_grace
     }
 
+    /// When every lease an OSD may hold as of `from` has certainly run
+    /// out: a lease and a second after `from`, and never before the
+    /// grace after this MDS's start (what `lease_lapsed` waits for).
+    pub(super) fn leases_out_by(&self, from: std::time::Instant) -> std::time::Instant {
+        let slack = Duration::from_secs(1);
+        (from + Duration::from_millis(self.cfg.down_after_ms) + slack)
+            .max(self.started + self.lease_grace + slack)
+    }
+
     /// The record's new value if it may come down to the configured
     /// lease now (every earlier lease has run out), to be written with
     /// the next report's transaction ([`Mds::lease_record_lowered`]).

@@ -296,6 +296,9 @@ impl Mds {
                 "this file system keeps no replica chains",
             ));
         }
+        // A member that could not reach it meanwhile saw a restart, not a
+        // cut link.
+        self.cuts.restarted(me);
         // The identity only: a report may have judged a newer sequence
         // since this mark was taken.
         let (verdict, left) = self
@@ -351,7 +354,7 @@ impl Mds {
     /// out; then what is known of them.
     async fn wait_for_the_others(&self, me: u32) -> Result<Others, MdsError> {
         let asked = Instant::now();
-        let deadline = asked + Duration::from_millis(self.cfg.down_after_ms + 1_000);
+        let deadline = self.leases_out_by(asked);
         let rest: HashSet<u32> = self
             .chain_table()?
             .unwrap_or_default()

@@ -334,6 +334,15 @@ impl Chains {
                     // its failure, so it is neither dropped nor waited on.
                     return Err(w);
                 }
+                Err(ConnError::Remote(w))
+                    if matches!(w.code, ErrorCode::Busy | ErrorCode::Bound) =>
+                {
+                    // "Not now" from a successor that answers: it is up
+                    // and reachable, so the MDS would neither drop it nor
+                    // learn anything. Offered again shortly.
+                    tracing::debug!(group, osd = next, error = %w, "successor busy: offering the effect again");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
                 Err(e) => {
                     // An answer other than "not now" is given every time:
                     // that member cannot take the effect (a full one is
@@ -418,21 +427,21 @@ impl Chains {
         // Longer than any wait below it (a member's own passing on, a
         // chain change), so a forward is not sent twice while one is alive.
         cfg.timeout = Duration::from_secs(60);
-        // A successor cut off by the network sends no reset: the kernel
-        // gives up on bytes it has not acknowledged for this long, so the
-        // member asks the MDS about it in seconds, not after the reply
-        // timeout (a live successor's kernel acknowledges even while the
-        // OSD itself is busy).
-        cfg.dead_peer_after = Some(PEER_SILENT_AFTER);
+        // A successor the network cannot reach is asked about in
+        // seconds once the connection is to be made again (a live one's
+        // kernel answers a connect at once, busy or not). No TCP user
+        // timeout: a busy successor stops reading, and its zero window
+        // must not cost the connection (`ConnConfig::dead_peer_after`).
+        cfg.connect_timeout = Some(PEER_CONNECT_TIMEOUT);
         let c = Arc::new(OsdClient::new(&addr, cfg));
         peers.insert(osd, (addr, c.clone()));
         Ok(c)
     }
 }
 
-/// How long a chain member's connection to its successor may hold bytes
-/// the successor's kernel has not acknowledged before it is given up.
-const PEER_SILENT_AFTER: Duration = Duration::from_secs(10);
+/// How long a chain member waits for its successor to accept a
+/// connection.
+const PEER_CONNECT_TIMEOUT: Duration = Duration::from_millis(proto::chain::PEER_CONNECT_TIMEOUT_MS);
 
 /// The effect of a request that changed something, in a form whose
 /// repetition is harmless: the command, its set list and its payload as

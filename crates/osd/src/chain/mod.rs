@@ -460,6 +460,10 @@ impl Chains {
         req: Request,
         payload: Bytes,
     ) -> (Response, Bytes) {
+        let upstream = match req.cmd {
+            Command::Forward(_) | Command::ScrubGroup { .. } => false,
+            _ => self.is_upstream(principal, name, &req).await,
+        };
         let r = match req.cmd {
             Command::Forward(_) => self.apply_forward(ctx, principal, name, req, payload).await,
             Command::ScrubGroup { group, deep } => {
@@ -480,7 +484,7 @@ impl Chains {
                     ))
                 }
             }
-            _ if self.sent_by_upstream(principal, name, &req) => {
+            _ if upstream => {
                 // The member before this one filling it: served as asked.
                 match req.cmd.partition().map(|p| self.ensure_partition(ctx, p)) {
                     Some(Err(e)) => Err(e),
@@ -504,6 +508,26 @@ impl Chains {
                 Bytes::new(),
             ),
         }
+    }
+
+    /// [`Chains::sent_by_upstream`], with the view fetched again once
+    /// when another member asks and this OSD's view does not show it
+    /// upstream: a member just restarted has no view yet, or an old one,
+    /// and would otherwise take the head's scrub or fill for a client's
+    /// request (and refuse it: not the head).
+    async fn is_upstream(&self, principal: u64, name: &str, req: &Request) -> bool {
+        if self.sent_by_upstream(principal, name, req) {
+            return true;
+        }
+        let from_member = name
+            .strip_prefix("osd.")
+            .and_then(|n| n.parse::<u32>().ok())
+            .is_some_and(|n| proto::chain::member_principal(n) == principal);
+        if !from_member || req.cmd.partition().and_then(group_of).is_none() {
+            return false;
+        }
+        let _ = self.refresh(self.current().map(|c| c.1)).await;
+        self.sent_by_upstream(principal, name, req)
     }
 
     /// Whether a request comes from the member before this OSD, or from
