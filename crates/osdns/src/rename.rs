@@ -27,6 +27,10 @@ use crate::error::{Errno, NsError, Result};
 use crate::format::*;
 use crate::fs::{DirRef, OsdFs};
 
+/// How long a rename waits for another client's rename of the same entry
+/// before it answers EBUSY.
+const RENAME_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// What a rename did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Moved {
@@ -46,6 +50,34 @@ impl OsdFs {
     /// a compatible kind (an empty directory by a directory, a non-directory
     /// by a non-directory) unless `noreplace`.
     pub async fn rename(
+        &self,
+        src: &DirRef,
+        name: &str,
+        dst: &DirRef,
+        new_name: &str,
+        noreplace: bool,
+    ) -> Result<Moved> {
+        // Another client's rename of the same entry (or of a directory on
+        // the way) in progress: waited for and tried again from the
+        // lookup, as a local file system would serialize them — the
+        // second then finds the name gone (ENOENT) or moves it on. EBUSY
+        // only once one stays in progress for RENAME_WAIT (a client that
+        // died in the middle of one).
+        let deadline = std::time::Instant::now() + RENAME_WAIT;
+        let mut pause = std::time::Duration::from_millis(5);
+        loop {
+            match self.rename_once(src, name, dst, new_name, noreplace).await {
+                Err(e) if e.errno == Errno::Busy && std::time::Instant::now() < deadline => {
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(std::time::Duration::from_millis(200));
+                }
+                r => return r,
+            }
+        }
+    }
+
+    /// [`OsdFs::rename`] once.
+    async fn rename_once(
         &self,
         src: &DirRef,
         name: &str,
@@ -102,9 +134,19 @@ impl OsdFs {
         } else {
             None
         };
-        let r = self
+        let r = match self
             .rename_steps(src, &moving, dst, new_name, target.as_ref(), moves_dir)
-            .await;
+            .await
+        {
+            // The destination changed between the lookup and the insert
+            // (another client made or replaced the name): a rename that
+            // may replace tries again (`rename`), one that may not has
+            // its answer.
+            Err(e) if e.errno == Errno::Exist && !noreplace => {
+                Err(NsError::new(Errno::Busy, e.message))
+            }
+            r => r,
+        };
         if let Some(held) = rename_lock {
             self.release(root_osd, data_oid(ROOT_INO), FS_RENAME_LOCK, held)
                 .await?;

@@ -274,3 +274,81 @@ async fn atomic_lookups_race_removes_on_a_chain() {
 async fn lock_lookups_race_removes_on_a_chain() {
     lookups_race_removes(Protocol::Lock).await;
 }
+
+/// Four clients moving the same 40 files at random among three
+/// directories: each rename either moves the file or finds it gone
+/// (ENOENT) — never EBUSY because another client's rename of it was in
+/// progress, never EEXIST because the destination name appeared
+/// meanwhile — and every file is in exactly one directory at the end.
+async fn renames_race(p: Protocol) {
+    let c = common::cluster(3).await;
+    let fs = c.formatted(p, DirHash::V1).await;
+    let root = fs.root().await.unwrap();
+    let mut dirs = Vec::new();
+    for name in ["x", "y", "z"] {
+        let (d, _, _) = fs
+            .make(&root, name, Kind::Dir, OWNER, None, true)
+            .await
+            .unwrap();
+        dirs.push((d.ino, d.osd));
+    }
+    let first = fs.dir(dirs[0].0, dirs[0].1).await.unwrap();
+    for i in 0..40 {
+        fs.make(&first, &format!("f{i}"), Kind::File, OWNER, None, true)
+            .await
+            .unwrap();
+    }
+    let mut tasks = tokio::task::JoinSet::new();
+    for (k, f) in clients(&c, 4).await.into_iter().enumerate() {
+        let dirs = dirs.clone();
+        tasks.spawn(async move {
+            // A seeded xorshift: the same moves every run.
+            let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ (k as u64 + 11);
+            let mut next = |n: u64| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                (x % n) as usize
+            };
+            let (mut moved, mut gone) = (0, 0);
+            for _ in 0..60 {
+                let (a, b) = (next(3), next(3));
+                let name = format!("f{}", next(40));
+                let src = f.dir(dirs[a].0, dirs[a].1).await.unwrap();
+                let dst = f.dir(dirs[b].0, dirs[b].1).await.unwrap();
+                match f.rename(&src, &name, &dst, &name, false).await {
+                    Ok(_) => moved += 1,
+                    Err(e) if e.raw() == libc::ENOENT => gone += 1,
+                    Err(e) => panic!("client {k}: rename {name} {a}->{b}: {e}"),
+                }
+            }
+            (moved, gone)
+        });
+    }
+    let mut moved = 0;
+    while let Some(r) = tasks.join_next().await {
+        moved += r.unwrap().0;
+    }
+    assert!(moved > 0, "{p:?}: no rename went through");
+    let mut all = Vec::new();
+    for (ino, osd) in &dirs {
+        all.extend(names(&fs, &fs.dir(*ino, *osd).await.unwrap()).await);
+    }
+    all.sort();
+    let mut want: Vec<String> = (0..40).map(|i| format!("f{i}")).collect();
+    want.sort();
+    assert_eq!(all, want, "{p:?}: every file in exactly one directory");
+    let r = osdns::fsck::fsck(&fs, false, 0).await.unwrap();
+    assert!(r.clean(), "{p:?}: {:?}", r.lines());
+    c.c.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn atomic_renames_race_without_spurious_errors() {
+    renames_race(Protocol::Atomic).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_renames_race_without_spurious_errors() {
+    renames_race(Protocol::Lock).await;
+}
