@@ -31,7 +31,7 @@ pub use msg::{AttrKey, Command, Hello, Reply, Request, Response, Welcome};
 
 /// Protocol version spoken by this build. A peer with another major version
 /// is refused at the handshake.
-pub const PROTOCOL_VERSION: u16 = 16;
+pub const PROTOCOL_VERSION: u16 = 17;
 
 #[cfg(any(test, feature = "strategies"))]
 #[cfg_attr(

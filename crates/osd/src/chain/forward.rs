@@ -343,42 +343,51 @@ impl Chains {
                     tracing::debug!(group, osd = next, error = %w, "successor busy: offering the effect again");
                     tokio::time::sleep(Duration::from_millis(200)).await;
                 }
-                Err(e) => {
-                    // An answer other than "not now" is given every time:
-                    // that member cannot take the effect (a full one is
-                    // handled above).
-                    let refused = matches!(&e, ConnError::Remote(w)
-                    if !matches!(
-                        w.code,
-                        ErrorCode::NotReady
-                            | ErrorCode::Busy
-                            | ErrorCode::Bound
-                    ));
-                    tracing::warn!(
-                        group,
-                        osd = next,
-                        epoch = chain.epoch,
-                        refused,
-                        error = %e,
-                        "chain member failed to take an effect; asking that it be dropped"
-                    );
-                    let v = self
-                        .authority
-                        .drop_member(group, chain.epoch, next, refused)
-                        .await?;
-                    if v.table.chain(group).is_some_and(|c| c.epoch == chain.epoch) {
-                        // Not dropped (the authority does not see it down
-                        // yet): try it again shortly.
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                    }
-                    self.install(v);
-                }
+                Err(e) => self.ask_to_drop(group, chain.epoch, next, &e).await?,
             }
         }
         Err(WireError::new(
             ErrorCode::Io,
             format!("group {group}: the effect could not be passed down its chain"),
         ))
+    }
+
+    /// Successor `next` of `group`'s chain (at `epoch`) failed to take an
+    /// effect with `e`: the authority is asked to drop it, and the chain
+    /// it answers installed.
+    async fn ask_to_drop(
+        &self,
+        group: u32,
+        epoch: u64,
+        next: u32,
+        e: &ConnError,
+    ) -> Result<(), WireError> {
+        // An answer other than "not now" is given every time: that member
+        // cannot take the effect (a full one is handled by the caller).
+        let refused = matches!(e, ConnError::Remote(w)
+        if !matches!(
+            w.code,
+            ErrorCode::NotReady | ErrorCode::Busy | ErrorCode::Bound
+        ));
+        tracing::warn!(
+            group,
+            osd = next,
+            epoch,
+            refused,
+            error = %e,
+            "chain member failed to take an effect; asking that it be dropped"
+        );
+        let v = self
+            .authority
+            .drop_member(group, epoch, next, refused)
+            .await?;
+        if v.table.chain(group).is_some_and(|c| c.epoch == epoch) {
+            // Not dropped (the authority does not see it down yet): try
+            // it again shortly.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        self.install(v);
+        Ok(())
     }
 
     /// A member's answer when an effect it applied could not go on: with
