@@ -284,9 +284,12 @@ impl Mds {
             && !self.lease_lapsed(osd)
             && up_when_asked
             && self.up_osds().contains(&osd)
-            && !self
-                .cuts
-                .restarted_since(osd, asked - Duration::from_millis(self.cfg.down_after_ms))
+            && !self.cuts.restarted_since(
+                osd,
+                asked
+                    .checked_sub(Duration::from_millis(self.cfg.down_after_ms))
+                    .unwrap_or(asked),
+            )
         {
             // Up all along (not restarting, not just back after an MDS
             // restart), yet `me` cannot reach it: a cut link (`cuts`).
