@@ -250,12 +250,7 @@ async fn library_suite(cfg: ClientConfig, p: FsParams, dir: &str) -> anyhow::Res
 
 /// Runs the suite under `dir` (needs root: loop device, ext4, FUSE).
 pub fn run(dir: &Path, p: FsParams) -> anyhow::Result<Vec<FsRow>> {
-    let work = dir.join(format!("fs-bench-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&work);
-    std::fs::create_dir_all(&work)?;
-    let res = run_in(&work, p);
-    let _ = std::fs::remove_dir_all(&work);
-    res
+    crate::in_scratch(dir, "fs-bench", |work| run_in(work, p))
 }
 
 fn run_in(work: &Path, p: FsParams) -> anyhow::Result<Vec<FsRow>> {

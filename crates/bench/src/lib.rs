@@ -23,3 +23,18 @@ pub mod small_bench;
 pub mod stats;
 pub mod store_bench;
 pub mod target;
+
+/// Runs `f` in a fresh scratch directory `<dir>/<name>-<pid>`, removed
+/// afterwards whatever `f` answered; `f`'s answer.
+pub fn in_scratch<T>(
+    dir: &std::path::Path,
+    name: &str,
+    f: impl FnOnce(&std::path::Path) -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
+    let work = dir.join(format!("{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&work);
+    std::fs::create_dir_all(&work)?;
+    let res = f(&work);
+    let _ = std::fs::remove_dir_all(&work);
+    res
+}

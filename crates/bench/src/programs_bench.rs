@@ -149,12 +149,7 @@ fn workloads(root: &Path, inp: &Inputs, strict: bool) -> anyhow::Result<[f64; 3]
 
 /// Runs every side under `dir` on tree `t`.
 pub fn run_bench(dir: &Path, t: Tree) -> anyhow::Result<Vec<ProgramsRow>> {
-    let work = dir.join(format!("programs-bench-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&work);
-    std::fs::create_dir_all(&work)?;
-    let res = run_in(&work, t);
-    let _ = std::fs::remove_dir_all(&work);
-    res
+    crate::in_scratch(dir, "programs-bench", |work| run_in(work, t))
 }
 
 /// Whether `bindfs` can be run here.

@@ -118,12 +118,7 @@ fn suite(root: &Path, files: usize) -> anyhow::Result<Vec<(f64, f64)>> {
 
 /// Runs both sides under `dir` with `files` files per point.
 pub fn run(dir: &Path, files: usize) -> anyhow::Result<Vec<SmallRow>> {
-    let work = dir.join(format!("small-bench-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&work);
-    std::fs::create_dir_all(&work)?;
-    let res = run_in(&work, files);
-    let _ = std::fs::remove_dir_all(&work);
-    res
+    crate::in_scratch(dir, "small-bench", |work| run_in(work, files))
 }
 
 fn run_in(work: &Path, files: usize) -> anyhow::Result<Vec<SmallRow>> {

@@ -377,12 +377,7 @@ fn report(
 
 /// Runs the suite under `dir` (needs root: a loop device for fio).
 pub fn run(dir: &Path, p: ReplParams) -> anyhow::Result<ReplSuite> {
-    let work = dir.join(format!("replication-bench-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&work);
-    std::fs::create_dir_all(&work)?;
-    let res = run_in(&work, p);
-    let _ = std::fs::remove_dir_all(&work);
-    res
+    crate::in_scratch(dir, "replication-bench", |work| run_in(work, p))
 }
 
 fn run_in(work: &Path, p: ReplParams) -> anyhow::Result<ReplSuite> {
