@@ -36,11 +36,22 @@ pub(super) struct LeaseRecord {
 /// lease of that length is granted) if it is shorter. A file system made
 /// before the record existed counts as having granted `lease_ms`.
 pub(super) fn open(kv: &Kv, lease_ms: u64) -> Result<LeaseRecord, MdsError> {
-    let before = kv
-        .read()?
-        .get(T::Meta, LEASE_KEY)?
-        .and_then(|v| <[u8; 8]>::try_from(&v[..]).ok())
-        .map(u64::from_le_bytes);
+    // A damaged record is refused, not read as none: that could cut the
+    // wait for a longer lease short.
+    let before = match kv.read()?.get(T::Meta, LEASE_KEY)? {
+        None => None,
+        Some(v) => Some(u64::from_le_bytes(<[u8; 8]>::try_from(&v[..]).map_err(
+            |_| {
+                proto::mds::err(
+                    proto::mds::Errno::Io,
+                    format!(
+                        "the OSD lease record (meta osd_lease_ms) is damaged: {} bytes, not 8",
+                        v.len()
+                    ),
+                )
+            },
+        )?)),
+    };
     let recorded_ms = before.unwrap_or(0).max(lease_ms);
     if before != Some(recorded_ms) {
         kv.write_blocking(move |tx| put(tx, recorded_ms))?;
@@ -157,5 +168,15 @@ mod tests {
         // Raised: recorded at once, before any lease of it is granted.
         let m = open_mds(&dir, 3_000);
         assert_eq!(m.lease_recorded_ms(), 3_000);
+        // A damaged record stops the start with a clear error.
+        m.kv.write_blocking(|tx| tx.put(T::Meta, LEASE_KEY, &[1, 2, 3]))
+            .unwrap();
+        let kv = m.kv.clone();
+        drop(m);
+        let e = open(&kv, 200).err().expect("a damaged record is refused");
+        assert!(
+            e.to_string().contains("osd_lease_ms) is damaged: 3 bytes"),
+            "{e}"
+        );
     }
 }
