@@ -33,7 +33,9 @@ pub fn in_scratch<T>(
 ) -> anyhow::Result<T> {
     let work = dir.join(format!("{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&work);
-    std::fs::create_dir_all(&work)?;
+    std::fs::create_dir_all(&work).map_err(|e| {
+        anyhow::anyhow!("cannot make the scratch directory {}: {e}", work.display())
+    })?;
     let res = f(&work);
     let _ = std::fs::remove_dir_all(&work);
     res
